@@ -1,0 +1,152 @@
+//! Executor configuration: the §2 table, validated once at construction.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{DshError, Field, FieldName, Result, Scope};
+use crate::sandbox::SandboxMode;
+
+/// A number as a caller gives it. JavaScript and Python hand over doubles and
+/// unbounded integers, so every face passes the raw value here and the range
+/// rules live in [`whole_number`], once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Num(pub f64);
+
+macro_rules! num_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Num {
+            fn from(v: $t) -> Num {
+                Num(v as f64)
+            }
+        }
+    )*};
+}
+num_from!(u8, u16, u32, u64, usize, i8, i16, i32, i64, isize, f32, f64);
+
+/// The largest integer every face can carry exactly (JavaScript's
+/// `Number.MAX_SAFE_INTEGER`).
+pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+/// `grace_ms` feeds timers that some hosts keep in 32 signed bits.
+pub const MAX_GRACE_MS: u64 = (1 << 31) - 1;
+
+/// The one rule for every numeric field: a positive, finite, whole number no
+/// larger than `max`. Never rounded, never clamped.
+pub fn whole_number(field: Field, value: Num, max: u64) -> Result<u64> {
+    let v = value.0;
+    if !v.is_finite() {
+        return Err(DshError::invalid(field, format!("must be a finite number, got {v}")));
+    }
+    if v <= 0.0 {
+        return Err(DshError::invalid(field, format!("must be positive, got {v}")));
+    }
+    if v.fract() != 0.0 {
+        return Err(DshError::invalid(field, format!("must be a whole number, got {v}")));
+    }
+    if v > max as f64 {
+        return Err(DshError::invalid(field, format!("must be at most {max}, got {v}")));
+    }
+    Ok(v as u64)
+}
+
+/// A path field: not empty, no NUL byte; made absolute against the process
+/// cwd so the resolved value never depends on when it is read.
+pub(crate) fn path_field(field: Field, value: &str) -> Result<PathBuf> {
+    if value.is_empty() {
+        return Err(DshError::invalid(field, "must not be empty"));
+    }
+    if value.contains('\0') {
+        return Err(DshError::invalid(field, "contains a NUL byte"));
+    }
+    std::path::absolute(Path::new(value))
+        .map_err(|e| DshError::invalid(field, format!("cannot be made absolute: {e}")))
+}
+
+/// What a caller may set; every field is optional and defaulted by
+/// [`Config::new`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ConfigInput {
+    pub cwd: Option<String>,
+    pub timeout_ms: Option<Num>,
+    pub max_timeout_ms: Option<Num>,
+    pub max_output_bytes: Option<Num>,
+    pub max_spill_bytes: Option<Num>,
+    pub grace_ms: Option<Num>,
+    pub spill_dir: Option<String>,
+    pub sandbox_mode: Option<SandboxMode>,
+}
+
+pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
+pub const DEFAULT_MAX_TIMEOUT_MS: u64 = 600_000;
+pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 64_000;
+pub const DEFAULT_MAX_SPILL_BYTES: u64 = 64 * 1024 * 1024;
+pub const DEFAULT_GRACE_MS: u64 = 3_000;
+
+/// A validated configuration. `cwd: None` means "the process cwd, read at
+/// resolve time"; `spill_dir` is the directory under which the executor's
+/// private 0700 spill directory is created on first use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub cwd: Option<PathBuf>,
+    pub timeout_ms: u64,
+    pub max_timeout_ms: u64,
+    pub max_output_bytes: u64,
+    pub max_spill_bytes: u64,
+    pub grace_ms: u64,
+    pub spill_dir: PathBuf,
+    pub sandbox_mode: Option<SandboxMode>,
+}
+
+impl Config {
+    pub fn new(input: ConfigInput) -> Result<Config> {
+        let f = |name| Field::new(Scope::Config, name);
+        let number = |name, value: Option<Num>, default: u64, max: u64| match value {
+            Some(v) => whole_number(f(name), v, max),
+            None => Ok(default),
+        };
+        let max_timeout_ms = number(
+            FieldName::MaxTimeoutMs,
+            input.max_timeout_ms,
+            DEFAULT_MAX_TIMEOUT_MS,
+            MAX_SAFE_INTEGER,
+        )?;
+        let timeout_ms = number(
+            FieldName::TimeoutMs,
+            input.timeout_ms,
+            DEFAULT_TIMEOUT_MS.min(max_timeout_ms),
+            MAX_SAFE_INTEGER,
+        )?;
+        if timeout_ms > max_timeout_ms {
+            return Err(DshError::invalid(
+                f(FieldName::TimeoutMs),
+                format!("{timeout_ms} exceeds max_timeout_ms ({max_timeout_ms})"),
+            ));
+        }
+        let config = Config {
+            cwd: input
+                .cwd
+                .as_deref()
+                .map(|c| path_field(f(FieldName::Cwd), c))
+                .transpose()?,
+            timeout_ms,
+            max_timeout_ms,
+            max_output_bytes: number(
+                FieldName::MaxOutputBytes,
+                input.max_output_bytes,
+                DEFAULT_MAX_OUTPUT_BYTES,
+                MAX_SAFE_INTEGER,
+            )?,
+            max_spill_bytes: number(
+                FieldName::MaxSpillBytes,
+                input.max_spill_bytes,
+                DEFAULT_MAX_SPILL_BYTES,
+                MAX_SAFE_INTEGER,
+            )?,
+            grace_ms: number(FieldName::GraceMs, input.grace_ms, DEFAULT_GRACE_MS, MAX_GRACE_MS)?,
+            spill_dir: match input.spill_dir.as_deref() {
+                Some(dir) => path_field(f(FieldName::SpillDir), dir)?,
+                None => std::env::temp_dir(),
+            },
+            sandbox_mode: input.sandbox_mode,
+        };
+        Ok(config)
+    }
+}

@@ -1,0 +1,185 @@
+//! The one error type of the core. Each face maps it exactly once (status
+//! codes in C, exception classes in Python, `Error` objects in Node).
+
+use std::fmt;
+
+/// Which object a bad field belongs to; part of the field path in messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Config,
+    Request,
+    Spec,
+}
+
+/// Every field a caller can get wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldName {
+    Cwd,
+    TimeoutMs,
+    MaxTimeoutMs,
+    MaxOutputBytes,
+    MaxSpillBytes,
+    GraceMs,
+    SpillDir,
+    SandboxMode,
+    Command,
+    Workdir,
+    StdoutMaxBytes,
+    Stdin,
+    Env,
+    DshEnv,
+    Owner,
+    SandboxPolicy,
+}
+
+/// How a face spells field names: Rust, C and Python use snake_case, Node
+/// uses the harness's camelCase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameStyle {
+    Snake,
+    Camel,
+}
+
+impl FieldName {
+    pub fn name(self, style: NameStyle) -> &'static str {
+        use FieldName::*;
+        let (snake, camel) = match self {
+            Cwd => ("cwd", "cwd"),
+            TimeoutMs => ("timeout_ms", "timeoutMs"),
+            MaxTimeoutMs => ("max_timeout_ms", "maxTimeoutMs"),
+            MaxOutputBytes => ("max_output_bytes", "maxOutputBytes"),
+            MaxSpillBytes => ("max_spill_bytes", "maxSpillBytes"),
+            GraceMs => ("grace_ms", "graceMs"),
+            SpillDir => ("spill_dir", "spillDir"),
+            SandboxMode => ("sandbox_mode", "sandboxMode"),
+            Command => ("command", "command"),
+            Workdir => ("workdir", "workdir"),
+            StdoutMaxBytes => ("stdout_max_bytes", "stdoutMaxBytes"),
+            Stdin => ("stdin", "stdin"),
+            Env => ("env", "env"),
+            DshEnv => ("dsh_env", "dshEnv"),
+            Owner => ("owner", "owner"),
+            SandboxPolicy => ("sandbox_policy", "sandboxPolicy"),
+        };
+        match style {
+            NameStyle::Snake => snake,
+            NameStyle::Camel => camel,
+        }
+    }
+}
+
+/// A field path such as `request.timeout_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Field {
+    pub scope: Scope,
+    pub name: FieldName,
+}
+
+impl Field {
+    pub const fn new(scope: Scope, name: FieldName) -> Self {
+        Field { scope, name }
+    }
+
+    pub fn path(self, style: NameStyle) -> String {
+        format!("{}.{}", self.scope, self.name.name(style))
+    }
+}
+
+/// Why a command could not be started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpawnFailure {
+    /// The working directory is missing or not a directory.
+    Workdir,
+    /// No `bash` on the command's PATH.
+    NoShell,
+    /// Anything else the kernel refused (EAGAIN, EMFILE, ENOMEM, ...).
+    Os,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DshError {
+    /// A config, request or spec field is unusable; nothing was run.
+    #[error("invalid {}: {problem}", field.path(NameStyle::Snake))]
+    InvalidArgument { field: Field, problem: String },
+
+    /// The command could not be started; `errno` is the OS error.
+    #[error("spawn failed: {message}")]
+    Spawn {
+        kind: SpawnFailure,
+        errno: i32,
+        message: String,
+    },
+
+    /// The caller's cancellation had already fired; nothing was run.
+    #[error("cancelled before the command started")]
+    AlreadyCancelled,
+
+    /// The executor was disposed; nothing was run.
+    #[error("executor is disposed")]
+    Disposed,
+
+    /// No background process has this id.
+    #[error("no background process with id {0:?}")]
+    NotFound(String),
+
+    /// A blocking call was made from inside an async runtime or a listener,
+    /// where it would stall every other command.
+    #[error("blocking call made from inside an async runtime or a listener callback; use the async API")]
+    BlockingInAsync,
+
+    /// A bug in dsh-native (a task panicked); the message says where.
+    #[error("internal error: {0}")]
+    Internal(String),
+
+    /// A confined sandbox mode was asked for and cannot be enforced here;
+    /// nothing was run (fail closed).
+    #[error("sandbox unavailable: {0}")]
+    SandboxUnavailable(String),
+}
+
+impl DshError {
+    pub(crate) fn invalid(field: Field, problem: impl Into<String>) -> Self {
+        DshError::InvalidArgument {
+            field,
+            problem: problem.into(),
+        }
+    }
+
+    /// The message with field names spelt for a face (`request.timeoutMs` in
+    /// Node); identical to `Display` for [`NameStyle::Snake`].
+    pub fn message(&self, style: NameStyle) -> String {
+        match self {
+            DshError::InvalidArgument { field, problem } => {
+                format!("invalid {}: {problem}", field.path(style))
+            }
+            other => other.to_string(),
+        }
+    }
+
+    /// The OS error name (`ENOENT`, ...) of a spawn failure.
+    pub fn errno_name(&self) -> Option<String> {
+        match self {
+            DshError::Spawn { errno, .. } => Some(errno_name(*errno)),
+            _ => None,
+        }
+    }
+}
+
+/// The symbolic name of an errno value (`ENOENT`), as Node and Python users
+/// know it.
+pub fn errno_name(errno: i32) -> String {
+    // nix's Errno derives Debug as the symbolic constant name.
+    format!("{:?}", nix::errno::Errno::from_raw(errno))
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Scope::Config => "config",
+            Scope::Request => "request",
+            Scope::Spec => "spec",
+        })
+    }
+}
+
+pub type Result<T, E = DshError> = std::result::Result<T, E>;

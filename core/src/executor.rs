@@ -1,0 +1,586 @@
+//! The executor (§5–§7): foreground runs, background starts, the registry of
+//! what it started, completion listeners, and dispose.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::cancel::CancelToken;
+use crate::config::{Config, ConfigInput};
+use crate::env::{child_environment, path_of};
+use crate::error::{errno_name, DshError, Result, SpawnFailure};
+use crate::output::{CollectedOutput, StreamBuffer};
+use crate::process::{lock, Process, ProcessRead, ProcessShared, State, Status};
+use crate::request::{resolve, Request, Spec};
+use crate::runtime;
+use crate::sandbox::{SandboxInfo, SandboxMode};
+use crate::spawn::{find_shell, spawn, ExitStatus, Spawned};
+use crate::spill::{random_hex, SpillDir};
+use crate::supervise::{supervise, Outcome, Stop, Streams};
+use crate::tree::{signal_tagged, TagMatch};
+use crate::confine;
+
+/// The outcome of one foreground run. A nonzero exit, a timeout and an abort
+/// are all results.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunResult {
+    /// `None` when the command died from a signal.
+    pub exit_code: Option<i32>,
+    /// The terminating signal's name (`SIGTERM`), or `None`.
+    pub signal: Option<String>,
+    /// The executor's own timeout fired first.
+    pub timed_out: bool,
+    /// The caller's cancellation (or the executor's disposal) fired first.
+    pub aborted: bool,
+    /// The effective timeout of this run.
+    pub timeout_ms: u64,
+    pub stdout: CollectedOutput,
+    pub stderr: CollectedOutput,
+    /// Present iff the spec carried a sandbox policy.
+    pub sandbox: Option<SandboxInfo>,
+}
+
+/// Identifies a task-done listener for [`Executor::off_task_done`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ListenerId(u64);
+
+pub type TaskListener = Arc<dyn Fn(&Process) + Send + Sync>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lifecycle {
+    Open,
+    Disposing,
+    Disposed,
+}
+
+#[derive(Default)]
+struct Registry {
+    next_id: u64,
+    in_order: Vec<Process>,
+    by_id: HashMap<String, Process>,
+}
+
+struct Shared {
+    config: Config,
+    spill: Arc<SpillDir>,
+    /// Every command's `DSH_EXEC_TAG` starts with this, so dispose can find
+    /// all of this executor's descendants in one `/proc` sweep.
+    tag_prefix: String,
+    seq: AtomicU64,
+    registry: Mutex<Registry>,
+    listeners: Mutex<Vec<(ListenerId, TaskListener)>>,
+    next_listener: AtomicU64,
+    lifecycle: watch::Sender<Lifecycle>,
+    active_runs: watch::Sender<usize>,
+}
+
+/// Disposes the executor (in the background) when the last handle goes.
+struct Owner {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        if *self.shared.lifecycle.borrow() == Lifecycle::Open {
+            let shared = self.shared.clone();
+            runtime::handle().spawn(async move { shared.dispose().await });
+        }
+    }
+}
+
+/// A bash executor. Cloning shares it; when the last clone is dropped
+/// without `dispose`, disposal runs in the background.
+#[derive(Clone)]
+pub struct Executor {
+    owner: Arc<Owner>,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor").field("config", &self.shared().config).finish()
+    }
+}
+
+/// Counts a foreground run for `dispose` to wait on.
+struct ActiveRun(Arc<Shared>);
+
+impl Drop for ActiveRun {
+    fn drop(&mut self) {
+        self.0.active_runs.send_modify(|n| *n -= 1);
+    }
+}
+
+/// The future of [`Executor::run`]. Dropping it before completion aborts the
+/// command (with the usual escalation).
+pub struct RunFuture {
+    inner: RunFutureInner,
+}
+
+enum RunFutureInner {
+    Ready(Option<Result<RunResult>>),
+    Running {
+        task: JoinHandle<Result<RunResult>>,
+        on_drop: CancelToken,
+    },
+}
+
+impl Future for RunFuture {
+    type Output = Result<RunResult>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.inner {
+            RunFutureInner::Ready(r) => Poll::Ready(r.take().expect("RunFuture polled after completion")),
+            RunFutureInner::Running { task, .. } => Pin::new(task).poll(cx).map(|r| {
+                r.unwrap_or_else(|e| Err(DshError::Internal(format!("run task failed: {e}"))))
+            }),
+        }
+    }
+}
+
+impl Drop for RunFuture {
+    fn drop(&mut self) {
+        if let RunFutureInner::Running { task, on_drop } = &self.inner {
+            if !task.is_finished() {
+                on_drop.cancel();
+            }
+        }
+    }
+}
+
+fn signal_name(sig: i32) -> String {
+    match nix::sys::signal::Signal::try_from(sig) {
+        Ok(s) => s.as_str().to_owned(),
+        Err(_) => format!("SIG{sig}"),
+    }
+}
+
+fn exit_fields(status: ExitStatus) -> (Option<i32>, Option<String>) {
+    match status {
+        ExitStatus::Code(c) => (Some(c), None),
+        ExitStatus::Signal(s) => (None, Some(signal_name(s))),
+    }
+}
+
+/// Turns a spawn error into the error a caller can act on: a missing or
+/// unusable workdir names the path; anything else names the errno.
+fn spawn_error(err: std::io::Error, workdir: &str) -> DshError {
+    let errno = err.raw_os_error().unwrap_or(libc::EIO);
+    match std::fs::metadata(workdir) {
+        Err(e) => {
+            let errno = e.raw_os_error().unwrap_or(errno);
+            DshError::Spawn {
+                kind: SpawnFailure::Workdir,
+                errno,
+                message: format!("{}: cannot use workdir {workdir}: {e}", errno_name(errno)),
+            }
+        }
+        Ok(m) if !m.is_dir() => DshError::Spawn {
+            kind: SpawnFailure::Workdir,
+            errno: libc::ENOTDIR,
+            message: format!("ENOTDIR: workdir {workdir} is not a directory"),
+        },
+        Ok(_) => DshError::Spawn {
+            kind: SpawnFailure::Os,
+            errno,
+            message: format!("{}: {err}", errno_name(errno)),
+        },
+    }
+}
+
+/// Environment, shell lookup and posix_spawn for one command.
+fn launch(spec: &Spec, tag: &str) -> Result<Spawned> {
+    let envp = child_environment(spec, tag);
+    let shell = find_shell(path_of(&envp)).ok_or_else(|| DshError::Spawn {
+        kind: SpawnFailure::NoShell,
+        errno: libc::ENOENT,
+        message: "ENOENT: no bash found on the command's PATH".to_owned(),
+    })?;
+    // Both were checked for NUL bytes by resolve / Spec::check.
+    let command = CString::new(spec.command.as_str()).map_err(|_| DshError::Internal("NUL in checked command".into()))?;
+    let workdir = CString::new(spec.workdir.as_str()).map_err(|_| DshError::Internal("NUL in checked workdir".into()))?;
+    spawn(&shell, &command, &workdir, &envp, spec.stdin.is_some()).map_err(|e| spawn_error(e, &spec.workdir))
+}
+
+impl Shared {
+    fn is_open(&self) -> bool {
+        *self.lifecycle.borrow() == Lifecycle::Open
+    }
+
+    fn next_tag(&self) -> String {
+        format!("{}.{}", self.tag_prefix, self.seq.fetch_add(1, Ordering::Relaxed))
+    }
+
+    fn streams(&self, stdout_cap: u64) -> Mutex<Streams> {
+        let c = &self.config;
+        Mutex::new(Streams {
+            stdout: StreamBuffer::new(stdout_cap, c.max_spill_bytes, self.spill.clone(), "stdout"),
+            stderr: StreamBuffer::new(c.max_output_bytes, c.max_spill_bytes, self.spill.clone(), "stderr"),
+        })
+    }
+
+    fn grace(&self) -> Duration {
+        Duration::from_millis(self.config.grace_ms)
+    }
+
+    async fn disposing(&self) {
+        let mut rx = self.lifecycle.subscribe();
+        let _ = rx.wait_for(|l| *l != Lifecycle::Open).await;
+    }
+
+    async fn run_task(
+        self: Arc<Self>,
+        spec: Spec,
+        cancel: Option<CancelToken>,
+        on_drop: CancelToken,
+        _active: ActiveRun,
+    ) -> Result<RunResult> {
+        let tag = self.next_tag();
+        let spawned = launch(&spec, &tag)?;
+        let streams = self.streams(spec.stdout_max_bytes);
+        let stop = async {
+            let caller = async {
+                match &cancel {
+                    Some(c) => c.cancelled().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = caller => Stop::Cancel,
+                _ = on_drop.cancelled() => Stop::Cancel,
+                _ = self.disposing() => Stop::Dispose,
+            }
+        };
+        let timeout = Duration::from_millis(spec.timeout_ms);
+        let Outcome { status, stop } = supervise(
+            spawned,
+            &tag,
+            spec.stdin.as_deref(),
+            &streams,
+            Some(timeout),
+            self.grace(),
+            stop,
+        )
+        .await
+        .map_err(|e| spawn_error(e, &spec.workdir))?;
+        let (exit_code, signal) = exit_fields(status);
+        let streams = lock(&streams);
+        let stderr = streams.stderr.collected();
+        let sandbox = confine::facts(spec.sandbox_policy.as_ref(), exit_code, &stderr.text);
+        Ok(RunResult {
+            exit_code,
+            signal,
+            timed_out: stop == Some(Stop::Timeout),
+            aborted: matches!(stop, Some(Stop::Cancel | Stop::Dispose)),
+            timeout_ms: spec.timeout_ms,
+            stdout: streams.stdout.collected(),
+            stderr,
+            sandbox,
+        })
+    }
+
+    async fn background_task(self: Arc<Self>, process: Process, spec: Spec) {
+        let tag = self.next_tag();
+        let shared = &process.shared;
+        let launched = confine::check(spec.sandbox_policy.as_ref()).and_then(|_| launch(&spec, &tag));
+        let (exit_code, signal, sandbox) = match launched {
+            Err(e) => {
+                let mut streams = lock(&shared.streams);
+                streams.stderr.push(format!("spawn failed: {}\n", e.message(crate::NameStyle::Snake)).as_bytes());
+                streams.stdout.close();
+                streams.stderr.close();
+                lock(&shared.state).status = Status::Killed;
+                let runner_failed = matches!(e, DshError::SandboxUnavailable(_));
+                let sandbox = confine::runner_failed_facts(spec.sandbox_policy.as_ref(), runner_failed);
+                (None, None, sandbox)
+            }
+            Ok(spawned) => {
+                let mut stop_rx = shared.stop_tx.subscribe();
+                let stop = async {
+                    tokio::select! {
+                        r = stop_rx.wait_for(|s| s.is_some()) => r.ok().and_then(|s| *s).unwrap_or(Stop::Kill),
+                        _ = self.disposing() => Stop::Dispose,
+                    }
+                };
+                match supervise(spawned, &tag, spec.stdin.as_deref(), &shared.streams, None, self.grace(), stop).await {
+                    Ok(outcome) => {
+                        let (code, sig) = exit_fields(outcome.status);
+                        let stderr = lock(&shared.streams).stderr.collected().text;
+                        let sandbox = confine::facts(spec.sandbox_policy.as_ref(), code, &stderr);
+                        (code, sig, sandbox)
+                    }
+                    Err(e) => {
+                        let mut streams = lock(&shared.streams);
+                        streams.stderr.push(format!("supervision failed: {e}\n").as_bytes());
+                        lock(&shared.state).status = Status::Killed;
+                        (None, None, None)
+                    }
+                }
+            }
+        };
+        process.settle(exit_code, signal, sandbox, |p| self.notify(p));
+    }
+
+    fn notify(&self, process: &Process) {
+        if !self.is_open() {
+            return;
+        }
+        let listeners: Vec<TaskListener> = lock(&self.listeners).iter().map(|(_, l)| l.clone()).collect();
+        for listener in listeners {
+            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| listener(process))) {
+                let msg = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "non-string panic".into());
+                eprintln!("dsh: a task-done listener panicked ({msg}); other listeners still run");
+            }
+        }
+    }
+
+    async fn dispose(self: Arc<Self>) {
+        let first = self.lifecycle.send_if_modified(|l| {
+            if *l == Lifecycle::Open {
+                *l = Lifecycle::Disposing;
+                true
+            } else {
+                false
+            }
+        });
+        if !first {
+            let mut rx = self.lifecycle.subscribe();
+            let _ = rx.wait_for(|l| *l == Lifecycle::Disposed).await;
+            return;
+        }
+        lock(&self.listeners).clear();
+        let processes: Vec<Process> = lock(&self.registry).in_order.clone();
+        for p in &processes {
+            p.request_stop(Stop::Dispose);
+        }
+        // Descendants that left their groups, and daemons of commands that
+        // already ended: one sweep for the whole executor, with escalation.
+        let all = TagMatch {
+            tag: &self.tag_prefix,
+            exact: false,
+        };
+        let term_hit = signal_tagged(&all, libc::SIGTERM) > 0;
+        for p in &processes {
+            p.wait().await;
+        }
+        let mut rx = self.active_runs.subscribe();
+        let _ = rx.wait_for(|n| *n == 0).await;
+        if term_hit || signal_tagged(&all, 0) > 0 {
+            let deadline = tokio::time::Instant::now() + self.grace();
+            while signal_tagged(&all, 0) > 0 && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            signal_tagged(&all, libc::SIGKILL);
+        }
+        self.spill.remove();
+        self.lifecycle.send_replace(Lifecycle::Disposed);
+    }
+}
+
+impl Executor {
+    /// Validates `input` (§2); a bad field is an error naming it.
+    pub fn new(input: ConfigInput) -> Result<Executor> {
+        let config = Config::new(input)?;
+        let shared = Arc::new(Shared {
+            spill: Arc::new(SpillDir::new(config.spill_dir.clone())),
+            config,
+            tag_prefix: random_hex(),
+            seq: AtomicU64::new(1),
+            registry: Mutex::new(Registry::default()),
+            listeners: Mutex::new(Vec::new()),
+            next_listener: AtomicU64::new(1),
+            lifecycle: watch::channel(Lifecycle::Open).0,
+            active_runs: watch::channel(0).0,
+        });
+        Ok(Executor {
+            owner: Arc::new(Owner { shared }),
+        })
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.owner.shared
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.shared().config
+    }
+
+    /// The default sandbox mode this executor stamps (`None`: it does not
+    /// confine unless a spec asks).
+    pub fn sandbox_mode(&self) -> Option<SandboxMode> {
+        self.shared().config.sandbox_mode
+    }
+
+    /// §3: request → spec; the only place defaults are applied.
+    pub fn resolve(&self, request: Request) -> Result<Spec> {
+        resolve(&self.shared().config, request)
+    }
+
+    /// The private spill directory, once a spill has created it.
+    pub fn spill_dir(&self) -> Option<std::path::PathBuf> {
+        self.shared().spill.path()
+    }
+
+    fn admit_run(&self, spec: &Spec, cancel: Option<&CancelToken>) -> Result<ActiveRun> {
+        let shared = self.shared();
+        shared.active_runs.send_modify(|n| *n += 1);
+        let active = ActiveRun(shared.clone());
+        if !shared.is_open() {
+            return Err(DshError::Disposed);
+        }
+        spec.check(&shared.config)?;
+        if cancel.is_some_and(CancelToken::is_cancelled) {
+            return Err(DshError::AlreadyCancelled);
+        }
+        confine::check(spec.sandbox_policy.as_ref())?;
+        Ok(active)
+    }
+
+    /// §5: runs `spec` in the foreground. Fails only when the command could
+    /// not be started; every ending of a started command is a result.
+    pub fn run(&self, spec: &Spec, cancel: Option<&CancelToken>) -> RunFuture {
+        let active = match self.admit_run(spec, cancel) {
+            Ok(a) => a,
+            Err(e) => {
+                return RunFuture {
+                    inner: RunFutureInner::Ready(Some(Err(e))),
+                }
+            }
+        };
+        let on_drop = CancelToken::new();
+        let task = runtime::handle().spawn(self.shared().clone().run_task(
+            spec.clone(),
+            cancel.cloned(),
+            on_drop.clone(),
+            active,
+        ));
+        RunFuture {
+            inner: RunFutureInner::Running { task, on_drop },
+        }
+    }
+
+    /// [`Executor::run`] for threads that are not in an async runtime.
+    pub fn run_blocking(&self, spec: &Spec, cancel: Option<&CancelToken>) -> Result<RunResult> {
+        let active = self.admit_run(spec, cancel)?;
+        runtime::block_on(self.shared().clone().run_task(
+            spec.clone(),
+            cancel.cloned(),
+            CancelToken::new(),
+            active,
+        ))?
+    }
+
+    /// §6: starts `spec` in the background and returns at once; spawning
+    /// happens on the executor's threads. A spawn failure settles the
+    /// process as `killed` with `spawn failed: …` in its output.
+    pub fn start(&self, spec: &Spec) -> Result<Process> {
+        let shared = self.shared();
+        spec.check(&shared.config)?;
+        let process = {
+            let mut reg = lock(&shared.registry);
+            if !shared.is_open() {
+                return Err(DshError::Disposed);
+            }
+            reg.next_id += 1;
+            let id = format!("bash-{}", reg.next_id);
+            let process = Process {
+                shared: Arc::new(ProcessShared {
+                    id: id.clone(),
+                    command: spec.command.clone(),
+                    owner: spec.owner.clone(),
+                    state: Mutex::new(State {
+                        status: Status::Running,
+                        exit_code: None,
+                        signal: None,
+                        sandbox: None,
+                        settled: false,
+                    }),
+                    settled_cv: Condvar::new(),
+                    settled_tx: watch::channel(false).0,
+                    streams: shared.streams(shared.config.max_output_bytes),
+                    stop_tx: watch::channel(None).0,
+                }),
+            };
+            reg.in_order.push(process.clone());
+            reg.by_id.insert(id, process.clone());
+            process
+        };
+        runtime::handle().spawn(shared.clone().background_task(process.clone(), spec.clone()));
+        Ok(process)
+    }
+
+    /// The process registered under `id`, if any.
+    pub fn get(&self, id: &str) -> Option<Process> {
+        lock(&self.shared().registry).by_id.get(id).cloned()
+    }
+
+    fn known(&self, id: &str) -> Result<Process> {
+        self.get(id).ok_or_else(|| DshError::NotFound(id.to_owned()))
+    }
+
+    /// The owner token stored at `start` (never interpreted).
+    pub fn owner_of(&self, id: &str) -> Result<Option<String>> {
+        Ok(self.known(id)?.owner().map(str::to_owned))
+    }
+
+    /// Every process started, in start order.
+    pub fn list(&self) -> Vec<Process> {
+        lock(&self.shared().registry).in_order.clone()
+    }
+
+    pub fn read_output(&self, id: &str) -> Result<ProcessRead> {
+        Ok(self.known(id)?.read_output())
+    }
+
+    pub fn kill(&self, id: &str) -> Result<bool> {
+        Ok(self.known(id)?.kill())
+    }
+
+    /// Calls `listener` once for each background process that settles from
+    /// now on, until removed or the executor is disposed. A panicking
+    /// listener is contained and the others still run.
+    pub fn on_task_done(&self, listener: TaskListener) -> ListenerId {
+        let shared = self.shared();
+        let id = ListenerId(shared.next_listener.fetch_add(1, Ordering::Relaxed));
+        if shared.is_open() {
+            lock(&shared.listeners).push((id, listener));
+        }
+        id
+    }
+
+    /// Removes a listener; false if it was not registered.
+    pub fn off_task_done(&self, id: ListenerId) -> bool {
+        let mut listeners = lock(&self.shared().listeners);
+        let before = listeners.len();
+        listeners.retain(|(l, _)| *l != id);
+        listeners.len() != before
+    }
+
+    pub fn is_disposed(&self) -> bool {
+        !self.shared().is_open()
+    }
+
+    /// Kills every running process (with the escalation), waits until all
+    /// have exited, and removes the spill directory. Idempotent; afterwards
+    /// `run` and `start` fail with [`DshError::Disposed`].
+    pub async fn dispose(&self) {
+        let shared = self.shared().clone();
+        // On the core's runtime, whatever runtime awaits this.
+        let _ = runtime::handle().spawn(shared.dispose()).await;
+    }
+
+    pub fn dispose_blocking(&self) -> Result<()> {
+        runtime::block_on(self.shared().clone().dispose())
+    }
+}

@@ -1,0 +1,42 @@
+//! dsh-core: the behaviour of dsh-native, a bash executor for AI-agent
+//! harnesses. Every rule of the contract (DESIGN.md §2–§7, §10) lives here;
+//! the C, Python and Node faces only translate.
+//!
+//! ```no_run
+//! use dsh_core::{ConfigInput, Executor, Request};
+//! let exec = Executor::new(ConfigInput::default())?;
+//! let spec = exec.resolve(Request::new("echo hello; exit 3"))?;
+//! let result = exec.run_blocking(&spec, None)?;
+//! assert_eq!(result.exit_code, Some(3));
+//! assert_eq!(result.stdout.text, "hello\n");
+//! # Ok::<(), dsh_core::DshError>(())
+//! ```
+
+mod cancel;
+mod config;
+mod confine;
+mod env;
+mod error;
+mod executor;
+mod output;
+mod process;
+mod request;
+mod runtime;
+mod sandbox;
+mod spawn;
+mod spill;
+mod supervise;
+mod tree;
+
+pub use cancel::CancelToken;
+pub use config::{
+    whole_number, Config, ConfigInput, Num, DEFAULT_GRACE_MS, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_SPILL_BYTES,
+    DEFAULT_MAX_TIMEOUT_MS, DEFAULT_TIMEOUT_MS, MAX_GRACE_MS, MAX_SAFE_INTEGER,
+};
+pub use env::is_scrubbed;
+pub use error::{errno_name, DshError, Field, FieldName, NameStyle, Result, Scope, SpawnFailure};
+pub use executor::{Executor, ListenerId, RunFuture, RunResult, TaskListener};
+pub use output::CollectedOutput;
+pub use process::{Process, ProcessRead, Status};
+pub use request::{resolve, Request, SandboxPolicyInput, Spec, DSH_ENV_PREFIX};
+pub use sandbox::{Enforcement, SandboxInfo, SandboxMode, SandboxPolicy};

@@ -1,0 +1,199 @@
+//! Request → spec: the one place where defaults are applied (§3).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::config::{path_field, whole_number, Config, Num, MAX_SAFE_INTEGER};
+use crate::error::{DshError, Field, FieldName, Result, Scope};
+use crate::sandbox::{SandboxMode, SandboxPolicy};
+
+/// The prefix every managed (`dsh_env`) key carries.
+pub const DSH_ENV_PREFIX: &str = "DSH_";
+
+/// A per-call policy as a caller gives it; `workspace_root` defaults to the
+/// resolved workdir.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxPolicyInput {
+    pub mode: SandboxMode,
+    pub workspace_root: Option<String>,
+}
+
+/// What a caller (a model, a plugin) asks for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Request {
+    pub command: String,
+    pub workdir: Option<String>,
+    pub timeout_ms: Option<Num>,
+    pub stdout_max_bytes: Option<Num>,
+    pub stdin: Option<Vec<u8>>,
+    pub env: Option<BTreeMap<String, String>>,
+    pub dsh_env: Option<BTreeMap<String, String>>,
+    pub owner: Option<String>,
+    pub sandbox_policy: Option<SandboxPolicyInput>,
+}
+
+impl Request {
+    pub fn new(command: impl Into<String>) -> Self {
+        Request {
+            command: command.into(),
+            ..Request::default()
+        }
+    }
+}
+
+/// The fully resolved thing that runs. Every field is explicit: `run` and
+/// `start` read it and never re-default. A spec built by hand (a face that
+/// receives one back from its caller) is checked by [`Spec::check`] with the
+/// same rules as `resolve`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spec {
+    pub command: String,
+    /// Absolute.
+    pub workdir: String,
+    /// Effective: already clamped to `max_timeout_ms`.
+    pub timeout_ms: u64,
+    pub stdout_max_bytes: u64,
+    pub stdin: Option<Vec<u8>>,
+    pub env: Option<BTreeMap<String, String>>,
+    pub dsh_env: Option<BTreeMap<String, String>>,
+    /// Required-but-nullable: stored on background processes, never read.
+    pub owner: Option<String>,
+    /// Required-but-nullable: `None` runs unconfined.
+    pub sandbox_policy: Option<SandboxPolicy>,
+}
+
+/// §3: resolves a request against a configuration.
+pub fn resolve(config: &Config, request: Request) -> Result<Spec> {
+    let f = |name| Field::new(Scope::Request, name);
+    check_command(f(FieldName::Command), &request.command)?;
+    let base = match &config.cwd {
+        Some(cwd) => cwd.clone(),
+        None => std::env::current_dir().map_err(|e| {
+            DshError::invalid(f(FieldName::Workdir), format!("no workdir given and the process cwd is unreadable: {e}"))
+        })?,
+    };
+    let workdir = match request.workdir.as_deref() {
+        Some(w) => {
+            let p = path_field(f(FieldName::Workdir), w)?;
+            // path_field made a relative path absolute against the process cwd;
+            // a relative workdir means relative to the configured base.
+            if Path::new(w).is_relative() {
+                base.join(w)
+            } else {
+                p
+            }
+        }
+        None => base,
+    };
+    let workdir = path_string(f(FieldName::Workdir), &workdir)?;
+    let timeout_ms = match request.timeout_ms {
+        Some(t) => whole_number(f(FieldName::TimeoutMs), t, MAX_SAFE_INTEGER)?.min(config.max_timeout_ms),
+        None => config.timeout_ms,
+    };
+    let stdout_max_bytes = match request.stdout_max_bytes {
+        Some(n) => whole_number(f(FieldName::StdoutMaxBytes), n, MAX_SAFE_INTEGER)?,
+        None => config.max_output_bytes,
+    };
+    if let Some(env) = &request.env {
+        check_env(f(FieldName::Env), env, false)?;
+    }
+    if let Some(env) = &request.dsh_env {
+        check_env(f(FieldName::DshEnv), env, true)?;
+    }
+    let sandbox_policy = match request.sandbox_policy {
+        Some(p) => Some(SandboxPolicy {
+            mode: p.mode,
+            workspace_root: match p.workspace_root.as_deref() {
+                Some(root) => path_string(
+                    f(FieldName::SandboxPolicy),
+                    &path_field(f(FieldName::SandboxPolicy), root)?,
+                )?,
+                None => workdir.clone(),
+            },
+        }),
+        None => config.sandbox_mode.map(|mode| SandboxPolicy {
+            mode,
+            workspace_root: workdir.clone(),
+        }),
+    };
+    Ok(Spec {
+        command: request.command,
+        workdir,
+        timeout_ms,
+        stdout_max_bytes,
+        stdin: request.stdin,
+        env: request.env,
+        dsh_env: request.dsh_env,
+        owner: request.owner,
+        sandbox_policy,
+    })
+}
+
+impl Spec {
+    /// The invariants `resolve` guarantees, for specs that did not come from
+    /// it. Nothing is defaulted or clamped here.
+    pub fn check(&self, config: &Config) -> Result<()> {
+        let f = |name| Field::new(Scope::Spec, name);
+        check_command(f(FieldName::Command), &self.command)?;
+        if self.workdir.contains('\0') || !Path::new(&self.workdir).is_absolute() {
+            return Err(DshError::invalid(
+                f(FieldName::Workdir),
+                format!("must be an absolute path without NUL bytes, got {:?}", self.workdir),
+            ));
+        }
+        whole_number(f(FieldName::TimeoutMs), Num(self.timeout_ms as f64), config.max_timeout_ms)?;
+        whole_number(f(FieldName::StdoutMaxBytes), Num(self.stdout_max_bytes as f64), MAX_SAFE_INTEGER)?;
+        if let Some(env) = &self.env {
+            check_env(f(FieldName::Env), env, false)?;
+        }
+        if let Some(env) = &self.dsh_env {
+            check_env(f(FieldName::DshEnv), env, true)?;
+        }
+        if let Some(p) = &self.sandbox_policy {
+            if p.workspace_root.contains('\0') || !Path::new(&p.workspace_root).is_absolute() {
+                return Err(DshError::invalid(
+                    f(FieldName::SandboxPolicy),
+                    "workspace_root must be an absolute path without NUL bytes",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_command(field: Field, command: &str) -> Result<()> {
+    if command.contains('\0') {
+        return Err(DshError::invalid(field, "contains a NUL byte"));
+    }
+    Ok(())
+}
+
+fn path_string(field: Field, p: &Path) -> Result<String> {
+    p.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| DshError::invalid(field, format!("is not valid UTF-8: {}", p.display())))
+}
+
+fn check_env(field: Field, env: &BTreeMap<String, String>, managed: bool) -> Result<()> {
+    for (key, value) in env {
+        if key.is_empty() {
+            return Err(DshError::invalid(field, "has an empty key"));
+        }
+        if key.contains('=') {
+            return Err(DshError::invalid(field, format!("key {key:?} contains '='")));
+        }
+        if key.contains('\0') {
+            return Err(DshError::invalid(field, format!("key {key:?} contains a NUL byte")));
+        }
+        if value.contains('\0') {
+            return Err(DshError::invalid(field, format!("value of {key:?} contains a NUL byte")));
+        }
+        if managed && !key.starts_with(DSH_ENV_PREFIX) {
+            return Err(DshError::invalid(
+                field,
+                format!("key {key:?} does not start with {DSH_ENV_PREFIX}"),
+            ));
+        }
+    }
+    Ok(())
+}

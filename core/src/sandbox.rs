@@ -1,0 +1,92 @@
+//! The sandbox vocabulary of the seeds (`SandboxMode`, `BashSandboxInfo`).
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::{DshError, Field};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SandboxMode {
+    ReadOnly,
+    WorkspaceWrite,
+    DangerFullAccess,
+}
+
+impl SandboxMode {
+    pub const ALL: [SandboxMode; 3] = [
+        SandboxMode::ReadOnly,
+        SandboxMode::WorkspaceWrite,
+        SandboxMode::DangerFullAccess,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::ReadOnly => "read-only",
+            SandboxMode::WorkspaceWrite => "workspace-write",
+            SandboxMode::DangerFullAccess => "danger-full-access",
+        }
+    }
+
+    /// Parses a mode name, naming `field` in the error.
+    pub fn parse(field: Field, s: &str) -> Result<Self, DshError> {
+        s.parse().map_err(|_| {
+            DshError::invalid(
+                field,
+                format!(
+                    "unknown sandbox mode {s:?} (expected read-only, workspace-write or danger-full-access)"
+                ),
+            )
+        })
+    }
+}
+
+impl FromStr for SandboxMode {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        SandboxMode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or(())
+    }
+}
+
+impl fmt::Display for SandboxMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A per-call policy: the mode and the root that `workspace-write` opens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxPolicy {
+    pub mode: SandboxMode,
+    pub workspace_root: String,
+}
+
+/// How completely the kernel enforced a mode's file effects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enforcement {
+    Full,
+    Partial,
+}
+
+impl Enforcement {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Enforcement::Full => "full",
+            Enforcement::Partial => "partial",
+        }
+    }
+}
+
+/// Sandbox facts stamped on a result or a settled process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxInfo {
+    pub mode: SandboxMode,
+    pub denied: bool,
+    /// Absent exactly when `mode` is `danger-full-access`.
+    pub enforcement: Option<Enforcement>,
+    /// Only on settled background processes: confinement could not be
+    /// applied and the command never ran.
+    pub runner_failed: Option<bool>,
+}

@@ -1,0 +1,260 @@
+//! The life of one started command, shared by `run` and `start`: pump its
+//! pipes, feed its stdin, watch its pidfd, and on a timeout or a stop request
+//! terminate its tree (SIGTERM, then SIGKILL after the grace period).
+
+use std::future::Future;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+use tokio::time::{sleep_until, Instant};
+
+use crate::output::StreamBuffer;
+use crate::spawn::{pidfd_send_signal, reap, ExitStatus, Spawned};
+use crate::tree::{signal_group, signal_tagged, TagMatch};
+
+const CHUNK: usize = 64 * 1024;
+
+pub(crate) struct Streams {
+    pub stdout: StreamBuffer,
+    pub stderr: StreamBuffer,
+}
+
+/// Why termination began; the first one wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    Timeout,
+    /// The caller's cancellation.
+    Cancel,
+    /// `kill()` on a background process.
+    Kill,
+    /// The executor is being disposed; it sweeps every tag itself, so the
+    /// per-command `/proc` sweep is skipped.
+    Dispose,
+}
+
+pub(crate) struct Outcome {
+    pub status: ExitStatus,
+    pub stop: Option<Stop>,
+}
+
+fn lock(streams: &Mutex<Streams>) -> std::sync::MutexGuard<'_, Streams> {
+    streams.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Registers an fd with the core's reactor.
+fn watch(fd: OwnedFd, interest: Interest) -> io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: an OwnedFd is open and always returns the same raw fd, and the
+    // AsyncFd owns it until it is dropped.
+    unsafe { AsyncFd::register_with_interest(fd, interest) }.map_err(|e| e.into_parts().1)
+}
+
+async fn read_chunk(fd: &AsyncFd<OwnedFd>, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        let mut guard = fd.readable().await?;
+        // The read happens inside the poll that returns Ready, so dropping this
+        // future in a select never loses bytes.
+        match guard.try_io(|fd| {
+            // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
+            let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        }) {
+            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Ok(r) => return r,
+            Err(_would_block) => continue,
+        }
+    }
+}
+
+/// `fd` is `None` once stdin is closed; select! builds this future even for
+/// a disabled branch, so that case just never completes.
+async fn write_chunk(fd: Option<&AsyncFd<OwnedFd>>, bytes: &[u8]) -> io::Result<usize> {
+    let Some(fd) = fd else {
+        return std::future::pending().await;
+    };
+    loop {
+        let mut guard = fd.writable().await?;
+        match guard.try_io(|fd| {
+            // SAFETY: `bytes` is valid for reads of `bytes.len()` bytes.
+            let n = unsafe { libc::write(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        }) {
+            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Ok(r) => return r,
+            Err(_would_block) => continue,
+        }
+    }
+}
+
+/// Signals the command's tree. `sweep` adds the `/proc` scan for tagged
+/// descendants that left the group.
+fn signal_tree(pid: libc::pid_t, pidfd: &OwnedFd, tag: &str, sig: libc::c_int, sweep: bool) {
+    let _ = pidfd_send_signal(pidfd, sig);
+    signal_group(pid, sig);
+    if sweep {
+        signal_tagged(&TagMatch { tag, exact: true }, sig);
+    }
+}
+
+enum Event {
+    Stdout(io::Result<usize>),
+    Stderr(io::Result<usize>),
+    Stdin(io::Result<usize>),
+    Exited,
+    Stop(Stop),
+    KillNow,
+    DrainOver,
+}
+
+/// Supervises `spawned` until its leader has exited and its pipes closed (or
+/// `grace` passed since the exit), then reaps it. The leader stays an
+/// unreaped zombie until then, so signalling its group can never hit a
+/// recycled process group id.
+pub(crate) async fn supervise(
+    spawned: Spawned,
+    tag: &str,
+    stdin: Option<&[u8]>,
+    streams: &Mutex<Streams>,
+    timeout: Option<Duration>,
+    grace: Duration,
+    stop: impl Future<Output = Stop>,
+) -> io::Result<Outcome> {
+    let Spawned {
+        pid,
+        pidfd,
+        stdin: stdin_fd,
+        stdout,
+        stderr,
+    } = spawned;
+    let registered = (|| {
+        Ok::<_, io::Error>((
+            watch(stdout, Interest::READABLE)?,
+            watch(stderr, Interest::READABLE)?,
+            stdin_fd
+                .map(|fd| watch(fd, Interest::WRITABLE))
+                .transpose()?,
+        ))
+    })();
+    let (out, err, mut stdin_fd) = match registered {
+        Ok(fds) => fds,
+        Err(e) => {
+            // Cannot watch it, so do not leave it running.
+            signal_tree(pid, &pidfd, tag, libc::SIGKILL, true);
+            let _ = reap(&pidfd);
+            return Err(e);
+        }
+    };
+    // Registered last: on failure the pipes above are already owned (and
+    // closed on return), and the leader must still be killed and reaped.
+    // SAFETY: as in `watch`.
+    let pidfd = match unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) } {
+        Ok(fd) => fd,
+        Err(e) => {
+            let (pidfd, e) = e.into_parts();
+            signal_tree(pid, &pidfd, tag, libc::SIGKILL, true);
+            let _ = reap(&pidfd);
+            return Err(e);
+        }
+    };
+    let stdin = stdin.unwrap_or(&[]);
+    let mut stdin_pos = 0;
+    if stdin.is_empty() {
+        stdin_fd = None;
+    }
+
+    let mut out_buf = vec![0u8; CHUNK];
+    let mut err_buf = vec![0u8; CHUNK];
+    let (mut out_open, mut err_open, mut exited) = (true, true, false);
+    let mut stopped: Option<Stop> = None;
+    let mut kill_at: Option<Instant> = None;
+    let mut killed = false;
+    let mut drain_until: Option<Instant> = None;
+    let timeout_at = timeout.map(|t| Instant::now() + t);
+    let never = Instant::now() + Duration::from_secs(100 * 365 * 86_400);
+    tokio::pin!(stop);
+
+    while !(exited && !out_open && !err_open) {
+        let event = tokio::select! {
+            r = read_chunk(&out, &mut out_buf), if out_open => Event::Stdout(r),
+            r = read_chunk(&err, &mut err_buf), if err_open => Event::Stderr(r),
+            r = write_chunk(stdin_fd.as_ref(), &stdin[stdin_pos..]), if stdin_fd.is_some() => Event::Stdin(r),
+            r = pidfd.readable(), if !exited => match r {
+                Ok(_) => Event::Exited,
+                // epoll cannot fail on a registered pidfd; treat it as exit so
+                // the blocking reap below still settles the command.
+                Err(_) => Event::Exited,
+            },
+            _ = sleep_until(timeout_at.unwrap_or(never)), if timeout_at.is_some() && stopped.is_none() && !exited => Event::Stop(Stop::Timeout),
+            s = &mut stop, if stopped.is_none() => Event::Stop(s),
+            _ = sleep_until(kill_at.unwrap_or(never)), if kill_at.is_some() && !killed => Event::KillNow,
+            _ = sleep_until(drain_until.unwrap_or(never)), if drain_until.is_some() => Event::DrainOver,
+        };
+        match event {
+            Event::Stdout(Ok(n)) if n > 0 => lock(streams).stdout.push(&out_buf[..n]),
+            Event::Stdout(_) => {
+                out_open = false;
+                lock(streams).stdout.close();
+            }
+            Event::Stderr(Ok(n)) if n > 0 => lock(streams).stderr.push(&err_buf[..n]),
+            Event::Stderr(_) => {
+                err_open = false;
+                lock(streams).stderr.close();
+            }
+            Event::Stdin(Ok(n)) => {
+                stdin_pos += n;
+                if stdin_pos >= stdin.len() {
+                    stdin_fd = None; // EOF for the command
+                }
+            }
+            // EPIPE: the command stopped reading, which is its business.
+            Event::Stdin(Err(_)) => stdin_fd = None,
+            Event::Exited => {
+                exited = true;
+                drain_until = Some(Instant::now() + grace);
+            }
+            Event::Stop(reason) => {
+                stopped = Some(reason);
+                signal_tree(pid, pidfd.get_ref(), tag, libc::SIGTERM, reason != Stop::Dispose);
+                kill_at = Some(Instant::now() + grace);
+            }
+            Event::KillNow => {
+                killed = true;
+                signal_tree(pid, pidfd.get_ref(), tag, libc::SIGKILL, stopped != Some(Stop::Dispose));
+            }
+            Event::DrainOver => break,
+        }
+    }
+    {
+        let mut s = lock(streams);
+        s.stdout.close();
+        s.stderr.close();
+    }
+    if let (Some(reason), Some(at), false) = (stopped, kill_at, killed) {
+        if reason != Stop::Dispose {
+            // The leader is gone within the grace period, but members that
+            // trap SIGTERM get their SIGKILL on schedule. After the reap below
+            // the group id may be reused, so only the pid-safe tag sweep runs.
+            let tag = tag.to_owned();
+            tokio::spawn(async move {
+                sleep_until(at).await;
+                signal_tagged(&TagMatch { tag: &tag, exact: true }, libc::SIGKILL);
+            });
+        }
+    }
+    let status = reap(pidfd.get_ref())?;
+    Ok(Outcome {
+        status,
+        stop: stopped,
+    })
+}
