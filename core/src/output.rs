@@ -112,7 +112,7 @@ impl StreamBuffer {
         if matches!(self.spill, Spill::None) && self.total > self.cap as u64 {
             // First time over the cap: the window still holds everything so
             // far, so the spill file starts complete.
-            debug_assert_eq!(self.window_start(), 0);
+            debug_assert_eq!(before, self.window.len() as u64);
             self.spill = match self.spill_dir.create(self.label) {
                 Some(mut file) => {
                     let (a, b) = self.window.as_slices();

@@ -1,0 +1,285 @@
+//! §5: foreground runs.
+mod common;
+use common::*;
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
+
+use dsh_core::*;
+
+fn fast_grace() -> Executor {
+    executor_with(|c| c.grace_ms = n(300))
+}
+
+#[test]
+fn stdin_bytes_then_eof_else_dev_null() {
+    let exec = executor();
+    let mut req = Request::new("cat; echo; echo done");
+    req.stdin = Some(b"line1\nline2".to_vec());
+    let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
+    assert_eq!(r.stdout.text, "line1\nline2\ndone\n");
+    let r = run(&exec, "cat; readlink /proc/self/fd/0");
+    assert_eq!(r.stdout.text, "/dev/null\n");
+}
+
+#[test]
+fn large_stdin_not_read_by_the_command_does_not_hang_or_kill_the_host() {
+    let exec = executor();
+    let mut req = Request::new("head -c 10 >/dev/null; exit 4");
+    req.stdin = Some(vec![b'x'; 8 * 1024 * 1024]);
+    let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
+    assert_eq!(r.exit_code, Some(4));
+}
+
+#[test]
+fn runs_in_workdir_as_a_process_group_leader_with_only_stdio_open() {
+    // A descriptor the host leaks without CLOEXEC must not reach the child.
+    let leaked = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY) };
+    assert!(leaked > 2);
+    let dir = temp_dir("workdir");
+    let exec = executor();
+    let mut req = Request::new(
+        "pwd; [ \"$(cut -d' ' -f5 /proc/$$/stat)\" = \"$$\" ] && echo leader; \
+         ls /proc/$$/fd | sed 's/^/fd /'; grep SigIgn /proc/$$/status",
+    );
+    req.workdir = Some(dir.to_str().unwrap().into());
+    let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
+    unsafe { libc::close(leaked) };
+    let lines: Vec<&str> = r.stdout.text.lines().collect();
+    assert_eq!(lines[0], dir.to_str().unwrap());
+    assert_eq!(lines[1], "leader");
+    assert_eq!(&lines[2..5], &["fd 0", "fd 1", "fd 2"], "{}", r.stdout.text);
+    assert_eq!(lines.len(), 6, "no other fds: {}", r.stdout.text);
+    // The test harness ignores SIGPIPE; the command must not inherit that.
+    // (glibc's posix_spawn leaves its two internal signals, 32 and 33,
+    // ignored; glibc programs reinstall them at startup.)
+    let ignored = u64::from_str_radix(lines[5].trim_start_matches("SigIgn:\t"), 16).unwrap();
+    assert_eq!(ignored & 0x7fff_ffff, 0, "standard signals ignored: {:x}", ignored);
+}
+
+#[test]
+fn nonzero_exit_is_a_result() {
+    let r = run(&executor(), "echo out; echo err >&2; exit 42");
+    assert_eq!(r.exit_code, Some(42));
+    assert_eq!((r.stdout.text.as_str(), r.stderr.text.as_str()), ("out\n", "err\n"));
+    assert!(!r.stdout.truncated && r.stdout.spill_path.is_none());
+    assert_eq!(r.timeout_ms, 120_000);
+    assert_eq!(r.sandbox, None);
+}
+
+#[test]
+fn stdout_and_stderr_have_their_own_caps_and_keep_the_tail() {
+    let exec = executor_with(|c| c.max_output_bytes = n(50));
+    let mut req = Request::new("seq 1 200; seq 1 200 >&2");
+    req.stdout_max_bytes = n(100);
+    let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
+    let full: String = (1..=200).map(|i| format!("{i}\n")).collect();
+    assert!(r.stdout.truncated && r.stderr.truncated);
+    assert_eq!(r.stdout.text, full[full.len() - 100..]);
+    assert_eq!(r.stderr.text, full[full.len() - 50..]);
+}
+
+#[test]
+fn spill_file_holds_the_complete_stream_privately() {
+    let exec = executor_with(|c| c.max_output_bytes = n(1000));
+    // Binary data, written in many chunks, checked byte for byte.
+    let r = run(&exec, "for i in $(seq 1 40); do head -c 10000 /dev/zero | tr '\\0' \"\\\\$(printf %03o $((i+32)))\"; done");
+    let expected: Vec<u8> = (1..=40u8).flat_map(|i| std::iter::repeat_n(i + 32, 10000)).collect();
+    assert!(r.stdout.truncated);
+    let path = r.stdout.spill_path.clone().expect("spill path");
+    let spilled = std::fs::read(&path).unwrap();
+    assert_eq!(spilled.len(), expected.len());
+    assert!(spilled == expected, "spill file differs from the stream");
+    assert_eq!(r.stdout.text.as_bytes(), &expected[expected.len() - 1000..]);
+    let meta = std::fs::symlink_metadata(&path).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let dir = std::path::Path::new(&path).parent().unwrap();
+    assert_eq!(std::fs::metadata(dir).unwrap().permissions().mode() & 0o777, 0o700);
+    assert_eq!(Some(dir.to_path_buf()), exec.spill_dir());
+    assert!(r.stderr.spill_path.is_none() && !r.stderr.truncated);
+    // Names are random: a second spill gets another file.
+    let r2 = run(&exec, "seq 1 1000");
+    assert_ne!(r2.stdout.spill_path, r.stdout.spill_path);
+}
+
+#[test]
+fn spill_disappears_once_the_stream_passes_max_spill_bytes() {
+    let exec = executor_with(|c| {
+        c.max_output_bytes = n(100);
+        c.max_spill_bytes = n(10_000);
+    });
+    let r = run(&exec, "seq 1 5000");
+    assert!(r.stdout.truncated);
+    assert_eq!(r.stdout.spill_path, None);
+    let dir = exec.spill_dir().expect("dir was created when the spill began");
+    assert_eq!(std::fs::read_dir(dir).unwrap().count(), 0, "the abandoned spill file was deleted");
+    let full: String = (1..=5000).map(|i| format!("{i}\n")).collect();
+    assert_eq!(r.stdout.text, full[full.len() - 100..], "the tail is still kept");
+}
+
+#[test]
+fn timeout_sets_timed_out_only() {
+    let exec = fast_grace();
+    let mut req = Request::new("sleep 30");
+    req.timeout_ms = n(200);
+    let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
+    assert!(r.timed_out && !r.aborted);
+    assert_eq!(r.exit_code, None);
+    assert_eq!(r.signal.as_deref(), Some("SIGTERM"));
+    assert_eq!(r.timeout_ms, 200);
+}
+
+#[test]
+fn a_trapped_timeout_that_exits_zero_is_still_timed_out() {
+    let exec = fast_grace();
+    let mut req = Request::new("trap 'echo bye; exit 0' TERM; sleep 30 & wait");
+    req.timeout_ms = n(200);
+    let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
+    assert!(r.timed_out && !r.aborted);
+    assert_eq!(r.exit_code, Some(0));
+    assert_eq!(r.stdout.text, "bye\n");
+}
+
+#[test]
+fn cancellation_sets_aborted_only() {
+    let exec = fast_grace();
+    let dir = temp_dir("cancel");
+    let mark = dir.join("started");
+    let token = CancelToken::new();
+    let canceller = {
+        let token = token.clone();
+        let mark = mark.clone();
+        std::thread::spawn(move || {
+            assert!(eventually(Duration::from_secs(20), || mark.exists()));
+            token.cancel();
+        })
+    };
+    let s = spec(&exec, &format!("touch {}; sleep 30", mark.display()));
+    let r = exec.run_blocking(&s, Some(&token)).unwrap();
+    canceller.join().unwrap();
+    assert!(r.aborted && !r.timed_out);
+    assert_eq!(r.signal.as_deref(), Some("SIGTERM"));
+    // A token that already fired refuses to start anything.
+    assert_eq!(exec.run_blocking(&s, Some(&token)).unwrap_err(), DshError::AlreadyCancelled);
+}
+
+#[test]
+fn dropping_the_run_future_aborts_the_command() {
+    let exec = fast_grace();
+    let dir = temp_dir("dropfuture");
+    let pidfile = dir.join("pid");
+    let s = spec(&exec, &format!("echo $$ > {}; exec sleep 30", pidfile.display()));
+    let fut = exec.run(&s, None);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let mut fut = Box::pin(fut);
+    rt.block_on(async {
+        let _ = tokio::time::timeout(Duration::from_secs(20), async {
+            while !pidfile.exists() {
+                tokio::select! {
+                    _ = &mut fut => panic!("finished early"),
+                    _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+                }
+            }
+        })
+        .await;
+    });
+    drop(fut);
+    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    assert!(eventually(Duration::from_secs(20), || !alive(pid)), "command kept running");
+}
+
+#[test]
+fn a_command_that_kills_itself_is_neither_timed_out_nor_aborted() {
+    let exec = executor();
+    for (cmd, sig) in [("kill -TERM $$", "SIGTERM"), ("kill -KILL $$", "SIGKILL"), ("kill -SEGV $$", "SIGSEGV")] {
+        let r = run(&exec, cmd);
+        assert_eq!(r.signal.as_deref(), Some(sig));
+        assert_eq!(r.exit_code, None);
+        assert!(!r.timed_out && !r.aborted);
+    }
+}
+
+#[test]
+fn a_term_trapping_command_dies_by_sigkill_after_grace() {
+    let exec = fast_grace();
+    let mut req = Request::new("trap 'echo got-term' TERM; while :; do sleep 0.05; done");
+    req.timeout_ms = n(200);
+    let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
+    assert!(r.timed_out);
+    assert_eq!(r.signal.as_deref(), Some("SIGKILL"));
+    assert!(r.stdout.text.contains("got-term"), "SIGTERM came first: {:?}", r.stdout.text);
+}
+
+#[test]
+fn a_background_grandchild_holding_stdout_does_not_hang_run() {
+    let exec = fast_grace();
+    let started = Instant::now();
+    let r = run(&exec, "sleep 30 & echo $!");
+    assert!(started.elapsed() < Duration::from_secs(15), "run waited for the grandchild");
+    assert_eq!(r.exit_code, Some(0));
+    let pid: i32 = r.stdout.text.trim().parse().unwrap();
+    assert!(alive(pid), "a normal exit leaves background jobs to dispose");
+    exec.dispose_blocking().unwrap();
+    assert!(eventually(Duration::from_secs(10), || !alive(pid)), "dispose reaps leftovers");
+}
+
+#[test]
+fn spawn_failures_are_errors_naming_the_cause() {
+    let exec = executor();
+    let mut req = Request::new("true");
+    req.workdir = Some("/nonexistent/dsh-workdir".into());
+    let e = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap_err();
+    assert!(matches!(e, DshError::Spawn { kind: SpawnFailure::Workdir, errno: libc::ENOENT, .. }), "{e:?}");
+    assert_eq!(e.errno_name().as_deref(), Some("ENOENT"));
+    let msg = e.to_string();
+    assert!(msg.contains("ENOENT") && msg.contains("/nonexistent/dsh-workdir"), "{msg}");
+
+    let mut req = Request::new("true");
+    req.workdir = Some("/etc/hostname".into());
+    let e = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap_err();
+    assert!(matches!(e, DshError::Spawn { errno: libc::ENOTDIR, .. }), "{e:?}");
+
+    let mut req = Request::new("true");
+    req.env = Some(map(&[("PATH", "/nonexistent")]));
+    let e = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap_err();
+    assert!(matches!(e, DshError::Spawn { kind: SpawnFailure::NoShell, .. }), "{e:?}");
+    assert!(e.to_string().contains("bash"));
+}
+
+#[test]
+fn run_after_dispose_fails_as_disposed_and_dispose_aborts_runs_in_flight() {
+    let exec = fast_grace();
+    let s = spec(&exec, "sleep 30");
+    let runner = {
+        let exec = exec.clone();
+        let s = s.clone();
+        std::thread::spawn(move || exec.run_blocking(&s, None))
+    };
+    // Dispose waits for the run it aborts, so by the time it returns the
+    // run has settled.
+    std::thread::sleep(Duration::from_millis(100));
+    exec.dispose_blocking().unwrap();
+    let r = runner.join().unwrap();
+    match r {
+        Ok(r) => assert!(r.aborted && !r.timed_out),
+        Err(e) => assert_eq!(e, DshError::Disposed, "only if dispose won the race to admit it"),
+    }
+    assert_eq!(exec.run_blocking(&s, None).unwrap_err(), DshError::Disposed);
+}
+
+#[test]
+fn sandbox_confined_modes_fail_closed_until_enforced_and_danger_runs() {
+    let exec = executor();
+    let mut req = Request::new("true");
+    req.sandbox_policy = Some(SandboxPolicyInput { mode: SandboxMode::ReadOnly, workspace_root: None });
+    let s = exec.resolve(req).unwrap();
+    if let Err(e) = exec.run_blocking(&s, None) {
+        assert!(matches!(e, DshError::SandboxUnavailable(_)), "{e:?}");
+    }
+    let mut req = Request::new("exit 0");
+    req.sandbox_policy = Some(SandboxPolicyInput { mode: SandboxMode::DangerFullAccess, workspace_root: None });
+    let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
+    let info = r.sandbox.unwrap();
+    assert_eq!(info.mode, SandboxMode::DangerFullAccess);
+    assert_eq!((info.denied, info.enforcement), (false, None));
+}

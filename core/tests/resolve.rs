@@ -1,0 +1,169 @@
+//! §2 configuration and §3 resolve: defaults, caps, and clear refusals.
+mod common;
+use common::*;
+
+use dsh_core::*;
+
+fn config_err(f: impl FnOnce(&mut ConfigInput)) -> DshError {
+    let mut c = ConfigInput::default();
+    f(&mut c);
+    Executor::new(c).unwrap_err()
+}
+
+fn field_of(e: &DshError) -> String {
+    match e {
+        DshError::InvalidArgument { field, .. } => field.path(NameStyle::Snake),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}
+
+#[test]
+fn config_defaults_match_the_table() {
+    let c = executor().config().clone();
+    assert_eq!(c.timeout_ms, 120_000);
+    assert_eq!(c.max_timeout_ms, 600_000);
+    assert_eq!(c.max_output_bytes, 64_000);
+    assert_eq!(c.max_spill_bytes, 64 * 1024 * 1024);
+    assert_eq!(c.grace_ms, 3_000);
+    assert_eq!(c.cwd, None);
+    assert_eq!(c.spill_dir, std::env::temp_dir());
+    assert_eq!(c.sandbox_mode, None);
+}
+
+#[test]
+fn bad_config_numbers_are_refused_naming_the_field() {
+    let cases: Vec<(Box<dyn FnOnce(&mut ConfigInput)>, &str)> = vec![
+        (Box::new(|c| c.timeout_ms = n(0)), "config.timeout_ms"),
+        (Box::new(|c| c.timeout_ms = n(-5)), "config.timeout_ms"),
+        (Box::new(|c| c.max_timeout_ms = n(f64::NAN)), "config.max_timeout_ms"),
+        (Box::new(|c| c.max_output_bytes = n(f64::INFINITY)), "config.max_output_bytes"),
+        (Box::new(|c| c.max_spill_bytes = n(1.5)), "config.max_spill_bytes"),
+        (Box::new(|c| c.grace_ms = n(2_147_483_648u64)), "config.grace_ms"),
+        (Box::new(|c| c.grace_ms = n(1e300)), "config.grace_ms"),
+        (Box::new(|c| c.cwd = Some(String::new())), "config.cwd"),
+        (Box::new(|c| c.spill_dir = Some("/tmp/a\0b".into())), "config.spill_dir"),
+        (
+            Box::new(|c| {
+                c.timeout_ms = n(10_000);
+                c.max_timeout_ms = n(5_000)
+            }),
+            "config.timeout_ms",
+        ),
+    ];
+    for (set, field) in cases {
+        let e = config_err(set);
+        assert_eq!(field_of(&e), field, "{e}");
+        assert!(e.to_string().contains(field), "message names the field: {e}");
+    }
+    // The largest legal grace is accepted.
+    executor_with(|c| c.grace_ms = n(2_147_483_647u64));
+}
+
+#[test]
+fn camel_case_messages_for_node() {
+    let exec = executor();
+    let mut req = Request::new("true");
+    req.timeout_ms = n(-1);
+    let e = exec.resolve(req).unwrap_err();
+    assert!(e.message(NameStyle::Camel).contains("request.timeoutMs"), "{}", e.message(NameStyle::Camel));
+    assert!(e.to_string().contains("request.timeout_ms"));
+}
+
+#[test]
+fn resolve_applies_defaults_and_caps() {
+    let dir = temp_dir("resolve");
+    let exec = executor_with(|c| {
+        c.cwd = Some(dir.to_str().unwrap().into());
+        c.timeout_ms = n(1_000);
+        c.max_timeout_ms = n(5_000);
+        c.max_output_bytes = n(777);
+    });
+    let s = spec(&exec, "echo hi");
+    assert_eq!(s.workdir, dir.to_str().unwrap());
+    assert_eq!(s.timeout_ms, 1_000);
+    assert_eq!(s.stdout_max_bytes, 777);
+    assert_eq!((s.stdin.clone(), s.env.clone(), s.dsh_env.clone()), (None, None, None));
+    assert_eq!((s.owner.clone(), s.sandbox_policy.clone()), (None, None));
+
+    let mut req = Request::new("echo hi");
+    req.timeout_ms = n(99_999);
+    req.stdout_max_bytes = n(5);
+    req.workdir = Some("sub".into());
+    req.owner = Some("session-1".into());
+    req.stdin = Some(b"in".to_vec());
+    let s = exec.resolve(req).unwrap();
+    assert_eq!(s.timeout_ms, 5_000, "clamped to max_timeout_ms");
+    assert_eq!(s.stdout_max_bytes, 5);
+    assert_eq!(s.workdir, dir.join("sub").to_str().unwrap(), "relative workdir joins the configured cwd");
+    assert_eq!(s.owner.as_deref(), Some("session-1"));
+    assert_eq!(s.stdin.as_deref(), Some(&b"in"[..]));
+}
+
+#[test]
+fn workdir_defaults_to_the_process_cwd_read_at_resolve_time() {
+    let s = spec(&executor(), "true");
+    assert_eq!(s.workdir, std::env::current_dir().unwrap().to_str().unwrap());
+}
+
+#[test]
+fn bad_requests_are_errors_never_silent_fixes() {
+    let exec = executor();
+    let bad = |f: &dyn Fn(&mut Request), field: &str, needle: &str| {
+        let mut req = Request::new("true");
+        f(&mut req);
+        let e = exec.resolve(req).unwrap_err();
+        assert_eq!(field_of(&e), field, "{e}");
+        assert!(e.to_string().contains(needle), "{e} should mention {needle}");
+    };
+    bad(&|r| r.command = "echo a\0b".into(), "request.command", "NUL");
+    bad(&|r| r.timeout_ms = n(0), "request.timeout_ms", "positive");
+    bad(&|r| r.timeout_ms = n(f64::NAN), "request.timeout_ms", "finite");
+    bad(&|r| r.timeout_ms = n(f64::INFINITY), "request.timeout_ms", "finite");
+    bad(&|r| r.timeout_ms = n(2.5), "request.timeout_ms", "whole");
+    bad(&|r| r.stdout_max_bytes = n(0), "request.stdout_max_bytes", "positive");
+    bad(&|r| r.workdir = Some("/tmp/x\0".into()), "request.workdir", "NUL");
+    bad(&|r| r.env = Some(map(&[("", "v")])), "request.env", "empty key");
+    bad(&|r| r.env = Some(map(&[("A=B", "v")])), "request.env", "'='");
+    bad(&|r| r.env = Some(map(&[("A\0", "v")])), "request.env", "NUL");
+    bad(&|r| r.env = Some(map(&[("A", "v\0")])), "request.env", "NUL");
+    bad(&|r| r.dsh_env = Some(map(&[("FOO", "v")])), "request.dsh_env", "DSH_");
+    bad(&|r| r.dsh_env = Some(map(&[("dsh_foo", "v")])), "request.dsh_env", "DSH_");
+    bad(&|r| r.dsh_env = Some(map(&[("DSH_X", "a\0")])), "request.dsh_env", "NUL");
+}
+
+#[test]
+fn hand_built_specs_are_checked_not_redefaulted() {
+    let exec = executor_with(|c| c.max_timeout_ms = n(1_000));
+    let mut s = spec(&exec, "true");
+    s.timeout_ms = 5_000;
+    match exec.run_blocking(&s, None) {
+        Err(DshError::InvalidArgument { field, .. }) => assert_eq!(field.path(NameStyle::Snake), "spec.timeout_ms"),
+        other => panic!("{other:?}"),
+    }
+    let mut s = spec(&exec, "true");
+    s.workdir = "relative".into();
+    assert!(matches!(exec.start(&s), Err(DshError::InvalidArgument { .. })));
+    let mut s = spec(&exec, "true");
+    s.timeout_ms = 0;
+    assert!(matches!(exec.run_blocking(&s, None), Err(DshError::InvalidArgument { .. })));
+}
+
+#[test]
+fn sandbox_policy_is_stamped_from_config_or_request() {
+    let exec = executor_with(|c| c.sandbox_mode = Some(SandboxMode::ReadOnly));
+    assert_eq!(exec.sandbox_mode(), Some(SandboxMode::ReadOnly));
+    let s = spec(&exec, "true");
+    let p = s.sandbox_policy.clone().unwrap();
+    assert_eq!(p.mode, SandboxMode::ReadOnly);
+    assert_eq!(p.workspace_root, s.workdir);
+    let mut req = Request::new("true");
+    req.sandbox_policy = Some(SandboxPolicyInput {
+        mode: SandboxMode::DangerFullAccess,
+        workspace_root: Some("/srv".into()),
+    });
+    let s = exec.resolve(req).unwrap();
+    assert_eq!(s.sandbox_policy.unwrap().mode, SandboxMode::DangerFullAccess);
+    assert_eq!(executor().sandbox_mode(), None);
+    let e = SandboxMode::parse(Field::new(Scope::Request, FieldName::SandboxPolicy), "yolo").unwrap_err();
+    assert!(e.to_string().contains("request.sandbox_policy") && e.to_string().contains("yolo"));
+}
