@@ -33,16 +33,25 @@ pub const MAX_GRACE_MS: u64 = (1 << 31) - 1;
 pub fn whole_number(field: Field, value: Num, max: u64) -> Result<u64> {
     let v = value.0;
     if !v.is_finite() {
-        return Err(DshError::invalid(field, format!("must be a finite number, got {v}")));
+        return Err(DshError::invalid(
+            field,
+            format!("must be a finite number, got {v}"),
+        ));
     }
     if v <= 0.0 {
         return Err(DshError::invalid(field, format!("must be positive, got {v}")));
     }
     if v.fract() != 0.0 {
-        return Err(DshError::invalid(field, format!("must be a whole number, got {v}")));
+        return Err(DshError::invalid(
+            field,
+            format!("must be a whole number, got {v}"),
+        ));
     }
     if v > max as f64 {
-        return Err(DshError::invalid(field, format!("must be at most {max}, got {v}")));
+        return Err(DshError::invalid(
+            field,
+            format!("must be at most {max}, got {v}"),
+        ));
     }
     Ok(v as u64)
 }

@@ -19,13 +19,21 @@ pub(crate) fn check(policy: Option<&SandboxPolicy>) -> Result<()> {
 /// whose collected stderr carries a filesystem-permission signature.
 fn looks_denied(exit_code: Option<i32>, stderr: &str) -> bool {
     matches!(exit_code, Some(c) if c != 0)
-        && ["Permission denied", "Read-only file system", "Operation not permitted"]
-            .iter()
-            .any(|sig| stderr.contains(sig))
+        && [
+            "Permission denied",
+            "Read-only file system",
+            "Operation not permitted",
+        ]
+        .iter()
+        .any(|sig| stderr.contains(sig))
 }
 
 /// Facts for a command that ran under `policy`.
-pub(crate) fn facts(policy: Option<&SandboxPolicy>, exit_code: Option<i32>, stderr: &str) -> Option<SandboxInfo> {
+pub(crate) fn facts(
+    policy: Option<&SandboxPolicy>,
+    exit_code: Option<i32>,
+    stderr: &str,
+) -> Option<SandboxInfo> {
     let policy = policy?;
     let confined = policy.mode != SandboxMode::DangerFullAccess;
     Some(SandboxInfo {
@@ -37,7 +45,10 @@ pub(crate) fn facts(policy: Option<&SandboxPolicy>, exit_code: Option<i32>, stde
 }
 
 /// Facts for a background command that never ran.
-pub(crate) fn runner_failed_facts(policy: Option<&SandboxPolicy>, runner_failed: bool) -> Option<SandboxInfo> {
+pub(crate) fn runner_failed_facts(
+    policy: Option<&SandboxPolicy>,
+    runner_failed: bool,
+) -> Option<SandboxInfo> {
     let policy = policy?;
     Some(SandboxInfo {
         mode: policy.mode,

@@ -40,8 +40,18 @@ pub(crate) fn child_environment(spec: &Spec, tag: &str) -> Vec<CString> {
     let layers = FORCED
         .iter()
         .map(|(k, v)| (k.as_bytes(), v.as_bytes()))
-        .chain(spec.env.iter().flatten().map(|(k, v)| (k.as_bytes(), v.as_bytes())))
-        .chain(spec.dsh_env.iter().flatten().map(|(k, v)| (k.as_bytes(), v.as_bytes())))
+        .chain(
+            spec.env
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k.as_bytes(), v.as_bytes())),
+        )
+        .chain(
+            spec.dsh_env
+                .iter()
+                .flatten()
+                .map(|(k, v)| (k.as_bytes(), v.as_bytes())),
+        )
         .chain(std::iter::once((EXEC_TAG_VAR.as_bytes(), tag.as_bytes())));
     for (k, v) in layers {
         vars.insert(k.to_vec(), v.to_vec());
@@ -60,6 +70,5 @@ pub(crate) fn child_environment(spec: &Spec, tag: &str) -> Vec<CString> {
 /// The PATH a command will see, for finding its shell the way `execvp` in
 /// the child would.
 pub(crate) fn path_of(envp: &[CString]) -> Option<&[u8]> {
-    envp.iter()
-        .find_map(|e| e.as_bytes().strip_prefix(b"PATH="))
+    envp.iter().find_map(|e| e.as_bytes().strip_prefix(b"PATH="))
 }

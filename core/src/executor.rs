@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 
 use crate::cancel::CancelToken;
 use crate::config::{Config, ConfigInput};
+use crate::confine;
 use crate::env::{child_environment, path_of};
 use crate::error::{errno_name, DshError, Result, SpawnFailure};
 use crate::output::{CollectedOutput, StreamBuffer};
@@ -27,7 +28,6 @@ use crate::spawn::{find_shell, spawn, ExitStatus, Spawned};
 use crate::spill::{random_hex, SpillDir};
 use crate::supervise::{supervise, Outcome, Stop, Streams};
 use crate::tree::{signal_tagged, TagMatch};
-use crate::confine;
 
 /// The outcome of one foreground run. A nonzero exit, a timeout and an abort
 /// are all results.
@@ -106,7 +106,9 @@ pub struct Executor {
 
 impl std::fmt::Debug for Executor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Executor").field("config", &self.shared().config).finish()
+        f.debug_struct("Executor")
+            .field("config", &self.shared().config)
+            .finish()
     }
 }
 
@@ -138,9 +140,9 @@ impl Future for RunFuture {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match &mut self.inner {
             RunFutureInner::Ready(r) => Poll::Ready(r.take().expect("RunFuture polled after completion")),
-            RunFutureInner::Running { task, .. } => Pin::new(task).poll(cx).map(|r| {
-                r.unwrap_or_else(|e| Err(DshError::Internal(format!("run task failed: {e}"))))
-            }),
+            RunFutureInner::Running { task, .. } => Pin::new(task)
+                .poll(cx)
+                .map(|r| r.unwrap_or_else(|e| Err(DshError::Internal(format!("run task failed: {e}"))))),
         }
     }
 }
@@ -204,8 +206,10 @@ fn launch(spec: &Spec, tag: &str) -> Result<Spawned> {
         message: "ENOENT: no bash found on the command's PATH".to_owned(),
     })?;
     // Both were checked for NUL bytes by resolve / Spec::check.
-    let command = CString::new(spec.command.as_str()).map_err(|_| DshError::Internal("NUL in checked command".into()))?;
-    let workdir = CString::new(spec.workdir.as_str()).map_err(|_| DshError::Internal("NUL in checked workdir".into()))?;
+    let command = CString::new(spec.command.as_str())
+        .map_err(|_| DshError::Internal("NUL in checked command".into()))?;
+    let workdir = CString::new(spec.workdir.as_str())
+        .map_err(|_| DshError::Internal("NUL in checked workdir".into()))?;
     spawn(&shell, &command, &workdir, &envp, spec.stdin.is_some()).map_err(|e| spawn_error(e, &spec.workdir))
 }
 
@@ -222,7 +226,12 @@ impl Shared {
         let c = &self.config;
         Mutex::new(Streams {
             stdout: StreamBuffer::new(stdout_cap, c.max_spill_bytes, self.spill.clone(), "stdout"),
-            stderr: StreamBuffer::new(c.max_output_bytes, c.max_spill_bytes, self.spill.clone(), "stderr"),
+            stderr: StreamBuffer::new(
+                c.max_output_bytes,
+                c.max_spill_bytes,
+                self.spill.clone(),
+                "stderr",
+            ),
         })
     }
 
@@ -293,7 +302,9 @@ impl Shared {
         let (exit_code, signal, sandbox) = match launched {
             Err(e) => {
                 let mut streams = lock(&shared.streams);
-                streams.stderr.push(format!("spawn failed: {}\n", e.message(crate::NameStyle::Snake)).as_bytes());
+                streams
+                    .stderr
+                    .push(format!("spawn failed: {}\n", e.message(crate::NameStyle::Snake)).as_bytes());
                 streams.stdout.close();
                 streams.stderr.close();
                 lock(&shared.state).status = Status::Killed;
@@ -309,7 +320,17 @@ impl Shared {
                         _ = self.disposing() => Stop::Dispose,
                     }
                 };
-                match supervise(spawned, &tag, spec.stdin.as_deref(), &shared.streams, None, self.grace(), stop).await {
+                match supervise(
+                    spawned,
+                    &tag,
+                    spec.stdin.as_deref(),
+                    &shared.streams,
+                    None,
+                    self.grace(),
+                    stop,
+                )
+                .await
+                {
                     Ok(outcome) => {
                         let (code, sig) = exit_fields(outcome.status);
                         let stderr = lock(&shared.streams).stderr.collected().text;
@@ -318,7 +339,9 @@ impl Shared {
                     }
                     Err(e) => {
                         let mut streams = lock(&shared.streams);
-                        streams.stderr.push(format!("supervision failed: {e}\n").as_bytes());
+                        streams
+                            .stderr
+                            .push(format!("supervision failed: {e}\n").as_bytes());
                         lock(&shared.state).status = Status::Killed;
                         (None, None, None)
                     }

@@ -30,8 +30,8 @@ mod tree;
 
 pub use cancel::CancelToken;
 pub use config::{
-    whole_number, Config, ConfigInput, Num, DEFAULT_GRACE_MS, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_SPILL_BYTES,
-    DEFAULT_MAX_TIMEOUT_MS, DEFAULT_TIMEOUT_MS, MAX_GRACE_MS, MAX_SAFE_INTEGER,
+    whole_number, Config, ConfigInput, Num, DEFAULT_GRACE_MS, DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_SPILL_BYTES, DEFAULT_MAX_TIMEOUT_MS, DEFAULT_TIMEOUT_MS, MAX_GRACE_MS, MAX_SAFE_INTEGER,
 };
 pub use env::is_scrubbed;
 pub use error::{errno_name, DshError, Field, FieldName, NameStyle, Result, Scope, SpawnFailure};

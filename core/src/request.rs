@@ -69,7 +69,10 @@ pub fn resolve(config: &Config, request: Request) -> Result<Spec> {
     let base = match &config.cwd {
         Some(cwd) => cwd.clone(),
         None => std::env::current_dir().map_err(|e| {
-            DshError::invalid(f(FieldName::Workdir), format!("no workdir given and the process cwd is unreadable: {e}"))
+            DshError::invalid(
+                f(FieldName::Workdir),
+                format!("no workdir given and the process cwd is unreadable: {e}"),
+            )
         })?,
     };
     let workdir = match request.workdir.as_deref() {
@@ -138,11 +141,22 @@ impl Spec {
         if self.workdir.contains('\0') || !Path::new(&self.workdir).is_absolute() {
             return Err(DshError::invalid(
                 f(FieldName::Workdir),
-                format!("must be an absolute path without NUL bytes, got {:?}", self.workdir),
+                format!(
+                    "must be an absolute path without NUL bytes, got {:?}",
+                    self.workdir
+                ),
             ));
         }
-        whole_number(f(FieldName::TimeoutMs), Num(self.timeout_ms as f64), config.max_timeout_ms)?;
-        whole_number(f(FieldName::StdoutMaxBytes), Num(self.stdout_max_bytes as f64), MAX_SAFE_INTEGER)?;
+        whole_number(
+            f(FieldName::TimeoutMs),
+            Num(self.timeout_ms as f64),
+            config.max_timeout_ms,
+        )?;
+        whole_number(
+            f(FieldName::StdoutMaxBytes),
+            Num(self.stdout_max_bytes as f64),
+            MAX_SAFE_INTEGER,
+        )?;
         if let Some(env) = &self.env {
             check_env(f(FieldName::Env), env, false)?;
         }
@@ -183,10 +197,16 @@ fn check_env(field: Field, env: &BTreeMap<String, String>, managed: bool) -> Res
             return Err(DshError::invalid(field, format!("key {key:?} contains '='")));
         }
         if key.contains('\0') {
-            return Err(DshError::invalid(field, format!("key {key:?} contains a NUL byte")));
+            return Err(DshError::invalid(
+                field,
+                format!("key {key:?} contains a NUL byte"),
+            ));
         }
         if value.contains('\0') {
-            return Err(DshError::invalid(field, format!("value of {key:?} contains a NUL byte")));
+            return Err(DshError::invalid(
+                field,
+                format!("value of {key:?} contains a NUL byte"),
+            ));
         }
         if managed && !key.starts_with(DSH_ENV_PREFIX) {
             return Err(DshError::invalid(

@@ -43,10 +43,7 @@ impl SandboxMode {
 impl FromStr for SandboxMode {
     type Err = ();
     fn from_str(s: &str) -> Result<Self, ()> {
-        SandboxMode::ALL
-            .into_iter()
-            .find(|m| m.as_str() == s)
-            .ok_or(())
+        SandboxMode::ALL.into_iter().find(|m| m.as_str() == s).ok_or(())
     }
 }
 

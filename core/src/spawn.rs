@@ -61,7 +61,11 @@ pub(crate) fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
     // SAFETY: plain fcntl flag manipulation on a descriptor we own.
     unsafe {
         let flags = cvt(libc::fcntl(fd.as_raw_fd(), libc::F_GETFL))?;
-        cvt(libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK))?;
+        cvt(libc::fcntl(
+            fd.as_raw_fd(),
+            libc::F_SETFL,
+            flags | libc::O_NONBLOCK,
+        ))?;
     }
     Ok(())
 }
@@ -204,7 +208,11 @@ pub(crate) fn spawn(
     // open until posix_spawn returns; every C string outlives the call.
     unsafe {
         match &stdin_pipe {
-            Some((r, _)) => cvt_spawn(libc::posix_spawn_file_actions_adddup2(&mut a.actions, r.as_raw_fd(), 0))?,
+            Some((r, _)) => cvt_spawn(libc::posix_spawn_file_actions_adddup2(
+                &mut a.actions,
+                r.as_raw_fd(),
+                0,
+            ))?,
             None => cvt_spawn(libc::posix_spawn_file_actions_addopen(
                 &mut a.actions,
                 0,
@@ -213,9 +221,20 @@ pub(crate) fn spawn(
                 0,
             ))?,
         }
-        cvt_spawn(libc::posix_spawn_file_actions_adddup2(&mut a.actions, out_w.as_raw_fd(), 1))?;
-        cvt_spawn(libc::posix_spawn_file_actions_adddup2(&mut a.actions, err_w.as_raw_fd(), 2))?;
-        cvt_spawn(libc::posix_spawn_file_actions_addchdir_np(&mut a.actions, workdir.as_ptr()))?;
+        cvt_spawn(libc::posix_spawn_file_actions_adddup2(
+            &mut a.actions,
+            out_w.as_raw_fd(),
+            1,
+        ))?;
+        cvt_spawn(libc::posix_spawn_file_actions_adddup2(
+            &mut a.actions,
+            err_w.as_raw_fd(),
+            2,
+        ))?;
+        cvt_spawn(libc::posix_spawn_file_actions_addchdir_np(
+            &mut a.actions,
+            workdir.as_ptr(),
+        ))?;
         // Every other fd the host holds, CLOEXEC or not, stays out of the child.
         cvt_spawn(libc::posix_spawn_file_actions_addclosefrom_np(&mut a.actions, 3))?;
 
@@ -228,7 +247,10 @@ pub(crate) fn spawn(
         cvt_spawn(libc::posix_spawnattr_setsigdefault(&mut a.attr, &all))?;
         cvt_spawn(libc::posix_spawnattr_setpgroup(&mut a.attr, 0))?;
         let flags = libc::POSIX_SPAWN_SETPGROUP | libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF;
-        cvt_spawn(libc::posix_spawnattr_setflags(&mut a.attr, flags as libc::c_short))?;
+        cvt_spawn(libc::posix_spawnattr_setflags(
+            &mut a.attr,
+            flags as libc::c_short,
+        ))?;
     }
 
     let argv: [*mut libc::c_char; 4] = [
@@ -244,7 +266,14 @@ pub(crate) fn spawn(
     // SAFETY: argv and envp are NULL-terminated arrays of valid C strings that
     // outlive the call; glibc does not write through them.
     cvt_spawn(unsafe {
-        libc::posix_spawn(&mut pid, shell.as_ptr(), &a.actions, &a.attr, argv.as_ptr(), envp_ptrs.as_ptr())
+        libc::posix_spawn(
+            &mut pid,
+            shell.as_ptr(),
+            &a.actions,
+            &a.attr,
+            argv.as_ptr(),
+            envp_ptrs.as_ptr(),
+        )
     })?;
     drop((out_w, err_w));
 

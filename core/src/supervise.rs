@@ -141,9 +141,7 @@ pub(crate) async fn supervise(
         Ok::<_, io::Error>((
             watch(stdout, Interest::READABLE)?,
             watch(stderr, Interest::READABLE)?,
-            stdin_fd
-                .map(|fd| watch(fd, Interest::WRITABLE))
-                .transpose()?,
+            stdin_fd.map(|fd| watch(fd, Interest::WRITABLE)).transpose()?,
         ))
     })();
     let (out, err, mut stdin_fd) = match registered {
@@ -230,7 +228,13 @@ pub(crate) async fn supervise(
             }
             Event::KillNow => {
                 killed = true;
-                signal_tree(pid, pidfd.get_ref(), tag, libc::SIGKILL, stopped != Some(Stop::Dispose));
+                signal_tree(
+                    pid,
+                    pidfd.get_ref(),
+                    tag,
+                    libc::SIGKILL,
+                    stopped != Some(Stop::Dispose),
+                );
             }
             Event::DrainOver => break,
         }
@@ -248,7 +252,13 @@ pub(crate) async fn supervise(
             let tag = tag.to_owned();
             tokio::spawn(async move {
                 sleep_until(at).await;
-                signal_tagged(&TagMatch { tag: &tag, exact: true }, libc::SIGKILL);
+                signal_tagged(
+                    &TagMatch {
+                        tag: &tag,
+                        exact: true,
+                    },
+                    libc::SIGKILL,
+                );
             });
         }
     }

@@ -69,7 +69,9 @@ pub(crate) fn signal_tagged(m: &TagMatch<'_>, sig: libc::c_int) -> usize {
         if !read_environ(pid, &mut buf) || !m.matches(&buf) {
             continue;
         }
-        let Ok(pid_num) = pid.parse::<libc::pid_t>() else { continue };
+        let Ok(pid_num) = pid.parse::<libc::pid_t>() else {
+            continue;
+        };
         let Ok(pidfd) = pidfd_open(pid_num) else { continue };
         // The pidfd pins this incarnation; confirm it is still the tagged one.
         if read_environ(pid, &mut buf) && m.matches(&buf) && pidfd_send_signal(&pidfd, sig).is_ok() {

@@ -29,7 +29,10 @@ pub fn run(exec: &Executor, command: &str) -> RunResult {
 }
 
 pub fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 /// Polls `cond` until true or `limit` passes; for facts that have no event

@@ -37,10 +37,22 @@ fn scrub_forced_env_and_dsh_env_precedence() {
     assert_eq!(env.get("NO_COLOR"), Some(&"1"));
     assert_eq!(env.get("TERM"), Some(&"dumb"), "forced over the parent's TERM");
     assert_eq!(env.get("GIT_PAGER"), Some(&"cat"));
-    assert_eq!(env.get("PAGER"), Some(&"less"), "spec env wins over forced settings");
-    assert_eq!(env.get("GITHUB_TOKEN"), Some(&"explicit"), "an explicit entry survives the scrub");
+    assert_eq!(
+        env.get("PAGER"),
+        Some(&"less"),
+        "spec env wins over forced settings"
+    );
+    assert_eq!(
+        env.get("GITHUB_TOKEN"),
+        Some(&"explicit"),
+        "an explicit entry survives the scrub"
+    );
     assert_eq!(env.get("EXTRA"), Some(&"1"));
-    assert_eq!(env.get("DSH_MANAGED"), Some(&"from-dsh-env"), "dsh_env wins over env");
+    assert_eq!(
+        env.get("DSH_MANAGED"),
+        Some(&"from-dsh-env"),
+        "dsh_env wins over env"
+    );
     assert_eq!(env.get("DSH_SESSION"), Some(&"s1"));
 
     // Without a spec env, the forced PAGER stands and nothing leaks.

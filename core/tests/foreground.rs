@@ -54,14 +54,22 @@ fn runs_in_workdir_as_a_process_group_leader_with_only_stdio_open() {
     // (glibc's posix_spawn leaves its two internal signals, 32 and 33,
     // ignored; glibc programs reinstall them at startup.)
     let ignored = u64::from_str_radix(lines[5].trim_start_matches("SigIgn:\t"), 16).unwrap();
-    assert_eq!(ignored & 0x7fff_ffff, 0, "standard signals ignored: {:x}", ignored);
+    assert_eq!(
+        ignored & 0x7fff_ffff,
+        0,
+        "standard signals ignored: {:x}",
+        ignored
+    );
 }
 
 #[test]
 fn nonzero_exit_is_a_result() {
     let r = run(&executor(), "echo out; echo err >&2; exit 42");
     assert_eq!(r.exit_code, Some(42));
-    assert_eq!((r.stdout.text.as_str(), r.stderr.text.as_str()), ("out\n", "err\n"));
+    assert_eq!(
+        (r.stdout.text.as_str(), r.stderr.text.as_str()),
+        ("out\n", "err\n")
+    );
     assert!(!r.stdout.truncated && r.stdout.spill_path.is_none());
     assert_eq!(r.timeout_ms, 120_000);
     assert_eq!(r.sandbox, None);
@@ -83,8 +91,13 @@ fn stdout_and_stderr_have_their_own_caps_and_keep_the_tail() {
 fn spill_file_holds_the_complete_stream_privately() {
     let exec = executor_with(|c| c.max_output_bytes = n(1000));
     // Binary data, written in many chunks, checked byte for byte.
-    let r = run(&exec, "for i in $(seq 1 40); do head -c 10000 /dev/zero | tr '\\0' \"\\\\$(printf %03o $((i+32)))\"; done");
-    let expected: Vec<u8> = (1..=40u8).flat_map(|i| std::iter::repeat_n(i + 32, 10000)).collect();
+    let r = run(
+        &exec,
+        "for i in $(seq 1 40); do head -c 10000 /dev/zero | tr '\\0' \"\\\\$(printf %03o $((i+32)))\"; done",
+    );
+    let expected: Vec<u8> = (1..=40u8)
+        .flat_map(|i| std::iter::repeat_n(i + 32, 10000))
+        .collect();
     assert!(r.stdout.truncated);
     let path = r.stdout.spill_path.clone().expect("spill path");
     let spilled = std::fs::read(&path).unwrap();
@@ -94,7 +107,10 @@ fn spill_file_holds_the_complete_stream_privately() {
     let meta = std::fs::symlink_metadata(&path).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     let dir = std::path::Path::new(&path).parent().unwrap();
-    assert_eq!(std::fs::metadata(dir).unwrap().permissions().mode() & 0o777, 0o700);
+    assert_eq!(
+        std::fs::metadata(dir).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
     assert_eq!(Some(dir.to_path_buf()), exec.spill_dir());
     assert!(r.stderr.spill_path.is_none() && !r.stderr.truncated);
     // Names are random: a second spill gets another file.
@@ -112,7 +128,11 @@ fn spill_disappears_once_the_stream_passes_max_spill_bytes() {
     assert!(r.stdout.truncated);
     assert_eq!(r.stdout.spill_path, None);
     let dir = exec.spill_dir().expect("dir was created when the spill began");
-    assert_eq!(std::fs::read_dir(dir).unwrap().count(), 0, "the abandoned spill file was deleted");
+    assert_eq!(
+        std::fs::read_dir(dir).unwrap().count(),
+        0,
+        "the abandoned spill file was deleted"
+    );
     let full: String = (1..=5000).map(|i| format!("{i}\n")).collect();
     assert_eq!(r.stdout.text, full[full.len() - 100..], "the tail is still kept");
 }
@@ -160,7 +180,10 @@ fn cancellation_sets_aborted_only() {
     assert!(r.aborted && !r.timed_out);
     assert_eq!(r.signal.as_deref(), Some("SIGTERM"));
     // A token that already fired refuses to start anything.
-    assert_eq!(exec.run_blocking(&s, Some(&token)).unwrap_err(), DshError::AlreadyCancelled);
+    assert_eq!(
+        exec.run_blocking(&s, Some(&token)).unwrap_err(),
+        DshError::AlreadyCancelled
+    );
 }
 
 #[test]
@@ -170,7 +193,10 @@ fn dropping_the_run_future_aborts_the_command() {
     let pidfile = dir.join("pid");
     let s = spec(&exec, &format!("echo $$ > {}; exec sleep 30", pidfile.display()));
     let fut = exec.run(&s, None);
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let mut fut = Box::pin(fut);
     rt.block_on(async {
         let _ = tokio::time::timeout(Duration::from_secs(20), async {
@@ -185,13 +211,20 @@ fn dropping_the_run_future_aborts_the_command() {
     });
     drop(fut);
     let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
-    assert!(eventually(Duration::from_secs(20), || !alive(pid)), "command kept running");
+    assert!(
+        eventually(Duration::from_secs(20), || !alive(pid)),
+        "command kept running"
+    );
 }
 
 #[test]
 fn a_command_that_kills_itself_is_neither_timed_out_nor_aborted() {
     let exec = executor();
-    for (cmd, sig) in [("kill -TERM $$", "SIGTERM"), ("kill -KILL $$", "SIGKILL"), ("kill -SEGV $$", "SIGSEGV")] {
+    for (cmd, sig) in [
+        ("kill -TERM $$", "SIGTERM"),
+        ("kill -KILL $$", "SIGKILL"),
+        ("kill -SEGV $$", "SIGSEGV"),
+    ] {
         let r = run(&exec, cmd);
         assert_eq!(r.signal.as_deref(), Some(sig));
         assert_eq!(r.exit_code, None);
@@ -207,7 +240,11 @@ fn a_term_trapping_command_dies_by_sigkill_after_grace() {
     let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
     assert!(r.timed_out);
     assert_eq!(r.signal.as_deref(), Some("SIGKILL"));
-    assert!(r.stdout.text.contains("got-term"), "SIGTERM came first: {:?}", r.stdout.text);
+    assert!(
+        r.stdout.text.contains("got-term"),
+        "SIGTERM came first: {:?}",
+        r.stdout.text
+    );
 }
 
 #[test]
@@ -215,12 +252,18 @@ fn a_background_grandchild_holding_stdout_does_not_hang_run() {
     let exec = fast_grace();
     let started = Instant::now();
     let r = run(&exec, "sleep 30 & echo $!");
-    assert!(started.elapsed() < Duration::from_secs(15), "run waited for the grandchild");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "run waited for the grandchild"
+    );
     assert_eq!(r.exit_code, Some(0));
     let pid: i32 = r.stdout.text.trim().parse().unwrap();
     assert!(alive(pid), "a normal exit leaves background jobs to dispose");
     exec.dispose_blocking().unwrap();
-    assert!(eventually(Duration::from_secs(10), || !alive(pid)), "dispose reaps leftovers");
+    assert!(
+        eventually(Duration::from_secs(10), || !alive(pid)),
+        "dispose reaps leftovers"
+    );
 }
 
 #[test]
@@ -229,20 +272,51 @@ fn spawn_failures_are_errors_naming_the_cause() {
     let mut req = Request::new("true");
     req.workdir = Some("/nonexistent/dsh-workdir".into());
     let e = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap_err();
-    assert!(matches!(e, DshError::Spawn { kind: SpawnFailure::Workdir, errno: libc::ENOENT, .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            DshError::Spawn {
+                kind: SpawnFailure::Workdir,
+                errno: libc::ENOENT,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     assert_eq!(e.errno_name().as_deref(), Some("ENOENT"));
     let msg = e.to_string();
-    assert!(msg.contains("ENOENT") && msg.contains("/nonexistent/dsh-workdir"), "{msg}");
+    assert!(
+        msg.contains("ENOENT") && msg.contains("/nonexistent/dsh-workdir"),
+        "{msg}"
+    );
 
     let mut req = Request::new("true");
     req.workdir = Some("/etc/hostname".into());
     let e = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap_err();
-    assert!(matches!(e, DshError::Spawn { errno: libc::ENOTDIR, .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            DshError::Spawn {
+                errno: libc::ENOTDIR,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
 
     let mut req = Request::new("true");
     req.env = Some(map(&[("PATH", "/nonexistent")]));
     let e = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap_err();
-    assert!(matches!(e, DshError::Spawn { kind: SpawnFailure::NoShell, .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            DshError::Spawn {
+                kind: SpawnFailure::NoShell,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("bash"));
 }
 
@@ -271,13 +345,19 @@ fn run_after_dispose_fails_as_disposed_and_dispose_aborts_runs_in_flight() {
 fn sandbox_confined_modes_fail_closed_until_enforced_and_danger_runs() {
     let exec = executor();
     let mut req = Request::new("true");
-    req.sandbox_policy = Some(SandboxPolicyInput { mode: SandboxMode::ReadOnly, workspace_root: None });
+    req.sandbox_policy = Some(SandboxPolicyInput {
+        mode: SandboxMode::ReadOnly,
+        workspace_root: None,
+    });
     let s = exec.resolve(req).unwrap();
     if let Err(e) = exec.run_blocking(&s, None) {
         assert!(matches!(e, DshError::SandboxUnavailable(_)), "{e:?}");
     }
     let mut req = Request::new("exit 0");
-    req.sandbox_policy = Some(SandboxPolicyInput { mode: SandboxMode::DangerFullAccess, workspace_root: None });
+    req.sandbox_policy = Some(SandboxPolicyInput {
+        mode: SandboxMode::DangerFullAccess,
+        workspace_root: None,
+    });
     let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
     let info = r.sandbox.unwrap();
     assert_eq!(info.mode, SandboxMode::DangerFullAccess);

@@ -32,16 +32,26 @@ fn config_defaults_match_the_table() {
 
 #[test]
 fn bad_config_numbers_are_refused_naming_the_field() {
-    let cases: Vec<(Box<dyn FnOnce(&mut ConfigInput)>, &str)> = vec![
+    type SetField = Box<dyn FnOnce(&mut ConfigInput)>;
+    let cases: Vec<(SetField, &str)> = vec![
         (Box::new(|c| c.timeout_ms = n(0)), "config.timeout_ms"),
         (Box::new(|c| c.timeout_ms = n(-5)), "config.timeout_ms"),
-        (Box::new(|c| c.max_timeout_ms = n(f64::NAN)), "config.max_timeout_ms"),
-        (Box::new(|c| c.max_output_bytes = n(f64::INFINITY)), "config.max_output_bytes"),
+        (
+            Box::new(|c| c.max_timeout_ms = n(f64::NAN)),
+            "config.max_timeout_ms",
+        ),
+        (
+            Box::new(|c| c.max_output_bytes = n(f64::INFINITY)),
+            "config.max_output_bytes",
+        ),
         (Box::new(|c| c.max_spill_bytes = n(1.5)), "config.max_spill_bytes"),
         (Box::new(|c| c.grace_ms = n(2_147_483_648u64)), "config.grace_ms"),
         (Box::new(|c| c.grace_ms = n(1e300)), "config.grace_ms"),
         (Box::new(|c| c.cwd = Some(String::new())), "config.cwd"),
-        (Box::new(|c| c.spill_dir = Some("/tmp/a\0b".into())), "config.spill_dir"),
+        (
+            Box::new(|c| c.spill_dir = Some("/tmp/a\0b".into())),
+            "config.spill_dir",
+        ),
         (
             Box::new(|c| {
                 c.timeout_ms = n(10_000);
@@ -65,7 +75,11 @@ fn camel_case_messages_for_node() {
     let mut req = Request::new("true");
     req.timeout_ms = n(-1);
     let e = exec.resolve(req).unwrap_err();
-    assert!(e.message(NameStyle::Camel).contains("request.timeoutMs"), "{}", e.message(NameStyle::Camel));
+    assert!(
+        e.message(NameStyle::Camel).contains("request.timeoutMs"),
+        "{}",
+        e.message(NameStyle::Camel)
+    );
     assert!(e.to_string().contains("request.timeout_ms"));
 }
 
@@ -82,7 +96,10 @@ fn resolve_applies_defaults_and_caps() {
     assert_eq!(s.workdir, dir.to_str().unwrap());
     assert_eq!(s.timeout_ms, 1_000);
     assert_eq!(s.stdout_max_bytes, 777);
-    assert_eq!((s.stdin.clone(), s.env.clone(), s.dsh_env.clone()), (None, None, None));
+    assert_eq!(
+        (s.stdin.clone(), s.env.clone(), s.dsh_env.clone()),
+        (None, None, None)
+    );
     assert_eq!((s.owner.clone(), s.sandbox_policy.clone()), (None, None));
 
     let mut req = Request::new("echo hi");
@@ -94,7 +111,11 @@ fn resolve_applies_defaults_and_caps() {
     let s = exec.resolve(req).unwrap();
     assert_eq!(s.timeout_ms, 5_000, "clamped to max_timeout_ms");
     assert_eq!(s.stdout_max_bytes, 5);
-    assert_eq!(s.workdir, dir.join("sub").to_str().unwrap(), "relative workdir joins the configured cwd");
+    assert_eq!(
+        s.workdir,
+        dir.join("sub").to_str().unwrap(),
+        "relative workdir joins the configured cwd"
+    );
     assert_eq!(s.owner.as_deref(), Some("session-1"));
     assert_eq!(s.stdin.as_deref(), Some(&b"in"[..]));
 }
@@ -118,17 +139,37 @@ fn bad_requests_are_errors_never_silent_fixes() {
     bad(&|r| r.command = "echo a\0b".into(), "request.command", "NUL");
     bad(&|r| r.timeout_ms = n(0), "request.timeout_ms", "positive");
     bad(&|r| r.timeout_ms = n(f64::NAN), "request.timeout_ms", "finite");
-    bad(&|r| r.timeout_ms = n(f64::INFINITY), "request.timeout_ms", "finite");
+    bad(
+        &|r| r.timeout_ms = n(f64::INFINITY),
+        "request.timeout_ms",
+        "finite",
+    );
     bad(&|r| r.timeout_ms = n(2.5), "request.timeout_ms", "whole");
-    bad(&|r| r.stdout_max_bytes = n(0), "request.stdout_max_bytes", "positive");
+    bad(
+        &|r| r.stdout_max_bytes = n(0),
+        "request.stdout_max_bytes",
+        "positive",
+    );
     bad(&|r| r.workdir = Some("/tmp/x\0".into()), "request.workdir", "NUL");
     bad(&|r| r.env = Some(map(&[("", "v")])), "request.env", "empty key");
     bad(&|r| r.env = Some(map(&[("A=B", "v")])), "request.env", "'='");
     bad(&|r| r.env = Some(map(&[("A\0", "v")])), "request.env", "NUL");
     bad(&|r| r.env = Some(map(&[("A", "v\0")])), "request.env", "NUL");
-    bad(&|r| r.dsh_env = Some(map(&[("FOO", "v")])), "request.dsh_env", "DSH_");
-    bad(&|r| r.dsh_env = Some(map(&[("dsh_foo", "v")])), "request.dsh_env", "DSH_");
-    bad(&|r| r.dsh_env = Some(map(&[("DSH_X", "a\0")])), "request.dsh_env", "NUL");
+    bad(
+        &|r| r.dsh_env = Some(map(&[("FOO", "v")])),
+        "request.dsh_env",
+        "DSH_",
+    );
+    bad(
+        &|r| r.dsh_env = Some(map(&[("dsh_foo", "v")])),
+        "request.dsh_env",
+        "DSH_",
+    );
+    bad(
+        &|r| r.dsh_env = Some(map(&[("DSH_X", "a\0")])),
+        "request.dsh_env",
+        "NUL",
+    );
 }
 
 #[test]
@@ -137,7 +178,9 @@ fn hand_built_specs_are_checked_not_redefaulted() {
     let mut s = spec(&exec, "true");
     s.timeout_ms = 5_000;
     match exec.run_blocking(&s, None) {
-        Err(DshError::InvalidArgument { field, .. }) => assert_eq!(field.path(NameStyle::Snake), "spec.timeout_ms"),
+        Err(DshError::InvalidArgument { field, .. }) => {
+            assert_eq!(field.path(NameStyle::Snake), "spec.timeout_ms")
+        }
         other => panic!("{other:?}"),
     }
     let mut s = spec(&exec, "true");
@@ -145,7 +188,10 @@ fn hand_built_specs_are_checked_not_redefaulted() {
     assert!(matches!(exec.start(&s), Err(DshError::InvalidArgument { .. })));
     let mut s = spec(&exec, "true");
     s.timeout_ms = 0;
-    assert!(matches!(exec.run_blocking(&s, None), Err(DshError::InvalidArgument { .. })));
+    assert!(matches!(
+        exec.run_blocking(&s, None),
+        Err(DshError::InvalidArgument { .. })
+    ));
 }
 
 #[test]

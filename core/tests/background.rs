@@ -1,0 +1,211 @@
+//! §6: background processes.
+mod common;
+use common::*;
+
+use std::time::Duration;
+
+use dsh_core::*;
+
+fn start(exec: &Executor, command: &str) -> Process {
+    exec.start(&spec(exec, command)).unwrap()
+}
+
+fn settled(p: &Process) {
+    assert!(
+        p.wait_timeout(Some(Duration::from_secs(30))),
+        "{} did not settle",
+        p.id()
+    );
+}
+
+/// Reads until `needle` shows up in the accumulated deltas.
+fn read_until(p: &Process, needle: &str) -> String {
+    let mut seen = String::new();
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            seen.push_str(&p.read_output().delta);
+            seen.contains(needle)
+        }),
+        "never saw {needle:?}; got {seen:?}"
+    );
+    seen
+}
+
+#[test]
+fn completed_with_exit_code_even_when_nonzero() {
+    let exec = executor();
+    let p = start(&exec, "exit 3");
+    settled(&p);
+    assert_eq!(p.status(), Status::Completed);
+    assert_eq!((p.exit_code(), p.signal()), (Some(3), None));
+    assert!(p.is_settled());
+}
+
+#[test]
+fn a_self_signal_is_killed() {
+    let exec = executor();
+    let p = start(&exec, "kill -USR1 $$");
+    settled(&p);
+    assert_eq!(p.status(), Status::Killed);
+    assert_eq!((p.exit_code(), p.signal().as_deref()), (None, Some("SIGUSR1")));
+}
+
+#[test]
+fn kill_is_true_once_then_false_and_status_is_killed_at_once() {
+    let exec = executor_with(|c| c.grace_ms = n(300));
+    let p = start(&exec, "echo up; exec sleep 30");
+    read_until(&p, "up");
+    assert_eq!(p.status(), Status::Running);
+    assert!(!p.wait_timeout(Some(Duration::from_millis(50))), "still running");
+    assert!(p.kill());
+    assert_eq!(p.status(), Status::Killed, "killed at once");
+    assert!(!p.kill(), "a second kill is harmless and false");
+    settled(&p);
+    assert_eq!(p.signal().as_deref(), Some("SIGTERM"));
+    assert_eq!(p.exit_code(), None);
+    assert_eq!(p.status(), Status::Killed);
+    assert!(!p.kill(), "false after the end");
+    let done = start(&exec, "true");
+    settled(&done);
+    assert!(!done.kill());
+    assert_eq!(done.status(), Status::Completed);
+}
+
+#[test]
+fn kill_escalates_to_sigkill_for_a_term_trapping_process() {
+    let exec = executor_with(|c| c.grace_ms = n(300));
+    let p = start(
+        &exec,
+        "trap 'echo got-term' TERM; echo armed; while :; do sleep 0.05; done",
+    );
+    read_until(&p, "armed");
+    assert!(p.kill());
+    settled(&p);
+    assert_eq!(p.signal().as_deref(), Some("SIGKILL"));
+    assert!(p.read_output().delta.contains("got-term"));
+}
+
+#[test]
+fn reads_are_consuming_and_mark_stderr() {
+    let exec = executor();
+    let p = start(&exec, "echo one; echo err >&2");
+    settled(&p);
+    let r = p.read_output();
+    assert_eq!(r.delta, "one\n[stderr]\nerr\n");
+    assert!(!r.lossy);
+    assert_eq!((r.stdout_spill_path, r.stderr_spill_path), (None, None));
+    assert_eq!(p.read_output().delta, "", "never the same bytes twice");
+
+    let p = start(&exec, "printf abc; printf def >&2");
+    settled(&p);
+    assert_eq!(
+        p.read_output().delta,
+        "abc\n[stderr]\ndef",
+        "newline added when stdout lacks one"
+    );
+    let p = start(&exec, "printf abc");
+    settled(&p);
+    assert_eq!(
+        p.read_output().delta,
+        "abc",
+        "no stderr section when stderr is empty"
+    );
+    let p = start(&exec, "echo err >&2");
+    settled(&p);
+    assert_eq!(
+        p.read_output().delta,
+        "[stderr]\nerr\n",
+        "no newline before the section when stdout is empty"
+    );
+}
+
+#[test]
+fn incremental_reads_while_running_and_after_exit() {
+    let exec = executor();
+    let dir = temp_dir("incremental");
+    let go = dir.join("go");
+    let p = start(
+        &exec,
+        &format!(
+            "echo first; while [ ! -e {} ]; do sleep 0.01; done; echo second",
+            go.display()
+        ),
+    );
+    let first = read_until(&p, "first");
+    assert_eq!(first, "first\n");
+    assert_eq!(p.read_output().delta, "", "nothing new yet");
+    std::fs::write(&go, "").unwrap();
+    settled(&p);
+    assert_eq!(p.read_output().delta, "second\n", "only what arrived since");
+    assert_eq!(p.read_output().delta, "");
+}
+
+#[test]
+fn lossy_when_unread_bytes_slide_out_and_spill_paths_point_at_everything() {
+    let exec = executor_with(|c| c.max_output_bytes = n(100));
+    let p = start(&exec, "seq 1 1000; seq 1 1000 >&2");
+    settled(&p);
+    let r = p.read_output();
+    assert!(r.lossy);
+    let full: String = (1..=1000).map(|i| format!("{i}\n")).collect();
+    let tail = &full[full.len() - 100..];
+    assert_eq!(r.delta, format!("{tail}[stderr]\n{tail}"));
+    for path in [
+        r.stdout_spill_path.as_ref().unwrap(),
+        r.stderr_spill_path.as_ref().unwrap(),
+    ] {
+        assert_eq!(std::fs::read_to_string(path).unwrap(), full);
+    }
+    let again = p.read_output();
+    assert!(!again.lossy && again.delta.is_empty());
+    assert_eq!(
+        again.stdout_spill_path, r.stdout_spill_path,
+        "spill paths keep being reported"
+    );
+}
+
+#[test]
+fn spawn_failure_settles_killed_and_is_delivered_once() {
+    let exec = executor();
+    let mut req = Request::new("echo never");
+    req.workdir = Some("/nonexistent/dsh-bg".into());
+    let p = exec.start(&exec.resolve(req).unwrap()).unwrap();
+    settled(&p);
+    assert_eq!(p.status(), Status::Killed);
+    assert_eq!((p.exit_code(), p.signal()), (None, None));
+    let first = p.read_output().delta;
+    assert!(
+        first.contains("spawn failed: ENOENT") && first.contains("/nonexistent/dsh-bg"),
+        "{first}"
+    );
+    assert!(!first.contains("never"));
+    assert_eq!(p.read_output().delta, "", "delivered once");
+    assert!(!p.kill());
+}
+
+#[test]
+fn async_wait_never_fails() {
+    let exec = executor();
+    let p = start(&exec, "exit 7");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(30), p.wait())
+            .await
+            .unwrap();
+        p.wait().await; // settled: completes at once, again
+    });
+    assert_eq!(p.exit_code(), Some(7));
+}
+
+#[test]
+fn stdin_reaches_a_background_process() {
+    let exec = executor();
+    let mut req = Request::new("tr a-z A-Z");
+    req.stdin = Some(b"shout".to_vec());
+    let p = exec.start(&exec.resolve(req).unwrap()).unwrap();
+    settled(&p);
+    assert_eq!(p.read_output().delta, "SHOUT");
+}

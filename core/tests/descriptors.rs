@@ -1,0 +1,42 @@
+//! No descriptor is left behind in the host. Its own binary: descriptor
+//! counts are process-wide, so no other test may run beside it.
+mod common;
+use common::*;
+
+use std::time::Duration;
+
+use dsh_core::*;
+
+#[test]
+fn no_descriptor_is_left_behind() {
+    fn open_fds() -> usize {
+        std::fs::read_dir("/proc/self/fd").unwrap().count()
+    }
+    let exec = executor_with(|c| {
+        c.grace_ms = n(200);
+        c.max_output_bytes = n(100);
+    });
+    run(&exec, "true");
+    let before = open_fds();
+    for i in 0..30 {
+        let mut req = Request::new("seq 1 500; echo err >&2");
+        req.stdin = Some(b"x".to_vec());
+        if i % 3 == 0 {
+            req.timeout_ms = n(50);
+            req.command = "sleep 5".into();
+        }
+        if i % 5 == 0 {
+            req.workdir = Some("/nonexistent".into());
+        }
+        let s = exec.resolve(req).unwrap();
+        let _ = exec.run_blocking(&s, None);
+        let p = exec.start(&s).unwrap();
+        if i % 2 == 0 || i % 3 == 0 {
+            p.kill();
+        }
+        assert!(p.wait_timeout(Some(Duration::from_secs(30))));
+    }
+    assert_eq!(open_fds(), before, "descriptors leaked");
+    exec.dispose_blocking().unwrap();
+    assert_eq!(open_fds(), before);
+}
