@@ -53,6 +53,17 @@ pub struct RunResult {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ListenerId(u64);
 
+impl ListenerId {
+    /// The raw value, for faces that hand ids across a language boundary.
+    pub fn as_u64(self) -> u64 {
+        self.0
+    }
+
+    pub fn from_u64(raw: u64) -> Self {
+        ListenerId(raw)
+    }
+}
+
 pub type TaskListener = Arc<dyn Fn(&Process) + Send + Sync>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,268 @@
+//! Config and request builders. Each is a mutex-guarded core input, so a
+//! builder may be touched from any thread.
+
+use std::ffi::c_char;
+use std::sync::Mutex;
+
+use dsh_core::{ConfigInput, Field, FieldName, Num, Request, SandboxMode, SandboxPolicyInput, Scope};
+
+use crate::guard::{bytes, free, handle, put, status, text, DshStatus, FfiError, FfiResult};
+
+/// Executor configuration (DESIGN §2). Unset fields take their defaults when
+/// the executor is created; validation happens there too.
+pub struct DshConfig {
+    pub(crate) input: Mutex<ConfigInput>,
+}
+
+/// A request (DESIGN §3): what a caller asks for, before resolve.
+pub struct DshRequest {
+    pub(crate) input: Mutex<Request>,
+}
+
+fn with<T>(m: &Mutex<T>, f: impl FnOnce(&mut T)) -> FfiResult {
+    f(&mut m.lock().unwrap_or_else(|e| e.into_inner()));
+    Ok(())
+}
+
+/// Creates an empty configuration. Free with dsh_config_free.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_config_new(out: *mut *mut DshConfig) -> DshStatus {
+    status(|| unsafe {
+        put(
+            out,
+            "out",
+            DshConfig {
+                input: Mutex::new(ConfigInput::default()),
+            },
+        )
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dsh_config_free(config: *mut DshConfig) {
+    unsafe { free(config) }
+}
+
+fn set_number(config: *const DshConfig, set: impl FnOnce(&mut ConfigInput)) -> DshStatus {
+    status(|| {
+        let c = unsafe { handle(config, "config") }?;
+        with(&c.input, set)
+    })
+}
+
+/// Default foreground timeout (default 120000). Checked when the executor is created.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_config_set_timeout_ms(config: *const DshConfig, value: u64) -> DshStatus {
+    set_number(config, |i| i.timeout_ms = Some(Num::from(value)))
+}
+
+/// Cap for per-call timeouts (default 600000). Checked when the executor is created.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_config_set_max_timeout_ms(config: *const DshConfig, value: u64) -> DshStatus {
+    set_number(config, |i| i.max_timeout_ms = Some(Num::from(value)))
+}
+
+/// In-memory cap per stream (default 64000). Checked when the executor is created.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_config_set_max_output_bytes(config: *const DshConfig, value: u64) -> DshStatus {
+    set_number(config, |i| i.max_output_bytes = Some(Num::from(value)))
+}
+
+/// Cap of one spill file (default 64 MiB). Checked when the executor is created.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_config_set_max_spill_bytes(config: *const DshConfig, value: u64) -> DshStatus {
+    set_number(config, |i| i.max_spill_bytes = Some(Num::from(value)))
+}
+
+/// SIGTERM→SIGKILL grace and pipe-drain bound (default 3000, at most 2^31−1). Checked when the executor is created.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_config_set_grace_ms(config: *const DshConfig, value: u64) -> DshStatus {
+    set_number(config, |i| i.grace_ms = Some(Num::from(value)))
+}
+
+/// Default workdir (default: the process cwd, read at resolve time).
+#[no_mangle]
+pub unsafe extern "C" fn dsh_config_set_cwd(config: *const DshConfig, cwd: *const c_char) -> DshStatus {
+    status(|| {
+        let c = unsafe { handle(config, "config") }?;
+        let cwd = unsafe { text(cwd, "cwd") }?.to_owned();
+        with(&c.input, |i| i.cwd = Some(cwd))
+    })
+}
+
+/// Where the private spill directory is created (default: the temp dir).
+#[no_mangle]
+pub unsafe extern "C" fn dsh_config_set_spill_dir(config: *const DshConfig, dir: *const c_char) -> DshStatus {
+    status(|| {
+        let c = unsafe { handle(config, "config") }?;
+        let dir = unsafe { text(dir, "spill_dir") }?.to_owned();
+        with(&c.input, |i| i.spill_dir = Some(dir))
+    })
+}
+
+/// Default sandbox mode: "read-only", "workspace-write" or
+/// "danger-full-access"; NULL for none.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_config_set_sandbox_mode(
+    config: *const DshConfig,
+    mode: *const c_char,
+) -> DshStatus {
+    status(|| {
+        let c = unsafe { handle(config, "config") }?;
+        let mode = match mode.is_null() {
+            true => None,
+            false => Some(SandboxMode::parse(
+                Field::new(Scope::Config, FieldName::SandboxMode),
+                unsafe { text(mode, "sandbox_mode") }?,
+            )?),
+        };
+        with(&c.input, |i| i.sandbox_mode = mode)
+    })
+}
+
+/// Creates a request for `command` (`command_len` bytes of UTF-8; a NUL
+/// inside is refused by resolve). Free with dsh_request_free.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_request_new(
+    command: *const c_char,
+    command_len: usize,
+    out: *mut *mut DshRequest,
+) -> DshStatus {
+    status(|| {
+        let raw = unsafe { bytes(command.cast(), command_len, "command") }?;
+        let command = std::str::from_utf8(raw).map_err(|_| FfiError::Utf8("command"))?;
+        unsafe {
+            put(
+                out,
+                "out",
+                DshRequest {
+                    input: Mutex::new(Request::new(command)),
+                },
+            )
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dsh_request_free(request: *mut DshRequest) {
+    unsafe { free(request) }
+}
+
+/// Working directory; a relative one is taken relative to the config cwd.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_request_set_workdir(
+    request: *const DshRequest,
+    workdir: *const c_char,
+) -> DshStatus {
+    status(|| {
+        let r = unsafe { handle(request, "request") }?;
+        let workdir = unsafe { text(workdir, "workdir") }?.to_owned();
+        with(&r.input, |i| i.workdir = Some(workdir))
+    })
+}
+
+/// Timeout for this call; clamped to max_timeout_ms by resolve.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_request_set_timeout_ms(
+    request: *const DshRequest,
+    timeout_ms: u64,
+) -> DshStatus {
+    status(|| {
+        let r = unsafe { handle(request, "request") }?;
+        with(&r.input, |i| i.timeout_ms = Some(Num::from(timeout_ms)))
+    })
+}
+
+/// In-memory stdout cap for this call (default: max_output_bytes).
+#[no_mangle]
+pub unsafe extern "C" fn dsh_request_set_stdout_max_bytes(request: *const DshRequest, max: u64) -> DshStatus {
+    status(|| {
+        let r = unsafe { handle(request, "request") }?;
+        with(&r.input, |i| i.stdout_max_bytes = Some(Num::from(max)))
+    })
+}
+
+/// Bytes written to the command's stdin, then EOF (default: /dev/null).
+#[no_mangle]
+pub unsafe extern "C" fn dsh_request_set_stdin(
+    request: *const DshRequest,
+    data: *const u8,
+    len: usize,
+) -> DshStatus {
+    status(|| {
+        let r = unsafe { handle(request, "request") }?;
+        let data = unsafe { bytes(data, len, "stdin") }?.to_vec();
+        with(&r.input, |i| i.stdin = Some(data))
+    })
+}
+
+/// Adds an `env` entry (merged after the credential scrub).
+#[no_mangle]
+pub unsafe extern "C" fn dsh_request_set_env(
+    request: *const DshRequest,
+    key: *const c_char,
+    value: *const c_char,
+) -> DshStatus {
+    status(|| {
+        let r = unsafe { handle(request, "request") }?;
+        let (k, v) = unsafe { (text(key, "key")?, text(value, "value")?) };
+        with(&r.input, |i| {
+            i.env
+                .get_or_insert_with(Default::default)
+                .insert(k.to_owned(), v.to_owned());
+        })
+    })
+}
+
+/// Adds a managed `dsh_env` entry (key must start with DSH_; merged last).
+#[no_mangle]
+pub unsafe extern "C" fn dsh_request_set_dsh_env(
+    request: *const DshRequest,
+    key: *const c_char,
+    value: *const c_char,
+) -> DshStatus {
+    status(|| {
+        let r = unsafe { handle(request, "request") }?;
+        let (k, v) = unsafe { (text(key, "key")?, text(value, "value")?) };
+        with(&r.input, |i| {
+            i.dsh_env
+                .get_or_insert_with(Default::default)
+                .insert(k.to_owned(), v.to_owned());
+        })
+    })
+}
+
+/// The opaque owner token stored on a background process.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_request_set_owner(
+    request: *const DshRequest,
+    owner: *const c_char,
+) -> DshStatus {
+    status(|| {
+        let r = unsafe { handle(request, "request") }?;
+        let owner = unsafe { text(owner, "owner") }?.to_owned();
+        with(&r.input, |i| i.owner = Some(owner))
+    })
+}
+
+/// A per-call sandbox policy; `workspace_root` NULL means the workdir.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_request_set_sandbox_policy(
+    request: *const DshRequest,
+    mode: *const c_char,
+    workspace_root: *const c_char,
+) -> DshStatus {
+    status(|| {
+        let r = unsafe { handle(request, "request") }?;
+        let mode = SandboxMode::parse(Field::new(Scope::Request, FieldName::SandboxPolicy), unsafe {
+            text(mode, "mode")
+        }?)?;
+        let workspace_root = match workspace_root.is_null() {
+            true => None,
+            false => Some(unsafe { text(workspace_root, "workspace_root") }?.to_owned()),
+        };
+        with(&r.input, |i| {
+            i.sandbox_policy = Some(SandboxPolicyInput { mode, workspace_root })
+        })
+    })
+}

@@ -1,0 +1,302 @@
+//! The boundary itself: status codes, the thread-local last error, the panic
+//! guard, and argument/string translation.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use dsh_core::DshError;
+
+/// The result of every fallible call. `DSH_OK` is 0.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DshStatus {
+    DSH_OK = 0,
+    /// A NULL pointer, bad UTF-8, or a config/request/spec field the core
+    /// refused; the last error names the argument or field.
+    DSH_INVALID_ARGUMENT = 1,
+    /// The command could not be started (missing workdir, no bash, OS
+    /// limits); dsh_last_errno() has the errno (ENOENT for a missing workdir).
+    DSH_SPAWN_FAILED = 2,
+    /// No background process has that id.
+    DSH_NOT_FOUND = 3,
+    /// The executor was disposed.
+    DSH_DISPOSED = 4,
+    /// The cancel token had already fired; nothing was started.
+    DSH_CANCELLED = 5,
+    /// dsh_process_wait: the process was still running when the wait ended.
+    DSH_TIMED_OUT = 6,
+    /// A confined sandbox mode was requested and cannot be enforced.
+    DSH_SANDBOX_UNAVAILABLE = 7,
+    /// A blocking call was made from a dsh callback thread.
+    DSH_WOULD_BLOCK = 8,
+    /// A bug in dsh-native was caught at the boundary.
+    DSH_PANIC = 9,
+    /// Any other internal failure.
+    DSH_INTERNAL = 10,
+}
+
+/// A borrowed string handed out by the library: `len` bytes at `ptr`, plus a
+/// NUL terminator for convenience (the text itself may contain NUL bytes).
+/// `ptr` is NULL when the value is absent.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct DshStr {
+    pub ptr: *const c_char,
+    pub len: usize,
+}
+
+impl DshStr {
+    pub(crate) const ABSENT: DshStr = DshStr {
+        ptr: std::ptr::null(),
+        len: 0,
+    };
+}
+
+/// Owned bytes with a trailing NUL, viewed as a `DshStr`.
+#[derive(Debug, Clone)]
+pub(crate) struct OwnedStr(Vec<u8>);
+
+impl OwnedStr {
+    pub(crate) fn new(s: impl AsRef<[u8]>) -> Self {
+        let mut v = Vec::with_capacity(s.as_ref().len() + 1);
+        v.extend_from_slice(s.as_ref());
+        v.push(0);
+        OwnedStr(v)
+    }
+
+    pub(crate) fn view(&self) -> DshStr {
+        DshStr {
+            ptr: self.0.as_ptr().cast(),
+            len: self.0.len() - 1,
+        }
+    }
+
+    pub(crate) fn view_opt(s: &Option<OwnedStr>) -> DshStr {
+        s.as_ref().map_or(DshStr::ABSENT, OwnedStr::view)
+    }
+}
+
+/// Why a call failed, before it becomes a status and a message.
+pub(crate) enum FfiError {
+    Core(DshError),
+    Null(&'static str),
+    Utf8(&'static str),
+    WaitTimedOut,
+}
+
+impl From<DshError> for FfiError {
+    fn from(e: DshError) -> Self {
+        FfiError::Core(e)
+    }
+}
+
+pub(crate) type FfiResult<T = ()> = Result<T, FfiError>;
+
+impl FfiError {
+    /// The one mapping from core errors to C status codes.
+    fn status(&self) -> DshStatus {
+        use DshStatus::*;
+        match self {
+            FfiError::Null(_) | FfiError::Utf8(_) => DSH_INVALID_ARGUMENT,
+            FfiError::WaitTimedOut => DSH_TIMED_OUT,
+            FfiError::Core(e) => match e {
+                DshError::InvalidArgument { .. } => DSH_INVALID_ARGUMENT,
+                DshError::Spawn { .. } => DSH_SPAWN_FAILED,
+                DshError::AlreadyCancelled => DSH_CANCELLED,
+                DshError::Disposed => DSH_DISPOSED,
+                DshError::NotFound(_) => DSH_NOT_FOUND,
+                DshError::BlockingInAsync => DSH_WOULD_BLOCK,
+                DshError::SandboxUnavailable(_) => DSH_SANDBOX_UNAVAILABLE,
+                DshError::Internal(_) => DSH_INTERNAL,
+            },
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            FfiError::Core(e) => e.to_string(),
+            FfiError::Null(arg) => format!("invalid argument: {arg} is NULL"),
+            FfiError::Utf8(arg) => format!("invalid argument: {arg} is not valid UTF-8"),
+            FfiError::WaitTimedOut => "the process was still running when the wait ended".into(),
+        }
+    }
+
+    fn errno(&self) -> c_int {
+        match self {
+            FfiError::Core(DshError::Spawn { errno, .. }) => *errno,
+            _ => 0,
+        }
+    }
+}
+
+struct LastError {
+    message: CString,
+    errno: c_int,
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<LastError> = RefCell::new(LastError { message: CString::default(), errno: 0 });
+}
+
+fn set_last_error(message: String, errno: c_int) {
+    let message = CString::new(message.replace('\0', "\\0")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = LastError { message, errno });
+}
+
+fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into());
+    format!("internal panic in dsh-native: {what}")
+}
+
+/// Runs a fallible entry point: its status, its last error, and no unwind.
+pub(crate) fn status(f: impl FnOnce() -> FfiResult) -> DshStatus {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => DshStatus::DSH_OK,
+        Ok(Err(e)) => {
+            set_last_error(e.message(), e.errno());
+            e.status()
+        }
+        Err(panic) => {
+            set_last_error(panic_message(panic), 0);
+            DshStatus::DSH_PANIC
+        }
+    }
+}
+
+/// Runs an infallible accessor; a panic yields `fallback`.
+pub(crate) fn value<T>(fallback: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        set_last_error(panic_message(panic), 0);
+        fallback
+    })
+}
+
+/// A required handle argument.
+///
+/// # Safety
+/// `p` is NULL or points to a live `T` created by this library.
+pub(crate) unsafe fn handle<'a, T>(p: *const T, name: &'static str) -> FfiResult<&'a T> {
+    // SAFETY: per the contract above.
+    unsafe { p.as_ref() }.ok_or(FfiError::Null(name))
+}
+
+/// Writes a new handle to an out-pointer.
+///
+/// # Safety
+/// `out` is NULL or valid for a write of one pointer.
+pub(crate) unsafe fn put<T>(out: *mut *mut T, name: &'static str, value: T) -> FfiResult {
+    if out.is_null() {
+        return Err(FfiError::Null(name));
+    }
+    // SAFETY: non-null and writable per the contract.
+    unsafe { *out = Box::into_raw(Box::new(value)) };
+    Ok(())
+}
+
+/// Checks an out-pointer before any work is done, so a NULL one never
+/// leaves a started process unowned.
+pub(crate) fn need_out<T>(out: *mut T, name: &'static str) -> FfiResult {
+    if out.is_null() {
+        Err(FfiError::Null(name))
+    } else {
+        Ok(())
+    }
+}
+
+/// A required NUL-terminated UTF-8 string argument.
+///
+/// # Safety
+/// `p` is NULL or a valid NUL-terminated string.
+pub(crate) unsafe fn text<'a>(p: *const c_char, name: &'static str) -> FfiResult<&'a str> {
+    if p.is_null() {
+        return Err(FfiError::Null(name));
+    }
+    // SAFETY: non-null and NUL-terminated per the contract.
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .map_err(|_| FfiError::Utf8(name))
+}
+
+/// A byte range argument; NULL is allowed only when `len` is 0.
+///
+/// # Safety
+/// `p` is valid for reads of `len` bytes when non-null.
+pub(crate) unsafe fn bytes<'a>(p: *const u8, len: usize, name: &'static str) -> FfiResult<&'a [u8]> {
+    if p.is_null() {
+        return if len == 0 {
+            Ok(&[])
+        } else {
+            Err(FfiError::Null(name))
+        };
+    }
+    // SAFETY: valid for `len` bytes per the contract.
+    Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+/// Frees a handle made by `put`.
+///
+/// # Safety
+/// `p` is NULL or a handle of this type not yet freed.
+pub(crate) unsafe fn free<T>(p: *mut T) {
+    if !p.is_null() {
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            // SAFETY: made by Box::into_raw in `put`, freed once per contract.
+            drop(unsafe { Box::from_raw(p) })
+        }));
+    }
+}
+
+/// The message of the last failed call on this thread ("" if none). Valid
+/// until the next failing call on the same thread.
+#[no_mangle]
+pub extern "C" fn dsh_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().message.as_ptr())
+}
+
+/// The errno behind the last DSH_SPAWN_FAILED on this thread, else 0.
+#[no_mangle]
+pub extern "C" fn dsh_last_errno() -> c_int {
+    LAST_ERROR.with(|e| e.borrow().errno)
+}
+
+/// The constant's name, e.g. "DSH_NOT_FOUND"; "DSH_UNKNOWN" for a value that
+/// is not a DshStatus. Static; never freed.
+#[no_mangle]
+pub extern "C" fn dsh_status_name(status: c_int) -> *const c_char {
+    use DshStatus::*;
+    let all = [
+        DSH_OK,
+        DSH_INVALID_ARGUMENT,
+        DSH_SPAWN_FAILED,
+        DSH_NOT_FOUND,
+        DSH_DISPOSED,
+        DSH_CANCELLED,
+        DSH_TIMED_OUT,
+        DSH_SANDBOX_UNAVAILABLE,
+        DSH_WOULD_BLOCK,
+        DSH_PANIC,
+        DSH_INTERNAL,
+    ];
+    let Some(&status) = all.iter().find(|s| **s as c_int == status) else {
+        return c"DSH_UNKNOWN".as_ptr();
+    };
+    let name: &'static CStr = match status {
+        DSH_OK => c"DSH_OK",
+        DSH_INVALID_ARGUMENT => c"DSH_INVALID_ARGUMENT",
+        DSH_SPAWN_FAILED => c"DSH_SPAWN_FAILED",
+        DSH_NOT_FOUND => c"DSH_NOT_FOUND",
+        DSH_DISPOSED => c"DSH_DISPOSED",
+        DSH_CANCELLED => c"DSH_CANCELLED",
+        DSH_TIMED_OUT => c"DSH_TIMED_OUT",
+        DSH_SANDBOX_UNAVAILABLE => c"DSH_SANDBOX_UNAVAILABLE",
+        DSH_WOULD_BLOCK => c"DSH_WOULD_BLOCK",
+        DSH_PANIC => c"DSH_PANIC",
+        DSH_INTERNAL => c"DSH_INTERNAL",
+    };
+    name.as_ptr()
+}

@@ -1,0 +1,24 @@
+//! The C ABI of dsh-native. This crate only translates: every rule lives in
+//! `dsh-core`. Conventions (see the header's preamble): status codes, out
+//! pointers, a thread-local last error, opaque handles with `*_free`, and no
+//! panic across the boundary.
+
+#![allow(non_camel_case_types, clippy::missing_safety_doc)]
+
+mod builders;
+mod executor;
+mod guard;
+mod results;
+
+pub use builders::*;
+pub use executor::*;
+pub use guard::{dsh_last_errno, dsh_last_error, dsh_status_name, DshStatus, DshStr};
+pub use results::*;
+
+use std::ffi::c_char;
+
+/// The library version, e.g. "0.1.0". Static; never freed.
+#[no_mangle]
+pub extern "C" fn dsh_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}

@@ -1,0 +1,477 @@
+/* C-level tests of libdsh: the same scenarios as the core's Rust tests,
+ * through include/dsh.h only. Prints "N passed, N failed" last. */
+#define _GNU_SOURCE
+#include "dsh.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static int passed, failed;
+static int current_failed;
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "  FAIL %s:%d: %s (last error: %s)\n", __FILE__, __LINE__, \
+                    #cond, dsh_last_error());                                        \
+            current_failed = 1;                                                      \
+        }                                                                            \
+    } while (0)
+#define OK(call) CHECK((call) == DSH_OK)
+
+static void run_test(const char *name, void (*fn)(void)) {
+    current_failed = 0;
+    fn();
+    printf("test %s ... %s\n", name, current_failed ? "FAILED" : "ok");
+    if (current_failed) failed++; else passed++;
+}
+
+static int str_eq(DshStr s, const char *want) {
+    return s.ptr != NULL && s.len == strlen(want) && memcmp(s.ptr, want, s.len) == 0;
+}
+
+static int str_has(DshStr s, const char *needle) {
+    return s.ptr != NULL && strstr(s.ptr, needle) != NULL;
+}
+
+static DshExecutor *new_executor(uint64_t grace_ms, uint64_t max_output) {
+    DshConfig *config = NULL;
+    DshExecutor *exec = NULL;
+    OK(dsh_config_new(&config));
+    if (grace_ms) OK(dsh_config_set_grace_ms(config, grace_ms));
+    if (max_output) OK(dsh_config_set_max_output_bytes(config, max_output));
+    OK(dsh_executor_new(config, &exec));
+    dsh_config_free(config);
+    return exec;
+}
+
+static DshSpec *resolve(DshExecutor *exec, const char *command, uint64_t timeout_ms) {
+    DshRequest *req = NULL;
+    DshSpec *spec = NULL;
+    OK(dsh_request_new(command, strlen(command), &req));
+    if (timeout_ms) OK(dsh_request_set_timeout_ms(req, timeout_ms));
+    OK(dsh_executor_resolve(exec, req, &spec));
+    dsh_request_free(req);
+    return spec;
+}
+
+static DshRunResult *run(DshExecutor *exec, const char *command, uint64_t timeout_ms) {
+    DshSpec *spec = resolve(exec, command, timeout_ms);
+    DshRunResult *result = NULL;
+    OK(dsh_executor_run(exec, spec, NULL, &result));
+    dsh_spec_free(spec);
+    return result;
+}
+
+static void test_version_and_status_names(void) {
+    CHECK(strlen(dsh_version()) > 0);
+    CHECK(strcmp(dsh_status_name(DSH_OK), "DSH_OK") == 0);
+    CHECK(strcmp(dsh_status_name(DSH_NOT_FOUND), "DSH_NOT_FOUND") == 0);
+    CHECK(strcmp(dsh_status_name(12345), "DSH_UNKNOWN") == 0);
+}
+
+static void test_exit_codes_and_streams(void) {
+    DshExecutor *exec = new_executor(0, 0);
+    DshRunResult *r = run(exec, "echo hello; echo oops >&2; exit 3", 0);
+    int32_t code = -1;
+    CHECK(dsh_run_result_exit_code(r, &code) && code == 3);
+    CHECK(dsh_run_result_signal(r).ptr == NULL);
+    CHECK(!dsh_run_result_timed_out(r) && !dsh_run_result_aborted(r));
+    CHECK(dsh_run_result_timeout_ms(r) == 120000);
+    CHECK(str_eq(dsh_run_result_text(r, DSH_STDOUT), "hello\n"));
+    CHECK(str_eq(dsh_run_result_text(r, DSH_STDERR), "oops\n"));
+    CHECK(!dsh_run_result_truncated(r, DSH_STDOUT));
+    CHECK(dsh_run_result_spill_path(r, DSH_STDOUT).ptr == NULL);
+    CHECK(dsh_run_result_text(r, 99).ptr == NULL);
+    CHECK(!dsh_run_result_sandbox(r, NULL));
+    dsh_run_result_free(r);
+    /* Output may contain NUL bytes: the length, not strlen, is the truth. */
+    r = run(exec, "printf 'a\\0b'", 0);
+    DshStr out = dsh_run_result_text(r, DSH_STDOUT);
+    CHECK(out.len == 3 && memcmp(out.ptr, "a\0b", 3) == 0);
+    dsh_run_result_free(r);
+    OK(dsh_executor_dispose(exec));
+    dsh_executor_free(exec);
+}
+
+static void test_signals_timeout_and_grace(void) {
+    DshExecutor *exec = new_executor(300, 0);
+    DshRunResult *r = run(exec, "kill -TERM $$", 0);
+    CHECK(!dsh_run_result_exit_code(r, NULL));
+    CHECK(str_eq(dsh_run_result_signal(r), "SIGTERM"));
+    CHECK(!dsh_run_result_timed_out(r) && !dsh_run_result_aborted(r));
+    dsh_run_result_free(r);
+
+    r = run(exec, "sleep 30", 200);
+    CHECK(dsh_run_result_timed_out(r) && !dsh_run_result_aborted(r));
+    CHECK(str_eq(dsh_run_result_signal(r), "SIGTERM"));
+    CHECK(dsh_run_result_timeout_ms(r) == 200);
+    dsh_run_result_free(r);
+
+    r = run(exec, "trap 'echo got-term' TERM; while :; do sleep 0.05; done", 200);
+    CHECK(dsh_run_result_timed_out(r));
+    CHECK(str_eq(dsh_run_result_signal(r), "SIGKILL"));
+    CHECK(str_has(dsh_run_result_text(r, DSH_STDOUT), "got-term"));
+    dsh_run_result_free(r);
+    dsh_executor_free(exec);
+}
+
+struct canceller {
+    DshCancelToken *token;
+    char mark[256];
+};
+
+static void *cancel_when_started(void *arg) {
+    struct canceller *c = arg;
+    for (int i = 0; i < 2000 && access(c->mark, F_OK) != 0; i++) usleep(10000);
+    dsh_cancel_token_cancel(c->token);
+    return NULL;
+}
+
+static void test_cancel_is_aborted_not_timed_out(void) {
+    DshExecutor *exec = new_executor(300, 0);
+    struct canceller c;
+    snprintf(c.mark, sizeof c.mark, "/tmp/dsh-c-cancel-%d", (int)getpid());
+    unlink(c.mark);
+    OK(dsh_cancel_token_new(&c.token));
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "touch %s; sleep 30", c.mark);
+    DshSpec *spec = resolve(exec, cmd, 0);
+    pthread_t t;
+    pthread_create(&t, NULL, cancel_when_started, &c);
+    DshRunResult *r = NULL;
+    OK(dsh_executor_run(exec, spec, c.token, &r));
+    pthread_join(t, NULL);
+    CHECK(dsh_run_result_aborted(r) && !dsh_run_result_timed_out(r));
+    dsh_run_result_free(r);
+    r = NULL;
+    CHECK(dsh_executor_run(exec, spec, c.token, &r) == DSH_CANCELLED);
+    CHECK(r == NULL);
+    dsh_spec_free(spec);
+    dsh_cancel_token_free(c.token);
+    unlink(c.mark);
+    dsh_executor_free(exec);
+}
+
+static void test_spill_file_holds_everything(void) {
+    DshExecutor *exec = new_executor(0, 1000);
+    DshRunResult *r = run(exec, "seq 1 20000", 0);
+    CHECK(dsh_run_result_truncated(r, DSH_STDOUT));
+    DshStr path = dsh_run_result_spill_path(r, DSH_STDOUT);
+    CHECK(path.ptr != NULL);
+    struct stat st;
+    CHECK(stat(path.ptr, &st) == 0);
+    CHECK((st.st_mode & 0777) == 0600);
+    /* seq 1 20000 prints 108894 bytes. */
+    CHECK(st.st_size == 108894);
+    CHECK(dsh_run_result_text(r, DSH_STDOUT).len == 1000);
+    CHECK(str_has(dsh_run_result_text(r, DSH_STDOUT), "19999\n20000\n"));
+    dsh_run_result_free(r);
+    dsh_executor_free(exec);
+}
+
+static void test_spawn_failure_names_enoent_and_path(void) {
+    DshExecutor *exec = new_executor(0, 0);
+    DshRequest *req = NULL;
+    DshSpec *spec = NULL;
+    DshRunResult *r = NULL;
+    OK(dsh_request_new("true", 4, &req));
+    OK(dsh_request_set_workdir(req, "/nonexistent/dsh-c"));
+    OK(dsh_executor_resolve(exec, req, &spec));
+    CHECK(dsh_executor_run(exec, spec, NULL, &r) == DSH_SPAWN_FAILED);
+    CHECK(dsh_last_errno() == ENOENT);
+    CHECK(strstr(dsh_last_error(), "ENOENT") && strstr(dsh_last_error(), "/nonexistent/dsh-c"));
+    /* In the background it settles as killed and says so once. */
+    DshProcess *p = NULL;
+    OK(dsh_executor_start(exec, spec, &p));
+    OK(dsh_process_wait(p, 30000));
+    CHECK(dsh_process_status(p) == DSH_KILLED);
+    DshRead *read = NULL;
+    OK(dsh_process_read_output(p, &read));
+    CHECK(str_has(dsh_read_delta(read), "spawn failed: ENOENT"));
+    dsh_read_free(read);
+    OK(dsh_process_read_output(p, &read));
+    CHECK(dsh_read_delta(read).len == 0);
+    dsh_read_free(read);
+    dsh_process_free(p);
+    dsh_spec_free(spec);
+    dsh_request_free(req);
+    dsh_executor_free(exec);
+}
+
+static void test_background_reads_and_kill_escalation(void) {
+    DshExecutor *exec = new_executor(300, 0);
+    DshSpec *spec = resolve(exec, "echo one; echo err >&2; trap 'echo got-term' TERM; while :; do sleep 0.05; done", 0);
+    DshProcess *p = NULL;
+    OK(dsh_executor_start(exec, spec, &p));
+    CHECK(str_eq(dsh_process_id(p), "bash-1"));
+    CHECK(dsh_process_status(p) == DSH_RUNNING);
+    CHECK(dsh_process_wait(p, 50) == DSH_TIMED_OUT);
+    /* Poll the consuming read until both streams have arrived. */
+    char seen[4096] = "";
+    for (int i = 0; i < 2000 && !strstr(seen, "err\n"); i++) {
+        DshRead *read = NULL;
+        OK(dsh_process_read_output(p, &read));
+        DshStr d = dsh_read_delta(read);
+        strncat(seen, d.ptr, sizeof seen - strlen(seen) - 1);
+        CHECK(!dsh_read_lossy(read));
+        dsh_read_free(read);
+        usleep(5000);
+    }
+    CHECK(strcmp(seen, "one\n[stderr]\nerr\n") == 0);
+    CHECK(dsh_process_kill(p));
+    CHECK(dsh_process_status(p) == DSH_KILLED);
+    CHECK(!dsh_process_kill(p));
+    OK(dsh_process_wait(p, -1));
+    CHECK(dsh_process_is_settled(p));
+    CHECK(str_eq(dsh_process_signal(p), "SIGKILL"));
+    CHECK(!dsh_process_exit_code(p, NULL));
+    dsh_process_free(p);
+    dsh_spec_free(spec);
+    OK(dsh_executor_dispose(exec));
+    dsh_executor_free(exec);
+}
+
+static atomic_int done_calls;
+static atomic_int would_block_seen;
+static DshExecutor *callback_exec;
+
+static void on_done(void *user_data, const DshProcess *process) {
+    atomic_fetch_add((atomic_int *)user_data, 1);
+    CHECK(dsh_process_status(process) != DSH_RUNNING);
+    CHECK(dsh_process_id(process).len > 0);
+    /* Blocking from a callback is refused, not deadlocked. */
+    DshSpec *spec = resolve(callback_exec, "true", 0);
+    DshRunResult *r = NULL;
+    if (dsh_executor_run(callback_exec, spec, NULL, &r) == DSH_WOULD_BLOCK) atomic_store(&would_block_seen, 1);
+    dsh_spec_free(spec);
+}
+
+static void test_registry_and_callbacks(void) {
+    DshExecutor *exec = new_executor(300, 0);
+    callback_exec = exec;
+    atomic_store(&done_calls, 0);
+    uint64_t listener = 0;
+    OK(dsh_executor_on_task_done(exec, on_done, &done_calls, &listener));
+    DshRequest *req = NULL;
+    DshSpec *spec = NULL;
+    OK(dsh_request_new("echo hi; exit 5", 15, &req));
+    OK(dsh_request_set_owner(req, "session-a"));
+    OK(dsh_executor_resolve(exec, req, &spec));
+    DshProcess *a = NULL, *b = NULL, *got = NULL;
+    OK(dsh_executor_start(exec, spec, &a));
+    OK(dsh_executor_start(exec, spec, &b));
+    OK(dsh_process_wait(a, 30000));
+    OK(dsh_process_wait(b, 30000));
+    CHECK(atomic_load(&done_calls) == 2);
+    CHECK(atomic_load(&would_block_seen) == 1);
+    int32_t code = 0;
+    CHECK(dsh_process_exit_code(a, &code) && code == 5);
+    CHECK(dsh_process_status(a) == DSH_COMPLETED);
+    CHECK(str_eq(dsh_process_owner(a), "session-a"));
+    CHECK(str_eq(dsh_process_command(a), "echo hi; exit 5"));
+
+    OK(dsh_executor_get(exec, "bash-2", &got));
+    CHECK(str_eq(dsh_process_id(got), "bash-2"));
+    dsh_process_free(got);
+    got = NULL;
+    CHECK(dsh_executor_get(exec, "bash-99", &got) == DSH_NOT_FOUND && got == NULL);
+    CHECK(strstr(dsh_last_error(), "bash-99") != NULL);
+
+    DshProcessList *list = NULL;
+    OK(dsh_executor_list(exec, &list));
+    CHECK(dsh_process_list_len(list) == 2);
+    CHECK(str_eq(dsh_process_id(dsh_process_list_get(list, 0)), "bash-1"));
+    CHECK(str_eq(dsh_process_id(dsh_process_list_get(list, 1)), "bash-2"));
+    CHECK(dsh_process_list_get(list, 2) == NULL);
+    dsh_process_list_free(list);
+
+    DshRead *read = NULL;
+    OK(dsh_executor_read_output(exec, "bash-1", &read));
+    CHECK(str_eq(dsh_read_delta(read), "hi\n"));
+    dsh_read_free(read);
+    bool began = true;
+    OK(dsh_executor_kill(exec, "bash-1", &began));
+    CHECK(!began);
+    CHECK(dsh_executor_kill(exec, "nope", &began) == DSH_NOT_FOUND);
+
+    bool removed = false;
+    OK(dsh_executor_off_task_done(exec, listener, &removed));
+    CHECK(removed);
+    DshProcess *c = NULL;
+    OK(dsh_executor_start(exec, spec, &c));
+    OK(dsh_process_wait(c, 30000));
+    CHECK(atomic_load(&done_calls) == 2);
+
+    OK(dsh_executor_dispose(exec));
+    OK(dsh_executor_dispose(exec));
+    DshRunResult *r = NULL;
+    CHECK(dsh_executor_run(exec, spec, NULL, &r) == DSH_DISPOSED);
+    DshProcess *d = NULL;
+    CHECK(dsh_executor_start(exec, spec, &d) == DSH_DISPOSED);
+    dsh_process_free(a);
+    dsh_process_free(b);
+    dsh_process_free(c);
+    dsh_spec_free(spec);
+    dsh_request_free(req);
+    dsh_executor_free(exec);
+}
+
+static void test_null_and_invalid_arguments(void) {
+    DshExecutor *exec = NULL;
+    DshConfig *config = NULL;
+    DshRequest *req = NULL;
+    DshSpec *spec = NULL;
+    DshRunResult *r = NULL;
+    DshProcess *p = NULL;
+
+    CHECK(dsh_executor_new(NULL, NULL) == DSH_INVALID_ARGUMENT);
+    CHECK(strstr(dsh_last_error(), "out") != NULL);
+    OK(dsh_config_new(&config));
+    CHECK(dsh_config_set_grace_ms(config, 1ULL << 31) == DSH_OK);
+    CHECK(dsh_executor_new(config, &exec) == DSH_INVALID_ARGUMENT && exec == NULL);
+    CHECK(strstr(dsh_last_error(), "config.grace_ms") != NULL);
+    OK(dsh_config_set_grace_ms(config, 100));
+    CHECK(dsh_config_set_timeout_ms(config, 0) == DSH_OK);
+    CHECK(dsh_executor_new(config, &exec) == DSH_INVALID_ARGUMENT);
+    CHECK(strstr(dsh_last_error(), "config.timeout_ms") != NULL);
+    OK(dsh_config_set_timeout_ms(config, 1000));
+    CHECK(dsh_config_set_sandbox_mode(config, "yolo") == DSH_INVALID_ARGUMENT);
+    CHECK(strstr(dsh_last_error(), "sandbox_mode") != NULL);
+    CHECK(dsh_config_set_cwd(NULL, "/") == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_config_set_cwd(config, NULL) == DSH_INVALID_ARGUMENT);
+    OK(dsh_executor_new(config, &exec));
+    dsh_config_free(config);
+
+    /* Invalid UTF-8 and embedded NUL in a command. */
+    CHECK(dsh_request_new("\xff\xfe", 2, &req) == DSH_INVALID_ARGUMENT && req == NULL);
+    CHECK(strstr(dsh_last_error(), "UTF-8") != NULL);
+    CHECK(dsh_request_new(NULL, 3, &req) == DSH_INVALID_ARGUMENT);
+    OK(dsh_request_new("echo a\0b", 8, &req));
+    CHECK(dsh_executor_resolve(exec, req, &spec) == DSH_INVALID_ARGUMENT && spec == NULL);
+    CHECK(strstr(dsh_last_error(), "request.command") && strstr(dsh_last_error(), "NUL"));
+    dsh_request_free(req);
+    OK(dsh_request_new("true", 4, &req));
+    CHECK(dsh_request_set_env(req, "A=B", "v") == DSH_OK);
+    CHECK(dsh_executor_resolve(exec, req, &spec) == DSH_INVALID_ARGUMENT);
+    CHECK(strstr(dsh_last_error(), "request.env") != NULL);
+    dsh_request_free(req);
+    OK(dsh_request_new("true", 4, &req));
+    OK(dsh_request_set_dsh_env(req, "NOPE", "v"));
+    CHECK(dsh_executor_resolve(exec, req, &spec) == DSH_INVALID_ARGUMENT);
+    CHECK(strstr(dsh_last_error(), "DSH_") != NULL);
+    dsh_request_free(req);
+    OK(dsh_request_new("true", 4, &req));
+    CHECK(dsh_request_set_stdin(req, NULL, 5) == DSH_INVALID_ARGUMENT);
+    OK(dsh_request_set_stdin(req, NULL, 0));
+    CHECK(dsh_request_set_sandbox_policy(req, "nope", NULL) == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_request_set_workdir(req, "\xc3\x28") == DSH_INVALID_ARGUMENT);
+    OK(dsh_executor_resolve(exec, req, &spec));
+    CHECK(dsh_executor_resolve(NULL, req, &spec) == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_executor_resolve(exec, NULL, &spec) == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_executor_resolve(exec, req, NULL) == DSH_INVALID_ARGUMENT);
+
+    CHECK(dsh_executor_run(NULL, spec, NULL, &r) == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_executor_run(exec, NULL, NULL, &r) == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_executor_run(exec, spec, NULL, NULL) == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_executor_start(exec, spec, NULL) == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_executor_get(exec, NULL, &p) == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_executor_read_output(exec, "bash-1", NULL) == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_executor_kill(exec, NULL, NULL) == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_executor_on_task_done(exec, NULL, NULL, NULL) == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_executor_list(exec, NULL) == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_executor_dispose(NULL) == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_process_wait(NULL, 0) == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_process_read_output(NULL, NULL) == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_cancel_token_cancel(NULL) == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_cancel_token_new(NULL) == DSH_INVALID_ARGUMENT);
+
+    /* Accessors on NULL return neutral values, never crash. */
+    CHECK(!dsh_run_result_exit_code(NULL, NULL));
+    CHECK(dsh_run_result_text(NULL, DSH_STDOUT).ptr == NULL);
+    CHECK(dsh_process_id(NULL).ptr == NULL);
+    CHECK(!dsh_process_kill(NULL));
+    CHECK(dsh_read_delta(NULL).ptr == NULL);
+    CHECK(dsh_spec_timeout_ms(NULL) == 0);
+    CHECK(dsh_process_list_len(NULL) == 0);
+    CHECK(dsh_executor_sandbox_mode(NULL).ptr == NULL);
+    CHECK(dsh_executor_sandbox_mode(exec).ptr == NULL);
+
+    /* Freeing NULL is a no-op. */
+    dsh_executor_free(NULL);
+    dsh_config_free(NULL);
+    dsh_request_free(NULL);
+    dsh_spec_free(NULL);
+    dsh_run_result_free(NULL);
+    dsh_process_free(NULL);
+    dsh_read_free(NULL);
+    dsh_process_list_free(NULL);
+    dsh_cancel_token_free(NULL);
+
+    CHECK(dsh_spec_timeout_ms(spec) == 1000);
+    dsh_spec_free(spec);
+    dsh_request_free(req);
+    dsh_executor_free(exec);
+}
+
+static DshExecutor *shared_exec;
+
+static void *hammer(void *arg) {
+    long n = (long)arg;
+    for (int i = 0; i < 10; i++) {
+        char cmd[64];
+        snprintf(cmd, sizeof cmd, "echo %ld-%d", n, i);
+        DshSpec *spec = resolve(shared_exec, cmd, 0);
+        DshRunResult *r = NULL;
+        OK(dsh_executor_run(shared_exec, spec, NULL, &r));
+        char want[64];
+        snprintf(want, sizeof want, "%ld-%d\n", n, i);
+        CHECK(str_eq(dsh_run_result_text(r, DSH_STDOUT), want));
+        dsh_run_result_free(r);
+        DshProcess *p = NULL;
+        OK(dsh_executor_start(shared_exec, spec, &p));
+        OK(dsh_process_wait(p, 30000));
+        DshRead *read = NULL;
+        OK(dsh_process_read_output(p, &read));
+        CHECK(str_eq(dsh_read_delta(read), want));
+        dsh_read_free(read);
+        dsh_process_free(p);
+        dsh_spec_free(spec);
+    }
+    return NULL;
+}
+
+static void test_many_threads_share_one_executor(void) {
+    shared_exec = new_executor(0, 0);
+    pthread_t threads[8];
+    for (long i = 0; i < 8; i++) pthread_create(&threads[i], NULL, hammer, (void *)i);
+    for (int i = 0; i < 8; i++) pthread_join(threads[i], NULL);
+    DshProcessList *list = NULL;
+    OK(dsh_executor_list(shared_exec, &list));
+    CHECK(dsh_process_list_len(list) == 80);
+    dsh_process_list_free(list);
+    OK(dsh_executor_dispose(shared_exec));
+    dsh_executor_free(shared_exec);
+}
+
+int main(void) {
+    run_test("version_and_status_names", test_version_and_status_names);
+    run_test("exit_codes_and_streams", test_exit_codes_and_streams);
+    run_test("signals_timeout_and_grace", test_signals_timeout_and_grace);
+    run_test("cancel_is_aborted_not_timed_out", test_cancel_is_aborted_not_timed_out);
+    run_test("spill_file_holds_everything", test_spill_file_holds_everything);
+    run_test("spawn_failure_names_enoent_and_path", test_spawn_failure_names_enoent_and_path);
+    run_test("background_reads_and_kill_escalation", test_background_reads_and_kill_escalation);
+    run_test("registry_and_callbacks", test_registry_and_callbacks);
+    run_test("null_and_invalid_arguments", test_null_and_invalid_arguments);
+    run_test("many_threads_share_one_executor", test_many_threads_share_one_executor);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
