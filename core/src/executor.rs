@@ -504,6 +504,19 @@ impl Executor {
         }
     }
 
+    /// [`Executor::run`] for hosts with their own event loop (Python's
+    /// asyncio, Node): returns at once and calls `on_done` with the outcome
+    /// from a core thread.
+    pub fn run_with(
+        &self,
+        spec: &Spec,
+        cancel: Option<&CancelToken>,
+        on_done: impl FnOnce(Result<RunResult>) + Send + 'static,
+    ) {
+        let run = self.run(spec, cancel);
+        runtime::handle().spawn(async move { on_done(run.await) });
+    }
+
     /// [`Executor::run`] for threads that are not in an async runtime.
     pub fn run_blocking(&self, spec: &Spec, cancel: Option<&CancelToken>) -> Result<RunResult> {
         let active = self.admit_run(spec, cancel)?;

@@ -176,6 +176,16 @@ impl Process {
         let _ = rx.wait_for(|settled| *settled).await;
     }
 
+    /// Calls `f` from a core thread once the process has settled (at once,
+    /// on that thread, if it already has); for hosts with their own loop.
+    pub fn when_settled(&self, f: impl FnOnce() + Send + 'static) {
+        let this = self.clone();
+        crate::runtime::handle().spawn(async move {
+            this.wait().await;
+            f();
+        });
+    }
+
     /// Blocks until settled or until `timeout` passes (`None`: no limit).
     /// Returns whether it settled.
     pub fn wait_timeout(&self, timeout: Option<Duration>) -> bool {

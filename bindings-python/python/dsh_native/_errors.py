@@ -1,0 +1,53 @@
+"""Exceptions raised by dsh_native. Each also subclasses the builtin a Python
+user would reach for: ValueError for bad input, OSError (with errno) for a
+command that could not be started, KeyError for an unknown process id."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class DshError(Exception):
+    """Base class of every dsh_native error."""
+
+
+class InvalidArgumentError(DshError, ValueError):
+    """A config, request or spec field was refused; ``field`` names it
+    (e.g. ``"request.timeout_ms"``). Nothing was run."""
+
+    field: Optional[str] = None
+
+
+class SpawnError(DshError, OSError):
+    """The command could not be started; ``errno`` is set (ENOENT for a
+    missing workdir or a missing bash)."""
+
+
+class NotFoundError(DshError, KeyError):
+    """No background process has this id."""
+
+    id: Optional[str] = None
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class DisposedError(DshError, RuntimeError):
+    """The executor was closed; nothing was run."""
+
+
+class AlreadyCancelledError(DshError, RuntimeError):
+    """The cancel token had already fired; nothing was run."""
+
+
+class SandboxUnavailableError(DshError, RuntimeError):
+    """A confined sandbox mode was requested and cannot be enforced here;
+    nothing was run (fail closed)."""
+
+
+class BlockingCallError(DshError, RuntimeError):
+    """A blocking call was made from a dsh callback thread."""
+
+
+class InternalError(DshError, RuntimeError):
+    """A bug in dsh_native."""

@@ -1,0 +1,487 @@
+//! Executor, Process and CancelToken for Python. Every call that can wait
+//! releases the GIL; blocking waits wake up regularly to let Ctrl-C
+//! (KeyboardInterrupt) through, aborting what they were waiting for.
+
+use std::collections::BTreeMap;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyString};
+
+use dsh_core::{ConfigInput, Field, FieldName, ListenerId, Request, SandboxMode, SandboxPolicyInput, Scope};
+
+use crate::results::{py_repr, ProcessRead, RunResult, SandboxInfo, SandboxPolicy, Spec};
+use crate::{number, to_pyerr, type_error};
+
+/// How often a blocking wait comes back to check for KeyboardInterrupt.
+const SIGNAL_POLL: Duration = Duration::from_millis(50);
+
+/// A cancellation token: `cancel()` from any thread aborts a run using it.
+#[pyclass(frozen, module = "dsh_native")]
+#[derive(Clone, Default)]
+pub struct CancelToken {
+    pub inner: dsh_core::CancelToken,
+}
+
+#[pymethods]
+impl CancelToken {
+    #[new]
+    fn new() -> Self {
+        CancelToken::default()
+    }
+    fn cancel(&self) {
+        self.inner.cancel();
+    }
+    #[getter]
+    fn cancelled(&self) -> bool {
+        self.inner.is_cancelled()
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "CancelToken(cancelled={})",
+            if self.inner.is_cancelled() {
+                "True"
+            } else {
+                "False"
+            }
+        )
+    }
+}
+
+/// Calling it removes a task-done listener; later calls do nothing.
+#[pyclass(frozen, module = "dsh_native")]
+pub struct Unsubscribe {
+    executor: dsh_core::Executor,
+    id: ListenerId,
+}
+
+#[pymethods]
+impl Unsubscribe {
+    fn __call__(&self) -> bool {
+        self.executor.off_task_done(self.id)
+    }
+}
+
+/// A background process.
+#[pyclass(frozen, module = "dsh_native")]
+pub struct Process {
+    pub inner: dsh_core::Process,
+}
+
+#[pymethods]
+impl Process {
+    #[getter]
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+    #[getter]
+    fn command(&self) -> &str {
+        self.inner.command()
+    }
+    #[getter]
+    fn owner(&self) -> Option<&str> {
+        self.inner.owner()
+    }
+    /// "running", then "completed" or "killed".
+    #[getter]
+    fn status(&self) -> &'static str {
+        self.inner.status().as_str()
+    }
+    #[getter]
+    fn exit_code(&self) -> Option<i32> {
+        self.inner.exit_code()
+    }
+    #[getter]
+    fn signal(&self) -> Option<String> {
+        self.inner.signal()
+    }
+    #[getter]
+    fn sandbox(&self) -> Option<SandboxInfo> {
+        self.inner.sandbox().map(SandboxInfo::from)
+    }
+    #[getter]
+    fn done(&self) -> bool {
+        self.inner.is_settled()
+    }
+    /// Consuming read: what arrived since the previous read.
+    fn read_output(&self) -> ProcessRead {
+        self.inner.read_output().into()
+    }
+    /// Begins termination; True when it was running and this call began it.
+    fn kill(&self) -> bool {
+        self.inner.kill()
+    }
+    /// Blocks until the process settles; raises TimeoutError if it is still
+    /// running after `timeout` seconds.
+    #[pyo3(signature = (timeout=None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        let deadline = match timeout {
+            Some(t) if !(t.is_finite() && t >= 0.0) => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "timeout must be a non-negative number of seconds, got {t}"
+                )))
+            }
+            Some(t) => Some(Instant::now() + Duration::from_secs_f64(t)),
+            None => None,
+        };
+        loop {
+            let step = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()).min(SIGNAL_POLL),
+                None => SIGNAL_POLL,
+            };
+            if py.detach(|| self.inner.wait_timeout(Some(step))) {
+                return Ok(());
+            }
+            py.check_signals()?;
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(pyo3::exceptions::PyTimeoutError::new_err(format!(
+                    "{} is still running",
+                    self.inner.id()
+                )));
+            }
+        }
+    }
+    /// An asyncio future that completes (with None) when the process settles.
+    fn wait_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let asyncio = py.import("asyncio")?;
+        let event_loop = asyncio.call_method0("get_running_loop")?;
+        let future = event_loop.call_method0("create_future")?;
+        let resolve = py.import("dsh_native._helpers")?.getattr("resolve_future")?;
+        let (lp, fut, resolve) = (event_loop.unbind(), future.clone().unbind(), resolve.unbind());
+        self.inner.when_settled(move || {
+            Python::try_attach(|py| {
+                let none = py.None();
+                // A closed loop cannot be told; nothing is waiting on it then.
+                let _ = lp.call_method1(
+                    py,
+                    "call_soon_threadsafe",
+                    (resolve, fut, none.clone_ref(py), none),
+                );
+            });
+        });
+        Ok(future)
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "Process(id={}, status={}, exit_code={}, signal={})",
+            py_repr(self.inner.id()),
+            py_repr(self.inner.status().as_str()),
+            self.inner.exit_code().map_or("None".into(), |c| c.to_string()),
+            self.inner.signal().map_or("None".into(), |s| py_repr(&s))
+        )
+    }
+}
+
+fn string_map(value: Option<&Bound<'_, PyAny>>, field: Field) -> PyResult<Option<BTreeMap<String, String>>> {
+    let Some(v) = value.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    let dict = v
+        .cast::<PyDict>()
+        .map_err(|_| type_error(v.py(), field, "must be a dict of str to str"))?;
+    let mut map = BTreeMap::new();
+    for (k, val) in dict.iter() {
+        let (Ok(k), Ok(val)) = (k.extract::<String>(), val.extract::<String>()) else {
+            return Err(type_error(v.py(), field, "must be a dict of str to str"));
+        };
+        map.insert(k, val);
+    }
+    Ok(Some(map))
+}
+
+fn sandbox_mode(py: Python<'_>, field: Field, value: &Bound<'_, PyAny>) -> PyResult<SandboxMode> {
+    let s: String = value
+        .extract()
+        .map_err(|_| type_error(py, field, "mode must be a str"))?;
+    SandboxMode::parse(field, &s).map_err(|e| to_pyerr(py, e))
+}
+
+fn policy_input(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<SandboxPolicyInput>> {
+    let Some(v) = value.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    let py = v.py();
+    let field = Field::new(Scope::Request, FieldName::SandboxPolicy);
+    if let Ok(p) = v.cast::<SandboxPolicy>() {
+        let p = p.get();
+        return Ok(Some(SandboxPolicyInput {
+            mode: SandboxMode::parse(field, &p.mode).map_err(|e| to_pyerr(py, e))?,
+            workspace_root: Some(p.workspace_root.clone()),
+        }));
+    }
+    let dict = v
+        .cast::<PyDict>()
+        .map_err(|_| type_error(py, field, "must be a SandboxPolicy or a dict with 'mode'"))?;
+    let mode = dict
+        .get_item("mode")?
+        .ok_or_else(|| type_error(py, field, "has no 'mode'"))?;
+    let root = match dict.get_item("workspace_root")? {
+        Some(r) if !r.is_none() => Some(
+            r.extract::<String>()
+                .map_err(|_| type_error(py, field, "workspace_root must be a str"))?,
+        ),
+        _ => None,
+    };
+    Ok(Some(SandboxPolicyInput {
+        mode: sandbox_mode(py, field, &mode)?,
+        workspace_root: root,
+    }))
+}
+
+fn optional_str(value: Option<&Bound<'_, PyAny>>, field: Field) -> PyResult<Option<String>> {
+    match value.filter(|v| !v.is_none()) {
+        None => Ok(None),
+        Some(v) => {
+            // os.PathLike objects are welcome where a path is expected.
+            let v = if v.hasattr("__fspath__")? {
+                v.call_method0("__fspath__")?
+            } else {
+                v.clone()
+            };
+            v.extract::<String>()
+                .map(Some)
+                .map_err(|_| type_error(v.py(), field, "must be a str"))
+        }
+    }
+}
+
+/// A bash executor. `Executor(**config)` takes the DESIGN §2 names as
+/// keywords; leaving a `with` block calls `close()`.
+#[pyclass(frozen, subclass, module = "dsh_native")]
+pub struct Executor {
+    inner: dsh_core::Executor,
+}
+
+#[pymethods]
+impl Executor {
+    #[new]
+    #[pyo3(signature = (*, cwd=None, timeout_ms=None, max_timeout_ms=None, max_output_bytes=None, max_spill_bytes=None, grace_ms=None, spill_dir=None, sandbox_mode=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        cwd: Option<&Bound<'_, PyAny>>,
+        timeout_ms: Option<&Bound<'_, PyAny>>,
+        max_timeout_ms: Option<&Bound<'_, PyAny>>,
+        max_output_bytes: Option<&Bound<'_, PyAny>>,
+        max_spill_bytes: Option<&Bound<'_, PyAny>>,
+        grace_ms: Option<&Bound<'_, PyAny>>,
+        spill_dir: Option<&Bound<'_, PyAny>>,
+        sandbox_mode: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let f = |name| Field::new(Scope::Config, name);
+        let input = ConfigInput {
+            cwd: optional_str(cwd, f(FieldName::Cwd))?,
+            timeout_ms: number(timeout_ms, Scope::Config, FieldName::TimeoutMs)?,
+            max_timeout_ms: number(max_timeout_ms, Scope::Config, FieldName::MaxTimeoutMs)?,
+            max_output_bytes: number(max_output_bytes, Scope::Config, FieldName::MaxOutputBytes)?,
+            max_spill_bytes: number(max_spill_bytes, Scope::Config, FieldName::MaxSpillBytes)?,
+            grace_ms: number(grace_ms, Scope::Config, FieldName::GraceMs)?,
+            spill_dir: optional_str(spill_dir, f(FieldName::SpillDir))?,
+            sandbox_mode: match sandbox_mode.filter(|m| !m.is_none()) {
+                Some(m) => Some(crate::executor::sandbox_mode(py, f(FieldName::SandboxMode), m)?),
+                None => None,
+            },
+        };
+        let inner = dsh_core::Executor::new(input).map_err(|e| to_pyerr(py, e))?;
+        Ok(Executor { inner })
+    }
+
+    /// The default sandbox mode, or None when the executor does not confine.
+    #[getter]
+    fn sandbox_mode(&self) -> Option<&'static str> {
+        self.inner.sandbox_mode().map(SandboxMode::as_str)
+    }
+
+    #[getter]
+    fn disposed(&self) -> bool {
+        self.inner.is_disposed()
+    }
+
+    /// Request → spec: the only place defaults are applied.
+    #[pyo3(signature = (command, *, workdir=None, timeout_ms=None, stdout_max_bytes=None, stdin=None, env=None, dsh_env=None, owner=None, sandbox_policy=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn resolve(
+        &self,
+        py: Python<'_>,
+        command: &Bound<'_, PyAny>,
+        workdir: Option<&Bound<'_, PyAny>>,
+        timeout_ms: Option<&Bound<'_, PyAny>>,
+        stdout_max_bytes: Option<&Bound<'_, PyAny>>,
+        stdin: Option<&Bound<'_, PyAny>>,
+        env: Option<&Bound<'_, PyAny>>,
+        dsh_env: Option<&Bound<'_, PyAny>>,
+        owner: Option<&Bound<'_, PyAny>>,
+        sandbox_policy: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Spec> {
+        let f = |name| Field::new(Scope::Request, name);
+        let command: String = command
+            .extract()
+            .map_err(|_| type_error(py, f(FieldName::Command), "must be a str"))?;
+        let stdin = match stdin.filter(|s| !s.is_none()) {
+            None => None,
+            Some(s) if s.is_instance_of::<PyString>() => Some(s.extract::<String>()?.into_bytes()),
+            Some(s) => Some(
+                s.cast::<PyBytes>()
+                    .map_err(|_| type_error(py, f(FieldName::Stdin), "must be str or bytes"))?
+                    .as_bytes()
+                    .to_vec(),
+            ),
+        };
+        let request = Request {
+            command,
+            workdir: optional_str(workdir, f(FieldName::Workdir))?,
+            timeout_ms: number(timeout_ms, Scope::Request, FieldName::TimeoutMs)?,
+            stdout_max_bytes: number(stdout_max_bytes, Scope::Request, FieldName::StdoutMaxBytes)?,
+            stdin,
+            env: string_map(env, f(FieldName::Env))?,
+            dsh_env: string_map(dsh_env, f(FieldName::DshEnv))?,
+            owner: optional_str(owner, f(FieldName::Owner))?,
+            sandbox_policy: policy_input(sandbox_policy)?,
+        };
+        let inner = self.inner.resolve(request).map_err(|e| to_pyerr(py, e))?;
+        Ok(Spec { inner })
+    }
+
+    /// Runs a spec in the foreground with the GIL released. Ctrl-C
+    /// (KeyboardInterrupt) aborts the command, waits until it is gone, and
+    /// re-raises.
+    #[pyo3(signature = (spec, cancel=None))]
+    fn run(&self, py: Python<'_>, spec: &Spec, cancel: Option<&CancelToken>) -> PyResult<RunResult> {
+        let token = cancel.map(|c| c.inner.clone()).unwrap_or_default();
+        let (tx, rx) = mpsc::channel();
+        // Receiver is not Sync; the mutex lets the GIL-free closure borrow it.
+        let rx = std::sync::Mutex::new(rx);
+        let recv = |limit: Option<Duration>| {
+            let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
+            match limit {
+                Some(l) => rx.recv_timeout(l),
+                None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+            }
+        };
+        self.inner.run_with(&spec.inner, Some(&token), move |outcome| {
+            let _ = tx.send(outcome);
+        });
+        let outcome = loop {
+            match py.detach(|| recv(Some(SIGNAL_POLL))) {
+                Ok(outcome) => break outcome,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if let Err(interrupt) = py.check_signals() {
+                        token.cancel();
+                        let _ = py.detach(|| recv(None));
+                        return Err(interrupt);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(to_pyerr(
+                        py,
+                        dsh_core::DshError::Internal("run ended without a result".into()),
+                    ))
+                }
+            }
+        };
+        let result = outcome.map_err(|e| to_pyerr(py, e))?;
+        RunResult::new(py, result)
+    }
+
+    /// Starts a run and calls `callback(result, error)` from a core thread
+    /// when it ends; the building block of `run_async`.
+    fn _run_with_callback(&self, spec: &Spec, cancel: &CancelToken, callback: Py<PyAny>) {
+        self.inner
+            .run_with(&spec.inner, Some(&cancel.inner), move |outcome| {
+                Python::try_attach(|py| {
+                    let args = match outcome {
+                        Ok(r) => match RunResult::new(py, r) {
+                            Ok(r) => (
+                                r.into_pyobject(py)
+                                    .map(|o| o.into_any().unbind())
+                                    .unwrap_or_else(|_| py.None()),
+                                py.None(),
+                            ),
+                            Err(e) => (py.None(), e.into_value(py).into_any()),
+                        },
+                        Err(e) => (py.None(), to_pyerr(py, e).into_value(py).into_any()),
+                    };
+                    if let Err(e) = callback.call1(py, args) {
+                        e.write_unraisable(py, Some(callback.bind(py)));
+                    }
+                });
+            });
+    }
+
+    /// Starts a spec in the background and returns at once.
+    fn start(&self, py: Python<'_>, spec: &Spec) -> PyResult<Process> {
+        let inner = self.inner.start(&spec.inner).map_err(|e| to_pyerr(py, e))?;
+        Ok(Process { inner })
+    }
+
+    /// The process registered as `id`, or None.
+    fn get(&self, id: &str) -> Option<Process> {
+        self.inner.get(id).map(|inner| Process { inner })
+    }
+
+    /// The owner token stored at start; NotFoundError for an unknown id.
+    fn owner_of(&self, py: Python<'_>, id: &str) -> PyResult<Option<String>> {
+        self.inner.owner_of(id).map_err(|e| to_pyerr(py, e))
+    }
+
+    /// Every process started, in start order.
+    fn list(&self) -> Vec<Process> {
+        self.inner
+            .list()
+            .into_iter()
+            .map(|inner| Process { inner })
+            .collect()
+    }
+
+    fn read_output(&self, py: Python<'_>, id: &str) -> PyResult<ProcessRead> {
+        self.inner
+            .read_output(id)
+            .map(Into::into)
+            .map_err(|e| to_pyerr(py, e))
+    }
+
+    fn kill(&self, py: Python<'_>, id: &str) -> PyResult<bool> {
+        self.inner.kill(id).map_err(|e| to_pyerr(py, e))
+    }
+
+    /// Calls `callback(process)` once for each background process that
+    /// settles, from a core thread. An exception it raises is reported
+    /// through `sys.unraisablehook` and starves no other listener. Returns a
+    /// callable that unsubscribes.
+    fn on_task_done(&self, callback: Py<PyAny>) -> Unsubscribe {
+        let cb = Arc::new(callback);
+        let id = self.inner.on_task_done(Arc::new(move |p: &dsh_core::Process| {
+            Python::try_attach(|py| {
+                let process = Process { inner: p.clone() };
+                if let Err(e) = cb.call1(py, (process,)) {
+                    e.write_unraisable(py, Some(cb.bind(py)));
+                }
+            });
+        }));
+        Unsubscribe {
+            executor: self.inner.clone(),
+            id,
+        }
+    }
+
+    /// Kills every running process (SIGTERM, SIGKILL after grace), waits for
+    /// all of them, removes spill files. Idempotent.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.inner.dispose_blocking())
+            .map_err(|e| to_pyerr(py, e))
+    }
+
+    fn __repr__(&self) -> String {
+        let c = self.inner.config();
+        format!(
+            "Executor(timeout_ms={}, max_timeout_ms={}, max_output_bytes={}, grace_ms={}, disposed={})",
+            c.timeout_ms,
+            c.max_timeout_ms,
+            c.max_output_bytes,
+            c.grace_ms,
+            if self.inner.is_disposed() { "True" } else { "False" }
+        )
+    }
+}

@@ -1,0 +1,105 @@
+//! The Python face of dsh-native. It only translates: Python values into
+//! core inputs, core results into typed objects, core errors into the
+//! exception classes of `dsh_native._errors` (one mapping, `to_pyerr`).
+
+mod executor;
+mod results;
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyBool;
+
+use dsh_core::{DshError, Field, FieldName, NameStyle, Num, Scope};
+
+static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+
+fn error_class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    let module = ERRORS.get_or_try_init(py, || py.import("dsh_native._errors").map(Bound::unbind))?;
+    module.bind(py).getattr(name)
+}
+
+/// The one mapping from core errors to Python exceptions.
+pub(crate) fn to_pyerr(py: Python<'_>, e: DshError) -> PyErr {
+    let message = e.message(NameStyle::Snake);
+    let built = (|| -> PyResult<PyErr> {
+        let exc = match &e {
+            DshError::InvalidArgument { field, .. } => {
+                let exc = error_class(py, "InvalidArgumentError")?.call1((message.clone(),))?;
+                exc.setattr("field", field.path(NameStyle::Snake))?;
+                exc
+            }
+            DshError::Spawn { errno, .. } => {
+                error_class(py, "SpawnError")?.call1((*errno, message.clone()))?
+            }
+            DshError::NotFound(id) => {
+                let exc = error_class(py, "NotFoundError")?.call1((message.clone(),))?;
+                exc.setattr("id", id)?;
+                exc
+            }
+            DshError::Disposed => error_class(py, "DisposedError")?.call1((message.clone(),))?,
+            DshError::AlreadyCancelled => {
+                error_class(py, "AlreadyCancelledError")?.call1((message.clone(),))?
+            }
+            DshError::SandboxUnavailable(_) => {
+                error_class(py, "SandboxUnavailableError")?.call1((message.clone(),))?
+            }
+            DshError::BlockingInAsync => error_class(py, "BlockingCallError")?.call1((message.clone(),))?,
+            DshError::Internal(_) => error_class(py, "InternalError")?.call1((message.clone(),))?,
+        };
+        Ok(PyErr::from_value(exc))
+    })();
+    built.unwrap_or_else(|err| err)
+}
+
+/// An `InvalidArgumentError` for a value Python handed over with the wrong
+/// type (the core never sees it).
+pub(crate) fn type_error(py: Python<'_>, field: Field, problem: &str) -> PyErr {
+    let e = DshError::InvalidArgument {
+        field,
+        problem: problem.to_owned(),
+    };
+    to_pyerr(py, e)
+}
+
+/// A Python number as the core's `Num`; the core checks its range.
+pub(crate) fn number(
+    value: Option<&Bound<'_, PyAny>>,
+    scope: Scope,
+    name: FieldName,
+) -> PyResult<Option<Num>> {
+    let Some(v) = value else { return Ok(None) };
+    if v.is_none() {
+        return Ok(None);
+    }
+    let field = Field::new(scope, name);
+    if v.is_instance_of::<PyBool>() {
+        return Err(type_error(v.py(), field, "must be a number, got a bool"));
+    }
+    match v.extract::<f64>() {
+        Ok(f) => Ok(Some(Num(f))),
+        Err(_) => Err(type_error(
+            v.py(),
+            field,
+            &format!(
+                "must be a number, got {}",
+                v.repr().map(|r| r.to_string()).unwrap_or_default()
+            ),
+        )),
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<executor::Executor>()?;
+    m.add_class::<executor::Process>()?;
+    m.add_class::<executor::CancelToken>()?;
+    m.add_class::<executor::Unsubscribe>()?;
+    m.add_class::<results::Spec>()?;
+    m.add_class::<results::RunResult>()?;
+    m.add_class::<results::CollectedOutput>()?;
+    m.add_class::<results::ProcessRead>()?;
+    m.add_class::<results::SandboxPolicy>()?;
+    m.add_class::<results::SandboxInfo>()?;
+    Ok(())
+}

@@ -1,0 +1,300 @@
+//! Typed, immutable result objects with readable reprs.
+
+use std::collections::BTreeMap;
+
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+/// A string as Python's `repr()` writes it (single quotes unless the text
+/// holds one and no double quote).
+pub(crate) fn py_repr(s: &str) -> String {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
+}
+
+fn repr_str(s: &Option<String>) -> String {
+    match s {
+        Some(s) => py_repr(s),
+        None => "None".into(),
+    }
+}
+
+fn py_bool(b: bool) -> &'static str {
+    if b {
+        "True"
+    } else {
+        "False"
+    }
+}
+
+/// A sandbox policy: the mode and the root `workspace-write` opens.
+#[pyclass(frozen, module = "dsh_native")]
+#[derive(Clone)]
+pub struct SandboxPolicy {
+    #[pyo3(get)]
+    pub mode: String,
+    #[pyo3(get)]
+    pub workspace_root: String,
+}
+
+#[pymethods]
+impl SandboxPolicy {
+    fn __repr__(&self) -> String {
+        format!(
+            "SandboxPolicy(mode={:?}, workspace_root={:?})",
+            self.mode, self.workspace_root
+        )
+    }
+}
+
+/// A fully resolved spec, made by `Executor.resolve`.
+#[pyclass(frozen, module = "dsh_native")]
+pub struct Spec {
+    pub inner: dsh_core::Spec,
+}
+
+#[pymethods]
+impl Spec {
+    #[getter]
+    fn command(&self) -> &str {
+        &self.inner.command
+    }
+    #[getter]
+    fn workdir(&self) -> &str {
+        &self.inner.workdir
+    }
+    #[getter]
+    fn timeout_ms(&self) -> u64 {
+        self.inner.timeout_ms
+    }
+    #[getter]
+    fn stdout_max_bytes(&self) -> u64 {
+        self.inner.stdout_max_bytes
+    }
+    #[getter]
+    fn stdin<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
+        self.inner.stdin.as_deref().map(|b| PyBytes::new(py, b))
+    }
+    #[getter]
+    fn env(&self) -> Option<BTreeMap<String, String>> {
+        self.inner.env.clone()
+    }
+    #[getter]
+    fn dsh_env(&self) -> Option<BTreeMap<String, String>> {
+        self.inner.dsh_env.clone()
+    }
+    #[getter]
+    fn owner(&self) -> Option<&str> {
+        self.inner.owner.as_deref()
+    }
+    #[getter]
+    fn sandbox_policy(&self) -> Option<SandboxPolicy> {
+        self.inner.sandbox_policy.as_ref().map(|p| SandboxPolicy {
+            mode: p.mode.as_str().to_owned(),
+            workspace_root: p.workspace_root.clone(),
+        })
+    }
+    fn __repr__(&self) -> String {
+        let s = &self.inner;
+        format!(
+            "Spec(command={}, workdir={}, timeout_ms={}, stdout_max_bytes={}, owner={})",
+            py_repr(&s.command),
+            py_repr(&s.workdir),
+            s.timeout_ms,
+            s.stdout_max_bytes,
+            repr_str(&s.owner)
+        )
+    }
+}
+
+/// One stream of a foreground run.
+#[pyclass(frozen, module = "dsh_native")]
+pub struct CollectedOutput {
+    /// The collected text: the tail of the stream when truncated.
+    #[pyo3(get)]
+    pub text: String,
+    #[pyo3(get)]
+    pub truncated: bool,
+    /// A file holding the complete stream, when truncated and available.
+    #[pyo3(get)]
+    pub spill_path: Option<String>,
+}
+
+impl From<dsh_core::CollectedOutput> for CollectedOutput {
+    fn from(o: dsh_core::CollectedOutput) -> Self {
+        CollectedOutput {
+            text: o.text,
+            truncated: o.truncated,
+            spill_path: o.spill_path,
+        }
+    }
+}
+
+#[pymethods]
+impl CollectedOutput {
+    fn __repr__(&self) -> String {
+        let text = if self.text.len() > 60 {
+            let mut cut = 60;
+            while !self.text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            format!("{}…", py_repr(&self.text[..cut]))
+        } else {
+            py_repr(&self.text)
+        };
+        format!(
+            "CollectedOutput(text={text}, truncated={}, spill_path={})",
+            py_bool(self.truncated),
+            repr_str(&self.spill_path)
+        )
+    }
+}
+
+/// Sandbox facts of a run or a settled process.
+#[pyclass(frozen, module = "dsh_native")]
+#[derive(Clone)]
+pub struct SandboxInfo {
+    #[pyo3(get)]
+    pub mode: String,
+    #[pyo3(get)]
+    pub denied: bool,
+    #[pyo3(get)]
+    pub enforcement: Option<String>,
+    #[pyo3(get)]
+    pub runner_failed: Option<bool>,
+}
+
+impl From<dsh_core::SandboxInfo> for SandboxInfo {
+    fn from(i: dsh_core::SandboxInfo) -> Self {
+        SandboxInfo {
+            mode: i.mode.as_str().to_owned(),
+            denied: i.denied,
+            enforcement: i.enforcement.map(|e| e.as_str().to_owned()),
+            runner_failed: i.runner_failed,
+        }
+    }
+}
+
+#[pymethods]
+impl SandboxInfo {
+    fn __repr__(&self) -> String {
+        format!(
+            "SandboxInfo(mode={}, denied={}, enforcement={}, runner_failed={})",
+            py_repr(&self.mode),
+            py_bool(self.denied),
+            repr_str(&self.enforcement),
+            self.runner_failed.map_or("None", py_bool)
+        )
+    }
+}
+
+/// The outcome of a foreground run.
+#[pyclass(frozen, module = "dsh_native")]
+pub struct RunResult {
+    #[pyo3(get)]
+    pub exit_code: Option<i32>,
+    #[pyo3(get)]
+    pub signal: Option<String>,
+    #[pyo3(get)]
+    pub timed_out: bool,
+    #[pyo3(get)]
+    pub aborted: bool,
+    #[pyo3(get)]
+    pub timeout_ms: u64,
+    #[pyo3(get)]
+    pub stdout: Py<CollectedOutput>,
+    #[pyo3(get)]
+    pub stderr: Py<CollectedOutput>,
+    #[pyo3(get)]
+    pub sandbox: Option<SandboxInfo>,
+}
+
+impl RunResult {
+    pub fn new(py: Python<'_>, r: dsh_core::RunResult) -> PyResult<Self> {
+        Ok(RunResult {
+            exit_code: r.exit_code,
+            signal: r.signal,
+            timed_out: r.timed_out,
+            aborted: r.aborted,
+            timeout_ms: r.timeout_ms,
+            stdout: Py::new(py, CollectedOutput::from(r.stdout))?,
+            stderr: Py::new(py, CollectedOutput::from(r.stderr))?,
+            sandbox: r.sandbox.map(SandboxInfo::from),
+        })
+    }
+}
+
+#[pymethods]
+impl RunResult {
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "RunResult(exit_code={}, signal={}, timed_out={}, aborted={}, timeout_ms={}, stdout={}, stderr={})",
+            self.exit_code.map_or("None".into(), |c| c.to_string()),
+            repr_str(&self.signal),
+            py_bool(self.timed_out),
+            py_bool(self.aborted),
+            self.timeout_ms,
+            self.stdout.borrow(py).__repr__(),
+            self.stderr.borrow(py).__repr__(),
+        )
+    }
+}
+
+/// What one `read_output` call returns.
+#[pyclass(frozen, module = "dsh_native")]
+pub struct ProcessRead {
+    /// Output since the previous read: stdout, then a `[stderr]` section.
+    #[pyo3(get)]
+    pub delta: String,
+    #[pyo3(get)]
+    pub lossy: bool,
+    #[pyo3(get)]
+    pub stdout_spill_path: Option<String>,
+    #[pyo3(get)]
+    pub stderr_spill_path: Option<String>,
+}
+
+impl From<dsh_core::ProcessRead> for ProcessRead {
+    fn from(r: dsh_core::ProcessRead) -> Self {
+        ProcessRead {
+            delta: r.delta,
+            lossy: r.lossy,
+            stdout_spill_path: r.stdout_spill_path,
+            stderr_spill_path: r.stderr_spill_path,
+        }
+    }
+}
+
+#[pymethods]
+impl ProcessRead {
+    fn __repr__(&self) -> String {
+        format!(
+            "ProcessRead(delta={}, lossy={}, stdout_spill_path={}, stderr_spill_path={})",
+            py_repr(&self.delta),
+            py_bool(self.lossy),
+            repr_str(&self.stdout_spill_path),
+            repr_str(&self.stderr_spill_path)
+        )
+    }
+}

@@ -1,0 +1,361 @@
+"""The DESIGN §2–§7 contract, through Python."""
+
+import os
+import stat
+import threading
+import time
+
+import pytest
+
+import dsh_native
+from dsh_native import (
+    CancelToken,
+    DisposedError,
+    DshError,
+    Executor,
+    InvalidArgumentError,
+    NotFoundError,
+    SandboxUnavailableError,
+    SpawnError,
+)
+
+from conftest import alive, eventually, read_until
+
+
+# §2 configuration -------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "config, field",
+    [
+        ({"timeout_ms": 0}, "config.timeout_ms"),
+        ({"timeout_ms": -1}, "config.timeout_ms"),
+        ({"max_timeout_ms": float("nan")}, "config.max_timeout_ms"),
+        ({"max_output_bytes": float("inf")}, "config.max_output_bytes"),
+        ({"max_spill_bytes": 1.5}, "config.max_spill_bytes"),
+        ({"grace_ms": 2**31}, "config.grace_ms"),
+        ({"grace_ms": 10**400}, "config.grace_ms"),
+        ({"grace_ms": "100"}, "config.grace_ms"),
+        ({"grace_ms": True}, "config.grace_ms"),
+        ({"timeout_ms": 10_000, "max_timeout_ms": 5_000}, "config.timeout_ms"),
+        ({"sandbox_mode": "yolo"}, "config.sandbox_mode"),
+    ],
+)
+def test_bad_config_is_refused_naming_the_field(config, field):
+    with pytest.raises(InvalidArgumentError) as info:
+        Executor(**config)
+    assert info.value.field == field
+    assert field in str(info.value)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, DshError)
+
+
+def test_unknown_config_keywords_are_refused():
+    with pytest.raises(TypeError):
+        Executor(timeout=5)  # type: ignore[call-arg]
+
+
+# §3 resolve ------------------------------------------------------------------
+
+def test_resolve_defaults_and_caps(tmp):
+    with Executor(cwd=tmp, timeout_ms=1000, max_timeout_ms=5000, max_output_bytes=777) as ex:
+        s = ex.resolve("true")
+        assert (s.workdir, s.timeout_ms, s.stdout_max_bytes) == (tmp, 1000, 777)
+        assert (s.stdin, s.env, s.dsh_env, s.owner, s.sandbox_policy) == (None, None, None, None, None)
+        s = ex.resolve("true", timeout_ms=99_999, stdout_max_bytes=5, workdir="sub", owner="o", stdin="x")
+        assert s.timeout_ms == 5000
+        assert s.workdir == os.path.join(tmp, "sub")
+        assert (s.stdout_max_bytes, s.owner, s.stdin) == (5, "o", b"x")
+
+
+def test_workdir_defaults_to_the_process_cwd(ex):
+    assert ex.resolve("true").workdir == os.getcwd()
+
+
+@pytest.mark.parametrize(
+    "kwargs, field, needle",
+    [
+        ({"command": "a\0b"}, "request.command", "NUL"),
+        ({"timeout_ms": 0}, "request.timeout_ms", "positive"),
+        ({"timeout_ms": float("nan")}, "request.timeout_ms", "finite"),
+        ({"timeout_ms": 2.5}, "request.timeout_ms", "whole"),
+        ({"stdout_max_bytes": -3}, "request.stdout_max_bytes", "positive"),
+        ({"workdir": "/tmp/\0"}, "request.workdir", "NUL"),
+        ({"env": {"": "v"}}, "request.env", "empty"),
+        ({"env": {"A=B": "v"}}, "request.env", "'='"),
+        ({"env": {"A": "v\0"}}, "request.env", "NUL"),
+        ({"env": {"A": 1}}, "request.env", "dict"),
+        ({"env": ["A"]}, "request.env", "dict"),
+        ({"dsh_env": {"FOO": "v"}}, "request.dsh_env", "DSH_"),
+        ({"stdin": 5}, "request.stdin", "bytes"),
+        ({"sandbox_policy": {"mode": "nope"}}, "request.sandbox_policy", "nope"),
+        ({"sandbox_policy": {}}, "request.sandbox_policy", "mode"),
+    ],
+)
+def test_bad_requests_are_errors_naming_the_field(ex, kwargs, field, needle):
+    command = kwargs.pop("command", "true")
+    with pytest.raises(InvalidArgumentError) as info:
+        ex.resolve(command, **kwargs)
+    assert info.value.field == field
+    assert needle in str(info.value)
+
+
+def test_sandbox_policy_is_stamped_from_config_or_request(tmp):
+    with Executor(sandbox_mode="read-only") as ex:
+        assert ex.sandbox_mode == "read-only"
+        p = ex.resolve("true").sandbox_policy
+        assert p is not None and (p.mode, p.workspace_root) == ("read-only", os.getcwd())
+        s = ex.resolve("true", sandbox_policy={"mode": "danger-full-access", "workspace_root": tmp})
+        assert s.sandbox_policy is not None and s.sandbox_policy.mode == "danger-full-access"
+    with Executor() as ex:
+        assert ex.sandbox_mode is None
+
+
+# §4 environment ---------------------------------------------------------------
+
+def test_environment_scrub_and_precedence(ex, monkeypatch):
+    monkeypatch.setenv("MY_API_KEY", "leak1")
+    monkeypatch.setenv("db_password", "leak2")
+    monkeypatch.setenv("DSH_STALE", "leak3")
+    monkeypatch.setenv("Some_Secret_Thing", "leak4")
+    monkeypatch.setenv("PLAIN_SETTING", "kept")
+    monkeypatch.setenv("GITHUB_TOKEN", "leak5")
+    spec = ex.resolve(
+        "env",
+        env={"GITHUB_TOKEN": "explicit", "PAGER": "less", "DSH_X": "from-env"},
+        dsh_env={"DSH_X": "from-dsh-env"},
+    )
+    out = ex.run(spec).stdout.text
+    env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    for leak in ("leak1", "leak2", "leak3", "leak4", "leak5"):
+        assert leak not in out
+    assert env["PLAIN_SETTING"] == "kept"
+    assert (env["NO_COLOR"], env["TERM"], env["GIT_PAGER"]) == ("1", "dumb", "cat")
+    assert env["PAGER"] == "less"
+    assert env["GITHUB_TOKEN"] == "explicit"
+    assert env["DSH_X"] == "from-dsh-env"
+
+
+# §5 run -------------------------------------------------------------------------
+
+def test_stdin_str_or_bytes_then_eof(ex):
+    assert ex.run(ex.resolve("cat", stdin="héllo")).stdout.text == "héllo"
+    assert ex.run(ex.resolve("wc -c", stdin=b"\x00\x01\x02")).stdout.text.strip() == "3"
+    assert ex.run(ex.resolve("readlink /proc/self/fd/0")).stdout.text == "/dev/null\n"
+
+
+def test_nonzero_exit_is_a_result_with_readable_repr(ex):
+    r = ex.run(ex.resolve("echo out; echo err >&2; exit 42"))
+    assert (r.exit_code, r.signal, r.timed_out, r.aborted) == (42, None, False, False)
+    assert (r.stdout.text, r.stderr.text) == ("out\n", "err\n")
+    assert r.timeout_ms == 120_000 and r.sandbox is None
+    assert "exit_code=42" in repr(r) and "out\\n" in repr(r)
+
+
+def test_caps_tail_and_complete_spill_file():
+    with Executor(max_output_bytes=50) as ex:
+        r = ex.run(ex.resolve("seq 1 20000; seq 1 200 >&2", stdout_max_bytes=100))
+        full = "".join(f"{i}\n" for i in range(1, 20001))
+        assert r.stdout.truncated and r.stderr.truncated
+        assert r.stdout.text == full[-100:]
+        assert r.stderr.text == "".join(f"{i}\n" for i in range(1, 201))[-50:]
+        path = r.stdout.spill_path
+        assert path is not None
+        with open(path) as f:
+            assert f.read() == full
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
+
+
+def test_spill_is_dropped_past_max_spill_bytes():
+    with Executor(max_output_bytes=100, max_spill_bytes=10_000) as ex:
+        r = ex.run(ex.resolve("seq 1 5000"))
+        assert r.stdout.truncated and r.stdout.spill_path is None
+
+
+def test_timeout_cancel_and_self_kill_are_told_apart(ex, tmp):
+    r = ex.run(ex.resolve("sleep 30", timeout_ms=200))
+    assert (r.timed_out, r.aborted, r.signal, r.exit_code, r.timeout_ms) == (True, False, "SIGTERM", None, 200)
+
+    token = CancelToken()
+    mark = os.path.join(tmp, "started")
+    threading.Thread(target=lambda: eventually(lambda: os.path.exists(mark)) and token.cancel()).start()
+    r = ex.run(ex.resolve(f"touch {mark}; sleep 30"), cancel=token)
+    assert (r.timed_out, r.aborted, r.signal) == (False, True, "SIGTERM")
+    assert token.cancelled
+    with pytest.raises(dsh_native.AlreadyCancelledError):
+        ex.run(ex.resolve("true"), cancel=token)
+
+    r = ex.run(ex.resolve("kill -KILL $$"))
+    assert (r.timed_out, r.aborted, r.signal, r.exit_code) == (False, False, "SIGKILL", None)
+
+
+def test_term_trapping_command_dies_by_sigkill_after_grace(ex):
+    r = ex.run(ex.resolve("trap 'echo got-term' TERM; while :; do sleep 0.05; done", timeout_ms=200))
+    assert r.timed_out and r.signal == "SIGKILL" and "got-term" in r.stdout.text
+
+
+def test_background_grandchild_does_not_hang_run(ex):
+    start = time.monotonic()
+    r = ex.run(ex.resolve("sleep 30 & echo $!"))
+    assert time.monotonic() - start < 15
+    pid = int(r.stdout.text)
+    ex.close()
+    assert eventually(lambda: not alive(pid))
+
+
+def test_spawn_failures_are_oserrors_with_errno(ex):
+    with pytest.raises(SpawnError) as info:
+        ex.run(ex.resolve("true", workdir="/nonexistent/dsh-py"))
+    e = info.value
+    assert isinstance(e, OSError) and e.errno == 2
+    assert "ENOENT" in str(e) and "/nonexistent/dsh-py" in str(e)
+    with pytest.raises(SpawnError) as info:
+        ex.run(ex.resolve("true", env={"PATH": "/nonexistent"}))
+    assert info.value.errno == 2 and "bash" in str(info.value)
+
+
+def test_confined_modes_fail_closed(ex):
+    spec = ex.resolve("true", sandbox_policy={"mode": "read-only"})
+    try:
+        ex.run(spec)
+    except SandboxUnavailableError:
+        pass
+    r = ex.run(ex.resolve("true", sandbox_policy={"mode": "danger-full-access"}))
+    assert r.sandbox is not None and r.sandbox.mode == "danger-full-access" and r.sandbox.enforcement is None
+
+
+def test_disposed_executor_refuses_work():
+    ex = Executor()
+    spec = ex.resolve("true")
+    ex.close()
+    ex.close()
+    assert ex.disposed
+    with pytest.raises(DisposedError):
+        ex.run(spec)
+    with pytest.raises(DisposedError):
+        ex.start(spec)
+
+
+# §6 background --------------------------------------------------------------
+
+def test_background_status_exit_and_signal(ex):
+    p = ex.start(ex.resolve("exit 3"))
+    p.wait(30)
+    assert (p.status, p.exit_code, p.signal, p.done) == ("completed", 3, None, True)
+    p = ex.start(ex.resolve("kill -USR1 $$"))
+    p.wait(30)
+    assert (p.status, p.exit_code, p.signal) == ("killed", None, "SIGUSR1")
+
+
+def test_kill_true_once_then_false_and_escalates(ex):
+    p = ex.start(ex.resolve("trap 'echo got-term' TERM; echo armed; while :; do sleep 0.05; done"))
+    read_until(p, "armed")
+    with pytest.raises(TimeoutError):
+        p.wait(timeout=0.05)
+    assert p.kill() is True
+    assert p.status == "killed"
+    assert p.kill() is False
+    p.wait()
+    assert p.signal == "SIGKILL"
+    assert "got-term" in p.read_output().delta
+
+
+def test_reads_are_consuming_with_stderr_sections(ex, tmp):
+    go = os.path.join(tmp, "go")
+    p = ex.start(ex.resolve(f"echo first; while [ ! -e {go} ]; do sleep 0.01; done; printf abc; printf def >&2"))
+    assert read_until(p, "first") == "first\n"
+    assert p.read_output().delta == ""
+    open(go, "w").close()
+    p.wait(30)
+    read = p.read_output()
+    assert read.delta == "abc\n[stderr]\ndef"
+    assert not read.lossy and read.stdout_spill_path is None
+    assert p.read_output().delta == ""
+
+
+def test_lossy_reads_and_spill_paths():
+    with Executor(max_output_bytes=100) as ex:
+        p = ex.start(ex.resolve("seq 1 1000 >&2"))
+        p.wait(30)
+        read = p.read_output()
+        full = "".join(f"{i}\n" for i in range(1, 1001))
+        assert read.lossy and read.delta == "[stderr]\n" + full[-100:]
+        assert read.stdout_spill_path is None and read.stderr_spill_path is not None
+        with open(read.stderr_spill_path) as f:
+            assert f.read() == full
+
+
+def test_spawn_failure_settles_killed_and_says_so_once(ex):
+    p = ex.start(ex.resolve("true", workdir="/nonexistent/dsh-bg"))
+    p.wait(30)
+    assert p.status == "killed"
+    first = p.read_output().delta
+    assert "spawn failed: ENOENT" in first and "/nonexistent/dsh-bg" in first
+    assert p.read_output().delta == ""
+
+
+# §7 registry -----------------------------------------------------------------
+
+def test_registry_ids_owners_and_lookups(ex):
+    a = ex.start(ex.resolve("echo hi", owner="session-a"))
+    b = ex.start(ex.resolve("true"))
+    assert (a.id, b.id) == ("bash-1", "bash-2")
+    assert [p.id for p in ex.list()] == ["bash-1", "bash-2"]
+    assert ex.owner_of("bash-1") == "session-a" and ex.owner_of("bash-2") is None
+    assert a.owner == "session-a" and a.command == "echo hi"
+    got = ex.get("bash-1")
+    assert got is not None and got.id == "bash-1"
+    assert ex.get("bash-99") is None
+    a.wait(30)
+    assert ex.read_output("bash-1").delta == "hi\n"
+    assert ex.kill("bash-1") is False
+    for call in (ex.owner_of, ex.read_output, ex.kill):
+        with pytest.raises(NotFoundError) as info:
+            call("bash-99")
+        assert isinstance(info.value, KeyError) and "bash-99" in str(info.value)
+
+
+def test_listeners_hear_each_completion_once_and_a_raising_one_is_reported(ex, monkeypatch):
+    reported = []
+    monkeypatch.setattr("sys.unraisablehook", lambda u: reported.append(u.exc_value))
+
+    def broken(p):
+        raise RuntimeError("listener bug")
+
+    heard = []
+    ex.on_task_done(broken)
+    ex.on_task_done(lambda p: heard.append((p.id, p.status)))
+    counted = []
+    unsubscribe = ex.on_task_done(lambda p: counted.append(p.id))
+    procs = [ex.start(ex.resolve(f"exit {i}")) for i in range(4)]
+    for p in procs:
+        p.wait(30)
+    assert sorted(heard) == [(f"bash-{i}", "completed") for i in range(1, 5)]
+    assert len(counted) == 4
+    assert len(reported) == 4 and all(isinstance(e, RuntimeError) for e in reported)
+    assert unsubscribe() is True and unsubscribe() is False
+    ex.start(ex.resolve("true")).wait(30)
+    assert len(counted) == 4 and len(heard) == 5
+
+
+def test_close_kills_everything_and_no_listener_runs_after():
+    ex = Executor(grace_ms=300)
+    heard = []
+    ex.on_task_done(lambda p: heard.append(p.id))
+    p = ex.start(ex.resolve("trap '' TERM; echo $$; while :; do sleep 0.05; done"))
+    pid = int(read_until(p, "\n").split()[0])
+    with ex:
+        pass
+    assert p.done and p.status == "killed" and p.signal == "SIGKILL"
+    assert not alive(pid)
+    assert heard == []
+
+
+@pytest.mark.parametrize("text", ["plain\n", "it's", "both ' and \"", "tab\tback\\slash\x01\x7f", "héllo 😀"])
+def test_reprs_quote_text_as_python_does(ex, text):
+    r = ex.run(ex.resolve("cat", stdin=text))
+    assert r.stdout.text == text
+    assert f"text={text!r}" in repr(r.stdout)
+    p = ex.start(ex.resolve("cat", stdin=text))
+    p.wait(30)
+    assert f"delta={text!r}" in repr(p.read_output())
+    assert repr(p).startswith("Process(id='bash-")

@@ -1,0 +1,147 @@
+"""What makes the binding feel native: threads, asyncio, Ctrl-C."""
+
+import asyncio
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from dsh_native import CancelToken, Executor
+
+from conftest import alive, eventually
+
+
+def test_run_releases_the_gil(ex):
+    ticks = []
+    stop = threading.Event()
+
+    def ticker():
+        while not stop.is_set():
+            ticks.append(1)
+            time.sleep(0.01)
+
+    t = threading.Thread(target=ticker)
+    t.start()
+    before = len(ticks)
+    ex.run(ex.resolve("sleep 0.5"))
+    during = len(ticks) - before
+    stop.set()
+    t.join()
+    assert during >= 10, f"only {during} ticks ran while the command did"
+
+
+def test_runs_from_many_threads_at_once(ex):
+    results = {}
+
+    def worker(n):
+        results[n] = ex.run(ex.resolve(f"echo {n}")).stdout.text
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {n: f"{n}\n" for n in range(16)}
+
+
+def test_run_async_does_not_block_the_loop(ex):
+    async def main():
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        t = asyncio.create_task(ticker())
+        results = await asyncio.gather(*(ex.run_async(ex.resolve(f"sleep 0.3; echo {i}")) for i in range(5)))
+        t.cancel()
+        return ticks, [r.stdout.text for r in results]
+
+    ticks, outs = asyncio.run(main())
+    assert outs == [f"{i}\n" for i in range(5)]
+    assert ticks >= 10
+
+
+def test_cancelling_the_awaiting_task_aborts_the_command(ex, tmp):
+    pidfile = os.path.join(tmp, "pid")
+
+    async def main():
+        task = asyncio.ensure_future(ex.run_async(ex.resolve(f"echo $$ > {pidfile}; exec sleep 30")))
+        while not os.path.exists(pidfile) or not open(pidfile).read().strip():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    pid = int(open(pidfile).read())
+    assert not alive(pid), "the command outlived the cancelled task"
+
+
+def test_run_async_with_a_token_returns_the_aborted_result(ex, tmp):
+    mark = os.path.join(tmp, "started")
+
+    async def main():
+        token = CancelToken()
+        task = asyncio.ensure_future(ex.run_async(ex.resolve(f"touch {mark}; sleep 30"), cancel=token))
+        while not os.path.exists(mark):
+            await asyncio.sleep(0.01)
+        token.cancel()
+        return await task
+
+    r = asyncio.run(main())
+    assert r.aborted and not r.timed_out and r.signal == "SIGTERM"
+
+
+def test_run_async_raises_spawn_errors(ex):
+    async def main():
+        await ex.run_async(ex.resolve("true", workdir="/nonexistent"))
+
+    with pytest.raises(OSError):
+        asyncio.run(main())
+
+
+def test_wait_async(ex):
+    async def main():
+        p = ex.start(ex.resolve("sleep 0.2; exit 4"))
+        await asyncio.wait_for(p.wait_async(), 30)
+        await p.wait_async()
+        return p
+
+    p = asyncio.run(main())
+    assert (p.status, p.exit_code) == ("completed", 4)
+
+
+def test_ctrl_c_during_run_aborts_the_command_and_leaves_nothing(ex, tmp):
+    pidfile = os.path.join(tmp, "pid")
+
+    def press_ctrl_c():
+        eventually(lambda: os.path.exists(pidfile) and open(pidfile).read().strip() != "")
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=press_ctrl_c).start()
+    with pytest.raises(KeyboardInterrupt):
+        ex.run(ex.resolve(f"echo $$ > {pidfile}; exec sleep 30"))
+    pid = int(open(pidfile).read())
+    assert not alive(pid), "Ctrl-C left the command running"
+
+
+def test_ctrl_c_during_wait_is_delivered(ex):
+    p = ex.start(ex.resolve("sleep 30"))
+    threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        p.wait()
+    assert p.kill()
+
+
+def test_listener_runs_while_main_thread_blocks_in_close():
+    ex = Executor(grace_ms=300)
+    heard = []
+    ex.on_task_done(lambda p: heard.append(p.id))
+    ex.start(ex.resolve("true")).wait(30)
+    ex.close()  # would deadlock if close held the GIL while a listener needs it
+    assert heard == ["bash-1"]
