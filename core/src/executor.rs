@@ -627,6 +627,16 @@ impl Executor {
         let _ = runtime::handle().spawn(shared.dispose()).await;
     }
 
+    /// [`Executor::dispose`] for hosts with their own event loop: returns at
+    /// once and calls `on_done` from a core thread when disposal is complete.
+    pub fn start_dispose(&self, on_done: impl FnOnce() + Send + 'static) {
+        let shared = self.shared().clone();
+        runtime::handle().spawn(async move {
+            shared.dispose().await;
+            on_done();
+        });
+    }
+
     pub fn dispose_blocking(&self) -> Result<()> {
         runtime::block_on(self.shared().clone().dispose())
     }

@@ -1,0 +1,230 @@
+//! Native classes behind `index.js`: every promise is settled from a core
+//! thread through a napi deferred; nothing here blocks the JS thread.
+
+use std::sync::Arc;
+
+use napi::bindgen_prelude::*;
+use napi::threadsafe_function::ThreadsafeFunctionCallMode;
+use napi::{sys, Env};
+use napi_derive::napi;
+
+use dsh_core::{DshError, ListenerId};
+
+use crate::convert::{self, js_error, ConfigJs, RequestJs, SpecJs};
+
+/// A run's outcome, turned into a JS object on the JS thread.
+struct RunValue(dsh_core::RunResult);
+
+impl ToNapiValue for RunValue {
+    unsafe fn to_napi_value(raw_env: sys::napi_env, val: Self) -> Result<sys::napi_value> {
+        let env = Env::from_raw(raw_env);
+        let obj = convert::run_result(&env, &val.0)?;
+        // SAFETY: `obj` was just created in `raw_env`.
+        unsafe { Object::to_napi_value(raw_env, obj) }
+    }
+}
+
+fn throw<T>(env: &Env, r: std::result::Result<T, DshError>) -> Result<T> {
+    r.map_err(|e| js_error(env, &e))
+}
+
+/// Fires a core cancel token from JS (an AbortSignal's 'abort').
+#[napi]
+#[derive(Default)]
+pub struct NativeCancelToken {
+    inner: dsh_core::CancelToken,
+}
+
+#[napi]
+impl NativeCancelToken {
+    #[napi(constructor)]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    #[napi]
+    pub fn cancel(&self) {
+        self.inner.cancel();
+    }
+}
+
+#[napi]
+pub struct NativeProcess {
+    inner: dsh_core::Process,
+}
+
+#[napi]
+impl NativeProcess {
+    #[napi(getter)]
+    pub fn id(&self) -> String {
+        self.inner.id().to_owned()
+    }
+
+    #[napi(getter)]
+    pub fn command(&self) -> String {
+        self.inner.command().to_owned()
+    }
+
+    #[napi(getter)]
+    pub fn owner(&self) -> Option<String> {
+        self.inner.owner().map(str::to_owned)
+    }
+
+    #[napi(getter)]
+    pub fn status(&self) -> &'static str {
+        self.inner.status().as_str()
+    }
+
+    #[napi(getter)]
+    pub fn exit_code(&self) -> Option<i32> {
+        self.inner.exit_code()
+    }
+
+    #[napi(getter)]
+    pub fn signal(&self) -> Option<String> {
+        self.inner.signal()
+    }
+
+    #[napi(getter)]
+    pub fn settled(&self) -> bool {
+        self.inner.is_settled()
+    }
+
+    /// Sandbox facts once settled, else undefined.
+    #[napi]
+    pub fn sandbox<'e>(&self, env: &'e Env) -> Result<Option<Object<'e>>> {
+        self.inner
+            .sandbox()
+            .map(|s| convert::sandbox_object(env, &s))
+            .transpose()
+    }
+
+    #[napi]
+    pub fn read_output<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        convert::read_object(env, &self.inner.read_output())
+    }
+
+    #[napi]
+    pub fn kill(&self) -> bool {
+        self.inner.kill()
+    }
+
+    /// A promise that resolves (with undefined) once the process settles.
+    #[napi]
+    pub fn done<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        let (deferred, promise) = env.create_deferred::<(), _>()?;
+        self.inner.when_settled(move || deferred.resolve(|_| Ok(())));
+        Ok(promise)
+    }
+}
+
+#[napi]
+pub struct NativeExecutor {
+    inner: dsh_core::Executor,
+}
+
+#[napi]
+impl NativeExecutor {
+    #[napi(constructor)]
+    pub fn new(env: Env, config: Option<ConfigJs>) -> Result<Self> {
+        let input = throw(&env, convert::config_input(config))?;
+        let inner = throw(&env, dsh_core::Executor::new(input))?;
+        Ok(NativeExecutor { inner })
+    }
+
+    #[napi(getter)]
+    pub fn sandbox_mode(&self) -> Option<&'static str> {
+        self.inner.sandbox_mode().map(|m| m.as_str())
+    }
+
+    #[napi]
+    pub fn resolve<'e>(&self, env: &'e Env, request: RequestJs) -> Result<Object<'e>> {
+        let req = throw(env, convert::request(request))?;
+        let spec = throw(env, self.inner.resolve(req))?;
+        convert::spec_object(env, &spec)
+    }
+
+    /// Runs off the JS thread; the promise settles from a core thread.
+    #[napi]
+    pub fn run<'e>(
+        &self,
+        env: &'e Env,
+        spec: SpecJs,
+        cancel: Option<&NativeCancelToken>,
+    ) -> Result<Object<'e>> {
+        let spec = throw(env, convert::spec(spec))?;
+        let (deferred, promise) = env.create_deferred::<RunValue, _>()?;
+        self.inner
+            .run_with(&spec, cancel.map(|c| &c.inner), move |outcome| {
+                deferred.resolve(move |env| match outcome {
+                    Ok(r) => Ok(RunValue(r)),
+                    Err(e) => Err(js_error(&env, &e)),
+                })
+            });
+        Ok(promise)
+    }
+
+    /// Registers the process and returns at once; spawning happens on a
+    /// core thread.
+    #[napi]
+    pub fn start(&self, env: &Env, spec: SpecJs) -> Result<NativeProcess> {
+        let spec = throw(env, convert::spec(spec))?;
+        let inner = throw(env, self.inner.start(&spec))?;
+        Ok(NativeProcess { inner })
+    }
+
+    #[napi]
+    pub fn get(&self, id: String) -> Option<NativeProcess> {
+        self.inner.get(&id).map(|inner| NativeProcess { inner })
+    }
+
+    #[napi]
+    pub fn list(&self) -> Vec<NativeProcess> {
+        self.inner
+            .list()
+            .into_iter()
+            .map(|inner| NativeProcess { inner })
+            .collect()
+    }
+
+    #[napi]
+    pub fn read_output<'e>(&self, env: &'e Env, id: String) -> Result<Object<'e>> {
+        let read = throw(env, self.inner.read_output(&id))?;
+        convert::read_object(env, &read)
+    }
+
+    #[napi]
+    pub fn kill(&self, env: &Env, id: String) -> Result<bool> {
+        throw(env, self.inner.kill(&id))
+    }
+
+    /// Calls `callback(id)` on the JS thread for each process that settles.
+    /// The threadsafe function is weak: it never keeps the process alive.
+    #[napi]
+    pub fn on_task_done(&self, callback: Function<String, ()>) -> Result<f64> {
+        let tsfn = Arc::new(
+            callback
+                .build_threadsafe_function::<String>()
+                .weak::<true>()
+                .callee_handled::<false>()
+                .build()?,
+        );
+        let id = self.inner.on_task_done(Arc::new(move |p: &dsh_core::Process| {
+            tsfn.call(p.id().to_owned(), ThreadsafeFunctionCallMode::NonBlocking);
+        }));
+        Ok(id.as_u64() as f64)
+    }
+
+    #[napi]
+    pub fn off_task_done(&self, id: f64) -> bool {
+        self.inner.off_task_done(ListenerId::from_u64(id as u64))
+    }
+
+    /// Kills everything and resolves once all of it has exited.
+    #[napi]
+    pub fn dispose<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        let (deferred, promise) = env.create_deferred::<(), _>()?;
+        self.inner.start_dispose(move || deferred.resolve(|_| Ok(())));
+        Ok(promise)
+    }
+}
