@@ -195,6 +195,10 @@ const char *dsh_version(void);
  */
 enum DshStatus dsh_config_new(struct DshConfig **out);
 
+/**
+ * Frees a DshConfig; NULL is a no-op. Strings and handles borrowed from
+ * it are invalid afterwards.
+ */
 void dsh_config_free(struct DshConfig *config);
 
 /**
@@ -245,6 +249,10 @@ enum DshStatus dsh_config_set_sandbox_mode(const struct DshConfig *config, const
  */
 enum DshStatus dsh_request_new(const char *command, size_t command_len, struct DshRequest **out);
 
+/**
+ * Frees a DshRequest; NULL is a no-op. Strings and handles borrowed from
+ * it are invalid afterwards.
+ */
 void dsh_request_free(struct DshRequest *request);
 
 /**
@@ -302,6 +310,10 @@ enum DshStatus dsh_request_set_sandbox_policy(const struct DshRequest *request,
  */
 enum DshStatus dsh_executor_new(const struct DshConfig *config, struct DshExecutor **out);
 
+/**
+ * Frees a DshExecutor; NULL is a no-op. Strings and handles borrowed from
+ * it are invalid afterwards.
+ */
 void dsh_executor_free(struct DshExecutor *executor);
 
 /**
@@ -311,6 +323,10 @@ enum DshStatus dsh_executor_resolve(const struct DshExecutor *executor,
                                     const struct DshRequest *request,
                                     struct DshSpec **out);
 
+/**
+ * Frees a DshSpec; NULL is a no-op. Strings and handles borrowed from
+ * it are invalid afterwards.
+ */
 void dsh_spec_free(struct DshSpec *spec);
 
 struct DshStr dsh_spec_command(const struct DshSpec *spec);
@@ -414,6 +430,10 @@ enum DshStatus dsh_cancel_token_new(struct DshCancelToken **out);
  */
 enum DshStatus dsh_cancel_token_cancel(const struct DshCancelToken *token);
 
+/**
+ * Frees a DshCancelToken; NULL is a no-op. Strings and handles borrowed from
+ * it are invalid afterwards.
+ */
 void dsh_cancel_token_free(struct DshCancelToken *token);
 
 /**
@@ -433,6 +453,10 @@ int dsh_last_errno(void);
  */
 const char *dsh_status_name(int status);
 
+/**
+ * Frees a DshRunResult; NULL is a no-op. Strings and handles borrowed from
+ * it are invalid afterwards.
+ */
 void dsh_run_result_free(struct DshRunResult *result);
 
 /**
@@ -481,6 +505,10 @@ struct DshStr dsh_run_result_spill_path(const struct DshRunResult *result, int s
  */
 bool dsh_run_result_sandbox(const struct DshRunResult *result, struct DshSandboxInfo *out);
 
+/**
+ * Frees a DshProcess; NULL is a no-op. Strings and handles borrowed from
+ * it are invalid afterwards.
+ */
 void dsh_process_free(struct DshProcess *process);
 
 /**
@@ -538,6 +566,10 @@ bool dsh_process_kill(const struct DshProcess *process);
  */
 enum DshStatus dsh_process_wait(const struct DshProcess *process, int64_t timeout_ms);
 
+/**
+ * Frees a DshRead; NULL is a no-op. Strings and handles borrowed from
+ * it are invalid afterwards.
+ */
 void dsh_read_free(struct DshRead *read);
 
 /**
@@ -555,6 +587,10 @@ bool dsh_read_lossy(const struct DshRead *read);
  */
 struct DshStr dsh_read_spill_path(const struct DshRead *read, int stream);
 
+/**
+ * Frees a DshProcessList; NULL is a no-op. Strings and handles borrowed from
+ * it are invalid afterwards.
+ */
 void dsh_process_list_free(struct DshProcessList *list);
 
 size_t dsh_process_list_len(const struct DshProcessList *list);

@@ -209,3 +209,40 @@ fn stdin_reaches_a_background_process() {
     settled(&p);
     assert_eq!(p.read_output().delta, "SHOUT");
 }
+
+#[test]
+fn callback_style_hooks_for_hosts_with_their_own_loop() {
+    use std::sync::mpsc;
+    let exec = executor_with(|c| c.grace_ms = n(300));
+    let (tx, rx) = mpsc::channel();
+    exec.run_with(&spec(&exec, "echo via-callback; exit 9"), None, move |r| {
+        tx.send(r).unwrap()
+    });
+    let r = rx.recv_timeout(Duration::from_secs(30)).unwrap().unwrap();
+    assert_eq!((r.exit_code, r.stdout.text.as_str()), (Some(9), "via-callback\n"));
+
+    let (tx, rx) = mpsc::channel();
+    let mut bad = spec(&exec, "true");
+    bad.workdir = "/nonexistent/cb".into();
+    exec.run_with(&bad, None, move |r| tx.send(r).unwrap());
+    assert!(matches!(
+        rx.recv_timeout(Duration::from_secs(30)).unwrap(),
+        Err(DshError::Spawn { .. })
+    ));
+
+    let p = start(&exec, "exit 2");
+    let (tx, rx) = mpsc::channel();
+    p.when_settled(move || tx.send(()).unwrap());
+    rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert_eq!(p.exit_code(), Some(2), "settled before the callback ran");
+    let (tx, rx) = mpsc::channel();
+    p.when_settled(move || tx.send(()).unwrap());
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("an already settled process calls back too");
+
+    let running = start(&exec, "exec sleep 30");
+    let (tx, rx) = mpsc::channel();
+    exec.start_dispose(move || tx.send(()).unwrap());
+    rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert!(running.is_settled() && exec.is_disposed());
+}

@@ -38,6 +38,8 @@ pub unsafe extern "C" fn dsh_config_new(out: *mut *mut DshConfig) -> DshStatus {
     })
 }
 
+/// Frees a DshConfig; NULL is a no-op. Strings and handles borrowed from
+/// it are invalid afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_config_free(config: *mut DshConfig) {
     unsafe { free(config) }
@@ -143,6 +145,8 @@ pub unsafe extern "C" fn dsh_request_new(
     })
 }
 
+/// Frees a DshRequest; NULL is a no-op. Strings and handles borrowed from
+/// it are invalid afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_request_free(request: *mut DshRequest) {
     unsafe { free(request) }

@@ -59,6 +59,8 @@ pub unsafe extern "C" fn dsh_executor_new(config: *const DshConfig, out: *mut *m
     })
 }
 
+/// Frees a DshExecutor; NULL is a no-op. Strings and handles borrowed from
+/// it are invalid afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_executor_free(executor: *mut DshExecutor) {
     unsafe { free(executor) }
@@ -91,6 +93,8 @@ pub unsafe extern "C" fn dsh_executor_resolve(
     })
 }
 
+/// Frees a DshSpec; NULL is a no-op. Strings and handles borrowed from
+/// it are invalid afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_spec_free(spec: *mut DshSpec) {
     unsafe { free(spec) }
@@ -326,6 +330,8 @@ pub unsafe extern "C" fn dsh_cancel_token_cancel(token: *const DshCancelToken) -
     })
 }
 
+/// Frees a DshCancelToken; NULL is a no-op. Strings and handles borrowed from
+/// it are invalid afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_cancel_token_free(token: *mut DshCancelToken) {
     unsafe { free(token) }

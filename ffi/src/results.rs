@@ -131,6 +131,8 @@ impl DshRunResult {
     }
 }
 
+/// Frees a DshRunResult; NULL is a no-op. Strings and handles borrowed from
+/// it are invalid afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_run_result_free(result: *mut DshRunResult) {
     unsafe { free(result) }
@@ -243,6 +245,8 @@ impl DshProcess {
     }
 }
 
+/// Frees a DshProcess; NULL is a no-op. Strings and handles borrowed from
+/// it are invalid afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_process_free(process: *mut DshProcess) {
     unsafe { free(process) }
@@ -382,6 +386,8 @@ impl DshRead {
     }
 }
 
+/// Frees a DshRead; NULL is a no-op. Strings and handles borrowed from
+/// it are invalid afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_read_free(read: *mut DshRead) {
     unsafe { free(read) }
@@ -421,6 +427,8 @@ pub struct DshProcessList {
     pub(crate) items: Vec<DshProcess>,
 }
 
+/// Frees a DshProcessList; NULL is a no-op. Strings and handles borrowed from
+/// it are invalid afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_process_list_free(list: *mut DshProcessList) {
     unsafe { free(list) }
