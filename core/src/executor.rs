@@ -27,7 +27,7 @@ use crate::sandbox::{SandboxInfo, SandboxMode};
 use crate::spawn::{find_shell, spawn, ExitStatus, Spawned};
 use crate::spill::{random_hex, SpillDir};
 use crate::supervise::{supervise, Outcome, Stop, Streams};
-use crate::tree::{signal_tagged, TagMatch};
+use crate::tree::{signal_tagged, sweep_tagged, TagMatch};
 
 /// The outcome of one foreground run. A nonzero exit, a timeout and an abort
 /// are all results.
@@ -415,7 +415,7 @@ impl Shared {
             while signal_tagged(&all, 0) > 0 && tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            signal_tagged(&all, libc::SIGKILL);
+            sweep_tagged(&all, libc::SIGKILL);
         }
         self.spill.remove();
         self.lifecycle.send_replace(Lifecycle::Disposed);

@@ -14,7 +14,7 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::output::StreamBuffer;
 use crate::spawn::{pidfd_send_signal, reap, ExitStatus, Spawned};
-use crate::tree::{signal_group, signal_tagged, TagMatch};
+use crate::tree::{signal_group, sweep_tagged, TagMatch};
 
 const CHUNK: usize = 64 * 1024;
 
@@ -52,19 +52,29 @@ fn watch(fd: OwnedFd, interest: Interest) -> io::Result<AsyncFd<OwnedFd>> {
     unsafe { AsyncFd::register_with_interest(fd, interest) }.map_err(|e| e.into_parts().1)
 }
 
-async fn read_chunk(fd: &AsyncFd<OwnedFd>, buf: &mut [u8]) -> io::Result<usize> {
+thread_local! {
+    /// One read buffer per I/O thread, not per process: an idle background
+    /// process costs no buffer at all.
+    static SCRATCH: std::cell::RefCell<Box<[u8]>> = std::cell::RefCell::new(vec![0u8; CHUNK].into_boxed_slice());
+}
+
+/// Reads what is available and hands it to `sink` within the same poll, so
+/// dropping this future in a select never loses bytes. Returns the count
+/// (0 at EOF).
+async fn read_chunk(fd: &AsyncFd<OwnedFd>, mut sink: impl FnMut(&[u8])) -> io::Result<usize> {
     loop {
         let mut guard = fd.readable().await?;
-        // The read happens inside the poll that returns Ready, so dropping this
-        // future in a select never loses bytes.
         match guard.try_io(|fd| {
-            // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
-            let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if n < 0 {
-                Err(io::Error::last_os_error())
-            } else {
+            SCRATCH.with(|scratch| {
+                let mut buf = scratch.borrow_mut();
+                // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
+                let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+                if n < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                sink(&buf[..n as usize]);
                 Ok(n as usize)
-            }
+            })
         }) {
             Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
             Ok(r) => return r,
@@ -103,7 +113,7 @@ fn signal_tree(pid: libc::pid_t, pidfd: &OwnedFd, tag: &str, sig: libc::c_int, s
     let _ = pidfd_send_signal(pidfd, sig);
     signal_group(pid, sig);
     if sweep {
-        signal_tagged(&TagMatch { tag, exact: true }, sig);
+        sweep_tagged(&TagMatch { tag, exact: true }, sig);
     }
 }
 
@@ -171,8 +181,6 @@ pub(crate) async fn supervise(
         stdin_fd = None;
     }
 
-    let mut out_buf = vec![0u8; CHUNK];
-    let mut err_buf = vec![0u8; CHUNK];
     let (mut out_open, mut err_open, mut exited) = (true, true, false);
     let mut stopped: Option<Stop> = None;
     let mut kill_at: Option<Instant> = None;
@@ -184,8 +192,8 @@ pub(crate) async fn supervise(
 
     while !(exited && !out_open && !err_open) {
         let event = tokio::select! {
-            r = read_chunk(&out, &mut out_buf), if out_open => Event::Stdout(r),
-            r = read_chunk(&err, &mut err_buf), if err_open => Event::Stderr(r),
+            r = read_chunk(&out, |b| lock(streams).stdout.push(b)), if out_open => Event::Stdout(r),
+            r = read_chunk(&err, |b| lock(streams).stderr.push(b)), if err_open => Event::Stderr(r),
             r = write_chunk(stdin_fd.as_ref(), &stdin[stdin_pos..]), if stdin_fd.is_some() => Event::Stdin(r),
             r = pidfd.readable(), if !exited => match r {
                 Ok(_) => Event::Exited,
@@ -199,12 +207,12 @@ pub(crate) async fn supervise(
             _ = sleep_until(drain_until.unwrap_or(never)), if drain_until.is_some() => Event::DrainOver,
         };
         match event {
-            Event::Stdout(Ok(n)) if n > 0 => lock(streams).stdout.push(&out_buf[..n]),
+            Event::Stdout(Ok(n)) if n > 0 => {}
             Event::Stdout(_) => {
                 out_open = false;
                 lock(streams).stdout.close();
             }
-            Event::Stderr(Ok(n)) if n > 0 => lock(streams).stderr.push(&err_buf[..n]),
+            Event::Stderr(Ok(n)) if n > 0 => {}
             Event::Stderr(_) => {
                 err_open = false;
                 lock(streams).stderr.close();
@@ -252,7 +260,7 @@ pub(crate) async fn supervise(
             let tag = tag.to_owned();
             tokio::spawn(async move {
                 sleep_until(at).await;
-                signal_tagged(
+                sweep_tagged(
                     &TagMatch {
                         tag: &tag,
                         exact: true,
