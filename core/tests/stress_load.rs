@@ -1,0 +1,50 @@
+//! 1 000 background processes at once: all tracked, read and reaped, on a
+//! constant number of threads; the memory each idle one costs is reported.
+mod common;
+use common::*;
+
+use std::time::Duration;
+
+use dsh_core::*;
+
+#[test]
+fn a_thousand_background_processes_at_once() {
+    raise_fd_limit();
+    let exec = executor();
+    run(&exec, "true");
+    let (threads_before, rss_before) = (thread_count(), rss_bytes());
+    let procs: Vec<Process> = (0..1_000)
+        .map(|_| exec.start(&spec(&exec, "echo $$; exec sleep 60")).unwrap())
+        .collect();
+    let mut pids = vec![0i32; procs.len()];
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            for (p, pid) in procs.iter().zip(pids.iter_mut()) {
+                if *pid == 0 {
+                    *pid = p.read_output().delta.trim().parse().unwrap_or(0);
+                }
+            }
+            pids.iter().all(|&p| p != 0)
+        }),
+        "not every process reported in"
+    );
+    assert!(procs.iter().all(|p| p.status() == Status::Running));
+    let (threads, rss) = (thread_count(), rss_bytes());
+    let per_process = rss.saturating_sub(rss_before) / 1_000;
+    println!("idle background process: {per_process} bytes of host memory each; threads {threads_before} → {threads}");
+    assert!(
+        threads <= threads_before + 1,
+        "threads grew from {threads_before} to {threads}"
+    );
+    assert!(per_process < 64 * 1024, "{per_process} bytes per idle process");
+    exec.dispose_blocking().unwrap();
+    assert!(procs
+        .iter()
+        .all(|p| p.is_settled() && p.status() == Status::Killed));
+    assert!(pids.iter().all(|&pid| !alive(pid)));
+    assert!(
+        eventually(Duration::from_secs(10), || children().is_empty()),
+        "unreaped: {:?}",
+        children()
+    );
+}
