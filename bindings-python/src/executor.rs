@@ -449,7 +449,8 @@ impl Executor {
     /// Calls `callback(process)` once for each background process that
     /// settles, from a core thread. An exception it raises is reported
     /// through `sys.unraisablehook` and starves no other listener. Returns a
-    /// callable that unsubscribes.
+    /// callable that unsubscribes. A callback that refers to this executor
+    /// keeps it alive until `close()` (which drops every callback).
     fn on_task_done(&self, callback: Py<PyAny>) -> Unsubscribe {
         let cb = Arc::new(callback);
         let id = self.inner.on_task_done(Arc::new(move |p: &dsh_core::Process| {

@@ -596,7 +596,9 @@ impl Executor {
 
     /// Calls `listener` once for each background process that settles from
     /// now on, until removed or the executor is disposed. A panicking
-    /// listener is contained and the others still run.
+    /// listener is contained and the others still run. A listener that
+    /// holds this executor keeps it alive until `dispose` (which drops every
+    /// listener) or `off_task_done`.
     pub fn on_task_done(&self, listener: TaskListener) -> ListenerId {
         let shared = self.shared();
         let id = ListenerId(shared.next_listener.fetch_add(1, Ordering::Relaxed));

@@ -176,4 +176,6 @@ fn blocking_calls_from_a_listener_are_refused_not_deadlocked() {
     let p = exec.start(&spec(&exec, "true")).unwrap();
     assert!(p.wait_timeout(Some(Duration::from_secs(30))));
     assert_eq!(seen.lock().unwrap().clone(), Some(Err(DshError::BlockingInAsync)));
+    // The listener holds the executor: dispose breaks that cycle.
+    exec.dispose_blocking().unwrap();
 }

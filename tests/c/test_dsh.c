@@ -461,6 +461,127 @@ static void test_many_threads_share_one_executor(void) {
     dsh_executor_free(shared_exec);
 }
 
+static void test_hostile_inputs(void) {
+    DshExecutor *exec = new_executor(100, 0);
+    /* Random bytes as commands: valid UTF-8 resolves, the rest is refused. */
+    unsigned seed = 12345;
+    int refused = 0, resolved = 0;
+    for (int i = 0; i < 2000; i++) {
+        unsigned char cmd[32];
+        size_t len = (size_t)(rand_r(&seed) % sizeof cmd);
+        for (size_t j = 0; j < len; j++) cmd[j] = (unsigned char)rand_r(&seed);
+        DshRequest *req = NULL;
+        DshStatus st = dsh_request_new((const char *)cmd, len, &req);
+        if (st == DSH_OK) {
+            DshSpec *spec = NULL;
+            DshStatus rs = dsh_executor_resolve(exec, req, &spec);
+            CHECK(rs == DSH_OK || rs == DSH_INVALID_ARGUMENT);
+            if (rs == DSH_OK) resolved++; else refused++;
+            dsh_spec_free(spec);
+            dsh_request_free(req);
+        } else {
+            CHECK(st == DSH_INVALID_ARGUMENT && req == NULL);
+            refused++;
+        }
+    }
+    CHECK(refused > 100 && resolved > 100);
+
+    /* Absurd numbers are refused naming the field. */
+    DshRequest *req = NULL;
+    DshSpec *spec = NULL;
+    OK(dsh_request_new("true", 4, &req));
+    OK(dsh_request_set_timeout_ms(req, UINT64_MAX));
+    CHECK(dsh_executor_resolve(exec, req, &spec) == DSH_INVALID_ARGUMENT);
+    CHECK(strstr(dsh_last_error(), "request.timeout_ms") != NULL);
+    OK(dsh_request_set_timeout_ms(req, 1000));
+    OK(dsh_request_set_stdout_max_bytes(req, 0));
+    CHECK(dsh_executor_resolve(exec, req, &spec) == DSH_INVALID_ARGUMENT);
+    CHECK(strstr(dsh_last_error(), "request.stdout_max_bytes") != NULL);
+    dsh_request_free(req);
+    DshConfig *config = NULL;
+    DshExecutor *bad = NULL;
+    OK(dsh_config_new(&config));
+    OK(dsh_config_set_max_spill_bytes(config, UINT64_MAX));
+    CHECK(dsh_executor_new(config, &bad) == DSH_INVALID_ARGUMENT && bad == NULL);
+    dsh_config_free(config);
+
+    /* Unknown and malformed ids. */
+    const char *ids[] = {"", "bash-0", "bash-99999999999999999999", "../x", "bash-1 "};
+    for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
+        DshProcess *p = NULL;
+        bool began = true;
+        CHECK(dsh_executor_get(exec, ids[i], &p) == DSH_NOT_FOUND && p == NULL);
+        CHECK(dsh_executor_kill(exec, ids[i], &began) == DSH_NOT_FOUND);
+    }
+    DshProcess *p = NULL;
+    CHECK(dsh_executor_get(exec, "\xff\xfe", &p) == DSH_INVALID_ARGUMENT);
+
+    /* Double kill, reads after dispose. */
+    spec = resolve(exec, "echo bye; exec sleep 30", 0);
+    OK(dsh_executor_start(exec, spec, &p));
+    char seen[64] = "";
+    for (int i = 0; i < 2000 && !strstr(seen, "bye"); i++) {
+        DshRead *r = NULL;
+        OK(dsh_process_read_output(p, &r));
+        strncat(seen, dsh_read_delta(r).ptr, sizeof seen - strlen(seen) - 1);
+        dsh_read_free(r);
+        usleep(5000);
+    }
+    CHECK(dsh_process_kill(p));
+    CHECK(!dsh_process_kill(p));
+    OK(dsh_executor_dispose(exec));
+    CHECK(!dsh_process_kill(p));
+    DshRead *r = NULL;
+    OK(dsh_process_read_output(p, &r));
+    CHECK(dsh_read_delta(r).len == 0);
+    dsh_read_free(r);
+    OK(dsh_executor_read_output(exec, "bash-1", &r));
+    dsh_read_free(r);
+    dsh_process_free(p);
+    dsh_spec_free(spec);
+    dsh_executor_free(exec);
+}
+
+static atomic_int racing_errors;
+
+static void *race_worker(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 30; i++) {
+        DshSpec *spec = resolve(shared_exec, "sleep 0.02", 0);
+        DshRunResult *r = NULL;
+        DshStatus st = dsh_executor_run(shared_exec, spec, NULL, &r);
+        if (st != DSH_OK && st != DSH_DISPOSED) atomic_fetch_add(&racing_errors, 1);
+        dsh_run_result_free(r);
+        DshProcess *p = NULL;
+        st = dsh_executor_start(shared_exec, spec, &p);
+        if (st == DSH_OK) {
+            dsh_process_kill(p);
+            if (dsh_process_wait(p, 30000) != DSH_OK) atomic_fetch_add(&racing_errors, 1);
+        } else if (st != DSH_DISPOSED) {
+            atomic_fetch_add(&racing_errors, 1);
+        }
+        dsh_process_free(p);
+        dsh_spec_free(spec);
+    }
+    return NULL;
+}
+
+static void test_calls_racing_dispose(void) {
+    shared_exec = new_executor(100, 0);
+    atomic_store(&racing_errors, 0);
+    pthread_t threads[4];
+    for (int i = 0; i < 4; i++) pthread_create(&threads[i], NULL, race_worker, NULL);
+    usleep(50000);
+    OK(dsh_executor_dispose(shared_exec));
+    for (int i = 0; i < 4; i++) pthread_join(threads[i], NULL);
+    CHECK(atomic_load(&racing_errors) == 0);
+    DshProcessList *list = NULL;
+    OK(dsh_executor_list(shared_exec, &list));
+    for (size_t i = 0; i < dsh_process_list_len(list); i++) CHECK(dsh_process_is_settled(dsh_process_list_get(list, i)));
+    dsh_process_list_free(list);
+    dsh_executor_free(shared_exec);
+}
+
 int main(void) {
     run_test("version_and_status_names", test_version_and_status_names);
     run_test("exit_codes_and_streams", test_exit_codes_and_streams);
@@ -472,6 +593,8 @@ int main(void) {
     run_test("registry_and_callbacks", test_registry_and_callbacks);
     run_test("null_and_invalid_arguments", test_null_and_invalid_arguments);
     run_test("many_threads_share_one_executor", test_many_threads_share_one_executor);
+    run_test("hostile_inputs", test_hostile_inputs);
+    run_test("calls_racing_dispose", test_calls_racing_dispose);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

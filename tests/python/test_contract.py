@@ -359,3 +359,28 @@ def test_reprs_quote_text_as_python_does(ex, text):
     p.wait(30)
     assert f"delta={text!r}" in repr(p.read_output())
     assert repr(p).startswith("Process(id='bash-")
+
+
+@pytest.mark.parametrize("command", [b"\xff\xfe", "a\udcff", 5, None])
+def test_hostile_commands_are_refused_naming_the_field(ex, command):
+    with pytest.raises(InvalidArgumentError) as info:
+        ex.resolve(command)
+    assert info.value.field == "request.command"
+
+
+def test_invalid_utf8_stdin_bytes_pass_through_and_output_is_replaced(ex):
+    r = ex.run(ex.resolve("cat", stdin=b"ok\xff\xfeend"))
+    assert r.stdout.text == "ok\ufffd\ufffdend"
+
+
+def test_unknown_ids_and_reads_after_close(ex):
+    for bad in ["", "bash-0", "../x", "bash-1\0"]:
+        assert ex.get(bad) is None
+        with pytest.raises(NotFoundError):
+            ex.kill(bad)
+    p = ex.start(ex.resolve("echo bye"))
+    p.wait(30)
+    ex.close()
+    assert p.read_output().delta == "bye\n"
+    assert p.read_output().delta == ""
+    assert p.kill() is False
