@@ -520,12 +520,16 @@ impl Executor {
     /// [`Executor::run`] for threads that are not in an async runtime.
     pub fn run_blocking(&self, spec: &Spec, cancel: Option<&CancelToken>) -> Result<RunResult> {
         let active = self.admit_run(spec, cancel)?;
-        runtime::block_on(self.shared().clone().run_task(
-            spec.clone(),
-            cancel.cloned(),
-            CancelToken::new(),
-            active,
-        ))?
+        let task = self
+            .shared()
+            .clone()
+            .run_task(spec.clone(), cancel.cloned(), CancelToken::new(), active);
+        if spec.stdin.is_some() {
+            // Writing stdin may raise SIGPIPE: do it on the core's threads.
+            runtime::block_on(task)?
+        } else {
+            runtime::block_on_here(task)?
+        }
     }
 
     /// §6: starts `spec` in the background and returns at once; spawning

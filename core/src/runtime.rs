@@ -39,6 +39,35 @@ pub(crate) fn handle() -> &'static Handle {
         .handle()
 }
 
+thread_local! {
+    /// A blocking caller's own reactor: the thread that waits is the thread
+    /// that sees its command's events, with no hand-off between threads.
+    /// Costs one epoll fd and one eventfd per calling thread, for its life.
+    static LOCAL: std::cell::RefCell<Option<Runtime>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Drives `fut` to completion on the calling thread with a reactor of its
+/// own. Only for futures that never write to a pipe (the caller's SIGPIPE
+/// disposition is the host's) and that spawn background work explicitly on
+/// [`handle`]. Refused from inside a runtime, like [`block_on`].
+pub(crate) fn block_on_here<F: Future>(fut: F) -> Result<F::Output> {
+    if Handle::try_current().is_ok() {
+        return Err(DshError::BlockingInAsync);
+    }
+    LOCAL.with(|local| {
+        let mut local = local.borrow_mut();
+        if local.is_none() {
+            let rt = Builder::new_current_thread()
+                .enable_io()
+                .enable_time()
+                .build()
+                .map_err(|e| DshError::Internal(format!("cannot create a reactor for this thread: {e}")))?;
+            *local = Some(rt);
+        }
+        Ok(local.as_ref().expect("just set").block_on(fut))
+    })
+}
+
 /// Runs `fut` on the core's threads and blocks the calling thread until it
 /// is done; the calling thread's signal mask is left alone. Refused from
 /// inside a runtime (a listener callback, a Node async context), where

@@ -258,7 +258,9 @@ pub(crate) async fn supervise(
             // trap SIGTERM get their SIGKILL on schedule. After the reap below
             // the group id may be reused, so only the pid-safe tag sweep runs.
             let tag = tag.to_owned();
-            tokio::spawn(async move {
+            // On the core's runtime: a blocking caller's own reactor stops
+            // when its call returns.
+            crate::runtime::handle().spawn(async move {
                 sleep_until(at).await;
                 sweep_tagged(
                     &TagMatch {

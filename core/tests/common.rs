@@ -113,3 +113,13 @@ pub fn raise_fd_limit() {
         libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
     }
 }
+
+/// Starts both reactors before a baseline is taken: the core's shared one
+/// (background work) and the calling thread's own (blocking runs).
+pub fn warm_up(exec: &Executor) {
+    run(exec, "true");
+    assert!(exec
+        .start(&spec(exec, "true"))
+        .unwrap()
+        .wait_timeout(Some(Duration::from_secs(30))));
+}

@@ -17,6 +17,12 @@ fn no_descriptor_is_left_behind() {
         c.max_output_bytes = n(100);
     });
     run(&exec, "true");
+    // Both reactors exist from here on: the core's shared one (started by
+    // `start`) and this thread's own (started by a blocking run).
+    assert!(exec
+        .start(&spec(&exec, "true"))
+        .unwrap()
+        .wait_timeout(Some(Duration::from_secs(30))));
     let before = open_fds();
     for i in 0..30 {
         let mut req = Request::new("seq 1 500; echo err >&2");

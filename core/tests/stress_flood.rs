@@ -13,7 +13,7 @@ use dsh_core::*;
 fn yes_for_thirty_seconds_keeps_memory_flat_and_the_spill_capped() {
     let max_spill: u64 = 64 * 1024 * 1024;
     let exec = executor_with(|c| c.grace_ms = n(500));
-    run(&exec, "true");
+    warm_up(&exec);
     let baseline = rss_bytes();
     let done = Arc::new(AtomicBool::new(false));
     let (peak_rss, peak_spill) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));

@@ -11,7 +11,7 @@ use dsh_core::*;
 fn a_thousand_background_processes_at_once() {
     raise_fd_limit();
     let exec = executor();
-    run(&exec, "true");
+    warm_up(&exec);
     let (threads_before, rss_before) = (thread_count(), rss_bytes());
     let procs: Vec<Process> = (0..1_000)
         .map(|_| exec.start(&spec(&exec, "echo $$; exec sleep 60")).unwrap())

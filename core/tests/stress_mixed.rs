@@ -19,7 +19,13 @@ fn ten_thousand_mixed_operations_leave_nothing_behind() {
         c.max_output_bytes = n(200);
         c.max_spill_bytes = n(50_000);
     });
+    // Both reactors exist from here on: the core's shared one and this
+    // thread's own (the workers' own reactors go with their threads).
     run(&exec, "true");
+    assert!(exec
+        .start(&spec(&exec, "true"))
+        .unwrap()
+        .wait_timeout(Some(Duration::from_secs(30))));
     let fds_before = open_fds();
     let reported: Arc<Mutex<BTreeSet<String>>> = Arc::default();
     let workers: Vec<_> = (0..4)
@@ -80,7 +86,11 @@ fn ten_thousand_mixed_operations_leave_nothing_behind() {
     for w in workers {
         w.join().unwrap();
     }
-    assert_eq!(exec.list().len(), 4 * 750);
+    assert_eq!(
+        exec.list().len(),
+        1 + 4 * 750,
+        "the warm-up process and the workers' starts"
+    );
     assert!(
         eventually(Duration::from_secs(10), || open_fds() == fds_before),
         "descriptors: {fds_before} before, {} after",

@@ -1,0 +1,64 @@
+"""Python drivers. Usage:
+  bench.py latency ITER HOST_MB dsh|subprocess   run `true`
+  bench.py read ITER                             read_output() on an idle process
+"""
+
+import json
+import subprocess
+import sys
+import time
+
+from dsh_native import Executor
+
+
+def report(bench, impl, host_mb, samples, **extra):
+    samples.sort()
+    print(json.dumps({"bench": bench, "impl": impl, "host_mb": host_mb, "median_us": samples[len(samples) // 2],
+                      "min_us": samples[0], "max_us": samples[-1], "n": len(samples), **extra}), flush=True)
+
+
+def ballast(mb):
+    b = bytearray(mb << 20)
+    b[::4096] = b"\x01" * len(range(0, len(b), 4096))  # touch every page
+    return b
+
+
+def main():
+    mode = sys.argv[1]
+    if mode == "latency":
+        iters, mb, which = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+        keep = ballast(mb)
+        with Executor() as ex:
+            spec = ex.resolve("true")
+            if which == "subprocess":
+                def once():
+                    subprocess.run(["bash", "-c", "true"], capture_output=True)
+            else:
+                def once():
+                    ex.run(spec)
+            for _ in range(5):
+                once()
+            samples = []
+            for _ in range(iters):
+                t = time.perf_counter()
+                once()
+                samples.append((time.perf_counter() - t) * 1e6)
+        report("run_true", "Python subprocess" if which == "subprocess" else "dsh (Python)", mb, samples)
+        del keep
+    elif mode == "read":
+        iters = int(sys.argv[2])
+        with Executor() as ex:
+            p = ex.start(ex.resolve("exec sleep 60"))
+            samples = []
+            for _ in range(25):
+                t = time.perf_counter()
+                for _ in range(iters):
+                    p.read_output()
+                samples.append((time.perf_counter() - t) * 1e6 / iters)
+        report("read_idle", "dsh (Python)", 0, samples)
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()

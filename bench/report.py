@@ -1,0 +1,187 @@
+"""Runs every benchmark driver in one go on this machine and prints a table
+of ratios against the floor (medians, with min/max), writes
+bench/results.md and, with matplotlib, bench/latency-vs-host-memory.png.
+
+Usage: python bench/report.py [--quick]   (bench/run builds everything first)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import date
+from typing import Any, Dict, List
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QUICK = "--quick" in sys.argv
+ITER = 20 if QUICK else 400
+HOSTS = [0] if QUICK else [0, 512, 1024, 2048]
+THROUGHPUT_BYTES = (16 << 20) if QUICK else (1 << 30)
+STARTS = 50 if QUICK else 1000
+READS = 1000 if QUICK else 20000
+
+Row = Dict[str, Any]
+
+
+def run(cmd: List[str]) -> List[Row]:
+    out = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def py() -> str:
+    return os.path.join(ROOT, ".venv", "bin", "python")
+
+
+def latency_rows() -> List[Row]:
+    rows: List[Row] = []
+    for mb in HOSTS:
+        it = str(ITER)
+        # Slow references get fewer iterations at large host sizes.
+        rows += run(["target/bench/floor", "latency", it, str(mb)])
+        rows += run(["target/release/dsh-bench", "latency", it, str(mb)])
+        rows += run(["target/bench/dsh_c", "latency", it, str(mb)])
+        rows += run(["node", "bench/node/bench.js", "latency", it, str(mb), "dsh"])
+        rows += run(["node", "bench/node/bench.js", "latency", str(max(10, ITER // (1 + mb // 512))), str(mb), "cp"])
+        rows += run([py(), "bench/python/bench.py", "latency", it, str(mb), "dsh"])
+        rows += run([py(), "bench/python/bench.py", "latency", it, str(mb), "subprocess"])
+    return rows
+
+
+def throughput_floor(nbytes: int) -> Row:
+    samples = []
+    target = os.path.join(ROOT, "target", "bench", "floor-out")
+    for _ in range(3):
+        t = time.perf_counter()
+        subprocess.run(["bash", "-c", f"head -c {nbytes} /dev/zero | cat > {target}"], check=True)
+        samples.append((time.perf_counter() - t) * 1e6)
+        os.unlink(target)
+    samples.sort()
+    return {"bench": "throughput", "impl": "floor (head | cat > file)", "median_us": samples[1], "min_us": samples[0],
+            "max_us": samples[2], "n": 3, "bytes": nbytes}
+
+
+def fmt_us(v: float) -> str:
+    return f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.2f} µs"
+
+
+def main() -> None:
+    rows = latency_rows()
+    rows += run(["target/release/dsh-bench", "throughput", str(THROUGHPUT_BYTES)])
+    rows.append(throughput_floor(THROUGHPUT_BYTES))
+    rows += run(["target/bench/floor", "starts", str(STARTS)])
+    rows += run(["node", "bench/node/bench.js", "starts", str(STARTS)])
+    rows += run(["target/bench/dsh_c", "read", str(READS)])
+    rows += run(["node", "bench/node/bench.js", "read", str(READS)])
+    rows += run([py(), "bench/python/bench.py", "read", str(READS)])
+
+    def get(bench: str, impl: str, host_mb: int = 0) -> Row:
+        return next(r for r in rows if r["bench"] == bench and r["impl"] == impl and r.get("host_mb", 0) == host_mb)
+
+    lines: List[str] = []
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    machine = (f"{platform.node()}: {os.cpu_count()} cores ({cpu}), Linux {platform.release()}, "
+               f"{date.today().isoformat()}{' — QUICK MODE, not representative' if QUICK else ''}")
+    lines.append(f"Machine: {machine}\n")
+
+    lines.append("### `run` of `true` (median, min–max; ratio of medians to the floor)\n")
+    lines.append("| implementation | host memory | median | min – max | × floor | target |")
+    lines.append("|---|---|---|---|---|---|")
+    targets = {"dsh (Rust)": 1.15, "dsh (C)": 1.15, "dsh (Node)": 1.3, "dsh (Python)": 1.3}
+    small: Dict[str, float] = {}
+    for mb in HOSTS:
+        floor = get("run_true", "floor (C posix_spawn)", mb)["median_us"]
+        for impl in ["floor (C posix_spawn)", "dsh (Rust)", "dsh (C)", "dsh (Node)", "Node child_process",
+                     "dsh (Python)", "Python subprocess"]:
+            r = get("run_true", impl, mb)
+            ratio = r["median_us"] / floor
+            if mb == 0:
+                small[impl] = r["median_us"]
+            target = ""
+            if impl in targets:
+                if mb == 0:
+                    ok = ratio <= targets[impl]
+                    target = f"≤ {targets[impl]}× {'✅' if ok else '❌'}"
+                else:
+                    host_ratio = r["median_us"] / small[impl]
+                    target = f"{host_ratio:.2f}× small host (≤ 1.2 {'✅' if host_ratio <= 1.2 else '❌'})"
+            elif mb and impl in small:
+                target = f"{r['median_us'] / small[impl]:.2f}× small host"
+            lines.append(f"| {impl} | {mb} MiB | {fmt_us(r['median_us'])} | {fmt_us(r['min_us'])} – "
+                         f"{fmt_us(r['max_us'])} | {ratio:.2f} | {target} |")
+
+    t = get("throughput", "dsh (Rust)")
+    f = get("throughput", "floor (head | cat > file)")
+    gbps = lambda r: r["bytes"] / (r["median_us"] / 1e6) / 1e9  # noqa: E731
+    ok = gbps(t) >= min(2.0, 0.8 * gbps(f))
+    lines.append(f"\n### Capturing {THROUGHPUT_BYTES >> 20} MiB of stdout with a 64 KiB cap\n")
+    lines.append("| implementation | median | throughput | host memory growth | target |")
+    lines.append("|---|---|---|---|---|")
+    lines.append(f"| floor (`head … \\| cat > file`) | {fmt_us(f['median_us'])} | {gbps(f):.2f} GB/s | | |")
+    lines.append(f"| dsh (Rust) | {fmt_us(t['median_us'])} | {gbps(t):.2f} GB/s | {t['rss_growth_kib']} KiB | "
+                 f"≥ min(2 GB/s, 0.8× floor) {'✅' if ok else '❌'}; growth ≤ 8 MiB "
+                 f"{'✅' if t['rss_growth_kib'] <= 8192 else '❌'} |")
+
+    sb = get("start_block", "dsh (Node)")
+    sf = get("starts_sleep", "floor (C posix_spawn)")
+    sn = get("starts_sleep", "dsh (Node)")
+    idle = next(r for r in rows if r["bench"] == "idle_process")
+    lines.append(f"\n### Background starts from Node ({STARTS} concurrent `sleep 0.2`)\n")
+    lines.append("| measure | value | target |")
+    lines.append("|---|---|---|")
+    lines.append(f"| event loop blocked per `start()` (median; max) | {fmt_us(sb['median_us'])}; {fmt_us(sb['max_us'])} | "
+                 f"≤ 0.1 ms {'✅' if sb['median_us'] <= 100 else '❌'} |")
+    ratio = sn["median_us"] / sf["median_us"]
+    lines.append(f"| all started and awaited | {fmt_us(sn['median_us'])} vs floor {fmt_us(sf['median_us'])} = {ratio:.2f}× | "
+                 f"≤ 1.5× {'✅' if ratio <= 1.5 else '❌'} |")
+    lines.append(f"| threads before → during {STARTS} idle processes | {idle['threads_before']} → {idle['threads']} | constant "
+                 f"{'✅' if idle['threads'] == idle['threads_before'] else '❌'} |")
+    lines.append(f"| host memory per idle background process | {idle['bytes_per_process']} bytes | reported |")
+
+    lines.append("\n### `read_output` on an idle process\n")
+    lines.append("| face | per call | target |")
+    lines.append("|---|---|---|")
+    for impl, limit in [("dsh (C)", 2.0), ("dsh (Node)", 20.0), ("dsh (Python)", 20.0)]:
+        r = get("read_idle", impl)
+        lines.append(f"| {impl} | {fmt_us(r['median_us'])} | ≤ {limit:g} µs {'✅' if r['median_us'] <= limit else '❌'} |")
+
+    text = "\n".join(lines)
+    print(text)
+    if not QUICK:
+        with open(os.path.join(ROOT, "bench", "results.md"), "w") as out:
+            out.write(f"<!-- written by `bench/run` on {date.today().isoformat()} -->\n\n{text}\n")
+        plot(rows)
+
+
+def plot(rows: List[Row]) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib not installed: no plot)")
+        return
+    fig, ax = plt.subplots(figsize=(8, 5))
+    impls = ["floor (C posix_spawn)", "dsh (Rust)", "dsh (C)", "dsh (Node)", "Node child_process", "dsh (Python)",
+             "Python subprocess"]
+    for impl in impls:
+        pts = sorted((r["host_mb"], r["median_us"] / 1000) for r in rows if r["bench"] == "run_true" and r["impl"] == impl)
+        ax.plot([p[0] / 1024 for p in pts], [p[1] for p in pts], marker="o", label=impl,
+                linestyle="--" if "floor" in impl else "-")
+    ax.set_xlabel("touched host memory (GiB)")
+    ax.set_ylabel("median latency of run(`true`) (ms)")
+    ax.set_yscale("log")
+    ax.set_title(f"run latency vs host size ({date.today().isoformat()}, {os.cpu_count()} cores)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    out = os.path.join(ROOT, "bench", "latency-vs-host-memory.png")
+    fig.savefig(out, dpi=110, bbox_inches="tight")
+    print(f"plot: {out}")
+
+
+if __name__ == "__main__":
+    main()
