@@ -221,7 +221,10 @@ fn launch(spec: &Spec, tag: &str) -> Result<Spawned> {
         .map_err(|_| DshError::Internal("NUL in checked command".into()))?;
     let workdir = CString::new(spec.workdir.as_str())
         .map_err(|_| DshError::Internal("NUL in checked workdir".into()))?;
-    spawn(&shell, &command, &workdir, &envp, spec.stdin.is_some()).map_err(|e| spawn_error(e, &spec.workdir))
+    confine::spawn_under(spec.sandbox_policy.as_ref(), || {
+        spawn(&shell, &command, &workdir, &envp, spec.stdin.is_some())
+    })?
+    .map_err(|e| spawn_error(e, &spec.workdir))
 }
 
 impl Shared {

@@ -18,6 +18,7 @@ mod confine;
 mod env;
 mod error;
 mod executor;
+mod landlock;
 mod output;
 mod process;
 mod request;

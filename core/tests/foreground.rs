@@ -340,26 +340,3 @@ fn run_after_dispose_fails_as_disposed_and_dispose_aborts_runs_in_flight() {
     }
     assert_eq!(exec.run_blocking(&s, None).unwrap_err(), DshError::Disposed);
 }
-
-#[test]
-fn sandbox_confined_modes_fail_closed_until_enforced_and_danger_runs() {
-    let exec = executor();
-    let mut req = Request::new("true");
-    req.sandbox_policy = Some(SandboxPolicyInput {
-        mode: SandboxMode::ReadOnly,
-        workspace_root: None,
-    });
-    let s = exec.resolve(req).unwrap();
-    if let Err(e) = exec.run_blocking(&s, None) {
-        assert!(matches!(e, DshError::SandboxUnavailable(_)), "{e:?}");
-    }
-    let mut req = Request::new("exit 0");
-    req.sandbox_policy = Some(SandboxPolicyInput {
-        mode: SandboxMode::DangerFullAccess,
-        workspace_root: None,
-    });
-    let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
-    let info = r.sandbox.unwrap();
-    assert_eq!(info.mode, SandboxMode::DangerFullAccess);
-    assert_eq!((info.denied, info.enforcement), (false, None));
-}

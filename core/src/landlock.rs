@@ -1,0 +1,223 @@
+//! Native Landlock confinement (no external runner). A ruleset is built in
+//! the caller; a short-lived thread then restricts *itself* (Landlock
+//! domains and no_new_privs belong to a thread) and calls posix_spawn, whose
+//! child inherits the domain. The host's own threads are never restricted,
+//! and every descendant of the command is: a domain cannot be left.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::OnceLock;
+
+use crate::sandbox::{Enforcement, SandboxMode, SandboxPolicy};
+
+// From include/uapi/linux/landlock.h.
+const CREATE_RULESET_VERSION: u32 = 1 << 0;
+const RULE_PATH_BENEATH: libc::c_int = 1;
+const ACCESS_FS_WRITE_FILE: u64 = 1 << 1;
+const ACCESS_FS_REMOVE_DIR: u64 = 1 << 4;
+const ACCESS_FS_REMOVE_FILE: u64 = 1 << 5;
+const ACCESS_FS_MAKE_CHAR: u64 = 1 << 6;
+const ACCESS_FS_MAKE_DIR: u64 = 1 << 7;
+const ACCESS_FS_MAKE_REG: u64 = 1 << 8;
+const ACCESS_FS_MAKE_SOCK: u64 = 1 << 9;
+const ACCESS_FS_MAKE_FIFO: u64 = 1 << 10;
+const ACCESS_FS_MAKE_BLOCK: u64 = 1 << 11;
+const ACCESS_FS_MAKE_SYM: u64 = 1 << 12;
+/// ABI 2: linking or renaming a file into another directory.
+const ACCESS_FS_REFER: u64 = 1 << 13;
+/// ABI 3: truncate(2), ftruncate(2), open(O_TRUNC).
+const ACCESS_FS_TRUNCATE: u64 = 1 << 14;
+
+/// The first ABI that governs every file effect a mode promises (writes,
+/// creations, removals, cross-directory links and truncation).
+const FULL_ABI: u32 = 3;
+
+#[repr(C)]
+struct RulesetAttr {
+    handled_access_fs: u64,
+}
+
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+/// The kernel's Landlock ABI version, or why there is none.
+pub(crate) fn abi() -> Result<u32, String> {
+    static ABI: OnceLock<Result<u32, String>> = OnceLock::new();
+    ABI.get_or_init(|| {
+        // SAFETY: a NULL attr with size 0 and the VERSION flag only queries.
+        let v = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_create_ruleset,
+                std::ptr::null::<RulesetAttr>(),
+                0usize,
+                CREATE_RULESET_VERSION,
+            )
+        };
+        if v < 0 {
+            let e = io::Error::last_os_error();
+            Err(match e.raw_os_error() {
+                Some(libc::ENOSYS) => "this kernel has no Landlock (ENOSYS)".to_owned(),
+                Some(libc::EOPNOTSUPP) => "Landlock is disabled on this kernel (EOPNOTSUPP)".to_owned(),
+                _ => format!("Landlock is unavailable: {e}"),
+            })
+        } else {
+            Ok(v as u32)
+        }
+    })
+    .clone()
+}
+
+/// How completely this kernel can enforce the confined modes.
+pub(crate) fn enforcement() -> Option<Enforcement> {
+    abi().ok().map(|v| {
+        if v >= FULL_ABI {
+            Enforcement::Full
+        } else {
+            Enforcement::Partial
+        }
+    })
+}
+
+fn write_rights(abi: u32) -> u64 {
+    let mut rights = ACCESS_FS_WRITE_FILE
+        | ACCESS_FS_REMOVE_DIR
+        | ACCESS_FS_REMOVE_FILE
+        | ACCESS_FS_MAKE_CHAR
+        | ACCESS_FS_MAKE_DIR
+        | ACCESS_FS_MAKE_REG
+        | ACCESS_FS_MAKE_SOCK
+        | ACCESS_FS_MAKE_FIFO
+        | ACCESS_FS_MAKE_BLOCK
+        | ACCESS_FS_MAKE_SYM;
+    if abi >= 2 {
+        rights |= ACCESS_FS_REFER;
+    }
+    if abi >= 3 {
+        rights |= ACCESS_FS_TRUNCATE;
+    }
+    rights
+}
+
+/// Character devices that swallow or produce bytes: writing to them changes
+/// no file, and shell redirections to them are everywhere.
+const SINKS: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
+
+/// A ready ruleset for one policy.
+pub(crate) struct Ruleset {
+    fd: OwnedFd,
+}
+
+fn open_path(path: &Path) -> io::Result<OwnedFd> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `c` is a valid C string; O_PATH opens no file contents.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn add_rule(ruleset: &OwnedFd, path: &Path, allowed: u64) -> io::Result<()> {
+    let parent = open_path(path)?;
+    let attr = PathBeneathAttr {
+        allowed_access: allowed,
+        parent_fd: parent.as_raw_fd(),
+    };
+    // SAFETY: `attr` is a valid path-beneath attribute for the call's duration.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset.as_raw_fd(),
+            RULE_PATH_BENEATH,
+            &attr as *const PathBeneathAttr,
+            0u32,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// The directories a mode may write under.
+fn writable_dirs(policy: &SandboxPolicy) -> Vec<std::path::PathBuf> {
+    match policy.mode {
+        SandboxMode::WorkspaceWrite => {
+            let mut dirs = vec![
+                policy.workspace_root.clone().into(),
+                "/tmp".into(),
+                std::env::temp_dir(),
+            ];
+            dirs.dedup();
+            dirs
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Builds the ruleset for a confined policy: reads and execution stay
+/// unrestricted; every file write is denied except under the writable
+/// directories and to the sinks. An error means confinement cannot be
+/// applied (the caller fails closed).
+pub(crate) fn ruleset(policy: &SandboxPolicy) -> Result<Ruleset, String> {
+    let abi = abi()?;
+    let handled = write_rights(abi);
+    let attr = RulesetAttr {
+        handled_access_fs: handled,
+    };
+    // SAFETY: `attr` is valid; its size is the ABI-1 layout every kernel accepts.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            &attr as *const RulesetAttr,
+            std::mem::size_of::<RulesetAttr>(),
+            0u32,
+        )
+    };
+    if fd < 0 {
+        return Err(format!(
+            "cannot create a Landlock ruleset: {}",
+            io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: a fresh fd we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    for dir in writable_dirs(policy) {
+        add_rule(&fd, &dir, handled)
+            .map_err(|e| format!("cannot allow writes under {}: {e}", dir.display()))?;
+    }
+    let file_rights = handled & (ACCESS_FS_WRITE_FILE | ACCESS_FS_TRUNCATE);
+    for sink in SINKS {
+        match add_rule(&fd, Path::new(sink), file_rights) {
+            Ok(()) => {}
+            // A host without /dev/tty (no controlling terminal) is fine.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENXIO)) => {}
+            Err(e) => return Err(format!("cannot allow writes to {sink}: {e}")),
+        }
+    }
+    Ok(Ruleset { fd })
+}
+
+/// Confines the calling thread for good (it should be a thread made for
+/// this). The process's other threads are unaffected.
+pub(crate) fn restrict_current_thread(ruleset: &Ruleset) -> io::Result<()> {
+    // SAFETY: prctl and landlock_restrict_self act on the calling thread only.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::syscall(libc::SYS_landlock_restrict_self, ruleset.fd.as_raw_fd(), 0u32) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
