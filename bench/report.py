@@ -70,6 +70,7 @@ def fmt_us(v: float) -> str:
 
 def main() -> None:
     rows = latency_rows()
+    rows += run(["target/release/dsh-bench", "confined", str(ITER)])
     rows += run(["target/release/dsh-bench", "throughput", str(THROUGHPUT_BYTES)])
     rows.append(throughput_floor(THROUGHPUT_BYTES))
     rows += run(["target/bench/floor", "starts", str(STARTS)])
@@ -112,6 +113,15 @@ def main() -> None:
                 target = f"{r['median_us'] / small[impl]:.2f}× small host"
             lines.append(f"| {impl} | {mb} MiB | {fmt_us(r['median_us'])} | {fmt_us(r['min_us'])} – "
                          f"{fmt_us(r['max_us'])} | {ratio:.2f} | {target} |")
+
+    lines.append("\n### `run` of `true` under native Landlock confinement (host memory 0)\n")
+    lines.append("| mode | median | min – max | × floor | × unconfined |")
+    lines.append("|---|---|---|---|---|")
+    floor0 = get("run_true", "floor (C posix_spawn)")["median_us"]
+    for mode in ["read-only", "workspace-write"]:
+        r = get("run_true", f"dsh (Rust, {mode})")
+        lines.append(f"| {mode} | {fmt_us(r['median_us'])} | {fmt_us(r['min_us'])} – {fmt_us(r['max_us'])} | "
+                     f"{r['median_us'] / floor0:.2f} | {r['median_us'] / small['dsh (Rust)']:.2f} |")
 
     t = get("throughput", "dsh (Rust)")
     f = get("throughput", "floor (head | cat > file)")

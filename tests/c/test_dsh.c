@@ -542,6 +542,81 @@ static void test_hostile_inputs(void) {
     dsh_executor_free(exec);
 }
 
+static int file_exists(const char *dir, const char *name) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+static void test_landlock_confinement(void) {
+    char base[256], ws[300], out[300], cmd[1200];
+    snprintf(base, sizeof base, "/var/tmp/dsh-c-sandbox-%d", (int)getpid());
+    snprintf(ws, sizeof ws, "%s/ws", base);
+    snprintf(out, sizeof out, "%s/outside", base);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s %s", base, ws, out);
+    CHECK(system(cmd) == 0);
+
+    DshConfig *config = NULL;
+    DshExecutor *exec = NULL;
+    OK(dsh_config_new(&config));
+    OK(dsh_config_set_sandbox_mode(config, "workspace-write"));
+    OK(dsh_config_set_cwd(config, ws));
+    OK(dsh_executor_new(config, &exec));
+    dsh_config_free(config);
+    CHECK(str_eq(dsh_executor_sandbox_mode(exec), "workspace-write"));
+
+    /* Inside is writable; outside is not, not even from a grandchild. */
+    snprintf(cmd, sizeof cmd, "echo in > inside; bash -c 'bash -c \"echo g > %s/grandchild\"'; echo x > %s/direct", out, out);
+    DshRunResult *r = run(exec, cmd, 0);
+    CHECK(file_exists(ws, "inside"));
+    CHECK(!file_exists(out, "grandchild") && !file_exists(out, "direct"));
+    DshSandboxInfo info;
+    memset(&info, 0, sizeof info);
+    CHECK(dsh_run_result_sandbox(r, &info));
+    CHECK(info.mode == DSH_SANDBOX_WORKSPACE_WRITE);
+    CHECK(info.denied);
+    CHECK(info.enforcement == DSH_ENFORCEMENT_FULL);
+    CHECK(!info.runner_failed);
+    dsh_run_result_free(r);
+
+    /* danger-full-access per call: unconfined, no enforcement to report. */
+    DshRequest *req = NULL;
+    DshSpec *spec = NULL;
+    snprintf(cmd, sizeof cmd, "echo x > %s/danger", out);
+    OK(dsh_request_new(cmd, strlen(cmd), &req));
+    OK(dsh_request_set_sandbox_policy(req, "danger-full-access", NULL));
+    OK(dsh_executor_resolve(exec, req, &spec));
+    OK(dsh_executor_run(exec, spec, NULL, &r));
+    CHECK(file_exists(out, "danger"));
+    CHECK(dsh_run_result_sandbox(r, &info) && info.mode == DSH_SANDBOX_DANGER_FULL_ACCESS);
+    CHECK(info.enforcement == DSH_ENFORCEMENT_NONE && !info.denied);
+    dsh_run_result_free(r);
+    dsh_spec_free(spec);
+    dsh_request_free(req);
+
+    /* Confinement that cannot be applied fails closed: nothing runs. */
+    snprintf(cmd, sizeof cmd, "touch %s/ran", out);
+    OK(dsh_request_new(cmd, strlen(cmd), &req));
+    OK(dsh_request_set_sandbox_policy(req, "workspace-write", "/nonexistent/dsh-root"));
+    OK(dsh_executor_resolve(exec, req, &spec));
+    r = NULL;
+    CHECK(dsh_executor_run(exec, spec, NULL, &r) == DSH_SANDBOX_UNAVAILABLE && r == NULL);
+    CHECK(strstr(dsh_last_error(), "/nonexistent/dsh-root") != NULL);
+    DshProcess *p = NULL;
+    OK(dsh_executor_start(exec, spec, &p));
+    OK(dsh_process_wait(p, 30000));
+    CHECK(dsh_process_status(p) == DSH_KILLED);
+    CHECK(dsh_process_sandbox(p, &info) && info.runner_failed && !info.denied);
+    CHECK(!file_exists(out, "ran"));
+    dsh_process_free(p);
+    dsh_spec_free(spec);
+    dsh_request_free(req);
+    OK(dsh_executor_dispose(exec));
+    dsh_executor_free(exec);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", base);
+    CHECK(system(cmd) == 0);
+}
+
 static atomic_int racing_errors;
 
 static void *race_worker(void *arg) {
@@ -595,6 +670,7 @@ int main(void) {
     run_test("many_threads_share_one_executor", test_many_threads_share_one_executor);
     run_test("hostile_inputs", test_hostile_inputs);
     run_test("calls_racing_dispose", test_calls_racing_dispose);
+    run_test("landlock_confinement", test_landlock_confinement);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -178,17 +178,52 @@ test('run: a missing workdir rejects with code ENOENT naming the path', async ()
   await assert.rejects(ex.run(ex.resolve({ command: 'true', env: { PATH: '/nonexistent' } })), (e) => e.code === 'ENOENT' && e.message.includes('bash'))
 })
 
-test('run/start: confined modes fail closed; danger-full-access runs with facts', async () => {
-  const ex = executor()
-  const spec = ex.resolve({ command: 'true', sandboxPolicy: { mode: 'read-only' } })
-  assert.deepEqual(spec.sandboxPolicy, { mode: 'read-only', workspaceRoot: process.cwd() })
+function sandboxDirs() {
+  const base = `/var/tmp/dsh-node-sandbox-${process.pid}-${Math.random().toString(16).slice(2)}`
+  fs.mkdirSync(`${base}/ws`, { recursive: true })
+  fs.mkdirSync(`${base}/outside`, { recursive: true })
+  return { base, ws: `${base}/ws`, out: `${base}/outside` }
+}
+
+test('landlock: workspace-write confines every descendant; read-only; danger is unconfined', async () => {
+  const { base, ws, out } = sandboxDirs()
   try {
-    await ex.run(spec)
-  } catch (e) {
-    assert.equal(e.code, 'SANDBOX_UNAVAILABLE')
+    const ex = executor({ sandboxMode: 'workspace-write', cwd: ws })
+    assert.equal(ex.sandboxMode, 'workspace-write')
+    const r = await ex.run(ex.resolve({ command: `echo in > inside; bash -c 'bash -c "echo g > ${out}/grandchild"'; echo x > ${out}/direct` }))
+    assert.ok(fs.existsSync(`${ws}/inside`))
+    assert.ok(!fs.existsSync(`${out}/grandchild`) && !fs.existsSync(`${out}/direct`))
+    assert.deepEqual(r.sandbox, { mode: 'workspace-write', denied: true, enforcement: 'full' })
+    const ro = await ex.run(ex.resolve({ command: 'touch inside-ro', sandboxPolicy: { mode: 'read-only' } }))
+    assert.deepEqual(ro.sandbox, { mode: 'read-only', denied: true, enforcement: 'full' })
+    assert.ok(!fs.existsSync(`${ws}/inside-ro`))
+    const d = await ex.run(ex.resolve({ command: `echo x > ${out}/danger`, sandboxPolicy: { mode: 'danger-full-access' } }))
+    assert.ok(fs.existsSync(`${out}/danger`))
+    assert.deepEqual(d.sandbox, { mode: 'danger-full-access', denied: false })
+    const t = ex.start(ex.resolve({ command: `echo x > ${out}/bg` }))
+    assert.equal(t.sandbox, undefined, 'no facts while running')
+    await t.done
+    assert.deepEqual(t.sandbox, { mode: 'workspace-write', denied: true, enforcement: 'full' })
+    await ex.dispose()
+  } finally {
+    fs.rmSync(base, { recursive: true, force: true })
   }
-  const r = await ex.run(ex.resolve({ command: 'true', sandboxPolicy: { mode: 'danger-full-access' } }))
-  assert.deepEqual(r.sandbox, { mode: 'danger-full-access', denied: false })
+})
+
+test('landlock: confinement that cannot be applied fails closed with SANDBOX_UNAVAILABLE', async () => {
+  const { base, out } = sandboxDirs()
+  try {
+    const ex = executor()
+    const spec = ex.resolve({ command: `touch ${out}/ran`, sandboxPolicy: { mode: 'workspace-write', workspaceRoot: '/nonexistent/dsh-root' } })
+    await assert.rejects(ex.run(spec), (e) => e.code === 'SANDBOX_UNAVAILABLE' && e.message.includes('/nonexistent/dsh-root'))
+    const t = ex.start(spec)
+    await t.done
+    assert.equal(t.status, 'killed')
+    assert.equal(t.sandbox.runnerFailed, true)
+    assert.ok(!fs.existsSync(`${out}/ran`))
+  } finally {
+    fs.rmSync(base, { recursive: true, force: true })
+  }
 })
 
 test('start: live status, exit codes, signals, done never rejects', async () => {

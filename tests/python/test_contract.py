@@ -213,14 +213,47 @@ def test_spawn_failures_are_oserrors_with_errno(ex):
     assert info.value.errno == 2 and "bash" in str(info.value)
 
 
-def test_confined_modes_fail_closed(ex):
-    spec = ex.resolve("true", sandbox_policy={"mode": "read-only"})
-    try:
-        ex.run(spec)
-    except SandboxUnavailableError:
-        pass
-    r = ex.run(ex.resolve("true", sandbox_policy={"mode": "danger-full-access"}))
-    assert r.sandbox is not None and r.sandbox.mode == "danger-full-access" and r.sandbox.enforcement is None
+@pytest.fixture
+def sandbox_dirs():
+    import shutil
+    base = f"/var/tmp/dsh-py-sandbox-{os.getpid()}"
+    shutil.rmtree(base, ignore_errors=True)
+    os.makedirs(f"{base}/ws")
+    os.makedirs(f"{base}/outside")
+    yield f"{base}/ws", f"{base}/outside"
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_landlock_confines_writes_to_the_workspace(sandbox_dirs):
+    ws, out = sandbox_dirs
+    with Executor(sandbox_mode="workspace-write", cwd=ws) as ex:
+        assert ex.sandbox_mode == "workspace-write"
+        r = ex.run(ex.resolve(f"echo in > inside; bash -c 'bash -c \"echo g > {out}/grandchild\"'; echo x > {out}/direct"))
+        assert os.path.exists(f"{ws}/inside")
+        assert not os.path.exists(f"{out}/grandchild") and not os.path.exists(f"{out}/direct")
+        assert r.sandbox is not None
+        assert (r.sandbox.mode, r.sandbox.denied, r.sandbox.enforcement, r.sandbox.runner_failed) == (
+            "workspace-write", True, "full", None)
+        ro = ex.run(ex.resolve("touch inside-ro", sandbox_policy={"mode": "read-only"}))
+        assert ro.sandbox is not None and ro.sandbox.mode == "read-only" and ro.sandbox.denied
+        assert not os.path.exists(f"{ws}/inside-ro")
+        d = ex.run(ex.resolve(f"echo x > {out}/danger", sandbox_policy={"mode": "danger-full-access"}))
+        assert os.path.exists(f"{out}/danger")
+        assert d.sandbox is not None and (d.sandbox.denied, d.sandbox.enforcement) == (False, None)
+
+
+def test_confinement_that_cannot_be_applied_fails_closed(sandbox_dirs):
+    _, out = sandbox_dirs
+    with Executor() as ex:
+        spec = ex.resolve(f"touch {out}/ran", sandbox_policy={"mode": "workspace-write", "workspace_root": "/nonexistent/dsh-root"})
+        with pytest.raises(SandboxUnavailableError) as info:
+            ex.run(spec)
+        assert isinstance(info.value, DshError) and "/nonexistent/dsh-root" in str(info.value)
+        p = ex.start(spec)
+        p.wait(30)
+        assert p.status == "killed"
+        assert p.sandbox is not None and p.sandbox.runner_failed is True
+        assert not os.path.exists(f"{out}/ran")
 
 
 def test_disposed_executor_refuses_work():

@@ -1,14 +1,18 @@
-//! `dsh-bench latency ITER HOST_MB` | `dsh-bench throughput BYTES`
+//! `dsh-bench latency ITER HOST_MB` | `dsh-bench confined ITER` | `dsh-bench throughput BYTES`
 //! Prints one JSON line per measurement (see bench/report.py).
 
 use std::time::Instant;
 
-use dsh_core::{ConfigInput, Executor, Num, Request};
+use dsh_core::{ConfigInput, Executor, Num, Request, SandboxMode, SandboxPolicyInput};
 
-fn report(bench: &str, host_mb: u64, mut samples: Vec<f64>, extra: &str) {
+fn report(bench: &str, host_mb: u64, samples: Vec<f64>, extra: &str) {
+    report_as(bench, "dsh (Rust)", host_mb, samples, extra)
+}
+
+fn report_as(bench: &str, implementation: &str, host_mb: u64, mut samples: Vec<f64>, extra: &str) {
     samples.sort_by(|a, b| a.total_cmp(b));
     println!(
-        "{{\"bench\":\"{bench}\",\"impl\":\"dsh (Rust)\",\"host_mb\":{host_mb},\"median_us\":{:.3},\"min_us\":{:.3},\"max_us\":{:.3},\"n\":{}{extra}}}",
+        "{{\"bench\":\"{bench}\",\"impl\":\"{implementation}\",\"host_mb\":{host_mb},\"median_us\":{:.3},\"min_us\":{:.3},\"max_us\":{:.3},\"n\":{}{extra}}}",
         samples[samples.len() / 2],
         samples[0],
         samples[samples.len() - 1],
@@ -57,6 +61,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 })
                 .collect();
             report("run_true", mb, samples, "");
+            exec.dispose_blocking()?;
+        }
+        Some("confined") => {
+            // run `true` under each sandbox mode, to price confinement.
+            let iter: usize = args[2].parse()?;
+            let exec = Executor::new(ConfigInput::default())?;
+            for mode in [SandboxMode::ReadOnly, SandboxMode::WorkspaceWrite] {
+                let mut req = Request::new("true");
+                req.sandbox_policy = Some(SandboxPolicyInput {
+                    mode,
+                    workspace_root: None,
+                });
+                let spec = exec.resolve(req)?;
+                for _ in 0..5 {
+                    exec.run_blocking(&spec, None)?;
+                }
+                let samples = (0..iter)
+                    .map(|_| {
+                        let t = Instant::now();
+                        exec.run_blocking(&spec, None).expect("run");
+                        t.elapsed().as_secs_f64() * 1e6
+                    })
+                    .collect();
+                report_as("run_true", &format!("dsh (Rust, {mode})"), 0, samples, "");
+            }
             exec.dispose_blocking()?;
         }
         Some("throughput") => {
