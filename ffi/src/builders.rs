@@ -200,6 +200,26 @@ pub unsafe extern "C" fn dsh_request_set_stdin(
     })
 }
 
+type EnvMap = Option<std::collections::BTreeMap<String, String>>;
+
+/// Adds `key=value` to the map `pick` selects (`env` or `dsh_env`).
+fn add_env_entry(
+    request: *const DshRequest,
+    key: *const c_char,
+    value: *const c_char,
+    pick: fn(&mut Request) -> &mut EnvMap,
+) -> DshStatus {
+    status(|| {
+        let r = unsafe { handle(request, "request") }?;
+        let (k, v) = unsafe { (text(key, "key")?, text(value, "value")?) };
+        with(&r.input, |i| {
+            pick(i)
+                .get_or_insert_with(Default::default)
+                .insert(k.to_owned(), v.to_owned());
+        })
+    })
+}
+
 /// Adds an `env` entry (merged after the credential scrub).
 #[no_mangle]
 pub unsafe extern "C" fn dsh_request_set_env(
@@ -207,15 +227,7 @@ pub unsafe extern "C" fn dsh_request_set_env(
     key: *const c_char,
     value: *const c_char,
 ) -> DshStatus {
-    status(|| {
-        let r = unsafe { handle(request, "request") }?;
-        let (k, v) = unsafe { (text(key, "key")?, text(value, "value")?) };
-        with(&r.input, |i| {
-            i.env
-                .get_or_insert_with(Default::default)
-                .insert(k.to_owned(), v.to_owned());
-        })
-    })
+    add_env_entry(request, key, value, |r| &mut r.env)
 }
 
 /// Adds a managed `dsh_env` entry (key must start with DSH_; merged last).
@@ -225,15 +237,7 @@ pub unsafe extern "C" fn dsh_request_set_dsh_env(
     key: *const c_char,
     value: *const c_char,
 ) -> DshStatus {
-    status(|| {
-        let r = unsafe { handle(request, "request") }?;
-        let (k, v) = unsafe { (text(key, "key")?, text(value, "value")?) };
-        with(&r.input, |i| {
-            i.dsh_env
-                .get_or_insert_with(Default::default)
-                .insert(k.to_owned(), v.to_owned());
-        })
-    })
+    add_env_entry(request, key, value, |r| &mut r.dsh_env)
 }
 
 /// The opaque owner token stored on a background process.

@@ -29,6 +29,20 @@ fn ballast(mb: u64) -> Vec<u8> {
     v
 }
 
+/// Microseconds per `run_blocking(spec)`, after five warm-up runs.
+fn time_runs(exec: &Executor, spec: &dsh_core::Spec, iter: usize) -> Result<Vec<f64>, dsh_core::DshError> {
+    for _ in 0..5 {
+        exec.run_blocking(spec, None)?;
+    }
+    (0..iter)
+        .map(|_| {
+            let t = Instant::now();
+            exec.run_blocking(spec, None)?;
+            Ok(t.elapsed().as_secs_f64() * 1e6)
+        })
+        .collect()
+}
+
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -50,17 +64,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let _ballast = ballast(mb);
             let exec = Executor::new(ConfigInput::default())?;
             let spec = exec.resolve(Request::new("true"))?;
-            for _ in 0..5 {
-                exec.run_blocking(&spec, None)?; // start the I/O threads
-            }
-            let samples = (0..iter)
-                .map(|_| {
-                    let t = Instant::now();
-                    exec.run_blocking(&spec, None).expect("run");
-                    t.elapsed().as_secs_f64() * 1e6
-                })
-                .collect();
-            report("run_true", mb, samples, "");
+            report("run_true", mb, time_runs(&exec, &spec, iter)?, "");
             exec.dispose_blocking()?;
         }
         Some("confined") => {
@@ -74,17 +78,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     workspace_root: None,
                 });
                 let spec = exec.resolve(req)?;
-                for _ in 0..5 {
-                    exec.run_blocking(&spec, None)?;
-                }
-                let samples = (0..iter)
-                    .map(|_| {
-                        let t = Instant::now();
-                        exec.run_blocking(&spec, None).expect("run");
-                        t.elapsed().as_secs_f64() * 1e6
-                    })
-                    .collect();
-                report_as("run_true", &format!("dsh (Rust, {mode})"), 0, samples, "");
+                report_as(
+                    "run_true",
+                    &format!("dsh (Rust, {mode})"),
+                    0,
+                    time_runs(&exec, &spec, iter)?,
+                    "",
+                );
             }
             exec.dispose_blocking()?;
         }
