@@ -76,7 +76,8 @@ async function main() {
     await Promise.all(tasks.map((t) => t.done))
     const total = us() - t0
     const threadsAfter = status('Threads:')
-    report('start_block', 'dsh (Node)', 0, blocked)
+    const p99 = [...blocked].sort((x, y) => x - y)[Math.floor(0.99 * (blocked.length - 1))]
+    report('start_block', 'dsh (Node)', 0, blocked, { p99_us: p99 })
     report('starts_sleep', 'dsh (Node)', 0, [total], { threads_before: threadsBefore, threads_after: threadsAfter })
     // Idle cost: N long sleepers, all running at once.
     const rss0 = status('VmRSS:')
