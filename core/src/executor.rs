@@ -2,52 +2,27 @@
 //! what it started, completion listeners, and dispose.
 
 use std::collections::HashMap;
-use std::ffi::CString;
-use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use crate::cancel::CancelToken;
 use crate::config::{Config, ConfigInput};
 use crate::confine;
-use crate::env::{child_environment, path_of};
-use crate::error::{errno_name, DshError, Result, SpawnFailure};
-use crate::output::{CollectedOutput, StreamBuffer};
+use crate::error::{DshError, Result};
+use crate::launch::{launch, spawn_error};
+use crate::output::StreamBuffer;
 use crate::process::{lock, Process, ProcessRead, ProcessShared, State, Status};
 use crate::request::{resolve, Request, Spec};
+use crate::run::{exit_fields, RunFuture, RunFutureInner, RunResult};
 use crate::runtime;
-use crate::sandbox::{SandboxInfo, SandboxMode};
-use crate::spawn::{find_shell, spawn, ExitStatus, Spawned};
+use crate::sandbox::SandboxMode;
 use crate::spill::{random_hex, SpillDir};
 use crate::supervise::{supervise, Outcome, Stop, Streams};
 use crate::tree::{signal_tagged, sweep_tagged, TagMatch};
-
-/// The outcome of one foreground run. A nonzero exit, a timeout and an abort
-/// are all results.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunResult {
-    /// `None` when the command died from a signal.
-    pub exit_code: Option<i32>,
-    /// The terminating signal's name (`SIGTERM`), or `None`.
-    pub signal: Option<String>,
-    /// The executor's own timeout fired first.
-    pub timed_out: bool,
-    /// The caller's cancellation (or the executor's disposal) fired first.
-    pub aborted: bool,
-    /// The effective timeout of this run.
-    pub timeout_ms: u64,
-    pub stdout: CollectedOutput,
-    pub stderr: CollectedOutput,
-    /// Present iff the spec carried a sandbox policy.
-    pub sandbox: Option<SandboxInfo>,
-}
 
 /// Identifies a task-done listener for [`Executor::off_task_done`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -130,101 +105,6 @@ impl Drop for ActiveRun {
     fn drop(&mut self) {
         self.0.active_runs.send_modify(|n| *n -= 1);
     }
-}
-
-/// The future of [`Executor::run`]. Dropping it before completion aborts the
-/// command (with the usual escalation).
-pub struct RunFuture {
-    inner: RunFutureInner,
-}
-
-enum RunFutureInner {
-    Ready(Option<Result<RunResult>>),
-    Running {
-        task: JoinHandle<Result<RunResult>>,
-        on_drop: CancelToken,
-    },
-}
-
-impl Future for RunFuture {
-    type Output = Result<RunResult>;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match &mut self.inner {
-            RunFutureInner::Ready(r) => Poll::Ready(r.take().expect("RunFuture polled after completion")),
-            RunFutureInner::Running { task, .. } => Pin::new(task)
-                .poll(cx)
-                .map(|r| r.unwrap_or_else(|e| Err(DshError::Internal(format!("run task failed: {e}"))))),
-        }
-    }
-}
-
-impl Drop for RunFuture {
-    fn drop(&mut self) {
-        if let RunFutureInner::Running { task, on_drop } = &self.inner {
-            if !task.is_finished() {
-                on_drop.cancel();
-            }
-        }
-    }
-}
-
-fn signal_name(sig: i32) -> String {
-    match nix::sys::signal::Signal::try_from(sig) {
-        Ok(s) => s.as_str().to_owned(),
-        Err(_) => format!("SIG{sig}"),
-    }
-}
-
-fn exit_fields(status: ExitStatus) -> (Option<i32>, Option<String>) {
-    match status {
-        ExitStatus::Code(c) => (Some(c), None),
-        ExitStatus::Signal(s) => (None, Some(signal_name(s))),
-    }
-}
-
-/// Turns a spawn error into the error a caller can act on: a missing or
-/// unusable workdir names the path; anything else names the errno.
-fn spawn_error(err: std::io::Error, workdir: &str) -> DshError {
-    let errno = err.raw_os_error().unwrap_or(libc::EIO);
-    match std::fs::metadata(workdir) {
-        Err(e) => {
-            let errno = e.raw_os_error().unwrap_or(errno);
-            DshError::Spawn {
-                kind: SpawnFailure::Workdir,
-                errno,
-                message: format!("{}: cannot use workdir {workdir}: {e}", errno_name(errno)),
-            }
-        }
-        Ok(m) if !m.is_dir() => DshError::Spawn {
-            kind: SpawnFailure::Workdir,
-            errno: libc::ENOTDIR,
-            message: format!("ENOTDIR: workdir {workdir} is not a directory"),
-        },
-        Ok(_) => DshError::Spawn {
-            kind: SpawnFailure::Os,
-            errno,
-            message: format!("{}: {err}", errno_name(errno)),
-        },
-    }
-}
-
-/// Environment, shell lookup and posix_spawn for one command.
-fn launch(spec: &Spec, tag: &str) -> Result<Spawned> {
-    let envp = child_environment(spec, tag);
-    let shell = find_shell(path_of(&envp)).ok_or_else(|| DshError::Spawn {
-        kind: SpawnFailure::NoShell,
-        errno: libc::ENOENT,
-        message: "ENOENT: no bash found on the command's PATH".to_owned(),
-    })?;
-    // Both were checked for NUL bytes by resolve / Spec::check.
-    let command = CString::new(spec.command.as_str())
-        .map_err(|_| DshError::Internal("NUL in checked command".into()))?;
-    let workdir = CString::new(spec.workdir.as_str())
-        .map_err(|_| DshError::Internal("NUL in checked workdir".into()))?;
-    confine::spawn_under(spec.sandbox_policy.as_ref(), || {
-        spawn(&shell, &command, &workdir, &envp, spec.stdin.is_some())
-    })?
-    .map_err(|e| spawn_error(e, &spec.workdir))
 }
 
 impl Shared {

@@ -1,0 +1,55 @@
+//! Preparing and spawning one command: its environment, its shell, its
+//! confinement, and the error a caller can act on when it cannot start.
+
+use std::ffi::CString;
+
+use crate::confine;
+use crate::env::{child_environment, path_of};
+use crate::error::{errno_name, DshError, Result, SpawnFailure};
+use crate::request::Spec;
+use crate::spawn::{find_shell, spawn, Spawned};
+
+/// Turns a spawn error into the error a caller can act on: a missing or
+/// unusable workdir names the path; anything else names the errno.
+pub(crate) fn spawn_error(err: std::io::Error, workdir: &str) -> DshError {
+    let errno = err.raw_os_error().unwrap_or(libc::EIO);
+    match std::fs::metadata(workdir) {
+        Err(e) => {
+            let errno = e.raw_os_error().unwrap_or(errno);
+            DshError::Spawn {
+                kind: SpawnFailure::Workdir,
+                errno,
+                message: format!("{}: cannot use workdir {workdir}: {e}", errno_name(errno)),
+            }
+        }
+        Ok(m) if !m.is_dir() => DshError::Spawn {
+            kind: SpawnFailure::Workdir,
+            errno: libc::ENOTDIR,
+            message: format!("ENOTDIR: workdir {workdir} is not a directory"),
+        },
+        Ok(_) => DshError::Spawn {
+            kind: SpawnFailure::Os,
+            errno,
+            message: format!("{}: {err}", errno_name(errno)),
+        },
+    }
+}
+
+/// Environment, shell lookup and posix_spawn for one command.
+pub(crate) fn launch(spec: &Spec, tag: &str) -> Result<Spawned> {
+    let envp = child_environment(spec, tag);
+    let shell = find_shell(path_of(&envp)).ok_or_else(|| DshError::Spawn {
+        kind: SpawnFailure::NoShell,
+        errno: libc::ENOENT,
+        message: "ENOENT: no bash found on the command's PATH".to_owned(),
+    })?;
+    // Both were checked for NUL bytes by resolve / Spec::check.
+    let command = CString::new(spec.command.as_str())
+        .map_err(|_| DshError::Internal("NUL in checked command".into()))?;
+    let workdir = CString::new(spec.workdir.as_str())
+        .map_err(|_| DshError::Internal("NUL in checked workdir".into()))?;
+    confine::spawn_under(spec.sandbox_policy.as_ref(), || {
+        spawn(&shell, &command, &workdir, &envp, spec.stdin.is_some())
+    })?
+    .map_err(|e| spawn_error(e, &spec.workdir))
+}

@@ -1,0 +1,84 @@
+//! What a foreground run gives back: the result, and the future of an
+//! async run (which aborts its command when dropped).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::task::JoinHandle;
+
+use crate::cancel::CancelToken;
+use crate::error::{DshError, Result};
+use crate::output::CollectedOutput;
+use crate::sandbox::SandboxInfo;
+use crate::spawn::ExitStatus;
+
+/// The outcome of one foreground run. A nonzero exit, a timeout and an abort
+/// are all results.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunResult {
+    /// `None` when the command died from a signal.
+    pub exit_code: Option<i32>,
+    /// The terminating signal's name (`SIGTERM`), or `None`.
+    pub signal: Option<String>,
+    /// The executor's own timeout fired first.
+    pub timed_out: bool,
+    /// The caller's cancellation (or the executor's disposal) fired first.
+    pub aborted: bool,
+    /// The effective timeout of this run.
+    pub timeout_ms: u64,
+    pub stdout: CollectedOutput,
+    pub stderr: CollectedOutput,
+    /// Present iff the spec carried a sandbox policy.
+    pub sandbox: Option<SandboxInfo>,
+}
+
+/// The future of [`Executor::run`]. Dropping it before completion aborts the
+/// command (with the usual escalation).
+pub struct RunFuture {
+    pub(crate) inner: RunFutureInner,
+}
+
+pub(crate) enum RunFutureInner {
+    Ready(Option<Result<RunResult>>),
+    Running {
+        task: JoinHandle<Result<RunResult>>,
+        on_drop: CancelToken,
+    },
+}
+
+impl Future for RunFuture {
+    type Output = Result<RunResult>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.inner {
+            RunFutureInner::Ready(r) => Poll::Ready(r.take().expect("RunFuture polled after completion")),
+            RunFutureInner::Running { task, .. } => Pin::new(task)
+                .poll(cx)
+                .map(|r| r.unwrap_or_else(|e| Err(DshError::Internal(format!("run task failed: {e}"))))),
+        }
+    }
+}
+
+impl Drop for RunFuture {
+    fn drop(&mut self) {
+        if let RunFutureInner::Running { task, on_drop } = &self.inner {
+            if !task.is_finished() {
+                on_drop.cancel();
+            }
+        }
+    }
+}
+
+pub(crate) fn signal_name(sig: i32) -> String {
+    match nix::sys::signal::Signal::try_from(sig) {
+        Ok(s) => s.as_str().to_owned(),
+        Err(_) => format!("SIG{sig}"),
+    }
+}
+
+pub(crate) fn exit_fields(status: ExitStatus) -> (Option<i32>, Option<String>) {
+    match status {
+        ExitStatus::Code(c) => (Some(c), None),
+        ExitStatus::Signal(s) => (None, Some(signal_name(s))),
+    }
+}
