@@ -33,7 +33,7 @@ pub struct RunResult {
     pub sandbox: Option<SandboxInfo>,
 }
 
-/// The future of [`Executor::run`]. Dropping it before completion aborts the
+/// The future of [`Executor::run`](crate::Executor::run). Dropping it before completion aborts the
 /// command (with the usual escalation).
 pub struct RunFuture {
     pub(crate) inner: RunFutureInner,
