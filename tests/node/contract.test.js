@@ -228,8 +228,11 @@ test('landlock: confinement that cannot be applied fails closed with SANDBOX_UNA
 
 test('start: live status, exit codes, signals, done never rejects', async () => {
   const ex = executor()
-  const t = ex.start(ex.resolve({ command: 'exit 3' }))
+  const go = path.join(tmpdir(), 'go')
+  const t = ex.start(ex.resolve({ command: `while [ ! -e ${go} ]; do sleep 0.01; done; exit 3` }))
   assert.equal(t.status, 'running')
+  assert.equal(t.exitCode, null)
+  fs.writeFileSync(go, '')
   assert.equal(await t.done, undefined)
   assert.equal(t.done, t.done, 'one promise')
   assert.deepEqual([t.status, t.exitCode, t.signal], ['completed', 3, null])
