@@ -64,6 +64,17 @@ fn looks_denied(exit_code: Option<i32>, stderr: &str) -> bool {
         .any(|sig| stderr.contains(sig))
 }
 
+/// The facts one policy reports; the enforcement level is the kernel's,
+/// and absent for an unconfined mode.
+fn info(policy: &SandboxPolicy, denied: bool, runner_failed: Option<bool>) -> SandboxInfo {
+    SandboxInfo {
+        mode: policy.mode,
+        denied,
+        enforcement: confined(Some(policy)).and_then(|_| landlock::enforcement()),
+        runner_failed,
+    }
+}
+
 /// Facts for a command that ran under `policy`.
 pub(crate) fn facts(
     policy: Option<&SandboxPolicy>,
@@ -71,13 +82,8 @@ pub(crate) fn facts(
     stderr: &str,
 ) -> Option<SandboxInfo> {
     let policy = policy?;
-    let confined = policy.mode != SandboxMode::DangerFullAccess;
-    Some(SandboxInfo {
-        mode: policy.mode,
-        denied: confined && looks_denied(exit_code, stderr),
-        enforcement: if confined { landlock::enforcement() } else { None },
-        runner_failed: None,
-    })
+    let denied = confined(Some(policy)).is_some() && looks_denied(exit_code, stderr);
+    Some(info(policy, denied, None))
 }
 
 /// Facts for a background command whose confinement failed: it never ran.
@@ -85,12 +91,5 @@ pub(crate) fn runner_failed_facts(
     policy: Option<&SandboxPolicy>,
     runner_failed: bool,
 ) -> Option<SandboxInfo> {
-    let policy = policy?;
-    let confined = policy.mode != SandboxMode::DangerFullAccess;
-    Some(SandboxInfo {
-        mode: policy.mode,
-        denied: false,
-        enforcement: if confined { landlock::enforcement() } else { None },
-        runner_failed: runner_failed.then_some(true),
-    })
+    Some(info(policy?, false, runner_failed.then_some(true)))
 }

@@ -283,10 +283,7 @@ impl Shared {
         }
         // Descendants that left their groups, and daemons of commands that
         // already ended: one sweep for the whole executor, with escalation.
-        let all = TagMatch {
-            tag: &self.tag_prefix,
-            exact: false,
-        };
+        let all = TagMatch::executor(&self.tag_prefix);
         let term_hit = signal_tagged(&all, libc::SIGTERM) > 0;
         for p in &processes {
             p.wait().await;

@@ -113,7 +113,7 @@ fn signal_tree(pid: libc::pid_t, pidfd: &OwnedFd, tag: &str, sig: libc::c_int, s
     let _ = pidfd_send_signal(pidfd, sig);
     signal_group(pid, sig);
     if sweep {
-        sweep_tagged(&TagMatch { tag, exact: true }, sig);
+        sweep_tagged(&TagMatch::command(tag), sig);
     }
 }
 
@@ -257,18 +257,12 @@ pub(crate) async fn supervise(
             // The leader is gone within the grace period, but members that
             // trap SIGTERM get their SIGKILL on schedule. After the reap below
             // the group id may be reused, so only the pid-safe tag sweep runs.
-            let tag = tag.to_owned();
+            let tag = TagMatch::command(tag);
             // On the core's runtime: a blocking caller's own reactor stops
             // when its call returns.
             crate::runtime::handle().spawn(async move {
                 sleep_until(at).await;
-                sweep_tagged(
-                    &TagMatch {
-                        tag: &tag,
-                        exact: true,
-                    },
-                    libc::SIGKILL,
-                );
+                sweep_tagged(&tag, libc::SIGKILL);
             });
         }
     }

@@ -25,21 +25,38 @@ pub(crate) fn signal_group(pgid: libc::pid_t, sig: libc::c_int) {
     }
 }
 
-/// What to look for in `/proc/<pid>/environ`: `exact` matches one command's
-/// tag, otherwise any tag starting with `tag` (an executor's prefix).
-pub(crate) struct TagMatch<'a> {
-    pub tag: &'a str,
-    pub exact: bool,
+/// What to look for in `/proc/<pid>/environ`: one command's exact tag, or
+/// any tag starting with an executor's prefix. The `NAME=value` needle is
+/// built once, not per process a sweep reads.
+pub(crate) struct TagMatch {
+    needle: Vec<u8>,
+    exact: bool,
 }
 
-impl TagMatch<'_> {
+impl TagMatch {
+    /// Processes of one command.
+    pub(crate) fn command(tag: &str) -> Self {
+        Self::new(tag, true)
+    }
+
+    /// Processes of every command of an executor.
+    pub(crate) fn executor(prefix: &str) -> Self {
+        Self::new(prefix, false)
+    }
+
+    fn new(tag: &str, exact: bool) -> Self {
+        TagMatch {
+            needle: format!("{}={tag}", crate::env::EXEC_TAG_VAR).into_bytes(),
+            exact,
+        }
+    }
+
     fn matches(&self, environ: &[u8]) -> bool {
-        let needle = format!("{}={}", crate::env::EXEC_TAG_VAR, self.tag);
         environ.split(|&b| b == 0).any(|entry| {
             if self.exact {
-                entry == needle.as_bytes()
+                entry == self.needle.as_slice()
             } else {
-                entry.starts_with(needle.as_bytes())
+                entry.starts_with(&self.needle)
             }
         })
     }
@@ -69,7 +86,7 @@ fn parent_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> Option<libc::pid_t> {
     fields.next()?.parse().ok()
 }
 
-fn tagged(pid: libc::pid_t, m: &TagMatch<'_>, buf: &mut Vec<u8>) -> bool {
+fn tagged(pid: libc::pid_t, m: &TagMatch, buf: &mut Vec<u8>) -> bool {
     read_file(&format!("/proc/{pid}/environ"), buf) && m.matches(buf)
 }
 
@@ -77,7 +94,7 @@ fn tagged(pid: libc::pid_t, m: &TagMatch<'_>, buf: &mut Vec<u8>) -> bool {
 /// one that does. Each target is pinned with a pidfd and re-checked before
 /// the signal, so a pid recycled between the scan and the kill is never hit.
 /// Returns how many processes were signalled.
-pub(crate) fn signal_tagged(m: &TagMatch<'_>, sig: libc::c_int) -> usize {
+pub(crate) fn signal_tagged(m: &TagMatch, sig: libc::c_int) -> usize {
     let Ok(dir) = fs::read_dir("/proc") else {
         return 0;
     };
@@ -133,7 +150,7 @@ pub(crate) fn signal_tagged(m: &TagMatch<'_>, sig: libc::c_int) -> usize {
 /// [`signal_tagged`], and for SIGKILL again until a sweep finds nobody: a
 /// process forked while a sweep was reading `/proc` is caught by the next.
 /// (A SIGKILLed process is a zombie at once, with an empty environ.)
-pub(crate) fn sweep_tagged(m: &TagMatch<'_>, sig: libc::c_int) -> usize {
+pub(crate) fn sweep_tagged(m: &TagMatch, sig: libc::c_int) -> usize {
     let mut total = signal_tagged(m, sig);
     if sig == libc::SIGKILL {
         let mut last = total;
