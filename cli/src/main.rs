@@ -1,93 +1,420 @@
-//! `dsh-cli [--background] [--timeout-ms N] [--workdir DIR] COMMAND`
+//! `dsh-cli [OPTIONS] [--] COMMAND` — one bash command through dsh-native.
 //!
-//! Runs COMMAND through a dsh-native executor and prints the result; with
-//! `--background`, starts it and streams `read_output` deltas until it ends.
+//! Meant to be scripted, so the exit status carries the outcome (shell
+//! conventions, plus `timeout(1)`'s 124 and 125) and `--json` gives every
+//! field of the result; see `args::HELP` and docs/cli.md for the contract.
+//! The executor is always disposed before exiting: that is what guarantees
+//! nothing the command started outlives dsh-cli.
 
+mod args;
+mod interrupt;
+mod json;
+mod spill;
+
+use std::io::{self, Read, Write};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
 
-use dsh_core::{ConfigInput, Executor, Num, Request};
+use dsh_core::{
+    CollectedOutput, ConfigInput, DshError, Enforcement, Executor, RunResult, SandboxInfo, Spec,
+    DEFAULT_MAX_TIMEOUT_MS,
+};
+use nix::sys::signal::Signal;
 
-const USAGE: &str = "usage: dsh-cli [--background] [--timeout-ms N] [--workdir DIR] COMMAND";
+use args::{Options, Parsed};
+use interrupt::Interrupt;
+use json::Object;
+use spill::{Keeper, Spill};
 
-struct Args {
-    background: bool,
-    request: Request,
-}
+const EXIT_TIMEOUT: u8 = 124;
+const EXIT_CLI_ERROR: u8 = 125;
 
-fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
-    let mut background = false;
-    let mut request = Request::default();
-    let mut command = None;
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--background" => background = true,
-            "--timeout-ms" => {
-                let v = args.next().ok_or("--timeout-ms needs a value")?;
-                let ms: f64 = v
-                    .parse()
-                    .map_err(|_| format!("--timeout-ms: not a number: {v}"))?;
-                request.timeout_ms = Some(Num(ms));
-            }
-            "--workdir" => request.workdir = Some(args.next().ok_or("--workdir needs a value")?),
-            "-h" | "--help" => return Err(USAGE.into()),
-            _ if command.is_none() => command = Some(arg),
-            _ => return Err(format!("unexpected argument {arg:?}\n{USAGE}")),
-        }
-    }
-    request.command = command.ok_or(USAGE)?;
-    Ok(Args { background, request })
-}
-
-fn show(label: &str, value: impl std::fmt::Debug) {
-    println!("{label:>10}: {value:?}");
-}
+/// How often `--background` polls for output and for a pending interrupt.
+const TICK: Duration = Duration::from_millis(50);
 
 fn main() -> ExitCode {
-    let args = match parse(std::env::args().skip(1)) {
-        Ok(a) => a,
+    let code = match args::parse(std::env::args_os().skip(1)) {
+        Ok(Parsed::Help) => {
+            print!("{}", args::HELP);
+            0
+        }
+        Ok(Parsed::Version) => {
+            println!("dsh-cli {}", env!("CARGO_PKG_VERSION"));
+            0
+        }
+        Ok(Parsed::Run(opts)) => run(*opts).unwrap_or_else(|msg| {
+            eprintln!("dsh-cli: {msg}");
+            EXIT_CLI_ERROR
+        }),
         Err(msg) => {
-            eprintln!("{msg}");
-            return ExitCode::from(2);
+            eprintln!("dsh-cli: {msg}\nTry 'dsh-cli --help' for more information.");
+            EXIT_CLI_ERROR
         }
     };
-    let result = (|| -> Result<(), dsh_core::DshError> {
-        let exec = Executor::new(ConfigInput::default())?;
-        let spec = exec.resolve(args.request)?;
-        if args.background {
-            let process = exec.start(&spec)?;
-            println!("started {} ({})", process.id(), process.command());
-            loop {
-                let settled = process.wait_timeout(Some(Duration::from_millis(100)));
-                let read = process.read_output();
-                if !read.delta.is_empty() {
-                    print!("{}", read.delta);
-                }
-                if settled {
-                    break;
-                }
+    ExitCode::from(code)
+}
+
+fn run(mut opts: Options) -> Result<u8, String> {
+    if opts.read_stdin {
+        let mut input = Vec::new();
+        io::stdin()
+            .read_to_end(&mut input)
+            .map_err(|e| format!("cannot read stdin: {e}"))?;
+        opts.request.stdin = Some(input);
+    }
+    // Before the executor exists: its threads must inherit the blocked mask.
+    let interrupt = Interrupt::install().map_err(|e| format!("cannot watch for signals: {e}"))?;
+    if let Some(dir) = &opts.spill_dir {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let exec = Executor::new(config(&opts)).map_err(|e| e.to_string())?;
+    let mut keeper = Keeper::new(
+        opts.keep_spill,
+        exec.config().spill_dir.clone(),
+        opts.spill_dir.is_some(),
+    );
+    let outcome = exec
+        .resolve(opts.request.clone())
+        .map_err(|e| e.to_string())
+        .and_then(|spec| {
+            if opts.background {
+                background(&exec, &spec, &interrupt, &mut keeper)
+            } else {
+                foreground(&exec, &spec, &opts, &interrupt, &mut keeper)
             }
-            println!();
-            show("status", process.status().as_str());
-            show("exit_code", process.exit_code());
-            show("signal", process.signal());
-        } else {
-            let r = exec.run_blocking(&spec, None)?;
-            show("exit_code", r.exit_code);
-            show("signal", r.signal);
-            show("timed_out", r.timed_out);
-            show("aborted", r.aborted);
-            show("timeout_ms", r.timeout_ms);
-            show("stdout", &r.stdout);
-            show("stderr", &r.stderr);
+        });
+    let disposed = exec.dispose_blocking().map_err(|e| e.to_string());
+    let code = outcome?;
+    disposed?;
+    Ok(code)
+}
+
+fn config(opts: &Options) -> ConfigInput {
+    // The core clamps a request's timeout to max_timeout_ms, a guard against
+    // a model asking for hours. Whoever types --timeout is the operator.
+    let max_timeout_ms = opts
+        .request
+        .timeout_ms
+        .filter(|t| t.0 > DEFAULT_MAX_TIMEOUT_MS as f64);
+    ConfigInput {
+        max_timeout_ms,
+        spill_dir: opts.spill_dir.as_ref().map(|d| d.to_string_lossy().into_owned()),
+        ..ConfigInput::default()
+    }
+}
+
+fn foreground(
+    exec: &Executor,
+    spec: &Spec,
+    opts: &Options,
+    interrupt: &Interrupt,
+    keeper: &mut Keeper,
+) -> Result<u8, String> {
+    let mut r = match exec.run_blocking(spec, Some(interrupt.token())) {
+        Ok(r) => r,
+        Err(DshError::AlreadyCancelled) => return Ok(interrupted_status(interrupt)),
+        Err(e) => return Err(e.to_string()),
+    };
+    let out_spill = keeper.keep(r.stdout.spill_path.take());
+    let err_spill = keeper.keep(r.stderr.spill_path.take());
+    r.stdout.spill_path = out_spill.path();
+    r.stderr.spill_path = err_spill.path();
+    let ending = Ending {
+        exit_code: r.exit_code,
+        signal: r.signal.clone(),
+        timed_out: r.timed_out,
+        aborted: r.aborted,
+        timeout_ms: r.timeout_ms,
+        sandbox: r.sandbox.clone(),
+    };
+    let code = ending.status(interrupt);
+    if opts.json {
+        for failure in [&out_spill, &err_spill] {
+            if let Spill::Failed(why) = failure {
+                eprintln!("dsh-cli: {why}");
+            }
         }
-        exec.dispose_blocking()
-    })();
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("dsh-cli: {e}");
-            ExitCode::FAILURE
+        emit(io::stdout(), format!("{}\n", result_json(&r)).as_bytes())?;
+        return Ok(code);
+    }
+    emit(io::stdout(), r.stdout.text.as_bytes())?;
+    emit(io::stderr(), r.stderr.text.as_bytes())?;
+    let mut notes = ending.notes(interrupt);
+    notes.extend(truncation_note("stdout", &r.stdout, &out_spill));
+    notes.extend(truncation_note("stderr", &r.stderr, &err_spill));
+    summarize(&notes, r.stderr.text.ends_with('\n') || r.stderr.text.is_empty())?;
+    Ok(code)
+}
+
+/// Streams `read_output` deltas until the process settles, enforcing the
+/// timeout and the interrupt itself: the core gives background processes
+/// no timeout, but here the caller is waiting just as in the foreground.
+fn background(
+    exec: &Executor,
+    spec: &Spec,
+    interrupt: &Interrupt,
+    keeper: &mut Keeper,
+) -> Result<u8, String> {
+    let process = exec.start(spec).map_err(|e| e.to_string())?;
+    let deadline = Instant::now().checked_add(Duration::from_millis(spec.timeout_ms));
+    let (mut timed_out, mut aborted, mut lossy) = (false, false, false);
+    let mut at_line_start = true;
+    let last = loop {
+        let wait = deadline.map_or(TICK, |d| d.saturating_duration_since(Instant::now()).min(TICK));
+        let settled = process.wait_timeout(Some(wait));
+        let read = process.read_output();
+        lossy |= read.lossy;
+        if !read.delta.is_empty() {
+            at_line_start = read.delta.ends_with('\n');
+            emit(io::stdout(), read.delta.as_bytes())?;
         }
+        if settled {
+            break read;
+        }
+        if !(timed_out || aborted) {
+            if interrupt.token().is_cancelled() {
+                aborted = process.kill();
+            } else if deadline.is_some_and(|d| Instant::now() >= d) {
+                timed_out = process.kill();
+            }
+        }
+    };
+    let ending = Ending {
+        exit_code: process.exit_code(),
+        signal: process.signal(),
+        timed_out,
+        aborted,
+        timeout_ms: spec.timeout_ms,
+        sandbox: process.sandbox(),
+    };
+    let mut notes = ending.notes(interrupt);
+    if lossy {
+        notes.push("some output was lost between reads".into());
+    }
+    for (name, path) in [
+        ("stdout", last.stdout_spill_path),
+        ("stderr", last.stderr_spill_path),
+    ] {
+        notes.extend(match keeper.keep(path) {
+            Spill::Kept(p) => Some(format!("complete {name} in {p}")),
+            Spill::Dropped if lossy => Some(format!("--keep-spill keeps the complete {name}")),
+            Spill::Failed(why) => Some(why),
+            _ => None,
+        });
+    }
+    if ending.exit_code.is_none() && ending.signal.is_none() {
+        // Settled without running: the reason is in its output.
+        notes.push("the command could not be started".into());
+        summarize(&notes, at_line_start)?;
+        return Ok(EXIT_CLI_ERROR);
+    }
+    summarize(&notes, at_line_start)?;
+    Ok(ending.status(interrupt))
+}
+
+/// How a command ended, from either mode.
+struct Ending {
+    exit_code: Option<i32>,
+    signal: Option<String>,
+    timed_out: bool,
+    aborted: bool,
+    timeout_ms: u64,
+    sandbox: Option<SandboxInfo>,
+}
+
+impl Ending {
+    /// The exit status, in order of precedence: an interrupt, a timeout, a
+    /// signal (128+N, as a shell reports it), the exit code.
+    fn status(&self, interrupt: &Interrupt) -> u8 {
+        if self.aborted {
+            return interrupted_status(interrupt);
+        }
+        if self.timed_out {
+            return EXIT_TIMEOUT;
+        }
+        if let Some(name) = &self.signal {
+            return signal_number(name).map_or(EXIT_CLI_ERROR, |n| 128 + n);
+        }
+        self.exit_code
+            .and_then(|c| u8::try_from(c).ok())
+            .unwrap_or(EXIT_CLI_ERROR)
+    }
+
+    fn notes(&self, interrupt: &Interrupt) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.aborted {
+            let name = interrupt
+                .signal()
+                .and_then(|s| Signal::try_from(s).ok())
+                .map_or("an interrupt", Signal::as_str);
+            notes.push(format!("stopped by {name}"));
+        }
+        if self.timed_out {
+            notes.push(format!("timed out after {} ms", self.timeout_ms));
+        }
+        if let Some(sig) = &self.signal {
+            notes.push(format!("killed by {sig}"));
+        }
+        if let Some(s) = &self.sandbox {
+            if s.denied {
+                notes.push(format!("the {} sandbox denied a file operation", s.mode));
+            }
+            if s.enforcement == Some(Enforcement::Partial) {
+                notes.push(format!("{} sandbox only partly enforced by this kernel", s.mode));
+            }
+            if s.runner_failed == Some(true) {
+                notes.push("sandbox could not be applied".into());
+            }
+        }
+        notes
+    }
+}
+
+fn interrupted_status(interrupt: &Interrupt) -> u8 {
+    let sig = interrupt.signal().unwrap_or(Signal::SIGINT as i32);
+    128 + u8::try_from(sig).unwrap_or(2)
+}
+
+/// The core reports signals by name (`SIGKILL`, or `SIG34` for one without
+/// a name); an exit status needs the number back.
+fn signal_number(name: &str) -> Option<u8> {
+    let n = match Signal::from_str(name) {
+        Ok(sig) => sig as i32,
+        Err(_) => name.strip_prefix("SIG")?.parse().ok()?,
+    };
+    u8::try_from(n).ok().filter(|n| *n < 128)
+}
+
+fn truncation_note(name: &str, out: &CollectedOutput, spill: &Spill) -> Option<String> {
+    if !out.truncated {
+        return None;
+    }
+    Some(match spill {
+        Spill::Kept(p) => format!("{name} truncated, complete stream in {p}"),
+        Spill::Dropped => format!("{name} truncated (--keep-spill keeps the complete stream)"),
+        Spill::None => format!("{name} truncated, complete stream not kept (too large or unwritable)"),
+        Spill::Failed(why) => format!("{name} truncated, {why}"),
+    })
+}
+
+/// One line on stderr, only when there is something to say.
+fn summarize(notes: &[String], at_line_start: bool) -> Result<(), String> {
+    if notes.is_empty() {
+        return Ok(());
+    }
+    let sep = if at_line_start { "" } else { "\n" };
+    emit(
+        io::stderr(),
+        format!("{sep}dsh-cli: {}\n", notes.join("; ")).as_bytes(),
+    )
+}
+
+/// Writes and flushes. A reader that went away (`| head`) is not an error
+/// of the command's; anything else is dsh-cli's.
+fn emit(mut to: impl Write, bytes: &[u8]) -> Result<(), String> {
+    match to.write_all(bytes).and_then(|()| to.flush()) {
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(format!("cannot write output: {e}")),
+        _ => Ok(()),
+    }
+}
+
+/// Destructured without `..`, so a field the core adds is a compile error
+/// here rather than silently missing from the JSON.
+fn result_json(r: &RunResult) -> String {
+    let RunResult {
+        exit_code,
+        signal,
+        timed_out,
+        aborted,
+        timeout_ms,
+        stdout,
+        stderr,
+        sandbox,
+    } = r;
+    Object::new()
+        .field("exit_code", *exit_code)
+        .field("signal", signal.as_deref())
+        .field("timed_out", *timed_out)
+        .field("aborted", *aborted)
+        .field("timeout_ms", *timeout_ms)
+        .field("stdout", output_json(stdout))
+        .field("stderr", output_json(stderr))
+        .field("sandbox", sandbox.as_ref().map(sandbox_json))
+        .finish()
+}
+
+fn output_json(o: &CollectedOutput) -> Object {
+    let CollectedOutput {
+        text,
+        truncated,
+        spill_path,
+    } = o;
+    Object::new()
+        .field("text", text)
+        .field("truncated", *truncated)
+        .field("spill_path", spill_path.as_deref())
+}
+
+fn sandbox_json(s: &SandboxInfo) -> Object {
+    let SandboxInfo {
+        mode,
+        denied,
+        enforcement,
+        runner_failed,
+    } = s;
+    Object::new()
+        .field("mode", mode.as_str())
+        .field("denied", *denied)
+        .field("enforcement", enforcement.map(Enforcement::as_str))
+        .field("runner_failed", *runner_failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signal_numbers_from_names() {
+        assert_eq!(signal_number("SIGKILL"), Some(9));
+        assert_eq!(signal_number("SIGTERM"), Some(15));
+        assert_eq!(signal_number("SIG40"), Some(40));
+        assert_eq!(signal_number("KILL"), None);
+    }
+
+    #[test]
+    fn json_has_every_result_field() {
+        let r = RunResult {
+            exit_code: None,
+            signal: Some("SIGKILL".into()),
+            timed_out: false,
+            aborted: false,
+            timeout_ms: 5,
+            stdout: CollectedOutput {
+                text: "a\n".into(),
+                truncated: true,
+                spill_path: Some("/k/stdout.log".into()),
+            },
+            stderr: CollectedOutput {
+                text: String::new(),
+                truncated: false,
+                spill_path: None,
+            },
+            sandbox: Some(SandboxInfo {
+                mode: dsh_core::SandboxMode::ReadOnly,
+                denied: true,
+                enforcement: Some(Enforcement::Full),
+                runner_failed: None,
+            }),
+        };
+        assert_eq!(
+            result_json(&r),
+            concat!(
+                r#"{"exit_code":null,"signal":"SIGKILL","timed_out":false,"aborted":false,"timeout_ms":5,"#,
+                r#""stdout":{"text":"a\n","truncated":true,"spill_path":"/k/stdout.log"},"#,
+                r#""stderr":{"text":"","truncated":false,"spill_path":null},"#,
+                r#""sandbox":{"mode":"read-only","denied":true,"enforcement":"full","runner_failed":null}}"#
+            )
+        );
     }
 }
