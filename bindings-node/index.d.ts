@@ -79,6 +79,12 @@ export interface BashSandboxInfo {
 export interface BashRunResult {
   exitCode: number | null
   signal: NodeJS.Signals | null
+  /**
+   * Present (true) when the command ran and ended but its exit status was
+   * taken by someone else (a host that ignores SIGCHLD or reaps with
+   * `waitpid(-1)`, on a kernel before 6.15); `exitCode` and `signal` are null.
+   */
+  exitStatusUnavailable?: true
   timedOut: boolean
   aborted: boolean
   timeoutMs: number
@@ -105,6 +111,8 @@ export declare class NativeBashTask {
   readonly status: BashTaskStatus
   readonly exitCode: number | null
   readonly signal: NodeJS.Signals | null
+  /** Present (true) once settled when someone else took the exit status. */
+  readonly exitStatusUnavailable: true | undefined
   /** Resolves when the process has settled; never rejects. */
   readonly done: Promise<void>
   readonly sandbox: BashSandboxInfo | undefined

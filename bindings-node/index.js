@@ -29,6 +29,11 @@ class NativeBashTask {
     return this.#native.signal ?? null
   }
 
+  /** Present (true) once settled when someone else took the exit status. */
+  get exitStatusUnavailable() {
+    return this.#native.exitStatusUnavailable || undefined
+  }
+
   get done() {
     return this.#done
   }

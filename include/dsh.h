@@ -76,6 +76,11 @@ typedef enum DshStatus {
    * Any other internal failure.
    */
   DSH_INTERNAL = 10,
+  /**
+   * The executor or process belongs to the parent of this forked process;
+   * create a new executor in the child.
+   */
+  DSH_FORKED_CHILD = 11,
 } DshStatus;
 
 typedef enum DshSandboxMode {
@@ -466,6 +471,13 @@ void dsh_run_result_free(struct DshRunResult *result);
 bool dsh_run_result_exit_code(const struct DshRunResult *result, int32_t *code);
 
 /**
+ * True when the command ran and ended but its exit status was taken by
+ * someone else (a host that ignores SIGCHLD or reaps with `waitpid(-1)`,
+ * on a kernel older than 6.15): no exit code and no signal then.
+ */
+bool dsh_run_result_exit_status_unavailable(const struct DshRunResult *result);
+
+/**
  * The terminating signal's name ("SIGTERM"), or ABSENT.
  */
 struct DshStr dsh_run_result_signal(const struct DshRunResult *result);
@@ -537,6 +549,12 @@ bool dsh_process_is_settled(const struct DshProcess *process);
  * True when the process exited normally; the code goes to `*code`.
  */
 bool dsh_process_exit_code(const struct DshProcess *process, int32_t *code);
+
+/**
+ * True once settled when the exit status was taken by someone else (see
+ * dsh_run_result_exit_status_unavailable).
+ */
+bool dsh_process_exit_status_unavailable(const struct DshProcess *process);
 
 /**
  * The terminating signal's name once settled, else ABSENT.

@@ -24,6 +24,7 @@ pub(crate) fn error_parts(e: &DshError) -> (String, String) {
         DshError::SandboxUnavailable(_) => "SANDBOX_UNAVAILABLE".to_owned(),
         DshError::BlockingInAsync => "WOULD_BLOCK".to_owned(),
         DshError::Internal(_) => "INTERNAL".to_owned(),
+        DshError::ForkedChild { .. } => "FORKED_CHILD".to_owned(),
     };
     (code, e.message(NameStyle::Camel))
 }
@@ -298,6 +299,9 @@ pub(crate) fn run_result<'e>(env: &'e Env, r: &dsh_core::RunResult) -> Result<Ob
     let mut o = Object::new(env)?;
     o.set_named_property("exitCode", r.exit_code)?;
     o.set_named_property("signal", r.signal.as_deref())?;
+    if r.exit_status_unavailable {
+        o.set_named_property("exitStatusUnavailable", true)?;
+    }
     o.set_named_property("timedOut", r.timed_out)?;
     o.set_named_property("aborted", r.aborted)?;
     o.set_named_property("timeoutMs", r.timeout_ms as f64)?;

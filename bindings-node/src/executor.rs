@@ -86,6 +86,11 @@ impl NativeProcess {
     }
 
     #[napi(getter)]
+    pub fn exit_status_unavailable(&self) -> bool {
+        self.inner.exit_status_unavailable()
+    }
+
+    #[napi(getter)]
     pub fn settled(&self) -> bool {
         self.inner.is_settled()
     }
@@ -113,7 +118,9 @@ impl NativeProcess {
     #[napi]
     pub fn done<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
         let (deferred, promise) = env.create_deferred::<(), _>()?;
-        self.inner.when_settled(move || deferred.resolve(|_| Ok(())));
+        self.inner
+            .when_settled(move || deferred.resolve(|_| Ok(())))
+            .map_err(|e| convert::js_error(env, &e))?;
         Ok(promise)
     }
 }

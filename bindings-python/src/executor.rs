@@ -97,6 +97,11 @@ impl Process {
     fn signal(&self) -> Option<String> {
         self.inner.signal()
     }
+    /// True once settled when the exit status was taken by someone else.
+    #[getter]
+    fn exit_status_unavailable(&self) -> bool {
+        self.inner.exit_status_unavailable()
+    }
     #[getter]
     fn sandbox(&self) -> Option<SandboxInfo> {
         self.inner.sandbox().map(SandboxInfo::from)
@@ -131,7 +136,10 @@ impl Process {
                 Some(d) => d.saturating_duration_since(Instant::now()).min(SIGNAL_POLL),
                 None => SIGNAL_POLL,
             };
-            if py.detach(|| self.inner.wait_timeout(Some(step))) {
+            if py
+                .detach(|| self.inner.wait_timeout(Some(step)))
+                .map_err(|e| to_pyerr(py, e))?
+            {
                 return Ok(());
             }
             py.check_signals()?;
@@ -150,17 +158,31 @@ impl Process {
         let future = event_loop.call_method0("create_future")?;
         let resolve = py.import("dsh_native._helpers")?.getattr("resolve_future")?;
         let (lp, fut, resolve) = (event_loop.unbind(), future.clone().unbind(), resolve.unbind());
-        self.inner.when_settled(move || {
-            Python::try_attach(|py| {
-                let none = py.None();
-                // A closed loop cannot be told; nothing is waiting on it then.
-                let _ = lp.call_method1(
-                    py,
-                    "call_soon_threadsafe",
-                    (resolve, fut, none.clone_ref(py), none),
-                );
-            });
-        });
+        let waiter = self
+            .inner
+            .when_settled(move || {
+                Python::try_attach(|py| {
+                    let none = py.None();
+                    // A closed loop cannot be told; nothing is waiting on it then.
+                    let _ = lp.call_method1(
+                        py,
+                        "call_soon_threadsafe",
+                        (resolve, fut, none.clone_ref(py), none),
+                    );
+                });
+            })
+            .map_err(|e| to_pyerr(py, e))?;
+        // A caller that stops waiting (asyncio.wait_for timing out cancels
+        // the future) withdraws the callback, so polling never accumulates.
+        let process = self.inner.clone();
+        let withdraw = pyo3::types::PyCFunction::new_closure(py, None, None, move |args, _kwargs| {
+            let cancelled = args.get_item(0)?.call_method0("cancelled")?.is_truthy()?;
+            if cancelled {
+                process.cancel_when_settled(waiter);
+            }
+            PyResult::Ok(())
+        })?;
+        future.call_method1("add_done_callback", (withdraw,))?;
         Ok(future)
     }
     fn __repr__(&self) -> String {

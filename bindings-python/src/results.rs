@@ -216,6 +216,11 @@ pub struct RunResult {
     pub exit_code: Option<i32>,
     #[pyo3(get)]
     pub signal: Option<String>,
+    /// The command ran and ended, but its exit status was taken by someone
+    /// else (SIGCHLD ignored, or a ``waitpid(-1)`` reaper, on a kernel
+    /// before 6.15): ``exit_code`` and ``signal`` are both None.
+    #[pyo3(get)]
+    pub exit_status_unavailable: bool,
     #[pyo3(get)]
     pub timed_out: bool,
     #[pyo3(get)]
@@ -235,6 +240,7 @@ impl RunResult {
         Ok(RunResult {
             exit_code: r.exit_code,
             signal: r.signal,
+            exit_status_unavailable: r.exit_status_unavailable,
             timed_out: r.timed_out,
             aborted: r.aborted,
             timeout_ms: r.timeout_ms,

@@ -162,7 +162,7 @@ fn background(
     let mut at_line_start = true;
     let last = loop {
         let wait = deadline.map_or(TICK, |d| d.saturating_duration_since(Instant::now()).min(TICK));
-        let settled = process.wait_timeout(Some(wait));
+        let settled = process.wait_timeout(Some(wait)).map_err(|e| e.to_string())?;
         let read = process.read_output();
         lossy |= read.lossy;
         if !read.delta.is_empty() {
@@ -325,6 +325,7 @@ fn result_json(r: &RunResult) -> String {
     let RunResult {
         exit_code,
         signal,
+        exit_status_unavailable,
         timed_out,
         aborted,
         timeout_ms,
@@ -335,6 +336,7 @@ fn result_json(r: &RunResult) -> String {
     Object::new()
         .field("exit_code", *exit_code)
         .field("signal", signal.as_deref())
+        .field("exit_status_unavailable", *exit_status_unavailable)
         .field("timed_out", *timed_out)
         .field("aborted", *aborted)
         .field("timeout_ms", *timeout_ms)
@@ -387,6 +389,7 @@ mod tests {
         let r = RunResult {
             exit_code: None,
             signal: Some("SIGKILL".into()),
+            exit_status_unavailable: false,
             timed_out: false,
             aborted: false,
             timeout_ms: 5,
@@ -410,7 +413,7 @@ mod tests {
         assert_eq!(
             result_json(&r),
             concat!(
-                r#"{"exit_code":null,"signal":"SIGKILL","timed_out":false,"aborted":false,"timeout_ms":5,"#,
+                r#"{"exit_code":null,"signal":"SIGKILL","exit_status_unavailable":false,"timed_out":false,"aborted":false,"timeout_ms":5,"#,
                 r#""stdout":{"text":"a\n","truncated":true,"spill_path":"/k/stdout.log"},"#,
                 r#""stderr":{"text":"","truncated":false,"spill_path":null},"#,
                 r#""sandbox":{"mode":"read-only","denied":true,"enforcement":"full","runner_failed":null}}"#

@@ -162,6 +162,7 @@ fn json_has_every_field_and_round_trips_text() {
         [
             "exit_code",
             "signal",
+            "exit_status_unavailable",
             "timed_out",
             "aborted",
             "timeout_ms",

@@ -29,14 +29,30 @@ pub fn is_scrubbed(name: &[u8]) -> bool {
         || contains(b"TOKEN")
 }
 
-/// Builds `envp` for a command: scrubbed parent env, forced terminal
+/// The host's environment as it was when a command was asked for, already
+/// scrubbed. Taken on the calling thread, inside the call: a host mutates
+/// its environment from its own threads (Python's `os.environ` under the
+/// GIL, Node's `process.env` on the JS thread), never concurrently with its
+/// own call into dsh, whereas reading it later from a core thread would race
+/// with the host's `setenv` (which reallocates `environ` under our feet).
+pub(crate) struct HostEnv(BTreeMap<Vec<u8>, Vec<u8>>);
+
+impl HostEnv {
+    pub(crate) fn capture() -> Self {
+        HostEnv(
+            std::env::vars_os()
+                .filter(|(k, _)| !is_scrubbed(k.as_bytes()))
+                .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+                .collect(),
+        )
+    }
+}
+
+/// Builds `envp` for a command: scrubbed host env, forced terminal
 /// settings, the caller's `env`, the caller's `dsh_env`, and last the
 /// executor's own tag (later wins).
-pub(crate) fn child_environment(spec: &Spec, tag: &str) -> Vec<CString> {
-    let mut vars: BTreeMap<Vec<u8>, Vec<u8>> = std::env::vars_os()
-        .filter(|(k, _)| !is_scrubbed(k.as_bytes()))
-        .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
-        .collect();
+pub(crate) fn child_environment(host: HostEnv, spec: &Spec, tag: &str) -> Vec<CString> {
+    let mut vars = host.0;
     let layers = FORCED
         .iter()
         .map(|(k, v)| (k.as_bytes(), v.as_bytes()))

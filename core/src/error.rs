@@ -127,6 +127,14 @@ pub enum DshError {
     #[error("blocking call made from inside an async runtime or a listener callback; use the async API")]
     BlockingInAsync,
 
+    /// The executor or process was created by the parent of this forked
+    /// process; its commands are supervised there. Create a new executor in
+    /// the child.
+    #[error(
+        "this belongs to process {owner_pid}, and this is its forked child {pid}: create a new Executor here"
+    )]
+    ForkedChild { owner_pid: i32, pid: i32 },
+
     /// A bug in dsh-native (a task panicked); the message says where.
     #[error("internal error: {0}")]
     Internal(String),

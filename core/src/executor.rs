@@ -9,20 +9,23 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::callbacks;
 use crate::cancel::CancelToken;
 use crate::config::{Config, ConfigInput};
 use crate::confine;
+use crate::env::HostEnv;
 use crate::error::{DshError, Result};
-use crate::launch::{launch, spawn_error};
+use crate::forked::current_pid;
+use crate::launch::launch;
 use crate::output::StreamBuffer;
 use crate::process::{lock, Process, ProcessRead, ProcessShared, State, Status};
 use crate::request::{resolve, Request, Spec};
-use crate::run::{exit_fields, RunFuture, RunFutureInner, RunResult};
+use crate::run::{ExitFields, RunFuture, RunFutureInner, RunResult};
 use crate::runtime;
 use crate::sandbox::SandboxMode;
 use crate::spill::{random_hex, SpillDir};
 use crate::supervise::{supervise, Outcome, Stop, Streams};
-use crate::tree::{signal_tagged, sweep_tagged, TagMatch};
+use crate::tree::{sweep_counted, TagMatch};
 
 /// Identifies a task-done listener for [`Executor::off_task_done`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -56,6 +59,9 @@ struct Registry {
 }
 
 struct Shared {
+    /// The host process that created the executor. In a forked child the
+    /// executor is inert: its commands and spill files are the parent's.
+    host_pid: libc::pid_t,
     config: Config,
     spill: Arc<SpillDir>,
     /// Every command's `DSH_EXEC_TAG` starts with this, so dispose can find
@@ -67,6 +73,8 @@ struct Shared {
     next_listener: AtomicU64,
     lifecycle: watch::Sender<Lifecycle>,
     active_runs: watch::Sender<usize>,
+    /// Listener deliveries queued or running; dispose waits for none.
+    pending_notifications: watch::Sender<usize>,
 }
 
 /// Disposes the executor (in the background) when the last handle goes.
@@ -76,7 +84,7 @@ struct Owner {
 
 impl Drop for Owner {
     fn drop(&mut self) {
-        if *self.shared.lifecycle.borrow() == Lifecycle::Open {
+        if self.shared.is_here() && *self.shared.lifecycle.borrow() == Lifecycle::Open {
             let shared = self.shared.clone();
             runtime::handle().spawn(async move { shared.dispose().await });
         }
@@ -98,6 +106,14 @@ impl std::fmt::Debug for Executor {
     }
 }
 
+/// A command that started but could not be watched was killed at once; it
+/// is not a spawn failure (it ran), so a caller never retries it as one.
+fn unwatchable(e: std::io::Error) -> DshError {
+    DshError::Internal(format!(
+        "the command started but could not be supervised ({e}); it was killed"
+    ))
+}
+
 /// Counts a foreground run for `dispose` to wait on.
 struct ActiveRun(Arc<Shared>);
 
@@ -110,6 +126,22 @@ impl Drop for ActiveRun {
 impl Shared {
     fn is_open(&self) -> bool {
         *self.lifecycle.borrow() == Lifecycle::Open
+    }
+
+    /// False in a forked child of the host that created the executor.
+    fn is_here(&self) -> bool {
+        self.host_pid == current_pid()
+    }
+
+    fn check_here(&self) -> Result<()> {
+        if self.is_here() {
+            Ok(())
+        } else {
+            Err(DshError::ForkedChild {
+                owner_pid: self.host_pid,
+                pid: current_pid(),
+            })
+        }
     }
 
     fn next_tag(&self) -> String {
@@ -141,12 +173,13 @@ impl Shared {
     async fn run_task(
         self: Arc<Self>,
         spec: Spec,
+        host_env: HostEnv,
         cancel: Option<CancelToken>,
         on_drop: CancelToken,
         _active: ActiveRun,
     ) -> Result<RunResult> {
         let tag = self.next_tag();
-        let spawned = launch(&spec, &tag)?;
+        let spawned = launch(&spec, host_env, &tag)?;
         let streams = self.streams(spec.stdout_max_bytes);
         let stop = async {
             let caller = async {
@@ -172,14 +205,15 @@ impl Shared {
             stop,
         )
         .await
-        .map_err(|e| spawn_error(e, &spec.workdir))?;
-        let (exit_code, signal) = exit_fields(status);
+        .map_err(unwatchable)?;
+        let ending = ExitFields::from(status);
         let streams = lock(&streams);
         let stderr = streams.stderr.collected();
-        let sandbox = confine::facts(spec.sandbox_policy.as_ref(), exit_code, &stderr.text);
+        let sandbox = confine::facts(spec.sandbox_policy.as_ref(), ending.exit_code, &stderr.text);
         Ok(RunResult {
-            exit_code,
-            signal,
+            exit_code: ending.exit_code,
+            signal: ending.signal,
+            exit_status_unavailable: ending.unavailable,
             timed_out: stop == Some(Stop::Timeout),
             aborted: matches!(stop, Some(Stop::Cancel | Stop::Dispose)),
             timeout_ms: spec.timeout_ms,
@@ -189,22 +223,28 @@ impl Shared {
         })
     }
 
-    async fn background_task(self: Arc<Self>, process: Process, spec: Spec) {
+    async fn background_task(self: Arc<Self>, process: Process, spec: Spec, host_env: HostEnv) {
         let tag = self.next_tag();
         let shared = &process.shared;
-        let launched = confine::check(spec.sandbox_policy.as_ref()).and_then(|_| launch(&spec, &tag));
-        let (exit_code, signal, sandbox) = match launched {
+        let launched =
+            confine::check(spec.sandbox_policy.as_ref()).and_then(|_| launch(&spec, host_env, &tag));
+        let failed = |line: String, sandbox| {
+            let mut streams = lock(&shared.streams);
+            streams.stderr.push(format!("{line}\n").as_bytes());
+            streams.stdout.close();
+            streams.stderr.close();
+            lock(&shared.state).status = Status::Killed;
+            (ExitFields::default(), sandbox)
+        };
+        let (ending, sandbox) = match launched {
             Err(e) => {
-                let mut streams = lock(&shared.streams);
-                streams
-                    .stderr
-                    .push(format!("spawn failed: {}\n", e.message(crate::NameStyle::Snake)).as_bytes());
-                streams.stdout.close();
-                streams.stderr.close();
-                lock(&shared.state).status = Status::Killed;
+                let reason = match &e {
+                    DshError::Spawn { message, .. } => message.clone(),
+                    other => other.message(crate::NameStyle::Snake),
+                };
                 let runner_failed = matches!(e, DshError::SandboxUnavailable(_));
                 let sandbox = confine::runner_failed_facts(spec.sandbox_policy.as_ref(), runner_failed);
-                (None, None, sandbox)
+                failed(format!("spawn failed: {reason}"), sandbox)
             }
             Ok(spawned) => {
                 let mut stop_rx = shared.stop_tx.subscribe();
@@ -226,40 +266,42 @@ impl Shared {
                 .await
                 {
                     Ok(outcome) => {
-                        let (code, sig) = exit_fields(outcome.status);
+                        let ending = ExitFields::from(outcome.status);
                         let stderr = lock(&shared.streams).stderr.collected().text;
-                        let sandbox = confine::facts(spec.sandbox_policy.as_ref(), code, &stderr);
-                        (code, sig, sandbox)
+                        let sandbox = confine::facts(spec.sandbox_policy.as_ref(), ending.exit_code, &stderr);
+                        (ending, sandbox)
                     }
-                    Err(e) => {
-                        let mut streams = lock(&shared.streams);
-                        streams
-                            .stderr
-                            .push(format!("supervision failed: {e}\n").as_bytes());
-                        lock(&shared.state).status = Status::Killed;
-                        (None, None, None)
-                    }
+                    Err(e) => failed(unwatchable(e).to_string(), None),
                 }
             }
         };
-        process.settle(exit_code, signal, sandbox, |p| self.notify(p));
+        process.settle(ending, sandbox, |p| self.notify(p));
     }
 
-    fn notify(&self, process: &Process) {
+    /// Queues one delivery of `process` to every listener on the callback
+    /// thread. Dispose waits until every queued delivery has run, and a
+    /// delivery that starts after disposal began calls nobody.
+    fn notify(self: &Arc<Self>, process: &Process) {
         if !self.is_open() {
             return;
         }
-        let listeners: Vec<TaskListener> = lock(&self.listeners).iter().map(|(_, l)| l.clone()).collect();
-        for listener in listeners {
-            if let Err(panic) = catch_unwind(AssertUnwindSafe(|| listener(process))) {
-                let msg = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "non-string panic".into());
-                eprintln!("dsh: a task-done listener panicked ({msg}); other listeners still run");
+        self.pending_notifications.send_modify(|n| *n += 1);
+        let (shared, process) = (self.clone(), process.clone());
+        callbacks::dispatch(move || {
+            if shared.is_open() {
+                let listeners: Vec<TaskListener> =
+                    lock(&shared.listeners).iter().map(|(_, l)| l.clone()).collect();
+                for listener in listeners {
+                    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| listener(&process))) {
+                        eprintln!(
+                            "dsh: a task-done listener panicked ({}); other listeners still run",
+                            callbacks::panic_message(&*panic)
+                        );
+                    }
+                }
             }
-        }
+            shared.pending_notifications.send_modify(|n| *n -= 1);
+        });
     }
 
     async fn dispose(self: Arc<Self>) {
@@ -284,18 +326,20 @@ impl Shared {
         // Descendants that left their groups, and daemons of commands that
         // already ended: one sweep for the whole executor, with escalation.
         let all = TagMatch::executor(&self.tag_prefix);
-        let term_hit = signal_tagged(&all, libc::SIGTERM) > 0;
+        let term_hit = sweep_counted(all.clone(), libc::SIGTERM).await > 0;
         for p in &processes {
             p.wait().await;
         }
         let mut rx = self.active_runs.subscribe();
         let _ = rx.wait_for(|n| *n == 0).await;
-        if term_hit || signal_tagged(&all, 0) > 0 {
+        let mut rx = self.pending_notifications.subscribe();
+        let _ = rx.wait_for(|n| *n == 0).await;
+        if term_hit || sweep_counted(all.clone(), 0).await > 0 {
             let deadline = tokio::time::Instant::now() + self.grace();
-            while signal_tagged(&all, 0) > 0 && tokio::time::Instant::now() < deadline {
+            while sweep_counted(all.clone(), 0).await > 0 && tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            sweep_tagged(&all, libc::SIGKILL);
+            sweep_counted(all, libc::SIGKILL).await;
         }
         self.spill.remove();
         self.lifecycle.send_replace(Lifecycle::Disposed);
@@ -307,6 +351,7 @@ impl Executor {
     pub fn new(input: ConfigInput) -> Result<Executor> {
         let config = Config::new(input)?;
         let shared = Arc::new(Shared {
+            host_pid: current_pid(),
             spill: Arc::new(SpillDir::new(config.spill_dir.clone())),
             config,
             tag_prefix: random_hex(),
@@ -316,6 +361,7 @@ impl Executor {
             next_listener: AtomicU64::new(1),
             lifecycle: watch::channel(Lifecycle::Open).0,
             active_runs: watch::channel(0).0,
+            pending_notifications: watch::channel(0).0,
         });
         Ok(Executor {
             owner: Arc::new(Owner { shared }),
@@ -350,6 +396,7 @@ impl Executor {
         let shared = self.shared();
         shared.active_runs.send_modify(|n| *n += 1);
         let active = ActiveRun(shared.clone());
+        shared.check_here()?;
         if !shared.is_open() {
             return Err(DshError::Disposed);
         }
@@ -375,6 +422,7 @@ impl Executor {
         let on_drop = CancelToken::new();
         let task = runtime::handle().spawn(self.shared().clone().run_task(
             spec.clone(),
+            HostEnv::capture(),
             cancel.cloned(),
             on_drop.clone(),
             active,
@@ -386,7 +434,7 @@ impl Executor {
 
     /// [`Executor::run`] for hosts with their own event loop (Python's
     /// asyncio, Node): returns at once and calls `on_done` with the outcome
-    /// from a core thread.
+    /// on the callback thread.
     pub fn run_with(
         &self,
         spec: &Spec,
@@ -394,16 +442,22 @@ impl Executor {
         on_done: impl FnOnce(Result<RunResult>) + Send + 'static,
     ) {
         let run = self.run(spec, cancel);
-        runtime::handle().spawn(async move { on_done(run.await) });
+        runtime::handle().spawn(async move {
+            let outcome = run.await;
+            callbacks::dispatch(move || on_done(outcome));
+        });
     }
 
     /// [`Executor::run`] for threads that are not in an async runtime.
     pub fn run_blocking(&self, spec: &Spec, cancel: Option<&CancelToken>) -> Result<RunResult> {
         let active = self.admit_run(spec, cancel)?;
-        let task = self
-            .shared()
-            .clone()
-            .run_task(spec.clone(), cancel.cloned(), CancelToken::new(), active);
+        let task = self.shared().clone().run_task(
+            spec.clone(),
+            HostEnv::capture(),
+            cancel.cloned(),
+            CancelToken::new(),
+            active,
+        );
         if spec.stdin.is_some() {
             // Writing stdin may raise SIGPIPE: do it on the core's threads.
             runtime::block_on(task)?
@@ -417,6 +471,7 @@ impl Executor {
     /// process as `killed` with `spawn failed: …` in its output.
     pub fn start(&self, spec: &Spec) -> Result<Process> {
         let shared = self.shared();
+        shared.check_here()?;
         spec.check(&shared.config)?;
         let process = {
             let mut reg = lock(&shared.registry);
@@ -427,16 +482,11 @@ impl Executor {
             let id = format!("bash-{}", reg.next_id);
             let process = Process {
                 shared: Arc::new(ProcessShared {
+                    host_pid: shared.host_pid,
                     id: id.clone(),
                     command: spec.command.clone(),
                     owner: spec.owner.clone(),
-                    state: Mutex::new(State {
-                        status: Status::Running,
-                        exit_code: None,
-                        signal: None,
-                        sandbox: None,
-                        settled: false,
-                    }),
+                    state: Mutex::new(State::running()),
                     settled_cv: Condvar::new(),
                     settled_tx: watch::channel(false).0,
                     streams: shared.streams(shared.config.max_output_bytes),
@@ -447,7 +497,11 @@ impl Executor {
             reg.by_id.insert(id, process.clone());
             process
         };
-        runtime::handle().spawn(shared.clone().background_task(process.clone(), spec.clone()));
+        runtime::handle().spawn(shared.clone().background_task(
+            process.clone(),
+            spec.clone(),
+            HostEnv::capture(),
+        ));
         Ok(process)
     }
 
@@ -506,24 +560,41 @@ impl Executor {
 
     /// Kills every running process (with the escalation), waits until all
     /// have exited, and removes the spill directory. Idempotent; afterwards
-    /// `run` and `start` fail with [`DshError::Disposed`].
+    /// `run` and `start` fail with [`DshError::Disposed`]. In a forked child
+    /// it only closes this copy: the commands and spill files are the
+    /// parent's, and the parent's executor still owns them.
     pub async fn dispose(&self) {
         let shared = self.shared().clone();
+        if !shared.is_here() {
+            shared.lifecycle.send_replace(Lifecycle::Disposed);
+            return;
+        }
         // On the core's runtime, whatever runtime awaits this.
         let _ = runtime::handle().spawn(shared.dispose()).await;
     }
 
     /// [`Executor::dispose`] for hosts with their own event loop: returns at
-    /// once and calls `on_done` from a core thread when disposal is complete.
+    /// once and calls `on_done` on the callback thread when disposal is
+    /// complete.
     pub fn start_dispose(&self, on_done: impl FnOnce() + Send + 'static) {
         let shared = self.shared().clone();
+        if !shared.is_here() {
+            shared.lifecycle.send_replace(Lifecycle::Disposed);
+            callbacks::dispatch(on_done);
+            return;
+        }
         runtime::handle().spawn(async move {
             shared.dispose().await;
-            on_done();
+            callbacks::dispatch(on_done);
         });
     }
 
     pub fn dispose_blocking(&self) -> Result<()> {
-        runtime::block_on(self.shared().clone().dispose())
+        let shared = self.shared().clone();
+        if !shared.is_here() {
+            shared.lifecycle.send_replace(Lifecycle::Disposed);
+            return Ok(());
+        }
+        runtime::block_on(shared.dispose())
     }
 }

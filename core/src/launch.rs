@@ -4,7 +4,7 @@
 use std::ffi::CString;
 
 use crate::confine;
-use crate::env::{child_environment, path_of};
+use crate::env::{child_environment, path_of, HostEnv};
 use crate::error::{errno_name, DshError, Result, SpawnFailure};
 use crate::request::Spec;
 use crate::spawn::{find_shell, spawn, Spawned};
@@ -36,8 +36,8 @@ pub(crate) fn spawn_error(err: std::io::Error, workdir: &str) -> DshError {
 }
 
 /// Environment, shell lookup and posix_spawn for one command.
-pub(crate) fn launch(spec: &Spec, tag: &str) -> Result<Spawned> {
-    let envp = child_environment(spec, tag);
+pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str) -> Result<Spawned> {
+    let envp = child_environment(host_env, spec, tag);
     let shell = find_shell(path_of(&envp)).ok_or_else(|| DshError::Spawn {
         kind: SpawnFailure::NoShell,
         errno: libc::ENOENT,

@@ -12,12 +12,15 @@
 //! # Ok::<(), dsh_core::DshError>(())
 //! ```
 
+mod callbacks;
 mod cancel;
+mod clone_exec;
 mod config;
 mod confine;
 mod env;
 mod error;
 mod executor;
+mod forked;
 mod landlock;
 mod launch;
 mod output;
@@ -40,7 +43,7 @@ pub use env::is_scrubbed;
 pub use error::{errno_name, DshError, Field, FieldName, NameStyle, Result, Scope, SpawnFailure};
 pub use executor::{Executor, ListenerId, TaskListener};
 pub use output::CollectedOutput;
-pub use process::{Process, ProcessRead, Status};
+pub use process::{Process, ProcessRead, Status, WaiterId};
 pub use request::{resolve, Request, SandboxPolicyInput, Spec, DSH_ENV_PREFIX};
 pub use run::{RunFuture, RunResult};
 pub use sandbox::{Enforcement, SandboxInfo, SandboxMode, SandboxPolicy};

@@ -6,6 +6,11 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::callbacks;
+use crate::error::{DshError, Result};
+use crate::forked::current_pid;
+use crate::run::ExitFields;
+use crate::runtime;
 use crate::sandbox::SandboxInfo;
 use crate::supervise::{Stop, Streams};
 
@@ -39,13 +44,34 @@ pub struct ProcessRead {
 
 pub(crate) struct State {
     pub status: Status,
-    pub exit_code: Option<i32>,
-    pub signal: Option<String>,
+    pub ending: ExitFields,
     pub sandbox: Option<SandboxInfo>,
     pub settled: bool,
+    /// Callbacks of `when_settled`, until the process settles.
+    pub waiters: Vec<(u64, Box<dyn FnOnce() + Send>)>,
+    pub next_waiter: u64,
 }
 
+impl State {
+    pub(crate) fn running() -> Self {
+        State {
+            status: Status::Running,
+            ending: ExitFields::default(),
+            sandbox: None,
+            settled: false,
+            waiters: Vec::new(),
+            next_waiter: 1,
+        }
+    }
+}
+
+/// Identifies a [`Process::when_settled`] callback, to withdraw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WaiterId(u64);
+
 pub(crate) struct ProcessShared {
+    /// The host process that started it; a forked child cannot wait for it.
+    pub host_pid: libc::pid_t,
     pub id: String,
     pub command: String,
     pub owner: Option<String>,
@@ -71,8 +97,8 @@ impl std::fmt::Debug for Process {
         f.debug_struct("Process")
             .field("id", &self.shared.id)
             .field("status", &s.status)
-            .field("exit_code", &s.exit_code)
-            .field("signal", &s.signal)
+            .field("exit_code", &s.ending.exit_code)
+            .field("signal", &s.ending.signal)
             .finish()
     }
 }
@@ -118,12 +144,20 @@ impl Process {
 
     /// `None` while running and when ended by a signal.
     pub fn exit_code(&self) -> Option<i32> {
-        self.state().exit_code
+        self.state().ending.exit_code
     }
 
     /// The terminating signal's name (`SIGTERM`), when ended by one.
     pub fn signal(&self) -> Option<String> {
-        self.state().signal.clone()
+        self.state().ending.signal.clone()
+    }
+
+    /// True when the process ended but its exit status was taken by someone
+    /// else (see [`RunResult::exit_status_unavailable`](crate::RunResult)):
+    /// `exit_code` and `signal` are then both `None`, and the status is
+    /// `completed` unless a stop was requested.
+    pub fn exit_status_unavailable(&self) -> bool {
+        self.state().ending.unavailable
     }
 
     /// Sandbox facts, stamped at settlement (absent while running and when
@@ -153,8 +187,10 @@ impl Process {
 
     /// Begins termination (SIGTERM, SIGKILL after the grace period). True when
     /// the process was running and this call began it; false otherwise.
+    /// In a forked child, a process of the parent is not this process's to
+    /// stop: false, nothing is done.
     pub fn kill(&self) -> bool {
-        self.request_stop(Stop::Kill)
+        self.check_host().is_ok() && self.request_stop(Stop::Kill)
     }
 
     pub(crate) fn request_stop(&self, reason: Stop) -> bool {
@@ -176,21 +212,65 @@ impl Process {
         let _ = rx.wait_for(|settled| *settled).await;
     }
 
-    /// Calls `f` from a core thread once the process has settled (at once,
-    /// on that thread, if it already has); for hosts with their own loop.
-    pub fn when_settled(&self, f: impl FnOnce() + Send + 'static) {
-        let this = self.clone();
-        crate::runtime::handle().spawn(async move {
-            this.wait().await;
-            f();
-        });
+    /// Refuses to wait in a forked child for a process of the parent: its
+    /// supervisor lives in the parent, so it would never settle here.
+    fn check_host(&self) -> Result<()> {
+        let here = current_pid();
+        if self.shared.host_pid != here {
+            return Err(DshError::ForkedChild {
+                owner_pid: self.shared.host_pid,
+                pid: here,
+            });
+        }
+        Ok(())
+    }
+
+    /// Calls `f` on the callback thread once the process has settled (soon,
+    /// if it already has); for hosts with their own loop. The returned id
+    /// withdraws it ([`Process::cancel_when_settled`]), so a caller that
+    /// stops waiting leaves nothing behind.
+    pub fn when_settled(&self, f: impl FnOnce() + Send + 'static) -> Result<WaiterId> {
+        self.check_host()?;
+        let mut s = self.state();
+        let id = s.next_waiter;
+        s.next_waiter += 1;
+        if s.settled {
+            drop(s);
+            callbacks::dispatch(f);
+        } else {
+            s.waiters.push((id, Box::new(f)));
+        }
+        Ok(WaiterId(id))
+    }
+
+    /// Withdraws a `when_settled` callback that has not run; false if it
+    /// already ran (or was queued to run) or was withdrawn.
+    pub fn cancel_when_settled(&self, id: WaiterId) -> bool {
+        let mut s = self.state();
+        let before = s.waiters.len();
+        s.waiters.retain(|(w, _)| *w != id.0);
+        s.waiters.len() != before
     }
 
     /// Blocks until settled or until `timeout` passes (`None`: no limit).
-    /// Returns whether it settled.
-    pub fn wait_timeout(&self, timeout: Option<Duration>) -> bool {
+    /// Returns whether it settled. Never blocks where blocking is refused
+    /// (inside a callback or an async runtime): a settled process answers
+    /// `true` there, a running one is [`DshError::BlockingInAsync`] unless
+    /// `timeout` is zero. In a forked child, waiting for the parent's
+    /// process is [`DshError::ForkedChild`].
+    pub fn wait_timeout(&self, timeout: Option<Duration>) -> Result<bool> {
         let guard = self.state();
-        match timeout {
+        if guard.settled {
+            return Ok(true);
+        }
+        if timeout == Some(Duration::ZERO) {
+            return Ok(false);
+        }
+        drop(guard);
+        self.check_host()?;
+        runtime::refuse_blocking()?;
+        let guard = self.state();
+        Ok(match timeout {
             None => {
                 let _g = self
                     .shared
@@ -207,37 +287,40 @@ impl Process {
                     .unwrap_or_else(|e| e.into_inner());
                 g.settled
             }
-        }
+        })
     }
 
     /// Records the end exactly once. `status` stays `killed` if a stop was
-    /// requested; any signal death is `killed` too.
+    /// requested; any signal death is `killed` too. The process is settled
+    /// (`done`, waits return) before any callback hears of it: `listeners`
+    /// queues the task-done listeners, then the `when_settled` callbacks
+    /// are queued, in that order.
     pub(crate) fn settle(
         &self,
-        exit_code: Option<i32>,
-        signal: Option<String>,
+        ending: ExitFields,
         sandbox: Option<SandboxInfo>,
-        before_done: impl FnOnce(&Process),
+        listeners: impl FnOnce(&Process),
     ) {
-        {
+        let waiters = {
             let mut s = self.state();
             if s.settled {
                 return;
             }
-            if signal.is_some() {
+            if ending.signal.is_some() {
                 s.status = Status::Killed;
             } else if s.status == Status::Running {
                 s.status = Status::Completed;
             }
-            s.exit_code = exit_code;
-            s.signal = signal;
+            s.ending = ending;
             s.sandbox = sandbox;
-        }
-        before_done(self);
-        let mut s = self.state();
-        s.settled = true;
+            s.settled = true;
+            std::mem::take(&mut s.waiters)
+        };
         self.shared.settled_cv.notify_all();
-        drop(s);
+        listeners(self);
+        for (_, f) in waiters {
+            callbacks::dispatch(f);
+        }
         self.shared.settled_tx.send_replace(true);
     }
 }

@@ -21,6 +21,11 @@ pub struct RunResult {
     pub exit_code: Option<i32>,
     /// The terminating signal's name (`SIGTERM`), or `None`.
     pub signal: Option<String>,
+    /// The command ran and ended, but its exit status was taken by someone
+    /// else (a host that ignores SIGCHLD or reaps with `waitpid(-1)`, on a
+    /// kernel older than 6.15): `exit_code` and `signal` are then both
+    /// `None`, and the output is complete.
+    pub exit_status_unavailable: bool,
     /// The executor's own timeout fired first.
     pub timed_out: bool,
     /// The caller's cancellation (or the executor's disposal) fired first.
@@ -76,9 +81,29 @@ pub(crate) fn signal_name(sig: i32) -> String {
     }
 }
 
-pub(crate) fn exit_fields(status: ExitStatus) -> (Option<i32>, Option<String>) {
-    match status {
-        ExitStatus::Code(c) => (Some(c), None),
-        ExitStatus::Signal(s) => (None, Some(signal_name(s))),
+/// How an ending reads on a result: exit code, signal name, or neither.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct ExitFields {
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+    pub unavailable: bool,
+}
+
+impl From<ExitStatus> for ExitFields {
+    fn from(status: ExitStatus) -> Self {
+        match status {
+            ExitStatus::Code(c) => ExitFields {
+                exit_code: Some(c),
+                ..Default::default()
+            },
+            ExitStatus::Signal(s) => ExitFields {
+                signal: Some(signal_name(s)),
+                ..Default::default()
+            },
+            ExitStatus::Unavailable => ExitFields {
+                unavailable: true,
+                ..Default::default()
+            },
+        }
     }
 }

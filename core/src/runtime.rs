@@ -1,20 +1,34 @@
 //! The core's own small runtime: two I/O threads for every executor and
-//! every process, however many there are.
+//! every process, however many there are; rebuilt in a forked child.
 
 use std::future::Future;
-use std::sync::OnceLock;
 
 use tokio::runtime::{Builder, Handle, Runtime};
 
+use crate::callbacks;
 use crate::error::{DshError, Result};
+use crate::forked::{current_pid, PerProcess};
 
-static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+/// A runtime whose drop never blocks: only a runtime that lost a race to be
+/// the process's one is ever dropped, possibly from inside another runtime.
+struct IoRuntime(Option<Runtime>);
+
+impl Drop for IoRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+static RUNTIME: PerProcess<IoRuntime> = PerProcess::new();
 
 fn block_sigpipe() {
     // A write to a stdin pipe whose reader has gone must come back as EPIPE,
     // not kill a host that never ignored SIGPIPE (a C program). SIGPIPE is
     // thread-directed, so blocking it on our threads is enough.
-    // SAFETY: plain signal-mask manipulation of the calling thread.
+    // SAFETY: plain signal-mask manipulation of the calling thread, with a
+    // set initialised by sigemptyset before use.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
@@ -24,8 +38,8 @@ fn block_sigpipe() {
 }
 
 pub(crate) fn handle() -> &'static Handle {
-    RUNTIME
-        .get_or_init(|| {
+    let rt = RUNTIME.get(|| {
+        IoRuntime(Some(
             Builder::new_multi_thread()
                 .worker_threads(2)
                 .max_blocking_threads(1)
@@ -34,52 +48,66 @@ pub(crate) fn handle() -> &'static Handle {
                 .enable_time()
                 .on_thread_start(block_sigpipe)
                 .build()
-                .expect("cannot start the dsh I/O runtime (threads or epoll unavailable)")
-        })
-        .handle()
+                .expect("cannot start the dsh I/O runtime (threads or epoll unavailable)"),
+        ))
+    });
+    rt.0.as_ref().expect("only a dropped IoRuntime is empty").handle()
+}
+
+/// Refuses a call that would block where blocking stalls other work: inside
+/// an async runtime (the core's I/O threads or a caller's), or inside a
+/// host callback (a listener, a completion callback), which runs on the one
+/// thread that delivers every callback.
+pub(crate) fn refuse_blocking() -> Result<()> {
+    if callbacks::in_callback() || Handle::try_current().is_ok() {
+        return Err(DshError::BlockingInAsync);
+    }
+    Ok(())
 }
 
 thread_local! {
     /// A blocking caller's own reactor: the thread that waits is the thread
     /// that sees its command's events, with no hand-off between threads.
     /// Costs one epoll fd and one eventfd per calling thread, for its life.
-    static LOCAL: std::cell::RefCell<Option<Runtime>> = const { std::cell::RefCell::new(None) };
+    /// Tagged with the pid that built it: a forked child must not use (or
+    /// drop) the parent's epoll instance, which it shares.
+    static LOCAL: std::cell::RefCell<Option<(libc::pid_t, Runtime)>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Drives `fut` to completion on the calling thread with a reactor of its
 /// own. Only for futures that never write to a pipe (the caller's SIGPIPE
 /// disposition is the host's) and that spawn background work explicitly on
-/// [`handle`]. Refused from inside a runtime, like [`block_on`].
+/// [`handle`]. Refused where blocking is (see [`refuse_blocking`]).
 pub(crate) fn block_on_here<F: Future>(fut: F) -> Result<F::Output> {
-    if Handle::try_current().is_ok() {
-        return Err(DshError::BlockingInAsync);
-    }
+    refuse_blocking()?;
+    let pid = current_pid();
     LOCAL.with(|local| {
         let mut local = local.borrow_mut();
+        if local.as_ref().is_some_and(|(owner, _)| *owner != pid) {
+            // The parent's reactor, inherited through fork: leak it.
+            std::mem::forget(local.take());
+        }
         if local.is_none() {
             let rt = Builder::new_current_thread()
                 .enable_io()
                 .enable_time()
                 .build()
                 .map_err(|e| DshError::Internal(format!("cannot create a reactor for this thread: {e}")))?;
-            *local = Some(rt);
+            *local = Some((pid, rt));
         }
-        Ok(local.as_ref().expect("just set").block_on(fut))
+        Ok(local.as_ref().expect("just set").1.block_on(fut))
     })
 }
 
 /// Runs `fut` on the core's threads and blocks the calling thread until it
-/// is done; the calling thread's signal mask is left alone. Refused from
-/// inside a runtime (a listener callback, a Node async context), where
-/// blocking would stall every other command.
+/// is done; the calling thread's signal mask is left alone. Refused where
+/// blocking is (see [`refuse_blocking`]).
 pub(crate) fn block_on<F>(fut: F) -> Result<F::Output>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    if Handle::try_current().is_ok() {
-        return Err(DshError::BlockingInAsync);
-    }
+    refuse_blocking()?;
     let rt = handle();
     rt.block_on(rt.spawn(fut))
         .map_err(|e| DshError::Internal(format!("executor task failed: {e}")))

@@ -1,10 +1,11 @@
-//! Starting `bash -c` with posix_spawn (glibc uses CLONE_VM|CLONE_VFORK, so
-//! the host's page tables are never copied), and the raw fd helpers around
-//! it. All of the core's process-creation `unsafe` lives here.
+//! Starting `bash -c` (through [`clone_exec`], which never copies the host's
+//! page tables), reaping it, and the raw fd helpers around both.
 
 use std::ffi::{CStr, CString};
 use std::io;
 use std::mem::MaybeUninit;
+
+use crate::clone_exec::clone_exec;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -25,15 +26,6 @@ fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
         Err(io::Error::last_os_error())
     } else {
         Ok(r)
-    }
-}
-
-/// posix_spawn* functions return the error instead of setting errno.
-fn cvt_spawn(r: libc::c_int) -> io::Result<()> {
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::from_raw_os_error(r))
     }
 }
 
@@ -105,12 +97,78 @@ pub(crate) fn pidfd_send_signal(pidfd: &OwnedFd, sig: libc::c_int) -> io::Result
 pub(crate) enum ExitStatus {
     Code(i32),
     Signal(i32),
+    /// Someone else took the status: a host that ignores SIGCHLD (the
+    /// kernel reaps at once) or reaps with `waitpid(-1)`, on a kernel too old
+    /// to keep it for the pidfd.
+    Unavailable,
+}
+
+impl ExitStatus {
+    /// Decodes a `wait(2)` status word.
+    fn from_wait_status(status: libc::c_int) -> Self {
+        if libc::WIFEXITED(status) {
+            ExitStatus::Code(libc::WEXITSTATUS(status))
+        } else if libc::WIFSIGNALED(status) {
+            ExitStatus::Signal(libc::WTERMSIG(status))
+        } else {
+            ExitStatus::Unavailable
+        }
+    }
+}
+
+/// `struct pidfd_info` of `<linux/pidfd.h>` (its first version, 64 bytes;
+/// the kernel accepts any size it knows and fills what it has).
+#[repr(C)]
+#[derive(Default)]
+struct PidfdInfo {
+    mask: u64,
+    cgroupid: u64,
+    pid: u32,
+    tgid: u32,
+    ppid: u32,
+    ruid: u32,
+    rgid: u32,
+    euid: u32,
+    egid: u32,
+    suid: u32,
+    sgid: u32,
+    fsuid: u32,
+    fsgid: u32,
+    exit_code: i32,
+}
+
+const PIDFD_INFO_EXIT: u64 = 1 << 3;
+/// `_IOWR(PIDFS_IOCTL_MAGIC, 11, struct pidfd_info)`.
+const PIDFD_GET_INFO: libc::c_ulong =
+    (3 << 30) | ((std::mem::size_of::<PidfdInfo>() as libc::c_ulong) << 16) | (0xFF << 8) | 11;
+
+/// The exit status the kernel kept for a reaped process (Linux 6.15+):
+/// what `waitid` can no longer give when someone else reaped it.
+fn exit_status_kept_by_pidfd(pidfd: &OwnedFd) -> Option<ExitStatus> {
+    let mut info = PidfdInfo {
+        mask: PIDFD_INFO_EXIT,
+        ..PidfdInfo::default()
+    };
+    // SAFETY: PIDFD_GET_INFO reads and writes one `struct pidfd_info` of the
+    // size encoded in the request, which is `info`'s size; older kernels
+    // fail with ENOTTY/EINVAL and write nothing.
+    let r = unsafe {
+        libc::ioctl(
+            pidfd.as_raw_fd(),
+            PIDFD_GET_INFO as _,
+            &mut info as *mut PidfdInfo,
+        )
+    };
+    (r == 0 && info.mask & PIDFD_INFO_EXIT != 0).then(|| ExitStatus::from_wait_status(info.exit_code))
 }
 
 /// Reaps the process behind `pidfd` (it must have exited, or this blocks).
 /// `waitid(P_PIDFD)` touches this one child only: no `waitpid(-1)`, so the
-/// host's other children are never reaped from under it.
-pub(crate) fn reap(pidfd: &OwnedFd) -> io::Result<ExitStatus> {
+/// host's other children are never reaped from under it. When the host took
+/// the status first (SIGCHLD ignored, a `waitpid(-1)` reaper), the kernel's
+/// copy kept for the pidfd is used, else the status is `Unavailable`; the
+/// command ran either way, so this never fails.
+pub(crate) fn reap(pidfd: &OwnedFd) -> ExitStatus {
     let mut info = MaybeUninit::<libc::siginfo_t>::zeroed();
     loop {
         // SAFETY: `info` is a valid siginfo_t buffer; P_PIDFD takes the fd as id.
@@ -125,19 +183,19 @@ pub(crate) fn reap(pidfd: &OwnedFd) -> io::Result<ExitStatus> {
         if r == 0 {
             break;
         }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
+        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            // ECHILD: reaped by someone else (or never ours to reap).
+            return exit_status_kept_by_pidfd(pidfd).unwrap_or(ExitStatus::Unavailable);
         }
     }
     // SAFETY: waitid succeeded and filled `info`.
     let info = unsafe { info.assume_init() };
     // SAFETY: for CLD_* codes si_status is the valid union member.
     let status = unsafe { info.si_status() };
-    Ok(match info.si_code {
+    match info.si_code {
         libc::CLD_EXITED => ExitStatus::Code(status),
         _ => ExitStatus::Signal(status),
-    })
+    }
 }
 
 /// Finds `bash` on a PATH, as `execvp` would.
@@ -159,39 +217,11 @@ pub(crate) fn find_shell(path: Option<&[u8]>) -> Option<CString> {
         })
 }
 
-/// RAII for the two posix_spawn attribute objects.
-struct SpawnAttrs {
-    actions: libc::posix_spawn_file_actions_t,
-    attr: libc::posix_spawnattr_t,
-}
-
-impl SpawnAttrs {
-    /// Boxed: glibc's objects must not move once initialised.
-    fn new() -> io::Result<Box<Self>> {
-        // SAFETY: zeroed storage is what the init functions expect to fill.
-        let mut s: Box<Self> = Box::new(unsafe { std::mem::zeroed() });
-        cvt_spawn(unsafe { libc::posix_spawn_file_actions_init(&mut s.actions) })?;
-        if let Err(e) = cvt_spawn(unsafe { libc::posix_spawnattr_init(&mut s.attr) }) {
-            unsafe { libc::posix_spawn_file_actions_destroy(&mut s.actions) };
-            return Err(e);
-        }
-        Ok(s)
-    }
-}
-
-impl Drop for SpawnAttrs {
-    fn drop(&mut self) {
-        // SAFETY: both objects were initialised in `new`.
-        unsafe {
-            libc::posix_spawn_file_actions_destroy(&mut self.actions);
-            libc::posix_spawnattr_destroy(&mut self.attr);
-        }
-    }
-}
-
-/// Starts `shell -c command` in `workdir` with `envp`, as the leader of a
-/// new process group, with default signal dispositions and an empty signal
-/// mask, and with only fds 0, 1 and 2 open.
+/// Starts `shell -c -- command` in `workdir` with `envp`, as the leader of
+/// a new session (so of a new process group, with no controlling terminal:
+/// a read of `/dev/tty` fails at once instead of stopping the command in
+/// the host's terminal), with default signal dispositions and an empty
+/// signal mask, and with only fds 0, 1 and 2 open.
 pub(crate) fn spawn(
     shell: &CStr,
     command: &CStr,
@@ -202,100 +232,22 @@ pub(crate) fn spawn(
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     let stdin_pipe = if with_stdin { Some(pipe()?) } else { None };
-
-    let mut a = SpawnAttrs::new()?;
-    // SAFETY (whole block): `a` holds initialised objects; every fd named is
-    // open until posix_spawn returns; every C string outlives the call.
-    unsafe {
-        match &stdin_pipe {
-            Some((r, _)) => cvt_spawn(libc::posix_spawn_file_actions_adddup2(
-                &mut a.actions,
-                r.as_raw_fd(),
-                0,
-            ))?,
-            None => cvt_spawn(libc::posix_spawn_file_actions_addopen(
-                &mut a.actions,
-                0,
-                c"/dev/null".as_ptr(),
-                libc::O_RDONLY,
-                0,
-            ))?,
-        }
-        cvt_spawn(libc::posix_spawn_file_actions_adddup2(
-            &mut a.actions,
-            out_w.as_raw_fd(),
-            1,
-        ))?;
-        cvt_spawn(libc::posix_spawn_file_actions_adddup2(
-            &mut a.actions,
-            err_w.as_raw_fd(),
-            2,
-        ))?;
-        cvt_spawn(libc::posix_spawn_file_actions_addchdir_np(
-            &mut a.actions,
-            workdir.as_ptr(),
-        ))?;
-        // Every other fd the host holds, CLOEXEC or not, stays out of the child.
-        cvt_spawn(libc::posix_spawn_file_actions_addclosefrom_np(&mut a.actions, 3))?;
-
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        cvt_spawn(libc::posix_spawnattr_setsigmask(&mut a.attr, &empty))?;
-        // Hosts (Node, Python) ignore SIGPIPE; a command must not inherit that.
-        cvt_spawn(libc::posix_spawnattr_setsigdefault(&mut a.attr, &all))?;
-        cvt_spawn(libc::posix_spawnattr_setpgroup(&mut a.attr, 0))?;
-        let flags = libc::POSIX_SPAWN_SETPGROUP | libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF;
-        cvt_spawn(libc::posix_spawnattr_setflags(
-            &mut a.attr,
-            flags as libc::c_short,
-        ))?;
-    }
-
-    let argv: [*mut libc::c_char; 4] = [
-        c"bash".as_ptr() as *mut _,
-        c"-c".as_ptr() as *mut _,
-        command.as_ptr() as *mut _,
-        ptr::null_mut(),
+    // `--`: a command that starts with `-` is a command, not bash options.
+    let argv = [c"bash", c"-c", c"--", command];
+    let stdio = [
+        stdin_pipe.as_ref().map(|(r, _)| r.as_raw_fd()),
+        Some(out_w.as_raw_fd()),
+        Some(err_w.as_raw_fd()),
     ];
-    let mut envp_ptrs: Vec<*mut libc::c_char> = envp.iter().map(|e| e.as_ptr() as *mut _).collect();
-    envp_ptrs.push(ptr::null_mut());
-
-    let mut pid: libc::pid_t = 0;
-    // SAFETY: argv and envp are NULL-terminated arrays of valid C strings that
-    // outlive the call; glibc does not write through them.
-    cvt_spawn(unsafe {
-        libc::posix_spawn(
-            &mut pid,
-            shell.as_ptr(),
-            &a.actions,
-            &a.attr,
-            argv.as_ptr(),
-            envp_ptrs.as_ptr(),
-        )
-    })?;
+    let child = clone_exec(shell, &argv, envp, workdir, stdio)?;
     drop((out_w, err_w));
-
-    let pidfd = match pidfd_open(pid) {
-        Ok(fd) => fd,
-        Err(e) => {
-            // Without a pidfd we cannot supervise it: kill and reap it now.
-            // SAFETY: `pid` is our unreaped child, so it cannot have been reused.
-            unsafe {
-                libc::kill(-pid, libc::SIGKILL);
-                libc::waitpid(pid, ptr::null_mut(), 0);
-            }
-            return Err(e);
-        }
-    };
     let stdin = stdin_pipe.map(|(_, w)| w);
     for fd in [Some(&out_r), Some(&err_r), stdin.as_ref()].into_iter().flatten() {
         set_nonblocking(fd)?;
     }
     Ok(Spawned {
-        pid,
-        pidfd,
+        pid: child.pid,
+        pidfd: child.pidfd,
         stdin,
         stdout: out_r,
         stderr: err_r,

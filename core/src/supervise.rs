@@ -14,7 +14,7 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::output::StreamBuffer;
 use crate::spawn::{pidfd_send_signal, reap, ExitStatus, Spawned};
-use crate::tree::{signal_group, sweep_tagged, TagMatch};
+use crate::tree::{signal_group, sweep, TagMatch};
 
 const CHUNK: usize = 64 * 1024;
 
@@ -107,13 +107,13 @@ async fn write_chunk(fd: Option<&AsyncFd<OwnedFd>>, bytes: &[u8]) -> io::Result<
     }
 }
 
-/// Signals the command's tree. `sweep` adds the `/proc` scan for tagged
-/// descendants that left the group.
-fn signal_tree(pid: libc::pid_t, pidfd: &OwnedFd, tag: &str, sig: libc::c_int, sweep: bool) {
+/// Signals the command's tree. `with_sweep` queues the `/proc` scan for
+/// tagged descendants that left the group.
+fn signal_tree(pid: libc::pid_t, pidfd: &OwnedFd, tag: &str, sig: libc::c_int, with_sweep: bool) {
     let _ = pidfd_send_signal(pidfd, sig);
     signal_group(pid, sig);
-    if sweep {
-        sweep_tagged(&TagMatch::command(tag), sig);
+    if with_sweep {
+        sweep(TagMatch::command(tag), sig);
     }
 }
 
@@ -130,7 +130,9 @@ enum Event {
 /// Supervises `spawned` until its leader has exited and its pipes closed (or
 /// `grace` passed since the exit), then reaps it. The leader stays an
 /// unreaped zombie until then, so signalling its group can never hit a
-/// recycled process group id.
+/// recycled process group id (unless the host reaps it first: see
+/// [`reap`]). Fails only when the command cannot be watched at all; it is
+/// then killed and reaped before this returns.
 pub(crate) async fn supervise(
     spawned: Spawned,
     tag: &str,
@@ -262,11 +264,11 @@ pub(crate) async fn supervise(
             // when its call returns.
             crate::runtime::handle().spawn(async move {
                 sleep_until(at).await;
-                sweep_tagged(&tag, libc::SIGKILL);
+                sweep(tag, libc::SIGKILL);
             });
         }
     }
-    let status = reap(pidfd.get_ref())?;
+    let status = reap(pidfd.get_ref());
     Ok(Outcome {
         status,
         stop: stopped,

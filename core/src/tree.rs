@@ -9,11 +9,20 @@
 //! another user (their environ is unreadable). The tag is read from
 //! `/proc/<pid>/environ`, the environment at exec time, so a process that
 //! merely unsets the variable keeps it there.
+//!
+//! A sweep reads all of `/proc`, so sweeps run on one thread of their own
+//! (never on the I/O threads that carry other commands' output), and every
+//! request that arrives while a scan is under way is served by the next
+//! scan together: stopping N commands at once costs a few scans, not N.
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::Read;
+use std::sync::mpsc::{channel, Receiver, Sender};
 
+use tokio::sync::oneshot;
+
+use crate::forked::{current_pid, PerProcess};
 use crate::spawn::{pidfd_open, pidfd_send_signal};
 
 /// Signals the process group `pgid`. Only sound while its leader is our
@@ -25,41 +34,93 @@ pub(crate) fn signal_group(pgid: libc::pid_t, sig: libc::c_int) {
     }
 }
 
-/// What to look for in `/proc/<pid>/environ`: one command's exact tag, or
-/// any tag starting with an executor's prefix. The `NAME=value` needle is
-/// built once, not per process a sweep reads.
+/// Which tags a sweep is for: one command's exact tag, or every tag
+/// starting with an executor's prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TagMatch {
-    needle: Vec<u8>,
+    tag: Vec<u8>,
     exact: bool,
 }
 
 impl TagMatch {
     /// Processes of one command.
     pub(crate) fn command(tag: &str) -> Self {
-        Self::new(tag, true)
+        TagMatch {
+            tag: tag.as_bytes().to_vec(),
+            exact: true,
+        }
     }
 
     /// Processes of every command of an executor.
     pub(crate) fn executor(prefix: &str) -> Self {
-        Self::new(prefix, false)
-    }
-
-    fn new(tag: &str, exact: bool) -> Self {
         TagMatch {
-            needle: format!("{}={tag}", crate::env::EXEC_TAG_VAR).into_bytes(),
-            exact,
+            tag: prefix.as_bytes().to_vec(),
+            exact: false,
         }
     }
 
-    fn matches(&self, environ: &[u8]) -> bool {
-        environ.split(|&b| b == 0).any(|entry| {
-            if self.exact {
-                entry == self.needle.as_slice()
-            } else {
-                entry.starts_with(&self.needle)
-            }
-        })
+    fn matches(&self, value: &[u8]) -> bool {
+        if self.exact {
+            value == self.tag.as_slice()
+        } else {
+            value.starts_with(&self.tag)
+        }
     }
+}
+
+/// The value of `DSH_EXEC_TAG` in a NUL-separated environ block.
+pub(crate) fn tag_in(environ: &[u8]) -> Option<&[u8]> {
+    let name = crate::env::EXEC_TAG_VAR.as_bytes();
+    environ
+        .split(|&b| b == 0)
+        .find_map(|entry| entry.strip_prefix(name).and_then(|rest| rest.strip_prefix(b"=")))
+}
+
+/// The parent pid in a `/proc/<pid>/stat` line; `None` for a zombie or a
+/// dead process (its children are already re-parented) or a malformed
+/// line. State and ppid follow the last ')': the command name may itself
+/// contain one.
+pub(crate) fn parent_in_stat(stat: &[u8]) -> Option<libc::pid_t> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
+    let mut fields = rest.split_whitespace();
+    if matches!(fields.next(), Some("Z" | "X")) {
+        return None;
+    }
+    fields.next()?.parse().ok()
+}
+
+/// The processes a batch of requests selects: for each request, those
+/// whose tag it matches and all their descendants (by parent pid). Pure,
+/// so the attribution rule is tested on its own.
+pub(crate) fn select(
+    requests: &[&TagMatch],
+    tags: &HashMap<libc::pid_t, Vec<u8>>,
+    parents: &HashMap<libc::pid_t, libc::pid_t>,
+) -> Vec<HashSet<libc::pid_t>> {
+    let mut children: HashMap<libc::pid_t, Vec<libc::pid_t>> = HashMap::new();
+    for (&pid, &ppid) in parents {
+        children.entry(ppid).or_default().push(pid);
+    }
+    requests
+        .iter()
+        .map(|m| {
+            let mut selected: HashSet<libc::pid_t> = tags
+                .iter()
+                .filter(|(_, t)| m.matches(t))
+                .map(|(&p, _)| p)
+                .collect();
+            let mut frontier: Vec<libc::pid_t> = selected.iter().copied().collect();
+            while let Some(pid) = frontier.pop() {
+                for &child in children.get(&pid).into_iter().flatten() {
+                    if selected.insert(child) {
+                        frontier.push(child);
+                    }
+                }
+            }
+            selected
+        })
+        .collect()
 }
 
 fn read_file(path: &str, buf: &mut Vec<u8>) -> bool {
@@ -70,38 +131,31 @@ fn read_file(path: &str, buf: &mut Vec<u8>) -> bool {
     }
 }
 
-/// The parent pid of a live process from `/proc/<pid>/stat`; `None` for a
-/// zombie or a vanished pid. (State and ppid follow the last ')': the
-/// command name may itself contain one.)
 fn parent_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> Option<libc::pid_t> {
     if !read_file(&format!("/proc/{pid}/stat"), buf) {
         return None;
     }
-    let close = buf.iter().rposition(|&b| b == b')')?;
-    let rest = std::str::from_utf8(&buf[close + 1..]).ok()?;
-    let mut fields = rest.split_whitespace();
-    if matches!(fields.next(), Some("Z" | "X")) {
+    parent_in_stat(buf)
+}
+
+fn tag_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
+    if !read_file(&format!("/proc/{pid}/environ"), buf) {
         return None;
     }
-    fields.next()?.parse().ok()
+    tag_in(buf).map(<[u8]>::to_vec)
 }
 
-fn tagged(pid: libc::pid_t, m: &TagMatch, buf: &mut Vec<u8>) -> bool {
-    read_file(&format!("/proc/{pid}/environ"), buf) && m.matches(buf)
-}
-
-/// Sends `sig` to every live process that carries the tag or descends from
-/// one that does. Each target is pinned with a pidfd and re-checked before
+/// One scan of `/proc` for a batch of requests; returns how many processes
+/// each signalled. Each target is pinned with a pidfd and re-checked before
 /// the signal, so a pid recycled between the scan and the kill is never hit.
-/// Returns how many processes were signalled.
-pub(crate) fn signal_tagged(m: &TagMatch, sig: libc::c_int) -> usize {
+fn scan_and_signal(requests: &[(&TagMatch, libc::c_int)]) -> Vec<usize> {
     let Ok(dir) = fs::read_dir("/proc") else {
-        return 0;
+        return vec![0; requests.len()];
     };
-    let me = std::process::id() as libc::pid_t;
+    let me = current_pid();
     let mut buf = Vec::with_capacity(4096);
-    let mut parents: HashMap<libc::pid_t, libc::pid_t> = HashMap::new();
-    let mut selected: HashSet<libc::pid_t> = HashSet::new();
+    let mut tags = HashMap::new();
+    let mut parents = HashMap::new();
     for entry in dir.flatten() {
         let Some(pid) = entry
             .file_name()
@@ -113,54 +167,157 @@ pub(crate) fn signal_tagged(m: &TagMatch, sig: libc::c_int) -> usize {
         if pid == me {
             continue;
         }
-        if tagged(pid, m, &mut buf) {
-            selected.insert(pid);
-        } else if let Some(ppid) = parent_of(pid, &mut buf) {
-            parents.insert(pid, ppid);
-        }
-    }
-    // Descendants of selected processes, to a fixpoint.
-    loop {
-        let before = selected.len();
-        parents.retain(|pid, ppid| {
-            if selected.contains(ppid) {
-                selected.insert(*pid);
-                false
-            } else {
-                true
+        match tag_of(pid, &mut buf) {
+            Some(tag) => {
+                tags.insert(pid, tag);
             }
-        });
-        if selected.len() == before {
-            break;
+            None => {
+                if let Some(ppid) = parent_of(pid, &mut buf) {
+                    parents.insert(pid, ppid);
+                }
+            }
         }
     }
-    let mut hit = 0;
-    for &pid in &selected {
+    let matchers: Vec<&TagMatch> = requests.iter().map(|(m, _)| *m).collect();
+    let selections = select(&matchers, &tags, &parents);
+    let mut hits = vec![0; requests.len()];
+    let targets: HashSet<libc::pid_t> = selections.iter().flatten().copied().collect();
+    for pid in targets {
         let Ok(pidfd) = pidfd_open(pid) else { continue };
-        // The pidfd pins this incarnation; confirm it is still one of ours.
-        let still_ours =
-            tagged(pid, m, &mut buf) || parent_of(pid, &mut buf).is_some_and(|pp| selected.contains(&pp));
-        if still_ours && pidfd_send_signal(&pidfd, sig).is_ok() {
-            hit += 1;
+        // The pidfd pins this incarnation; confirm which requests it is
+        // still one of.
+        let tag = tag_of(pid, &mut buf);
+        let parent = parent_of(pid, &mut buf);
+        for (i, ((m, sig), selected)) in requests.iter().zip(&selections).enumerate() {
+            let still = selected.contains(&pid)
+                && (tag.as_deref().is_some_and(|t| m.matches(t))
+                    || parent.is_some_and(|pp| selected.contains(&pp)));
+            if still && pidfd_send_signal(&pidfd, *sig).is_ok() {
+                hits[i] += 1;
+            }
         }
     }
-    hit
+    hits
 }
 
-/// [`signal_tagged`], and for SIGKILL again until a sweep finds nobody: a
-/// process forked while a sweep was reading `/proc` is caught by the next.
+/// How many SIGKILL rescans a request gets while they keep finding someone:
+/// a process forked while a scan was reading `/proc` is caught by the next.
 /// (A SIGKILLed process is a zombie at once, with an empty environ.)
-pub(crate) fn sweep_tagged(m: &TagMatch, sig: libc::c_int) -> usize {
-    let mut total = signal_tagged(m, sig);
-    if sig == libc::SIGKILL {
-        let mut last = total;
-        for _ in 0..16 {
-            if last == 0 {
-                break;
+const KILL_RESCANS: u32 = 16;
+
+struct Request {
+    matcher: TagMatch,
+    sig: libc::c_int,
+    total: usize,
+    rescans: u32,
+    reply: Option<oneshot::Sender<usize>>,
+}
+
+fn sweeper(rx: Receiver<Request>) {
+    let mut pending: Vec<Request> = Vec::new();
+    loop {
+        if pending.is_empty() {
+            match rx.recv() {
+                Ok(r) => pending.push(r),
+                Err(_) => return,
             }
-            last = signal_tagged(m, sig);
-            total += last;
         }
+        pending.extend(rx.try_iter());
+        let batch: Vec<(&TagMatch, libc::c_int)> = pending.iter().map(|r| (&r.matcher, r.sig)).collect();
+        let hits = scan_and_signal(&batch);
+        let mut again = Vec::new();
+        for (mut r, hit) in pending.drain(..).zip(hits) {
+            r.total += hit;
+            if r.sig == libc::SIGKILL && hit > 0 && r.rescans < KILL_RESCANS {
+                r.rescans += 1;
+                again.push(r);
+            } else if let Some(reply) = r.reply.take() {
+                let _ = reply.send(r.total);
+            }
+        }
+        pending = again;
     }
-    total
+}
+
+static SWEEPER: PerProcess<Sender<Request>> = PerProcess::new();
+
+fn submit(matcher: TagMatch, sig: libc::c_int, reply: Option<oneshot::Sender<usize>>) {
+    let tx = SWEEPER.get(|| {
+        let (tx, rx) = channel();
+        std::thread::Builder::new()
+            .name("dsh-sweep".into())
+            .spawn(move || sweeper(rx))
+            .expect("cannot start the dsh sweep thread");
+        tx
+    });
+    let _ = tx.send(Request {
+        matcher,
+        sig,
+        total: 0,
+        rescans: 0,
+        reply,
+    });
+}
+
+/// Queues a sweep: `sig` to every live process that carries the tag or
+/// descends from one that does (for SIGKILL, again until a scan finds
+/// nobody). Returns at once.
+pub(crate) fn sweep(matcher: TagMatch, sig: libc::c_int) {
+    submit(matcher, sig, None);
+}
+
+/// [`sweep`], completing with how many processes it signalled.
+pub(crate) async fn sweep_counted(matcher: TagMatch, sig: libc::c_int) -> usize {
+    let (tx, rx) = oneshot::channel();
+    submit(matcher, sig, Some(tx));
+    rx.await.unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_is_found_only_as_a_whole_variable() {
+        assert_eq!(tag_in(b"A=1\0DSH_EXEC_TAG=ab.3\0B=2\0"), Some(&b"ab.3"[..]));
+        assert_eq!(tag_in(b"XDSH_EXEC_TAG=ab\0"), None);
+        assert_eq!(tag_in(b"DSH_EXEC_TAGS=ab\0"), None);
+        assert_eq!(tag_in(b""), None);
+        assert_eq!(tag_in(b"DSH_EXEC_TAG="), Some(&b""[..]));
+    }
+
+    #[test]
+    fn exact_and_prefix_matches() {
+        let one = TagMatch::command("ab.3");
+        assert!(one.matches(b"ab.3"));
+        assert!(
+            !one.matches(b"ab.30"),
+            "a command's tag is not a prefix of another's"
+        );
+        let all = TagMatch::executor("ab.");
+        assert!(all.matches(b"ab.3") && all.matches(b"ab.30"));
+        assert!(!all.matches(b"abc.3"));
+    }
+
+    #[test]
+    fn parent_pid_survives_parentheses_in_the_name_and_zombies_have_none() {
+        assert_eq!(parent_in_stat(b"42 (a) b) S 7 42 42 0"), Some(7));
+        assert_eq!(parent_in_stat(b"42 (x) Z 7 42 42 0"), None);
+        assert_eq!(parent_in_stat(b"garbage"), None);
+    }
+
+    #[test]
+    fn descendants_are_selected_through_untagged_parents() {
+        // 10 tagged → 11 (untagged child) → 12; 20 tagged with another
+        // command's tag; 30 unrelated; 13 child of 12.
+        let tags: HashMap<_, _> = [(10, b"x.1".to_vec()), (20, b"x.2".to_vec())].into();
+        let parents: HashMap<_, _> = [(11, 10), (12, 11), (13, 12), (30, 1), (21, 20)].into();
+        let one = TagMatch::command("x.1");
+        let all = TagMatch::executor("x.");
+        let other = TagMatch::command("y.1");
+        let sel = select(&[&one, &all, &other], &tags, &parents);
+        assert_eq!(sel[0], HashSet::from([10, 11, 12, 13]));
+        assert_eq!(sel[1], HashSet::from([10, 11, 12, 13, 20, 21]));
+        assert!(sel[2].is_empty());
+    }
 }

@@ -12,7 +12,7 @@ fn start(exec: &Executor, command: &str) -> Process {
 
 fn settled(p: &Process) {
     assert!(
-        p.wait_timeout(Some(Duration::from_secs(30))),
+        p.wait_timeout(Some(Duration::from_secs(30))).unwrap(),
         "{} did not settle",
         p.id()
     );
@@ -56,7 +56,10 @@ fn kill_is_true_once_then_false_and_status_is_killed_at_once() {
     let p = start(&exec, "echo up; exec sleep 30");
     read_until(&p, "up");
     assert_eq!(p.status(), Status::Running);
-    assert!(!p.wait_timeout(Some(Duration::from_millis(50))), "still running");
+    assert!(
+        !p.wait_timeout(Some(Duration::from_millis(50))).unwrap(),
+        "still running"
+    );
     assert!(p.kill());
     assert_eq!(p.status(), Status::Killed, "killed at once");
     assert!(!p.kill(), "a second kill is harmless and false");
@@ -232,11 +235,11 @@ fn callback_style_hooks_for_hosts_with_their_own_loop() {
 
     let p = start(&exec, "exit 2");
     let (tx, rx) = mpsc::channel();
-    p.when_settled(move || tx.send(()).unwrap());
+    p.when_settled(move || tx.send(()).unwrap()).unwrap();
     rx.recv_timeout(Duration::from_secs(30)).unwrap();
     assert_eq!(p.exit_code(), Some(2), "settled before the callback ran");
     let (tx, rx) = mpsc::channel();
-    p.when_settled(move || tx.send(()).unwrap());
+    p.when_settled(move || tx.send(()).unwrap()).unwrap();
     rx.recv_timeout(Duration::from_secs(30))
         .expect("an already settled process calls back too");
 

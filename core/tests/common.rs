@@ -121,5 +121,6 @@ pub fn warm_up(exec: &Executor) {
     assert!(exec
         .start(&spec(exec, "true"))
         .unwrap()
-        .wait_timeout(Some(Duration::from_secs(30))));
+        .wait_timeout(Some(Duration::from_secs(30)))
+        .unwrap());
 }

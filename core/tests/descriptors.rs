@@ -22,7 +22,8 @@ fn no_descriptor_is_left_behind() {
     assert!(exec
         .start(&spec(&exec, "true"))
         .unwrap()
-        .wait_timeout(Some(Duration::from_secs(30))));
+        .wait_timeout(Some(Duration::from_secs(30)))
+        .unwrap());
     let before = open_fds();
     for i in 0..30 {
         let mut req = Request::new("seq 1 500; echo err >&2");
@@ -40,7 +41,7 @@ fn no_descriptor_is_left_behind() {
         if i % 2 == 0 || i % 3 == 0 {
             p.kill();
         }
-        assert!(p.wait_timeout(Some(Duration::from_secs(30))));
+        assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
     }
     // Scheduled SIGKILL sweeps read /proc for a moment after a process
     // settles: a leak is a descriptor that stays.

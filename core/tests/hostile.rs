@@ -160,7 +160,9 @@ fn unknown_ids_double_kills_and_reads_after_dispose_are_defined() {
     );
     assert_eq!(exec.read_output(p.id()).unwrap().delta, "");
     assert!(
-        exec.list().iter().all(|p| p.wait_timeout(Some(Duration::ZERO))),
+        exec.list()
+            .iter()
+            .all(|p| p.wait_timeout(Some(Duration::ZERO)).unwrap()),
         "all settled after dispose"
     );
 }
@@ -191,7 +193,7 @@ fn calls_racing_dispose_from_several_threads_get_results_or_disposed() {
                                 Err(e) => panic!("round {round}: run: {e}"),
                             },
                             1 => match exec.start(&s) {
-                                Ok(p) => assert!(p.wait_timeout(Some(Duration::from_secs(30)))),
+                                Ok(p) => assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap()),
                                 Err(DshError::Disposed) => {}
                                 Err(e) => panic!("round {round}: start: {e}"),
                             },

@@ -28,7 +28,7 @@ fn the_hosts_own_children_and_sigchld_are_left_alone() {
         run(&exec, "true");
     }
     let p = exec.start(&spec(&exec, "true")).unwrap();
-    assert!(p.wait_timeout(Some(Duration::from_secs(30))));
+    assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
     exec.dispose_blocking().unwrap();
     // If the executor had reaped with waitpid(-1), this would fail (ECHILD).
     let status = own.wait().expect("our child was reaped by someone else");

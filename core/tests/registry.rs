@@ -4,7 +4,7 @@ use common::*;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dsh_core::*;
 
@@ -34,7 +34,7 @@ fn ids_owners_list_and_lookups() {
     assert_eq!(exec.get("bash-3").unwrap().command(), "echo hi");
     assert!(exec.get("bash-99").is_none());
     for p in exec.list() {
-        assert!(p.wait_timeout(Some(Duration::from_secs(30))));
+        assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
     }
     assert_eq!(exec.read_output("bash-3").unwrap().delta, "hi\n");
     assert!(!exec.kill("bash-3").unwrap());
@@ -49,37 +49,46 @@ fn ids_owners_list_and_lookups() {
 fn every_listener_hears_each_completion_once_and_a_panicking_one_is_contained() {
     let exec = executor();
     exec.on_task_done(Arc::new(|_p: &Process| panic!("listener bug")));
-    let heard_a = Arc::new(Mutex::new(Vec::new()));
-    let heard_b = Arc::new(AtomicUsize::new(0));
+    let (heard_a_tx, heard_a) = std::sync::mpsc::channel::<String>();
+    let (heard_b_tx, heard_b) = std::sync::mpsc::channel::<String>();
     {
-        let heard_a = heard_a.clone();
+        let heard_a_tx = Mutex::new(heard_a_tx);
         exec.on_task_done(Arc::new(move |p: &Process| {
-            assert_ne!(p.status(), Status::Running, "listeners see the settled status");
-            heard_a.lock().unwrap().push(p.id().to_owned());
+            assert!(p.is_settled(), "listeners see a settled process");
+            heard_a_tx.lock().unwrap().send(p.id().to_owned()).unwrap();
         }));
     }
     let removed = {
-        let heard_b = heard_b.clone();
-        exec.on_task_done(Arc::new(move |_p: &Process| {
-            heard_b.fetch_add(1, Ordering::SeqCst);
+        let heard_b_tx = Mutex::new(heard_b_tx);
+        exec.on_task_done(Arc::new(move |p: &Process| {
+            heard_b_tx.lock().unwrap().send(p.id().to_owned()).unwrap();
         }))
     };
-    let procs: Vec<Process> = (0..5)
-        .map(|i| exec.start(&spec(&exec, &format!("exit {i}"))).unwrap())
-        .collect();
-    for p in &procs {
-        assert!(p.wait_timeout(Some(Duration::from_secs(30))));
+    for i in 0..5 {
+        exec.start(&spec(&exec, &format!("exit {i}"))).unwrap();
     }
-    let mut heard = heard_a.lock().unwrap().clone();
-    heard.sort();
-    assert_eq!(heard, ["bash-1", "bash-2", "bash-3", "bash-4", "bash-5"]);
-    assert_eq!(heard_b.load(Ordering::SeqCst), 5);
+    let hear = |rx: &std::sync::mpsc::Receiver<String>, n: usize| -> Vec<String> {
+        let mut ids: Vec<String> = (0..n)
+            .map(|_| rx.recv_timeout(Duration::from_secs(30)).expect("a delivery"))
+            .collect();
+        ids.sort();
+        ids
+    };
+    let all = ["bash-1", "bash-2", "bash-3", "bash-4", "bash-5"];
+    assert_eq!(hear(&heard_a, 5), all);
+    assert_eq!(hear(&heard_b, 5), all);
     assert!(exec.off_task_done(removed));
     assert!(!exec.off_task_done(removed));
-    let p = exec.start(&spec(&exec, "true")).unwrap();
-    assert!(p.wait_timeout(Some(Duration::from_secs(30))));
-    assert_eq!(heard_b.load(Ordering::SeqCst), 5, "unsubscribed");
-    assert_eq!(heard_a.lock().unwrap().len(), 6);
+    exec.start(&spec(&exec, "true")).unwrap();
+    assert_eq!(hear(&heard_a, 1), ["bash-6"]);
+    // Deliveries are in order on one thread: by the time bash-6 reached the
+    // remaining listener, the removed one would have heard it too.
+    exec.dispose_blocking().unwrap();
+    assert!(
+        heard_b.try_recv().is_err(),
+        "unsubscribed, and no second delivery of anything"
+    );
+    assert!(heard_a.try_recv().is_err(), "each completion heard once");
 }
 
 #[test]
@@ -111,7 +120,11 @@ fn dispose_kills_and_awaits_everything_and_is_idempotent() {
         }));
         pids.push(out.lines().next().unwrap().trim().parse::<i32>().unwrap());
     }
-    let spill_dir = exec.spill_dir().expect("seq spilled");
+    assert!(
+        eventually(Duration::from_secs(20), || exec.spill_dir().is_some()),
+        "seq spilled"
+    );
+    let spill_dir = exec.spill_dir().unwrap();
     exec.dispose_blocking().unwrap();
     for p in [&plain, &trapper] {
         assert!(p.is_settled(), "dispose awaited {}", p.id());
@@ -162,20 +175,101 @@ fn concurrent_dispose_calls_all_wait_for_the_end() {
 }
 
 #[test]
-fn blocking_calls_from_a_listener_are_refused_not_deadlocked() {
+fn inside_a_listener_the_process_is_settled_and_other_blocking_calls_are_refused() {
     let exec = executor();
-    let seen = Arc::new(Mutex::new(None));
+    let other = exec.start(&spec(&exec, "sleep 60")).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
     {
         let exec2 = exec.clone();
-        let seen = seen.clone();
-        exec.on_task_done(Arc::new(move |_p: &Process| {
-            let r = exec2.run_blocking(&exec2.resolve(Request::new("true")).unwrap(), None);
-            *seen.lock().unwrap() = Some(r.map(|_| ()));
+        let other = other.clone();
+        let tx = Mutex::new(tx);
+        exec.on_task_done(Arc::new(move |p: &Process| {
+            if p.id() == other.id() {
+                return;
+            }
+            let started = Instant::now();
+            let observed = (
+                p.is_settled(),
+                p.status(),
+                p.wait_timeout(None),
+                p.wait_timeout(Some(Duration::from_secs(60))),
+                exec2
+                    .run_blocking(&exec2.resolve(Request::new("true")).unwrap(), None)
+                    .map(|_| ()),
+                other.wait_timeout(Some(Duration::from_secs(60))),
+                other.wait_timeout(None),
+                exec2.dispose_blocking(),
+                started.elapsed(),
+            );
+            tx.lock().unwrap().send(observed).unwrap();
         }));
     }
-    let p = exec.start(&spec(&exec, "true")).unwrap();
-    assert!(p.wait_timeout(Some(Duration::from_secs(30))));
-    assert_eq!(seen.lock().unwrap().clone(), Some(Err(DshError::BlockingInAsync)));
+    let p = exec.start(&spec(&exec, "exit 4")).unwrap();
+    let (settled, status, wait_none, wait_long, run, other_wait, other_wait_none, dispose, took) = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the listener ran");
+    assert!(settled, "done is true inside the listener");
+    assert_eq!(status, Status::Completed);
+    assert_eq!(
+        wait_none,
+        Ok(true),
+        "waiting for the settled process returns at once"
+    );
+    assert_eq!(wait_long, Ok(true));
+    assert_eq!(run, Err(DshError::BlockingInAsync));
+    assert_eq!(other_wait, Err(DshError::BlockingInAsync));
+    assert_eq!(other_wait_none, Err(DshError::BlockingInAsync));
+    assert_eq!(dispose, Err(DshError::BlockingInAsync));
+    assert!(
+        took < Duration::from_secs(10),
+        "every refusal was immediate ({took:?})"
+    );
+    assert_eq!(p.exit_code(), Some(4));
     // The listener holds the executor: dispose breaks that cycle.
     exec.dispose_blocking().unwrap();
+    assert_eq!(other.status(), Status::Killed);
+}
+
+#[test]
+fn listeners_that_block_never_freeze_commands_of_any_executor() {
+    let exec = executor();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let release_rx = Arc::new(Mutex::new(release_rx));
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel::<String>();
+    {
+        let entered_tx = Mutex::new(entered_tx);
+        exec.on_task_done(Arc::new(move |p: &Process| {
+            entered_tx.lock().unwrap().send(p.id().to_owned()).unwrap();
+            // Blocks until the test lets it go: a host callback stuck on a lock.
+            let _ = release_rx.lock().unwrap().recv_timeout(Duration::from_secs(120));
+        }));
+    }
+    let a = exec.start(&spec(&exec, "true")).unwrap();
+    let b = exec.start(&spec(&exec, "true")).unwrap();
+    entered_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("a listener is running");
+    assert!(a.wait_timeout(Some(Duration::from_secs(30))).unwrap());
+    assert!(b.wait_timeout(Some(Duration::from_secs(30))).unwrap());
+    // While the listener is stuck, commands on this and another executor
+    // run, time out and settle as usual.
+    let other = executor();
+    let r = other
+        .run_blocking(&spec(&other, "echo still-alive"), None)
+        .unwrap();
+    assert_eq!(r.stdout.text, "still-alive\n");
+    let mut req = Request::new("sleep 30");
+    req.timeout_ms = n(200);
+    let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
+    assert!(r.timed_out);
+    let c = other.start(&spec(&other, "echo bg")).unwrap();
+    assert!(c.wait_timeout(Some(Duration::from_secs(30))).unwrap());
+    assert_eq!(c.read_output().delta, "bg\n");
+    release_tx.send(()).unwrap();
+    entered_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the second delivery follows");
+    release_tx.send(()).unwrap();
+    exec.dispose_blocking().unwrap();
+    other.dispose_blocking().unwrap();
 }

@@ -159,7 +159,7 @@ fn background_processes_are_confined_and_carry_facts() {
     });
     let p = exec.start(&exec.resolve(req).unwrap()).unwrap();
     assert_eq!(p.sandbox(), None, "no facts while running");
-    assert!(p.wait_timeout(Some(Duration::from_secs(30))));
+    assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
     assert_eq!(p.status(), Status::Completed);
     let info = p.sandbox().unwrap();
     assert_eq!(
@@ -187,7 +187,7 @@ fn confinement_that_cannot_be_applied_fails_closed_and_nothing_runs() {
         other => panic!("expected SandboxUnavailable, got {other:?}"),
     }
     let p = exec.start(&s).unwrap();
-    assert!(p.wait_timeout(Some(Duration::from_secs(30))));
+    assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
     assert_eq!(p.status(), Status::Killed);
     let info = p.sandbox().unwrap();
     assert_eq!((info.runner_failed, info.denied), (Some(true), false));

@@ -25,7 +25,8 @@ fn ten_thousand_mixed_operations_leave_nothing_behind() {
     assert!(exec
         .start(&spec(&exec, "true"))
         .unwrap()
-        .wait_timeout(Some(Duration::from_secs(30))));
+        .wait_timeout(Some(Duration::from_secs(30)))
+        .unwrap());
     let fds_before = open_fds();
     let reported: Arc<Mutex<BTreeSet<String>>> = Arc::default();
     let workers: Vec<_> = (0..4)
@@ -60,7 +61,7 @@ fn ten_thousand_mixed_operations_leave_nothing_behind() {
                             if i % 10 == 5 {
                                 p.kill();
                             }
-                            assert!(p.wait_timeout(Some(Duration::from_secs(60))));
+                            assert!(p.wait_timeout(Some(Duration::from_secs(60))).unwrap());
                             let read = p.read_output();
                             if let Some(path) = read.stdout_spill_path {
                                 reported.lock().unwrap().insert(path);

@@ -63,7 +63,7 @@ fn kill_leaves_no_descendant() {
     let pids = planted_pids(&dir);
     assert!(pids.iter().all(|&pid| alive(pid)));
     assert!(p.kill());
-    assert!(p.wait_timeout(Some(Duration::from_secs(30))));
+    assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
     assert_all_dead(&pids, "kill()");
 }
 
@@ -169,7 +169,7 @@ fn a_fork_loop_is_stopped_too() {
         .map(|e| e.to_vec())
         .expect("the command carries its tag");
     assert!(p.kill());
-    assert!(p.wait_timeout(Some(Duration::from_secs(30))));
+    assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
     assert!(
         eventually(Duration::from_secs(15), || !alive(spawner_pid)),
         "the fork loop survived"

@@ -54,7 +54,7 @@ fn tail_cuts_land_on_character_boundaries() {
 fn lossy_read_windows_start_on_character_boundaries() {
     let exec = executor_with(|c| c.max_output_bytes = n(10));
     let p = exec.start(&spec(&exec, &bytewise('😀', 30))).unwrap();
-    assert!(p.wait_timeout(Some(Duration::from_secs(30))));
+    assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
     let r = p.read_output();
     assert!(r.lossy);
     assert_eq!(r.delta, "😀😀");
@@ -94,7 +94,7 @@ fn invalid_bytes_are_replaced_and_a_truncated_final_character_is_flushed() {
     let r = run(&exec, "printf 'ok\\377\\376end'");
     assert_eq!(r.stdout.text, "ok\u{FFFD}\u{FFFD}end");
     let p = exec.start(&spec(&exec, "printf 'x\\342\\202'")).unwrap();
-    assert!(p.wait_timeout(Some(Duration::from_secs(30))));
+    assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
     assert_eq!(
         p.read_output().delta,
         "x\u{FFFD}",

@@ -34,6 +34,9 @@ pub enum DshStatus {
     DSH_PANIC = 9,
     /// Any other internal failure.
     DSH_INTERNAL = 10,
+    /// The executor or process belongs to the parent of this forked process;
+    /// create a new executor in the child.
+    DSH_FORKED_CHILD = 11,
 }
 
 /// A borrowed string handed out by the library: `len` bytes at `ptr`, plus a
@@ -109,6 +112,7 @@ impl FfiError {
                 DshError::BlockingInAsync => DSH_WOULD_BLOCK,
                 DshError::SandboxUnavailable(_) => DSH_SANDBOX_UNAVAILABLE,
                 DshError::Internal(_) => DSH_INTERNAL,
+                DshError::ForkedChild { .. } => DSH_FORKED_CHILD,
             },
         }
     }
@@ -281,6 +285,7 @@ pub extern "C" fn dsh_status_name(status: c_int) -> *const c_char {
         DSH_WOULD_BLOCK,
         DSH_PANIC,
         DSH_INTERNAL,
+        DSH_FORKED_CHILD,
     ];
     let Some(&status) = all.iter().find(|s| **s as c_int == status) else {
         return c"DSH_UNKNOWN".as_ptr();
@@ -297,6 +302,7 @@ pub extern "C" fn dsh_status_name(status: c_int) -> *const c_char {
         DSH_WOULD_BLOCK => c"DSH_WOULD_BLOCK",
         DSH_PANIC => c"DSH_PANIC",
         DSH_INTERNAL => c"DSH_INTERNAL",
+        DSH_FORKED_CHILD => c"DSH_FORKED_CHILD",
     };
     name.as_ptr()
 }

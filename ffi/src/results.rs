@@ -147,6 +147,16 @@ pub unsafe extern "C" fn dsh_run_result_exit_code(result: *const DshRunResult, c
     })
 }
 
+/// True when the command ran and ended but its exit status was taken by
+/// someone else (a host that ignores SIGCHLD or reaps with `waitpid(-1)`,
+/// on a kernel older than 6.15): no exit code and no signal then.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_run_result_exit_status_unavailable(result: *const DshRunResult) -> bool {
+    value(false, || {
+        unsafe { result.as_ref() }.is_some_and(|r| r.result.exit_status_unavailable)
+    })
+}
+
 /// The terminating signal's name ("SIGTERM"), or ABSENT.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_run_result_signal(result: *const DshRunResult) -> DshStr {
@@ -306,6 +316,15 @@ pub unsafe extern "C" fn dsh_process_exit_code(process: *const DshProcess, code:
     })
 }
 
+/// True once settled when the exit status was taken by someone else (see
+/// dsh_run_result_exit_status_unavailable).
+#[no_mangle]
+pub unsafe extern "C" fn dsh_process_exit_status_unavailable(process: *const DshProcess) -> bool {
+    value(false, || {
+        unsafe { process.as_ref() }.is_some_and(|p| p.process.exit_status_unavailable())
+    })
+}
+
 /// The terminating signal's name once settled, else ABSENT.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_process_signal(process: *const DshProcess) -> DshStr {
@@ -358,7 +377,7 @@ pub unsafe extern "C" fn dsh_process_wait(process: *const DshProcess, timeout_ms
     status(|| {
         let p = unsafe { handle(process, "process") }?;
         let limit = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
-        if p.process.wait_timeout(limit) {
+        if p.process.wait_timeout(limit)? {
             Ok(())
         } else {
             Err(FfiError::WaitTimedOut)

@@ -19,6 +19,7 @@ from . import _native
 from ._errors import (
     AlreadyCancelledError,
     BlockingCallError,
+    ForkedChildError,
     DisposedError,
     DshError,
     InternalError,
@@ -45,6 +46,7 @@ __version__: str = _native.__version__
 __all__ = [
     "AlreadyCancelledError",
     "BlockingCallError",
+    "ForkedChildError",
     "CancelToken",
     "CollectedOutput",
     "DisposedError",

@@ -46,7 +46,14 @@ class SandboxUnavailableError(DshError, RuntimeError):
 
 
 class BlockingCallError(DshError, RuntimeError):
-    """A blocking call was made from a dsh callback thread."""
+    """A blocking call was made where it could deadlock: from a callback
+    (``on_task_done``, a completion callback) or another running wait."""
+
+
+class ForkedChildError(DshError, RuntimeError):
+    """The executor or process was created before this process was forked;
+    its commands are supervised by the parent. Create a new Executor in the
+    child."""
 
 
 class InternalError(DshError, RuntimeError):

@@ -1,0 +1,423 @@
+//! Hostile hosts: each scenario runs in a child process of this test
+//! binary (re-executed with `--scenario NAME`) under a timeout, so a hang is
+//! a failure, not a hung suite. A scenario does what a real host may
+//! legally do — fork after use, ignore SIGCHLD, reap with `waitpid(-1)`,
+//! rewrite its environment between calls, own a terminal — and checks that
+//! every promise still holds there.
+
+mod common;
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use dsh_core::{ConfigInput, DshError, Executor, Num, Request, Status};
+
+const LIMIT: Duration = Duration::from_secs(90);
+
+fn exec() -> Executor {
+    Executor::new(ConfigInput {
+        grace_ms: Some(Num(500.0)),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn run(exec: &Executor, command: &str) -> dsh_core::RunResult {
+    exec.run_blocking(&exec.resolve(Request::new(command)).unwrap(), None)
+        .unwrap()
+}
+
+/// Waits for a child pid with a deadline (kills it when passed).
+fn wait_child(pid: libc::pid_t, limit: Duration) -> Result<i32, String> {
+    let end = Instant::now() + limit;
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid on our own child with a valid status pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            return if libc::WIFEXITED(status) {
+                Ok(libc::WEXITSTATUS(status))
+            } else {
+                Err(format!("child died by signal {}", libc::WTERMSIG(status)))
+            };
+        }
+        if r < 0 {
+            return Err(format!("waitpid: {}", std::io::Error::last_os_error()));
+        }
+        if Instant::now() > end {
+            // SAFETY: `pid` is our unreaped child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            return Err("child hung".into());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Fork after the runtime, the callback thread, a blocking caller's reactor
+/// and a background process exist. The child gets clear errors from the
+/// parent's objects, a working new executor, and exits without hanging; the
+/// parent is unaffected.
+fn fork_after_use() {
+    let parent_exec = exec();
+    assert_eq!(run(&parent_exec, "echo before").stdout.text, "before\n");
+    let background = parent_exec
+        .start(&parent_exec.resolve(Request::new("sleep 60")).unwrap())
+        .unwrap();
+    parent_exec.on_task_done(std::sync::Arc::new(|_p: &dsh_core::Process| {}));
+    // SAFETY: the child only runs the code below and leaves by `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let code = std::panic::catch_unwind(|| {
+            let spec = parent_exec.resolve(Request::new("echo nope")).unwrap();
+            assert!(matches!(
+                parent_exec.run_blocking(&spec, None),
+                Err(DshError::ForkedChild { .. })
+            ));
+            assert!(matches!(
+                parent_exec.start(&spec),
+                Err(DshError::ForkedChild { .. })
+            ));
+            assert!(matches!(
+                background.wait_timeout(Some(Duration::from_secs(5))),
+                Err(DshError::ForkedChild { .. })
+            ));
+            assert!(
+                !background.kill(),
+                "the parent's process is not the child's to kill"
+            );
+            let fresh = exec();
+            assert_eq!(run(&fresh, "echo child").stdout.text, "child\n");
+            let p = fresh
+                .start(&fresh.resolve(Request::new("exit 6")).unwrap())
+                .unwrap();
+            assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
+            assert_eq!(p.exit_code(), Some(6));
+            fresh.dispose_blocking().unwrap();
+            // Closing the parent's executor here must neither hang nor touch
+            // the parent's commands and spill files.
+            parent_exec.dispose_blocking().unwrap();
+            assert!(parent_exec.is_disposed());
+        })
+        .map_or(1, |()| 0);
+        // SAFETY: leaving the forked child without running the parent's
+        // at-exit work.
+        unsafe { libc::_exit(code) };
+    }
+    assert_eq!(
+        wait_child(pid, Duration::from_secs(60)),
+        Ok(0),
+        "the forked child failed or hung"
+    );
+    assert_eq!(
+        background.status(),
+        Status::Running,
+        "the child left the parent's process alone"
+    );
+    assert_eq!(run(&parent_exec, "echo after").stdout.text, "after\n");
+    assert!(background.kill());
+    assert!(background.wait_timeout(Some(Duration::from_secs(30))).unwrap());
+    parent_exec.dispose_blocking().unwrap();
+}
+
+/// Forks from a thread that is itself inside a blocking run's reactor
+/// setup path: many forks in a row while other threads run commands.
+fn fork_storm_while_running() {
+    let e = exec();
+    let runner = {
+        let e = e.clone();
+        std::thread::spawn(move || {
+            for i in 0..40 {
+                assert_eq!(run(&e, &format!("echo {i}")).stdout.text, format!("{i}\n"));
+            }
+        })
+    };
+    for _ in 0..20 {
+        // SAFETY: the child only uses dsh through a fresh executor and `_exit`s.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let ok = std::panic::catch_unwind(|| {
+                let fresh = exec();
+                assert_eq!(run(&fresh, "echo c").stdout.text, "c\n");
+                fresh.dispose_blocking().unwrap();
+            })
+            .is_ok();
+            // SAFETY: leave the child at once.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        assert_eq!(wait_child(pid, Duration::from_secs(60)), Ok(0));
+    }
+    runner.join().unwrap();
+    e.dispose_blocking().unwrap();
+}
+
+fn ignore_sigchld() {
+    // SAFETY: setting a disposition; the host is this test process.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
+}
+
+/// With SIGCHLD ignored the kernel reaps every child at once. A command
+/// that ran is a result (never a spawn error), with its output, and with
+/// its real status where the kernel kept one for the pidfd.
+fn sigchld_ignored() {
+    ignore_sigchld();
+    let e = exec();
+    for _ in 0..20 {
+        let r = run(&e, "echo out; echo err >&2; exit 3");
+        assert_eq!(r.stdout.text, "out\n");
+        assert_eq!(r.stderr.text, "err\n");
+        check_ending(r.exit_code, r.exit_status_unavailable, Some(3));
+        let r = run(&e, "kill -TERM $$");
+        if !r.exit_status_unavailable {
+            assert_eq!(r.signal.as_deref(), Some("SIGTERM"));
+        }
+    }
+    let procs: Vec<_> = (0..30)
+        .map(|i| {
+            e.start(&e.resolve(Request::new(format!("echo {i}; exit {i}"))).unwrap())
+                .unwrap()
+        })
+        .collect();
+    for (i, p) in procs.iter().enumerate() {
+        assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
+        assert_eq!(p.status(), Status::Completed, "{} ended on its own", p.id());
+        assert_eq!(p.read_output().delta, format!("{i}\n"), "output kept");
+        check_ending(p.exit_code(), p.exit_status_unavailable(), Some(i as i32));
+    }
+    e.dispose_blocking().unwrap();
+}
+
+/// Either the real exit code, or an honest "unavailable" with no code.
+fn check_ending(code: Option<i32>, unavailable: bool, expected: Option<i32>) {
+    if unavailable {
+        assert_eq!(code, None);
+    } else {
+        assert_eq!(code, expected);
+    }
+    if kernel_keeps_exit_status() {
+        assert!(!unavailable, "this kernel keeps the status for the pidfd");
+    }
+}
+
+fn kernel_keeps_exit_status() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release
+        .trim()
+        .split(['.', '-'])
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (6, 15)
+}
+
+extern "C" fn reap_everything(_: libc::c_int) {
+    // SAFETY: waitpid is async-signal-safe; errno is saved and restored.
+    unsafe {
+        let saved = *libc::__errno_location();
+        while libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) > 0 {}
+        *libc::__errno_location() = saved;
+    }
+}
+
+/// A host whose SIGCHLD handler reaps every child with `waitpid(-1)`.
+fn waitpid_reaper() {
+    // SAFETY: installing a handler that only calls async-signal-safe code.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = reap_everything as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART | libc::SA_NOCLDSTOP;
+        libc::sigaction(libc::SIGCHLD, &sa, std::ptr::null_mut());
+    }
+    let e = exec();
+    let procs: Vec<_> = (0..60)
+        .map(|i| {
+            e.start(
+                &e.resolve(Request::new(format!("echo {i}; exit {}", i % 7)))
+                    .unwrap(),
+            )
+            .unwrap()
+        })
+        .collect();
+    for (i, p) in procs.iter().enumerate() {
+        assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
+        assert_eq!(p.status(), Status::Completed, "{} ended on its own", p.id());
+        assert!(!p.read_output().delta.contains("supervision failed"));
+        check_ending(p.exit_code(), p.exit_status_unavailable(), Some((i % 7) as i32));
+    }
+    for i in 0..20 {
+        let r = run(&e, &format!("echo {i}; exit 2"));
+        assert_eq!(r.stdout.text, format!("{i}\n"));
+        check_ending(r.exit_code, r.exit_status_unavailable, Some(2));
+    }
+    e.dispose_blocking().unwrap();
+}
+
+/// The host rewrites its environment between calls (growing it, so libc
+/// reallocates `environ`) while earlier commands are still starting on the
+/// core's threads. No crash, and each command sees the environment as it
+/// was when it was asked for.
+fn environment_changes_between_calls() {
+    let e = exec();
+    let mut procs = Vec::new();
+    for i in 0..400 {
+        let name = std::ffi::CString::new(format!("DSH_HOST_FILL_{i}")).unwrap();
+        let value = std::ffi::CString::new("x".repeat(64)).unwrap();
+        let marker = std::ffi::CString::new(i.to_string()).unwrap();
+        // SAFETY: setenv with valid C strings, on the only thread that
+        // touches the environment (as a Python host under the GIL).
+        unsafe {
+            libc::setenv(name.as_ptr(), value.as_ptr(), 1);
+            libc::setenv(c"HOST_MARKER".as_ptr(), marker.as_ptr(), 1);
+        }
+        procs.push((
+            i,
+            e.start(&e.resolve(Request::new("echo $HOST_MARKER")).unwrap())
+                .unwrap(),
+        ));
+        if i % 50 == 0 {
+            // SAFETY: as above.
+            unsafe { libc::unsetenv(name.as_ptr()) };
+        }
+    }
+    for (i, p) in procs {
+        assert!(p.wait_timeout(Some(Duration::from_secs(60))).unwrap());
+        assert_eq!(
+            p.read_output().delta,
+            format!("{i}\n"),
+            "{} saw the environment of its call",
+            p.id()
+        );
+    }
+    e.dispose_blocking().unwrap();
+}
+
+/// The host owns a controlling terminal (it is a session leader on a pty).
+/// Commands run in a session of their own, so anything that opens /dev/tty
+/// fails at once instead of being stopped by the terminal until a timeout.
+fn terminal_host() {
+    let e = exec();
+    let mut req = Request::new("read -r x < /dev/tty; echo rc=$?; tty; ps -o sid= -p $$");
+    req.timeout_ms = Some(Num(30_000.0));
+    let started = Instant::now();
+    let r = e.run_blocking(&e.resolve(req).unwrap(), None).unwrap();
+    assert!(!r.timed_out, "a /dev/tty read was stopped by the terminal: {r:?}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let mut lines = r.stdout.text.lines();
+    assert_eq!(lines.next(), Some("rc=1"), "{r:?}");
+    assert_eq!(lines.next(), Some("not a tty"));
+    let sid: i32 = lines.next().unwrap().trim().parse().unwrap();
+    // SAFETY: getsid(0) queries the calling process.
+    assert_ne!(
+        sid,
+        unsafe { libc::getsid(0) },
+        "the command has a session of its own"
+    );
+    // A background process too.
+    let p = e
+        .start(&e.resolve(Request::new("cat /dev/tty; echo rc=$?")).unwrap())
+        .unwrap();
+    assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
+    assert!(p.read_output().delta.contains("rc=1"));
+    e.dispose_blocking().unwrap();
+}
+
+/// Runs `scenario` in a child that is a session leader with a pty as its
+/// controlling terminal.
+fn spawn_on_terminal(scenario: &str) -> std::io::Result<std::process::Child> {
+    let mut master = 0;
+    let mut slave = 0;
+    // SAFETY: openpty writes two fds; the name/termios/winsize are NULL.
+    let r = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: openpty returned two fresh fds we own.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    let slave_fd = slave.as_raw_fd();
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.args(["--scenario", scenario]).stdin(Stdio::null());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 || libc::ioctl(slave_fd, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn()?;
+    drop(slave);
+    // Keep the master open (and drained) for the child's life.
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        // SAFETY: reading into a local buffer from an fd we own.
+        while unsafe { libc::read(master.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
+    });
+    Ok(child)
+}
+
+const SCENARIOS: &[(&str, fn())] = &[
+    ("fork_after_use", fork_after_use),
+    ("fork_storm_while_running", fork_storm_while_running),
+    ("sigchld_ignored", sigchld_ignored),
+    ("waitpid_reaper", waitpid_reaper),
+    (
+        "environment_changes_between_calls",
+        environment_changes_between_calls,
+    ),
+    ("terminal_host", terminal_host),
+];
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--scenario") {
+        let name = &args[i + 1];
+        let (_, f) = SCENARIOS.iter().find(|(n, _)| n == name).expect("known scenario");
+        f();
+        return;
+    }
+    // libtest-style filter: any free argument selects scenarios by substring.
+    let filter: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with('-')).collect();
+    let (mut passed, mut failed) = (0, 0);
+    for (name, _) in SCENARIOS {
+        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
+            continue;
+        }
+        #[allow(clippy::zombie_processes)]
+        let child = if *name == "terminal_host" {
+            spawn_on_terminal(name)
+        } else {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--scenario", name])
+                .stdin(Stdio::null())
+                .spawn()
+        }
+        .expect("spawn the scenario host");
+        // Reaped by `wait_child` (with a deadline, which `Child::wait` lacks).
+        let outcome = wait_child(child.id() as libc::pid_t, LIMIT);
+        std::mem::forget(child);
+        if outcome == Ok(0) {
+            println!("test {name} ... ok");
+            passed += 1;
+        } else {
+            println!("test {name} ... FAILED ({outcome:?})");
+            failed += 1;
+        }
+    }
+    println!(
+        "\ntest result: {}. {passed} passed; {failed} failed; 0 ignored; 0 measured; 0 filtered out",
+        if failed == 0 { "ok" } else { "FAILED" }
+    );
+    if failed > 0 {
+        std::process::exit(101);
+    }
+}
