@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -247,7 +249,11 @@ static void on_done(void *user_data, const DshProcess *process) {
     atomic_fetch_add((atomic_int *)user_data, 1);
     CHECK(dsh_process_status(process) != DSH_RUNNING);
     CHECK(dsh_process_id(process).len > 0);
-    /* Blocking from a callback is refused, not deadlocked. */
+    /* The process is settled before any listener hears of it: waiting for
+       it returns at once. */
+    CHECK(dsh_process_is_settled(process));
+    CHECK(dsh_process_wait(process, -1) == DSH_OK);
+    /* Other blocking calls from a callback are refused, not deadlocked. */
     DshSpec *spec = resolve(callback_exec, "true", 0);
     DshRunResult *r = NULL;
     if (dsh_executor_run(callback_exec, spec, NULL, &r) == DSH_WOULD_BLOCK) atomic_store(&would_block_seen, 1);
@@ -270,6 +276,8 @@ static void test_registry_and_callbacks(void) {
     OK(dsh_executor_start(exec, spec, &b));
     OK(dsh_process_wait(a, 30000));
     OK(dsh_process_wait(b, 30000));
+    /* Listeners run on the callback thread after settlement. */
+    for (int i = 0; i < 30000 && atomic_load(&done_calls) < 2; i++) usleep(1000);
     CHECK(atomic_load(&done_calls) == 2);
     CHECK(atomic_load(&would_block_seen) == 1);
     int32_t code = 0;
@@ -308,9 +316,11 @@ static void test_registry_and_callbacks(void) {
     DshProcess *c = NULL;
     OK(dsh_executor_start(exec, spec, &c));
     OK(dsh_process_wait(c, 30000));
-    CHECK(atomic_load(&done_calls) == 2);
 
     OK(dsh_executor_dispose(exec));
+    /* Dispose waited for every queued delivery: the removed listener heard
+       nothing more. */
+    CHECK(atomic_load(&done_calls) == 2);
     OK(dsh_executor_dispose(exec));
     DshRunResult *r = NULL;
     CHECK(dsh_executor_run(exec, spec, NULL, &r) == DSH_DISPOSED);
@@ -657,6 +667,85 @@ static void test_calls_racing_dispose(void) {
     dsh_executor_free(shared_exec);
 }
 
+/* A child's verdict: 0 when every check passed. */
+static int child_checks_passed(void) { return current_failed ? 1 : 0; }
+
+/* Fork after a blocking run (which gave this thread a reactor of its own)
+ * and a background start: the child gets DSH_FORKED_CHILD from the parent's
+ * objects and a working new executor; the parent is unaffected. The child
+ * ends itself with alarm() if it hangs. */
+static void test_fork_after_use(void) {
+    DshExecutor *exec = new_executor(300, 0);
+    DshSpec *echo = resolve(exec, "echo before", 0);
+    DshRunResult *r = NULL;
+    OK(dsh_executor_run(exec, echo, NULL, &r));
+    CHECK(str_eq(dsh_run_result_text(r, DSH_STDOUT), "before\n"));
+    dsh_run_result_free(r);
+    DshSpec *sleeper = resolve(exec, "sleep 60", 0);
+    DshProcess *bg = NULL;
+    OK(dsh_executor_start(exec, sleeper, &bg));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(60);
+        DshRunResult *cr = NULL;
+        CHECK(dsh_executor_run(exec, echo, NULL, &cr) == DSH_FORKED_CHILD);
+        CHECK(dsh_process_wait(bg, 1000) == DSH_FORKED_CHILD);
+        DshExecutor *fresh = new_executor(300, 0);
+        DshSpec *child_echo = resolve(fresh, "echo child", 0);
+        OK(dsh_executor_run(fresh, child_echo, NULL, &cr));
+        CHECK(str_eq(dsh_run_result_text(cr, DSH_STDOUT), "child\n"));
+        dsh_run_result_free(cr);
+        OK(dsh_executor_dispose(fresh));
+        /* Disposing the parent's executor here touches nothing of the parent's. */
+        OK(dsh_executor_dispose(exec));
+        _exit(child_checks_passed());
+    }
+    CHECK(pid > 0);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(dsh_process_status(bg) == DSH_RUNNING);
+    OK(dsh_executor_run(exec, echo, NULL, &r));
+    CHECK(str_eq(dsh_run_result_text(r, DSH_STDOUT), "before\n"));
+    dsh_run_result_free(r);
+    CHECK(dsh_process_kill(bg));
+    OK(dsh_process_wait(bg, 30000));
+    dsh_process_free(bg);
+    dsh_spec_free(echo);
+    dsh_spec_free(sleeper);
+    OK(dsh_executor_dispose(exec));
+    dsh_executor_free(exec);
+}
+
+/* A host that ignores SIGCHLD: a run that happened is a result with its
+ * output, never a spawn failure. */
+static void test_sigchld_ignored(void) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(60);
+        signal(SIGCHLD, SIG_IGN);
+        DshExecutor *exec = new_executor(300, 0);
+        DshSpec *spec = resolve(exec, "echo out; exit 3", 0);
+        for (int i = 0; i < 10; i++) {
+            DshRunResult *r = NULL;
+            OK(dsh_executor_run(exec, spec, NULL, &r));
+            CHECK(str_eq(dsh_run_result_text(r, DSH_STDOUT), "out\n"));
+            int32_t code = -1;
+            CHECK(dsh_run_result_exit_code(r, &code) ? code == 3 : dsh_run_result_exit_status_unavailable(r));
+            dsh_run_result_free(r);
+        }
+        dsh_spec_free(spec);
+        OK(dsh_executor_dispose(exec));
+        dsh_executor_free(exec);
+        _exit(child_checks_passed());
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 int main(void) {
     run_test("version_and_status_names", test_version_and_status_names);
     run_test("exit_codes_and_streams", test_exit_codes_and_streams);
@@ -671,6 +760,8 @@ int main(void) {
     run_test("hostile_inputs", test_hostile_inputs);
     run_test("calls_racing_dispose", test_calls_racing_dispose);
     run_test("landlock_confinement", test_landlock_confinement);
+    run_test("fork_after_use", test_fork_after_use);
+    run_test("sigchld_ignored", test_sigchld_ignored);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
