@@ -371,6 +371,7 @@ impl Executor {
     /// re-raises.
     #[pyo3(signature = (spec, cancel=None))]
     fn run(&self, py: Python<'_>, spec: &Spec, cancel: Option<&CancelToken>) -> PyResult<RunResult> {
+        dsh_core::refuse_blocking().map_err(|e| to_pyerr(py, e))?;
         let token = cancel.map(|c| c.inner.clone()).unwrap_or_default();
         let (tx, rx) = mpsc::channel();
         // Receiver is not Sync; the mutex lets the GIL-free closure borrow it.

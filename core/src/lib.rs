@@ -46,4 +46,5 @@ pub use output::CollectedOutput;
 pub use process::{Process, ProcessRead, Status, WaiterId};
 pub use request::{resolve, Request, SandboxPolicyInput, Spec, DSH_ENV_PREFIX};
 pub use run::{RunFuture, RunResult};
+pub use runtime::refuse_blocking;
 pub use sandbox::{Enforcement, SandboxInfo, SandboxMode, SandboxPolicy};

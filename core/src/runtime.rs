@@ -57,8 +57,9 @@ pub(crate) fn handle() -> &'static Handle {
 /// Refuses a call that would block where blocking stalls other work: inside
 /// an async runtime (the core's I/O threads or a caller's), or inside a
 /// host callback (a listener, a completion callback), which runs on the one
-/// thread that delivers every callback.
-pub(crate) fn refuse_blocking() -> Result<()> {
+/// thread that delivers every callback. Faces that build a blocking call of
+/// their own on the async API (to poll for Ctrl-C, say) call it first.
+pub fn refuse_blocking() -> Result<()> {
     if callbacks::in_callback() || Handle::try_current().is_ok() {
         return Err(DshError::BlockingInAsync);
     }

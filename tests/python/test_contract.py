@@ -362,11 +362,14 @@ def test_listeners_hear_each_completion_once_and_a_raising_one_is_reported(ex, m
     procs = [ex.start(ex.resolve(f"exit {i}")) for i in range(4)]
     for p in procs:
         p.wait(30)
+    # Listeners run on the callback thread, after each process settled.
+    assert eventually(lambda: len(heard) == 4 and len(counted) == 4 and len(reported) == 4)
     assert sorted(heard) == [(f"bash-{i}", "completed") for i in range(1, 5)]
-    assert len(counted) == 4
-    assert len(reported) == 4 and all(isinstance(e, RuntimeError) for e in reported)
+    assert all(isinstance(e, RuntimeError) for e in reported)
     assert unsubscribe() is True and unsubscribe() is False
     ex.start(ex.resolve("true")).wait(30)
+    assert eventually(lambda: len(heard) == 5)
+    ex.close()  # waits for every queued delivery
     assert len(counted) == 4 and len(heard) == 5
 
 
