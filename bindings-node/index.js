@@ -123,8 +123,9 @@ class NativeBashExecutor {
     return native ? this.#wrap(native) : undefined
   }
 
+  /** The owner token stored at start; throws NOT_FOUND for an unknown id. */
   ownerOf(id) {
-    return this.#native.get(id)?.owner ?? undefined
+    return this.#native.ownerOf(id) ?? undefined
   }
 
   list() {
@@ -146,6 +147,12 @@ class NativeBashExecutor {
    * other. Returns a function that unsubscribes.
    */
   onTaskDone(listener) {
+    if (typeof listener !== 'function') {
+      const err = new TypeError(`invalid listener: must be a function, got ${listener === null ? 'null' : typeof listener}`)
+      err.code = 'INVALID_ARGUMENT'
+      err.field = 'listener'
+      throw err
+    }
     const id = this.#native.onTaskDone((taskId) => {
       try {
         listener(this.get(taskId))

@@ -185,6 +185,12 @@ impl NativeExecutor {
         self.inner.get(&id).map(|inner| NativeProcess { inner })
     }
 
+    /// The owner token stored at start; NOT_FOUND for an unknown id.
+    #[napi]
+    pub fn owner_of(&self, env: &Env, id: String) -> Result<Option<String>> {
+        throw(env, self.inner.owner_of(&id))
+    }
+
     #[napi]
     pub fn list(&self) -> Vec<NativeProcess> {
         self.inner

@@ -128,7 +128,10 @@ impl Process {
                     "timeout must be a non-negative number of seconds, got {t}"
                 )))
             }
-            Some(t) => Some(Instant::now() + Duration::from_secs_f64(t)),
+            // Past what a deadline can hold (1e300 s): no deadline at all.
+            Some(t) => Duration::try_from_secs_f64(t)
+                .ok()
+                .and_then(|d| Instant::now().checked_add(d)),
             None => None,
         };
         loop {
@@ -474,7 +477,13 @@ impl Executor {
     /// through `sys.unraisablehook` and starves no other listener. Returns a
     /// callable that unsubscribes. A callback that refers to this executor
     /// keeps it alive until `close()` (which drops every callback).
-    fn on_task_done(&self, callback: Py<PyAny>) -> Unsubscribe {
+    fn on_task_done(&self, py: Python<'_>, callback: Py<PyAny>) -> PyResult<Unsubscribe> {
+        if !callback.bind(py).is_callable() {
+            return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                "on_task_done: callback must be callable, got {}",
+                callback.bind(py).get_type().name()?
+            )));
+        }
         let cb = Arc::new(callback);
         let id = self.inner.on_task_done(Arc::new(move |p: &dsh_core::Process| {
             Python::try_attach(|py| {
@@ -484,10 +493,10 @@ impl Executor {
                 }
             });
         }));
-        Unsubscribe {
+        Ok(Unsubscribe {
             executor: self.inner.clone(),
             id,
-        }
+        })
     }
 
     /// Kills every running process (SIGTERM, SIGKILL after grace), waits for

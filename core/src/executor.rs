@@ -278,26 +278,28 @@ impl Shared {
         process.settle(ending, sandbox, |p| self.notify(p));
     }
 
-    /// Queues one delivery of `process` to every listener on the callback
-    /// thread. Dispose waits until every queued delivery has run, and a
-    /// delivery that starts after disposal began calls nobody.
+    /// Queues one delivery of `process` to the listeners registered now, on
+    /// the callback thread. A completion while the executor is open is
+    /// delivered even if disposal begins meanwhile (dispose waits for every
+    /// queued delivery, so none runs after it returns); completions caused by
+    /// disposal are not delivered.
     fn notify(self: &Arc<Self>, process: &Process) {
         if !self.is_open() {
+            return;
+        }
+        let listeners: Vec<TaskListener> = lock(&self.listeners).iter().map(|(_, l)| l.clone()).collect();
+        if listeners.is_empty() {
             return;
         }
         self.pending_notifications.send_modify(|n| *n += 1);
         let (shared, process) = (self.clone(), process.clone());
         callbacks::dispatch(move || {
-            if shared.is_open() {
-                let listeners: Vec<TaskListener> =
-                    lock(&shared.listeners).iter().map(|(_, l)| l.clone()).collect();
-                for listener in listeners {
-                    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| listener(&process))) {
-                        eprintln!(
-                            "dsh: a task-done listener panicked ({}); other listeners still run",
-                            callbacks::panic_message(&*panic)
-                        );
-                    }
+            for listener in listeners {
+                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| listener(&process))) {
+                    eprintln!(
+                        "dsh: a task-done listener panicked ({}); other listeners still run",
+                        callbacks::panic_message(&*panic)
+                    );
                 }
             }
             shared.pending_notifications.send_modify(|n| *n -= 1);

@@ -94,7 +94,11 @@ pub fn resolve(config: &Config, request: Request) -> Result<Spec> {
         None => config.timeout_ms,
     };
     let stdout_max_bytes = match request.stdout_max_bytes {
-        Some(n) => whole_number(f(FieldName::StdoutMaxBytes), n, MAX_SAFE_INTEGER)?,
+        // Clamped like the timeout: a request never buffers more than the
+        // executor allows.
+        Some(n) => {
+            whole_number(f(FieldName::StdoutMaxBytes), n, MAX_SAFE_INTEGER)?.min(config.max_output_bytes)
+        }
         None => config.max_output_bytes,
     };
     if let Some(env) = &request.env {
@@ -155,7 +159,7 @@ impl Spec {
         whole_number(
             f(FieldName::StdoutMaxBytes),
             Num(self.stdout_max_bytes as f64),
-            MAX_SAFE_INTEGER,
+            config.max_output_bytes,
         )?;
         if let Some(env) = &self.env {
             check_env(f(FieldName::Env), env, false)?;

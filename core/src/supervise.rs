@@ -194,6 +194,12 @@ pub(crate) async fn supervise(
 
     while !(exited && !out_open && !err_open) {
         let event = tokio::select! {
+            // Biased, stop requests first: a stop that caused the exit (dispose
+            // signals the tree from outside) is seen before the exit it caused.
+            biased;
+            s = &mut stop, if stopped.is_none() => Event::Stop(s),
+            _ = sleep_until(timeout_at.unwrap_or(never)), if timeout_at.is_some() && stopped.is_none() && !exited => Event::Stop(Stop::Timeout),
+            _ = sleep_until(kill_at.unwrap_or(never)), if kill_at.is_some() && !killed => Event::KillNow,
             r = read_chunk(&out, |b| lock(streams).stdout.push(b)), if out_open => Event::Stdout(r),
             r = read_chunk(&err, |b| lock(streams).stderr.push(b)), if err_open => Event::Stderr(r),
             r = write_chunk(stdin_fd.as_ref(), &stdin[stdin_pos..]), if stdin_fd.is_some() => Event::Stdin(r),
@@ -203,9 +209,6 @@ pub(crate) async fn supervise(
                 // the blocking reap below still settles the command.
                 Err(_) => Event::Exited,
             },
-            _ = sleep_until(timeout_at.unwrap_or(never)), if timeout_at.is_some() && stopped.is_none() && !exited => Event::Stop(Stop::Timeout),
-            s = &mut stop, if stopped.is_none() => Event::Stop(s),
-            _ = sleep_until(kill_at.unwrap_or(never)), if kill_at.is_some() && !killed => Event::KillNow,
             _ = sleep_until(drain_until.unwrap_or(never)), if drain_until.is_some() => Event::DrainOver,
         };
         match event {

@@ -182,6 +182,8 @@ fn spawn_failure_settles_killed_and_is_delivered_once() {
         "{first}"
     );
     assert!(!first.contains("never"));
+    assert_eq!(first.matches("spawn failed").count(), 1, "said once: {first}");
+    assert!(first.starts_with("[stderr]\nspawn failed: ENOENT"), "{first}");
     assert_eq!(p.read_output().delta, "", "delivered once");
     assert!(!p.kill());
 }

@@ -213,3 +213,23 @@ fn sandbox_policy_is_stamped_from_config_or_request() {
     let e = SandboxMode::parse(Field::new(Scope::Request, FieldName::SandboxPolicy), "yolo").unwrap_err();
     assert!(e.to_string().contains("request.sandbox_policy") && e.to_string().contains("yolo"));
 }
+
+#[test]
+fn stdout_max_bytes_is_capped_by_max_output_bytes_like_the_timeout() {
+    let exec = executor_with(|c| c.max_output_bytes = n(1_000));
+    let mut req = Request::new("head -c 5000 /dev/zero | tr '\\0' a");
+    req.stdout_max_bytes = n(500_000_000);
+    let s = exec.resolve(req).unwrap();
+    assert_eq!(
+        s.stdout_max_bytes, 1_000,
+        "clamped, never above the executor's cap"
+    );
+    let r = exec.run_blocking(&s, None).unwrap();
+    assert_eq!(r.stdout.text.len(), 1_000);
+    assert!(r.stdout.truncated);
+    // A hand-built spec that asks for more is refused, not obeyed.
+    let mut big = s.clone();
+    big.stdout_max_bytes = 500_000_000;
+    let e = exec.run_blocking(&big, None).unwrap_err();
+    assert!(e.to_string().contains("spec.stdout_max_bytes"), "{e}");
+}

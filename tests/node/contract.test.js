@@ -117,11 +117,11 @@ test('run: result shape, stdin, nonzero exit is a result', async () => {
 })
 
 test('run: caps keep the tail and the spill file keeps everything (0600 in 0700)', async () => {
-  const ex = executor({ maxOutputBytes: 50 })
-  const r = await ex.run(ex.resolve({ command: 'seq 1 20000; seq 1 200 >&2', stdoutMaxBytes: 100 }))
+  const ex = executor({ maxOutputBytes: 100 })
+  const r = await ex.run(ex.resolve({ command: 'seq 1 20000; seq 1 200 >&2', stdoutMaxBytes: 50 }))
   assert.ok(r.stdout.truncated && r.stderr.truncated)
-  assert.equal(r.stdout.text, full(20000).slice(-100))
-  assert.equal(r.stderr.text, full(200).slice(-50))
+  assert.equal(r.stdout.text, full(20000).slice(-50))
+  assert.equal(r.stderr.text, full(200).slice(-100))
   assert.equal(fs.readFileSync(r.stdout.spillPath, 'utf8'), full(20000))
   assert.equal(fs.statSync(r.stdout.spillPath).mode & 0o777, 0o600)
   assert.equal(fs.statSync(path.dirname(r.stdout.spillPath)).mode & 0o777, 0o700)
@@ -297,7 +297,8 @@ test('registry: ids, owners, get/list/readOutput/kill by id', async () => {
   assert.deepEqual(ex.list(), [a, b])
   assert.equal(ex.ownerOf('bash-1'), 'session-a')
   assert.equal(ex.ownerOf('bash-2'), undefined)
-  assert.equal(ex.ownerOf('bash-99'), undefined)
+  assert.throws(() => ex.ownerOf('bash-99'), { code: 'NOT_FOUND' })
+  assert.throws(() => ex.onTaskDone(5), { code: 'INVALID_ARGUMENT', field: 'listener' })
   await a.done
   assert.equal(ex.readOutput('bash-1').delta, 'hi\n')
   assert.equal(ex.readOutput('bash-1').task, a)

@@ -151,12 +151,12 @@ def test_nonzero_exit_is_a_result_with_readable_repr(ex):
 
 
 def test_caps_tail_and_complete_spill_file():
-    with Executor(max_output_bytes=50) as ex:
-        r = ex.run(ex.resolve("seq 1 20000; seq 1 200 >&2", stdout_max_bytes=100))
+    with Executor(max_output_bytes=100) as ex:
+        r = ex.run(ex.resolve("seq 1 20000; seq 1 200 >&2", stdout_max_bytes=50))
         full = "".join(f"{i}\n" for i in range(1, 20001))
         assert r.stdout.truncated and r.stderr.truncated
-        assert r.stdout.text == full[-100:]
-        assert r.stderr.text == "".join(f"{i}\n" for i in range(1, 201))[-50:]
+        assert r.stdout.text == full[-50:]
+        assert r.stderr.text == "".join(f"{i}\n" for i in range(1, 201))[-100:]
         path = r.stdout.spill_path
         assert path is not None
         with open(path) as f:

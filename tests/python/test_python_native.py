@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+import dsh_native
 from dsh_native import CancelToken, Executor
 
 from conftest import alive, eventually
@@ -145,3 +146,21 @@ def test_listener_runs_while_main_thread_blocks_in_close():
     ex.start(ex.resolve("true")).wait(30)
     ex.close()  # would deadlock if close held the GIL while a listener needs it
     assert heard == ["bash-1"]
+
+
+def test_wait_with_an_enormous_timeout_is_no_deadline(ex):
+    p = ex.start(ex.resolve("exit 2"))
+    p.wait(timeout=1e300)
+    assert p.exit_code == 2
+    with pytest.raises(ValueError):
+        p.wait(timeout=float("nan"))
+
+
+def test_on_task_done_refuses_a_non_callable_at_once(ex):
+    with pytest.raises(TypeError, match="callable"):
+        ex.on_task_done(5)  # type: ignore[arg-type]
+
+
+def test_owner_of_an_unknown_id_is_not_found(ex):
+    with pytest.raises(dsh_native.NotFoundError):
+        ex.owner_of("bash-99")
