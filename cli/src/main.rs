@@ -351,11 +351,13 @@ fn output_json(o: &CollectedOutput) -> Object {
         text,
         truncated,
         spill_path,
+        spill_error,
     } = o;
     Object::new()
         .field("text", text)
         .field("truncated", *truncated)
         .field("spill_path", spill_path.as_deref())
+        .field("spill_error", spill_error.as_deref())
 }
 
 fn sandbox_json(s: &SandboxInfo) -> Object {
@@ -397,11 +399,13 @@ mod tests {
                 text: "a\n".into(),
                 truncated: true,
                 spill_path: Some("/k/stdout.log".into()),
+                spill_error: None,
             },
             stderr: CollectedOutput {
                 text: String::new(),
                 truncated: false,
                 spill_path: None,
+                spill_error: Some("the stream passed max_spill_bytes (9)".into()),
             },
             sandbox: Some(SandboxInfo {
                 mode: dsh_core::SandboxMode::ReadOnly,
@@ -414,8 +418,8 @@ mod tests {
             result_json(&r),
             concat!(
                 r#"{"exit_code":null,"signal":"SIGKILL","exit_status_unavailable":false,"timed_out":false,"aborted":false,"timeout_ms":5,"#,
-                r#""stdout":{"text":"a\n","truncated":true,"spill_path":"/k/stdout.log"},"#,
-                r#""stderr":{"text":"","truncated":false,"spill_path":null},"#,
+                r#""stdout":{"text":"a\n","truncated":true,"spill_path":"/k/stdout.log","spill_error":null},"#,
+                r#""stderr":{"text":"","truncated":false,"spill_path":null,"spill_error":"the stream passed max_spill_bytes (9)"},"#,
                 r#""sandbox":{"mode":"read-only","denied":true,"enforcement":"full","runner_failed":null}}"#
             )
         );

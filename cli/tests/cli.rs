@@ -177,7 +177,10 @@ fn json_has_every_field_and_round_trips_text() {
     assert_eq!(j.at("aborted"), &Json::Bool(false));
     assert_eq!(j.at("timeout_ms"), &Json::Num(120_000.0));
     assert_eq!(j.at("stdout.text").str(), "q\"b\\s\u{1}\u{1b}[0m\té€😀\n");
-    assert_eq!(j.at("stdout").keys(), ["text", "truncated", "spill_path"]);
+    assert_eq!(
+        j.at("stdout").keys(),
+        ["text", "truncated", "spill_path", "spill_error"]
+    );
     assert_eq!(j.at("stdout.truncated"), &Json::Bool(false));
     assert_eq!(j.at("stdout.spill_path"), &Json::Null);
     assert_eq!(j.at("stderr.text").str(), "err\r\n");

@@ -69,6 +69,26 @@ pub(crate) fn path_field(field: Field, value: &str) -> Result<PathBuf> {
         .map_err(|e| DshError::invalid(field, format!("cannot be made absolute: {e}")))
 }
 
+/// A given `spill_dir` must be a directory, made now (0700) if missing: a
+/// bad one found only at the first truncated result would silently lose
+/// the complete output.
+fn usable_spill_dir(field: Field, dir: PathBuf) -> Result<PathBuf> {
+    match std::fs::metadata(&dir) {
+        Ok(m) if m.is_dir() => Ok(dir),
+        Ok(_) => Err(DshError::invalid(
+            field,
+            format!("is not a directory: {}", dir.display()),
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => crate::spill::create_private_dirs(&dir)
+            .map(|()| dir.clone())
+            .map_err(|e| DshError::invalid(field, format!("cannot be created: {}: {e}", dir.display()))),
+        Err(e) => Err(DshError::invalid(
+            field,
+            format!("cannot be used: {}: {e}", dir.display()),
+        )),
+    }
+}
+
 /// What a caller may set; every field is optional and defaulted by
 /// [`Config::new`].
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -151,7 +171,9 @@ impl Config {
             )?,
             grace_ms: number(FieldName::GraceMs, input.grace_ms, DEFAULT_GRACE_MS, MAX_GRACE_MS)?,
             spill_dir: match input.spill_dir.as_deref() {
-                Some(dir) => path_field(f(FieldName::SpillDir), dir)?,
+                Some(dir) => {
+                    usable_spill_dir(f(FieldName::SpillDir), path_field(f(FieldName::SpillDir), dir)?)?
+                }
                 None => std::env::temp_dir(),
             },
             sandbox_mode: input.sandbox_mode,

@@ -356,7 +356,7 @@ impl Executor {
             host_pid: current_pid(),
             spill: Arc::new(SpillDir::new(config.spill_dir.clone())),
             config,
-            tag_prefix: random_hex(),
+            tag_prefix: random_hex().map_err(DshError::Internal)?,
             seq: AtomicU64::new(1),
             registry: Mutex::new(Registry::default()),
             listeners: Mutex::new(Vec::new()),

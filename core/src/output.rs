@@ -12,8 +12,9 @@ enum Spill {
     /// Not needed yet: the stream fits in the tail.
     None,
     Active(SpillFile),
-    /// Passed `max_spill_bytes`, or could not be written: deleted, no path.
-    Abandoned,
+    /// Passed `max_spill_bytes`, or could not be made or written: deleted,
+    /// no path, and this reason instead.
+    Abandoned(String),
 }
 
 pub(crate) struct StreamBuffer {
@@ -39,6 +40,9 @@ pub struct CollectedOutput {
     pub truncated: bool,
     /// A file holding the complete stream, when truncated and available.
     pub spill_path: Option<String>,
+    /// Why there is no spill path although the stream was truncated: past
+    /// `max_spill_bytes`, or the file could not be made or written.
+    pub spill_error: Option<String>,
 }
 
 fn is_continuation(b: u8) -> bool {
@@ -114,21 +118,27 @@ impl StreamBuffer {
             // far, so the spill file starts complete.
             debug_assert_eq!(before, self.window.len() as u64);
             self.spill = match self.spill_dir.create(self.label) {
-                Some(mut file) => {
+                Ok(mut file) => {
                     let (a, b) = self.window.as_slices();
-                    if before <= self.max_spill && file.write(a) && file.write(b) {
-                        Spill::Active(file)
-                    } else {
-                        file.discard();
-                        Spill::Abandoned
+                    match file.write(a).and_then(|()| file.write(b)) {
+                        Ok(()) => Spill::Active(file),
+                        Err(e) => {
+                            file.discard();
+                            Spill::Abandoned(e)
+                        }
                     }
                 }
-                None => Spill::Abandoned,
+                Err(e) => Spill::Abandoned(e),
             };
         }
         if let Spill::Active(file) = &mut self.spill {
-            if self.total > self.max_spill || !file.write(chunk) {
-                if let Spill::Active(file) = std::mem::replace(&mut self.spill, Spill::Abandoned) {
+            let outcome = if self.total > self.max_spill {
+                Err(format!("the stream passed max_spill_bytes ({})", self.max_spill))
+            } else {
+                file.write(chunk)
+            };
+            if let Err(why) = outcome {
+                if let Spill::Active(file) = std::mem::replace(&mut self.spill, Spill::Abandoned(why)) {
                     file.discard();
                 }
             }
@@ -153,6 +163,13 @@ impl StreamBuffer {
         }
     }
 
+    pub(crate) fn spill_error(&self) -> Option<String> {
+        match &self.spill {
+            Spill::Abandoned(why) => Some(why.clone()),
+            _ => None,
+        }
+    }
+
     pub(crate) fn collected(&self) -> CollectedOutput {
         let (a, b) = self.window.as_slices();
         let mut bytes = Vec::with_capacity(self.window.len());
@@ -162,6 +179,7 @@ impl StreamBuffer {
             text: String::from_utf8_lossy(&bytes).into_owned(),
             truncated: self.truncated(),
             spill_path: self.spill_path(),
+            spill_error: self.spill_error(),
         }
     }
 

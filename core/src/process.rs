@@ -40,6 +40,10 @@ pub struct ProcessRead {
     pub lossy: bool,
     pub stdout_spill_path: Option<String>,
     pub stderr_spill_path: Option<String>,
+    /// Why a stream that outgrew its window has no spill path (see
+    /// [`CollectedOutput::spill_error`](crate::CollectedOutput)).
+    pub stdout_spill_error: Option<String>,
+    pub stderr_spill_error: Option<String>,
 }
 
 pub(crate) struct State {
@@ -182,6 +186,8 @@ impl Process {
             lossy: out_lossy || err_lossy,
             stdout_spill_path: s.stdout.spill_path(),
             stderr_spill_path: s.stderr.spill_path(),
+            stdout_spill_error: s.stdout.spill_error(),
+            stderr_spill_error: s.stderr.spill_error(),
         }
     }
 

@@ -7,8 +7,9 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// 16 random hex characters from the kernel's CSPRNG.
-pub(crate) fn random_hex() -> String {
+/// 16 random hex characters from the kernel's CSPRNG; an error (never a
+/// spin) if the kernel cannot provide them.
+pub(crate) fn random_hex() -> Result<String, String> {
     let mut bytes = [0u8; 8];
     let mut filled = 0;
     while filled < bytes.len() {
@@ -16,9 +17,36 @@ pub(crate) fn random_hex() -> String {
         let n = unsafe { libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0) };
         if n > 0 {
             filled += n as usize;
+        } else if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(format!("no random bytes from the kernel: {e}"));
+            }
         }
     }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// `mkdir -p` whose created directories are exactly 0700 (mkdir's mode
+/// passes through the umask).
+pub(crate) fn create_private_dirs(path: &Path) -> std::io::Result<()> {
+    let mut missing = Vec::new();
+    let mut p = path;
+    while !p.exists() {
+        missing.push(p.to_path_buf());
+        match p.parent() {
+            Some(parent) => p = parent,
+            None => break,
+        }
+    }
+    for dir in missing.iter().rev() {
+        match fs::DirBuilder::new().mode(0o700).create(dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
 }
 
 pub(crate) struct SpillDir {
@@ -35,34 +63,56 @@ impl SpillDir {
         }
     }
 
-    fn ensure(&self) -> Option<PathBuf> {
+    /// The private directory, made now if it does not exist yet (or no
+    /// longer does: a temp cleaner may delete it, and then the base too).
+    fn ensure(&self, fresh: bool) -> Result<PathBuf, String> {
         let mut dir = self.dir.lock().unwrap_or_else(|e| e.into_inner());
-        if dir.is_none() {
-            let path = self.base.join(format!("dsh-spill-{}", random_hex()));
-            fs::DirBuilder::new().mode(0o700).create(&path).ok()?;
-            // mkdir's mode passes through the umask; make it exactly 0700.
-            fs::set_permissions(&path, fs::Permissions::from_mode(0o700)).ok()?;
-            *dir = Some(path);
+        if fresh {
+            *dir = None;
         }
-        dir.clone()
+        if let Some(d) = dir.as_ref() {
+            return Ok(d.clone());
+        }
+        if !self.base.is_dir() {
+            create_private_dirs(&self.base)
+                .map_err(|e| format!("cannot create the spill directory {}: {e}", self.base.display()))?;
+        }
+        let path = self.base.join(format!("dsh-spill-{}", random_hex()?));
+        create_private_dirs(&path)
+            .map_err(|e| format!("cannot create the spill directory {}: {e}", path.display()))?;
+        *dir = Some(path.clone());
+        Ok(path)
     }
 
-    /// A fresh spill file for one stream, or `None` when none can be made
-    /// (the stream then reports no spill path).
-    pub(crate) fn create(&self, label: &str) -> Option<SpillFile> {
-        let dir = self.ensure()?;
-        let path = dir.join(format!("{label}-{}.log", random_hex()));
+    /// A fresh spill file for one stream, or why none can be made (the
+    /// stream then reports no spill path, and this reason instead). A
+    /// private directory that was deleted is made again, once.
+    pub(crate) fn create(&self, label: &str) -> Result<SpillFile, String> {
+        match self.create_in(label, self.ensure(false)?) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => self
+                .create_in(label, self.ensure(true)?)
+                .map_err(|e| format!("cannot create a spill file: {e}")),
+            other => other.map_err(|e| format!("cannot create a spill file: {e}")),
+        }
+    }
+
+    fn create_in(&self, label: &str, dir: PathBuf) -> std::io::Result<SpillFile> {
+        let name = random_hex().map_err(std::io::Error::other)?;
+        let path = dir.join(format!("{label}-{name}.log"));
         let file = OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-            .ok()?;
-        file.set_permissions(fs::Permissions::from_mode(0o600)).ok()?;
-        Some(SpillFile {
+            .open(&path)?;
+        file.set_permissions(fs::Permissions::from_mode(0o600))?;
+        let path = path
+            .into_os_string()
+            .into_string()
+            .map_err(|p| std::io::Error::other(format!("spill path is not UTF-8: {p:?}")))?;
+        Ok(SpillFile {
             file: Some(file),
-            path: path.to_str()?.to_owned(),
+            path,
         })
     }
 
@@ -90,11 +140,13 @@ impl SpillFile {
         &self.path
     }
 
-    /// Appends; false when the write failed (the caller abandons the file).
-    pub(crate) fn write(&mut self, bytes: &[u8]) -> bool {
+    /// Appends; an error says why (the caller abandons the file).
+    pub(crate) fn write(&mut self, bytes: &[u8]) -> Result<(), String> {
         match &mut self.file {
-            Some(f) => f.write_all(bytes).is_ok(),
-            None => false,
+            Some(f) => f
+                .write_all(bytes)
+                .map_err(|e| format!("cannot write the spill file: {e}")),
+            None => Err("the spill file is closed".into()),
         }
     }
 

@@ -374,3 +374,66 @@ fn runtime_block(f: RunFuture) -> Result<RunResult> {
         .unwrap()
         .block_on(f)
 }
+
+#[test]
+fn a_bad_spill_dir_is_refused_at_construction_and_a_missing_one_is_made_private() {
+    let base = std::env::temp_dir().join(format!("dsh-spill-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(&base).unwrap();
+    let file = base.join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let e = Executor::new(ConfigInput {
+        spill_dir: Some(file.to_str().unwrap().into()),
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("config.spill_dir") && e.to_string().contains("not a directory"),
+        "{e}"
+    );
+    let missing = base.join("made/for/us");
+    let exec = Executor::new(ConfigInput {
+        spill_dir: Some(missing.to_str().unwrap().into()),
+        max_output_bytes: n(10),
+        ..Default::default()
+    })
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&missing).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    // A temp cleaner deletes everything: the next truncated result still
+    // has its complete stream.
+    let first = run(&exec, "seq 1 100");
+    assert!(first.stdout.spill_path.is_some());
+    std::fs::remove_dir_all(&base).unwrap();
+    let again = run(&exec, "seq 1 100");
+    let path = again
+        .stdout
+        .spill_path
+        .clone()
+        .expect("the spill directory was made again");
+    assert_eq!(std::fs::read_to_string(path).unwrap().lines().count(), 100);
+    // Past max_spill_bytes the path is absent and the result says why.
+    let small = Executor::new(ConfigInput {
+        spill_dir: Some(base.to_str().unwrap().into()),
+        max_output_bytes: n(10),
+        max_spill_bytes: n(50),
+        ..Default::default()
+    })
+    .unwrap();
+    let r = run(&small, "seq 1 100");
+    assert_eq!(r.stdout.spill_path, None);
+    assert!(
+        r.stdout
+            .spill_error
+            .as_deref()
+            .unwrap()
+            .contains("max_spill_bytes"),
+        "{r:?}"
+    );
+    exec.dispose_blocking().unwrap();
+    small.dispose_blocking().unwrap();
+    let _ = std::fs::remove_dir_all(&base);
+}
