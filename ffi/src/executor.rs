@@ -230,8 +230,10 @@ pub unsafe extern "C" fn dsh_executor_kill(
     status(|| {
         let e = unsafe { handle(executor, "executor") }?;
         let b = lookup(e, id)?.kill();
-        if let Some(out) = unsafe { began.as_mut() } {
-            *out = b;
+        if !began.is_null() {
+            // SAFETY: non-null, and writable per the contract; `write` does
+            // not read the old, possibly uninitialised, contents.
+            unsafe { began.write(b) };
         }
         Ok(())
     })
@@ -260,8 +262,10 @@ pub unsafe extern "C" fn dsh_executor_on_task_done(
             // outlives the call.
             unsafe { callback(user_data.0, &handle) };
         }));
-        if let Some(out) = unsafe { listener_id.as_mut() } {
-            *out = id.as_u64();
+        if !listener_id.is_null() {
+            // SAFETY: non-null, and writable per the contract; `write` does
+            // not read the old, possibly uninitialised, contents.
+            unsafe { listener_id.write(id.as_u64()) };
         }
         Ok(())
     })
@@ -277,8 +281,10 @@ pub unsafe extern "C" fn dsh_executor_off_task_done(
     status(|| {
         let e = unsafe { handle(executor, "executor") }?;
         let r = e.inner.off_task_done(dsh_core::ListenerId::from_u64(listener_id));
-        if let Some(out) = unsafe { removed.as_mut() } {
-            *out = r;
+        if !removed.is_null() {
+            // SAFETY: non-null, and writable per the contract; `write` does
+            // not read the old, possibly uninitialised, contents.
+            unsafe { removed.write(r) };
         }
         Ok(())
     })

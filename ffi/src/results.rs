@@ -81,19 +81,23 @@ fn sandbox_info(info: &SandboxInfo) -> DshSandboxInfo {
 }
 
 fn write_sandbox(info: Option<&SandboxInfo>, out: *mut DshSandboxInfo) -> bool {
-    match (info, unsafe { out.as_mut() }) {
-        (Some(info), Some(out)) => {
-            *out = sandbox_info(info);
-            true
-        }
-        (Some(_), None) => true,
-        (None, _) => false,
+    let Some(info) = info else {
+        return false;
+    };
+    if !out.is_null() {
+        // SAFETY: non-null, and writable per the accessor's contract. `write`
+        // neither reads nor drops the old contents, which may be
+        // uninitialised or zeroed (mode 0 is no DshSandboxMode).
+        unsafe { out.write(sandbox_info(info)) };
     }
+    true
 }
 
 fn write_code(code: Option<i32>, out: *mut i32) -> bool {
-    if let (Some(c), Some(out)) = (code, unsafe { out.as_mut() }) {
-        *out = c;
+    if let (Some(c), false) = (code, out.is_null()) {
+        // SAFETY: non-null, and writable per the accessor's contract; `write`
+        // does not read the old, possibly uninitialised, contents.
+        unsafe { out.write(c) };
     }
     code.is_some()
 }
