@@ -3,7 +3,8 @@
 //! pointers, a thread-local last error, opaque handles with `*_free`, and no
 //! panic across the boundary.
 
-#![allow(non_camel_case_types, clippy::missing_safety_doc)]
+#![allow(non_camel_case_types)]
+#![deny(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 
 mod builders;
 mod executor;
