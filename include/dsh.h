@@ -163,10 +163,13 @@ typedef struct DshStr {
 } DshStr;
 
 /**
- * Called once per background process that settles, on a dsh I/O thread.
- * `process` is borrowed for the duration of the call (use
- * dsh_executor_get to keep a handle). The callback must not block for
- * long; blocking dsh calls made from it fail with DSH_WOULD_BLOCK.
+ * Called once per background process that settles, on the dsh callback
+ * thread (one thread shared by every executor, never the caller's).
+ * `process` is borrowed for the duration of the call: never free it nor
+ * use it after the callback returns (use dsh_executor_get to keep a
+ * handle). The callback must not unwind (C++ exception, longjmp) out of
+ * itself and must not block for long; blocking dsh calls made from it fail
+ * with DSH_WOULD_BLOCK.
  */
 typedef void (*DshTaskDoneFn)(void *user_data, const struct DshProcess *process);
 
@@ -197,86 +200,157 @@ const char *dsh_version(void);
 
 /**
  * Creates an empty configuration. Free with dsh_config_free.
+ *
+ * # Safety
+ * `out` is NULL or valid and aligned for writing one `DshConfig *`.
  */
 enum DshStatus dsh_config_new(struct DshConfig **out);
 
 /**
  * Frees a DshConfig; NULL is a no-op. Strings and handles borrowed from
  * it are invalid afterwards.
+ *
+ * # Safety
+ * `config` is NULL or a DshConfig from dsh_config_new, not freed before, and
+ * not in use by any other thread during or after this call.
  */
 void dsh_config_free(struct DshConfig *config);
 
 /**
  * Default foreground timeout (default 120000). Checked when the executor is created.
+ *
+ * # Safety
+ * `config` is NULL or a live DshConfig from dsh_config_new that no thread
+ * frees during this call.
  */
 enum DshStatus dsh_config_set_timeout_ms(const struct DshConfig *config, uint64_t value);
 
 /**
  * Cap for per-call timeouts (default 600000). Checked when the executor is created.
+ *
+ * # Safety
+ * `config` is NULL or a live DshConfig from dsh_config_new that no thread
+ * frees during this call.
  */
 enum DshStatus dsh_config_set_max_timeout_ms(const struct DshConfig *config, uint64_t value);
 
 /**
  * In-memory cap per stream (default 64000). Checked when the executor is created.
+ *
+ * # Safety
+ * `config` is NULL or a live DshConfig from dsh_config_new that no thread
+ * frees during this call.
  */
 enum DshStatus dsh_config_set_max_output_bytes(const struct DshConfig *config, uint64_t value);
 
 /**
  * Cap of one spill file (default 64 MiB). Checked when the executor is created.
+ *
+ * # Safety
+ * `config` is NULL or a live DshConfig from dsh_config_new that no thread
+ * frees during this call.
  */
 enum DshStatus dsh_config_set_max_spill_bytes(const struct DshConfig *config, uint64_t value);
 
 /**
  * SIGTERM→SIGKILL grace and pipe-drain bound (default 3000, at most 2^31−1). Checked when the executor is created.
+ *
+ * # Safety
+ * `config` is NULL or a live DshConfig from dsh_config_new that no thread
+ * frees during this call.
  */
 enum DshStatus dsh_config_set_grace_ms(const struct DshConfig *config,
                                        uint64_t value);
 
 /**
  * Default workdir (default: the process cwd, read at resolve time).
+ *
+ * # Safety
+ * `config` is NULL or a live DshConfig from dsh_config_new that no thread
+ * frees during this call. `cwd` is NULL or a NUL-terminated string readable
+ * for the whole call.
  */
 enum DshStatus dsh_config_set_cwd(const struct DshConfig *config, const char *cwd);
 
 /**
  * Where the private spill directory is created (default: the temp dir).
+ *
+ * # Safety
+ * `config` is NULL or a live DshConfig from dsh_config_new that no thread
+ * frees during this call. `dir` is NULL or a NUL-terminated string readable
+ * for the whole call.
  */
 enum DshStatus dsh_config_set_spill_dir(const struct DshConfig *config, const char *dir);
 
 /**
  * Default sandbox mode: "read-only", "workspace-write" or
  * "danger-full-access"; NULL for none.
+ *
+ * # Safety
+ * `config` is NULL or a live DshConfig from dsh_config_new that no thread
+ * frees during this call. `mode` is NULL or a NUL-terminated string readable
+ * for the whole call.
  */
 enum DshStatus dsh_config_set_sandbox_mode(const struct DshConfig *config, const char *mode);
 
 /**
  * Creates a request for `command` (`command_len` bytes of UTF-8; a NUL
  * inside is refused by resolve). Free with dsh_request_free.
+ *
+ * # Safety
+ * `command` is NULL (then `command_len` must be 0, else the call fails with
+ * DSH_INVALID_ARGUMENT) or valid for reads of `command_len` bytes for the
+ * whole call; it need not be NUL-terminated. `out` is NULL or valid and
+ * aligned for writing one `DshRequest *`.
  */
 enum DshStatus dsh_request_new(const char *command, size_t command_len, struct DshRequest **out);
 
 /**
  * Frees a DshRequest; NULL is a no-op. Strings and handles borrowed from
  * it are invalid afterwards.
+ *
+ * # Safety
+ * `request` is NULL or a DshRequest from dsh_request_new, not freed before,
+ * and not in use by any other thread during or after this call.
  */
 void dsh_request_free(struct DshRequest *request);
 
 /**
  * Working directory; a relative one is taken relative to the config cwd.
+ *
+ * # Safety
+ * `request` is NULL or a live DshRequest from dsh_request_new that no thread
+ * frees during this call. `workdir` is NULL or a NUL-terminated string
+ * readable for the whole call.
  */
 enum DshStatus dsh_request_set_workdir(const struct DshRequest *request, const char *workdir);
 
 /**
  * Timeout for this call; clamped to max_timeout_ms by resolve.
+ *
+ * # Safety
+ * `request` is NULL or a live DshRequest from dsh_request_new that no thread
+ * frees during this call.
  */
 enum DshStatus dsh_request_set_timeout_ms(const struct DshRequest *request, uint64_t timeout_ms);
 
 /**
  * In-memory stdout cap for this call (default: max_output_bytes).
+ *
+ * # Safety
+ * `request` is NULL or a live DshRequest from dsh_request_new that no thread
+ * frees during this call.
  */
 enum DshStatus dsh_request_set_stdout_max_bytes(const struct DshRequest *request, uint64_t max);
 
 /**
  * Bytes written to the command's stdin, then EOF (default: /dev/null).
+ *
+ * # Safety
+ * `request` is NULL or a live DshRequest from dsh_request_new that no thread
+ * frees during this call. `data` is NULL (then `len` must be 0, else the
+ * call fails with DSH_INVALID_ARGUMENT) or valid for reads of `len` bytes
+ * for the whole call.
  */
 enum DshStatus dsh_request_set_stdin(const struct DshRequest *request,
                                      const uint8_t *data,
@@ -284,6 +358,11 @@ enum DshStatus dsh_request_set_stdin(const struct DshRequest *request,
 
 /**
  * Adds an `env` entry (merged after the credential scrub).
+ *
+ * # Safety
+ * `request` is NULL or a live DshRequest from dsh_request_new that no thread
+ * frees during this call. `key` and `value` are each NULL or a
+ * NUL-terminated string readable for the whole call.
  */
 enum DshStatus dsh_request_set_env(const struct DshRequest *request,
                                    const char *key,
@@ -291,6 +370,11 @@ enum DshStatus dsh_request_set_env(const struct DshRequest *request,
 
 /**
  * Adds a managed `dsh_env` entry (key must start with DSH_; merged last).
+ *
+ * # Safety
+ * `request` is NULL or a live DshRequest from dsh_request_new that no thread
+ * frees during this call. `key` and `value` are each NULL or a
+ * NUL-terminated string readable for the whole call.
  */
 enum DshStatus dsh_request_set_dsh_env(const struct DshRequest *request,
                                        const char *key,
@@ -298,11 +382,21 @@ enum DshStatus dsh_request_set_dsh_env(const struct DshRequest *request,
 
 /**
  * The opaque owner token stored on a background process.
+ *
+ * # Safety
+ * `request` is NULL or a live DshRequest from dsh_request_new that no thread
+ * frees during this call. `owner` is NULL or a NUL-terminated string
+ * readable for the whole call.
  */
 enum DshStatus dsh_request_set_owner(const struct DshRequest *request, const char *owner);
 
 /**
  * A per-call sandbox policy; `workspace_root` NULL means the workdir.
+ *
+ * # Safety
+ * `request` is NULL or a live DshRequest from dsh_request_new that no thread
+ * frees during this call. `mode` and `workspace_root` are each NULL or a
+ * NUL-terminated string readable for the whole call.
  */
 enum DshStatus dsh_request_set_sandbox_policy(const struct DshRequest *request,
                                               const char *mode,
@@ -312,17 +406,35 @@ enum DshStatus dsh_request_set_sandbox_policy(const struct DshRequest *request,
  * Creates an executor. `config` may be NULL for all defaults; it is only
  * read, and may be freed afterwards. A bad field is DSH_INVALID_ARGUMENT
  * naming it (e.g. "invalid config.grace_ms: …").
+ *
+ * # Safety
+ * `config` is NULL or a live DshConfig from dsh_config_new that no thread
+ * frees during this call. `out` is NULL or valid and aligned for writing one
+ * `DshExecutor *`.
  */
 enum DshStatus dsh_executor_new(const struct DshConfig *config, struct DshExecutor **out);
 
 /**
  * Frees a DshExecutor; NULL is a no-op. Strings and handles borrowed from
  * it are invalid afterwards.
+ *
+ * # Safety
+ * `executor` is NULL or a DshExecutor from dsh_executor_new, not freed
+ * before, and not in use by any other thread during or after this call.
+ * Task-done callbacks may still run after this returns (disposal goes on in
+ * the background): call dsh_executor_dispose first before releasing their
+ * `user_data`.
  */
 void dsh_executor_free(struct DshExecutor *executor);
 
 /**
  * Resolves a request into a spec: the only place defaults are applied.
+ *
+ * # Safety
+ * `executor` is NULL or a live DshExecutor from dsh_executor_new that no
+ * thread frees during this call. `request` is NULL or a live DshRequest from
+ * dsh_request_new that no thread frees during this call. `out` is NULL or
+ * valid and aligned for writing one `DshSpec *`.
  */
 enum DshStatus dsh_executor_resolve(const struct DshExecutor *executor,
                                     const struct DshRequest *request,
@@ -331,21 +443,47 @@ enum DshStatus dsh_executor_resolve(const struct DshExecutor *executor,
 /**
  * Frees a DshSpec; NULL is a no-op. Strings and handles borrowed from
  * it are invalid afterwards.
+ *
+ * # Safety
+ * `spec` is NULL or a DshSpec from dsh_executor_resolve, not freed before,
+ * and not in use by any other thread during or after this call.
  */
 void dsh_spec_free(struct DshSpec *spec);
 
+/**
+ * The resolved command.
+ *
+ * # Safety
+ * `spec` is NULL or a live DshSpec from dsh_executor_resolve that no thread
+ * frees during this call.
+ */
 struct DshStr dsh_spec_command(const struct DshSpec *spec);
 
 /**
  * The resolved, absolute workdir.
+ *
+ * # Safety
+ * `spec` is NULL or a live DshSpec from dsh_executor_resolve that no thread
+ * frees during this call.
  */
 struct DshStr dsh_spec_workdir(const struct DshSpec *spec);
 
 /**
  * The effective timeout (0 for a NULL spec).
+ *
+ * # Safety
+ * `spec` is NULL or a live DshSpec from dsh_executor_resolve that no thread
+ * frees during this call.
  */
 uint64_t dsh_spec_timeout_ms(const struct DshSpec *spec);
 
+/**
+ * The effective in-memory stdout cap (0 for a NULL spec).
+ *
+ * # Safety
+ * `spec` is NULL or a live DshSpec from dsh_executor_resolve that no thread
+ * frees during this call.
+ */
 uint64_t dsh_spec_stdout_max_bytes(const struct DshSpec *spec);
 
 /**
@@ -353,6 +491,14 @@ uint64_t dsh_spec_stdout_max_bytes(const struct DshSpec *spec);
  * be NULL. A nonzero exit, a timeout and a cancellation are results
  * (DSH_OK); errors mean nothing ran to completion: DSH_SPAWN_FAILED (see
  * dsh_last_errno), DSH_CANCELLED (token already fired), DSH_DISPOSED.
+ *
+ * # Safety
+ * `executor` is NULL or a live DshExecutor from dsh_executor_new that no
+ * thread frees during this call. `spec` is NULL or a live DshSpec from
+ * dsh_executor_resolve that no thread frees during this call. `cancel` is
+ * NULL or a live DshCancelToken from dsh_cancel_token_new that no thread
+ * frees until this call returns (it may be fired meanwhile). `out` is NULL
+ * or valid and aligned for writing one `DshRunResult *`.
  */
 enum DshStatus dsh_executor_run(const struct DshExecutor *executor,
                                 const struct DshSpec *spec,
@@ -363,6 +509,12 @@ enum DshStatus dsh_executor_run(const struct DshExecutor *executor,
  * Starts a spec in the background and returns at once. A spawn failure is
  * not an error here: the process settles as killed and its first read
  * says "spawn failed: …".
+ *
+ * # Safety
+ * `executor` is NULL or a live DshExecutor from dsh_executor_new that no
+ * thread frees during this call. `spec` is NULL or a live DshSpec from
+ * dsh_executor_resolve that no thread frees during this call. `out` is NULL
+ * or valid and aligned for writing one `DshProcess *`.
  */
 enum DshStatus dsh_executor_start(const struct DshExecutor *executor,
                                   const struct DshSpec *spec,
@@ -371,6 +523,12 @@ enum DshStatus dsh_executor_start(const struct DshExecutor *executor,
 /**
  * A new handle to the process registered as `id` ("bash-1", …);
  * DSH_NOT_FOUND for an unknown id.
+ *
+ * # Safety
+ * `executor` is NULL or a live DshExecutor from dsh_executor_new that no
+ * thread frees during this call. `id` is NULL or a NUL-terminated string
+ * readable for the whole call. `out` is NULL or valid and aligned for
+ * writing one `DshProcess *`.
  */
 enum DshStatus dsh_executor_get(const struct DshExecutor *executor,
                                 const char *id,
@@ -378,11 +536,22 @@ enum DshStatus dsh_executor_get(const struct DshExecutor *executor,
 
 /**
  * Every process started, in start order.
+ *
+ * # Safety
+ * `executor` is NULL or a live DshExecutor from dsh_executor_new that no
+ * thread frees during this call. `out` is NULL or valid and aligned for
+ * writing one `DshProcessList *`.
  */
 enum DshStatus dsh_executor_list(const struct DshExecutor *executor, struct DshProcessList **out);
 
 /**
  * Consuming read of process `id`; DSH_NOT_FOUND for an unknown id.
+ *
+ * # Safety
+ * `executor` is NULL or a live DshExecutor from dsh_executor_new that no
+ * thread frees during this call. `id` is NULL or a NUL-terminated string
+ * readable for the whole call. `out` is NULL or valid and aligned for
+ * writing one `DshRead *`.
  */
 enum DshStatus dsh_executor_read_output(const struct DshExecutor *executor,
                                         const char *id,
@@ -391,14 +560,34 @@ enum DshStatus dsh_executor_read_output(const struct DshExecutor *executor,
 /**
  * Kills process `id`; `*began` (may be NULL) is true when it was running
  * and this call began its termination.
+ *
+ * # Safety
+ * `executor` is NULL or a live DshExecutor from dsh_executor_new that no
+ * thread frees during this call. `id` is NULL or a NUL-terminated string
+ * readable for the whole call. `began` is NULL or valid and aligned for
+ * writing one `bool`.
  */
 enum DshStatus dsh_executor_kill(const struct DshExecutor *executor, const char *id, bool *began);
 
 /**
  * Registers `callback` for every background process that settles from now
  * on; `*listener_id` (may be NULL) identifies it for
- * dsh_executor_off_task_done. `user_data` is passed back untouched, from a
- * dsh I/O thread. No callback runs after dsh_executor_dispose begins.
+ * dsh_executor_off_task_done. `user_data` is passed back untouched, from
+ * the dsh callback thread. No callback runs once dsh_executor_dispose has
+ * returned; one that was already under way when disposal began still
+ * finishes first (dispose waits for it).
+ *
+ * # Safety
+ * `executor` is NULL or a live DshExecutor from dsh_executor_new that no
+ * thread frees during this call. `callback` is NULL or a function that is
+ * safe to call, from the dsh callback thread, with `user_data` and a
+ * borrowed process, and that never unwinds out of itself. `user_data` must
+ * stay valid for that use for as long as the callback may run: until
+ * dsh_executor_dispose has returned. dsh_executor_off_task_done is not
+ * enough: a delivery already under way on the callback thread may still call
+ * it once after off returns; and after dsh_executor_free without dispose,
+ * callbacks may still run while disposal finishes in the background.
+ * `listener_id` is NULL or valid and aligned for writing one `uint64_t`.
  */
 enum DshStatus dsh_executor_on_task_done(const struct DshExecutor *executor,
                                          DshTaskDoneFn callback,
@@ -407,6 +596,14 @@ enum DshStatus dsh_executor_on_task_done(const struct DshExecutor *executor,
 
 /**
  * Removes a listener; `*removed` (may be NULL) says whether it was there.
+ * No new delivery calls it afterwards, but one already under way on the
+ * callback thread may still call it once: free its `user_data` only after
+ * dsh_executor_dispose has returned.
+ *
+ * # Safety
+ * `executor` is NULL or a live DshExecutor from dsh_executor_new that no
+ * thread frees during this call. `removed` is NULL or valid and aligned for
+ * writing one `bool`.
  */
 enum DshStatus dsh_executor_off_task_done(const struct DshExecutor *executor,
                                           uint64_t listener_id,
@@ -416,28 +613,49 @@ enum DshStatus dsh_executor_off_task_done(const struct DshExecutor *executor,
  * Kills every running process (SIGTERM, SIGKILL after grace), waits until
  * all have exited, removes spill files. Idempotent; afterwards run and
  * start fail with DSH_DISPOSED.
+ *
+ * # Safety
+ * `executor` is NULL or a live DshExecutor from dsh_executor_new that no
+ * thread frees during this call.
  */
 enum DshStatus dsh_executor_dispose(const struct DshExecutor *executor);
 
 /**
  * The executor's default sandbox mode ("read-only", …), or ABSENT.
+ * The string is static.
+ *
+ * # Safety
+ * `executor` is NULL or a live DshExecutor from dsh_executor_new that no
+ * thread frees during this call.
  */
 struct DshStr dsh_executor_sandbox_mode(const struct DshExecutor *executor);
 
 /**
  * Creates a cancel token. Free with dsh_cancel_token_free.
+ *
+ * # Safety
+ * `out` is NULL or valid and aligned for writing one `DshCancelToken *`.
  */
 enum DshStatus dsh_cancel_token_new(struct DshCancelToken **out);
 
 /**
  * Fires the token (idempotent, any thread): a run using it is terminated
  * and reports `aborted`.
+ *
+ * # Safety
+ * `token` is NULL or a live DshCancelToken from dsh_cancel_token_new that no
+ * thread frees during this call.
  */
 enum DshStatus dsh_cancel_token_cancel(const struct DshCancelToken *token);
 
 /**
  * Frees a DshCancelToken; NULL is a no-op. Strings and handles borrowed from
  * it are invalid afterwards.
+ *
+ * # Safety
+ * `token` is NULL or a DshCancelToken from dsh_cancel_token_new, not freed
+ * before, and not in use by any other thread (e.g. a running
+ * dsh_executor_run) during or after this call.
  */
 void dsh_cancel_token_free(struct DshCancelToken *token);
 
@@ -461,12 +679,21 @@ const char *dsh_status_name(int status);
 /**
  * Frees a DshRunResult; NULL is a no-op. Strings and handles borrowed from
  * it are invalid afterwards.
+ *
+ * # Safety
+ * `result` is NULL or a DshRunResult from dsh_executor_run, not freed
+ * before, and not in use by any other thread during or after this call.
  */
 void dsh_run_result_free(struct DshRunResult *result);
 
 /**
  * True when the command exited normally; the code goes to `*code` (may be
  * NULL). False when it died from a signal.
+ *
+ * # Safety
+ * `result` is NULL or a live DshRunResult from dsh_executor_run that no
+ * thread frees during this call. `code` is NULL or valid and aligned for
+ * writing one `int32_t`.
  */
 bool dsh_run_result_exit_code(const struct DshRunResult *result, int32_t *code);
 
@@ -474,148 +701,304 @@ bool dsh_run_result_exit_code(const struct DshRunResult *result, int32_t *code);
  * True when the command ran and ended but its exit status was taken by
  * someone else (a host that ignores SIGCHLD or reaps with `waitpid(-1)`,
  * on a kernel older than 6.15): no exit code and no signal then.
+ *
+ * # Safety
+ * `result` is NULL or a live DshRunResult from dsh_executor_run that no
+ * thread frees during this call.
  */
 bool dsh_run_result_exit_status_unavailable(const struct DshRunResult *result);
 
 /**
  * The terminating signal's name ("SIGTERM"), or ABSENT.
+ *
+ * # Safety
+ * `result` is NULL or a live DshRunResult from dsh_executor_run that no
+ * thread frees during this call.
  */
 struct DshStr dsh_run_result_signal(const struct DshRunResult *result);
 
 /**
  * The executor's own timeout fired first.
+ *
+ * # Safety
+ * `result` is NULL or a live DshRunResult from dsh_executor_run that no
+ * thread frees during this call.
  */
 bool dsh_run_result_timed_out(const struct DshRunResult *result);
 
 /**
  * The caller's cancellation (or disposal) fired first.
+ *
+ * # Safety
+ * `result` is NULL or a live DshRunResult from dsh_executor_run that no
+ * thread frees during this call.
  */
 bool dsh_run_result_aborted(const struct DshRunResult *result);
 
 /**
  * The effective timeout of the run.
+ *
+ * # Safety
+ * `result` is NULL or a live DshRunResult from dsh_executor_run that no
+ * thread frees during this call.
  */
 uint64_t dsh_run_result_timeout_ms(const struct DshRunResult *result);
 
 /**
  * The collected text of DSH_STDOUT or DSH_STDERR: the tail when truncated.
+ *
+ * # Safety
+ * `result` is NULL or a live DshRunResult from dsh_executor_run that no
+ * thread frees during this call.
  */
 struct DshStr dsh_run_result_text(const struct DshRunResult *result, int stream);
 
 /**
  * True when bytes of the stream were dropped from its text.
+ *
+ * # Safety
+ * `result` is NULL or a live DshRunResult from dsh_executor_run that no
+ * thread frees during this call.
  */
 bool dsh_run_result_truncated(const struct DshRunResult *result, int stream);
 
 /**
  * A file holding the complete stream, or ABSENT.
+ *
+ * # Safety
+ * `result` is NULL or a live DshRunResult from dsh_executor_run that no
+ * thread frees during this call.
  */
 struct DshStr dsh_run_result_spill_path(const struct DshRunResult *result, int stream);
 
 /**
  * True when the run carries sandbox facts; they go to `*out` (may be NULL).
+ *
+ * # Safety
+ * `result` is NULL or a live DshRunResult from dsh_executor_run that no
+ * thread frees during this call. `out` is NULL or valid and aligned for
+ * writing one DshSandboxInfo.
  */
 bool dsh_run_result_sandbox(const struct DshRunResult *result, struct DshSandboxInfo *out);
 
 /**
  * Frees a DshProcess; NULL is a no-op. Strings and handles borrowed from
  * it are invalid afterwards.
+ *
+ * # Safety
+ * `process` is NULL or a DshProcess from dsh_executor_start or
+ * dsh_executor_get, not freed before, and not in use by any other thread
+ * during or after this call. Never pass a borrowed process: one from
+ * dsh_process_list_get or the one lent to a task-done callback.
  */
 void dsh_process_free(struct DshProcess *process);
 
 /**
  * The registry id, "bash-1", "bash-2", …
+ *
+ * # Safety
+ * `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+ * dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+ * freed (dsh_process_list_get), or lent to a task-done callback that has not
+ * returned; no thread frees it during this call.
  */
 struct DshStr dsh_process_id(const struct DshProcess *process);
 
+/**
+ * The command as started.
+ *
+ * # Safety
+ * `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+ * dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+ * freed (dsh_process_list_get), or lent to a task-done callback that has not
+ * returned; no thread frees it during this call.
+ */
 struct DshStr dsh_process_command(const struct DshProcess *process);
 
 /**
  * The owner token given at start, or ABSENT.
+ *
+ * # Safety
+ * `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+ * dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+ * freed (dsh_process_list_get), or lent to a task-done callback that has not
+ * returned; no thread frees it during this call.
  */
 struct DshStr dsh_process_owner(const struct DshProcess *process);
 
 /**
  * Live status; DSH_KILLED at once after a kill. (DSH_KILLED for NULL.)
+ *
+ * # Safety
+ * `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+ * dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+ * freed (dsh_process_list_get), or lent to a task-done callback that has not
+ * returned; no thread frees it during this call.
  */
 enum DshProcessStatus dsh_process_status(const struct DshProcess *process);
 
 /**
  * True once the process has settled (its completion has fired).
+ *
+ * # Safety
+ * `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+ * dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+ * freed (dsh_process_list_get), or lent to a task-done callback that has not
+ * returned; no thread frees it during this call.
  */
 bool dsh_process_is_settled(const struct DshProcess *process);
 
 /**
  * True when the process exited normally; the code goes to `*code`.
+ *
+ * # Safety
+ * `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+ * dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+ * freed (dsh_process_list_get), or lent to a task-done callback that has not
+ * returned; no thread frees it during this call. `code` is NULL or valid and
+ * aligned for writing one `int32_t`.
  */
 bool dsh_process_exit_code(const struct DshProcess *process, int32_t *code);
 
 /**
  * True once settled when the exit status was taken by someone else (see
  * dsh_run_result_exit_status_unavailable).
+ *
+ * # Safety
+ * `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+ * dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+ * freed (dsh_process_list_get), or lent to a task-done callback that has not
+ * returned; no thread frees it during this call.
  */
 bool dsh_process_exit_status_unavailable(const struct DshProcess *process);
 
 /**
  * The terminating signal's name once settled, else ABSENT.
+ *
+ * # Safety
+ * `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+ * dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+ * freed (dsh_process_list_get), or lent to a task-done callback that has not
+ * returned; no thread frees it during this call.
  */
 struct DshStr dsh_process_signal(const struct DshProcess *process);
 
 /**
  * True when the settled process carries sandbox facts (to `*out`).
+ *
+ * # Safety
+ * `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+ * dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+ * freed (dsh_process_list_get), or lent to a task-done callback that has not
+ * returned; no thread frees it during this call. `out` is NULL or valid and
+ * aligned for writing one DshSandboxInfo.
  */
 bool dsh_process_sandbox(const struct DshProcess *process, struct DshSandboxInfo *out);
 
 /**
  * Consuming read: what arrived since the previous read of this process
  * (through any handle), never the same bytes twice.
+ *
+ * # Safety
+ * `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+ * dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+ * freed (dsh_process_list_get), or lent to a task-done callback that has not
+ * returned; no thread frees it during this call. `out` is NULL or valid and
+ * aligned for writing one `DshRead *`.
  */
 enum DshStatus dsh_process_read_output(const struct DshProcess *process, struct DshRead **out);
 
 /**
  * Begins termination (SIGTERM to the tree, SIGKILL after grace). True when
  * the process was running and this call began it; false otherwise.
+ *
+ * # Safety
+ * `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+ * dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+ * freed (dsh_process_list_get), or lent to a task-done callback that has not
+ * returned; no thread frees it during this call.
  */
 bool dsh_process_kill(const struct DshProcess *process);
 
 /**
  * Waits until the process settles: DSH_OK, or DSH_TIMED_OUT if it is still
  * running after `timeout_ms` (negative: wait without limit).
+ *
+ * # Safety
+ * `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+ * dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+ * freed (dsh_process_list_get), or lent to a task-done callback that has not
+ * returned; no thread frees it during this call.
  */
 enum DshStatus dsh_process_wait(const struct DshProcess *process, int64_t timeout_ms);
 
 /**
  * Frees a DshRead; NULL is a no-op. Strings and handles borrowed from
  * it are invalid afterwards.
+ *
+ * # Safety
+ * `read` is NULL or a DshRead from dsh_executor_read_output or
+ * dsh_process_read_output, not freed before, and not in use by any other
+ * thread during or after this call.
  */
 void dsh_read_free(struct DshRead *read);
 
 /**
  * Output since the previous read: stdout, then "[stderr]\n" and stderr.
+ *
+ * # Safety
+ * `read` is NULL or a live DshRead from dsh_executor_read_output or
+ * dsh_process_read_output that no thread frees during this call.
  */
 struct DshStr dsh_read_delta(const struct DshRead *read);
 
 /**
  * Unread bytes slid out of the in-memory window before this read.
+ *
+ * # Safety
+ * `read` is NULL or a live DshRead from dsh_executor_read_output or
+ * dsh_process_read_output that no thread frees during this call.
  */
 bool dsh_read_lossy(const struct DshRead *read);
 
 /**
  * The spill file of DSH_STDOUT or DSH_STDERR, or ABSENT.
+ *
+ * # Safety
+ * `read` is NULL or a live DshRead from dsh_executor_read_output or
+ * dsh_process_read_output that no thread frees during this call.
  */
 struct DshStr dsh_read_spill_path(const struct DshRead *read, int stream);
 
 /**
  * Frees a DshProcessList; NULL is a no-op. Strings and handles borrowed from
  * it are invalid afterwards.
+ *
+ * # Safety
+ * `list` is NULL or a DshProcessList from dsh_executor_list, not freed
+ * before, and not in use by any other thread during or after this call.
+ * Processes borrowed from it with dsh_process_list_get are invalid
+ * afterwards.
  */
 void dsh_process_list_free(struct DshProcessList *list);
 
+/**
+ * The number of processes in the list (0 for NULL).
+ *
+ * # Safety
+ * `list` is NULL or a live DshProcessList from dsh_executor_list that no
+ * thread frees during this call.
+ */
 size_t dsh_process_list_len(const struct DshProcessList *list);
 
 /**
  * The i-th process, borrowed from the list (valid until the list is
  * freed); NULL when out of range.
+ *
+ * # Safety
+ * `list` is NULL or a live DshProcessList from dsh_executor_list that no
+ * thread frees during this call. The result is borrowed: never pass it to
+ * dsh_process_free.
  */
 const struct DshProcess *dsh_process_list_get(const struct DshProcessList *list, size_t index);
 

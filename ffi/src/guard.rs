@@ -183,21 +183,29 @@ pub(crate) fn value<T>(fallback: T, f: impl FnOnce() -> T) -> T {
 /// A required handle argument.
 ///
 /// # Safety
-/// `p` is NULL or points to a live `T` created by this library.
+/// `p` is NULL or points to a live `T` created by this library (by `put`),
+/// and that `T` is not freed while the returned reference is in use. The
+/// lifetime `'a` is unbounded: callers keep the reference inside the call.
 pub(crate) unsafe fn handle<'a, T>(p: *const T, name: &'static str) -> FfiResult<&'a T> {
-    // SAFETY: per the contract above.
+    // SAFETY: by this fn's contract `p` is NULL or points to a live,
+    // properly aligned `T` made by `Box::into_raw` in `put`, which nobody
+    // frees while the reference is used; `as_ref` turns NULL into `None`.
+    // Only shared references are ever made (every handle type is `Sync`).
     unsafe { p.as_ref() }.ok_or(FfiError::Null(name))
 }
 
 /// Writes a new handle to an out-pointer.
 ///
 /// # Safety
-/// `out` is NULL or valid for a write of one pointer.
+/// `out` is NULL or valid and aligned for a write of one pointer. On success
+/// the caller owns `*out` and frees it once with its `*_free`.
 pub(crate) unsafe fn put<T>(out: *mut *mut T, name: &'static str, value: T) -> FfiResult {
     if out.is_null() {
         return Err(FfiError::Null(name));
     }
-    // SAFETY: non-null and writable per the contract.
+    // SAFETY: `out` is non-null (checked just above) and, by this fn's
+    // contract, aligned and writable for one `*mut T`. The old value is a
+    // raw pointer, so the assignment neither reads nor drops it.
     unsafe { *out = Box::into_raw(Box::new(value)) };
     Ok(())
 }
@@ -215,12 +223,16 @@ pub(crate) fn need_out<T>(out: *mut T, name: &'static str) -> FfiResult {
 /// A required NUL-terminated UTF-8 string argument.
 ///
 /// # Safety
-/// `p` is NULL or a valid NUL-terminated string.
+/// `p` is NULL or points to a NUL-terminated string that stays readable and
+/// unmodified while the returned `&str` is in use (`'a` is unbounded: callers
+/// copy it or drop it before they return).
 pub(crate) unsafe fn text<'a>(p: *const c_char, name: &'static str) -> FfiResult<&'a str> {
     if p.is_null() {
         return Err(FfiError::Null(name));
     }
-    // SAFETY: non-null and NUL-terminated per the contract.
+    // SAFETY: `p` is non-null (checked just above) and, by this fn's
+    // contract, readable up to and including a NUL terminator and not
+    // mutated while the borrow lives: exactly `CStr::from_ptr`'s needs.
     unsafe { CStr::from_ptr(p) }
         .to_str()
         .map_err(|_| FfiError::Utf8(name))
@@ -229,7 +241,9 @@ pub(crate) unsafe fn text<'a>(p: *const c_char, name: &'static str) -> FfiResult
 /// A byte range argument; NULL is allowed only when `len` is 0.
 ///
 /// # Safety
-/// `p` is valid for reads of `len` bytes when non-null.
+/// `p` is NULL or valid for reads of `len` bytes (one allocation, so `len` is
+/// at most `isize::MAX`), not mutated while the returned slice is in use
+/// (`'a` is unbounded: callers copy it before they return).
 pub(crate) unsafe fn bytes<'a>(p: *const u8, len: usize, name: &'static str) -> FfiResult<&'a [u8]> {
     if p.is_null() {
         return if len == 0 {
@@ -238,18 +252,25 @@ pub(crate) unsafe fn bytes<'a>(p: *const u8, len: usize, name: &'static str) -> 
             Err(FfiError::Null(name))
         };
     }
-    // SAFETY: valid for `len` bytes per the contract.
+    // SAFETY: `p` is non-null (checked just above); `u8` needs no alignment;
+    // by this fn's contract the `len` bytes at `p` are readable, lie in one
+    // allocation and are not mutated while the slice lives.
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
 }
 
 /// Frees a handle made by `put`.
 ///
 /// # Safety
-/// `p` is NULL or a handle of this type not yet freed.
+/// `p` is NULL or a `T` handed out by `put` (never a borrowed pointer such as
+/// a `dsh_process_list_get` element), not yet freed, and not in use by any
+/// other thread; nothing borrowed from it is used afterwards.
 pub(crate) unsafe fn free<T>(p: *mut T) {
     if !p.is_null() {
         let _ = catch_unwind(AssertUnwindSafe(|| {
-            // SAFETY: made by Box::into_raw in `put`, freed once per contract.
+            // SAFETY: `p` is non-null (checked above) and, by this fn's
+            // contract, came from `Box::into_raw` of a `Box<T>` in `put`,
+            // is freed only this once, and has no other user: so
+            // `Box::from_raw` takes back sole ownership.
             drop(unsafe { Box::from_raw(p) })
         }));
     }

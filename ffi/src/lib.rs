@@ -3,7 +3,12 @@
 //! pointers, a thread-local last error, opaque handles with `*_free`, and no
 //! panic across the boundary.
 
-#![allow(non_camel_case_types, clippy::missing_safety_doc)]
+#![allow(non_camel_case_types)]
+#![deny(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
+// In edition 2021 the body of an `unsafe fn` is itself an unsafe context, so
+// an unsafe call written there without a block escapes the SAFETY-comment
+// rule above; this makes every unsafe operation sit in a commented block.
+#![deny(unsafe_op_in_unsafe_fn)]
 
 mod builders;
 mod executor;

@@ -80,20 +80,36 @@ fn sandbox_info(info: &SandboxInfo) -> DshSandboxInfo {
     }
 }
 
-fn write_sandbox(info: Option<&SandboxInfo>, out: *mut DshSandboxInfo) -> bool {
-    match (info, unsafe { out.as_mut() }) {
-        (Some(info), Some(out)) => {
-            *out = sandbox_info(info);
-            true
-        }
-        (Some(_), None) => true,
-        (None, _) => false,
+/// Writes `info` to `*out` when both are present; true when `info` is.
+///
+/// # Safety
+/// `out` is NULL or valid and aligned for writing one `DshSandboxInfo`.
+unsafe fn write_sandbox(info: Option<&SandboxInfo>, out: *mut DshSandboxInfo) -> bool {
+    let Some(info) = info else {
+        return false;
+    };
+    if !out.is_null() {
+        // SAFETY: `out` is non-null (checked above) and, per this fn's
+        // contract, aligned and writable for one DshSandboxInfo. `write`
+        // neither reads nor drops the old contents, which may be
+        // uninitialised or zeroed (mode 0 is no DshSandboxMode): no
+        // `&mut DshSandboxInfo` to them is made.
+        unsafe { out.write(sandbox_info(info)) };
     }
+    true
 }
 
-fn write_code(code: Option<i32>, out: *mut i32) -> bool {
-    if let (Some(c), Some(out)) = (code, unsafe { out.as_mut() }) {
-        *out = c;
+/// Writes `code` to `*out` when both are present; true when `code` is.
+///
+/// # Safety
+/// `out` is NULL or valid and aligned for writing one `i32`.
+unsafe fn write_code(code: Option<i32>, out: *mut i32) -> bool {
+    if let (Some(c), false) = (code, out.is_null()) {
+        // SAFETY: `out` is non-null (checked above) and, per this fn's
+        // contract, aligned and writable for one `i32`. `write` does not
+        // read the old contents, which may be uninitialised: no `&mut i32`
+        // to them is made.
+        unsafe { out.write(c) };
     }
     code.is_some()
 }
@@ -133,66 +149,120 @@ impl DshRunResult {
 
 /// Frees a DshRunResult; NULL is a no-op. Strings and handles borrowed from
 /// it are invalid afterwards.
+///
+/// # Safety
+/// `result` is NULL or a DshRunResult from dsh_executor_run, not freed
+/// before, and not in use by any other thread during or after this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_run_result_free(result: *mut DshRunResult) {
+    // SAFETY: the caller guarantees `result` is NULL or an unfreed DshRunResult
+    // handed out by `put`, with no other user
+    // (# Safety): `free`'s contract exactly.
     unsafe { free(result) }
 }
 
 /// True when the command exited normally; the code goes to `*code` (may be
 /// NULL). False when it died from a signal.
+///
+/// # Safety
+/// `result` is NULL or a live DshRunResult from dsh_executor_run that no
+/// thread frees during this call. `code` is NULL or valid and aligned for
+/// writing one `int32_t`.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_run_result_exit_code(result: *const DshRunResult, code: *mut i32) -> bool {
     value(false, || {
-        unsafe { result.as_ref() }.is_some_and(|r| write_code(r.result.exit_code, code))
+        // SAFETY: the caller guarantees `result` is NULL or a live DshRunResult
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
+        unsafe { result.as_ref() }.is_some_and(|r| {
+            // SAFETY: the caller guarantees `code` is NULL or writable for
+            // one `int32_t` (# Safety): `write_code`'s contract.
+            unsafe { write_code(r.result.exit_code, code) }
+        })
     })
 }
 
 /// True when the command ran and ended but its exit status was taken by
 /// someone else (a host that ignores SIGCHLD or reaps with `waitpid(-1)`,
 /// on a kernel older than 6.15): no exit code and no signal then.
+///
+/// # Safety
+/// `result` is NULL or a live DshRunResult from dsh_executor_run that no
+/// thread frees during this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_run_result_exit_status_unavailable(result: *const DshRunResult) -> bool {
     value(false, || {
+        // SAFETY: the caller guarantees `result` is NULL or a live DshRunResult
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
         unsafe { result.as_ref() }.is_some_and(|r| r.result.exit_status_unavailable)
     })
 }
 
 /// The terminating signal's name ("SIGTERM"), or ABSENT.
+///
+/// # Safety
+/// `result` is NULL or a live DshRunResult from dsh_executor_run that no
+/// thread frees during this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_run_result_signal(result: *const DshRunResult) -> DshStr {
     value(DshStr::ABSENT, || {
+        // SAFETY: the caller guarantees `result` is NULL or a live DshRunResult
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
         unsafe { result.as_ref() }.map_or(DshStr::ABSENT, |r| OwnedStr::view_opt(&r.signal))
     })
 }
 
 /// The executor's own timeout fired first.
+///
+/// # Safety
+/// `result` is NULL or a live DshRunResult from dsh_executor_run that no
+/// thread frees during this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_run_result_timed_out(result: *const DshRunResult) -> bool {
     value(false, || {
+        // SAFETY: the caller guarantees `result` is NULL or a live DshRunResult
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
         unsafe { result.as_ref() }.is_some_and(|r| r.result.timed_out)
     })
 }
 
 /// The caller's cancellation (or disposal) fired first.
+///
+/// # Safety
+/// `result` is NULL or a live DshRunResult from dsh_executor_run that no
+/// thread frees during this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_run_result_aborted(result: *const DshRunResult) -> bool {
     value(false, || {
+        // SAFETY: the caller guarantees `result` is NULL or a live DshRunResult
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
         unsafe { result.as_ref() }.is_some_and(|r| r.result.aborted)
     })
 }
 
 /// The effective timeout of the run.
+///
+/// # Safety
+/// `result` is NULL or a live DshRunResult from dsh_executor_run that no
+/// thread frees during this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_run_result_timeout_ms(result: *const DshRunResult) -> u64 {
     value(0, || {
+        // SAFETY: the caller guarantees `result` is NULL or a live DshRunResult
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
         unsafe { result.as_ref() }.map_or(0, |r| r.result.timeout_ms)
     })
 }
 
 /// The collected text of DSH_STDOUT or DSH_STDERR: the tail when truncated.
+///
+/// # Safety
+/// `result` is NULL or a live DshRunResult from dsh_executor_run that no
+/// thread frees during this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_run_result_text(result: *const DshRunResult, stream: c_int) -> DshStr {
     value(DshStr::ABSENT, || {
+        // SAFETY: the caller guarantees `result` is NULL or a live DshRunResult
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
         unsafe { result.as_ref() }
             .and_then(|r| r.stream(stream).map(|i| r.text[i].view()))
             .unwrap_or(DshStr::ABSENT)
@@ -200,9 +270,15 @@ pub unsafe extern "C" fn dsh_run_result_text(result: *const DshRunResult, stream
 }
 
 /// True when bytes of the stream were dropped from its text.
+///
+/// # Safety
+/// `result` is NULL or a live DshRunResult from dsh_executor_run that no
+/// thread frees during this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_run_result_truncated(result: *const DshRunResult, stream: c_int) -> bool {
     value(false, || {
+        // SAFETY: the caller guarantees `result` is NULL or a live DshRunResult
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
         unsafe { result.as_ref() }.is_some_and(|r| match r.stream(stream) {
             Some(0) => r.result.stdout.truncated,
             Some(_) => r.result.stderr.truncated,
@@ -212,9 +288,15 @@ pub unsafe extern "C" fn dsh_run_result_truncated(result: *const DshRunResult, s
 }
 
 /// A file holding the complete stream, or ABSENT.
+///
+/// # Safety
+/// `result` is NULL or a live DshRunResult from dsh_executor_run that no
+/// thread frees during this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_run_result_spill_path(result: *const DshRunResult, stream: c_int) -> DshStr {
     value(DshStr::ABSENT, || {
+        // SAFETY: the caller guarantees `result` is NULL or a live DshRunResult
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
         unsafe { result.as_ref() }
             .and_then(|r| r.stream(stream).map(|i| OwnedStr::view_opt(&r.spill[i])))
             .unwrap_or(DshStr::ABSENT)
@@ -222,13 +304,24 @@ pub unsafe extern "C" fn dsh_run_result_spill_path(result: *const DshRunResult, 
 }
 
 /// True when the run carries sandbox facts; they go to `*out` (may be NULL).
+///
+/// # Safety
+/// `result` is NULL or a live DshRunResult from dsh_executor_run that no
+/// thread frees during this call. `out` is NULL or valid and aligned for
+/// writing one DshSandboxInfo.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_run_result_sandbox(
     result: *const DshRunResult,
     out: *mut DshSandboxInfo,
 ) -> bool {
     value(false, || {
-        unsafe { result.as_ref() }.is_some_and(|r| write_sandbox(r.result.sandbox.as_ref(), out))
+        // SAFETY: the caller guarantees `result` is NULL or a live DshRunResult
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
+        unsafe { result.as_ref() }.is_some_and(|r| {
+            // SAFETY: the caller guarantees `out` is NULL or writable for one
+            // DshSandboxInfo (# Safety): `write_sandbox`'s contract.
+            unsafe { write_sandbox(r.result.sandbox.as_ref(), out) }
+        })
     })
 }
 
@@ -257,38 +350,81 @@ impl DshProcess {
 
 /// Frees a DshProcess; NULL is a no-op. Strings and handles borrowed from
 /// it are invalid afterwards.
+///
+/// # Safety
+/// `process` is NULL or a DshProcess from dsh_executor_start or
+/// dsh_executor_get, not freed before, and not in use by any other thread
+/// during or after this call. Never pass a borrowed process: one from
+/// dsh_process_list_get or the one lent to a task-done callback.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_process_free(process: *mut DshProcess) {
+    // SAFETY: the caller guarantees `process` is NULL or an unfreed DshProcess
+    // handed out by `put` (never one borrowed from a list or lent to a
+    // callback), with no other user
+    // (# Safety): `free`'s contract exactly.
     unsafe { free(process) }
 }
 
 /// The registry id, "bash-1", "bash-2", …
+///
+/// # Safety
+/// `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+/// dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+/// freed (dsh_process_list_get), or lent to a task-done callback that has not
+/// returned; no thread frees it during this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_process_id(process: *const DshProcess) -> DshStr {
     value(DshStr::ABSENT, || {
+        // SAFETY: the caller guarantees `process` is NULL or a live DshProcess
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
         unsafe { process.as_ref() }.map_or(DshStr::ABSENT, |p| p.id.view())
     })
 }
 
+/// The command as started.
+///
+/// # Safety
+/// `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+/// dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+/// freed (dsh_process_list_get), or lent to a task-done callback that has not
+/// returned; no thread frees it during this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_process_command(process: *const DshProcess) -> DshStr {
     value(DshStr::ABSENT, || {
+        // SAFETY: the caller guarantees `process` is NULL or a live DshProcess
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
         unsafe { process.as_ref() }.map_or(DshStr::ABSENT, |p| p.command.view())
     })
 }
 
 /// The owner token given at start, or ABSENT.
+///
+/// # Safety
+/// `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+/// dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+/// freed (dsh_process_list_get), or lent to a task-done callback that has not
+/// returned; no thread frees it during this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_process_owner(process: *const DshProcess) -> DshStr {
     value(DshStr::ABSENT, || {
+        // SAFETY: the caller guarantees `process` is NULL or a live DshProcess
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
         unsafe { process.as_ref() }.map_or(DshStr::ABSENT, |p| OwnedStr::view_opt(&p.owner))
     })
 }
 
 /// Live status; DSH_KILLED at once after a kill. (DSH_KILLED for NULL.)
+///
+/// # Safety
+/// `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+/// dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+/// freed (dsh_process_list_get), or lent to a task-done callback that has not
+/// returned; no thread frees it during this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_process_status(process: *const DshProcess) -> DshProcessStatus {
     value(DshProcessStatus::DSH_KILLED, || {
+        // SAFETY: the caller guarantees `process` is NULL or a live DshProcess
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
         match unsafe { process.as_ref() } {
             Some(p) => match p.process.status() {
                 Status::Running => DshProcessStatus::DSH_RUNNING,
@@ -301,34 +437,71 @@ pub unsafe extern "C" fn dsh_process_status(process: *const DshProcess) -> DshPr
 }
 
 /// True once the process has settled (its completion has fired).
+///
+/// # Safety
+/// `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+/// dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+/// freed (dsh_process_list_get), or lent to a task-done callback that has not
+/// returned; no thread frees it during this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_process_is_settled(process: *const DshProcess) -> bool {
     value(false, || {
+        // SAFETY: the caller guarantees `process` is NULL or a live DshProcess
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
         unsafe { process.as_ref() }.is_some_and(|p| p.process.is_settled())
     })
 }
 
 /// True when the process exited normally; the code goes to `*code`.
+///
+/// # Safety
+/// `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+/// dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+/// freed (dsh_process_list_get), or lent to a task-done callback that has not
+/// returned; no thread frees it during this call. `code` is NULL or valid and
+/// aligned for writing one `int32_t`.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_process_exit_code(process: *const DshProcess, code: *mut i32) -> bool {
     value(false, || {
-        unsafe { process.as_ref() }.is_some_and(|p| write_code(p.process.exit_code(), code))
+        // SAFETY: the caller guarantees `process` is NULL or a live DshProcess
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
+        unsafe { process.as_ref() }.is_some_and(|p| {
+            // SAFETY: the caller guarantees `code` is NULL or writable for
+            // one `int32_t` (# Safety): `write_code`'s contract.
+            unsafe { write_code(p.process.exit_code(), code) }
+        })
     })
 }
 
 /// True once settled when the exit status was taken by someone else (see
 /// dsh_run_result_exit_status_unavailable).
+///
+/// # Safety
+/// `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+/// dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+/// freed (dsh_process_list_get), or lent to a task-done callback that has not
+/// returned; no thread frees it during this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_process_exit_status_unavailable(process: *const DshProcess) -> bool {
     value(false, || {
+        // SAFETY: the caller guarantees `process` is NULL or a live DshProcess
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
         unsafe { process.as_ref() }.is_some_and(|p| p.process.exit_status_unavailable())
     })
 }
 
 /// The terminating signal's name once settled, else ABSENT.
+///
+/// # Safety
+/// `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+/// dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+/// freed (dsh_process_list_get), or lent to a task-done callback that has not
+/// returned; no thread frees it during this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_process_signal(process: *const DshProcess) -> DshStr {
     value(DshStr::ABSENT, || {
+        // SAFETY: the caller guarantees `process` is NULL or a live DshProcess
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
         let Some(p) = (unsafe { process.as_ref() }) else {
             return DshStr::ABSENT;
         };
@@ -340,41 +513,81 @@ pub unsafe extern "C" fn dsh_process_signal(process: *const DshProcess) -> DshSt
 }
 
 /// True when the settled process carries sandbox facts (to `*out`).
+///
+/// # Safety
+/// `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+/// dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+/// freed (dsh_process_list_get), or lent to a task-done callback that has not
+/// returned; no thread frees it during this call. `out` is NULL or valid and
+/// aligned for writing one DshSandboxInfo.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_process_sandbox(process: *const DshProcess, out: *mut DshSandboxInfo) -> bool {
     value(false, || {
-        unsafe { process.as_ref() }.is_some_and(|p| write_sandbox(p.process.sandbox().as_ref(), out))
+        // SAFETY: the caller guarantees `process` is NULL or a live DshProcess
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
+        unsafe { process.as_ref() }.is_some_and(|p| {
+            // SAFETY: the caller guarantees `out` is NULL or writable for one
+            // DshSandboxInfo (# Safety): `write_sandbox`'s contract.
+            unsafe { write_sandbox(p.process.sandbox().as_ref(), out) }
+        })
     })
 }
 
 /// Consuming read: what arrived since the previous read of this process
 /// (through any handle), never the same bytes twice.
+///
+/// # Safety
+/// `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+/// dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+/// freed (dsh_process_list_get), or lent to a task-done callback that has not
+/// returned; no thread frees it during this call. `out` is NULL or valid and
+/// aligned for writing one `DshRead *`.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_process_read_output(
     process: *const DshProcess,
     out: *mut *mut DshRead,
 ) -> DshStatus {
     status(|| {
+        // SAFETY: the caller guarantees `process` is NULL or a live DshProcess
+        // for the whole call (# Safety); `handle` refuses NULL.
         let p = unsafe { handle(process, "process") }?;
         need_out(out, "out")?;
+        // SAFETY: the caller guarantees `out` is NULL or writable for one
+        // `DshRead *` (# Safety); `put` refuses NULL itself.
         unsafe { put(out, "out", DshRead::new(p.process.read_output())) }
     })
 }
 
 /// Begins termination (SIGTERM to the tree, SIGKILL after grace). True when
 /// the process was running and this call began it; false otherwise.
+///
+/// # Safety
+/// `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+/// dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+/// freed (dsh_process_list_get), or lent to a task-done callback that has not
+/// returned; no thread frees it during this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_process_kill(process: *const DshProcess) -> bool {
     value(false, || {
+        // SAFETY: the caller guarantees `process` is NULL or a live DshProcess
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
         unsafe { process.as_ref() }.is_some_and(|p| p.process.kill())
     })
 }
 
 /// Waits until the process settles: DSH_OK, or DSH_TIMED_OUT if it is still
 /// running after `timeout_ms` (negative: wait without limit).
+///
+/// # Safety
+/// `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+/// dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+/// freed (dsh_process_list_get), or lent to a task-done callback that has not
+/// returned; no thread frees it during this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_process_wait(process: *const DshProcess, timeout_ms: i64) -> DshStatus {
     status(|| {
+        // SAFETY: the caller guarantees `process` is NULL or a live DshProcess
+        // for the whole call (# Safety); `handle` refuses NULL.
         let p = unsafe { handle(process, "process") }?;
         let limit = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
         if p.process.wait_timeout(limit)? {
@@ -407,29 +620,57 @@ impl DshRead {
 
 /// Frees a DshRead; NULL is a no-op. Strings and handles borrowed from
 /// it are invalid afterwards.
+///
+/// # Safety
+/// `read` is NULL or a DshRead from dsh_executor_read_output or
+/// dsh_process_read_output, not freed before, and not in use by any other
+/// thread during or after this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_read_free(read: *mut DshRead) {
+    // SAFETY: the caller guarantees `read` is NULL or an unfreed DshRead
+    // handed out by `put`, with no other user
+    // (# Safety): `free`'s contract exactly.
     unsafe { free(read) }
 }
 
 /// Output since the previous read: stdout, then "[stderr]\n" and stderr.
+///
+/// # Safety
+/// `read` is NULL or a live DshRead from dsh_executor_read_output or
+/// dsh_process_read_output that no thread frees during this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_read_delta(read: *const DshRead) -> DshStr {
     value(DshStr::ABSENT, || {
+        // SAFETY: the caller guarantees `read` is NULL or a live DshRead for
+        // the whole call (# Safety); `as_ref` maps NULL to None.
         unsafe { read.as_ref() }.map_or(DshStr::ABSENT, |r| r.delta.view())
     })
 }
 
 /// Unread bytes slid out of the in-memory window before this read.
+///
+/// # Safety
+/// `read` is NULL or a live DshRead from dsh_executor_read_output or
+/// dsh_process_read_output that no thread frees during this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_read_lossy(read: *const DshRead) -> bool {
-    value(false, || unsafe { read.as_ref() }.is_some_and(|r| r.read.lossy))
+    value(false, || {
+        // SAFETY: the caller guarantees `read` is NULL or a live DshRead for
+        // the whole call (# Safety); `as_ref` maps NULL to None.
+        unsafe { read.as_ref() }.is_some_and(|r| r.read.lossy)
+    })
 }
 
 /// The spill file of DSH_STDOUT or DSH_STDERR, or ABSENT.
+///
+/// # Safety
+/// `read` is NULL or a live DshRead from dsh_executor_read_output or
+/// dsh_process_read_output that no thread frees during this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_read_spill_path(read: *const DshRead, stream: c_int) -> DshStr {
     value(DshStr::ABSENT, || {
+        // SAFETY: the caller guarantees `read` is NULL or a live DshRead for
+        // the whole call (# Safety); `as_ref` maps NULL to None.
         let Some(r) = (unsafe { read.as_ref() }) else {
             return DshStr::ABSENT;
         };
@@ -448,24 +689,49 @@ pub struct DshProcessList {
 
 /// Frees a DshProcessList; NULL is a no-op. Strings and handles borrowed from
 /// it are invalid afterwards.
+///
+/// # Safety
+/// `list` is NULL or a DshProcessList from dsh_executor_list, not freed
+/// before, and not in use by any other thread during or after this call.
+/// Processes borrowed from it with dsh_process_list_get are invalid
+/// afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_process_list_free(list: *mut DshProcessList) {
+    // SAFETY: the caller guarantees `list` is NULL or an unfreed DshProcessList
+    // handed out by `put`, with no other user
+    // (# Safety): `free`'s contract exactly.
     unsafe { free(list) }
 }
 
+/// The number of processes in the list (0 for NULL).
+///
+/// # Safety
+/// `list` is NULL or a live DshProcessList from dsh_executor_list that no
+/// thread frees during this call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_process_list_len(list: *const DshProcessList) -> usize {
-    value(0, || unsafe { list.as_ref() }.map_or(0, |l| l.items.len()))
+    value(0, || {
+        // SAFETY: the caller guarantees `list` is NULL or a live DshProcessList
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
+        unsafe { list.as_ref() }.map_or(0, |l| l.items.len())
+    })
 }
 
 /// The i-th process, borrowed from the list (valid until the list is
 /// freed); NULL when out of range.
+///
+/// # Safety
+/// `list` is NULL or a live DshProcessList from dsh_executor_list that no
+/// thread frees during this call. The result is borrowed: never pass it to
+/// dsh_process_free.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_process_list_get(
     list: *const DshProcessList,
     index: usize,
 ) -> *const DshProcess {
     value(std::ptr::null(), || {
+        // SAFETY: the caller guarantees `list` is NULL or a live DshProcessList
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
         unsafe { list.as_ref() }
             .and_then(|l| l.items.get(index))
             .map_or(std::ptr::null(), |p| p as *const DshProcess)
