@@ -25,6 +25,8 @@ export interface NativeBashExecutorConfig {
   maxOutputBytes?: number
   /** Cap of one spill file (default 64 MiB). */
   maxSpillBytes?: number
+  /** Settled background tasks kept in the registry (default 1000); the oldest beyond are forgotten. */
+  retainSettled?: number
   /** SIGTERM→SIGKILL grace and pipe-drain bound (default 3000). */
   graceMs?: number
   /** Where the private 0700 spill directory is created (default: os.tmpdir()). */
@@ -67,6 +69,8 @@ export interface CollectedOutput {
   truncated: boolean
   /** A file holding the complete stream, when truncated and available. */
   spillPath?: string
+  /** Why a truncated stream has no spill file (past maxSpillBytes, or it could not be written). */
+  spillError?: string
 }
 
 export interface BashSandboxInfo {
@@ -99,6 +103,10 @@ export interface BashTaskRead {
   lossy: boolean
   stdoutSpillPath?: string
   stderrSpillPath?: string
+  /** Why stdout outgrew its window without a spill file. */
+  stdoutSpillError?: string
+  /** Why stderr outgrew its window without a spill file. */
+  stderrSpillError?: string
 }
 
 export type BashTaskListener = (task: NativeBashTask) => void
@@ -151,6 +159,8 @@ export declare class NativeBashExecutor {
   readOutput(id: BashTaskId): BashTaskRead
   /** Throws NOT_FOUND for an unknown id. */
   kill(id: BashTaskId): boolean
+  /** Forgets a settled task (registry entry, spill files, buffers); throws STILL_RUNNING while it runs. */
+  forget(id: BashTaskId): void
   /** Returns a function that unsubscribes. */
   onTaskDone(listener: BashTaskListener): () => void
   /** Kills every running process and resolves once all have exited. */

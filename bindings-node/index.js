@@ -142,6 +142,15 @@ class NativeBashExecutor {
   }
 
   /**
+   * Forgets a settled task: its registry entry, spill files and buffered
+   * output. Throws STILL_RUNNING while it runs, NOT_FOUND for an unknown id.
+   */
+  forget(id) {
+    this.#native.forget(id)
+    this.#tasks.delete(id)
+  }
+
+  /**
    * Calls `listener(task)` once per background task that settles. A
    * listener that throws is reported as a process warning and starves no
    * other. Returns a function that unsubscribes.

@@ -81,6 +81,10 @@ typedef enum DshStatus {
    * create a new executor in the child.
    */
   DSH_FORKED_CHILD = 11,
+  /**
+   * dsh_executor_forget: the process is still running.
+   */
+  DSH_STILL_RUNNING = 12,
 } DshStatus;
 
 typedef enum DshSandboxMode {
@@ -242,6 +246,17 @@ enum DshStatus dsh_config_set_max_timeout_ms(const struct DshConfig *config, uin
  * frees during this call.
  */
 enum DshStatus dsh_config_set_max_output_bytes(const struct DshConfig *config, uint64_t value);
+
+/**
+ * How many settled background processes the registry keeps (default
+ * 1000); past it the oldest settled one is forgotten and its spill files
+ * deleted. Checked when the executor is created.
+ *
+ * # Safety
+ * `config` is NULL or a live DshConfig from dsh_config_new that no thread
+ * frees during this call.
+ */
+enum DshStatus dsh_config_set_retain_settled(const struct DshConfig *config, uint64_t value);
 
 /**
  * Cap of one spill file (default 64 MiB). Checked when the executor is created.
@@ -558,6 +573,18 @@ enum DshStatus dsh_executor_read_output(const struct DshExecutor *executor,
                                         struct DshRead **out);
 
 /**
+ * Forgets settled process `id`: removes it from the registry and deletes
+ * its spill files and buffered output. DSH_STILL_RUNNING while it runs,
+ * DSH_NOT_FOUND for an unknown id. Handles to it stay valid.
+ *
+ * # Safety
+ * `executor` is NULL or a live DshExecutor from dsh_executor_new that no
+ * thread frees during this call. `id` is NULL or a NUL-terminated string
+ * readable for the whole call.
+ */
+enum DshStatus dsh_executor_forget(const struct DshExecutor *executor, const char *id);
+
+/**
  * Kills process `id`; `*began` (may be NULL) is true when it was running
  * and this call began its termination.
  *
@@ -772,6 +799,17 @@ bool dsh_run_result_truncated(const struct DshRunResult *result, int stream);
 struct DshStr dsh_run_result_spill_path(const struct DshRunResult *result, int stream);
 
 /**
+ * Why DSH_STDOUT or DSH_STDERR has no spill file although it was
+ * truncated (past max_spill_bytes, or the file could not be made or
+ * written), or ABSENT.
+ *
+ * # Safety
+ * `result` is NULL or a live DshRunResult from dsh_executor_run that no
+ * thread frees during this call.
+ */
+struct DshStr dsh_run_result_spill_error(const struct DshRunResult *result, int stream);
+
+/**
  * True when the run carries sandbox facts; they go to `*out` (may be NULL).
  *
  * # Safety
@@ -969,6 +1007,16 @@ bool dsh_read_lossy(const struct DshRead *read);
  * dsh_process_read_output that no thread frees during this call.
  */
 struct DshStr dsh_read_spill_path(const struct DshRead *read, int stream);
+
+/**
+ * Why DSH_STDOUT or DSH_STDERR has no spill file although it outgrew its
+ * window, or ABSENT.
+ *
+ * # Safety
+ * `read` is NULL or a live DshRead from dsh_executor_read_output or
+ * dsh_process_read_output that no thread frees during this call.
+ */
+struct DshStr dsh_read_spill_error(const struct DshRead *read, int stream);
 
 /**
  * Frees a DshProcessList; NULL is a no-op. Strings and handles borrowed from

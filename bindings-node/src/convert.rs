@@ -25,6 +25,7 @@ pub(crate) fn error_parts(e: &DshError) -> (String, String) {
         DshError::BlockingInAsync => "WOULD_BLOCK".to_owned(),
         DshError::Internal(_) => "INTERNAL".to_owned(),
         DshError::ForkedChild { .. } => "FORKED_CHILD".to_owned(),
+        DshError::StillRunning(_) => "STILL_RUNNING".to_owned(),
     };
     (code, e.message(NameStyle::Camel))
 }
@@ -111,6 +112,7 @@ pub struct ConfigJs {
     pub max_timeout_ms: Option<JsNumber>,
     pub max_output_bytes: Option<JsNumber>,
     pub max_spill_bytes: Option<JsNumber>,
+    pub retain_settled: Option<JsNumber>,
     pub grace_ms: Option<JsNumber>,
     pub spill_dir: Option<String>,
     pub sandbox_mode: Option<String>,
@@ -169,6 +171,7 @@ pub(crate) fn config_input(c: Option<ConfigJs>) -> std::result::Result<dsh_core:
         max_timeout_ms: opt_num(c.max_timeout_ms, f(FieldName::MaxTimeoutMs))?,
         max_output_bytes: opt_num(c.max_output_bytes, f(FieldName::MaxOutputBytes))?,
         max_spill_bytes: opt_num(c.max_spill_bytes, f(FieldName::MaxSpillBytes))?,
+        retain_settled: opt_num(c.retain_settled, f(FieldName::RetainSettled))?,
         grace_ms: opt_num(c.grace_ms, f(FieldName::GraceMs))?,
         spill_dir: c.spill_dir,
         sandbox_mode: c
@@ -283,6 +286,7 @@ fn collected<'e>(env: &'e Env, c: &dsh_core::CollectedOutput) -> Result<Object<'
     o.set_named_property("text", c.text.as_str())?;
     o.set_named_property("truncated", c.truncated)?;
     set_some(&mut o, "spillPath", c.spill_path.as_deref())?;
+    set_some(&mut o, "spillError", c.spill_error.as_deref())?;
     Ok(o)
 }
 
@@ -319,5 +323,7 @@ pub(crate) fn read_object<'e>(env: &'e Env, r: &dsh_core::ProcessRead) -> Result
     o.set_named_property("lossy", r.lossy)?;
     set_some(&mut o, "stdoutSpillPath", r.stdout_spill_path.as_deref())?;
     set_some(&mut o, "stderrSpillPath", r.stderr_spill_path.as_deref())?;
+    set_some(&mut o, "stdoutSpillError", r.stdout_spill_error.as_deref())?;
+    set_some(&mut o, "stderrSpillError", r.stderr_spill_error.as_deref())?;
     Ok(o)
 }

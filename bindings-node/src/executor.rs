@@ -185,6 +185,13 @@ impl NativeExecutor {
         self.inner.get(&id).map(|inner| NativeProcess { inner })
     }
 
+    /// Forgets a settled process (registry entry, spill files, buffers);
+    /// STILL_RUNNING while it runs, NOT_FOUND for an unknown id.
+    #[napi]
+    pub fn forget(&self, env: &Env, id: String) -> Result<()> {
+        throw(env, self.inner.forget(&id))
+    }
+
     /// The owner token stored at start; NOT_FOUND for an unknown id.
     #[napi]
     pub fn owner_of(&self, env: &Env, id: String) -> Result<Option<String>> {

@@ -282,7 +282,7 @@ pub struct Executor {
 #[pymethods]
 impl Executor {
     #[new]
-    #[pyo3(signature = (*, cwd=None, timeout_ms=None, max_timeout_ms=None, max_output_bytes=None, max_spill_bytes=None, grace_ms=None, spill_dir=None, sandbox_mode=None))]
+    #[pyo3(signature = (*, cwd=None, timeout_ms=None, max_timeout_ms=None, max_output_bytes=None, max_spill_bytes=None, grace_ms=None, spill_dir=None, retain_settled=None, sandbox_mode=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -293,6 +293,7 @@ impl Executor {
         max_spill_bytes: Option<&Bound<'_, PyAny>>,
         grace_ms: Option<&Bound<'_, PyAny>>,
         spill_dir: Option<&Bound<'_, PyAny>>,
+        retain_settled: Option<&Bound<'_, PyAny>>,
         sandbox_mode: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let f = |name| Field::new(Scope::Config, name);
@@ -304,6 +305,7 @@ impl Executor {
             max_spill_bytes: number(max_spill_bytes, Scope::Config, FieldName::MaxSpillBytes)?,
             grace_ms: number(grace_ms, Scope::Config, FieldName::GraceMs)?,
             spill_dir: optional_str(spill_dir, f(FieldName::SpillDir))?,
+            retain_settled: number(retain_settled, Scope::Config, FieldName::RetainSettled)?,
             sandbox_mode: match sandbox_mode.filter(|m| !m.is_none()) {
                 Some(m) => Some(crate::executor::sandbox_mode(py, f(FieldName::SandboxMode), m)?),
                 None => None,
@@ -470,6 +472,13 @@ impl Executor {
 
     fn kill(&self, py: Python<'_>, id: &str) -> PyResult<bool> {
         self.inner.kill(id).map_err(|e| to_pyerr(py, e))
+    }
+
+    /// Forgets a settled process: removes it from the registry and deletes
+    /// its spill files and buffered output. StillRunningError while it
+    /// runs, NotFoundError for an unknown id.
+    fn forget(&self, py: Python<'_>, id: &str) -> PyResult<()> {
+        self.inner.forget(id).map_err(|e| to_pyerr(py, e))
     }
 
     /// Calls `callback(process)` once for each background process that

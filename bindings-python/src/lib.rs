@@ -45,6 +45,11 @@ pub(crate) fn to_pyerr(py: Python<'_>, e: DshError) -> PyErr {
             }
             DshError::BlockingInAsync => error_class(py, "BlockingCallError")?.call1((message.clone(),))?,
             DshError::Internal(_) => error_class(py, "InternalError")?.call1((message.clone(),))?,
+            DshError::StillRunning(id) => {
+                let exc = error_class(py, "StillRunningError")?.call1((message.clone(),))?;
+                exc.setattr("id", id)?;
+                exc
+            }
             DshError::ForkedChild { .. } => error_class(py, "ForkedChildError")?.call1((message.clone(),))?,
         };
         Ok(PyErr::from_value(exc))

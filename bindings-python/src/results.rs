@@ -139,6 +139,10 @@ pub struct CollectedOutput {
     /// A file holding the complete stream, when truncated and available.
     #[pyo3(get)]
     pub spill_path: Option<String>,
+    /// Why a truncated stream has no spill file (past max_spill_bytes, or
+    /// the file could not be made or written), else None.
+    #[pyo3(get)]
+    pub spill_error: Option<String>,
 }
 
 impl From<dsh_core::CollectedOutput> for CollectedOutput {
@@ -147,6 +151,7 @@ impl From<dsh_core::CollectedOutput> for CollectedOutput {
             text: o.text,
             truncated: o.truncated,
             spill_path: o.spill_path,
+            spill_error: o.spill_error,
         }
     }
 }
@@ -279,6 +284,10 @@ pub struct ProcessRead {
     pub stdout_spill_path: Option<String>,
     #[pyo3(get)]
     pub stderr_spill_path: Option<String>,
+    #[pyo3(get)]
+    pub stdout_spill_error: Option<String>,
+    #[pyo3(get)]
+    pub stderr_spill_error: Option<String>,
 }
 
 impl From<dsh_core::ProcessRead> for ProcessRead {
@@ -288,6 +297,8 @@ impl From<dsh_core::ProcessRead> for ProcessRead {
             lossy: r.lossy,
             stdout_spill_path: r.stdout_spill_path,
             stderr_spill_path: r.stderr_spill_path,
+            stdout_spill_error: r.stdout_spill_error,
+            stderr_spill_error: r.stderr_spill_error,
         }
     }
 }

@@ -100,8 +100,12 @@ pub struct ConfigInput {
     pub max_spill_bytes: Option<Num>,
     pub grace_ms: Option<Num>,
     pub spill_dir: Option<String>,
+    pub retain_settled: Option<Num>,
     pub sandbox_mode: Option<SandboxMode>,
 }
+
+/// How many settled background processes the registry keeps by default.
+pub const DEFAULT_RETAIN_SETTLED: u64 = 1_000;
 
 pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
 pub const DEFAULT_MAX_TIMEOUT_MS: u64 = 600_000;
@@ -121,6 +125,9 @@ pub struct Config {
     pub max_spill_bytes: u64,
     pub grace_ms: u64,
     pub spill_dir: PathBuf,
+    /// Settled background processes kept in the registry; past it the
+    /// oldest settled one is forgotten (its spill files deleted).
+    pub retain_settled: u64,
     pub sandbox_mode: Option<SandboxMode>,
 }
 
@@ -176,6 +183,12 @@ impl Config {
                 }
                 None => std::env::temp_dir(),
             },
+            retain_settled: number(
+                FieldName::RetainSettled,
+                input.retain_settled,
+                DEFAULT_RETAIN_SETTLED,
+                MAX_SAFE_INTEGER,
+            )?,
             sandbox_mode: input.sandbox_mode,
         };
         Ok(config)

@@ -21,6 +21,7 @@ pub enum FieldName {
     MaxSpillBytes,
     GraceMs,
     SpillDir,
+    RetainSettled,
     SandboxMode,
     Command,
     Workdir,
@@ -51,6 +52,7 @@ impl FieldName {
             MaxSpillBytes => ("max_spill_bytes", "maxSpillBytes"),
             GraceMs => ("grace_ms", "graceMs"),
             SpillDir => ("spill_dir", "spillDir"),
+            RetainSettled => ("retain_settled", "retainSettled"),
             SandboxMode => ("sandbox_mode", "sandboxMode"),
             Command => ("command", "command"),
             Workdir => ("workdir", "workdir"),
@@ -121,6 +123,10 @@ pub enum DshError {
     /// No background process has this id.
     #[error("no background process with id {0:?}")]
     NotFound(String),
+
+    /// The background process is still running (it cannot be forgotten).
+    #[error("background process {0:?} is still running: kill it and wait for it first")]
+    StillRunning(String),
 
     /// A blocking call was made from inside an async runtime or a listener,
     /// where it would stall every other command.

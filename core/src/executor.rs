@@ -276,6 +276,34 @@ impl Shared {
             }
         };
         process.settle(ending, sandbox, |p| self.notify(p));
+        self.retire_oldest_settled();
+    }
+
+    /// The retention rule: at most `retain_settled` settled processes stay
+    /// registered; the oldest settled ones beyond that are forgotten.
+    fn retire_oldest_settled(&self) {
+        let retired: Vec<Process> = {
+            let mut reg = lock(&self.registry);
+            let settled = reg.in_order.iter().filter(|p| p.is_settled()).count() as u64;
+            let mut excess = settled.saturating_sub(self.config.retain_settled);
+            let mut retired = Vec::new();
+            reg.in_order.retain(|p| {
+                if excess > 0 && p.is_settled() {
+                    excess -= 1;
+                    retired.push(p.clone());
+                    false
+                } else {
+                    true
+                }
+            });
+            for p in &retired {
+                reg.by_id.remove(p.id());
+            }
+            retired
+        };
+        for p in retired {
+            p.discard_output();
+        }
     }
 
     /// Queues one delivery of `process` to the listeners registered now, on
@@ -532,6 +560,29 @@ impl Executor {
 
     pub fn kill(&self, id: &str) -> Result<bool> {
         Ok(self.known(id)?.kill())
+    }
+
+    /// Removes a settled process from the registry and deletes its spill
+    /// files and buffered output; its id is then unknown. Handles to it
+    /// still answer status questions. A running process is
+    /// [`DshError::StillRunning`]; an unknown id is [`DshError::NotFound`].
+    pub fn forget(&self, id: &str) -> Result<()> {
+        let process = {
+            let mut reg = lock(&self.shared().registry);
+            let process = reg
+                .by_id
+                .get(id)
+                .cloned()
+                .ok_or_else(|| DshError::NotFound(id.to_owned()))?;
+            if !process.is_settled() {
+                return Err(DshError::StillRunning(id.to_owned()));
+            }
+            reg.by_id.remove(id);
+            reg.in_order.retain(|p| p.id() != id);
+            process
+        };
+        process.discard_output();
+        Ok(())
     }
 
     /// Calls `listener` once for each background process that settles from

@@ -145,6 +145,33 @@ impl StreamBuffer {
         }
     }
 
+    /// True once closed and every byte received was delivered by reads (or
+    /// slid out of the window unread).
+    pub(crate) fn fully_read(&self) -> bool {
+        self.closed && self.read_pos >= self.total
+    }
+
+    /// Frees the window's memory (a settled, fully read stream needs none).
+    pub(crate) fn release(&mut self) {
+        self.window = VecDeque::new();
+        self.read_pos = self.total;
+    }
+
+    /// Gives back window capacity beyond what it holds.
+    pub(crate) fn shrink(&mut self) {
+        self.window.shrink_to_fit();
+    }
+
+    /// Deletes the spill file (the process is being forgotten).
+    pub(crate) fn discard_spill(&mut self) {
+        if let Spill::Active(file) = std::mem::replace(
+            &mut self.spill,
+            Spill::Abandoned("the process was forgotten".into()),
+        ) {
+            file.discard();
+        }
+    }
+
     pub(crate) fn close(&mut self) {
         self.closed = true;
         if let Spill::Active(file) = &mut self.spill {

@@ -178,9 +178,16 @@ impl Process {
     /// Consuming read: what arrived since the previous call, never the same
     /// bytes twice; keeps working after exit.
     pub fn read_output(&self) -> ProcessRead {
+        let settled = self.is_settled();
         let mut s = lock(&self.shared.streams);
         let (out, out_lossy) = s.stdout.take_unread();
         let (err, err_lossy) = s.stderr.take_unread();
+        if settled && s.stdout.fully_read() && s.stderr.fully_read() {
+            // The final output has been read: a settled process keeps no
+            // window (up to 2 × max_output_bytes) for the rest of its life.
+            s.stdout.release();
+            s.stderr.release();
+        }
         ProcessRead {
             delta: compose_delta(out, &err),
             lossy: out_lossy || err_lossy,
@@ -197,6 +204,16 @@ impl Process {
     /// stop: false, nothing is done.
     pub fn kill(&self) -> bool {
         self.check_host().is_ok() && self.request_stop(Stop::Kill)
+    }
+
+    /// Frees what a forgotten process holds: its windows and spill files.
+    pub(crate) fn discard_output(&self) {
+        let mut guard = lock(&self.shared.streams);
+        let streams = &mut *guard;
+        for stream in [&mut streams.stdout, &mut streams.stderr] {
+            stream.release();
+            stream.discard_spill();
+        }
     }
 
     pub(crate) fn request_stop(&self, reason: Stop) -> bool {
@@ -322,6 +339,11 @@ impl Process {
             s.settled = true;
             std::mem::take(&mut s.waiters)
         };
+        {
+            let mut streams = lock(&self.shared.streams);
+            streams.stdout.shrink();
+            streams.stderr.shrink();
+        }
         self.shared.settled_cv.notify_all();
         listeners(self);
         for (_, f) in waiters {

@@ -108,6 +108,9 @@ fn random_requests_resolve_or_name_the_bad_field() {
 #[test]
 fn random_configs_build_or_name_the_bad_field() {
     let mut rng = Rng(42);
+    // A given spill_dir is made when missing: keep what the random ones make
+    // inside one scratch directory, removed at the end.
+    let scratch = std::env::temp_dir().join(format!("dsh-hostile-{}", std::process::id()));
     for _ in 0..5_000 {
         let input = ConfigInput {
             timeout_ms: (rng.below(2) == 0).then(|| rng.number()),
@@ -116,7 +119,9 @@ fn random_configs_build_or_name_the_bad_field() {
             max_spill_bytes: (rng.below(2) == 0).then(|| rng.number()),
             grace_ms: (rng.below(2) == 0).then(|| rng.number()),
             cwd: (rng.below(4) == 0).then(|| rng.text()),
-            spill_dir: (rng.below(4) == 0).then(|| rng.text()),
+            spill_dir: (rng.below(4) == 0)
+                .then(|| format!("{}/{}", scratch.display(), rng.text().replace('/', "_"))),
+            retain_settled: (rng.below(2) == 0).then(|| rng.number()),
             sandbox_mode: None,
         };
         match Config::new(input) {
@@ -128,6 +133,7 @@ fn random_configs_build_or_name_the_bad_field() {
             Err(other) => panic!("{other:?}"),
         }
     }
+    let _ = std::fs::remove_dir_all(&scratch);
 }
 
 #[test]

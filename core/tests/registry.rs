@@ -273,3 +273,39 @@ fn listeners_that_block_never_freeze_commands_of_any_executor() {
     exec.dispose_blocking().unwrap();
     other.dispose_blocking().unwrap();
 }
+
+#[test]
+fn settled_processes_are_retained_up_to_the_cap_and_can_be_forgotten() {
+    let exec = executor_with(|c| {
+        c.retain_settled = n(3);
+        c.max_output_bytes = n(10);
+    });
+    let running = exec.start(&spec(&exec, "sleep 60")).unwrap();
+    assert_eq!(
+        exec.forget(running.id()),
+        Err(DshError::StillRunning(running.id().to_owned()))
+    );
+    assert_eq!(exec.forget("bash-99"), Err(DshError::NotFound("bash-99".into())));
+    let mut spills = Vec::new();
+    for _ in 0..6 {
+        let p = exec.start(&spec(&exec, "seq 1 100")).unwrap();
+        assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
+        spills.push(p.read_output().stdout_spill_path.expect("spilled"));
+    }
+    // Six settled, three retained (the newest), plus the running one.
+    let ids: Vec<String> = exec.list().iter().map(|p| p.id().to_owned()).collect();
+    assert_eq!(ids, ["bash-1", "bash-5", "bash-6", "bash-7"]);
+    for (i, path) in spills.iter().enumerate() {
+        assert_eq!(
+            std::path::Path::new(path).exists(),
+            i >= 3,
+            "spill file of bash-{}",
+            i + 2
+        );
+    }
+    exec.forget("bash-7").unwrap();
+    assert!(exec.get("bash-7").is_none());
+    assert!(!std::path::Path::new(&spills[5]).exists());
+    assert_eq!(exec.forget("bash-7"), Err(DshError::NotFound("bash-7".into())));
+    exec.dispose_blocking().unwrap();
+}

@@ -106,6 +106,20 @@ pub unsafe extern "C" fn dsh_config_set_max_output_bytes(config: *const DshConfi
     unsafe { set_number(config, |i| i.max_output_bytes = Some(Num::from(value))) }
 }
 
+/// How many settled background processes the registry keeps (default
+/// 1000); past it the oldest settled one is forgotten and its spill files
+/// deleted. Checked when the executor is created.
+///
+/// # Safety
+/// `config` is NULL or a live DshConfig from dsh_config_new that no thread
+/// frees during this call.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_config_set_retain_settled(config: *const DshConfig, value: u64) -> DshStatus {
+    // SAFETY: the caller guarantees `config` is NULL or a live DshConfig
+    // (# Safety): `set_number`'s contract.
+    unsafe { set_number(config, |i| i.retain_settled = Some(Num::from(value))) }
+}
+
 /// Cap of one spill file (default 64 MiB). Checked when the executor is created.
 ///
 /// # Safety

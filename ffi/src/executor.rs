@@ -362,6 +362,27 @@ pub unsafe extern "C" fn dsh_executor_read_output(
     })
 }
 
+/// Forgets settled process `id`: removes it from the registry and deletes
+/// its spill files and buffered output. DSH_STILL_RUNNING while it runs,
+/// DSH_NOT_FOUND for an unknown id. Handles to it stay valid.
+///
+/// # Safety
+/// `executor` is NULL or a live DshExecutor from dsh_executor_new that no
+/// thread frees during this call. `id` is NULL or a NUL-terminated string
+/// readable for the whole call.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_executor_forget(executor: *const DshExecutor, id: *const c_char) -> DshStatus {
+    status(|| {
+        // SAFETY: the caller guarantees `executor` is NULL or a live
+        // DshExecutor for the whole call (# Safety); `handle` refuses NULL.
+        let e = unsafe { handle(executor, "executor") }?;
+        // SAFETY: the caller guarantees `id` is NULL or a NUL-terminated
+        // string readable during the call (# Safety).
+        let id = unsafe { text(id, "id") }?;
+        Ok(e.inner.forget(id)?)
+    })
+}
+
 /// Kills process `id`; `*began` (may be NULL) is true when it was running
 /// and this call began its termination.
 ///

@@ -37,6 +37,8 @@ pub enum DshStatus {
     /// The executor or process belongs to the parent of this forked process;
     /// create a new executor in the child.
     DSH_FORKED_CHILD = 11,
+    /// dsh_executor_forget: the process is still running.
+    DSH_STILL_RUNNING = 12,
 }
 
 /// A borrowed string handed out by the library: `len` bytes at `ptr`, plus a
@@ -113,6 +115,7 @@ impl FfiError {
                 DshError::SandboxUnavailable(_) => DSH_SANDBOX_UNAVAILABLE,
                 DshError::Internal(_) => DSH_INTERNAL,
                 DshError::ForkedChild { .. } => DSH_FORKED_CHILD,
+                DshError::StillRunning(_) => DSH_STILL_RUNNING,
             },
         }
     }
@@ -307,6 +310,7 @@ pub extern "C" fn dsh_status_name(status: c_int) -> *const c_char {
         DSH_PANIC,
         DSH_INTERNAL,
         DSH_FORKED_CHILD,
+        DSH_STILL_RUNNING,
     ];
     let Some(&status) = all.iter().find(|s| **s as c_int == status) else {
         return c"DSH_UNKNOWN".as_ptr();
@@ -324,6 +328,7 @@ pub extern "C" fn dsh_status_name(status: c_int) -> *const c_char {
         DSH_PANIC => c"DSH_PANIC",
         DSH_INTERNAL => c"DSH_INTERNAL",
         DSH_FORKED_CHILD => c"DSH_FORKED_CHILD",
+        DSH_STILL_RUNNING => c"DSH_STILL_RUNNING",
     };
     name.as_ptr()
 }

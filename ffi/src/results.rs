@@ -119,6 +119,7 @@ pub struct DshRunResult {
     result: RunResult,
     text: [OwnedStr; 2],
     spill: [Option<OwnedStr>; 2],
+    spill_error: [Option<OwnedStr>; 2],
     signal: Option<OwnedStr>,
 }
 
@@ -132,6 +133,10 @@ impl DshRunResult {
             spill: [
                 result.stdout.spill_path.as_ref().map(OwnedStr::new),
                 result.stderr.spill_path.as_ref().map(OwnedStr::new),
+            ],
+            spill_error: [
+                result.stdout.spill_error.as_ref().map(OwnedStr::new),
+                result.stderr.spill_error.as_ref().map(OwnedStr::new),
             ],
             signal: result.signal.as_ref().map(OwnedStr::new),
             result,
@@ -299,6 +304,24 @@ pub unsafe extern "C" fn dsh_run_result_spill_path(result: *const DshRunResult, 
         // for the whole call (# Safety); `as_ref` maps NULL to None.
         unsafe { result.as_ref() }
             .and_then(|r| r.stream(stream).map(|i| OwnedStr::view_opt(&r.spill[i])))
+            .unwrap_or(DshStr::ABSENT)
+    })
+}
+
+/// Why DSH_STDOUT or DSH_STDERR has no spill file although it was
+/// truncated (past max_spill_bytes, or the file could not be made or
+/// written), or ABSENT.
+///
+/// # Safety
+/// `result` is NULL or a live DshRunResult from dsh_executor_run that no
+/// thread frees during this call.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_run_result_spill_error(result: *const DshRunResult, stream: c_int) -> DshStr {
+    value(DshStr::ABSENT, || {
+        // SAFETY: the caller guarantees `result` is NULL or a live DshRunResult
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
+        unsafe { result.as_ref() }
+            .and_then(|r| r.stream(stream).map(|i| OwnedStr::view_opt(&r.spill_error[i])))
             .unwrap_or(DshStr::ABSENT)
     })
 }
@@ -603,6 +626,7 @@ pub struct DshRead {
     read: ProcessRead,
     delta: OwnedStr,
     spill: [Option<OwnedStr>; 2],
+    spill_error: [Option<OwnedStr>; 2],
 }
 
 impl DshRead {
@@ -612,6 +636,10 @@ impl DshRead {
             spill: [
                 read.stdout_spill_path.as_ref().map(OwnedStr::new),
                 read.stderr_spill_path.as_ref().map(OwnedStr::new),
+            ],
+            spill_error: [
+                read.stdout_spill_error.as_ref().map(OwnedStr::new),
+                read.stderr_spill_error.as_ref().map(OwnedStr::new),
             ],
             read,
         }
@@ -677,6 +705,28 @@ pub unsafe extern "C" fn dsh_read_spill_path(read: *const DshRead, stream: c_int
         match stream {
             DSH_STDOUT => OwnedStr::view_opt(&r.spill[0]),
             DSH_STDERR => OwnedStr::view_opt(&r.spill[1]),
+            _ => DshStr::ABSENT,
+        }
+    })
+}
+
+/// Why DSH_STDOUT or DSH_STDERR has no spill file although it outgrew its
+/// window, or ABSENT.
+///
+/// # Safety
+/// `read` is NULL or a live DshRead from dsh_executor_read_output or
+/// dsh_process_read_output that no thread frees during this call.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_read_spill_error(read: *const DshRead, stream: c_int) -> DshStr {
+    value(DshStr::ABSENT, || {
+        // SAFETY: the caller guarantees `read` is NULL or a live DshRead for
+        // the whole call (# Safety); `as_ref` maps NULL to None.
+        let Some(r) = (unsafe { read.as_ref() }) else {
+            return DshStr::ABSENT;
+        };
+        match stream {
+            DSH_STDOUT => OwnedStr::view_opt(&r.spill_error[0]),
+            DSH_STDERR => OwnedStr::view_opt(&r.spill_error[1]),
             _ => DshStr::ABSENT,
         }
     })

@@ -50,6 +50,13 @@ class BlockingCallError(DshError, RuntimeError):
     (``on_task_done``, a completion callback) or another running wait."""
 
 
+class StillRunningError(DshError, RuntimeError):
+    """``forget`` was asked for a background process that is still running;
+    ``id`` names it."""
+
+    id: Optional[str] = None
+
+
 class ForkedChildError(DshError, RuntimeError):
     """The executor or process was created before this process was forked;
     its commands are supervised by the parent. Create a new Executor in the
