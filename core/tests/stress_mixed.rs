@@ -15,6 +15,8 @@ use dsh_core::*;
 fn ten_thousand_mixed_operations_leave_nothing_behind() {
     raise_fd_limit();
     let exec = executor_with(|c| {
+        // Keep every settled process: the test accounts for each one.
+        c.retain_settled = n(1_000_000);
         c.grace_ms = n(100);
         c.max_output_bytes = n(200);
         c.max_spill_bytes = n(50_000);
