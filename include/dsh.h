@@ -114,7 +114,7 @@ typedef enum DshProcessStatus {
 typedef struct DshCancelToken DshCancelToken;
 
 /**
- * Executor configuration (DESIGN §2). Unset fields take their defaults when
+ * Executor configuration (see the README's configuration table). Unset fields take their defaults when
  * the executor is created; validation happens there too.
  */
 typedef struct DshConfig DshConfig;
@@ -142,7 +142,7 @@ typedef struct DshProcessList DshProcessList;
 typedef struct DshRead DshRead;
 
 /**
- * A request (DESIGN §3): what a caller asks for, before resolve.
+ * A request (request → spec, see the README): what a caller asks for, before resolve.
  */
 typedef struct DshRequest DshRequest;
 
@@ -152,7 +152,7 @@ typedef struct DshRequest DshRequest;
 typedef struct DshRunResult DshRunResult;
 
 /**
- * A fully resolved spec (DESIGN §3), made by dsh_executor_resolve.
+ * A fully resolved spec (request → spec, see the README), made by dsh_executor_resolve.
  */
 typedef struct DshSpec DshSpec;
 

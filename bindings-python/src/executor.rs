@@ -272,7 +272,7 @@ fn optional_str(value: Option<&Bound<'_, PyAny>>, field: Field) -> PyResult<Opti
     }
 }
 
-/// A bash executor. `Executor(**config)` takes the DESIGN §2 names as
+/// A bash executor. `Executor(**config)` takes the README's configuration names as
 /// keywords; leaving a `with` block calls `close()`.
 #[pyclass(frozen, subclass, module = "dsh_native")]
 pub struct Executor {

@@ -1,5 +1,5 @@
 //! dsh-core: the behaviour of dsh-native, a bash executor for AI-agent
-//! harnesses. Every rule of the contract (DESIGN.md §2–§7, §10) lives here;
+//! harnesses. Every rule of the contract (README.md and docs/) lives here;
 //! the C, Python and Node faces only translate.
 //!
 //! ```no_run

@@ -8,13 +8,13 @@ use dsh_core::{ConfigInput, Field, FieldName, Num, Request, SandboxMode, Sandbox
 
 use crate::guard::{bytes, free, handle, put, status, text, DshStatus, FfiError, FfiResult};
 
-/// Executor configuration (DESIGN §2). Unset fields take their defaults when
+/// Executor configuration (see the README's configuration table). Unset fields take their defaults when
 /// the executor is created; validation happens there too.
 pub struct DshConfig {
     pub(crate) input: Mutex<ConfigInput>,
 }
 
-/// A request (DESIGN §3): what a caller asks for, before resolve.
+/// A request (request → spec, see the README): what a caller asks for, before resolve.
 pub struct DshRequest {
     pub(crate) input: Mutex<Request>,
 }

@@ -18,7 +18,7 @@ pub struct DshExecutor {
     inner: Executor,
 }
 
-/// A fully resolved spec (DESIGN §3), made by dsh_executor_resolve.
+/// A fully resolved spec (request → spec, see the README), made by dsh_executor_resolve.
 pub struct DshSpec {
     spec: Spec,
     command: OwnedStr,

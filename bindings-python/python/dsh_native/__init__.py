@@ -84,7 +84,7 @@ def _close_all() -> None:
 
 
 class Executor(_native.Executor):
-    """A bash executor. Keywords are the DESIGN §2 names: ``cwd``,
+    """A bash executor. Keywords are the configuration names of the README: ``cwd``,
     ``timeout_ms``, ``max_timeout_ms``, ``max_output_bytes``,
     ``max_spill_bytes``, ``grace_ms``, ``spill_dir``, ``sandbox_mode``.
     Use it as a context manager: leaving the block calls :meth:`close`."""
