@@ -134,14 +134,7 @@ impl Shared {
     }
 
     fn check_here(&self) -> Result<()> {
-        if self.is_here() {
-            Ok(())
-        } else {
-            Err(DshError::ForkedChild {
-                owner_pid: self.host_pid,
-                pid: current_pid(),
-            })
-        }
+        crate::forked::check_host(self.host_pid)
     }
 
     fn next_tag(&self) -> String {

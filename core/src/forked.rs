@@ -15,6 +15,20 @@ pub(crate) fn current_pid() -> libc::pid_t {
     unsafe { libc::getpid() }
 }
 
+/// Ok in the process `host_pid`; in a forked child, the error that says
+/// the object belongs to the parent.
+pub(crate) fn check_host(host_pid: libc::pid_t) -> crate::error::Result<()> {
+    let here = current_pid();
+    if host_pid == here {
+        Ok(())
+    } else {
+        Err(crate::error::DshError::ForkedChild {
+            owner_pid: host_pid,
+            pid: here,
+        })
+    }
+}
+
 struct Slot<T> {
     pid: libc::pid_t,
     value: T,

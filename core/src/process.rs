@@ -7,8 +7,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::callbacks;
-use crate::error::{DshError, Result};
-use crate::forked::current_pid;
+use crate::error::Result;
+use crate::forked;
 use crate::run::ExitFields;
 use crate::runtime;
 use crate::sandbox::SandboxInfo;
@@ -238,14 +238,7 @@ impl Process {
     /// Refuses to wait in a forked child for a process of the parent: its
     /// supervisor lives in the parent, so it would never settle here.
     fn check_host(&self) -> Result<()> {
-        let here = current_pid();
-        if self.shared.host_pid != here {
-            return Err(DshError::ForkedChild {
-                owner_pid: self.shared.host_pid,
-                pid: here,
-            });
-        }
-        Ok(())
+        forked::check_host(self.shared.host_pid)
     }
 
     /// Calls `f` on the callback thread once the process has settled (soon,
