@@ -29,17 +29,15 @@ pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 pub const MAX_GRACE_MS: u64 = (1 << 31) - 1;
 
 /// The one rule for every numeric field: a positive, finite, whole number no
-/// larger than `max`. Never rounded, never clamped.
+/// larger than `max`. Never rounded, never clamped. The wording is the
+/// harness's own ("graceMs must be no greater than 2147483647").
 pub fn whole_number(field: Field, value: Num, max: u64) -> Result<u64> {
     let v = value.0;
-    if !v.is_finite() {
+    if !v.is_finite() || v <= 0.0 {
         return Err(DshError::invalid(
             field,
-            format!("must be a finite number, got {v}"),
+            format!("must be a positive finite number, got {v}"),
         ));
-    }
-    if v <= 0.0 {
-        return Err(DshError::invalid(field, format!("must be positive, got {v}")));
     }
     if v.fract() != 0.0 {
         return Err(DshError::invalid(
@@ -50,10 +48,26 @@ pub fn whole_number(field: Field, value: Num, max: u64) -> Result<u64> {
     if v > max as f64 {
         return Err(DshError::invalid(
             field,
-            format!("must be at most {max}, got {v}"),
+            format!("must be no greater than {max}, got {v}"),
         ));
     }
     Ok(v as u64)
+}
+
+/// A request's timeout as a model writes it: any positive finite number of
+/// milliseconds, a fraction rounded up to the next whole millisecond (a
+/// timer cannot fire between milliseconds, and rounding down could make
+/// 0.5 ms a zero timeout). Values past `MAX_SAFE_INTEGER` are clamped by
+/// the caller's cap like any other long timeout.
+pub fn timeout_request_ms(field: Field, value: Num) -> Result<u64> {
+    let v = value.0;
+    if !v.is_finite() || v <= 0.0 {
+        return Err(DshError::invalid(
+            field,
+            format!("must be a positive finite number, got {v}"),
+        ));
+    }
+    Ok(v.ceil().min(MAX_SAFE_INTEGER as f64) as u64)
 }
 
 /// A path field: not empty, no NUL byte; made absolute against the process

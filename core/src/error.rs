@@ -101,7 +101,7 @@ pub enum SpawnFailure {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DshError {
     /// A config, request or spec field is unusable; nothing was run.
-    #[error("invalid {}: {problem}", field.path(NameStyle::Snake))]
+    #[error("{} {problem}", field.path(NameStyle::Snake))]
     InvalidArgument { field: Field, problem: String },
 
     /// The command could not be started; `errno` is the OS error.
@@ -164,7 +164,7 @@ impl DshError {
     pub fn message(&self, style: NameStyle) -> String {
         match self {
             DshError::InvalidArgument { field, problem } => {
-                format!("invalid {}: {problem}", field.path(style))
+                format!("{} {problem}", field.path(style))
             }
             other => other.to_string(),
         }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -14,7 +14,7 @@ use crate::cancel::CancelToken;
 use crate::config::{Config, ConfigInput};
 use crate::confine;
 use crate::env::HostEnv;
-use crate::error::{DshError, Result};
+use crate::error::{DshError, Field, FieldName, Result, Scope};
 use crate::forked::current_pid;
 use crate::launch::launch;
 use crate::output::StreamBuffer;
@@ -62,7 +62,9 @@ struct Shared {
     /// The host process that created the executor. In a forked child the
     /// executor is inert: its commands and spill files are the parent's.
     host_pid: libc::pid_t,
-    config: Config,
+    /// Swapped whole by `reconfigure`; each operation reads one snapshot, so
+    /// a command keeps the limits it started with.
+    config: RwLock<Arc<Config>>,
     spill: Arc<SpillDir>,
     /// Every command's `DSH_EXEC_TAG` starts with this, so dispose can find
     /// all of this executor's descendants in one `/proc` sweep.
@@ -101,7 +103,7 @@ pub struct Executor {
 impl std::fmt::Debug for Executor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Executor")
-            .field("config", &self.shared().config)
+            .field("config", &self.shared().config())
             .finish()
     }
 }
@@ -141,8 +143,12 @@ impl Shared {
         format!("{}.{}", self.tag_prefix, self.seq.fetch_add(1, Ordering::Relaxed))
     }
 
+    fn config(&self) -> Arc<Config> {
+        self.config.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     fn streams(&self, stdout_cap: u64) -> Mutex<Streams> {
-        let c = &self.config;
+        let c = self.config();
         Mutex::new(Streams {
             stdout: StreamBuffer::new(stdout_cap, c.max_spill_bytes, self.spill.clone(), "stdout"),
             stderr: StreamBuffer::new(
@@ -155,7 +161,7 @@ impl Shared {
     }
 
     fn grace(&self) -> Duration {
-        Duration::from_millis(self.config.grace_ms)
+        Duration::from_millis(self.config().grace_ms)
     }
 
     async fn disposing(&self) {
@@ -278,7 +284,7 @@ impl Shared {
         let retired: Vec<Process> = {
             let mut reg = lock(&self.registry);
             let settled = reg.in_order.iter().filter(|p| p.is_settled()).count() as u64;
-            let mut excess = settled.saturating_sub(self.config.retain_settled);
+            let mut excess = settled.saturating_sub(self.config().retain_settled);
             let mut retired = Vec::new();
             reg.in_order.retain(|p| {
                 if excess > 0 && p.is_settled() {
@@ -376,7 +382,7 @@ impl Executor {
         let shared = Arc::new(Shared {
             host_pid: current_pid(),
             spill: Arc::new(SpillDir::new(config.spill_dir.clone())),
-            config,
+            config: RwLock::new(Arc::new(config)),
             tag_prefix: random_hex().map_err(DshError::Internal)?,
             seq: AtomicU64::new(1),
             registry: Mutex::new(Registry::default()),
@@ -395,19 +401,47 @@ impl Executor {
         &self.owner.shared
     }
 
-    pub fn config(&self) -> &Config {
-        &self.shared().config
+    /// The configuration new commands get (see [`Executor::reconfigure`]).
+    pub fn config(&self) -> Arc<Config> {
+        self.shared().config()
+    }
+
+    /// Replaces the configuration for everything resolved or started from
+    /// now on; running commands keep the limits they started with. Hosts
+    /// whose settings change at run time call this instead of making a new
+    /// executor, so background processes stay owned by one executor. The
+    /// spill directory is the one fixed field: spill files already written
+    /// live there until the executor is disposed.
+    pub fn reconfigure(&self, input: ConfigInput) -> Result<()> {
+        let shared = self.shared();
+        shared.check_here()?;
+        if !shared.is_open() {
+            return Err(DshError::Disposed);
+        }
+        let next = Config::new(input)?;
+        let mut current = shared.config.write().unwrap_or_else(|p| p.into_inner());
+        if next.spill_dir != current.spill_dir {
+            return Err(DshError::invalid(
+                Field::new(Scope::Config, FieldName::SpillDir),
+                format!(
+                    "cannot change after the executor is made (it is {})",
+                    current.spill_dir.display()
+                ),
+            ));
+        }
+        *current = Arc::new(next);
+        Ok(())
     }
 
     /// The default sandbox mode this executor stamps (`None`: it does not
     /// confine unless a spec asks).
     pub fn sandbox_mode(&self) -> Option<SandboxMode> {
-        self.shared().config.sandbox_mode
+        self.shared().config().sandbox_mode
     }
 
     /// §3: request → spec; the only place defaults are applied.
     pub fn resolve(&self, request: Request) -> Result<Spec> {
-        resolve(&self.shared().config, request)
+        resolve(&self.shared().config(), request)
     }
 
     /// The private spill directory, once a spill has created it.
@@ -423,7 +457,7 @@ impl Executor {
         if !shared.is_open() {
             return Err(DshError::Disposed);
         }
-        spec.check(&shared.config)?;
+        spec.check(&shared.config())?;
         if cancel.is_some_and(CancelToken::is_cancelled) {
             return Err(DshError::AlreadyCancelled);
         }
@@ -495,7 +529,7 @@ impl Executor {
     pub fn start(&self, spec: &Spec) -> Result<Process> {
         let shared = self.shared();
         shared.check_here()?;
-        spec.check(&shared.config)?;
+        spec.check(&shared.config())?;
         let process = {
             let mut reg = lock(&shared.registry);
             if !shared.is_open() {
@@ -512,7 +546,7 @@ impl Executor {
                     state: Mutex::new(State::running()),
                     settled_cv: Condvar::new(),
                     settled_tx: watch::channel(false).0,
-                    streams: shared.streams(shared.config.max_output_bytes),
+                    streams: shared.streams(shared.config().max_output_bytes),
                     stop_tx: watch::channel(None).0,
                 }),
             };

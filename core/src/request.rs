@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::config::{path_field, whole_number, Config, Num, MAX_SAFE_INTEGER};
+use crate::config::{path_field, timeout_request_ms, whole_number, Config, Num, MAX_SAFE_INTEGER};
 use crate::error::{DshError, Field, FieldName, Result, Scope};
 use crate::sandbox::{SandboxMode, SandboxPolicy};
 
@@ -90,7 +90,7 @@ pub fn resolve(config: &Config, request: Request) -> Result<Spec> {
     };
     let workdir = path_string(f(FieldName::Workdir), &workdir)?;
     let timeout_ms = match request.timeout_ms {
-        Some(t) => whole_number(f(FieldName::TimeoutMs), t, MAX_SAFE_INTEGER)?.min(config.max_timeout_ms),
+        Some(t) => timeout_request_ms(f(FieldName::TimeoutMs), t)?.min(config.max_timeout_ms),
         None => config.timeout_ms,
     };
     let stdout_max_bytes = match request.stdout_max_bytes {

@@ -88,7 +88,7 @@ fn random_requests_resolve_or_name_the_bad_field() {
                 assert!(spec.stdout_max_bytes >= 1);
                 assert!(std::path::Path::new(&spec.workdir).is_absolute());
                 assert!(!spec.command.contains('\0'));
-                spec.check(exec.config())
+                spec.check(&exec.config())
                     .expect("a resolved spec passes its own check");
             }
             Err(DshError::InvalidArgument { field, problem }) => {

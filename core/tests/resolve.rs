@@ -144,7 +144,11 @@ fn bad_requests_are_errors_never_silent_fixes() {
         "request.timeout_ms",
         "finite",
     );
-    bad(&|r| r.timeout_ms = n(2.5), "request.timeout_ms", "whole");
+    bad(
+        &|r| r.stdout_max_bytes = n(2.5),
+        "request.stdout_max_bytes",
+        "whole",
+    );
     bad(
         &|r| r.stdout_max_bytes = n(0),
         "request.stdout_max_bytes",
@@ -232,4 +236,88 @@ fn stdout_max_bytes_is_capped_by_max_output_bytes_like_the_timeout() {
     big.stdout_max_bytes = 500_000_000;
     let e = exec.run_blocking(&big, None).unwrap_err();
     assert!(e.to_string().contains("spec.stdout_max_bytes"), "{e}");
+}
+
+#[test]
+fn a_fractional_request_timeout_is_rounded_up_to_a_whole_millisecond() {
+    // A model writes `timeoutMs: 1500.5`; the harness accepts it, so do we.
+    let exec = executor();
+    for (given, want) in [(1500.5, 1501), (0.25, 1), (7.0, 7)] {
+        let mut req = Request::new("true");
+        req.timeout_ms = n(given);
+        assert_eq!(exec.resolve(req).unwrap().timeout_ms, want, "{given}");
+    }
+    let mut req = Request::new("true");
+    req.timeout_ms = n(1e300);
+    assert_eq!(
+        exec.resolve(req).unwrap().timeout_ms,
+        600_000,
+        "clamped like any long timeout"
+    );
+}
+
+#[test]
+fn numeric_messages_use_the_harness_wording() {
+    let e = config_err(|c| c.grace_ms = n(3e9));
+    assert_eq!(
+        e.message(NameStyle::Camel),
+        "config.graceMs must be no greater than 2147483647, got 3000000000"
+    );
+    let e = config_err(|c| c.max_output_bytes = n(-1));
+    assert_eq!(
+        e.to_string(),
+        "config.max_output_bytes must be a positive finite number, got -1"
+    );
+}
+
+#[test]
+fn reconfigure_changes_what_new_commands_get_and_keeps_running_ones() {
+    let dir = temp_dir("reconfigure");
+    let exec = executor_with(|c| c.max_output_bytes = n(1_000));
+    let before = exec
+        .start(&spec(&exec, "head -c 3000 /dev/zero | tr '\\0' a"))
+        .unwrap();
+
+    exec.reconfigure(ConfigInput {
+        cwd: Some(dir.to_str().unwrap().into()),
+        timeout_ms: n(2_000),
+        max_output_bytes: n(10),
+        ..Default::default()
+    })
+    .unwrap();
+    let s = spec(&exec, "printf 0123456789abcdef");
+    assert_eq!(
+        (s.workdir.as_str(), s.timeout_ms, s.stdout_max_bytes),
+        (dir.to_str().unwrap(), 2_000, 10)
+    );
+    let r = exec.run_blocking(&s, None).unwrap();
+    assert_eq!((r.stdout.text.as_str(), r.stdout.truncated), ("6789abcdef", true));
+
+    // The process started before keeps the 1000-byte window it started with.
+    assert!(before
+        .wait_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap());
+    assert_eq!(before.read_output().delta.len(), 1_000);
+
+    // A bad field changes nothing; the spill directory is fixed.
+    let e = exec
+        .reconfigure(ConfigInput {
+            grace_ms: n(0),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert_eq!(field_of(&e), "config.grace_ms");
+    let e = exec
+        .reconfigure(ConfigInput {
+            spill_dir: Some(dir.to_str().unwrap().into()),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert_eq!(field_of(&e), "config.spill_dir");
+    assert_eq!(
+        spec(&exec, "true").timeout_ms,
+        2_000,
+        "the last good configuration stays"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }
