@@ -1,66 +1,90 @@
-// Type declarations for dsh-native: the harness's bash-executor seam
-// (ShellExecutor) implemented natively. Field names follow the harness.
+// Type declarations for dsh-native: the harness's shell-executor seam
+// (`ShellExecutor`, `ctx.shell`) implemented natively. Names and shapes are
+// the seam's own, so values flow both ways between these types and the
+// published `@deepseek-ai/dsh-shell` ones (checked under `strict` and
+// `exactOptionalPropertyTypes`). The cordis plugin is `dsh-native/harness`.
 
 export type SandboxMode = 'read-only' | 'workspace-write' | 'danger-full-access'
 export type SandboxEnforcement = 'full' | 'partial'
-export type BashTaskStatus = 'running' | 'completed' | 'killed'
-export type BashTaskId = string
+export type ShellProcessStatus = 'running' | 'completed' | 'killed'
+export type ShellProcessId = string
 export type OwnerToken = string
-/** Managed variables; a key whose value is undefined is absent. */
-export type DshEnvironment = { [K in `DSH_${string}`]?: string | undefined }
 
-export interface SandboxPolicy {
+/** One environment key inside the managed `DSH_` namespace. */
+export type DshEnvironmentKey = `DSH_${string}`
+/** Trusted harness variables for one execution (the seam's `DshEnvironment`). */
+export type DshEnvironment = Readonly<Record<DshEnvironmentKey, string>>
+
+/** The per-call file-effect policy (the seam's `SandboxExecutionPolicy`). */
+export interface SandboxExecutionPolicy {
   mode: SandboxMode
+  /** Absolute root that `workspace-write` may write under. */
   workspaceRoot: string
+  /** The calling session's identity; carried from request to spec untouched. */
+  sessionId?: string
 }
 
-export interface NativeBashExecutorConfig {
+/** A policy as a request may give it: `workspaceRoot` defaults to the workdir. */
+export interface SandboxPolicyRequest {
+  mode: SandboxMode
+  workspaceRoot?: string | undefined
+  sessionId?: string | undefined
+}
+
+export interface NativeShellExecutorConfig {
   /** Default workdir (default: the process cwd, read at resolve time). */
-  cwd?: string
+  cwd?: string | undefined
   /** Default foreground timeout (default 120000). */
-  timeoutMs?: number
+  timeoutMs?: number | undefined
   /** Cap for per-call timeouts (default 600000). */
-  maxTimeoutMs?: number
+  maxTimeoutMs?: number | undefined
   /** In-memory cap per stream (default 64000). */
-  maxOutputBytes?: number
+  maxOutputBytes?: number | undefined
   /** Cap of one spill file (default 64 MiB). */
-  maxSpillBytes?: number
-  /** Settled background tasks kept in the registry (default 1000); the oldest beyond are forgotten. */
-  retainSettled?: number
-  /** SIGTERM→SIGKILL grace and pipe-drain bound (default 3000). */
-  graceMs?: number
-  /** Where the private 0700 spill directory is created (default: os.tmpdir()). */
-  spillDir?: string
+  maxSpillBytes?: number | undefined
+  /** Settled background processes kept in the registry (default 1000); the oldest beyond are forgotten. */
+  retainSettled?: number | undefined
+  /** SIGTERM→SIGKILL grace and pipe-drain bound (default 3000, at most 2147483647). */
+  graceMs?: number | undefined
+  /** Where the private 0700 spill directory is created (default: os.tmpdir()). Fixed once made. */
+  spillDir?: string | undefined
   /** Default sandbox mode (default: none — the executor does not confine). */
-  sandboxMode?: SandboxMode
+  sandboxMode?: SandboxMode | undefined
 }
 
-export interface BashExecRequest {
+/** A caller's request; `resolve()` turns it into a {@link ShellExecSpec}. */
+export interface ShellExecRequest {
   command: string
+  /** Relative paths are relative to the configured `cwd`. */
   workdir?: string | undefined
+  /** Any positive number of milliseconds; a fraction is rounded up; capped at `maxTimeoutMs`. */
   timeoutMs?: number | undefined
   stdoutMaxBytes?: number | undefined
   signal?: AbortSignal | undefined
-  stdin?: string | undefined
-  env?: Record<string, string | undefined> | undefined
+  /** Written to stdin, then closed; a Buffer for bytes that are not text. */
+  stdin?: string | Buffer | undefined
+  /** Ordinary variables, merged after the scrub; an `undefined` value is an absent key. */
+  env?: Readonly<Record<string, string | undefined>> | undefined
+  /** Managed `DSH_*` variables, merged last. */
   dshEnv?: DshEnvironment | undefined
+  /** Stored with a background process (see `ownerOf`); not part of the harness's seam. */
   owner?: OwnerToken | undefined
-  sandboxPolicy?: { mode: SandboxMode; workspaceRoot?: string } | undefined
+  sandboxPolicy?: SandboxPolicyRequest | undefined
 }
 
-export interface BashExecSpec {
+/** A resolved spec: what `run`/`start` take (ours or one the harness built). */
+export interface ShellExecSpec {
   command: string
   workdir: string
   timeoutMs: number
   stdoutMaxBytes: number
   signal?: AbortSignal | undefined
-  stdin?: string | undefined
+  stdin?: string | Buffer | undefined
   env?: Record<string, string> | undefined
   dshEnv?: DshEnvironment | undefined
-  /** Required-but-nullable: present, possibly undefined. */
-  owner: OwnerToken | undefined
+  owner?: OwnerToken | undefined
   /** Required-but-nullable: present, possibly undefined (unconfined). */
-  sandboxPolicy: SandboxPolicy | undefined
+  sandboxPolicy: SandboxExecutionPolicy | undefined
 }
 
 export interface CollectedOutput {
@@ -73,14 +97,14 @@ export interface CollectedOutput {
   spillError?: string
 }
 
-export interface BashSandboxInfo {
+export interface ShellSandboxInfo {
   mode: SandboxMode
   denied: boolean
   enforcement?: SandboxEnforcement
   runnerFailed?: boolean
 }
 
-export interface BashRunResult {
+export interface ShellRunResult {
   exitCode: number | null
   signal: NodeJS.Signals | null
   /**
@@ -94,11 +118,13 @@ export interface BashRunResult {
   timeoutMs: number
   stdout: CollectedOutput
   stderr: CollectedOutput
-  sandbox?: BashSandboxInfo
+  sandbox?: ShellSandboxInfo
 }
 
-export interface BashTaskRead {
-  task: NativeBashTask
+export interface ShellProcessRead {
+  /** The process this read came from. */
+  task: NativeShellProcess
+  /** Output since the previous read; stderr in a `[stderr]` section. */
   delta: string
   lossy: boolean
   stdoutSpillPath?: string
@@ -109,33 +135,35 @@ export interface BashTaskRead {
   stderrSpillError?: string
 }
 
-export type BashTaskListener = (task: NativeBashTask) => void
+export type ShellProcessListener = (process: NativeShellProcess) => void
 
-/** A background process; `status`, `exitCode` and `signal` are live. */
-export declare class NativeBashTask {
+/** A background process (the seam's `ShellProcess`); `status`, `exitCode` and `signal` are live. */
+export declare class NativeShellProcess {
   private constructor()
-  readonly id: BashTaskId
+  readonly id: ShellProcessId
   readonly command: string
-  readonly status: BashTaskStatus
+  readonly status: ShellProcessStatus
   readonly exitCode: number | null
   readonly signal: NodeJS.Signals | null
   /** Present (true) once settled when someone else took the exit status. */
-  readonly exitStatusUnavailable: true | undefined
+  readonly exitStatusUnavailable?: true
   /** Resolves when the process has settled; never rejects. */
   readonly done: Promise<void>
-  readonly sandbox: BashSandboxInfo | undefined
-  readonly owner: OwnerToken | undefined
+  /** Sandbox facts, present once a policy-carrying process has settled. */
+  readonly sandbox?: ShellSandboxInfo
+  readonly owner?: OwnerToken
   /** Consuming read: what arrived since the previous read. */
-  readOutput(): BashTaskRead
+  readOutput(): ShellProcessRead
   /** SIGTERM to the tree, SIGKILL after graceMs; true when this call began it. */
   kill(): boolean
 }
 
 /**
  * Errors carry a `code`: 'INVALID_ARGUMENT' (with `field`, e.g.
- * 'request.timeoutMs'), an errno name such as 'ENOENT' for a command that
- * could not start, 'ABORT_ERR', 'DISPOSED', 'NOT_FOUND',
- * 'SANDBOX_UNAVAILABLE'.
+ * 'request.timeoutMs', 'spec.workdir', 'request.work_dir' for an unknown
+ * key), an errno name such as 'ENOENT' for a command that could not start,
+ * 'ABORT_ERR', 'DISPOSED', 'NOT_FOUND', 'STILL_RUNNING', 'WOULD_BLOCK',
+ * 'FORKED_CHILD', 'SANDBOX_UNAVAILABLE', 'INTERNAL'.
  */
 export interface DshNativeError extends Error {
   code: string
@@ -143,26 +171,57 @@ export interface DshNativeError extends Error {
   errno?: number
 }
 
-export declare class NativeBashExecutor {
-  constructor(config?: NativeBashExecutorConfig)
+export declare class NativeShellExecutor {
+  constructor(config?: NativeShellExecutorConfig)
   /** undefined: this executor does not sandbox. */
   readonly sandboxMode: SandboxMode | undefined
-  resolve(request: BashExecRequest): BashExecSpec
+  /** New commands get `config`; running ones keep theirs; a bad field changes nothing. */
+  reconfigure(config: NativeShellExecutorConfig): void
+  /** Adds no key for an absent optional field. */
+  resolve(request: ShellExecRequest): ShellExecSpec
   /** Never blocks the event loop; `spec.signal` aborts the command. */
-  run(spec: BashExecSpec): Promise<BashRunResult>
-  /** Returns at once; `spec.signal` kills the task. */
-  start(spec: BashExecSpec): NativeBashTask
-  get(id: BashTaskId): NativeBashTask | undefined
-  ownerOf(id: BashTaskId): OwnerToken | undefined
-  list(): NativeBashTask[]
+  run(spec: ShellExecSpec): Promise<ShellRunResult>
+  /** Returns at once; `spec.signal` kills the process. */
+  start(spec: ShellExecSpec): NativeShellProcess
+  get(id: ShellProcessId): NativeShellProcess | undefined
   /** Throws NOT_FOUND for an unknown id. */
-  readOutput(id: BashTaskId): BashTaskRead
+  ownerOf(id: ShellProcessId): OwnerToken | undefined
+  list(): NativeShellProcess[]
   /** Throws NOT_FOUND for an unknown id. */
-  kill(id: BashTaskId): boolean
-  /** Forgets a settled task (registry entry, spill files, buffers); throws STILL_RUNNING while it runs. */
-  forget(id: BashTaskId): void
+  readOutput(id: ShellProcessId): ShellProcessRead
+  /** Throws NOT_FOUND for an unknown id. */
+  kill(id: ShellProcessId): boolean
+  /** Forgets a settled process (registry entry, spill files, buffers); throws STILL_RUNNING while it runs. */
+  forget(id: ShellProcessId): void
   /** Returns a function that unsubscribes. */
-  onTaskDone(listener: BashTaskListener): () => void
+  onTaskDone(listener: ShellProcessListener): () => void
   /** Kills every running process and resolves once all have exited. */
   dispose(): Promise<void>
 }
+
+/** @deprecated the seam's old name; use {@link NativeShellExecutor}. */
+export declare const NativeBashExecutor: typeof NativeShellExecutor
+/** @deprecated the seam's old name; use {@link NativeShellExecutor}. */
+export type NativeBashExecutor = NativeShellExecutor
+/** @deprecated the seam's old name; use {@link NativeShellProcess}. */
+export declare const NativeBashTask: typeof NativeShellProcess
+/** @deprecated the seam's old name; use {@link NativeShellProcess}. */
+export type NativeBashTask = NativeShellProcess
+/** @deprecated use {@link NativeShellExecutorConfig}. */
+export type NativeBashExecutorConfig = NativeShellExecutorConfig
+/** @deprecated use {@link ShellExecRequest}. */
+export type BashExecRequest = ShellExecRequest
+/** @deprecated use {@link ShellExecSpec}. */
+export type BashExecSpec = ShellExecSpec
+/** @deprecated use {@link ShellRunResult}. */
+export type BashRunResult = ShellRunResult
+/** @deprecated use {@link ShellProcessRead}. */
+export type BashTaskRead = ShellProcessRead
+/** @deprecated use {@link ShellProcessStatus}. */
+export type BashTaskStatus = ShellProcessStatus
+/** @deprecated use {@link ShellSandboxInfo}. */
+export type BashSandboxInfo = ShellSandboxInfo
+/** @deprecated use {@link ShellProcessId}. */
+export type BashTaskId = ShellProcessId
+/** @deprecated use {@link ShellProcessListener}. */
+export type BashTaskListener = ShellProcessListener

@@ -2,11 +2,41 @@
 // dsh-native for Node: the harness's ShellExecutor over the native core.
 // This file only adapts shapes (AbortSignal, the `done` promise, `task` on
 // reads, listener containment); every rule lives in the Rust core.
+// The harness plugin (`dsh-native/harness`) is in harness.mjs.
 
-const { NativeExecutor, NativeCancelToken } = require('./native.js')
+const { NativeExecutor, NativeCancelToken, checkConfig } = require('./native.js')
 
-/** A background process handle (the harness's BashTask). */
-class NativeBashTask {
+/** An INVALID_ARGUMENT error shaped like the native ones. */
+function invalid(field, problem) {
+  const err = new TypeError(`${field} ${problem}`)
+  err.code = 'INVALID_ARGUMENT'
+  err.field = field
+  return err
+}
+
+function describe(value) {
+  return value === null ? 'null' : typeof value
+}
+
+/** `signal` is the one field that is not data: an AbortSignal or absent. */
+function checkSignal(signal, field) {
+  if (signal === undefined) return undefined
+  const isSignal =
+    (typeof AbortSignal === 'function' && signal instanceof AbortSignal) ||
+    (signal !== null &&
+      typeof signal === 'object' &&
+      typeof signal.aborted === 'boolean' &&
+      typeof signal.addEventListener === 'function')
+  if (!isSignal) throw invalid(field, `must be an AbortSignal, got ${describe(signal)}`)
+  return signal
+}
+
+function checkObject(value, field) {
+  if (value === null || typeof value !== 'object') throw invalid(field, `must be an object, got ${describe(value)}`)
+}
+
+/** A background process handle (the harness's ShellProcess). */
+class NativeShellProcess {
   #native
   #done
   constructor(native) {
@@ -60,7 +90,7 @@ function withTask(read, task) {
   return { task, ...read }
 }
 
-class NativeBashExecutor {
+class NativeShellExecutor {
   #native
   /** id → NativeBashTask, so every lookup returns the same object. */
   #tasks = new Map()
@@ -74,14 +104,25 @@ class NativeBashExecutor {
     return this.#native.sandboxMode ?? undefined
   }
 
+  /**
+   * New commands get `config` (a whole configuration, defaults for what it
+   * omits); running ones keep theirs. A bad field changes nothing.
+   */
+  reconfigure(config) {
+    this.#native.reconfigure(config)
+  }
+
   resolve(request) {
+    checkObject(request, 'request')
+    const signal = checkSignal(request.signal, 'request.signal')
     const spec = this.#native.resolve(request)
-    if (request.signal !== undefined) spec.signal = request.signal
+    if (signal !== undefined) spec.signal = signal
     return spec
   }
 
   async run(spec) {
-    const { signal } = spec
+    checkObject(spec, 'spec')
+    const signal = checkSignal(spec.signal, 'spec.signal')
     const token = new NativeCancelToken()
     const onAbort = () => token.cancel()
     if (signal) {
@@ -96,8 +137,9 @@ class NativeBashExecutor {
   }
 
   start(spec) {
+    checkObject(spec, 'spec')
+    const signal = checkSignal(spec.signal, 'spec.signal')
     const task = this.#wrap(this.#native.start(spec))
-    const { signal } = spec
     if (signal) {
       const onAbort = () => task.kill()
       if (signal.aborted) onAbort()
@@ -112,7 +154,7 @@ class NativeBashExecutor {
   #wrap(native) {
     let task = this.#tasks.get(native.id)
     if (!task) {
-      task = new NativeBashTask(native)
+      task = new NativeShellProcess(native)
       this.#tasks.set(native.id, task)
     }
     return task
@@ -157,10 +199,7 @@ class NativeBashExecutor {
    */
   onTaskDone(listener) {
     if (typeof listener !== 'function') {
-      const err = new TypeError(`invalid listener: must be a function, got ${listener === null ? 'null' : typeof listener}`)
-      err.code = 'INVALID_ARGUMENT'
-      err.field = 'listener'
-      throw err
+      throw invalid('listener', `must be a function, got ${describe(listener)}`)
     }
     const id = this.#native.onTaskDone((taskId) => {
       try {
@@ -179,4 +218,9 @@ class NativeBashExecutor {
   }
 }
 
-module.exports = { NativeBashExecutor, NativeBashTask }
+/** @deprecated the seam's old name; use NativeShellExecutor. */
+const NativeBashExecutor = NativeShellExecutor
+/** @deprecated the seam's old name; use NativeShellProcess. */
+const NativeBashTask = NativeShellProcess
+
+module.exports = { NativeShellExecutor, NativeShellProcess, checkConfig, NativeBashExecutor, NativeBashTask }

@@ -2,11 +2,10 @@
 //! objects out (absent optional fields are omitted, not undefined), and the
 //! one mapping from core errors to JS `Error`s.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use napi::bindgen_prelude::*;
 use napi::{Env, Status};
-use napi_derive::napi;
 
 use dsh_core::{
     whole_number, DshError, Field, FieldName, NameStyle, Num, SandboxMode, SandboxPolicyInput, Scope,
@@ -48,180 +47,325 @@ pub(crate) fn js_error(env: &Env, e: &DshError) -> Error {
     built.unwrap_or_else(|err| err)
 }
 
-/// Any JS value where a number belongs: a wrong type is reported by the
-/// core's error (naming `request.timeoutMs`), not by napi's conversion.
-pub enum JsNumber {
-    Number(f64),
-    Other(ValueType),
+/// What went wrong with a JS input: either the core's verdict on a value,
+/// or a shape problem only JS can have (an unknown key, a wrong type, a
+/// missing required field). Both become one `INVALID_ARGUMENT` error.
+pub(crate) enum InputError {
+    Core(DshError),
+    Shape { path: String, problem: String },
 }
 
-impl TypeName for JsNumber {
-    fn type_name() -> &'static str {
-        "number"
-    }
-    fn value_type() -> ValueType {
-        ValueType::Number
+impl From<DshError> for InputError {
+    fn from(e: DshError) -> Self {
+        InputError::Core(e)
     }
 }
 
-impl ValidateNapiValue for JsNumber {}
+pub(crate) type InputResult<T> = std::result::Result<T, InputError>;
 
-impl FromNapiValue for JsNumber {
-    unsafe fn from_napi_value(env: napi::sys::napi_env, value: napi::sys::napi_value) -> Result<Self> {
-        // SAFETY: napi hands us a live value of this env.
-        let t = type_of!(env, value)?;
-        if t == ValueType::Number {
-            Ok(JsNumber::Number(unsafe { f64::from_napi_value(env, value) }?))
-        } else {
-            Ok(JsNumber::Other(t))
-        }
-    }
-}
-
-impl JsNumber {
-    fn num(self, field: Field) -> std::result::Result<Num, DshError> {
-        match self {
-            JsNumber::Number(n) => Ok(Num(n)),
-            JsNumber::Other(t) => Err(DshError::InvalidArgument {
-                field,
-                problem: format!("must be a number, got {}", format!("{t:?}").to_lowercase()),
-            }),
-        }
-    }
-}
-
-fn opt_num(v: Option<JsNumber>, field: Field) -> std::result::Result<Option<Num>, DshError> {
-    v.map(|n| n.num(field)).transpose()
-}
-
-/// A spec's number: present, and within the core's rule.
-fn number(field: Field, v: JsNumber, max: u64) -> std::result::Result<u64, DshError> {
-    whole_number(field, v.num(field)?, max)
-}
-
-#[napi(object, object_to_js = false)]
-pub struct SandboxPolicyJs {
-    pub mode: String,
-    pub workspace_root: Option<String>,
-}
-
-#[napi(object, object_to_js = false)]
-pub struct ConfigJs {
-    pub cwd: Option<String>,
-    pub timeout_ms: Option<JsNumber>,
-    pub max_timeout_ms: Option<JsNumber>,
-    pub max_output_bytes: Option<JsNumber>,
-    pub max_spill_bytes: Option<JsNumber>,
-    pub retain_settled: Option<JsNumber>,
-    pub grace_ms: Option<JsNumber>,
-    pub spill_dir: Option<String>,
-    pub sandbox_mode: Option<String>,
-}
-
-#[napi(object, object_to_js = false)]
-pub struct RequestJs {
-    pub command: String,
-    pub workdir: Option<String>,
-    pub timeout_ms: Option<JsNumber>,
-    pub stdout_max_bytes: Option<JsNumber>,
-    pub stdin: Option<Either<String, Buffer>>,
-    pub env: Option<HashMap<String, Option<String>>>,
-    pub dsh_env: Option<HashMap<String, Option<String>>>,
-    pub owner: Option<String>,
-    pub sandbox_policy: Option<SandboxPolicyJs>,
-}
-
-/// A spec as JS holds it (the harness may hand back a spec it built or
-/// extended, e.g. with `signal`; extra keys are ignored).
-#[napi(object, object_to_js = false)]
-pub struct SpecJs {
-    pub command: String,
-    pub workdir: String,
-    pub timeout_ms: JsNumber,
-    pub stdout_max_bytes: JsNumber,
-    pub stdin: Option<Either<String, Buffer>>,
-    pub env: Option<HashMap<String, Option<String>>>,
-    pub dsh_env: Option<HashMap<String, Option<String>>>,
-    pub owner: Option<String>,
-    pub sandbox_policy: Option<SandboxPolicyJs>,
-}
-
-/// A JS record as a map; a key whose value is undefined is absent.
-fn sorted(m: Option<HashMap<String, Option<String>>>) -> Option<BTreeMap<String, String>> {
-    m.map(|m| m.into_iter().filter_map(|(k, v)| Some((k, v?))).collect())
-}
-
-fn bytes(stdin: Option<Either<String, Buffer>>) -> Option<Vec<u8>> {
-    stdin.map(|s| match s {
-        Either::A(s) => s.into_bytes(),
-        Either::B(b) => b.to_vec(),
+fn shape<T>(path: impl Into<String>, problem: impl Into<String>) -> InputResult<T> {
+    Err(InputError::Shape {
+        path: path.into(),
+        problem: problem.into(),
     })
 }
 
-fn mode(field: Field, s: &str) -> std::result::Result<SandboxMode, DshError> {
-    SandboxMode::parse(field, s)
+pub(crate) fn input_error(env: &Env, e: &InputError) -> Error {
+    match e {
+        InputError::Core(e) => js_error(env, e),
+        InputError::Shape { path, problem } => {
+            let built = (|| -> Result<Error> {
+                let mut obj =
+                    env.create_error(Error::new(Status::InvalidArg, format!("{path} {problem}")))?;
+                obj.set_named_property("code", "INVALID_ARGUMENT")?;
+                obj.set_named_property("field", path.as_str())?;
+                Ok(Error::from(obj.into_unknown(env)?))
+            })();
+            built.unwrap_or_else(|err| err)
+        }
+    }
 }
 
-pub(crate) fn config_input(c: Option<ConfigJs>) -> std::result::Result<dsh_core::ConfigInput, DshError> {
-    let Some(c) = c else { return Ok(Default::default()) };
+fn type_name(t: ValueType) -> &'static str {
+    match t {
+        ValueType::Undefined => "undefined",
+        ValueType::Null => "null",
+        ValueType::Boolean => "boolean",
+        ValueType::Number => "number",
+        ValueType::String => "string",
+        ValueType::Symbol => "symbol",
+        ValueType::Object => "object",
+        ValueType::Function => "function",
+        ValueType::External => "external",
+        ValueType::BigInt => "bigint",
+        _ => "unknown",
+    }
+}
+
+/// One JS object read field by field. Every key must be one the shape
+/// knows: a misspelt `timeout_ms` or `work_dir` is an error, never ignored.
+struct Fields<'e> {
+    obj: Object<'e>,
+    scope: &'static str,
+}
+
+impl<'e> Fields<'e> {
+    fn new(value: Unknown<'e>, scope: &'static str, known: &[&str]) -> InputResult<Self> {
+        let t = value.get_type().map_err(napi_failure(scope))?;
+        if t != ValueType::Object {
+            return shape(scope, format!("must be an object, got {}", type_name(t)));
+        }
+        // SAFETY: the value was just checked to be an object.
+        let obj = unsafe { value.cast::<Object<'e>>() }.map_err(napi_failure(scope))?;
+        for key in Object::keys(&obj).map_err(napi_failure(scope))? {
+            if !known.contains(&key.as_str()) {
+                return shape(
+                    format!("{scope}.{key}"),
+                    format!("is not a known field (expected one of: {})", known.join(", ")),
+                );
+            }
+        }
+        Ok(Fields { obj, scope })
+    }
+
+    fn path(&self, key: &str) -> String {
+        format!("{}.{key}", self.scope)
+    }
+
+    /// The value at `key`; absent and `undefined` are the same.
+    fn get(&self, key: &str) -> InputResult<Option<(Unknown<'e>, ValueType)>> {
+        let v: Option<Unknown<'e>> = self.obj.get(key).map_err(napi_failure(self.scope))?;
+        match v {
+            None => Ok(None),
+            Some(v) => match v.get_type().map_err(napi_failure(self.scope))? {
+                ValueType::Undefined => Ok(None),
+                t => Ok(Some((v, t))),
+            },
+        }
+    }
+
+    fn string(&self, key: &str) -> InputResult<Option<String>> {
+        match self.get(key)? {
+            None => Ok(None),
+            Some((v, ValueType::String)) => {
+                // SAFETY: the value was just checked to be a string.
+                Ok(Some(
+                    unsafe { v.cast::<String>() }.map_err(napi_failure(self.scope))?,
+                ))
+            }
+            Some((_, t)) => shape(self.path(key), format!("must be a string, got {}", type_name(t))),
+        }
+    }
+
+    fn required_string(&self, key: &str, hint: &str) -> InputResult<String> {
+        match self.string(key)? {
+            Some(s) => Ok(s),
+            None => shape(self.path(key), format!("is required{hint}")),
+        }
+    }
+
+    fn number(&self, key: &str, field: Field) -> InputResult<Option<Num>> {
+        match self.get(key)? {
+            None => Ok(None),
+            Some((v, ValueType::Number)) => {
+                // SAFETY: the value was just checked to be a number.
+                let n = unsafe { v.cast::<f64>() }.map_err(napi_failure(self.scope))?;
+                Ok(Some(Num(n)))
+            }
+            Some((_, t)) => Err(InputError::Core(DshError::InvalidArgument {
+                field,
+                problem: format!("must be a number, got {}", type_name(t)),
+            })),
+        }
+    }
+
+    /// A record of strings (`env`, `dshEnv`); an `undefined` value is an
+    /// absent key.
+    fn record(&self, key: &str) -> InputResult<Option<BTreeMap<String, String>>> {
+        let Some((v, t)) = self.get(key)? else {
+            return Ok(None);
+        };
+        let path = self.path(key);
+        if t != ValueType::Object || v.is_array().unwrap_or(false) {
+            return shape(
+                path,
+                format!("must be an object of strings, got {}", type_name(t)),
+            );
+        }
+        // SAFETY: the value was just checked to be an object.
+        let obj = unsafe { v.cast::<Object<'e>>() }.map_err(napi_failure(self.scope))?;
+        let inner = Fields {
+            obj,
+            scope: self.scope,
+        };
+        let mut out = BTreeMap::new();
+        for k in Object::keys(&inner.obj).map_err(napi_failure(self.scope))? {
+            match inner.get(&k)? {
+                None => {}
+                Some((v, ValueType::String)) => {
+                    // SAFETY: the value was just checked to be a string.
+                    let s = unsafe { v.cast::<String>() }.map_err(napi_failure(self.scope))?;
+                    out.insert(k, s);
+                }
+                Some((_, t)) => {
+                    return shape(
+                        format!("{path}.{k}"),
+                        format!("must be a string, got {}", type_name(t)),
+                    )
+                }
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// `stdin`: a string, or a Buffer for bytes that are not text.
+    fn stdin(&self) -> InputResult<Option<Vec<u8>>> {
+        let Some((v, t)) = self.get("stdin")? else {
+            return Ok(None);
+        };
+        if t == ValueType::String {
+            return Ok(self.string("stdin")?.map(String::into_bytes));
+        }
+        if v.is_buffer().unwrap_or(false) {
+            // SAFETY: the value was just checked to be a Buffer.
+            let b = unsafe { v.cast::<BufferSlice>() }.map_err(napi_failure(self.scope))?;
+            return Ok(Some(b.to_vec()));
+        }
+        shape(
+            self.path("stdin"),
+            format!("must be a string or a Buffer, got {}", type_name(t)),
+        )
+    }
+
+    fn policy(&self, f: Field) -> InputResult<Option<SandboxPolicyInput>> {
+        let Some((v, _)) = self.get("sandboxPolicy")? else {
+            return Ok(None);
+        };
+        let scope = if self.scope == "request" {
+            "request.sandboxPolicy"
+        } else {
+            "spec.sandboxPolicy"
+        };
+        let p = Fields::new(v, scope, &["mode", "workspaceRoot", "sessionId"])?;
+        let mode = p.required_string("mode", "")?;
+        Ok(Some(SandboxPolicyInput {
+            mode: SandboxMode::parse(f, &mode)?,
+            workspace_root: p.string("workspaceRoot")?,
+            session_id: p.string("sessionId")?,
+        }))
+    }
+}
+
+/// A napi call that failed while reading an input (a throwing getter, a
+/// proxy): reported against the object being read.
+fn napi_failure(scope: &'static str) -> impl Fn(Error) -> InputError {
+    move |e| InputError::Shape {
+        path: scope.to_owned(),
+        problem: format!("could not be read: {}", e.reason),
+    }
+}
+
+const CONFIG_KEYS: &[&str] = &[
+    "cwd",
+    "timeoutMs",
+    "maxTimeoutMs",
+    "maxOutputBytes",
+    "maxSpillBytes",
+    "retainSettled",
+    "graceMs",
+    "spillDir",
+    "sandboxMode",
+];
+
+/// The request and the spec share their keys; `signal` is read by the JS
+/// layer (it is an AbortSignal, not data).
+const CALL_KEYS: &[&str] = &[
+    "command",
+    "workdir",
+    "timeoutMs",
+    "stdoutMaxBytes",
+    "signal",
+    "stdin",
+    "env",
+    "dshEnv",
+    "owner",
+    "sandboxPolicy",
+];
+
+pub(crate) fn config_input(c: Option<Unknown<'_>>) -> InputResult<dsh_core::ConfigInput> {
+    let Some(c) = c.filter(|c| !matches!(c.get_type(), Ok(ValueType::Undefined | ValueType::Null))) else {
+        return Ok(Default::default());
+    };
+    let c = Fields::new(c, "config", CONFIG_KEYS)?;
     let f = |name| Field::new(Scope::Config, name);
     Ok(dsh_core::ConfigInput {
-        cwd: c.cwd,
-        timeout_ms: opt_num(c.timeout_ms, f(FieldName::TimeoutMs))?,
-        max_timeout_ms: opt_num(c.max_timeout_ms, f(FieldName::MaxTimeoutMs))?,
-        max_output_bytes: opt_num(c.max_output_bytes, f(FieldName::MaxOutputBytes))?,
-        max_spill_bytes: opt_num(c.max_spill_bytes, f(FieldName::MaxSpillBytes))?,
-        retain_settled: opt_num(c.retain_settled, f(FieldName::RetainSettled))?,
-        grace_ms: opt_num(c.grace_ms, f(FieldName::GraceMs))?,
-        spill_dir: c.spill_dir,
+        cwd: c.string("cwd")?,
+        timeout_ms: c.number("timeoutMs", f(FieldName::TimeoutMs))?,
+        max_timeout_ms: c.number("maxTimeoutMs", f(FieldName::MaxTimeoutMs))?,
+        max_output_bytes: c.number("maxOutputBytes", f(FieldName::MaxOutputBytes))?,
+        max_spill_bytes: c.number("maxSpillBytes", f(FieldName::MaxSpillBytes))?,
+        retain_settled: c.number("retainSettled", f(FieldName::RetainSettled))?,
+        grace_ms: c.number("graceMs", f(FieldName::GraceMs))?,
+        spill_dir: c.string("spillDir")?,
         sandbox_mode: c
-            .sandbox_mode
-            .map(|m| mode(Field::new(Scope::Config, FieldName::SandboxMode), &m))
+            .string("sandboxMode")?
+            .map(|m| SandboxMode::parse(f(FieldName::SandboxMode), &m))
             .transpose()?,
     })
 }
 
-pub(crate) fn request(r: RequestJs) -> std::result::Result<dsh_core::Request, DshError> {
+pub(crate) fn request(r: Unknown<'_>) -> InputResult<dsh_core::Request> {
+    let r = Fields::new(r, "request", CALL_KEYS)?;
     let f = |name| Field::new(Scope::Request, name);
-    let policy_field = f(FieldName::SandboxPolicy);
     Ok(dsh_core::Request {
-        command: r.command,
-        workdir: r.workdir,
-        timeout_ms: opt_num(r.timeout_ms, f(FieldName::TimeoutMs))?,
-        stdout_max_bytes: opt_num(r.stdout_max_bytes, f(FieldName::StdoutMaxBytes))?,
-        stdin: bytes(r.stdin),
-        env: sorted(r.env),
-        dsh_env: sorted(r.dsh_env),
-        owner: r.owner,
-        sandbox_policy: r
-            .sandbox_policy
-            .map(|p| {
-                Ok::<_, DshError>(SandboxPolicyInput {
-                    mode: mode(policy_field, &p.mode)?,
-                    workspace_root: p.workspace_root,
-                })
-            })
-            .transpose()?,
+        command: r.required_string("command", "")?,
+        workdir: r.string("workdir")?,
+        timeout_ms: r.number("timeoutMs", f(FieldName::TimeoutMs))?,
+        stdout_max_bytes: r.number("stdoutMaxBytes", f(FieldName::StdoutMaxBytes))?,
+        stdin: r.stdin()?,
+        env: r.record("env")?,
+        dsh_env: r.record("dshEnv")?,
+        owner: r.string("owner")?,
+        sandbox_policy: r.policy(f(FieldName::SandboxPolicy))?,
     })
 }
 
-pub(crate) fn spec(s: SpecJs) -> std::result::Result<dsh_core::Spec, DshError> {
+/// A spec as JS holds it: built by `resolve()` (ours or the harness's)
+/// and possibly extended with `signal`.
+pub(crate) fn spec(s: Unknown<'_>) -> InputResult<dsh_core::Spec> {
+    let s = Fields::new(s, "spec", CALL_KEYS)?;
     let f = |name| Field::new(Scope::Spec, name);
+    const UNRESOLVED: &str = " (a spec comes from resolve(); pass the request through it first)";
+    let required_number = |key, name| -> InputResult<u64> {
+        match s.number(key, f(name))? {
+            Some(n) => Ok(whole_number(f(name), n, MAX_SAFE_INTEGER)?),
+            None => shape(s.path(key), format!("is required{UNRESOLVED}")),
+        }
+    };
     Ok(dsh_core::Spec {
-        command: s.command,
-        workdir: s.workdir,
-        timeout_ms: number(f(FieldName::TimeoutMs), s.timeout_ms, MAX_SAFE_INTEGER)?,
-        stdout_max_bytes: number(f(FieldName::StdoutMaxBytes), s.stdout_max_bytes, MAX_SAFE_INTEGER)?,
-        stdin: bytes(s.stdin),
-        env: sorted(s.env),
-        dsh_env: sorted(s.dsh_env),
-        owner: s.owner,
+        command: s.required_string("command", UNRESOLVED)?,
+        workdir: s.required_string("workdir", UNRESOLVED)?,
+        timeout_ms: required_number("timeoutMs", FieldName::TimeoutMs)?,
+        stdout_max_bytes: required_number("stdoutMaxBytes", FieldName::StdoutMaxBytes)?,
+        stdin: s.stdin()?,
+        env: s.record("env")?,
+        dsh_env: s.record("dshEnv")?,
+        owner: s.string("owner")?,
         sandbox_policy: s
-            .sandbox_policy
+            .policy(f(FieldName::SandboxPolicy))?
             .map(|p| {
-                Ok::<_, DshError>(dsh_core::SandboxPolicy {
-                    mode: mode(f(FieldName::SandboxPolicy), &p.mode)?,
-                    workspace_root: p.workspace_root.unwrap_or_default(),
+                Ok::<_, InputError>(dsh_core::SandboxPolicy {
+                    mode: p.mode,
+                    workspace_root: match p.workspace_root {
+                        Some(root) => root,
+                        None => {
+                            return shape(
+                                "spec.sandboxPolicy.workspaceRoot",
+                                format!("is required{UNRESOLVED}"),
+                            )
+                        }
+                    },
+                    session_id: p.session_id,
                 })
             })
             .transpose()?,
@@ -264,16 +408,15 @@ pub(crate) fn spec_object<'e>(env: &'e Env, s: &dsh_core::Spec) -> Result<Object
     if let Some(m) = &s.dsh_env {
         o.set_named_property("dshEnv", map_object(env, m)?)?;
     }
+    // Optional: an absent owner adds no key (the harness's spec has none).
+    set_some(&mut o, "owner", s.owner.as_deref())?;
     // Required-but-nullable: always present, possibly undefined.
-    match s.owner.as_deref() {
-        Some(owner) => o.set_named_property("owner", owner)?,
-        None => o.set_named_property("owner", ())?,
-    }
     match &s.sandbox_policy {
         Some(p) => {
             let mut po = Object::new(env)?;
             po.set_named_property("mode", p.mode.as_str())?;
             po.set_named_property("workspaceRoot", p.workspace_root.as_str())?;
+            set_some(&mut po, "sessionId", p.session_id.as_deref())?;
             o.set_named_property("sandboxPolicy", po)?;
         }
         None => o.set_named_property("sandboxPolicy", ())?,

@@ -10,7 +10,7 @@ use napi_derive::napi;
 
 use dsh_core::{DshError, ListenerId};
 
-use crate::convert::{self, js_error, ConfigJs, RequestJs, SpecJs};
+use crate::convert::{self, input_error, js_error, InputResult};
 
 /// A run's outcome, turned into a JS object on the JS thread.
 struct RunValue(dsh_core::RunResult);
@@ -26,6 +26,10 @@ impl ToNapiValue for RunValue {
 
 fn throw<T>(env: &Env, r: std::result::Result<T, DshError>) -> Result<T> {
     r.map_err(|e| js_error(env, &e))
+}
+
+fn throw_input<T>(env: &Env, r: InputResult<T>) -> Result<T> {
+    r.map_err(|e| input_error(env, &e))
 }
 
 /// Fires a core cancel token from JS (an AbortSignal's 'abort').
@@ -133,10 +137,18 @@ pub struct NativeExecutor {
 #[napi]
 impl NativeExecutor {
     #[napi(constructor)]
-    pub fn new(env: Env, config: Option<ConfigJs>) -> Result<Self> {
-        let input = throw(&env, convert::config_input(config))?;
+    pub fn new(env: Env, config: Option<Unknown<'_>>) -> Result<Self> {
+        let input = throw_input(&env, convert::config_input(config))?;
         let inner = throw(&env, dsh_core::Executor::new(input))?;
         Ok(NativeExecutor { inner })
+    }
+
+    /// New commands get `config`; running ones keep theirs. A bad field
+    /// changes nothing.
+    #[napi]
+    pub fn reconfigure(&self, env: Env, config: Option<Unknown<'_>>) -> Result<()> {
+        let input = throw_input(&env, convert::config_input(config))?;
+        throw(&env, self.inner.reconfigure(input))
     }
 
     #[napi(getter)]
@@ -145,8 +157,8 @@ impl NativeExecutor {
     }
 
     #[napi]
-    pub fn resolve<'e>(&self, env: &'e Env, request: RequestJs) -> Result<Object<'e>> {
-        let req = throw(env, convert::request(request))?;
+    pub fn resolve<'e>(&self, env: &'e Env, request: Unknown<'_>) -> Result<Object<'e>> {
+        let req = throw_input(env, convert::request(request))?;
         let spec = throw(env, self.inner.resolve(req))?;
         convert::spec_object(env, &spec)
     }
@@ -156,10 +168,10 @@ impl NativeExecutor {
     pub fn run<'e>(
         &self,
         env: &'e Env,
-        spec: SpecJs,
+        spec: Unknown<'_>,
         cancel: Option<&NativeCancelToken>,
     ) -> Result<Object<'e>> {
-        let spec = throw(env, convert::spec(spec))?;
+        let spec = throw_input(env, convert::spec(spec))?;
         let (deferred, promise) = env.create_deferred::<RunValue, _>()?;
         self.inner
             .run_with(&spec, cancel.map(|c| &c.inner), move |outcome| {
@@ -174,8 +186,8 @@ impl NativeExecutor {
     /// Registers the process and returns at once; spawning happens on a
     /// core thread.
     #[napi]
-    pub fn start(&self, env: &Env, spec: SpecJs) -> Result<NativeProcess> {
-        let spec = throw(env, convert::spec(spec))?;
+    pub fn start(&self, env: &Env, spec: Unknown<'_>) -> Result<NativeProcess> {
+        let spec = throw_input(env, convert::spec(spec))?;
         let inner = throw(env, self.inner.start(&spec))?;
         Ok(NativeProcess { inner })
     }
@@ -247,4 +259,13 @@ impl NativeExecutor {
         self.inner.start_dispose(move || deferred.resolve(|_| Ok(())));
         Ok(promise)
     }
+}
+
+/// Validates a configuration the way `new NativeExecutor(config)` would,
+/// without making an executor: the harness's settings layer calls it to
+/// refuse a section where it is written.
+#[napi]
+pub fn check_config(env: Env, config: Option<Unknown<'_>>) -> Result<()> {
+    let input = throw_input(&env, convert::config_input(config))?;
+    throw(&env, dsh_core::Config::new(input).map(drop))
 }

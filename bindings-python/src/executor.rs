@@ -234,6 +234,7 @@ fn policy_input(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<SandboxPoli
         return Ok(Some(SandboxPolicyInput {
             mode: SandboxMode::parse(field, &p.mode).map_err(|e| to_pyerr(py, e))?,
             workspace_root: Some(p.workspace_root.clone()),
+            session_id: None,
         }));
     }
     let dict = v
@@ -249,9 +250,17 @@ fn policy_input(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<SandboxPoli
         ),
         _ => None,
     };
+    let session_id = match dict.get_item("session_id")? {
+        Some(s) if !s.is_none() => Some(
+            s.extract::<String>()
+                .map_err(|_| type_error(py, field, "session_id must be a str"))?,
+        ),
+        _ => None,
+    };
     Ok(Some(SandboxPolicyInput {
         mode: sandbox_mode(py, field, &mode)?,
         workspace_root: root,
+        session_id,
     }))
 }
 

@@ -153,6 +153,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String>
                 opts.request.sandbox_policy = Some(SandboxPolicyInput {
                     mode,
                     workspace_root: None,
+                    session_id: None,
                 });
             }
             "--spill-dir" => {

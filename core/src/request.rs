@@ -16,6 +16,8 @@ pub const DSH_ENV_PREFIX: &str = "DSH_";
 pub struct SandboxPolicyInput {
     pub mode: SandboxMode,
     pub workspace_root: Option<String>,
+    /// The calling session's identity, carried to the spec untouched.
+    pub session_id: Option<String>,
 }
 
 /// What a caller (a model, a plugin) asks for.
@@ -117,10 +119,12 @@ pub fn resolve(config: &Config, request: Request) -> Result<Spec> {
                 )?,
                 None => workdir.clone(),
             },
+            session_id: p.session_id,
         }),
         None => config.sandbox_mode.map(|mode| SandboxPolicy {
             mode,
             workspace_root: workdir.clone(),
+            session_id: None,
         }),
     };
     Ok(Spec {

@@ -58,6 +58,9 @@ impl fmt::Display for SandboxMode {
 pub struct SandboxPolicy {
     pub mode: SandboxMode,
     pub workspace_root: String,
+    /// The calling session's identity (the harness keys per-session sandbox
+    /// state off it); carried, never interpreted here.
+    pub session_id: Option<String>,
 }
 
 /// How completely the kernel enforced a mode's file effects.

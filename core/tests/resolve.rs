@@ -210,6 +210,7 @@ fn sandbox_policy_is_stamped_from_config_or_request() {
     req.sandbox_policy = Some(SandboxPolicyInput {
         mode: SandboxMode::DangerFullAccess,
         workspace_root: Some("/srv".into()),
+        session_id: None,
     });
     let s = exec.resolve(req).unwrap();
     assert_eq!(s.sandbox_policy.unwrap().mode, SandboxMode::DangerFullAccess);

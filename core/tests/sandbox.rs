@@ -32,6 +32,7 @@ fn confined_run(mode: SandboxMode, dir: &Path, command: &str) -> RunResult {
     req.sandbox_policy = Some(SandboxPolicyInput {
         mode,
         workspace_root: None,
+        session_id: None,
     });
     exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap()
 }
@@ -156,6 +157,7 @@ fn background_processes_are_confined_and_carry_facts() {
     req.sandbox_policy = Some(SandboxPolicyInput {
         mode: SandboxMode::WorkspaceWrite,
         workspace_root: Some(dir.join("ws").to_str().unwrap().into()),
+        session_id: None,
     });
     let p = exec.start(&exec.resolve(req).unwrap()).unwrap();
     assert_eq!(p.sandbox(), None, "no facts while running");
@@ -178,6 +180,7 @@ fn confinement_that_cannot_be_applied_fails_closed_and_nothing_runs() {
     req.sandbox_policy = Some(SandboxPolicyInput {
         mode: SandboxMode::WorkspaceWrite,
         workspace_root: Some("/nonexistent/dsh-workspace".into()),
+        session_id: None,
     });
     let s = exec.resolve(req).unwrap();
     match exec.run_blocking(&s, None) {

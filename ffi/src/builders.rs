@@ -455,7 +455,11 @@ pub unsafe extern "C" fn dsh_request_set_sandbox_policy(
             false => Some(unsafe { text(workspace_root, "workspace_root") }?.to_owned()),
         };
         with(&r.input, |i| {
-            i.sandbox_policy = Some(SandboxPolicyInput { mode, workspace_root })
+            i.sandbox_policy = Some(SandboxPolicyInput {
+                mode,
+                workspace_root,
+                session_id: None,
+            })
         })
     })
 }

@@ -3,7 +3,9 @@ const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
 
-const { NativeBashExecutor } = require('../../bindings-node')
+const { NativeShellExecutor } = require('../../bindings-node')
+// The old name stays as an alias; tests use the current one.
+const NativeBashExecutor = NativeShellExecutor
 
 function executor(config = {}) {
   return new NativeBashExecutor({ graceMs: 300, ...config })
@@ -42,4 +44,4 @@ function tmpdir() {
   return fs.mkdtempSync(path.join(os.tmpdir(), 'dsh-node-'))
 }
 
-module.exports = { executor, alive, eventually, readUntil, tmpdir, NativeBashExecutor }
+module.exports = { executor, alive, eventually, readUntil, tmpdir, NativeBashExecutor, NativeShellExecutor }

@@ -76,6 +76,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 req.sandbox_policy = Some(SandboxPolicyInput {
                     mode,
                     workspace_root: None,
+                    session_id: None,
                 });
                 let spec = exec.resolve(req)?;
                 report_as(
