@@ -15,20 +15,24 @@ export type DshEnvironmentKey = `DSH_${string}`
 /** Trusted harness variables for one execution (the seam's `DshEnvironment`). */
 export type DshEnvironment = Readonly<Record<DshEnvironmentKey, string>>
 
-/** The per-call file-effect policy (the seam's `SandboxExecutionPolicy`). */
-export interface SandboxExecutionPolicy {
+/**
+ * The per-call file-effect policy (the seam's `SandboxExecutionPolicy`).
+ * `S` is the session id's type: the harness brands it, and a spec keeps
+ * the brand its request had.
+ */
+export interface SandboxExecutionPolicy<S extends string = string> {
   mode: SandboxMode
   /** Absolute root that `workspace-write` may write under. */
   workspaceRoot: string
   /** The calling session's identity; carried from request to spec untouched. */
-  sessionId?: string
+  sessionId?: S
 }
 
 /** A policy as a request may give it: `workspaceRoot` defaults to the workdir. */
-export interface SandboxPolicyRequest {
+export interface SandboxPolicyRequest<S extends string = string> {
   mode: SandboxMode
   workspaceRoot?: string | undefined
-  sessionId?: string | undefined
+  sessionId?: S | undefined
 }
 
 export interface NativeShellExecutorConfig {
@@ -86,6 +90,26 @@ export interface ShellExecSpec {
   /** Required-but-nullable: present, possibly undefined (unconfined). */
   sandboxPolicy: SandboxExecutionPolicy | undefined
 }
+
+/**
+ * The spec `resolve(request)` gives for a request of type `R`: text stdin
+ * stays text and a branded session id keeps its brand, so the spec also
+ * fits the harness's own `ShellExecSpec`.
+ */
+export type ResolvedSpec<R extends ShellExecRequest> = Omit<ShellExecSpec, 'stdin' | 'sandboxPolicy'> & {
+  stdin?: Extract<R['stdin'], string | Buffer> | undefined
+  sandboxPolicy: SandboxExecutionPolicy<SessionIdOf<R>> | undefined
+}
+
+/** Keys of `R` that `Shape` does not have, typed `never` so passing one fails to compile. */
+export type NoExtraKeys<R, Shape> = { [K in Exclude<keyof R, keyof Shape>]: never }
+
+/** The session id type a request carries (`string` when it carries none). */
+export type SessionIdOf<R> = R extends { sandboxPolicy?: { sessionId?: infer S } | undefined }
+  ? Exclude<S, undefined> extends string
+    ? Exclude<S, undefined>
+    : string
+  : string
 
 export interface CollectedOutput {
   /** The tail of the stream when truncated. */
@@ -177,8 +201,8 @@ export declare class NativeShellExecutor {
   readonly sandboxMode: SandboxMode | undefined
   /** New commands get `config`; running ones keep theirs; a bad field changes nothing. */
   reconfigure(config: NativeShellExecutorConfig): void
-  /** Adds no key for an absent optional field. */
-  resolve(request: ShellExecRequest): ShellExecSpec
+  /** Adds no key for an absent optional field; an unknown key is an error (in types too). */
+  resolve<R extends ShellExecRequest>(request: R & NoExtraKeys<R, ShellExecRequest>): ResolvedSpec<R>
   /** Never blocks the event loop; `spec.signal` aborts the command. */
   run(spec: ShellExecSpec): Promise<ShellRunResult>
   /** Returns at once; `spec.signal` kills the process. */
