@@ -186,7 +186,7 @@ pub(crate) fn request(r: RequestJs) -> std::result::Result<dsh_core::Request, Ds
     let policy_field = f(FieldName::SandboxPolicy);
     Ok(dsh_core::Request {
         command: r.command,
-        workdir: r.workdir,
+        workdir: r.workdir.map(Into::into),
         timeout_ms: opt_num(r.timeout_ms, f(FieldName::TimeoutMs))?,
         stdout_max_bytes: opt_num(r.stdout_max_bytes, f(FieldName::StdoutMaxBytes))?,
         stdin: bytes(r.stdin),
@@ -198,7 +198,7 @@ pub(crate) fn request(r: RequestJs) -> std::result::Result<dsh_core::Request, Ds
             .map(|p| {
                 Ok::<_, DshError>(SandboxPolicyInput {
                     mode: mode(policy_field, &p.mode)?,
-                    workspace_root: p.workspace_root,
+                    workspace_root: p.workspace_root.map(Into::into),
                 })
             })
             .transpose()?,
@@ -209,7 +209,7 @@ pub(crate) fn spec(s: SpecJs) -> std::result::Result<dsh_core::Spec, DshError> {
     let f = |name| Field::new(Scope::Spec, name);
     Ok(dsh_core::Spec {
         command: s.command,
-        workdir: s.workdir,
+        workdir: s.workdir.into(),
         timeout_ms: number(f(FieldName::TimeoutMs), s.timeout_ms, MAX_SAFE_INTEGER)?,
         stdout_max_bytes: number(f(FieldName::StdoutMaxBytes), s.stdout_max_bytes, MAX_SAFE_INTEGER)?,
         stdin: bytes(s.stdin),
@@ -221,7 +221,7 @@ pub(crate) fn spec(s: SpecJs) -> std::result::Result<dsh_core::Spec, DshError> {
             .map(|p| {
                 Ok::<_, DshError>(dsh_core::SandboxPolicy {
                     mode: mode(f(FieldName::SandboxPolicy), &p.mode)?,
-                    workspace_root: p.workspace_root.unwrap_or_default(),
+                    workspace_root: p.workspace_root.unwrap_or_default().into(),
                 })
             })
             .transpose()?,
@@ -245,10 +245,27 @@ fn map_object<'e>(env: &'e Env, m: &BTreeMap<String, String>) -> Result<Object<'
     Ok(o)
 }
 
+/// A path as a JS string. The core's paths are bytes; one that is not UTF-8
+/// (a process cwd named so) cannot be a JS string without changing which
+/// directory it names, so it is refused, naming the field, rather than
+/// handed out lossily.
+fn js_path<'p>(env: &Env, field: FieldName, p: &'p std::path::Path) -> Result<&'p str> {
+    p.to_str().ok_or_else(|| {
+        let e = DshError::InvalidArgument {
+            field: Field::new(Scope::Request, field),
+            problem: format!(
+                "is not valid UTF-8, which a JS string cannot carry: {}",
+                p.display()
+            ),
+        };
+        js_error(env, &e)
+    })
+}
+
 pub(crate) fn spec_object<'e>(env: &'e Env, s: &dsh_core::Spec) -> Result<Object<'e>> {
     let mut o = Object::new(env)?;
     o.set_named_property("command", s.command.as_str())?;
-    o.set_named_property("workdir", s.workdir.as_str())?;
+    o.set_named_property("workdir", js_path(env, FieldName::Workdir, &s.workdir)?)?;
     o.set_named_property("timeoutMs", s.timeout_ms as f64)?;
     o.set_named_property("stdoutMaxBytes", s.stdout_max_bytes as f64)?;
     if let Some(stdin) = &s.stdin {
@@ -273,7 +290,10 @@ pub(crate) fn spec_object<'e>(env: &'e Env, s: &dsh_core::Spec) -> Result<Object
         Some(p) => {
             let mut po = Object::new(env)?;
             po.set_named_property("mode", p.mode.as_str())?;
-            po.set_named_property("workspaceRoot", p.workspace_root.as_str())?;
+            po.set_named_property(
+                "workspaceRoot",
+                js_path(env, FieldName::SandboxPolicy, &p.workspace_root)?,
+            )?;
             o.set_named_property("sandboxPolicy", po)?;
         }
         None => o.set_named_property("sandboxPolicy", ())?,
