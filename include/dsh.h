@@ -159,7 +159,8 @@ typedef struct DshSpec DshSpec;
 /**
  * A borrowed string handed out by the library: `len` bytes at `ptr`, plus a
  * NUL terminator for convenience (the text itself may contain NUL bytes).
- * `ptr` is NULL when the value is absent.
+ * `ptr` is NULL when the value is absent. Text is UTF-8, except a path
+ * (dsh_spec_workdir), which is the raw bytes of the file name.
  */
 typedef struct DshStr {
   const char *ptr;
@@ -332,10 +333,12 @@ void dsh_request_free(struct DshRequest *request);
 
 /**
  * Working directory; a relative one is taken relative to the config cwd.
+ * `workdir` is the path's bytes up to the NUL terminator, which need not be
+ * UTF-8 (a directory name on Linux is bytes).
  *
  * # Safety
  * `request` is NULL or a live DshRequest from dsh_request_new that no thread
- * frees during this call. `workdir` is NULL or a NUL-terminated string
+ * frees during this call. `workdir` is NULL or a NUL-terminated byte string
  * readable for the whole call.
  */
 enum DshStatus dsh_request_set_workdir(const struct DshRequest *request, const char *workdir);
@@ -407,6 +410,8 @@ enum DshStatus dsh_request_set_owner(const struct DshRequest *request, const cha
 
 /**
  * A per-call sandbox policy; `workspace_root` NULL means the workdir.
+ * `mode` is UTF-8 text; `workspace_root` is a path's bytes up to the NUL
+ * terminator, which need not be UTF-8.
  *
  * # Safety
  * `request` is NULL or a live DshRequest from dsh_request_new that no thread
@@ -475,7 +480,8 @@ void dsh_spec_free(struct DshSpec *spec);
 struct DshStr dsh_spec_command(const struct DshSpec *spec);
 
 /**
- * The resolved, absolute workdir.
+ * The resolved, absolute workdir as the path's raw bytes, which need not
+ * be UTF-8.
  *
  * # Safety
  * `spec` is NULL or a live DshSpec from dsh_executor_resolve that no thread

@@ -250,7 +250,7 @@ impl<'e> Fields<'e> {
         let mode = p.required_string("mode", "")?;
         Ok(Some(SandboxPolicyInput {
             mode: SandboxMode::parse(f, &mode)?,
-            workspace_root: p.string("workspaceRoot")?,
+            workspace_root: p.string("workspaceRoot")?.map(Into::into),
             session_id: p.string("sessionId")?,
         }))
     }
@@ -319,7 +319,7 @@ pub(crate) fn request(r: Unknown<'_>) -> InputResult<dsh_core::Request> {
     let f = |name| Field::new(Scope::Request, name);
     Ok(dsh_core::Request {
         command: r.required_string("command", "")?,
-        workdir: r.string("workdir")?,
+        workdir: r.string("workdir")?.map(Into::into),
         timeout_ms: r.number("timeoutMs", f(FieldName::TimeoutMs))?,
         stdout_max_bytes: r.number("stdoutMaxBytes", f(FieldName::StdoutMaxBytes))?,
         stdin: r.stdin()?,
@@ -344,7 +344,7 @@ pub(crate) fn spec(s: Unknown<'_>) -> InputResult<dsh_core::Spec> {
     };
     Ok(dsh_core::Spec {
         command: s.required_string("command", UNRESOLVED)?,
-        workdir: s.required_string("workdir", UNRESOLVED)?,
+        workdir: s.required_string("workdir", UNRESOLVED)?.into(),
         timeout_ms: required_number("timeoutMs", FieldName::TimeoutMs)?,
         stdout_max_bytes: required_number("stdoutMaxBytes", FieldName::StdoutMaxBytes)?,
         stdin: s.stdin()?,
@@ -389,10 +389,27 @@ fn map_object<'e>(env: &'e Env, m: &BTreeMap<String, String>) -> Result<Object<'
     Ok(o)
 }
 
+/// A path as a JS string. The core's paths are bytes; one that is not UTF-8
+/// (a process cwd named so) cannot be a JS string without changing which
+/// directory it names, so it is refused, naming the field, rather than
+/// handed out lossily.
+fn js_path<'p>(env: &Env, field: FieldName, p: &'p std::path::Path) -> Result<&'p str> {
+    p.to_str().ok_or_else(|| {
+        let e = DshError::InvalidArgument {
+            field: Field::new(Scope::Request, field),
+            problem: format!(
+                "is not valid UTF-8, which a JS string cannot carry: {}",
+                p.display()
+            ),
+        };
+        js_error(env, &e)
+    })
+}
+
 pub(crate) fn spec_object<'e>(env: &'e Env, s: &dsh_core::Spec) -> Result<Object<'e>> {
     let mut o = Object::new(env)?;
     o.set_named_property("command", s.command.as_str())?;
-    o.set_named_property("workdir", s.workdir.as_str())?;
+    o.set_named_property("workdir", js_path(env, FieldName::Workdir, &s.workdir)?)?;
     o.set_named_property("timeoutMs", s.timeout_ms as f64)?;
     o.set_named_property("stdoutMaxBytes", s.stdout_max_bytes as f64)?;
     if let Some(stdin) = &s.stdin {
@@ -415,7 +432,10 @@ pub(crate) fn spec_object<'e>(env: &'e Env, s: &dsh_core::Spec) -> Result<Object
         Some(p) => {
             let mut po = Object::new(env)?;
             po.set_named_property("mode", p.mode.as_str())?;
-            po.set_named_property("workspaceRoot", p.workspace_root.as_str())?;
+            po.set_named_property(
+                "workspaceRoot",
+                js_path(env, FieldName::SandboxPolicy, &p.workspace_root)?,
+            )?;
             set_some(&mut po, "sessionId", p.session_id.as_deref())?;
             o.set_named_property("sandboxPolicy", po)?;
         }

@@ -3,11 +3,16 @@
 //! (KeyboardInterrupt) through, aborting what they were waiting for.
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use pyo3::exceptions::{PyTypeError, PyUnicodeEncodeError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyString};
 
 use dsh_core::{ConfigInput, Field, FieldName, ListenerId, Request, SandboxMode, SandboxPolicyInput, Scope};
@@ -243,13 +248,11 @@ fn policy_input(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<SandboxPoli
     let mode = dict
         .get_item("mode")?
         .ok_or_else(|| type_error(py, field, "has no 'mode'"))?;
-    let root = match dict.get_item("workspace_root")? {
-        Some(r) if !r.is_none() => Some(
-            r.extract::<String>()
-                .map_err(|_| type_error(py, field, "workspace_root must be a str"))?,
-        ),
-        _ => None,
-    };
+    let root = optional_path(
+        dict.get_item("workspace_root")?.as_ref(),
+        field,
+        "workspace_root ",
+    )?;
     let session_id = match dict.get_item("session_id")? {
         Some(s) if !s.is_none() => Some(
             s.extract::<String>()
@@ -262,6 +265,41 @@ fn policy_input(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<SandboxPoli
         workspace_root: root,
         session_id,
     }))
+}
+
+/// A path as `subprocess` takes `cwd`: `str` (encoded with the filesystem
+/// encoding and surrogateescape, so the `str` that `os.fsdecode` made of
+/// any bytes gives those bytes back), `bytes`, or an `os.PathLike` of
+/// either — exactly what `os.fsencode` accepts. `what` prefixes the problem
+/// when the path is one part of `field`.
+fn optional_path(value: Option<&Bound<'_, PyAny>>, field: Field, what: &str) -> PyResult<Option<PathBuf>> {
+    let Some(v) = value.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    let py = v.py();
+    static FSENCODE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let encoded = FSENCODE.import(py, "os", "fsencode")?.call1((v,)).map_err(|e| {
+        if e.is_instance_of::<PyTypeError>(py) {
+            let got = v.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+            type_error(
+                py,
+                field,
+                &format!("{what}must be str, bytes or os.PathLike, got {got}"),
+            )
+        } else if e.is_instance_of::<PyUnicodeEncodeError>(py) {
+            type_error(
+                py,
+                field,
+                &format!("{what}cannot be encoded with the filesystem encoding: {e}"),
+            )
+        } else {
+            e
+        }
+    })?;
+    let bytes = encoded
+        .cast::<PyBytes>()
+        .map_err(|_| type_error(py, field, &format!("{what}did not encode to bytes")))?;
+    Ok(Some(PathBuf::from(OsStr::from_bytes(bytes.as_bytes()))))
 }
 
 fn optional_str(value: Option<&Bound<'_, PyAny>>, field: Field) -> PyResult<Option<String>> {
@@ -367,7 +405,7 @@ impl Executor {
         };
         let request = Request {
             command,
-            workdir: optional_str(workdir, f(FieldName::Workdir))?,
+            workdir: optional_path(workdir, f(FieldName::Workdir), "")?,
             timeout_ms: number(timeout_ms, Scope::Request, FieldName::TimeoutMs)?,
             stdout_max_bytes: number(stdout_max_bytes, Scope::Request, FieldName::StdoutMaxBytes)?,
             stdin,

@@ -1,9 +1,10 @@
 //! Typed, immutable result objects with readable reprs.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyString};
 
 /// A string as Python's `repr()` writes it (single quotes unless the text
 /// holds one and no double quote).
@@ -33,6 +34,20 @@ pub(crate) fn py_repr(s: &str) -> String {
     out
 }
 
+/// A path as Python code sees one: a `str` decoded with the filesystem
+/// encoding and surrogateescape (`os.fsdecode`), so bytes that are not
+/// UTF-8 survive and `os.fsencode` gives them back.
+pub(crate) fn path_str<'py>(py: Python<'py>, p: &Path) -> Bound<'py, PyString> {
+    p.as_os_str()
+        .into_pyobject(py)
+        .unwrap_or_else(|never| match never {})
+}
+
+/// `repr()` of that `str`.
+fn path_repr(py: Python<'_>, p: &Path) -> String {
+    path_str(py, p).repr().map(|r| r.to_string()).unwrap_or_default()
+}
+
 fn repr_str(s: &Option<String>) -> String {
     match s {
         Some(s) => py_repr(s),
@@ -54,16 +69,21 @@ fn py_bool(b: bool) -> &'static str {
 pub struct SandboxPolicy {
     #[pyo3(get)]
     pub mode: String,
-    #[pyo3(get)]
-    pub workspace_root: String,
+    pub workspace_root: PathBuf,
 }
 
 #[pymethods]
 impl SandboxPolicy {
-    fn __repr__(&self) -> String {
+    /// A `str` as `os.fsdecode` makes it.
+    #[getter]
+    fn workspace_root<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
+        path_str(py, &self.workspace_root)
+    }
+    fn __repr__(&self, py: Python<'_>) -> String {
         format!(
-            "SandboxPolicy(mode={:?}, workspace_root={:?})",
-            self.mode, self.workspace_root
+            "SandboxPolicy(mode={}, workspace_root={})",
+            py_repr(&self.mode),
+            path_repr(py, &self.workspace_root)
         )
     }
 }
@@ -80,9 +100,10 @@ impl Spec {
     fn command(&self) -> &str {
         &self.inner.command
     }
+    /// A `str` as `os.fsdecode` makes it: passing it back gives the same bytes.
     #[getter]
-    fn workdir(&self) -> &str {
-        &self.inner.workdir
+    fn workdir<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
+        path_str(py, &self.inner.workdir)
     }
     #[getter]
     fn timeout_ms(&self) -> u64 {
@@ -115,12 +136,12 @@ impl Spec {
             workspace_root: p.workspace_root.clone(),
         })
     }
-    fn __repr__(&self) -> String {
+    fn __repr__(&self, py: Python<'_>) -> String {
         let s = &self.inner;
         format!(
             "Spec(command={}, workdir={}, timeout_ms={}, stdout_max_bytes={}, owner={})",
             py_repr(&s.command),
-            py_repr(&s.workdir),
+            path_repr(py, &s.workdir),
             s.timeout_ms,
             s.stdout_max_bytes,
             repr_str(&s.owner)

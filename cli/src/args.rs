@@ -4,7 +4,8 @@
 //! has to fix it without a human reading the help.
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use dsh_core::{Num, Request, SandboxMode, SandboxPolicyInput};
@@ -27,7 +28,8 @@ Options:
       --timeout MS        kill the command after MS milliseconds (default
                           120000): SIGTERM to all its processes, SIGKILL
                           3 s later; also --timeout-ms
-      --workdir DIR       run in DIR (default: the current directory)
+      --workdir DIR       run in DIR (default: the current directory); any
+                          bytes, UTF-8 or not
       --env NAME=VALUE    set a variable for the command (repeatable); the
                           inherited environment is scrubbed of names that look
                           like credentials (*KEY*, *TOKEN*, *SECRET*,
@@ -90,10 +92,11 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String>
     let mut options_ended = false;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
-        let arg = arg
-            .into_string()
-            .map_err(|a| format!("argument is not valid UTF-8: {a:?}"))?;
-        if options_ended || !arg.starts_with('-') || arg == "-" {
+        let raw = arg.as_bytes();
+        if options_ended || !raw.starts_with(b"-") || raw == b"-" {
+            let arg = arg
+                .into_string()
+                .map_err(|a| format!("COMMAND is not valid UTF-8: {a:?}"))?;
             if let Some(first) = &command {
                 return Err(format!(
                     "unexpected argument '{arg}' after COMMAND '{first}' (quote the whole command as one argument)"
@@ -102,16 +105,23 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String>
             command = Some(arg);
             continue;
         }
-        let (name, inline) = match arg.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n, Some(v.to_owned())),
-            _ => (arg.as_str(), None),
+        // `--name=value`: the name is text; the value is bytes, since a
+        // path (--workdir) need not be UTF-8.
+        let (name, inline) = match raw.iter().position(|&b| b == b'=') {
+            Some(i) if raw.starts_with(b"--") => {
+                (&raw[..i], Some(OsStr::from_bytes(&raw[i + 1..]).to_owned()))
+            }
+            _ => (raw, None),
         };
-        let mut value = |what: &str| match &inline {
+        let name = std::str::from_utf8(name).map_err(|_| format!("unknown option {arg:?}"))?;
+        let mut value_os = |what: &str| match &inline {
             Some(v) => Ok(v.clone()),
-            None => args
-                .next()
-                .map(|v| v.to_string_lossy().into_owned())
-                .ok_or_else(|| format!("option '{name}' needs {what}")),
+            None => args.next().ok_or_else(|| format!("option '{name}' needs {what}")),
+        };
+        let mut value = |what: &str| {
+            value_os(what)?
+                .into_string()
+                .map_err(|v| format!("option '{name}' expects UTF-8 text, got {v:?}"))
         };
         let flag = |set: &mut bool| match inline {
             Some(_) => Err(format!("option '{name}' takes no value")),
@@ -135,7 +145,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String>
                 })?;
                 opts.request.timeout_ms = Some(Num(ms as f64));
             }
-            "--workdir" => opts.request.workdir = Some(value("a directory")?),
+            "--workdir" => opts.request.workdir = Some(value_os("a directory")?.into()),
             "--env" => {
                 let v = value("NAME=VALUE")?;
                 match v.split_once('=') {
@@ -157,6 +167,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String>
                 });
             }
             "--spill-dir" => {
+                // Text: the executor's spill_dir is a string.
                 opts.spill_dir = Some(value("a directory")?.into());
                 opts.keep_spill = true;
             }
@@ -228,6 +239,32 @@ mod tests {
         }
         assert!(run(&[]).unwrap_err().contains("COMMAND"));
         assert!(run(&["--json", "--background", "x"]).is_err());
+    }
+
+    #[test]
+    fn workdir_is_bytes_and_text_options_refuse_what_is_not_utf8() {
+        use std::os::unix::ffi::{OsStrExt, OsStringExt};
+        let os = |b: &[u8]| OsString::from_vec(b.to_vec());
+        let parse_os = |args: Vec<OsString>| match parse(args) {
+            Ok(Parsed::Run(o)) => Ok(*o),
+            Ok(other) => panic!("expected a run, got {other:?}"),
+            Err(e) => Err(e),
+        };
+        let o = parse_os(vec![os(b"--workdir"), os(b"/srv/\xff"), os(b"x")]).unwrap();
+        assert_eq!(o.request.workdir.unwrap().as_os_str().as_bytes(), b"/srv/\xff");
+        let o = parse_os(vec![os(b"--workdir=/srv/a=\xfe"), os(b"x")]).unwrap();
+        assert_eq!(o.request.workdir.unwrap().as_os_str().as_bytes(), b"/srv/a=\xfe");
+        for (args, needle) in [
+            (vec![os(b"--env"), os(b"A=\xff"), os(b"x")], "'--env'"),
+            (vec![os(b"--env=A=\xff"), os(b"x")], "'--env'"),
+            (vec![os(b"--sandbox=\xff"), os(b"x")], "'--sandbox'"),
+            (vec![os(b"--spill-dir"), os(b"/k\xff"), os(b"x")], "'--spill-dir'"),
+            (vec![os(b"echo \xff")], "COMMAND"),
+            (vec![os(b"--w\xff"), os(b"x")], "unknown option"),
+        ] {
+            let err = parse_os(args.clone()).unwrap_err();
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
     }
 
     #[test]

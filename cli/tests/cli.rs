@@ -138,6 +138,50 @@ fn env_and_workdir_reach_the_command() {
 }
 
 #[test]
+fn a_workdir_that_is_not_utf8_is_used_byte_for_byte() {
+    use std::ffi::{OsStr, OsString};
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let base = TempDir::new("non-utf8");
+    let dir = base.0.join(OsStr::from_bytes(b"dir-\xff\xfe"));
+    std::fs::create_dir(&dir).unwrap();
+    let mut inline = OsString::from("--workdir=");
+    inline.push(&dir);
+    for args in [
+        vec![OsString::from("--workdir"), dir.clone().into_os_string()],
+        vec![inline],
+    ] {
+        let out = dsh()
+            .args(&args)
+            .args(["--json", "pwd > ../pwd.out; echo done"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let r = finish(out);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        // The JSON stays JSON; the path itself never appears in it.
+        assert_eq!(Json::parse(&r.stdout).at("stdout.text").str(), "done\n");
+        let pwd = std::fs::read(base.0.join("pwd.out")).unwrap();
+        assert_eq!(pwd, [dir.as_os_str().as_bytes(), b"\n"].concat());
+    }
+    // A missing one is named in the error, lossily: the message is text.
+    let mut missing = dir.clone().into_os_string().into_vec();
+    missing.extend_from_slice(b"/gone-\xff");
+    let out = dsh()
+        .arg("--workdir")
+        .arg(OsString::from_vec(missing))
+        .arg("true")
+        .output()
+        .unwrap();
+    let r = finish(out);
+    assert_eq!(r.code, 125);
+    assert!(
+        r.stderr.contains("ENOENT") && r.stderr.contains("gone-\u{FFFD}"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
 fn stdin_reaches_the_command() {
     let input = "line one\nzwei é\n\0after a NUL, no final newline";
     let r = run_with_stdin(&["--stdin", "cat"], input.as_bytes());

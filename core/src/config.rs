@@ -1,5 +1,6 @@
 //! Executor configuration: the §2 table, validated once at construction.
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{DshError, Field, FieldName, Result, Scope};
@@ -70,17 +71,18 @@ pub fn timeout_request_ms(field: Field, value: Num) -> Result<u64> {
     Ok(v.ceil().min(MAX_SAFE_INTEGER as f64) as u64)
 }
 
-/// A path field: not empty, no NUL byte; made absolute against the process
-/// cwd so the resolved value never depends on when it is read.
-pub(crate) fn path_field(field: Field, value: &str) -> Result<PathBuf> {
-    if value.is_empty() {
+/// A path field: not empty, no NUL byte (any other bytes, UTF-8 or not);
+/// made absolute against the process cwd so the resolved value never
+/// depends on when it is read.
+pub(crate) fn path_field(field: Field, value: &Path) -> Result<PathBuf> {
+    let bytes = value.as_os_str().as_bytes();
+    if bytes.is_empty() {
         return Err(DshError::invalid(field, "must not be empty"));
     }
-    if value.contains('\0') {
+    if bytes.contains(&0) {
         return Err(DshError::invalid(field, "contains a NUL byte"));
     }
-    std::path::absolute(Path::new(value))
-        .map_err(|e| DshError::invalid(field, format!("cannot be made absolute: {e}")))
+    std::path::absolute(value).map_err(|e| DshError::invalid(field, format!("cannot be made absolute: {e}")))
 }
 
 /// A given `spill_dir` must be a directory, made now (0700) if missing: a
@@ -174,7 +176,7 @@ impl Config {
             cwd: input
                 .cwd
                 .as_deref()
-                .map(|c| path_field(f(FieldName::Cwd), c))
+                .map(|c| path_field(f(FieldName::Cwd), Path::new(c)))
                 .transpose()?,
             timeout_ms,
             max_timeout_ms,
@@ -192,9 +194,10 @@ impl Config {
             )?,
             grace_ms: number(FieldName::GraceMs, input.grace_ms, DEFAULT_GRACE_MS, MAX_GRACE_MS)?,
             spill_dir: match input.spill_dir.as_deref() {
-                Some(dir) => {
-                    usable_spill_dir(f(FieldName::SpillDir), path_field(f(FieldName::SpillDir), dir)?)?
-                }
+                Some(dir) => usable_spill_dir(
+                    f(FieldName::SpillDir),
+                    path_field(f(FieldName::SpillDir), Path::new(dir))?,
+                )?,
                 None => std::env::temp_dir(),
             },
             retain_settled: number(

@@ -93,3 +93,90 @@ pub(crate) fn runner_failed_facts(
 ) -> Option<SandboxInfo> {
     Some(info(policy?, false, runner_failed.then_some(true)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(mode: SandboxMode) -> SandboxPolicy {
+        SandboxPolicy {
+            mode,
+            workspace_root: "/srv/ws".into(),
+            session_id: None,
+        }
+    }
+
+    #[test]
+    fn a_denial_is_a_failed_exit_with_a_permission_signature_on_stderr() {
+        for stderr in [
+            "cp: cannot create regular file '/etc/out': Permission denied\n",
+            "bash: line 1: /usr/x: Read-only file system\n",
+            "touch: setting times of 'x': Operation not permitted\n",
+            "noise\nmore noise\nmkdir: cannot create directory 'd': Permission denied\ntrailer\n",
+        ] {
+            for code in [1, 2, 126, 255] {
+                assert!(looks_denied(Some(code), stderr), "exit {code}: {stderr:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn never_a_denial_without_a_failed_exit_or_without_the_signature() {
+        let signature = "sh: /etc/x: Permission denied\n";
+        assert!(!looks_denied(Some(0), signature), "a clean exit is never denied");
+        assert!(
+            !looks_denied(None, signature),
+            "a signal death (or an unknown status) is not an exit"
+        );
+        for stderr in [
+            "",
+            "cat: /nope: No such file or directory\n",
+            "make: *** [all] Error 2\n",
+            "Permission\ndenied\n",
+        ] {
+            assert!(!looks_denied(Some(1), stderr), "{stderr:?}");
+        }
+    }
+
+    #[test]
+    fn facts_only_for_a_policy_and_denied_only_when_confined() {
+        let denied_stderr = "echo: write error: Permission denied\n";
+        assert_eq!(facts(None, Some(1), denied_stderr), None, "no policy, no facts");
+
+        let full = facts(
+            Some(&policy(SandboxMode::DangerFullAccess)),
+            Some(1),
+            denied_stderr,
+        )
+        .unwrap();
+        assert_eq!(
+            (full.mode, full.denied, full.enforcement, full.runner_failed),
+            (SandboxMode::DangerFullAccess, false, None, None),
+            "an unconfined command is never classified as denied and reports no enforcement"
+        );
+
+        for mode in [SandboxMode::ReadOnly, SandboxMode::WorkspaceWrite] {
+            let p = policy(mode);
+            let info = facts(Some(&p), Some(1), denied_stderr).unwrap();
+            assert_eq!((info.mode, info.denied, info.runner_failed), (mode, true, None));
+            assert_eq!(info.enforcement, landlock::enforcement(), "the kernel's level");
+            assert!(!facts(Some(&p), Some(0), denied_stderr).unwrap().denied);
+            assert!(!facts(Some(&p), None, denied_stderr).unwrap().denied);
+            assert!(!facts(Some(&p), Some(1), "failed\n").unwrap().denied);
+        }
+    }
+
+    #[test]
+    fn runner_failed_facts_say_the_command_never_ran() {
+        assert_eq!(runner_failed_facts(None, true), None);
+        let p = policy(SandboxMode::WorkspaceWrite);
+        let failed = runner_failed_facts(Some(&p), true).unwrap();
+        assert_eq!(
+            (failed.mode, failed.denied, failed.runner_failed),
+            (SandboxMode::WorkspaceWrite, false, Some(true))
+        );
+        // A spawn failure that was not the sandbox's (a missing workdir).
+        let other = runner_failed_facts(Some(&p), false).unwrap();
+        assert_eq!((other.denied, other.runner_failed), (false, None));
+    }
+}

@@ -1,8 +1,8 @@
 //! §4: the environment a command gets.
 
 use std::collections::BTreeMap;
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 use crate::request::Spec;
 
@@ -39,10 +39,15 @@ pub(crate) struct HostEnv(BTreeMap<Vec<u8>, Vec<u8>>);
 
 impl HostEnv {
     pub(crate) fn capture() -> Self {
+        HostEnv::scrubbed(std::env::vars_os())
+    }
+
+    /// The scrub itself, on any list of variables.
+    fn scrubbed(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Self {
         HostEnv(
-            std::env::vars_os()
+            vars.into_iter()
                 .filter(|(k, _)| !is_scrubbed(k.as_bytes()))
-                .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+                .map(|(k, v)| (k.into_vec(), v.into_vec()))
                 .collect(),
         )
     }
@@ -87,4 +92,218 @@ pub(crate) fn child_environment(host: HostEnv, spec: &Spec, tag: &str) -> Vec<CS
 /// the child would.
 pub(crate) fn path_of(envp: &[CString]) -> Option<&[u8]> {
     envp.iter().find_map(|e| e.as_bytes().strip_prefix(b"PATH="))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(env: &[(&str, &str)], dsh_env: &[(&str, &str)]) -> Spec {
+        let map = |pairs: &[(&str, &str)]| {
+            (!pairs.is_empty()).then(|| {
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            })
+        };
+        Spec {
+            command: "true".into(),
+            workdir: "/".into(),
+            timeout_ms: 1,
+            stdout_max_bytes: 1,
+            stdin: None,
+            env: map(env),
+            dsh_env: map(dsh_env),
+            owner: None,
+            sandbox_policy: None,
+        }
+    }
+
+    fn host(pairs: &[(&[u8], &[u8])]) -> HostEnv {
+        HostEnv::scrubbed(
+            pairs
+                .iter()
+                .map(|(k, v)| (OsString::from_vec(k.to_vec()), OsString::from_vec(v.to_vec()))),
+        )
+    }
+
+    /// `envp` as (name, value) pairs, in order.
+    fn pairs(envp: &[CString]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        envp.iter()
+            .map(|e| {
+                let b = e.as_bytes();
+                let eq = b.iter().position(|&c| c == b'=').expect("NAME=VALUE");
+                (b[..eq].to_vec(), b[eq + 1..].to_vec())
+            })
+            .collect()
+    }
+
+    fn get<'a>(envp: &'a [CString], name: &str) -> Option<&'a [u8]> {
+        envp.iter()
+            .find_map(|e| e.as_bytes().strip_prefix(name.as_bytes())?.strip_prefix(b"="))
+    }
+
+    #[test]
+    fn credential_like_and_managed_names_are_scrubbed_case_insensitively() {
+        for name in [
+            &b"MY_API_KEY"[..],
+            b"api_key",
+            b"KEYRING_BACKEND",
+            b"db_password",
+            b"Password",
+            b"GITHUB_TOKEN",
+            b"token",
+            b"aws_secret_access_key",
+            b"Client_Secret",
+            b"DSH_",
+            b"DSH_EXEC_TAG",
+            b"dsh_lower",
+            b"\xffKEY\xfe",
+        ] {
+            assert!(
+                is_scrubbed(name),
+                "{:?} must be scrubbed",
+                String::from_utf8_lossy(name)
+            );
+        }
+        for name in [
+            &b"PATH"[..],
+            b"HOME",
+            b"TERM",
+            b"SSH_AUTH_SOCK",
+            b"PASS",
+            b"TOKE",
+            b"KE_Y",
+            b"XDSH_Y",
+            b"DSH",
+            b"\xff",
+            b"",
+        ] {
+            assert!(
+                !is_scrubbed(name),
+                "{:?} must be kept",
+                String::from_utf8_lossy(name)
+            );
+        }
+    }
+
+    #[test]
+    fn the_host_environment_is_scrubbed_and_kept_byte_for_byte() {
+        let h = host(&[
+            (b"PLAIN", b"kept"),
+            (b"LANG_\xff", b"value \xfe"),
+            (b"GITHUB_TOKEN", b"leak"),
+            (b"DSH_STALE", b"leak"),
+        ]);
+        let envp = child_environment(h, &spec(&[], &[]), "tag-1");
+        let names: Vec<Vec<u8>> = pairs(&envp).into_iter().map(|(k, _)| k).collect();
+        assert!(!names.iter().any(|k| k == b"GITHUB_TOKEN" || k == b"DSH_STALE"));
+        assert_eq!(get(&envp, "PLAIN"), Some(&b"kept"[..]));
+        assert!(pairs(&envp).contains(&(b"LANG_\xff".to_vec(), b"value \xfe".to_vec())));
+    }
+
+    #[test]
+    fn forced_terminal_settings_override_the_host_and_the_tag_is_set() {
+        let h = host(&[
+            (b"TERM", b"xterm-256color"),
+            (b"PAGER", b"less"),
+            (b"GIT_PAGER", b"delta"),
+            (b"NO_COLOR", b"0"),
+        ]);
+        let envp = child_environment(h, &spec(&[], &[]), "tag-2");
+        for (name, value) in [
+            ("NO_COLOR", "1"),
+            ("TERM", "dumb"),
+            ("PAGER", "cat"),
+            ("GIT_PAGER", "cat"),
+            (EXEC_TAG_VAR, "tag-2"),
+        ] {
+            assert_eq!(get(&envp, name), Some(value.as_bytes()), "{name}");
+        }
+    }
+
+    #[test]
+    fn later_layers_win_env_over_forced_dsh_env_over_env_and_the_tag_over_all() {
+        let h = host(&[(b"SHARED", b"host"), (b"HOME", b"/home/host")]);
+        let s = spec(
+            &[
+                ("SHARED", "env"),
+                ("PAGER", "less"),
+                ("GITHUB_TOKEN", "explicit"),
+                ("DSH_MANAGED", "from-env"),
+                (EXEC_TAG_VAR, "forged-by-env"),
+            ],
+            &[
+                ("DSH_MANAGED", "from-dsh-env"),
+                (EXEC_TAG_VAR, "forged-by-dsh-env"),
+            ],
+        );
+        let envp = child_environment(h, &s, "real-tag");
+        assert_eq!(get(&envp, "SHARED"), Some(&b"env"[..]), "env over the host");
+        assert_eq!(
+            get(&envp, "HOME"),
+            Some(&b"/home/host"[..]),
+            "the host where nothing overrides"
+        );
+        assert_eq!(
+            get(&envp, "PAGER"),
+            Some(&b"less"[..]),
+            "env over forced settings"
+        );
+        assert_eq!(
+            get(&envp, "TERM"),
+            Some(&b"dumb"[..]),
+            "a forced setting the caller left alone"
+        );
+        assert_eq!(
+            get(&envp, "GITHUB_TOKEN"),
+            Some(&b"explicit"[..]),
+            "the scrub applies to the host only, never to what the caller passes"
+        );
+        assert_eq!(
+            get(&envp, "DSH_MANAGED"),
+            Some(&b"from-dsh-env"[..]),
+            "dsh_env over env"
+        );
+        assert_eq!(
+            get(&envp, EXEC_TAG_VAR),
+            Some(&b"real-tag"[..]),
+            "the executor's tag cannot be forged: kills find processes by it"
+        );
+    }
+
+    #[test]
+    fn one_entry_per_name_sorted_and_nothing_that_could_not_be_passed() {
+        let mut h = host(&[(b"B", b"1"), (b"A", b"2")]);
+        // Not from a real environment (which cannot hold NUL): dropped, not a panic.
+        h.0.insert(b"BROKEN".to_vec(), b"a\0b".to_vec());
+        let envp = child_environment(h, &spec(&[("B", "3"), ("TERM", "vt100")], &[]), "t");
+        let names: Vec<Vec<u8>> = pairs(&envp).into_iter().map(|(k, _)| k).collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(names, sorted, "sorted by name, each name once");
+        assert_eq!(get(&envp, "B"), Some(&b"3"[..]));
+        assert_eq!(get(&envp, "TERM"), Some(&b"vt100"[..]));
+        assert_eq!(get(&envp, "BROKEN"), None);
+    }
+
+    #[test]
+    fn path_of_finds_the_commands_own_path() {
+        let h = host(&[(b"PATH", b"/usr/bin:/bin"), (b"MYPATH", b"/nope")]);
+        let envp = child_environment(h, &spec(&[], &[]), "t");
+        assert_eq!(path_of(&envp), Some(&b"/usr/bin:/bin"[..]));
+        let envp = child_environment(
+            host(&[(b"PATH", b"/usr/bin")]),
+            &spec(&[("PATH", "/opt/bin")], &[]),
+            "t",
+        );
+        assert_eq!(
+            path_of(&envp),
+            Some(&b"/opt/bin"[..]),
+            "the caller's PATH, not the host's"
+        );
+        assert_eq!(path_of(&child_environment(host(&[]), &spec(&[], &[]), "t")), None);
+    }
 }

@@ -152,11 +152,7 @@ fn add_rule(ruleset: &OwnedFd, path: &Path, allowed: u64) -> io::Result<()> {
 fn writable_dirs(policy: &SandboxPolicy) -> Vec<std::path::PathBuf> {
     match policy.mode {
         SandboxMode::WorkspaceWrite => {
-            let mut dirs = vec![
-                policy.workspace_root.clone().into(),
-                "/tmp".into(),
-                std::env::temp_dir(),
-            ];
+            let mut dirs = vec![policy.workspace_root.clone(), "/tmp".into(), std::env::temp_dir()];
             dirs.dedup();
             dirs
         }

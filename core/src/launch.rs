@@ -2,6 +2,8 @@
 //! confinement, and the error a caller can act on when it cannot start.
 
 use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
 use crate::confine;
 use crate::env::{child_environment, path_of, HostEnv};
@@ -11,7 +13,8 @@ use crate::spawn::{find_shell, spawn, Spawned};
 
 /// Turns a spawn error into the error a caller can act on: a missing or
 /// unusable workdir names the path; anything else names the errno.
-pub(crate) fn spawn_error(err: std::io::Error, workdir: &str) -> DshError {
+pub(crate) fn spawn_error(err: std::io::Error, workdir: &Path) -> DshError {
+    let shown = workdir.display();
     let errno = err.raw_os_error().unwrap_or(libc::EIO);
     match std::fs::metadata(workdir) {
         Err(e) => {
@@ -19,13 +22,13 @@ pub(crate) fn spawn_error(err: std::io::Error, workdir: &str) -> DshError {
             DshError::Spawn {
                 kind: SpawnFailure::Workdir,
                 errno,
-                message: format!("{}: cannot use workdir {workdir}: {e}", errno_name(errno)),
+                message: format!("{}: cannot use workdir {shown}: {e}", errno_name(errno)),
             }
         }
         Ok(m) if !m.is_dir() => DshError::Spawn {
             kind: SpawnFailure::Workdir,
             errno: libc::ENOTDIR,
-            message: format!("ENOTDIR: workdir {workdir} is not a directory"),
+            message: format!("ENOTDIR: workdir {shown} is not a directory"),
         },
         Ok(_) => DshError::Spawn {
             kind: SpawnFailure::Os,
@@ -46,7 +49,7 @@ pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str) -> Result<Spawne
     // Both were checked for NUL bytes by resolve / Spec::check.
     let command = CString::new(spec.command.as_str())
         .map_err(|_| DshError::Internal("NUL in checked command".into()))?;
-    let workdir = CString::new(spec.workdir.as_str())
+    let workdir = CString::new(spec.workdir.as_os_str().as_bytes())
         .map_err(|_| DshError::Internal("NUL in checked workdir".into()))?;
     confine::spawn_under(spec.sandbox_policy.as_ref(), || {
         spawn(&shell, &command, &workdir, &envp, spec.stdin.is_some())

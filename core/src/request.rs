@@ -1,7 +1,8 @@
 //! Request → spec: the one place where defaults are applied (§3).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 use crate::config::{path_field, timeout_request_ms, whole_number, Config, Num, MAX_SAFE_INTEGER};
 use crate::error::{DshError, Field, FieldName, Result, Scope};
@@ -11,11 +12,11 @@ use crate::sandbox::{SandboxMode, SandboxPolicy};
 pub const DSH_ENV_PREFIX: &str = "DSH_";
 
 /// A per-call policy as a caller gives it; `workspace_root` defaults to the
-/// resolved workdir.
+/// resolved workdir. A path is bytes: it need not be UTF-8.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxPolicyInput {
     pub mode: SandboxMode,
-    pub workspace_root: Option<String>,
+    pub workspace_root: Option<PathBuf>,
     /// The calling session's identity, carried to the spec untouched.
     pub session_id: Option<String>,
 }
@@ -24,7 +25,8 @@ pub struct SandboxPolicyInput {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Request {
     pub command: String,
-    pub workdir: Option<String>,
+    /// Bytes, like any path: a directory whose name is not UTF-8 is fine.
+    pub workdir: Option<PathBuf>,
     pub timeout_ms: Option<Num>,
     pub stdout_max_bytes: Option<Num>,
     pub stdin: Option<Vec<u8>>,
@@ -50,8 +52,8 @@ impl Request {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Spec {
     pub command: String,
-    /// Absolute.
-    pub workdir: String,
+    /// Absolute, without NUL bytes; not necessarily UTF-8.
+    pub workdir: PathBuf,
     /// Effective: already clamped to `max_timeout_ms`.
     pub timeout_ms: u64,
     pub stdout_max_bytes: u64,
@@ -82,7 +84,7 @@ pub fn resolve(config: &Config, request: Request) -> Result<Spec> {
             let p = path_field(f(FieldName::Workdir), w)?;
             // path_field made a relative path absolute against the process cwd;
             // a relative workdir means relative to the configured base.
-            if Path::new(w).is_relative() {
+            if w.is_relative() {
                 base.join(w)
             } else {
                 p
@@ -90,7 +92,6 @@ pub fn resolve(config: &Config, request: Request) -> Result<Spec> {
         }
         None => base,
     };
-    let workdir = path_string(f(FieldName::Workdir), &workdir)?;
     let timeout_ms = match request.timeout_ms {
         Some(t) => timeout_request_ms(f(FieldName::TimeoutMs), t)?.min(config.max_timeout_ms),
         None => config.timeout_ms,
@@ -113,10 +114,7 @@ pub fn resolve(config: &Config, request: Request) -> Result<Spec> {
         Some(p) => Some(SandboxPolicy {
             mode: p.mode,
             workspace_root: match p.workspace_root.as_deref() {
-                Some(root) => path_string(
-                    f(FieldName::SandboxPolicy),
-                    &path_field(f(FieldName::SandboxPolicy), root)?,
-                )?,
+                Some(root) => path_field(f(FieldName::SandboxPolicy), root)?,
                 None => workdir.clone(),
             },
             session_id: p.session_id,
@@ -146,7 +144,7 @@ impl Spec {
     pub fn check(&self, config: &Config) -> Result<()> {
         let f = |name| Field::new(Scope::Spec, name);
         check_command(f(FieldName::Command), &self.command)?;
-        if self.workdir.contains('\0') || !Path::new(&self.workdir).is_absolute() {
+        if !absolute_without_nul(&self.workdir) {
             return Err(DshError::invalid(
                 f(FieldName::Workdir),
                 format!(
@@ -172,7 +170,7 @@ impl Spec {
             check_env(f(FieldName::DshEnv), env, true)?;
         }
         if let Some(p) = &self.sandbox_policy {
-            if p.workspace_root.contains('\0') || !Path::new(&p.workspace_root).is_absolute() {
+            if !absolute_without_nul(&p.workspace_root) {
                 return Err(DshError::invalid(
                     f(FieldName::SandboxPolicy),
                     "workspace_root must be an absolute path without NUL bytes",
@@ -190,10 +188,10 @@ fn check_command(field: Field, command: &str) -> Result<()> {
     Ok(())
 }
 
-fn path_string(field: Field, p: &Path) -> Result<String> {
-    p.to_str()
-        .map(str::to_owned)
-        .ok_or_else(|| DshError::invalid(field, format!("is not valid UTF-8: {}", p.display())))
+/// What a spec's paths must be: the kernel takes them as NUL-terminated
+/// bytes, and nothing may depend on the cwd at run time.
+fn absolute_without_nul(p: &Path) -> bool {
+    p.is_absolute() && !p.as_os_str().as_bytes().contains(&0)
 }
 
 fn check_env(field: Field, env: &BTreeMap<String, String>, managed: bool) -> Result<()> {

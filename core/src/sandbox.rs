@@ -1,6 +1,7 @@
 //! The sandbox vocabulary of the seeds (`SandboxMode`, `BashSandboxInfo`).
 
 use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
 
 use crate::error::{DshError, Field};
@@ -53,11 +54,12 @@ impl fmt::Display for SandboxMode {
     }
 }
 
-/// A per-call policy: the mode and the root that `workspace-write` opens.
+/// A per-call policy: the mode and the root that `workspace-write` opens
+/// (absolute, without NUL bytes; not necessarily UTF-8).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxPolicy {
     pub mode: SandboxMode,
-    pub workspace_root: String,
+    pub workspace_root: PathBuf,
     /// The calling session's identity (the harness keys per-session sandbox
     /// state off it); carried, never interpreted here.
     pub session_id: Option<String>,

@@ -42,7 +42,7 @@ fn runs_in_workdir_as_a_process_group_leader_with_only_stdio_open() {
         "pwd; [ \"$(cut -d' ' -f5 /proc/$$/stat)\" = \"$$\" ] && echo leader; \
          ls /proc/$$/fd | sed 's/^/fd /'; grep SigIgn /proc/$$/status",
     );
-    req.workdir = Some(dir.to_str().unwrap().into());
+    req.workdir = Some(dir.clone());
     let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
     unsafe { libc::close(leaked) };
     let lines: Vec<&str> = r.stdout.text.lines().collect();
@@ -60,6 +60,37 @@ fn runs_in_workdir_as_a_process_group_leader_with_only_stdio_open() {
         "standard signals ignored: {:x}",
         ignored
     );
+}
+
+#[test]
+fn runs_in_a_workdir_whose_name_is_not_utf8() {
+    use std::os::unix::ffi::OsStrExt;
+    let base = temp_dir("non-utf8");
+    let dir = base.join(std::ffi::OsStr::from_bytes(b"dir-\xff\xfe"));
+    std::fs::create_dir(&dir).unwrap();
+    let out = base.join("pwd.out");
+    let exec = executor();
+    let mut req = Request::new("pwd > \"$OUT\" && /bin/pwd -P >> \"$OUT\"");
+    req.workdir = Some(dir.clone());
+    req.env = Some(map(&[("OUT", out.to_str().unwrap())]));
+    let spec = exec.resolve(req).unwrap();
+    assert_eq!(spec.workdir, dir);
+    let r = exec.run_blocking(&spec, None).unwrap();
+    assert_eq!(r.exit_code, Some(0), "{}", r.stderr.text);
+    let mut want = dir.as_os_str().as_bytes().to_vec();
+    want.push(b'\n');
+    let want = [want.clone(), want].concat();
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        want,
+        "bash's $PWD and getcwd(3) agree, byte for byte"
+    );
+    // A background start uses the same bytes.
+    let p = exec.start(&spec).unwrap();
+    assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
+    assert_eq!(p.exit_code(), Some(0));
+    assert_eq!(std::fs::read(&out).unwrap(), want);
+    std::fs::remove_dir_all(&base).unwrap();
 }
 
 #[test]

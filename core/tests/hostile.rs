@@ -59,6 +59,15 @@ impl Rng {
             }
         }
     }
+    /// A path: text, sometimes with bytes that are not UTF-8.
+    fn path(&mut self) -> std::path::PathBuf {
+        use std::os::unix::ffi::OsStringExt;
+        let mut bytes = self.text().into_bytes();
+        if self.below(4) == 0 {
+            bytes.extend_from_slice(b"-\xff\xfe");
+        }
+        std::ffi::OsString::from_vec(bytes).into()
+    }
     fn map(&mut self) -> Option<BTreeMap<String, String>> {
         (self.below(3) != 0).then(|| (0..self.below(4)).map(|_| (self.text(), self.text())).collect())
     }
@@ -72,7 +81,7 @@ fn random_requests_resolve_or_name_the_bad_field() {
     for _ in 0..20_000 {
         let req = Request {
             command: rng.text(),
-            workdir: (rng.below(2) == 0).then(|| rng.text()),
+            workdir: (rng.below(2) == 0).then(|| rng.path()),
             timeout_ms: (rng.below(2) == 0).then(|| rng.number()),
             stdout_max_bytes: (rng.below(2) == 0).then(|| rng.number()),
             stdin: (rng.below(2) == 0).then(|| rng.text().into_bytes()),
@@ -86,7 +95,8 @@ fn random_requests_resolve_or_name_the_bad_field() {
                 ok += 1;
                 assert!(spec.timeout_ms >= 1 && spec.timeout_ms <= 60_000);
                 assert!(spec.stdout_max_bytes >= 1);
-                assert!(std::path::Path::new(&spec.workdir).is_absolute());
+                assert!(spec.workdir.is_absolute());
+                assert!(!std::os::unix::ffi::OsStrExt::as_bytes(spec.workdir.as_os_str()).contains(&0));
                 assert!(!spec.command.contains('\0'));
                 spec.check(&exec.config())
                     .expect("a resolved spec passes its own check");

@@ -2,6 +2,10 @@
 mod common;
 use common::*;
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
 use dsh_core::*;
 
 fn config_err(f: impl FnOnce(&mut ConfigInput)) -> DshError {
@@ -93,7 +97,7 @@ fn resolve_applies_defaults_and_caps() {
         c.max_output_bytes = n(777);
     });
     let s = spec(&exec, "echo hi");
-    assert_eq!(s.workdir, dir.to_str().unwrap());
+    assert_eq!(s.workdir, dir);
     assert_eq!(s.timeout_ms, 1_000);
     assert_eq!(s.stdout_max_bytes, 777);
     assert_eq!(
@@ -113,7 +117,7 @@ fn resolve_applies_defaults_and_caps() {
     assert_eq!(s.stdout_max_bytes, 5);
     assert_eq!(
         s.workdir,
-        dir.join("sub").to_str().unwrap(),
+        dir.join("sub"),
         "relative workdir joins the configured cwd"
     );
     assert_eq!(s.owner.as_deref(), Some("session-1"));
@@ -123,7 +127,53 @@ fn resolve_applies_defaults_and_caps() {
 #[test]
 fn workdir_defaults_to_the_process_cwd_read_at_resolve_time() {
     let s = spec(&executor(), "true");
-    assert_eq!(s.workdir, std::env::current_dir().unwrap().to_str().unwrap());
+    assert_eq!(s.workdir, std::env::current_dir().unwrap());
+}
+
+#[test]
+fn workdir_and_workspace_root_are_bytes_not_text() {
+    let base = temp_dir("bytes");
+    let exec = executor_with(|c| c.cwd = Some(base.to_str().unwrap().into()));
+    // Relative and not UTF-8: joined to the configured cwd, byte for byte;
+    // the default workspace root is that same directory.
+    let name = OsStr::from_bytes(b"dir-\xff\xfe");
+    let mut req = Request::new("true");
+    req.workdir = Some(name.into());
+    req.sandbox_policy = Some(SandboxPolicyInput {
+        mode: SandboxMode::DangerFullAccess,
+        workspace_root: None,
+        session_id: None,
+    });
+    let s = exec.resolve(req).unwrap();
+    assert_eq!(s.workdir, base.join(name));
+    assert_eq!(s.sandbox_policy.unwrap().workspace_root, base.join(name));
+    // An explicit root that is not UTF-8 is kept as given.
+    let root = PathBuf::from(OsStr::from_bytes(b"/srv/\x80root"));
+    let mut req = Request::new("true");
+    req.sandbox_policy = Some(SandboxPolicyInput {
+        mode: SandboxMode::DangerFullAccess,
+        workspace_root: Some(root.clone()),
+        session_id: None,
+    });
+    assert_eq!(
+        exec.resolve(req).unwrap().sandbox_policy.unwrap().workspace_root,
+        root
+    );
+    // Only NUL (and emptiness) is refused, naming the field.
+    let mut req = Request::new("true");
+    req.sandbox_policy = Some(SandboxPolicyInput {
+        mode: SandboxMode::ReadOnly,
+        workspace_root: Some(PathBuf::from(OsStr::from_bytes(b"/srv/\xff\0"))),
+        session_id: None,
+    });
+    let e = exec.resolve(req).unwrap_err();
+    assert_eq!(field_of(&e), "request.sandbox_policy", "{e}");
+    assert!(e.to_string().contains("NUL"), "{e}");
+    let mut req = Request::new("true");
+    req.workdir = Some(PathBuf::new());
+    let e = exec.resolve(req).unwrap_err();
+    assert_eq!(field_of(&e), "request.workdir", "{e}");
+    std::fs::remove_dir_all(&base).unwrap();
 }
 
 #[test]
@@ -190,6 +240,27 @@ fn hand_built_specs_are_checked_not_redefaulted() {
     let mut s = spec(&exec, "true");
     s.workdir = "relative".into();
     assert!(matches!(exec.start(&s), Err(DshError::InvalidArgument { .. })));
+    let mut s = spec(&exec, "true");
+    s.workdir = PathBuf::from(OsStr::from_bytes(b"/tmp/a\0b"));
+    let e = exec.run_blocking(&s, None).unwrap_err();
+    assert_eq!(field_of(&e), "spec.workdir", "{e}");
+    let mut s = spec(&exec, "true");
+    s.sandbox_policy = Some(SandboxPolicy {
+        mode: SandboxMode::DangerFullAccess,
+        workspace_root: PathBuf::from(OsStr::from_bytes(b"/srv/\0")),
+        session_id: None,
+    });
+    let e = exec.run_blocking(&s, None).unwrap_err();
+    assert_eq!(field_of(&e), "spec.sandbox_policy", "{e}");
+    // A hand-built spec whose paths are not UTF-8 is as good as any other.
+    let mut s = spec(&exec, "true");
+    s.workdir = PathBuf::from(OsStr::from_bytes(b"/tmp/dir-\xff\xfe"));
+    s.sandbox_policy = Some(SandboxPolicy {
+        mode: SandboxMode::DangerFullAccess,
+        workspace_root: s.workdir.clone(),
+        session_id: None,
+    });
+    s.check(&exec.config()).unwrap();
     let mut s = spec(&exec, "true");
     s.timeout_ms = 0;
     assert!(matches!(
@@ -288,8 +359,8 @@ fn reconfigure_changes_what_new_commands_get_and_keeps_running_ones() {
     .unwrap();
     let s = spec(&exec, "printf 0123456789abcdef");
     assert_eq!(
-        (s.workdir.as_str(), s.timeout_ms, s.stdout_max_bytes),
-        (dir.to_str().unwrap(), 2_000, 10)
+        (s.workdir.as_path(), s.timeout_ms, s.stdout_max_bytes),
+        (dir.as_path(), 2_000, 10)
     );
     let r = exec.run_blocking(&s, None).unwrap();
     assert_eq!((r.stdout.text.as_str(), r.stdout.truncated), ("6789abcdef", true));

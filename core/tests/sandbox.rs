@@ -28,7 +28,7 @@ fn base(name: &str) -> PathBuf {
 fn confined_run(mode: SandboxMode, dir: &Path, command: &str) -> RunResult {
     let exec = executor();
     let mut req = Request::new(command);
-    req.workdir = Some(dir.join("ws").to_str().unwrap().into());
+    req.workdir = Some(dir.join("ws"));
     req.sandbox_policy = Some(SandboxPolicyInput {
         mode,
         workspace_root: None,
@@ -102,6 +102,37 @@ fn workspace_write_allows_the_workspace_and_tmp_and_denies_elsewhere_even_for_gr
 }
 
 #[test]
+fn a_workspace_root_whose_name_is_not_utf8_is_opened_by_its_bytes() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = base("bytes");
+    let root = dir.join(std::ffi::OsStr::from_bytes(b"ws-\xff\xfe"));
+    std::fs::create_dir(&root).unwrap();
+    let exec = executor();
+    let mut req = Request::new(format!(
+        "echo in > ./inside; echo out > {}/f",
+        dir.join("outside").display()
+    ));
+    req.workdir = Some(dir.join("ws"));
+    req.sandbox_policy = Some(SandboxPolicyInput {
+        mode: SandboxMode::WorkspaceWrite,
+        workspace_root: Some(root.clone()),
+        session_id: None,
+    });
+    // The workdir (ws) is outside the root: writing there is denied...
+    let r = exec
+        .run_blocking(&exec.resolve(req.clone()).unwrap(), None)
+        .unwrap();
+    assert!(!dir.join("ws/inside").exists() && !dir.join("outside/f").exists());
+    assert!(r.sandbox.unwrap().denied, "{}", r.stderr.text);
+    // ...and running in the root itself, writing is allowed.
+    req.workdir = Some(root.clone());
+    let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
+    assert!(root.join("inside").exists(), "{}", r.stderr.text);
+    assert!(!dir.join("outside/f").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn danger_full_access_is_unconfined() {
     let dir = base("danger");
     let r = confined_run(
@@ -156,7 +187,7 @@ fn background_processes_are_confined_and_carry_facts() {
     let mut req = Request::new(format!("echo x > {}/f", dir.join("outside").display()));
     req.sandbox_policy = Some(SandboxPolicyInput {
         mode: SandboxMode::WorkspaceWrite,
-        workspace_root: Some(dir.join("ws").to_str().unwrap().into()),
+        workspace_root: Some(dir.join("ws")),
         session_id: None,
     });
     let p = exec.start(&exec.resolve(req).unwrap()).unwrap();

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use dsh_core::{ConfigInput, Field, FieldName, Num, Request, SandboxMode, SandboxPolicyInput, Scope};
 
-use crate::guard::{bytes, free, handle, put, status, text, DshStatus, FfiError, FfiResult};
+use crate::guard::{bytes, free, handle, path, put, status, text, DshStatus, FfiError, FfiResult};
 
 /// Executor configuration (see the README's configuration table). Unset fields take their defaults when
 /// the executor is created; validation happens there too.
@@ -261,10 +261,12 @@ pub unsafe extern "C" fn dsh_request_free(request: *mut DshRequest) {
 }
 
 /// Working directory; a relative one is taken relative to the config cwd.
+/// `workdir` is the path's bytes up to the NUL terminator, which need not be
+/// UTF-8 (a directory name on Linux is bytes).
 ///
 /// # Safety
 /// `request` is NULL or a live DshRequest from dsh_request_new that no thread
-/// frees during this call. `workdir` is NULL or a NUL-terminated string
+/// frees during this call. `workdir` is NULL or a NUL-terminated byte string
 /// readable for the whole call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_request_set_workdir(
@@ -276,8 +278,8 @@ pub unsafe extern "C" fn dsh_request_set_workdir(
         // for the whole call (# Safety); `handle` refuses NULL.
         let r = unsafe { handle(request, "request") }?;
         // SAFETY: the caller guarantees `workdir` is NULL or a NUL-terminated
-        // string readable during the call (# Safety); it is copied at once.
-        let workdir = unsafe { text(workdir, "workdir") }?.to_owned();
+        // byte string readable during the call (# Safety); `path` copies it.
+        let workdir = unsafe { path(workdir, "workdir") }?;
         with(&r.input, |i| i.workdir = Some(workdir))
     })
 }
@@ -426,6 +428,8 @@ pub unsafe extern "C" fn dsh_request_set_owner(
 }
 
 /// A per-call sandbox policy; `workspace_root` NULL means the workdir.
+/// `mode` is UTF-8 text; `workspace_root` is a path's bytes up to the NUL
+/// terminator, which need not be UTF-8.
 ///
 /// # Safety
 /// `request` is NULL or a live DshRequest from dsh_request_new that no thread
@@ -450,9 +454,9 @@ pub unsafe extern "C" fn dsh_request_set_sandbox_policy(
         let workspace_root = match workspace_root.is_null() {
             true => None,
             // SAFETY: `workspace_root` is non-null here and, per # Safety, a
-            // NUL-terminated string readable during the call; it is copied
-            // at once.
-            false => Some(unsafe { text(workspace_root, "workspace_root") }?.to_owned()),
+            // NUL-terminated byte string readable during the call; `path`
+            // copies it.
+            false => Some(unsafe { path(workspace_root, "workspace_root") }?),
         };
         with(&r.input, |i| {
             i.sandbox_policy = Some(SandboxPolicyInput {

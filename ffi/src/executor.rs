@@ -2,6 +2,7 @@
 //! things: run, start, the registry, listeners, dispose.
 
 use std::ffi::{c_char, c_void};
+use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
 use dsh_core::{CancelToken, Executor, Process, Spec};
@@ -125,7 +126,7 @@ pub unsafe extern "C" fn dsh_executor_resolve(
                 "out",
                 DshSpec {
                     command: OwnedStr::new(&spec.command),
-                    workdir: OwnedStr::new(&spec.workdir),
+                    workdir: OwnedStr::new(spec.workdir.as_os_str().as_bytes()),
                     spec,
                 },
             )
@@ -161,7 +162,8 @@ pub unsafe extern "C" fn dsh_spec_command(spec: *const DshSpec) -> DshStr {
     })
 }
 
-/// The resolved, absolute workdir.
+/// The resolved, absolute workdir as the path's raw bytes, which need not
+/// be UTF-8.
 ///
 /// # Safety
 /// `spec` is NULL or a live DshSpec from dsh_executor_resolve that no thread

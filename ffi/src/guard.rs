@@ -2,8 +2,10 @@
 //! guard, and argument/string translation.
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, CStr, CString};
+use std::ffi::{c_char, c_int, CStr, CString, OsStr};
+use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
 
 use dsh_core::DshError;
 
@@ -43,7 +45,8 @@ pub enum DshStatus {
 
 /// A borrowed string handed out by the library: `len` bytes at `ptr`, plus a
 /// NUL terminator for convenience (the text itself may contain NUL bytes).
-/// `ptr` is NULL when the value is absent.
+/// `ptr` is NULL when the value is absent. Text is UTF-8, except a path
+/// (dsh_spec_workdir), which is the raw bytes of the file name.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct DshStr {
@@ -239,6 +242,23 @@ pub(crate) unsafe fn text<'a>(p: *const c_char, name: &'static str) -> FfiResult
     unsafe { CStr::from_ptr(p) }
         .to_str()
         .map_err(|_| FfiError::Utf8(name))
+}
+
+/// A required NUL-terminated path argument: the bytes up to the NUL, UTF-8
+/// or not (a file name on Linux is bytes).
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string that stays readable and
+/// unmodified during the call (the bytes are copied).
+pub(crate) unsafe fn path(p: *const c_char, name: &'static str) -> FfiResult<PathBuf> {
+    if p.is_null() {
+        return Err(FfiError::Null(name));
+    }
+    // SAFETY: `p` is non-null (checked just above) and, by this fn's
+    // contract, readable up to and including a NUL terminator and not
+    // mutated during the call; the bytes are copied before it returns.
+    let bytes = unsafe { CStr::from_ptr(p) }.to_bytes();
+    Ok(PathBuf::from(OsStr::from_bytes(bytes)))
 }
 
 /// A byte range argument; NULL is allowed only when `len` is 0.

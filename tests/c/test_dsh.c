@@ -208,6 +208,68 @@ static void test_spawn_failure_names_enoent_and_path(void) {
     dsh_executor_free(exec);
 }
 
+/* A directory name is bytes: one that is not UTF-8 is a workdir and a
+ * workspace root like any other, and comes back byte for byte. The base is
+ * outside /tmp, which workspace-write always opens. */
+static void test_workdir_that_is_not_utf8(void) {
+    char base[] = "/var/tmp/dsh-c-bytes-XXXXXX";
+    CHECK(mkdtemp(base) != NULL);
+    char dir[64], out[64], inside[80];
+    snprintf(dir, sizeof dir, "%s/dir-\xff\xfe", base);
+    snprintf(out, sizeof out, "%s/pwd.out", base);
+    snprintf(inside, sizeof inside, "%s/inside", dir);
+    CHECK(mkdir(dir, 0700) == 0);
+
+    DshExecutor *exec = new_executor(0, 0);
+    DshRequest *req = NULL;
+    DshSpec *spec = NULL;
+    DshRunResult *r = NULL;
+    /* Confined to the root named by those bytes: inside is writable, its
+     * parent is not. */
+    const char *cmd = "echo written > inside; pwd > ../pwd.out";
+    OK(dsh_request_new(cmd, strlen(cmd), &req));
+    OK(dsh_request_set_workdir(req, dir));
+    OK(dsh_request_set_sandbox_policy(req, "workspace-write", dir));
+    OK(dsh_executor_resolve(exec, req, &spec));
+    CHECK(str_eq(dsh_spec_workdir(spec), dir));
+    OK(dsh_executor_run(exec, spec, NULL, &r));
+    DshSandboxInfo info;
+    memset(&info, 0, sizeof info);
+    CHECK(dsh_run_result_sandbox(r, &info) && info.denied);
+    CHECK(access(inside, F_OK) == 0 && access(out, F_OK) != 0);
+    dsh_run_result_free(r);
+    dsh_spec_free(spec);
+    dsh_request_free(req);
+
+    /* Unconfined, relative to a config cwd: pwd prints the same bytes. */
+    DshConfig *config = NULL;
+    DshExecutor *in_base = NULL;
+    OK(dsh_config_new(&config));
+    OK(dsh_config_set_cwd(config, base));
+    OK(dsh_executor_new(config, &in_base));
+    dsh_config_free(config);
+    OK(dsh_request_new("pwd > ../pwd.out", 16, &req));
+    OK(dsh_request_set_workdir(req, "dir-\xff\xfe"));
+    OK(dsh_executor_resolve(in_base, req, &spec));
+    CHECK(str_eq(dsh_spec_workdir(spec), dir));
+    OK(dsh_executor_run(in_base, spec, NULL, &r));
+    int32_t code = -1;
+    CHECK(dsh_run_result_exit_code(r, &code) && code == 0);
+    char got[128] = {0};
+    FILE *f = fopen(out, "rb");
+    CHECK(f != NULL);
+    size_t n = f ? fread(got, 1, sizeof got - 1, f) : 0;
+    if (f) fclose(f);
+    CHECK(n == strlen(dir) + 1 && memcmp(got, dir, strlen(dir)) == 0 && got[n - 1] == '\n');
+    dsh_run_result_free(r);
+    dsh_spec_free(spec);
+    dsh_request_free(req);
+    dsh_executor_free(in_base);
+    dsh_executor_free(exec);
+
+    CHECK(unlink(inside) == 0 && unlink(out) == 0 && rmdir(dir) == 0 && rmdir(base) == 0);
+}
+
 static void test_background_reads_and_kill_escalation(void) {
     DshExecutor *exec = new_executor(300, 0);
     DshSpec *spec = resolve(exec, "echo one; echo err >&2; trap 'echo got-term' TERM; while :; do sleep 0.05; done", 0);
@@ -382,7 +444,9 @@ static void test_null_and_invalid_arguments(void) {
     CHECK(dsh_request_set_stdin(req, NULL, 5) == DSH_INVALID_ARGUMENT);
     OK(dsh_request_set_stdin(req, NULL, 0));
     CHECK(dsh_request_set_sandbox_policy(req, "nope", NULL) == DSH_INVALID_ARGUMENT);
-    CHECK(dsh_request_set_workdir(req, "\xc3\x28") == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_request_set_workdir(req, NULL) == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_request_set_sandbox_policy(req, "read-only", "/srv/\xff") == DSH_OK);
+    OK(dsh_request_set_sandbox_policy(req, "danger-full-access", NULL));
     OK(dsh_executor_resolve(exec, req, &spec));
     CHECK(dsh_executor_resolve(NULL, req, &spec) == DSH_INVALID_ARGUMENT);
     CHECK(dsh_executor_resolve(exec, NULL, &spec) == DSH_INVALID_ARGUMENT);
@@ -753,6 +817,7 @@ int main(void) {
     run_test("cancel_is_aborted_not_timed_out", test_cancel_is_aborted_not_timed_out);
     run_test("spill_file_holds_everything", test_spill_file_holds_everything);
     run_test("spawn_failure_names_enoent_and_path", test_spawn_failure_names_enoent_and_path);
+    run_test("workdir_that_is_not_utf8", test_workdir_that_is_not_utf8);
     run_test("background_reads_and_kill_escalation", test_background_reads_and_kill_escalation);
     run_test("registry_and_callbacks", test_registry_and_callbacks);
     run_test("null_and_invalid_arguments", test_null_and_invalid_arguments);

@@ -1,7 +1,9 @@
 """The DESIGN §2–§7 contract, through Python."""
 
 import os
+import pathlib
 import stat
+import tempfile
 import threading
 import time
 
@@ -76,9 +78,15 @@ def test_workdir_defaults_to_the_process_cwd(ex):
         ({"command": "a\0b"}, "request.command", "NUL"),
         ({"timeout_ms": 0}, "request.timeout_ms", "positive"),
         ({"timeout_ms": float("nan")}, "request.timeout_ms", "finite"),
-        ({"timeout_ms": 2.5}, "request.timeout_ms", "whole"),
+        ({"stdout_max_bytes": 2.5}, "request.stdout_max_bytes", "whole"),
         ({"stdout_max_bytes": -3}, "request.stdout_max_bytes", "positive"),
         ({"workdir": "/tmp/\0"}, "request.workdir", "NUL"),
+        ({"workdir": b"/tmp/\0"}, "request.workdir", "NUL"),
+        ({"workdir": b""}, "request.workdir", "empty"),
+        ({"workdir": 5}, "request.workdir", "str, bytes or os.PathLike, got int"),
+        ({"workdir": bytearray(b"/tmp")}, "request.workdir", "got bytearray"),
+        ({"workdir": "/tmp/\ud800"}, "request.workdir", "filesystem encoding"),
+        ({"sandbox_policy": {"mode": "read-only", "workspace_root": 5}}, "request.sandbox_policy", "workspace_root"),
         ({"env": {"": "v"}}, "request.env", "empty"),
         ({"env": {"A=B": "v"}}, "request.env", "'='"),
         ({"env": {"A": "v\0"}}, "request.env", "NUL"),
@@ -96,6 +104,41 @@ def test_bad_requests_are_errors_naming_the_field(ex, kwargs, field, needle):
         ex.resolve(command, **kwargs)
     assert info.value.field == field
     assert needle in str(info.value)
+
+
+def test_workdir_is_a_path_as_subprocess_takes_cwd(ex):
+    # A directory whose name is not UTF-8: given as bytes, as a pathlib.Path
+    # and as the str os.fsdecode makes of it, it is the same directory.
+    with tempfile.TemporaryDirectory(prefix="dsh-py-bytes-") as base:
+        raw = os.fsencode(base) + b"/dir-\xff\xfe"
+        os.mkdir(raw)
+        decoded = os.fsdecode(raw)
+        assert "\udcff" in decoded
+        out = os.path.join(base, "pwd.out")
+        for workdir in (raw, pathlib.Path(decoded), decoded):
+            spec = ex.resolve('pwd > "$OUT"', workdir=workdir, env={"OUT": out})
+            assert isinstance(spec.workdir, str) and spec.workdir == decoded
+            assert os.fsencode(spec.workdir) == raw
+            assert repr(decoded) in repr(spec)
+            r = ex.run(spec)
+            assert r.exit_code == 0, r.stderr.text
+            with open(out, "rb") as f:
+                assert f.read() == raw + b"\n"
+            os.unlink(out)
+        # The returned str goes back in as it came out.
+        assert ex.resolve("true", workdir=spec.workdir).workdir == decoded
+        # Relative bytes join the configured cwd.
+        with Executor(cwd=base) as in_base:
+            assert in_base.resolve("true", workdir=b"dir-\xff\xfe").workdir == decoded
+        # workspace_root: the same three forms, and a policy handed back.
+        for root in (raw, pathlib.Path(decoded), decoded):
+            s = ex.resolve("true", sandbox_policy={"mode": "danger-full-access", "workspace_root": root})
+            assert s.sandbox_policy is not None and s.sandbox_policy.workspace_root == decoded
+            again = ex.resolve("true", sandbox_policy=s.sandbox_policy).sandbox_policy
+            assert again is not None and again.workspace_root == decoded
+            assert repr(decoded) in repr(again)
+        s = ex.resolve("true", workdir=raw, sandbox_policy={"mode": "danger-full-access"})
+        assert s.sandbox_policy is not None and s.sandbox_policy.workspace_root == decoded
 
 
 def test_sandbox_policy_is_stamped_from_config_or_request(tmp):
@@ -420,3 +463,8 @@ def test_unknown_ids_and_reads_after_close(ex):
     assert p.read_output().delta == "bye\n"
     assert p.read_output().delta == ""
     assert p.kill() is False
+
+
+def test_a_fractional_timeout_is_rounded_up_to_a_whole_millisecond(ex):
+    # A model may write 1500.5; the harness accepts it, and so does every face.
+    assert ex.resolve("true", timeout_ms=1500.5).timeout_ms == 1501

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import pathlib
 from typing import List, Optional
 
 import dsh_native
@@ -32,6 +33,13 @@ def use_everything() -> None:
             env={"A": "1"}, dsh_env={"DSH_A": "1"}, owner="me", sandbox_policy={"mode": "danger-full-access"},
         )
         policy: Optional[SandboxPolicy] = spec.sandbox_policy
+        for where in (b"/tmp", pathlib.Path("/tmp"), pathlib.PurePosixPath("/tmp")):
+            by_path: Spec = ex.resolve(
+                "true", workdir=where, sandbox_policy={"mode": "danger-full-access", "workspace_root": where}
+            )
+            root: Optional[str] = by_path.sandbox_policy.workspace_root if by_path.sandbox_policy else None
+            workdir: str = by_path.workdir
+            print(root, workdir, ex.resolve("true", sandbox_policy=by_path.sandbox_policy))
         result: RunResult = ex.run(spec, cancel=CancelToken())
         out: CollectedOutput = result.stdout
         code: Optional[int] = result.exit_code

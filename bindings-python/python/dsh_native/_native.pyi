@@ -17,7 +17,8 @@ class SandboxPolicy:
     @property
     def mode(self) -> SandboxModeName: ...
     @property
-    def workspace_root(self) -> str: ...
+    def workspace_root(self) -> str:
+        """As ``os.fsdecode`` makes it: ``os.fsencode`` gives back the bytes."""
 
 class SandboxInfo:
     @property
@@ -33,7 +34,8 @@ class Spec:
     @property
     def command(self) -> str: ...
     @property
-    def workdir(self) -> str: ...
+    def workdir(self) -> str:
+        """As ``os.fsdecode`` makes it: ``os.fsencode`` gives back the bytes."""
     @property
     def timeout_ms(self) -> int: ...
     @property
@@ -122,6 +124,9 @@ class Unsubscribe:
 
 _Number = Union[int, float]
 _Path = Union[str, "os.PathLike[str]"]
+# Like subprocess's cwd: a str (filesystem encoding, surrogateescape), bytes,
+# or an os.PathLike of either.
+_FsPath = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
 class Executor:
     def __new__(
@@ -145,14 +150,14 @@ class Executor:
         self,
         command: str,
         *,
-        workdir: Optional[_Path] = None,
+        workdir: Optional[_FsPath] = None,
         timeout_ms: Optional[_Number] = None,
         stdout_max_bytes: Optional[_Number] = None,
         stdin: Union[str, bytes, None] = None,
         env: Optional[Mapping[str, str]] = None,
         dsh_env: Optional[Mapping[str, str]] = None,
         owner: Optional[str] = None,
-        sandbox_policy: Union[SandboxPolicy, Mapping[str, str], None] = None,
+        sandbox_policy: Union[SandboxPolicy, Mapping[str, Optional[_FsPath]], None] = None,
     ) -> Spec: ...
     def run(self, spec: Spec, cancel: Optional[CancelToken] = None) -> RunResult: ...
     def _run_with_callback(
