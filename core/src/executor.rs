@@ -25,7 +25,7 @@ use crate::runtime;
 use crate::sandbox::SandboxMode;
 use crate::spill::{random_hex, SpillDir};
 use crate::supervise::{supervise, Outcome, Stop, Streams};
-use crate::tree::{sweep_counted, TagMatch};
+use crate::tree::{sweep_counted, Spare, TagMatch};
 
 /// Identifies a task-done listener for [`Executor::off_task_done`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -355,7 +355,9 @@ impl Shared {
         // Descendants that left their groups, and daemons of commands that
         // already ended: one sweep for the whole executor, with escalation.
         let all = TagMatch::executor(&self.tag_prefix);
-        let term_hit = sweep_counted(all.clone(), libc::SIGTERM).await > 0;
+        // Each running command signals its own group on the stop above.
+        let spare_groups = all.clone().sparing(Spare::CommandGroups);
+        let term_hit = sweep_counted(spare_groups, libc::SIGTERM).await > 0;
         for p in &processes {
             p.wait().await;
         }

@@ -14,7 +14,7 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::output::StreamBuffer;
 use crate::spawn::{pidfd_send_signal, reap, ExitStatus, Spawned};
-use crate::tree::{signal_group, sweep, TagMatch};
+use crate::tree::{signal_group, sweep, Spare, TagMatch};
 
 const CHUNK: usize = 64 * 1024;
 
@@ -107,13 +107,15 @@ async fn write_chunk(fd: Option<&AsyncFd<OwnedFd>>, bytes: &[u8]) -> io::Result<
     }
 }
 
-/// Signals the command's tree. `with_sweep` queues the `/proc` scan for
-/// tagged descendants that left the group.
+/// Signals the command's tree, each process once: the group (the leader
+/// is never reaped before this, so its id cannot have been reused), and
+/// with `with_sweep` the tagged processes that left the group.
 fn signal_tree(pid: libc::pid_t, pidfd: &OwnedFd, tag: &str, sig: libc::c_int, with_sweep: bool) {
-    let _ = pidfd_send_signal(pidfd, sig);
-    signal_group(pid, sig);
+    if !signal_group(pid, sig) {
+        let _ = pidfd_send_signal(pidfd, sig);
+    }
     if with_sweep {
-        sweep(TagMatch::command(tag), sig);
+        sweep(TagMatch::command(tag).sparing(Spare::Group(pid)), sig);
     }
 }
 

@@ -27,11 +27,24 @@ use crate::spawn::{pidfd_open, pidfd_send_signal};
 
 /// Signals the process group `pgid`. Only sound while its leader is our
 /// unreaped child: until then no other process can be given that id.
-pub(crate) fn signal_group(pgid: libc::pid_t, sig: libc::c_int) {
-    // SAFETY: killpg takes plain integers; ESRCH (group empty) is fine.
-    unsafe {
-        libc::killpg(pgid, sig);
-    }
+/// True when the group took the signal (false: no such group).
+pub(crate) fn signal_group(pgid: libc::pid_t, sig: libc::c_int) -> bool {
+    // SAFETY: killpg takes plain integers and touches no memory.
+    unsafe { libc::killpg(pgid, sig) == 0 }
+}
+
+/// Which processes a sweep leaves alone because their command's group
+/// signal reaches them. SIGTERM must arrive once: a trap would run twice,
+/// and many servers take a second SIGTERM as "quit now, skip the cleanup".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Spare {
+    Nobody,
+    /// Members of this process group (a command whose group was signalled).
+    Group(libc::pid_t),
+    /// Members of any group led by a live command of the sweep, that is a
+    /// tagged child of this host leading its group (dispose: every running
+    /// command signals its own group).
+    CommandGroups,
 }
 
 /// Which tags a sweep is for: one command's exact tag, or every tag
@@ -40,6 +53,7 @@ pub(crate) fn signal_group(pgid: libc::pid_t, sig: libc::c_int) {
 pub(crate) struct TagMatch {
     tag: Vec<u8>,
     exact: bool,
+    spare: Spare,
 }
 
 impl TagMatch {
@@ -48,6 +62,7 @@ impl TagMatch {
         TagMatch {
             tag: tag.as_bytes().to_vec(),
             exact: true,
+            spare: Spare::Nobody,
         }
     }
 
@@ -56,6 +71,21 @@ impl TagMatch {
         TagMatch {
             tag: prefix.as_bytes().to_vec(),
             exact: false,
+            spare: Spare::Nobody,
+        }
+    }
+
+    pub(crate) fn sparing(self, spare: Spare) -> Self {
+        TagMatch { spare, ..self }
+    }
+
+    /// Whether a target in process group `group` is left to its group
+    /// signal; `leaders` are the targets that lead their command's group.
+    fn spares(&self, group: Option<libc::pid_t>, leaders: &HashSet<libc::pid_t>) -> bool {
+        match (self.spare, group) {
+            (Spare::Nobody, _) | (_, None) => false,
+            (Spare::Group(g), Some(group)) => group == g,
+            (Spare::CommandGroups, Some(group)) => leaders.contains(&group),
         }
     }
 
@@ -88,6 +118,13 @@ pub(crate) fn parent_in_stat(stat: &[u8]) -> Option<libc::pid_t> {
         return None;
     }
     fields.next()?.parse().ok()
+}
+
+/// The process group in a `/proc/<pid>/stat` line (zombies have one too).
+pub(crate) fn group_in_stat(stat: &[u8]) -> Option<libc::pid_t> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
+    rest.split_whitespace().nth(2)?.parse().ok()
 }
 
 /// The processes a batch of requests selects: for each request, those
@@ -180,19 +217,49 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int)]) -> Vec<usize> {
     }
     let matchers: Vec<&TagMatch> = requests.iter().map(|(m, _)| *m).collect();
     let selections = select(&matchers, &tags, &parents);
-    let mut hits = vec![0; requests.len()];
     let targets: HashSet<libc::pid_t> = selections.iter().flatten().copied().collect();
-    for pid in targets {
-        let Ok(pidfd) = pidfd_open(pid) else { continue };
-        // The pidfd pins this incarnation; confirm which requests it is
-        // still one of.
-        let tag = tag_of(pid, &mut buf);
-        let parent = parent_of(pid, &mut buf);
-        for (i, ((m, sig), selected)) in requests.iter().zip(&selections).enumerate() {
-            let still = selected.contains(&pid)
-                && (tag.as_deref().is_some_and(|t| m.matches(t))
-                    || parent.is_some_and(|pp| selected.contains(&pp)));
-            if still && pidfd_send_signal(&pidfd, *sig).is_ok() {
+    // Pin each target with a pidfd, then re-read what decides it, so a pid
+    // recycled since the scan is never signalled.
+    struct Target {
+        pid: libc::pid_t,
+        pidfd: std::os::fd::OwnedFd,
+        tag: Option<Vec<u8>>,
+        parent: Option<libc::pid_t>,
+        group: Option<libc::pid_t>,
+    }
+    let pinned: Vec<Target> = targets
+        .into_iter()
+        .filter_map(|pid| {
+            let pidfd = pidfd_open(pid).ok()?;
+            let tag = tag_of(pid, &mut buf);
+            let stat = read_file(&format!("/proc/{pid}/stat"), &mut buf).then(|| buf.clone());
+            let parent = stat.as_deref().and_then(parent_in_stat);
+            let group = stat.as_deref().and_then(group_in_stat);
+            Some(Target {
+                pid,
+                pidfd,
+                tag,
+                parent,
+                group,
+            })
+        })
+        .collect();
+    let mut hits = vec![0; requests.len()];
+    for (i, ((m, sig), selected)) in requests.iter().zip(&selections).enumerate() {
+        let mine = |t: &Target| t.tag.as_deref().is_some_and(|tag| m.matches(tag));
+        // A command's leader is this host's child and leads its own group
+        // (a descendant that called setsid leads a group too, but is not
+        // our child, and nobody signals its group for it).
+        let leaders: HashSet<libc::pid_t> = pinned
+            .iter()
+            .filter(|t| mine(t) && t.group == Some(t.pid) && t.parent == Some(me))
+            .map(|t| t.pid)
+            .collect();
+        for t in &pinned {
+            let still =
+                selected.contains(&t.pid) && (mine(t) || t.parent.is_some_and(|pp| selected.contains(&pp)));
+            let spared = *sig != libc::SIGKILL && m.spares(t.group, &leaders);
+            if still && !spared && pidfd_send_signal(&t.pidfd, *sig).is_ok() {
                 hits[i] += 1;
             }
         }
@@ -304,6 +371,33 @@ mod tests {
         assert_eq!(parent_in_stat(b"42 (a) b) S 7 42 42 0"), Some(7));
         assert_eq!(parent_in_stat(b"42 (x) Z 7 42 42 0"), None);
         assert_eq!(parent_in_stat(b"garbage"), None);
+    }
+
+    #[test]
+    fn process_group_is_read_after_the_name_and_from_zombies_too() {
+        assert_eq!(group_in_stat(b"42 (a) b) S 7 40 40 0"), Some(40));
+        assert_eq!(group_in_stat(b"42 (x) Z 7 42 42 0"), Some(42));
+        assert_eq!(group_in_stat(b"42 (x) S"), None);
+    }
+
+    #[test]
+    fn a_term_sweep_spares_only_groups_whose_signal_reaches_them() {
+        let leaders = HashSet::from([100]);
+        let plain = TagMatch::command("x.1");
+        assert!(!plain.spares(Some(100), &leaders));
+        let one = TagMatch::command("x.1").sparing(Spare::Group(100));
+        assert!(one.spares(Some(100), &leaders));
+        assert!(
+            !one.spares(Some(200), &leaders),
+            "a member that left the group is swept"
+        );
+        assert!(!one.spares(None, &leaders), "an unknown group is swept");
+        let all = TagMatch::executor("x.").sparing(Spare::CommandGroups);
+        assert!(all.spares(Some(100), &leaders));
+        assert!(
+            !all.spares(Some(300), &leaders),
+            "a group whose leader is gone is swept"
+        );
     }
 
     #[test]

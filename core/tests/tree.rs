@@ -190,3 +190,71 @@ fn a_fork_loop_is_stopped_too() {
         survivors()
     );
 }
+
+/// A tree whose every member logs each SIGTERM it gets and ignores it:
+/// the leader, a child in its group, and a child that left it with setsid.
+fn term_counting_script(log: &Path) -> String {
+    let l = log.display();
+    format!(
+        r#"
+trap 'echo leader >> {l}' TERM
+bash -c 'trap "echo child >> {l}" TERM; echo > {l}.child; while :; do sleep 0.05; done' &
+setsid bash -c 'trap "echo setsid >> {l}" TERM; echo > {l}.setsid; while :; do sleep 0.05; done' &
+while [ ! -e {l}.child ] || [ ! -e {l}.setsid ]; do sleep 0.01; done
+echo ready
+while :; do sleep 0.05; done
+"#
+    )
+}
+
+/// Each member's SIGTERM count, once the SIGKILL after the grace period has
+/// ended the tree.
+fn term_counts(log: &Path) -> Vec<(String, usize)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    ["leader", "child", "setsid"]
+        .iter()
+        .map(|who| (who.to_string(), text.lines().filter(|l| l == who).count()))
+        .collect()
+}
+
+fn once_each() -> Vec<(String, usize)> {
+    ["leader", "child", "setsid"]
+        .iter()
+        .map(|w| (w.to_string(), 1))
+        .collect()
+}
+
+#[test]
+fn every_process_gets_sigterm_exactly_once_on_kill_timeout_and_dispose() {
+    // A trap that runs twice, or a server that takes a second SIGTERM as
+    // "quit now", would break the graceful half of SIGTERM-then-SIGKILL.
+    let dir = temp_dir("term-once");
+
+    let log = dir.join("timeout");
+    let exec = executor_with(|c| c.grace_ms = n(1_000));
+    let mut req = Request::new(term_counting_script(&log));
+    req.timeout_ms = n(2_000);
+    let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
+    assert!(r.timed_out && r.stdout.text.contains("ready"), "{r:?}");
+    assert_eq!(term_counts(&log), once_each(), "timeout");
+
+    let log = dir.join("kill");
+    let p = exec.start(&spec(&exec, &term_counting_script(&log))).unwrap();
+    assert!(eventually(Duration::from_secs(20), || p
+        .read_output()
+        .delta
+        .contains("ready")));
+    assert!(p.kill());
+    assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
+    assert_eq!(term_counts(&log), once_each(), "kill");
+
+    let log = dir.join("dispose");
+    let p = exec.start(&spec(&exec, &term_counting_script(&log))).unwrap();
+    assert!(eventually(Duration::from_secs(20), || p
+        .read_output()
+        .delta
+        .contains("ready")));
+    exec.dispose_blocking().unwrap();
+    assert_eq!(term_counts(&log), once_each(), "dispose");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
