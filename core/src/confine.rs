@@ -52,13 +52,15 @@ pub(crate) fn spawn_under<T: Send>(
 }
 
 /// The conservative denial classification: a failed exit (not a signal)
-/// whose collected stderr carries a filesystem-permission signature.
+/// whose collected stderr carries a filesystem-permission signature, in any
+/// case: C tools write "Permission denied", Node and Go "permission denied".
 fn looks_denied(exit_code: Option<i32>, stderr: &str) -> bool {
+    let stderr = stderr.to_ascii_lowercase();
     matches!(exit_code, Some(c) if c != 0)
         && [
-            "Permission denied",
-            "Read-only file system",
-            "Operation not permitted",
+            "permission denied",
+            "read-only file system",
+            "operation not permitted",
         ]
         .iter()
         .any(|sig| stderr.contains(sig))
@@ -113,6 +115,9 @@ mod tests {
             "bash: line 1: /usr/x: Read-only file system\n",
             "touch: setting times of 'x': Operation not permitted\n",
             "noise\nmore noise\nmkdir: cannot create directory 'd': Permission denied\ntrailer\n",
+            "Error: EACCES: permission denied, open '/etc/x'\n",
+            "open /etc/x: read-only file system\n",
+            "PermissionError: [Errno 1] Operation not permitted: 'x'\n",
         ] {
             for code in [1, 2, 126, 255] {
                 assert!(looks_denied(Some(code), stderr), "exit {code}: {stderr:?}");
