@@ -71,6 +71,9 @@ impl FromNapiValue for JsNumber {
         // SAFETY: napi hands us a live value of this env.
         let t = type_of!(env, value)?;
         if t == ValueType::Number {
+            // SAFETY: `value` is a live value of `env` (this trait's contract,
+            // upheld by napi's generated callers) and was just checked to be
+            // a number, which is what f64's conversion requires.
             Ok(JsNumber::Number(unsafe { f64::from_napi_value(env, value) }?))
         } else {
             Ok(JsNumber::Other(t))

@@ -28,7 +28,9 @@ use crate::spawn::{pidfd_open, pidfd_send_signal};
 /// Signals the process group `pgid`. Only sound while its leader is our
 /// unreaped child: until then no other process can be given that id.
 pub(crate) fn signal_group(pgid: libc::pid_t, sig: libc::c_int) {
-    // SAFETY: killpg takes plain integers; ESRCH (group empty) is fine.
+    // SAFETY: killpg takes only integers and touches no memory of ours.
+    // (Hitting the right group is the caller's invariant above, not a
+    // memory-safety one.) ESRCH, an already empty group, is fine.
     unsafe {
         libc::killpg(pgid, sig);
     }

@@ -106,6 +106,8 @@ pub fn children() -> Vec<(i32, char)> {
 /// Lifts the soft descriptor limit to the hard one (a host running
 /// thousands of commands needs it; the executor never changes it itself).
 pub fn raise_fd_limit() {
+    // SAFETY: `lim` is a zero-initialised rlimit (a plain C struct) that
+    // getrlimit fills and setrlimit only reads.
     unsafe {
         let mut lim: libc::rlimit = std::mem::zeroed();
         libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);

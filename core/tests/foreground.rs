@@ -34,6 +34,7 @@ fn large_stdin_not_read_by_the_command_does_not_hang_or_kill_the_host() {
 #[test]
 fn runs_in_workdir_as_a_process_group_leader_with_only_stdio_open() {
     // A descriptor the host leaks without CLOEXEC must not reach the child.
+    // SAFETY: a NUL-terminated literal path; the fd is closed below.
     let leaked = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY) };
     assert!(leaked > 2);
     let dir = temp_dir("workdir");
@@ -44,6 +45,8 @@ fn runs_in_workdir_as_a_process_group_leader_with_only_stdio_open() {
     );
     req.workdir = Some(dir.to_str().unwrap().into());
     let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
+    // SAFETY: `leaked` is the descriptor this test opened; nothing else
+    // owns it, so closing it cannot pull one from under other code.
     unsafe { libc::close(leaked) };
     let lines: Vec<&str> = r.stdout.text.lines().collect();
     assert_eq!(lines[0], dir.to_str().unwrap());
