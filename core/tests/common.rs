@@ -2,6 +2,7 @@
 //! Helpers shared by the integration tests.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use dsh_core::{ConfigInput, Executor, Num, Request, RunResult, Spec};
@@ -59,11 +60,29 @@ pub fn alive(pid: i32) -> bool {
     }
 }
 
-pub fn temp_dir(name: &str) -> std::path::PathBuf {
+/// A fresh directory under the temp dir, removed with its contents when
+/// dropped (at the end of the test, or while a failing one unwinds), so a
+/// test run leaves nothing behind. Derefs to the path.
+pub struct TempDir(PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn temp_dir(name: &str) -> TempDir {
     let dir = std::env::temp_dir().join(format!("dsh-test-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    TempDir(dir)
 }
 
 /// Resident set size of this process, in bytes.

@@ -202,7 +202,9 @@ fn dropping_the_run_future_aborts_the_command() {
         .unwrap();
     let mut fut = Box::pin(fut);
     rt.block_on(async {
-        let _ = tokio::time::timeout(Duration::from_secs(20), async {
+        // Polls the pid file while driving the run (no event says the
+        // command has started), up to a deadline.
+        tokio::time::timeout(Duration::from_secs(20), async {
             while !pidfile.exists() {
                 tokio::select! {
                     _ = &mut fut => panic!("finished early"),
@@ -210,7 +212,8 @@ fn dropping_the_run_future_aborts_the_command() {
                 }
             }
         })
-        .await;
+        .await
+        .expect("the command never wrote its pid");
     });
     drop(fut);
     let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
@@ -326,21 +329,26 @@ fn spawn_failures_are_errors_naming_the_cause() {
 #[test]
 fn run_after_dispose_fails_as_disposed_and_dispose_aborts_runs_in_flight() {
     let exec = fast_grace();
-    let s = spec(&exec, "sleep 30");
+    let dir = temp_dir("dispose-run");
+    let started = dir.join("started");
+    let s = spec(&exec, &format!("touch {}; exec sleep 30", started.display()));
     let runner = {
         let exec = exec.clone();
         let s = s.clone();
         std::thread::spawn(move || exec.run_blocking(&s, None))
     };
+    assert!(
+        eventually(Duration::from_secs(20), || started.exists()),
+        "the run never started"
+    );
     // Dispose waits for the run it aborts, so by the time it returns the
     // run has settled.
-    std::thread::sleep(Duration::from_millis(100));
     exec.dispose_blocking().unwrap();
-    let r = runner.join().unwrap();
-    match r {
-        Ok(r) => assert!(r.aborted && !r.timed_out),
-        Err(e) => assert_eq!(e, DshError::Disposed, "only if dispose won the race to admit it"),
-    }
+    let r = runner
+        .join()
+        .unwrap()
+        .expect("a run already under way is aborted, not refused");
+    assert!(r.aborted && !r.timed_out, "{r:?}");
     assert_eq!(exec.run_blocking(&s, None).unwrap_err(), DshError::Disposed);
 }
 

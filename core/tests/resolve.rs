@@ -232,4 +232,6 @@ fn stdout_max_bytes_is_capped_by_max_output_bytes_like_the_timeout() {
     big.stdout_max_bytes = 500_000_000;
     let e = exec.run_blocking(&big, None).unwrap_err();
     assert!(e.to_string().contains("spec.stdout_max_bytes"), "{e}");
+    // The run spilled; dispose removes the spill directory with it.
+    exec.dispose_blocking().unwrap();
 }

@@ -86,7 +86,7 @@ fn a_run_cancellation_leaves_no_descendant() {
     let exec = fast();
     let token = CancelToken::new();
     let watcher = {
-        let (dir, token) = (dir.clone(), token.clone());
+        let (dir, token) = (dir.to_path_buf(), token.clone());
         std::thread::spawn(move || {
             let pids = planted_pids(&dir);
             token.cancel();
