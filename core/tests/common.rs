@@ -2,6 +2,7 @@
 //! Helpers shared by the integration tests.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -78,11 +79,58 @@ impl Drop for TempDir {
     }
 }
 
+impl TempDir {
+    /// `root/name-PID`, emptied if a previous run left it behind.
+    pub fn new_in(root: &Path, name: &str) -> TempDir {
+        let dir = root.join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
 pub fn temp_dir(name: &str) -> TempDir {
-    let dir = std::env::temp_dir().join(format!("dsh-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    TempDir(dir)
+    TempDir::new_in(&std::env::temp_dir(), &format!("dsh-test-{name}"))
+}
+
+/// Why this kernel cannot confine a command, or `None` when it can. Asked
+/// of the kernel directly, not through dsh, so that a dsh bug that breaks
+/// confinement fails the sandbox tests instead of skipping them.
+pub fn landlock_missing() -> Option<String> {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: a NULL attribute with size 0 and the VERSION flag only asks
+    // for the ABI version; the kernel reads and writes no memory of ours.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    (abi < 1).then(|| format!("no Landlock on this kernel ({})", std::io::Error::last_os_error()))
+}
+
+/// True (after saying so) when the calling test must be skipped because
+/// the kernel has no Landlock. libtest has no runtime skip and hides a
+/// passing test's `println!`, so the notice goes straight to stderr, where
+/// it shows in the run's output; the test is still listed as `ok`.
+///
+/// `DSH_TEST_FAKE_NO_LANDLOCK=1` skips as a kernel without Landlock would,
+/// to exercise this path on one that has it.
+pub fn skip_without_landlock() -> bool {
+    let why = if std::env::var_os("DSH_TEST_FAKE_NO_LANDLOCK").is_some_and(|v| v == "1") {
+        Some("Landlock faked away (DSH_TEST_FAKE_NO_LANDLOCK=1)".to_owned())
+    } else {
+        landlock_missing()
+    };
+    let Some(why) = why else {
+        return false;
+    };
+    let current = std::thread::current();
+    let test = current.name().unwrap_or("a sandbox test");
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+    true
 }
 
 /// Resident set size of this process, in bytes.
