@@ -43,6 +43,48 @@ static int str_has(DshStr s, const char *needle) {
     return s.ptr != NULL && strstr(s.ptr, needle) != NULL;
 }
 
+/* A count one thread bumps and another waits on, so a test waits for the
+ * event itself instead of sleeping. */
+struct counter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n;
+};
+#define COUNTER_INIT {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0}
+
+static void counter_bump(struct counter *c) {
+    pthread_mutex_lock(&c->mu);
+    c->n++;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static int counter_get(struct counter *c) {
+    pthread_mutex_lock(&c->mu);
+    int n = c->n;
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
+static void counter_reset(struct counter *c) {
+    pthread_mutex_lock(&c->mu);
+    c->n = 0;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* True once the count reaches `target`; false if `limit_s` seconds pass first. */
+static int counter_wait(struct counter *c, int target, int limit_s) {
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += limit_s;
+    pthread_mutex_lock(&c->mu);
+    while (c->n < target && pthread_cond_timedwait(&c->cv, &c->mu, &deadline) != ETIMEDOUT) {
+    }
+    int reached = c->n >= target;
+    pthread_mutex_unlock(&c->mu);
+    return reached;
+}
+
 static DshExecutor *new_executor(uint64_t grace_ms, uint64_t max_output) {
     DshConfig *config = NULL;
     DshExecutor *exec = NULL;
@@ -241,12 +283,11 @@ static void test_background_reads_and_kill_escalation(void) {
     dsh_executor_free(exec);
 }
 
-static atomic_int done_calls;
+static struct counter done_calls = COUNTER_INIT;
 static atomic_int would_block_seen;
 static DshExecutor *callback_exec;
 
 static void on_done(void *user_data, const DshProcess *process) {
-    atomic_fetch_add((atomic_int *)user_data, 1);
     CHECK(dsh_process_status(process) != DSH_RUNNING);
     CHECK(dsh_process_id(process).len > 0);
     /* The process is settled before any listener hears of it: waiting for
@@ -258,12 +299,14 @@ static void on_done(void *user_data, const DshProcess *process) {
     DshRunResult *r = NULL;
     if (dsh_executor_run(callback_exec, spec, NULL, &r) == DSH_WOULD_BLOCK) atomic_store(&would_block_seen, 1);
     dsh_spec_free(spec);
+    /* Last, so a test woken by it sees everything above done. */
+    counter_bump((struct counter *)user_data);
 }
 
 static void test_registry_and_callbacks(void) {
     DshExecutor *exec = new_executor(300, 0);
     callback_exec = exec;
-    atomic_store(&done_calls, 0);
+    counter_reset(&done_calls);
     uint64_t listener = 0;
     OK(dsh_executor_on_task_done(exec, on_done, &done_calls, &listener));
     DshRequest *req = NULL;
@@ -277,8 +320,8 @@ static void test_registry_and_callbacks(void) {
     OK(dsh_process_wait(a, 30000));
     OK(dsh_process_wait(b, 30000));
     /* Listeners run on the callback thread after settlement. */
-    for (int i = 0; i < 30000 && atomic_load(&done_calls) < 2; i++) usleep(1000);
-    CHECK(atomic_load(&done_calls) == 2);
+    CHECK(counter_wait(&done_calls, 2, 30));
+    CHECK(counter_get(&done_calls) == 2);
     CHECK(atomic_load(&would_block_seen) == 1);
     int32_t code = 0;
     CHECK(dsh_process_exit_code(a, &code) && code == 5);
@@ -320,7 +363,7 @@ static void test_registry_and_callbacks(void) {
     OK(dsh_executor_dispose(exec));
     /* Dispose waited for every queued delivery: the removed listener heard
        nothing more. */
-    CHECK(atomic_load(&done_calls) == 2);
+    CHECK(counter_get(&done_calls) == 2);
     OK(dsh_executor_dispose(exec));
     DshRunResult *r = NULL;
     CHECK(dsh_executor_run(exec, spec, NULL, &r) == DSH_DISPOSED);
@@ -628,6 +671,7 @@ static void test_landlock_confinement(void) {
 }
 
 static atomic_int racing_errors;
+static struct counter racing_started = COUNTER_INIT;
 
 static void *race_worker(void *arg) {
     (void)arg;
@@ -647,6 +691,7 @@ static void *race_worker(void *arg) {
         }
         dsh_process_free(p);
         dsh_spec_free(spec);
+        if (i == 0) counter_bump(&racing_started);
     }
     return NULL;
 }
@@ -655,8 +700,10 @@ static void test_calls_racing_dispose(void) {
     shared_exec = new_executor(100, 0);
     atomic_store(&racing_errors, 0);
     pthread_t threads[4];
+    counter_reset(&racing_started);
     for (int i = 0; i < 4; i++) pthread_create(&threads[i], NULL, race_worker, NULL);
-    usleep(50000);
+    /* Dispose once every worker is mid-loop, so it races calls in flight. */
+    CHECK(counter_wait(&racing_started, 4, 60));
     OK(dsh_executor_dispose(shared_exec));
     for (int i = 0; i < 4; i++) pthread_join(threads[i], NULL);
     CHECK(atomic_load(&racing_errors) == 0);
