@@ -25,6 +25,7 @@ fn config_defaults_match_the_table() {
     assert_eq!(c.max_output_bytes, 64_000);
     assert_eq!(c.max_spill_bytes, 64 * 1024 * 1024);
     assert_eq!(c.grace_ms, 3_000);
+    assert_eq!(c.retain_settled, 1_000, "docs/hosts.md: default 1 000");
     assert_eq!(c.cwd, None);
     assert_eq!(c.spill_dir, std::env::temp_dir());
     assert_eq!(c.sandbox_mode, None);
