@@ -58,13 +58,30 @@ struct KernelSigaction {
     mask: u64,
 }
 
-/// Runs in the child. SAFETY (for the whole function): `arg` is the
-/// `Plan` of the suspended parent, valid until this process execs or
-/// exits; only raw system calls and async-signal-safe libc wrappers are
-/// used; errno (TLS shared with the suspended parent thread) is read right
-/// after each failing call.
-extern "C" fn child(arg: *mut c_void) -> c_int {
+/// Runs in the child, called by glibc's `clone` with the `arg` that
+/// `clone_exec` passed it.
+///
+/// # Safety
+///
+/// `arg` must point to a [`Plan`] whose pointers are valid C strings and
+/// NULL-terminated arrays of them, and which stays valid and untouched by
+/// anyone else until this process execs or exits: true of `clone_exec`'s
+/// plan, because CLONE_VFORK suspends the parent thread that owns it until
+/// then. Must run only as the child of `clone(CLONE_VM | CLONE_VFORK)`
+/// with every signal blocked (it replaces this process's dispositions,
+/// session and descriptors, and never returns).
+unsafe extern "C" fn child(arg: *mut c_void) -> c_int {
     let plan = arg.cast::<Plan>();
+    // SAFETY: `plan` is valid and ours alone (the contract above), so its
+    // reads and the two writes in `fail` race with nothing; the C strings
+    // and arrays it points to are valid for `chdir` and `execve`. Only raw
+    // system calls and async-signal-safe libc wrappers are used, and
+    // nothing allocates, because the memory (heap locks included) is the
+    // suspended parent's. errno lives in TLS shared with that parent
+    // thread, so `fail` reads it right after the failing call.
+    // `KernelSigaction` is the kernel's `struct sigaction` (handler, flags,
+    // restorer, mask) and its sigset is the 8 bytes passed as the size to
+    // `rt_sigaction` and `rt_sigprocmask`.
     unsafe {
         let fail = |step: Step| -> ! {
             (*plan).errno = *libc::__errno_location();
@@ -143,6 +160,20 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
     }
 }
 
+extern "C" {
+    /// glibc's `clone(3)`, declared here rather than taken from `libc` so
+    /// that the callback is an `unsafe fn`: `child` is sound only for the
+    /// `Plan` passed with it, and glibc calls it with exactly that `arg`.
+    #[link_name = "clone"]
+    fn clone_calling_unsafe_fn(
+        callback: unsafe extern "C" fn(*mut c_void) -> c_int,
+        stack: *mut c_void,
+        flags: c_int,
+        arg: *mut c_void,
+        ...
+    ) -> c_int;
+}
+
 /// A started process: its pid and the pidfd born with it.
 pub(crate) struct Child {
     pub pid: libc::pid_t,
@@ -176,7 +207,7 @@ pub(crate) fn clone_exec(
     let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD;
     // SAFETY: blocking every signal of this thread around the clone (and
     // restoring the old mask after) keeps host handlers out of the shared
-    // memory; `child` is sound for `plan` (see its comment); `stack`,
+    // memory; `child` is sound for `plan` (see its # Safety); `stack`,
     // `plan` and the pointer arrays outlive the child's use of them because
     // CLONE_VFORK returns only after it has exec'd or exited; the kernel
     // writes the pidfd to `pidfd` (CLONE_PIDFD's parent_tid argument).
@@ -185,7 +216,7 @@ pub(crate) fn clone_exec(
         let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        let pid = libc::clone(
+        let pid = clone_calling_unsafe_fn(
             child,
             top,
             flags,

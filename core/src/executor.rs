@@ -274,16 +274,22 @@ impl Shared {
                 }
             }
         };
+        // Room is made before `process` settles, so a caller whose wait for
+        // it returns already sees the older one forgotten; the second pass
+        // covers `process` itself (retain_settled = 0) and a neighbour that
+        // settled at the same moment.
+        self.retire_oldest_settled(1);
         process.settle(ending, sandbox, |p| self.notify(p));
-        self.retire_oldest_settled();
+        self.retire_oldest_settled(0);
     }
 
     /// The retention rule: at most `retain_settled` settled processes stay
     /// registered; the oldest settled ones beyond that are forgotten.
-    fn retire_oldest_settled(&self) {
+    /// `settling` counts processes about to settle, whose room is made now.
+    fn retire_oldest_settled(&self, settling: u64) {
         let retired: Vec<Process> = {
             let mut reg = lock(&self.registry);
-            let settled = reg.in_order.iter().filter(|p| p.is_settled()).count() as u64;
+            let settled = reg.in_order.iter().filter(|p| p.is_settled()).count() as u64 + settling;
             let mut excess = settled.saturating_sub(self.config().retain_settled);
             let mut retired = Vec::new();
             reg.in_order.retain(|p| {

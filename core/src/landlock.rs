@@ -121,7 +121,8 @@ fn open_path(path: &Path) -> io::Result<OwnedFd> {
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: a fresh fd we own.
+    // SAFETY: open succeeded (fd ≥ 0), so `fd` is a descriptor it just
+    // created, which nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
@@ -131,7 +132,9 @@ fn add_rule(ruleset: &OwnedFd, path: &Path, allowed: u64) -> io::Result<()> {
         allowed_access: allowed,
         parent_fd: parent.as_raw_fd(),
     };
-    // SAFETY: `attr` is a valid path-beneath attribute for the call's duration.
+    // SAFETY: `attr` is a live, initialised `struct landlock_path_beneath_attr`
+    // (packed, as the kernel declares it) that the kernel only reads during
+    // the call; `ruleset` and `parent` are open descriptors.
     let r = unsafe {
         libc::syscall(
             libc::SYS_landlock_add_rule,
@@ -170,7 +173,9 @@ pub(crate) fn ruleset(policy: &SandboxPolicy) -> Result<Ruleset, String> {
     let attr = RulesetAttr {
         handled_access_fs: handled,
     };
-    // SAFETY: `attr` is valid; its size is the ABI-1 layout every kernel accepts.
+    // SAFETY: `attr` is a live `struct landlock_ruleset_attr` that the kernel
+    // only reads, for the size passed (the ABI-1 layout, accepted by every
+    // kernel with Landlock).
     let fd = unsafe {
         libc::syscall(
             libc::SYS_landlock_create_ruleset,
@@ -185,7 +190,8 @@ pub(crate) fn ruleset(policy: &SandboxPolicy) -> Result<Ruleset, String> {
             io::Error::last_os_error()
         ));
     }
-    // SAFETY: a fresh fd we own.
+    // SAFETY: landlock_create_ruleset succeeded (fd ≥ 0), so `fd` is a
+    // descriptor it just created, which nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
     for dir in writable_dirs(policy) {
         add_rule(&fd, &dir, handled)
@@ -206,7 +212,9 @@ pub(crate) fn ruleset(policy: &SandboxPolicy) -> Result<Ruleset, String> {
 /// Confines the calling thread for good (it should be a thread made for
 /// this). The process's other threads are unaffected.
 pub(crate) fn restrict_current_thread(ruleset: &Ruleset) -> io::Result<()> {
-    // SAFETY: prctl and landlock_restrict_self act on the calling thread only.
+    // SAFETY: both calls take only integers (`ruleset.fd` is an open
+    // descriptor borrowed for the call) and change only the calling
+    // thread's credentials, which no Rust memory depends on.
     unsafe {
         if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
             return Err(io::Error::last_os_error());

@@ -44,8 +44,11 @@ fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     if fd.as_raw_fd() > 2 {
         return Ok(fd);
     }
-    // SAFETY: F_DUPFD_CLOEXEC on a valid fd returns a new fd we then own.
+    // SAFETY: `fd` is open (an OwnedFd), and F_DUPFD_CLOEXEC takes only
+    // integers.
     let new = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) })?;
+    // SAFETY: the fcntl succeeded (cvt), so `new` is a descriptor it just
+    // created, which nothing else owns; `fd` is closed on return.
     Ok(unsafe { OwnedFd::from_raw_fd(new) })
 }
 

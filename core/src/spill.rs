@@ -11,20 +11,32 @@ use std::sync::Mutex;
 /// spin) if the kernel cannot provide them.
 pub(crate) fn random_hex() -> Result<String, String> {
     let mut bytes = [0u8; 8];
+    fill_random(&mut bytes, |unfilled| {
+        // SAFETY: the pointer and length describe `unfilled`, a live
+        // mutable slice that getrandom writes at most `len` bytes into.
+        let n = unsafe { libc::getrandom(unfilled.as_mut_ptr().cast(), unfilled.len(), 0) };
+        usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
+    })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Fills `bytes` from `source` (a getrandom-like call that fills a prefix
+/// of what it is given). Retries only EINTR; any other error, and a call
+/// that makes no progress, ends the loop with an error instead of spinning.
+fn fill_random(
+    bytes: &mut [u8],
+    mut source: impl FnMut(&mut [u8]) -> std::io::Result<usize>,
+) -> Result<(), String> {
     let mut filled = 0;
     while filled < bytes.len() {
-        // SAFETY: the pointer and length describe the unfilled part of `bytes`.
-        let n = unsafe { libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0) };
-        if n > 0 {
-            filled += n as usize;
-        } else if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(format!("no random bytes from the kernel: {e}"));
-            }
+        match source(&mut bytes[filled..]) {
+            Ok(0) => return Err("no random bytes from the kernel: getrandom returned 0".to_owned()),
+            Ok(n) => filled += n.min(bytes.len() - filled),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("no random bytes from the kernel: {e}")),
         }
     }
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(())
 }
 
 /// `mkdir -p` whose created directories are exactly 0700 (mkdir's mode
@@ -157,5 +169,52 @@ impl SpillFile {
     pub(crate) fn discard(mut self) {
         self.file = None;
         let _ = fs::remove_file(Path::new(&self.path));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+
+    #[test]
+    fn random_hex_is_16_hex_digits_and_differs_between_calls() {
+        let a = random_hex().unwrap();
+        let b = random_hex().unwrap();
+        assert_eq!(a.len(), 16);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()), "{a}");
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn fill_random_retries_eintr_and_short_reads() {
+        let mut calls = 0;
+        let mut bytes = [0u8; 8];
+        fill_random(&mut bytes, |unfilled| {
+            calls += 1;
+            match calls {
+                1 => Err(io::Error::from_raw_os_error(libc::EINTR)),
+                _ => {
+                    unfilled[0] = calls as u8;
+                    Ok(1)
+                }
+            }
+        })
+        .unwrap();
+        assert_eq!(bytes, [2, 3, 4, 5, 6, 7, 8, 9]);
+    }
+
+    #[test]
+    fn fill_random_fails_instead_of_spinning() {
+        let mut bytes = [0u8; 8];
+        let mut calls = 0;
+        let no_progress = fill_random(&mut bytes, |_| {
+            calls += 1;
+            Ok(0)
+        });
+        assert!(no_progress.unwrap_err().contains("returned 0"));
+        assert_eq!(calls, 1);
+        let no_syscall = fill_random(&mut bytes, |_| Err(io::Error::from_raw_os_error(libc::ENOSYS)));
+        assert!(no_syscall.unwrap_err().contains("no random bytes"));
     }
 }

@@ -29,7 +29,9 @@ use crate::spawn::{pidfd_open, pidfd_send_signal};
 /// unreaped child: until then no other process can be given that id.
 /// True when the group took the signal (false: no such group).
 pub(crate) fn signal_group(pgid: libc::pid_t, sig: libc::c_int) -> bool {
-    // SAFETY: killpg takes plain integers and touches no memory.
+    // SAFETY: killpg takes only integers and touches no memory of ours.
+    // (Hitting the right group is the caller's invariant, not a
+    // memory-safety one.)
     unsafe { libc::killpg(pgid, sig) == 0 }
 }
 

@@ -34,6 +34,7 @@ fn large_stdin_not_read_by_the_command_does_not_hang_or_kill_the_host() {
 #[test]
 fn runs_in_workdir_as_a_process_group_leader_with_only_stdio_open() {
     // A descriptor the host leaks without CLOEXEC must not reach the child.
+    // SAFETY: a NUL-terminated literal path; the fd is closed below.
     let leaked = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY) };
     assert!(leaked > 2);
     let dir = temp_dir("workdir");
@@ -42,8 +43,10 @@ fn runs_in_workdir_as_a_process_group_leader_with_only_stdio_open() {
         "pwd; [ \"$(cut -d' ' -f5 /proc/$$/stat)\" = \"$$\" ] && echo leader; \
          ls /proc/$$/fd | sed 's/^/fd /'; grep SigIgn /proc/$$/status",
     );
-    req.workdir = Some(dir.clone());
+    req.workdir = Some(dir.to_path_buf());
     let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
+    // SAFETY: `leaked` is the descriptor this test opened; nothing else
+    // owns it, so closing it cannot pull one from under other code.
     unsafe { libc::close(leaked) };
     let lines: Vec<&str> = r.stdout.text.lines().collect();
     assert_eq!(lines[0], dir.to_str().unwrap());
@@ -230,7 +233,9 @@ fn dropping_the_run_future_aborts_the_command() {
         .unwrap();
     let mut fut = Box::pin(fut);
     rt.block_on(async {
-        let _ = tokio::time::timeout(Duration::from_secs(20), async {
+        // Polls the pid file while driving the run (no event says the
+        // command has started), up to a deadline.
+        tokio::time::timeout(Duration::from_secs(20), async {
             while !pidfile.exists() {
                 tokio::select! {
                     _ = &mut fut => panic!("finished early"),
@@ -238,7 +243,8 @@ fn dropping_the_run_future_aborts_the_command() {
                 }
             }
         })
-        .await;
+        .await
+        .expect("the command never wrote its pid");
     });
     drop(fut);
     let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
@@ -354,21 +360,26 @@ fn spawn_failures_are_errors_naming_the_cause() {
 #[test]
 fn run_after_dispose_fails_as_disposed_and_dispose_aborts_runs_in_flight() {
     let exec = fast_grace();
-    let s = spec(&exec, "sleep 30");
+    let dir = temp_dir("dispose-run");
+    let started = dir.join("started");
+    let s = spec(&exec, &format!("touch {}; exec sleep 30", started.display()));
     let runner = {
         let exec = exec.clone();
         let s = s.clone();
         std::thread::spawn(move || exec.run_blocking(&s, None))
     };
+    assert!(
+        eventually(Duration::from_secs(20), || started.exists()),
+        "the run never started"
+    );
     // Dispose waits for the run it aborts, so by the time it returns the
     // run has settled.
-    std::thread::sleep(Duration::from_millis(100));
     exec.dispose_blocking().unwrap();
-    let r = runner.join().unwrap();
-    match r {
-        Ok(r) => assert!(r.aborted && !r.timed_out),
-        Err(e) => assert_eq!(e, DshError::Disposed, "only if dispose won the race to admit it"),
-    }
+    let r = runner
+        .join()
+        .unwrap()
+        .expect("a run already under way is aborted, not refused");
+    assert!(r.aborted && !r.timed_out, "{r:?}");
     assert_eq!(exec.run_blocking(&s, None).unwrap_err(), DshError::Disposed);
 }
 

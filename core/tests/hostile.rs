@@ -226,6 +226,8 @@ fn calls_racing_dispose_from_several_threads_get_results_or_disposed() {
             })
             .collect();
         barrier.wait();
+        // Not waiting for anything: staggers dispose against the workers'
+        // progress (at once in round 0, later each round) to vary the race.
         std::thread::sleep(Duration::from_millis(20 * round));
         exec.dispose_blocking().unwrap();
         for w in workers {

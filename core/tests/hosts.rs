@@ -66,7 +66,11 @@ fn fork_after_use() {
         .start(&parent_exec.resolve(Request::new("sleep 60")).unwrap())
         .unwrap();
     parent_exec.on_task_done(std::sync::Arc::new(|_p: &dsh_core::Process| {}));
-    // SAFETY: the child only runs the code below and leaves by `_exit`.
+    // SAFETY: the child is a copy of a multi-threaded process and
+    // allocates, which POSIX does not promise but glibc supports (its fork
+    // resets malloc's locks), and which a Python host after `os.fork` does
+    // too: that is the scenario under test. The child never returns into
+    // the parent's stack frames; it leaves by `_exit` below.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
@@ -135,7 +139,9 @@ fn fork_storm_while_running() {
         })
     };
     for _ in 0..20 {
-        // SAFETY: the child only uses dsh through a fresh executor and `_exit`s.
+        // SAFETY: as in `fork_after_use`: the child allocates (glibc resets
+        // malloc's locks at fork), uses dsh only through a fresh executor,
+        // and leaves by `_exit` below.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
             let ok = std::panic::catch_unwind(|| {
@@ -144,7 +150,8 @@ fn fork_storm_while_running() {
                 fresh.dispose_blocking().unwrap();
             })
             .is_ok();
-            // SAFETY: leave the child at once.
+            // SAFETY: `_exit` takes an integer and does not return; it skips
+            // the parent's at-exit work, which is not the child's to run.
             unsafe { libc::_exit(if ok { 0 } else { 1 }) };
         }
         assert_eq!(wait_child(pid, Duration::from_secs(60)), Ok(0));
@@ -307,9 +314,9 @@ fn terminal_host() {
     assert_eq!(lines.next(), Some("rc=1"), "{r:?}");
     assert_eq!(lines.next(), Some("not a tty"));
     let sid: i32 = lines.next().unwrap().trim().parse().unwrap();
-    // SAFETY: getsid(0) queries the calling process.
     assert_ne!(
         sid,
+        // SAFETY: getsid(0) takes an integer and queries the calling process.
         unsafe { libc::getsid(0) },
         "the command has a session of its own"
     );

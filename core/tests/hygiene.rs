@@ -13,7 +13,8 @@ fn thread_count() -> usize {
 
 #[test]
 fn the_hosts_own_children_and_sigchld_are_left_alone() {
-    // SAFETY: querying the current disposition only.
+    // SAFETY: a NULL new action only queries; `old` is a zeroed sigaction
+    // (a plain C struct) for the kernel to fill.
     let sigchld_before = unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();
         libc::sigaction(libc::SIGCHLD, std::ptr::null(), &mut old);
@@ -33,6 +34,7 @@ fn the_hosts_own_children_and_sigchld_are_left_alone() {
     // If the executor had reaped with waitpid(-1), this would fail (ECHILD).
     let status = own.wait().expect("our child was reaped by someone else");
     assert!(status.success());
+    // SAFETY: as for `sigchld_before`.
     let sigchld_after = unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();
         libc::sigaction(libc::SIGCHLD, std::ptr::null(), &mut old);

@@ -29,6 +29,7 @@ fn config_defaults_match_the_table() {
     assert_eq!(c.max_output_bytes, 64_000);
     assert_eq!(c.max_spill_bytes, 64 * 1024 * 1024);
     assert_eq!(c.grace_ms, 3_000);
+    assert_eq!(c.retain_settled, 1_000, "docs/hosts.md: default 1 000");
     assert_eq!(c.cwd, None);
     assert_eq!(c.spill_dir, std::env::temp_dir());
     assert_eq!(c.sandbox_mode, None);
@@ -97,7 +98,7 @@ fn resolve_applies_defaults_and_caps() {
         c.max_output_bytes = n(777);
     });
     let s = spec(&exec, "echo hi");
-    assert_eq!(s.workdir, dir);
+    assert_eq!(s.workdir, *dir);
     assert_eq!(s.timeout_ms, 1_000);
     assert_eq!(s.stdout_max_bytes, 777);
     assert_eq!(
@@ -173,7 +174,6 @@ fn workdir_and_workspace_root_are_bytes_not_text() {
     req.workdir = Some(PathBuf::new());
     let e = exec.resolve(req).unwrap_err();
     assert_eq!(field_of(&e), "request.workdir", "{e}");
-    std::fs::remove_dir_all(&base).unwrap();
 }
 
 #[test]
@@ -308,6 +308,8 @@ fn stdout_max_bytes_is_capped_by_max_output_bytes_like_the_timeout() {
     big.stdout_max_bytes = 500_000_000;
     let e = exec.run_blocking(&big, None).unwrap_err();
     assert!(e.to_string().contains("spec.stdout_max_bytes"), "{e}");
+    // The run spilled; dispose removes the spill directory with it.
+    exec.dispose_blocking().unwrap();
 }
 
 #[test]
@@ -360,7 +362,7 @@ fn reconfigure_changes_what_new_commands_get_and_keeps_running_ones() {
     let s = spec(&exec, "printf 0123456789abcdef");
     assert_eq!(
         (s.workdir.as_path(), s.timeout_ms, s.stdout_max_bytes),
-        (dir.as_path(), 2_000, 10)
+        (&*dir, 2_000, 10)
     );
     let r = exec.run_blocking(&s, None).unwrap();
     assert_eq!((r.stdout.text.as_str(), r.stdout.truncated), ("6789abcdef", true));
@@ -391,5 +393,4 @@ fn reconfigure_changes_what_new_commands_get_and_keeps_running_ones() {
         2_000,
         "the last good configuration stays"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }

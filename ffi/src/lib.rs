@@ -4,11 +4,9 @@
 //! panic across the boundary.
 
 #![allow(non_camel_case_types)]
-#![deny(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
-// In edition 2021 the body of an `unsafe fn` is itself an unsafe context, so
-// an unsafe call written there without a block escapes the SAFETY-comment
-// rule above; this makes every unsafe operation sit in a commented block.
-#![deny(unsafe_op_in_unsafe_fn)]
+// SAFETY comments on every unsafe block, `# Safety` on every public unsafe
+// fn and no bare unsafe operation in an unsafe fn: the workspace's lints
+// (Cargo.toml), which this crate inherits.
 
 mod builders;
 mod executor;

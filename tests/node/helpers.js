@@ -40,8 +40,41 @@ async function readUntil(task, needle) {
   return seen
 }
 
+// Every directory tmpdir() made, removed when the test process exits
+// (node --test runs each file in a process of its own).
+const madeDirs = []
+process.once('exit', () => {
+  for (const dir of madeDirs) fs.rmSync(dir, { recursive: true, force: true })
+})
+
 function tmpdir() {
-  return fs.mkdtempSync(path.join(os.tmpdir(), 'dsh-node-'))
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dsh-node-'))
+  madeDirs.push(dir)
+  return dir
 }
 
-module.exports = { executor, alive, eventually, readUntil, tmpdir, NativeBashExecutor, NativeShellExecutor }
+// Why this kernel cannot confine a command, or null when it can; cached.
+// Node cannot make the system call itself, so this asks dsh and accepts
+// only its "no Landlock" answers: any other failure is left for the test to
+// report. (The Rust, C and Python suites ask the kernel directly, so a dsh
+// that wrongly reported Landlock missing would fail there.)
+// DSH_TEST_FAKE_NO_LANDLOCK=1 answers as a kernel without Landlock would.
+let landlockProbe
+async function landlockMissing() {
+  if (process.env.DSH_TEST_FAKE_NO_LANDLOCK === '1') return 'Landlock faked away (DSH_TEST_FAKE_NO_LANDLOCK=1)'
+  if (landlockProbe === undefined) {
+    const ex = executor()
+    try {
+      await ex.run(ex.resolve({ command: 'true', sandboxPolicy: { mode: 'read-only' } }))
+      landlockProbe = null
+    } catch (e) {
+      const noLandlock = /has no Landlock|Landlock is disabled|Landlock is unavailable/
+      landlockProbe = e.code === 'SANDBOX_UNAVAILABLE' && noLandlock.test(e.message) ? e.message : null
+    } finally {
+      await ex.dispose()
+    }
+  }
+  return landlockProbe
+}
+
+module.exports = { executor, alive, eventually, readUntil, tmpdir, landlockMissing, NativeBashExecutor, NativeShellExecutor }

@@ -11,7 +11,7 @@ import pytest
 import dsh_native
 from dsh_native import CancelToken, Executor
 
-from conftest import alive, eventually
+from conftest import alive, eventually, until
 
 
 def test_run_releases_the_gil(ex):
@@ -72,8 +72,7 @@ def test_cancelling_the_awaiting_task_aborts_the_command(ex, tmp):
 
     async def main():
         task = asyncio.ensure_future(ex.run_async(ex.resolve(f"echo $$ > {pidfile}; exec sleep 30")))
-        while not os.path.exists(pidfile) or not open(pidfile).read().strip():
-            await asyncio.sleep(0.01)
+        await until(lambda: os.path.exists(pidfile) and open(pidfile).read().strip() != "")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -89,8 +88,7 @@ def test_run_async_with_a_token_returns_the_aborted_result(ex, tmp):
     async def main():
         token = CancelToken()
         task = asyncio.ensure_future(ex.run_async(ex.resolve(f"touch {mark}; sleep 30"), cancel=token))
-        while not os.path.exists(mark):
-            await asyncio.sleep(0.01)
+        await until(lambda: os.path.exists(mark))
         token.cancel()
         return await task
 
@@ -133,7 +131,19 @@ def test_ctrl_c_during_run_aborts_the_command_and_leaves_nothing(ex, tmp):
 
 def test_ctrl_c_during_wait_is_delivered(ex):
     p = ex.start(ex.resolve("sleep 30"))
-    threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    main_tid = threading.main_thread().native_id
+
+    def main_thread_sleeps() -> bool:
+        with open(f"/proc/self/task/{main_tid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "S"
+
+    def press_ctrl_c_once_blocked():
+        # Blocked in wait(), with the GIL released; at worst (blocked on the
+        # GIL just before it) Ctrl-C lands before wait() and still raises.
+        eventually(main_thread_sleeps)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=press_ctrl_c_once_blocked).start()
     with pytest.raises(KeyboardInterrupt):
         p.wait()
     assert p.kill()
