@@ -151,7 +151,9 @@ thread_local! {
 
 fn set_last_error(message: String, errno: c_int) {
     let message = CString::new(message.replace('\0', "\\0")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = LastError { message, errno });
+    // try_with: a host may call in from a thread-exit destructor after this
+    // thread's storage is gone; losing the message beats aborting the host.
+    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = LastError { message, errno });
 }
 
 fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
@@ -303,13 +305,15 @@ pub(crate) unsafe fn free<T>(p: *mut T) {
 /// until the next failing call on the same thread.
 #[no_mangle]
 pub extern "C" fn dsh_last_error() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().message.as_ptr())
+    LAST_ERROR
+        .try_with(|e| e.borrow().message.as_ptr())
+        .unwrap_or(c"".as_ptr())
 }
 
 /// The errno behind the last DSH_SPAWN_FAILED on this thread, else 0.
 #[no_mangle]
 pub extern "C" fn dsh_last_errno() -> c_int {
-    LAST_ERROR.with(|e| e.borrow().errno)
+    LAST_ERROR.try_with(|e| e.borrow().errno).unwrap_or(0)
 }
 
 /// The constant's name, e.g. "DSH_NOT_FOUND"; "DSH_UNKNOWN" for a value that
