@@ -12,9 +12,18 @@ use std::sync::Mutex;
 pub(crate) fn random_hex() -> Result<String, String> {
     let mut bytes = [0u8; 8];
     fill_random(&mut bytes, |unfilled| {
+        // The raw system call, not glibc's getrandom(), which only exists
+        // from glibc 2.25: one binary serves every glibc from 2.17 on.
         // SAFETY: the pointer and length describe `unfilled`, a live
         // mutable slice that getrandom writes at most `len` bytes into.
-        let n = unsafe { libc::getrandom(unfilled.as_mut_ptr().cast(), unfilled.len(), 0) };
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_getrandom,
+                unfilled.as_mut_ptr(),
+                unfilled.len(),
+                0 as libc::c_uint,
+            )
+        };
         usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
     })?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
