@@ -315,6 +315,17 @@ add({
   request: { command: 'echo "$DSH_SESSION_ID|$DSH_X|${DSH_OTHER-unset}"', env: { DSH_X: 'from-env', DSH_SESSION_ID: 'from-env' }, dshEnv: { DSH_X: 'managed', DSH_SESSION_ID: 'session-1' } },
 })
 add({ name: 'environment: an empty value is a value', request: { command: 'echo "[${EMPTY-unset}]"', env: { EMPTY: '' } } })
+add({
+  name: 'environment: an undefined env value',
+  hostEnv: { PARITY_INHERITED: 'inherited' },
+  request: { command: 'echo "[${PARITY_INHERITED-unset}]"', env: { PARITY_INHERITED: undefined } },
+  differs: {
+    id: 'env-undefined',
+    // Handed to the subprocess seam, where undefined is a tombstone.
+    published: (r) => assert.equal(r.stdout.text, '[unset]\n'),
+    native: (r) => assert.equal(r.stdout.text, '[inherited]\n'),
+  },
+})
 
 // Working directory.
 add({ name: 'workdir: the configured cwd by default', request: { command: 'pwd' } })
@@ -345,7 +356,13 @@ add({
   },
   expect: true,
 })
-add({ name: 'signal dispositions and mask are defaults; $0 is bash', request: { command: 'grep -E "^Sig(Blk|Ign)" /proc/$$/status; echo $0' } })
+// Read by a process bash execs in its place: bash's own mask changes while
+// it forks, so reading it from a child would race with that.
+add({
+  name: 'signal dispositions and mask are defaults; $0 is bash',
+  request: { command: 'echo $0; exec grep -E "^Sig(Blk|Ign)" /proc/self/status' },
+  expect: { exitCode: 0, signal: null, timedOut: false, aborted: false, timeoutMs: 120000, stdout: { text: 'bash\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n', truncated: false }, stderr: { text: '', truncated: false } },
+})
 add({
   name: 'stdout and stderr are pipes',
   request: { command: 'echo via-dev-stdout > /dev/stdout; [ -p /dev/stdout ] && echo pipe || echo not-a-pipe' },
@@ -378,6 +395,16 @@ add({ name: 'timeout: a request above maxTimeoutMs is capped', config: { maxTime
 add({ name: 'timeout: the configured default', config: { timeoutMs: 250 }, request: { command: 'sleep 30' } })
 add({ name: 'timeout: a command that ends first is not timed out', request: { command: 'echo quick', timeoutMs: 60000 } })
 add({
+  name: 'timeout: longer than a Node timer can hold',
+  config: { maxTimeoutMs: 2 ** 32 },
+  request: { command: 'echo ran', timeoutMs: 2 ** 31 },
+  differs: {
+    id: 'long-timeout',
+    published: (r) => assert.deepEqual(r, { rejected: true, field: null, code: null }),
+    native: (r) => assert.deepEqual([r.exitCode, r.stdout.text, r.timeoutMs], [0, 'ran\n', 2 ** 31]),
+  },
+})
+add({
   name: 'timeout: a fractional request',
   exec: async ({ shell }) => shell.resolve({ command: 'true', timeoutMs: 150.5 }).timeoutMs,
   differs: { id: 'fractional-timeout', published: (t) => assert.equal(t, 150.5), native: (t) => assert.equal(t, 151) },
@@ -407,6 +434,17 @@ add({
     return { exitCode: r.exitCode, survived }
   },
   expect: { exitCode: 0, survived: true },
+})
+
+add({
+  name: 'a background job holding stdout does not hold the run past graceMs',
+  exec: async ({ shell }) => {
+    const r = await shell.run(shell.resolve({ command: 'sleep 30 & echo $!; echo more' }))
+    const [pid, more] = r.stdout.text.split('\n')
+    process.kill(Number(pid), 'SIGKILL')
+    return { exitCode: r.exitCode, more, timedOut: r.timedOut }
+  },
+  expect: { exitCode: 0, more: 'more', timedOut: false },
 })
 
 // AbortSignal.
