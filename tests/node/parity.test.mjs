@@ -189,12 +189,14 @@ function rejection(e) {
 
 /**
  * A case: `request` (resolved and run in the foreground) or `exec(h)` (any
- * flow; `h` has `shell`, `dir` — a fresh directory per side — `impl`,
- * `compose`). Options: `config` (merged over BASE_CONFIG), `hostEnv`
- * (process.env for the duration), `rejection: 'any'` (compare only that
- * both rejected), `extras` (the native extra fields this case shows),
- * `expect` (the published outcome, pinned), `differs` ({ id, published,
- * native }: a documented difference, each side checked by a function).
+ * flow; `h` has `shell` — the composition for the case's config — `dir` — a
+ * fresh directory per side — and `impl`, for cases that compose their own).
+ * Options: `config` (merged over BASE_CONFIG), `hostEnv` (process.env for
+ * the duration), `rejects` (true: both reject, naming the same field and
+ * errno; 'any': both reject, nothing else compared; absent: neither may),
+ * `extras` (the native extra fields this case shows), `expect` (the
+ * published outcome, pinned), `differs` ({ id, published, native }: a
+ * documented difference, each side checked by a function).
  */
 const CASES = []
 const add = (c) => CASES.push(c)
@@ -344,8 +346,8 @@ add({
     native: (r) => assert.equal(r.run.stdout.text, `${path.join(BASE, SUBDIR)}\n`),
   },
 })
-add({ name: 'workdir: missing directory rejects with ENOENT', request: { command: 'true', workdir: '/nonexistent/dsh-parity' } })
-add({ name: 'workdir: a file rejects with ENOTDIR', request: { command: 'true', workdir: '/etc/passwd' } })
+add({ name: 'workdir: missing directory rejects with ENOENT', request: { command: 'true', workdir: '/nonexistent/dsh-parity' }, rejects: true })
+add({ name: 'workdir: a file rejects with ENOTDIR', request: { command: 'true', workdir: '/etc/passwd' }, rejects: true })
 
 // The process the command runs as.
 add({
@@ -723,11 +725,11 @@ const refusedRequests = [
   ['stdoutMaxBytes NaN', { stdoutMaxBytes: NaN }],
 ]
 for (const [label, fields] of refusedRequests) {
-  add({ name: `validation: request ${label}`, request: { command: 'true', ...fields } })
+  add({ name: `validation: request ${label}`, request: { command: 'true', ...fields }, rejects: true })
 }
 // Refused by both, at different steps (native at resolve, the published
 // spawn at run) with nothing in common to compare but the refusal.
-add({ name: 'validation: a NUL byte in the command', request: { command: 'echo a\0b' }, rejection: 'any' })
+add({ name: 'validation: a NUL byte in the command', request: { command: 'echo a\0b' }, rejects: 'any' })
 const refusedConfigs = [
   ['graceMs 0', { graceMs: 0 }],
   ['graceMs above the timer limit', { graceMs: 2 ** 31 }],
@@ -737,7 +739,7 @@ const refusedConfigs = [
   ['maxSpillBytes 0', { maxSpillBytes: 0 }],
 ]
 for (const [label, config] of refusedConfigs) {
-  add({ name: `validation: config ${label}`, exec: async ({ impl }) => compose(impl, { ...BASE_CONFIG, ...config }).then(() => 'loaded') })
+  add({ name: `validation: config ${label}`, exec: async ({ impl }) => compose(impl, { ...BASE_CONFIG, ...config }).then(() => 'loaded'), rejects: true })
 }
 
 // Validation the native executor is stricter about (docs/compat.md).
@@ -803,8 +805,7 @@ async function outcome(c, impl) {
       value = await shell.run(shell.resolve(c.request))
     }
   } catch (e) {
-    value = rejection(e)
-    if (c.rejection === 'any') value = { rejected: true }
+    value = c.rejects === 'any' ? { rejected: true } : rejection(e)
   }
   return { value: normalize(value, extras, impl), extras: [...extras].sort() }
 }
@@ -816,6 +817,10 @@ for (const c of CASES) {
     assert.deepEqual(published.extras, [], 'the published shapes have no native extras')
     assert.deepEqual(native.extras, c.extras ?? [], 'the native extra fields this case shows')
     if (c.expect !== undefined) assert.deepEqual(published.value, c.expect, 'the published outcome, pinned')
+    // Two rejections are equal whatever went wrong, so a case says whether
+    // it expects one: a broken composition cannot pass as parity.
+    const rejected = (v) => v !== null && typeof v === 'object' && v.rejected === true
+    if (!c.differs) assert.equal(rejected(published.value), c.rejects !== undefined, JSON.stringify(published.value))
     if (c.differs) {
       c.differs.published(published.value)
       c.differs.native(native.value, published.value)
