@@ -393,6 +393,11 @@ add({
 add({ name: 'timeout: SIGTERM ends the command', request: { command: 'echo before; sleep 30', timeoutMs: 300 } })
 add({ name: 'timeout: a command ignoring SIGTERM gets SIGKILL after graceMs', request: { command: "trap '' TERM; echo armed; sleep 30", timeoutMs: 300 } })
 add({ name: 'timeout: a TERM trap runs, then SIGKILL', request: { command: "trap 'echo got-term' TERM; while :; do sleep 0.05; done", timeoutMs: 300 } })
+add({
+  name: 'timeout: a TERM trap that exits 0 is still timed out',
+  request: { command: "trap 'echo bye; exit 0' TERM; echo armed; sleep 30 & wait", timeoutMs: 300 },
+  expect: { exitCode: 0, signal: null, timedOut: true, aborted: false, timeoutMs: 300, stdout: { text: 'armed\nbye\n', truncated: false }, stderr: { text: '', truncated: false } },
+})
 add({ name: 'timeout: a request above maxTimeoutMs is capped', config: { maxTimeoutMs: 300, timeoutMs: 300 }, request: { command: 'sleep 30', timeoutMs: 100000 } })
 add({ name: 'timeout: the configured default', config: { timeoutMs: 250 }, request: { command: 'sleep 30' } })
 add({ name: 'timeout: a command that ends first is not timed out', request: { command: 'echo quick', timeoutMs: 60000 } })
@@ -569,6 +574,17 @@ add({
   extras: ['task'],
 })
 add({
+  name: 'background: kill() of a command that exits 0 on SIGTERM stays killed',
+  exec: async ({ shell }) => {
+    const p = shell.start(shell.resolve({ command: "trap 'echo bye; exit 0' TERM; echo armed; sleep 30 & wait" }))
+    await readUntil(p, 'armed')
+    const killed = p.kill()
+    await p.done
+    return { killed, status: p.status, exitCode: p.exitCode, signal: p.signal, read: p.readOutput() }
+  },
+  extras: ['task'],
+})
+add({
   name: 'background: kill() after it exited is false and keeps completed',
   exec: async ({ shell }) => {
     const p = shell.start(shell.resolve({ command: 'exit 4' }))
@@ -710,6 +726,19 @@ add({
     const ac = new AbortController()
     const spec = shell.resolve({ command: 'x', workdir: '/tmp', timeoutMs: 999999999, stdoutMaxBytes: 7, stdin: 'in', env: { A: '1' }, dshEnv: { DSH_B: '2' }, signal: ac.signal })
     return { ...spec, sameSignal: spec.signal === ac.signal }
+  },
+})
+
+add({
+  name: 'resolve: Buffer stdin and a policy without workspaceRoot',
+  exec: async ({ shell }) => {
+    const spec = shell.resolve({ command: 'x', workdir: '/tmp', stdin: Buffer.from('héllo'), sandboxPolicy: { mode: 'read-only' } })
+    return { stdin: spec.stdin, sandboxPolicy: spec.sandboxPolicy }
+  },
+  differs: {
+    id: 'resolved-spec',
+    published: (r) => assert.deepEqual(r, { stdin: Buffer.from('héllo'), sandboxPolicy: { mode: 'read-only' } }),
+    native: (r) => assert.deepEqual(r, { stdin: 'héllo', sandboxPolicy: { mode: 'read-only', workspaceRoot: '/tmp' } }),
   },
 })
 
