@@ -205,7 +205,7 @@ export declare class NativeShellExecutor {
   resolve<R extends ShellExecRequest>(request: R & NoExtraKeys<R, ShellExecRequest>): ResolvedSpec<R>
   /** Never blocks the event loop; `spec.signal` aborts the command. */
   run(spec: ShellExecSpec): Promise<ShellRunResult>
-  /** Returns at once; `spec.signal` kills the process. */
+  /** Returns at once; `spec.signal` kills the process (already aborted: throws ABORT_ERR, nothing runs). */
   start(spec: ShellExecSpec): NativeShellProcess
   get(id: ShellProcessId): NativeShellProcess | undefined
   /** Throws NOT_FOUND for an unknown id. */

@@ -139,14 +139,15 @@ class NativeShellExecutor {
   start(spec) {
     checkObject(spec, 'spec')
     const signal = checkSignal(spec.signal, 'spec.signal')
-    const task = this.#wrap(this.#native.start(spec))
-    if (signal) {
-      const onAbort = () => task.kill()
-      if (signal.aborted) onAbort()
-      else {
-        signal.addEventListener('abort', onAbort, { once: true })
-        task.done.then(() => signal.removeEventListener('abort', onAbort))
-      }
+    // The core refuses a start whose signal already fired (nothing runs) and
+    // stops the process when it fires later.
+    const token = new NativeCancelToken()
+    if (signal?.aborted) token.cancel()
+    const task = this.#wrap(this.#native.start(spec, token))
+    if (signal && !signal.aborted) {
+      const onAbort = () => token.cancel()
+      signal.addEventListener('abort', onAbort, { once: true })
+      task.done.then(() => signal.removeEventListener('abort', onAbort))
     }
     return task
   }

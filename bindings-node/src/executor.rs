@@ -184,11 +184,17 @@ impl NativeExecutor {
     }
 
     /// Registers the process and returns at once; spawning happens on a
-    /// core thread.
+    /// core thread. A cancelled token refuses the start (ABORT_ERR); one
+    /// cancelled later stops the process as `kill()` does.
     #[napi]
-    pub fn start(&self, env: &Env, spec: Unknown<'_>) -> Result<NativeProcess> {
+    pub fn start(
+        &self,
+        env: &Env,
+        spec: Unknown<'_>,
+        cancel: Option<&NativeCancelToken>,
+    ) -> Result<NativeProcess> {
         let spec = throw_input(env, convert::spec(spec))?;
-        let inner = throw(env, self.inner.start(&spec))?;
+        let inner = throw(env, self.inner.start_cancellable(&spec, cancel.map(|c| &c.inner)))?;
         Ok(NativeProcess { inner })
     }
 

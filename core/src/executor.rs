@@ -222,7 +222,13 @@ impl Shared {
         })
     }
 
-    async fn background_task(self: Arc<Self>, process: Process, spec: Spec, host_env: HostEnv) {
+    async fn background_task(
+        self: Arc<Self>,
+        process: Process,
+        spec: Spec,
+        host_env: HostEnv,
+        cancel: Option<CancelToken>,
+    ) {
         let tag = self.next_tag();
         let shared = &process.shared;
         let launched =
@@ -247,10 +253,22 @@ impl Shared {
             }
             Ok(spawned) => {
                 let mut stop_rx = shared.stop_tx.subscribe();
+                let cancelled = async {
+                    match &cancel {
+                        Some(token) => token.cancelled().await,
+                        None => std::future::pending().await,
+                    }
+                };
                 let stop = async {
                     tokio::select! {
                         r = stop_rx.wait_for(|s| s.is_some()) => r.ok().and_then(|s| *s).unwrap_or(Stop::Kill),
                         _ = self.disposing() => Stop::Dispose,
+                        // The caller's cancellation is a kill(): the status
+                        // turns `killed` as the stop begins.
+                        _ = cancelled => {
+                            process.request_stop(Stop::Kill);
+                            Stop::Kill
+                        }
                     }
                 };
                 match supervise(
@@ -535,9 +553,20 @@ impl Executor {
     /// happens on the executor's threads. A spawn failure settles the
     /// process as `killed` with `spawn failed: …` in its output.
     pub fn start(&self, spec: &Spec) -> Result<Process> {
+        self.start_cancellable(spec, None)
+    }
+
+    /// [`Executor::start`] with the caller's cancellation: a token that has
+    /// already fired is [`DshError::AlreadyCancelled`] and nothing runs (as
+    /// for [`Executor::run`]); one that fires later stops the process as
+    /// [`Process::kill`] does.
+    pub fn start_cancellable(&self, spec: &Spec, cancel: Option<&CancelToken>) -> Result<Process> {
         let shared = self.shared();
         shared.check_here()?;
         spec.check(&shared.config())?;
+        if cancel.is_some_and(CancelToken::is_cancelled) {
+            return Err(DshError::AlreadyCancelled);
+        }
         let process = {
             let mut reg = lock(&shared.registry);
             if !shared.is_open() {
@@ -566,6 +595,7 @@ impl Executor {
             process.clone(),
             spec.clone(),
             HostEnv::capture(),
+            cancel.cloned(),
         ));
         Ok(process)
     }

@@ -75,6 +75,35 @@ fn kill_is_true_once_then_false_and_status_is_killed_at_once() {
 }
 
 #[test]
+fn a_cancelled_token_refuses_the_start_and_a_later_one_kills() {
+    let exec = executor_with(|c| c.grace_ms = n(300));
+    let dir = temp_dir("bg-cancel-before");
+    let marker = dir.join("ran");
+    let fired = CancelToken::new();
+    fired.cancel();
+    let s = spec(&exec, &format!("touch {}", marker.display()));
+    assert_eq!(
+        exec.start_cancellable(&s, Some(&fired)).unwrap_err(),
+        DshError::AlreadyCancelled
+    );
+    assert!(exec.list().is_empty(), "nothing registered");
+    // Nothing was started, so nothing can create the marker later.
+    run(&exec, "true");
+    assert!(!marker.exists(), "the command ran");
+
+    let token = CancelToken::new();
+    let p = exec
+        .start_cancellable(&spec(&exec, "echo up; exec sleep 30"), Some(&token))
+        .unwrap();
+    read_until(&p, "up");
+    token.cancel();
+    settled(&p);
+    assert_eq!(p.status(), Status::Killed);
+    assert_eq!(p.signal().as_deref(), Some("SIGTERM"));
+    assert!(!p.kill(), "already stopped");
+}
+
+#[test]
 fn kill_escalates_to_sigkill_for_a_term_trapping_process() {
     let exec = executor_with(|c| c.grace_ms = n(300));
     let p = start(

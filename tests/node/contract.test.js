@@ -265,6 +265,9 @@ test('start: kill is true once then false and escalates; AbortSignal kills too',
   ac.abort()
   await a.done
   assert.deepEqual([a.status, a.signal], ['killed', 'SIGTERM'])
+  // Already aborted: refused like run(), and nothing is registered.
+  assert.throws(() => ex.start(ex.resolve({ command: 'true', signal: ac.signal })), { code: 'ABORT_ERR' })
+  assert.deepEqual(ex.list(), [t, a])
 })
 
 test('readOutput: consuming, stderr section, task, lossy and spill paths', async () => {
