@@ -23,6 +23,14 @@
 #include <stdint.h>
 
 /**
+ * The library version this header was generated for, as numbers: the same
+ * as dsh_version() returns ("MAJOR.MINOR.PATCH") for a matching library.
+ */
+#define DSH_VERSION_MAJOR 0
+#define DSH_VERSION_MINOR 1
+#define DSH_VERSION_PATCH 0
+
+/**
  * Which stream an accessor reads.
  */
 #define DSH_STDOUT 1
@@ -199,7 +207,9 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * The library version, e.g. "0.1.0". Static; never freed.
+ * The library version, e.g. "0.1.0". Static; never freed. The header's
+ * DSH_VERSION_MAJOR, DSH_VERSION_MINOR and DSH_VERSION_PATCH are the same
+ * numbers, fixed when the program was compiled.
  */
 const char *dsh_version(void);
 

@@ -20,7 +20,9 @@ pub use results::*;
 
 use std::ffi::c_char;
 
-/// The library version, e.g. "0.1.0". Static; never freed.
+/// The library version, e.g. "0.1.0". Static; never freed. The header's
+/// DSH_VERSION_MAJOR, DSH_VERSION_MINOR and DSH_VERSION_PATCH are the same
+/// numbers, fixed when the program was compiled.
 #[no_mangle]
 pub extern "C" fn dsh_version() -> *const c_char {
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()

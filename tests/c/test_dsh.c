@@ -144,6 +144,10 @@ static DshRunResult *run(DshExecutor *exec, const char *command, uint64_t timeou
 
 static void test_version_and_status_names(void) {
     CHECK(strlen(dsh_version()) > 0);
+    // The header's numbers (generated from the Cargo version) are the library's.
+    char expected[64];
+    snprintf(expected, sizeof expected, "%d.%d.%d", DSH_VERSION_MAJOR, DSH_VERSION_MINOR, DSH_VERSION_PATCH);
+    CHECK(strcmp(dsh_version(), expected) == 0);
     CHECK(strcmp(dsh_status_name(DSH_OK), "DSH_OK") == 0);
     CHECK(strcmp(dsh_status_name(DSH_NOT_FOUND), "DSH_NOT_FOUND") == 0);
     CHECK(strcmp(dsh_status_name(12345), "DSH_UNKNOWN") == 0);
