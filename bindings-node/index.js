@@ -4,7 +4,7 @@
 // reads, listener containment); every rule lives in the Rust core.
 // The harness plugin (`dsh-native/harness`) is in harness.mjs.
 
-const { NativeExecutor, NativeCancelToken, checkConfig } = require('./native.js')
+const { NativeExecutor, NativeCancelToken, checkConfig } = require('./loader.js')
 
 /** An INVALID_ARGUMENT error shaped like the native ones. */
 function invalid(field, problem) {
