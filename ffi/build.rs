@@ -5,6 +5,12 @@
 
 use std::path::PathBuf;
 
+/// What a program linking libdsh.a needs besides it: `rustc --print
+/// native-static-libs` for a staticlib on x86_64-unknown-linux-gnu, less the
+/// `-lc` every C compiler adds (scripts/install copies this line into the
+/// installed dsh.pc).
+const LIBS_PRIVATE: &str = "-lgcc_s -lutil -lrt -lpthread -lm -ldl";
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     let major = std::env::var("CARGO_PKG_VERSION_MAJOR").expect("CARGO_PKG_VERSION_MAJOR");
@@ -31,7 +37,7 @@ fn main() {
     let include = include.canonicalize().unwrap_or(include);
     let pc = format!(
         "libdir={}\nincludedir={}\n\nName: dsh\nDescription: dsh-native, a bash executor for AI-agent harnesses\n\
-         Version: {}\nLibs: -L${{libdir}} -Wl,-rpath,${{libdir}} -ldsh\nLibs.private: -lpthread -ldl -lm\n\
+         Version: {}\nLibs: -L${{libdir}} -Wl,-rpath,${{libdir}} -ldsh\nLibs.private: {LIBS_PRIVATE}\n\
          Cflags: -I${{includedir}}\n",
         libdir.display(),
         include.display(),
