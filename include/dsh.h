@@ -122,8 +122,8 @@ typedef enum DshProcessStatus {
 typedef struct DshCancelToken DshCancelToken;
 
 /**
- * Executor configuration (see the README's configuration table). Unset fields take their defaults when
- * the executor is created; validation happens there too.
+ * Executor configuration (docs/configuration.md). Unset fields take their
+ * defaults when the executor is created; validation happens there too.
  */
 typedef struct DshConfig DshConfig;
 
@@ -150,7 +150,7 @@ typedef struct DshProcessList DshProcessList;
 typedef struct DshRead DshRead;
 
 /**
- * A request (request → spec, see the README): what a caller asks for, before resolve.
+ * A request (docs/requests.md): what a caller asks for, before resolve.
  */
 typedef struct DshRequest DshRequest;
 
@@ -160,7 +160,7 @@ typedef struct DshRequest DshRequest;
 typedef struct DshRunResult DshRunResult;
 
 /**
- * A fully resolved spec (request → spec, see the README), made by dsh_executor_resolve.
+ * A fully resolved spec (docs/requests.md), made by dsh_executor_resolve.
  */
 typedef struct DshSpec DshSpec;
 
@@ -435,7 +435,8 @@ enum DshStatus dsh_request_set_sandbox_policy(const struct DshRequest *request,
 /**
  * Creates an executor. `config` may be NULL for all defaults; it is only
  * read, and may be freed afterwards. A bad field is DSH_INVALID_ARGUMENT
- * naming it (e.g. "invalid config.grace_ms: …").
+ * naming it (e.g. "config.grace_ms must be no greater than 2147483647,
+ * got …"; see docs/configuration.md).
  *
  * # Safety
  * `config` is NULL or a live DshConfig from dsh_config_new that no thread

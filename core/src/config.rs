@@ -1,4 +1,5 @@
-//! Executor configuration: the §2 table, validated once at construction.
+//! Executor configuration (docs/configuration.md), validated once at
+//! construction.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};

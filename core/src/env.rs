@@ -1,4 +1,4 @@
-//! §4: the environment a command gets.
+//! The environment a command gets (docs/environment.md).
 
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsString};

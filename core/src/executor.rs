@@ -1,5 +1,6 @@
-//! The executor (§5–§7): foreground runs, background starts, the registry of
-//! what it started, completion listeners, and dispose.
+//! The executor: foreground runs, background starts (docs/running.md), the
+//! registry of what it started, completion listeners, and dispose
+//! (docs/registry.md).
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -402,7 +403,8 @@ impl Shared {
 }
 
 impl Executor {
-    /// Validates `input` (§2); a bad field is an error naming it.
+    /// Validates `input` (docs/configuration.md); a bad field is an error
+    /// naming it.
     pub fn new(input: ConfigInput) -> Result<Executor> {
         let config = Config::new(input)?;
         let shared = Arc::new(Shared {
@@ -465,7 +467,7 @@ impl Executor {
         self.shared().config().sandbox_mode
     }
 
-    /// §3: request → spec; the only place defaults are applied.
+    /// Request → spec (docs/requests.md); the only place defaults are applied.
     pub fn resolve(&self, request: Request) -> Result<Spec> {
         resolve(&self.shared().config(), request)
     }
@@ -491,7 +493,7 @@ impl Executor {
         Ok(active)
     }
 
-    /// §5: runs `spec` in the foreground. Fails only when the command could
+    /// Runs `spec` in the foreground (docs/running.md). Fails only when the command could
     /// not be started; every ending of a started command is a result.
     pub fn run(&self, spec: &Spec, cancel: Option<&CancelToken>) -> RunFuture {
         let active = match self.admit_run(spec, cancel) {
@@ -549,7 +551,7 @@ impl Executor {
         }
     }
 
-    /// §6: starts `spec` in the background and returns at once; spawning
+    /// Starts `spec` in the background (docs/running.md) and returns at once; spawning
     /// happens on the executor's threads. A spawn failure settles the
     /// process as `killed` with `spawn failed: …` in its output.
     pub fn start(&self, spec: &Spec) -> Result<Process> {

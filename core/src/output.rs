@@ -1,6 +1,6 @@
 //! One output stream: a bounded in-memory tail, an optional spill file with
-//! the complete stream, and a consuming read cursor (§5, §6). Cuts never
-//! split a UTF-8 character.
+//! the complete stream, and a consuming read cursor (docs/running.md). Cuts
+//! never split a UTF-8 character.
 
 use std::collections::VecDeque;
 use std::sync::Arc;

@@ -1,5 +1,5 @@
-//! A background process handle (§6): live status, consuming reads, kill,
-//! and a completion that settles exactly once and never fails.
+//! A background process handle (docs/running.md): live status, consuming
+//! reads, kill, and a completion that settles exactly once and never fails.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
@@ -111,7 +111,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// `delta` per §6: stdout part, then — only when the stderr part is
+/// `delta` (docs/running.md, "Reading output"): stdout part, then — only when the stderr part is
 /// non-empty — a newline if the stdout part lacks one, `[stderr]\n`, stderr.
 pub(crate) fn compose_delta(stdout: String, stderr: &str) -> String {
     let mut delta = stdout;

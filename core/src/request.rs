@@ -1,4 +1,5 @@
-//! Request → spec: the one place where defaults are applied (§3).
+//! Request → spec: the one place where defaults are applied
+//! (docs/requests.md).
 
 use std::collections::BTreeMap;
 use std::os::unix::ffi::OsStrExt;
@@ -66,7 +67,7 @@ pub struct Spec {
     pub sandbox_policy: Option<SandboxPolicy>,
 }
 
-/// §3: resolves a request against a configuration.
+/// Resolves a request against a configuration (docs/requests.md).
 pub fn resolve(config: &Config, request: Request) -> Result<Spec> {
     let f = |name| Field::new(Scope::Request, name);
     check_command(f(FieldName::Command), &request.command)?;

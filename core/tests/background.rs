@@ -1,4 +1,4 @@
-//! §6: background processes.
+//! Background processes (docs/running.md).
 mod common;
 use common::*;
 

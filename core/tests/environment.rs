@@ -1,4 +1,4 @@
-//! §4: the environment a command gets. One test binary, one test: it
+//! The environment a command gets (docs/environment.md). One test binary, one test: it
 //! changes the process environment, which no other test may race with.
 mod common;
 use common::*;

@@ -1,4 +1,4 @@
-//! §5: foreground runs.
+//! Foreground runs (docs/running.md).
 mod common;
 use common::*;
 

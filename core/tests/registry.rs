@@ -1,4 +1,4 @@
-//! §7: the executor as a registry, listeners and dispose.
+//! The executor as a registry, listeners and dispose (docs/registry.md).
 mod common;
 use common::*;
 

@@ -1,4 +1,5 @@
-//! §2 configuration and §3 resolve: defaults, caps, and clear refusals.
+//! Configuration (docs/configuration.md) and resolve (docs/requests.md):
+//! defaults, caps, and clear refusals.
 mod common;
 use common::*;
 

@@ -56,7 +56,7 @@ fn yes_for_thirty_seconds_keeps_memory_flat_and_the_spill_capped() {
     );
     let growth = peak_rss.load(Ordering::SeqCst).saturating_sub(baseline);
     println!("host memory growth while `yes` ran 30 s: {} KiB", growth / 1024);
-    // README (Guarantees): under 1 MiB (150–350 KiB measured here).
+    // docs/guarantees.md: under 1 MiB (150–350 KiB measured here).
     assert!(growth < 1024 * 1024, "host memory grew by {growth} bytes");
     let spill = peak_spill.load(Ordering::SeqCst);
     assert!(spill <= max_spill + 64 * 1024, "spill file reached {spill} bytes");

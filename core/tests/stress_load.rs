@@ -39,11 +39,11 @@ fn a_thousand_background_processes_at_once() {
         threads <= threads_before + 1,
         "threads grew from {threads_before} to {threads}"
     );
-    // README (Guarantees): under 32 KiB each. Measured here: about 7 KB
+    // docs/guarantees.md: under 32 KiB each. Measured here: about 7 KB
     // with an empty environment, 11–14 KB with a shell's or cargo's (the
     // starts capture the host environment faster than they are spawned).
     assert!(per_process < 32 * 1024, "{per_process} bytes per idle process");
-    // README (Not promised): three descriptors per running command (its
+    // docs/guarantees.md (Not promised): three descriptors per running command (its
     // stdout and stderr pipes and its pidfd), so a thousand need ~3 000.
     assert!(
         fds.saturating_sub(fds_before) <= 3 * 1_000,

@@ -131,7 +131,7 @@ fn dispose_leaves_no_descendant_of_running_or_finished_commands() {
     }
     assert!(
         alive(envclear),
-        "the documented gap changed: update README's Guarantees"
+        "the documented gap changed: update docs/guarantees.md"
     );
     // SAFETY: plain kill(2) of the process this test planted.
     unsafe { libc::kill(envclear, libc::SIGKILL) };

@@ -8,13 +8,13 @@ use dsh_core::{ConfigInput, Field, FieldName, Num, Request, SandboxMode, Sandbox
 
 use crate::guard::{bytes, free, handle, path, put, status, text, DshStatus, FfiError, FfiResult};
 
-/// Executor configuration (see the README's configuration table). Unset fields take their defaults when
-/// the executor is created; validation happens there too.
+/// Executor configuration (docs/configuration.md). Unset fields take their
+/// defaults when the executor is created; validation happens there too.
 pub struct DshConfig {
     pub(crate) input: Mutex<ConfigInput>,
 }
 
-/// A request (request → spec, see the README): what a caller asks for, before resolve.
+/// A request (docs/requests.md): what a caller asks for, before resolve.
 pub struct DshRequest {
     pub(crate) input: Mutex<Request>,
 }

@@ -19,7 +19,7 @@ pub struct DshExecutor {
     inner: Executor,
 }
 
-/// A fully resolved spec (request → spec, see the README), made by dsh_executor_resolve.
+/// A fully resolved spec (docs/requests.md), made by dsh_executor_resolve.
 pub struct DshSpec {
     spec: Spec,
     command: OwnedStr,
@@ -54,7 +54,8 @@ unsafe impl Sync for UserData {}
 
 /// Creates an executor. `config` may be NULL for all defaults; it is only
 /// read, and may be freed afterwards. A bad field is DSH_INVALID_ARGUMENT
-/// naming it (e.g. "invalid config.grace_ms: …").
+/// naming it (e.g. "config.grace_ms must be no greater than 2147483647,
+/// got …"; see docs/configuration.md).
 ///
 /// # Safety
 /// `config` is NULL or a live DshConfig from dsh_config_new that no thread

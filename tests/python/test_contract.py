@@ -1,4 +1,5 @@
-"""The DESIGN §2–§7 contract, through Python."""
+"""The contract of docs/ (configuration, requests, environment, running,
+registry), through Python."""
 
 import os
 import pathlib
@@ -24,7 +25,7 @@ from dsh_native import (
 from conftest import alive, eventually, landlock_missing, read_until
 
 
-# §2 configuration -------------------------------------------------------------
+# configuration (docs/configuration.md) ----------------------------------------
 
 @pytest.mark.parametrize(
     "config, field",
@@ -55,7 +56,7 @@ def test_unknown_config_keywords_are_refused():
         Executor(timeout=5)  # type: ignore[call-arg]
 
 
-# §3 resolve ------------------------------------------------------------------
+# resolve (docs/requests.md) -------------------------------------------------
 
 def test_resolve_defaults_and_caps(tmp):
     with Executor(cwd=tmp, timeout_ms=1000, max_timeout_ms=5000, max_output_bytes=777) as ex:
@@ -152,7 +153,7 @@ def test_sandbox_policy_is_stamped_from_config_or_request(tmp):
         assert ex.sandbox_mode is None
 
 
-# §4 environment ---------------------------------------------------------------
+# environment (docs/environment.md) --------------------------------------------
 
 def test_environment_scrub_and_precedence(ex, monkeypatch):
     monkeypatch.setenv("MY_API_KEY", "leak1")
@@ -177,7 +178,7 @@ def test_environment_scrub_and_precedence(ex, monkeypatch):
     assert env["DSH_X"] == "from-dsh-env"
 
 
-# §5 run -------------------------------------------------------------------------
+# run (docs/running.md) ----------------------------------------------------------
 
 def test_stdin_str_or_bytes_then_eof(ex):
     assert ex.run(ex.resolve("cat", stdin="héllo")).stdout.text == "héllo"
@@ -313,7 +314,7 @@ def test_disposed_executor_refuses_work():
         ex.start(spec)
 
 
-# §6 background --------------------------------------------------------------
+# background (docs/running.md) -----------------------------------------------
 
 def test_background_status_exit_and_signal(ex):
     p = ex.start(ex.resolve("exit 3"))
@@ -371,7 +372,7 @@ def test_spawn_failure_settles_killed_and_says_so_once(ex):
     assert p.read_output().delta == ""
 
 
-# §7 registry -----------------------------------------------------------------
+# registry (docs/registry.md) --------------------------------------------------
 
 def test_registry_ids_owners_and_lookups(ex):
     a = ex.start(ex.resolve("echo hi", owner="session-a"))
