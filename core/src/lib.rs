@@ -48,3 +48,15 @@ pub use request::{resolve, Request, SandboxPolicyInput, Spec, DSH_ENV_PREFIX};
 pub use run::{RunFuture, RunResult};
 pub use runtime::refuse_blocking;
 pub use sandbox::{Enforcement, SandboxInfo, SandboxMode, SandboxPolicy};
+
+/// The Rust examples of README.md and docs/ are doctests: `cargo test --doc`
+/// compiles and runs each as written. (`scripts/run-doc-examples` runs the
+/// Python, JavaScript and C ones, and checks that every page with a Rust
+/// example is included here.)
+#[cfg(doctest)]
+mod doc_examples {
+    #[doc = include_str!("../../README.md")]
+    mod readme {}
+    #[doc = include_str!("../../docs/requests.md")]
+    mod requests {}
+}
