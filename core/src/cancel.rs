@@ -17,16 +17,20 @@ impl Default for CancelToken {
 }
 
 impl CancelToken {
+    /// A token that has not fired.
     pub fn new() -> Self {
         CancelToken {
             fired: Arc::new(watch::channel(false).0),
         }
     }
 
+    /// Fires the token, from any thread; a run using it is stopped (SIGTERM,
+    /// SIGKILL after the grace period) and reports `aborted`. Idempotent.
     pub fn cancel(&self) {
         self.fired.send_replace(true);
     }
 
+    /// True once `cancel` has been called on this token or a clone.
     pub fn is_cancelled(&self) -> bool {
         *self.fired.borrow()
     }

@@ -110,24 +110,46 @@ fn usable_spill_dir(field: Field, dir: PathBuf) -> Result<PathBuf> {
 /// [`Config::new`].
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ConfigInput {
+    /// Default workdir, and the base of a relative one (default: the process
+    /// cwd, read at each resolve). Made absolute at construction.
     pub cwd: Option<String>,
+    /// Foreground timeout of a request that gives none, in milliseconds
+    /// (default [`DEFAULT_TIMEOUT_MS`], or `max_timeout_ms` if smaller).
     pub timeout_ms: Option<Num>,
+    /// Cap a request's timeout is clamped to, in milliseconds (default
+    /// [`DEFAULT_MAX_TIMEOUT_MS`]).
     pub max_timeout_ms: Option<Num>,
+    /// In-memory window of each stream, in bytes, and the cap of a request's
+    /// `stdout_max_bytes` (default [`DEFAULT_MAX_OUTPUT_BYTES`]).
     pub max_output_bytes: Option<Num>,
+    /// Largest spill file of one stream, in bytes (default
+    /// [`DEFAULT_MAX_SPILL_BYTES`]).
     pub max_spill_bytes: Option<Num>,
+    /// Wait between SIGTERM and SIGKILL, and how long output is collected
+    /// after the shell exits, in milliseconds (default [`DEFAULT_GRACE_MS`],
+    /// at most [`MAX_GRACE_MS`]).
     pub grace_ms: Option<Num>,
+    /// Where the private spill directory is made (default: the temp dir).
+    /// Created (0700) if missing; fixed for the executor's life.
     pub spill_dir: Option<String>,
+    /// Settled background processes kept registered (default 1000).
     pub retain_settled: Option<Num>,
+    /// The sandbox policy a request without one gets (default: none).
     pub sandbox_mode: Option<SandboxMode>,
 }
 
 /// How many settled background processes the registry keeps by default.
 pub const DEFAULT_RETAIN_SETTLED: u64 = 1_000;
 
+/// Default `timeout_ms`: two minutes.
 pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
+/// Default `max_timeout_ms`: ten minutes.
 pub const DEFAULT_MAX_TIMEOUT_MS: u64 = 600_000;
+/// Default `max_output_bytes`: 64 000 bytes per stream.
 pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 64_000;
+/// Default `max_spill_bytes`: 64 MiB per stream.
 pub const DEFAULT_MAX_SPILL_BYTES: u64 = 64 * 1024 * 1024;
+/// Default `grace_ms`: three seconds.
 pub const DEFAULT_GRACE_MS: u64 = 3_000;
 
 /// A validated configuration. `cwd: None` means "the process cwd, read at
@@ -135,20 +157,31 @@ pub const DEFAULT_GRACE_MS: u64 = 3_000;
 /// private 0700 spill directory is created on first use.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
+    /// Absolute; `None`: the process cwd, read at each resolve.
     pub cwd: Option<PathBuf>,
+    /// Milliseconds; never above `max_timeout_ms`.
     pub timeout_ms: u64,
+    /// Milliseconds.
     pub max_timeout_ms: u64,
+    /// Bytes per stream.
     pub max_output_bytes: u64,
+    /// Bytes per spill file.
     pub max_spill_bytes: u64,
+    /// Milliseconds, at most [`MAX_GRACE_MS`].
     pub grace_ms: u64,
+    /// Absolute; an existing directory.
     pub spill_dir: PathBuf,
     /// Settled background processes kept in the registry; past it the
     /// oldest settled one is forgotten (its spill files deleted).
     pub retain_settled: u64,
+    /// The default sandbox mode; `None`: unconfined unless a request asks.
     pub sandbox_mode: Option<SandboxMode>,
 }
 
 impl Config {
+    /// Applies the defaults and checks every field (docs/configuration.md):
+    /// the first bad one is [`DshError::InvalidArgument`] naming it. A
+    /// missing `spill_dir` is created here.
     pub fn new(input: ConfigInput) -> Result<Config> {
         let f = |name| Field::new(Scope::Config, name);
         let number = |name, value: Option<Num>, default: u64, max: u64| match value {

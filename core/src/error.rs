@@ -6,30 +6,50 @@ use std::fmt;
 /// Which object a bad field belongs to; part of the field path in messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
+    /// `config.*`: the executor's configuration.
     Config,
+    /// `request.*`: what a caller asked `resolve` for.
     Request,
+    /// `spec.*`: a spec given to `run` or `start`.
     Spec,
 }
 
 /// Every field a caller can get wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FieldName {
+    /// `cwd` (config).
     Cwd,
+    /// `timeout_ms` / `timeoutMs` (config, request, spec).
     TimeoutMs,
+    /// `max_timeout_ms` / `maxTimeoutMs` (config).
     MaxTimeoutMs,
+    /// `max_output_bytes` / `maxOutputBytes` (config).
     MaxOutputBytes,
+    /// `max_spill_bytes` / `maxSpillBytes` (config).
     MaxSpillBytes,
+    /// `grace_ms` / `graceMs` (config).
     GraceMs,
+    /// `spill_dir` / `spillDir` (config).
     SpillDir,
+    /// `retain_settled` / `retainSettled` (config).
     RetainSettled,
+    /// `sandbox_mode` / `sandboxMode` (config).
     SandboxMode,
+    /// `command` (request, spec).
     Command,
+    /// `workdir` (request, spec).
     Workdir,
+    /// `stdout_max_bytes` / `stdoutMaxBytes` (request, spec).
     StdoutMaxBytes,
+    /// `stdin` (request, spec).
     Stdin,
+    /// `env` (request, spec).
     Env,
+    /// `dsh_env` / `dshEnv` (request, spec).
     DshEnv,
+    /// `owner` (request, spec).
     Owner,
+    /// `sandbox_policy` / `sandboxPolicy` (request, spec).
     SandboxPolicy,
 }
 
@@ -37,11 +57,14 @@ pub enum FieldName {
 /// uses the harness's camelCase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NameStyle {
+    /// `timeout_ms`: Rust, C and Python.
     Snake,
+    /// `timeoutMs`: Node.
     Camel,
 }
 
 impl FieldName {
+    /// The field's name as `style` spells it.
     pub fn name(self, style: NameStyle) -> &'static str {
         use FieldName::*;
         let (snake, camel) = match self {
@@ -73,15 +96,20 @@ impl FieldName {
 /// A field path such as `request.timeout_ms`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Field {
+    /// The object the field belongs to.
     pub scope: Scope,
+    /// The field itself.
     pub name: FieldName,
 }
 
 impl Field {
+    /// The field `name` of `scope`.
     pub const fn new(scope: Scope, name: FieldName) -> Self {
         Field { scope, name }
     }
 
+    /// `scope.name`, spelt for a face: `request.timeout_ms`,
+    /// `request.timeoutMs`.
     pub fn path(self, style: NameStyle) -> String {
         format!("{}.{}", self.scope, self.name.name(style))
     }
@@ -98,17 +126,28 @@ pub enum SpawnFailure {
     Os,
 }
 
+/// Everything that can go wrong, in one enum: each face maps it once
+/// (docs/faces.md has the table). A command that started and ended, however
+/// it ended, is a result, never one of these.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DshError {
     /// A config, request or spec field is unusable; nothing was run.
     #[error("{} {problem}", field.path(NameStyle::Snake))]
-    InvalidArgument { field: Field, problem: String },
+    InvalidArgument {
+        /// The field that was refused.
+        field: Field,
+        /// What is wrong with it, in words (`must be a whole number, got 1.5`).
+        problem: String,
+    },
 
     /// The command could not be started; `errno` is the OS error.
     #[error("spawn failed: {message}")]
     Spawn {
+        /// What kind of failure it was.
         kind: SpawnFailure,
+        /// The OS error number (`ENOENT` for a missing workdir or bash).
         errno: i32,
+        /// The whole explanation, naming the workdir when that is the cause.
         message: String,
     },
 
@@ -139,7 +178,12 @@ pub enum DshError {
     #[error(
         "this belongs to process {owner_pid}, and this is its forked child {pid}: create a new Executor here"
     )]
-    ForkedChild { owner_pid: i32, pid: i32 },
+    ForkedChild {
+        /// The process that made the executor or process.
+        owner_pid: i32,
+        /// This process, a forked child of `owner_pid`.
+        pid: i32,
+    },
 
     /// A bug in dsh-native (a task panicked); the message says where.
     #[error("internal error: {0}")]
@@ -196,4 +240,5 @@ impl fmt::Display for Scope {
     }
 }
 
+/// The result of every fallible core call.
 pub type Result<T, E = DshError> = std::result::Result<T, E>;

@@ -38,11 +38,14 @@ impl ListenerId {
         self.0
     }
 
+    /// The id whose [`ListenerId::as_u64`] is `raw`.
     pub fn from_u64(raw: u64) -> Self {
         ListenerId(raw)
     }
 }
 
+/// A task-done listener: called on the callback thread with each background
+/// process that settles (see [`Executor::on_task_done`]).
 pub type TaskListener = Arc<dyn Fn(&Process) + Send + Sync>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -621,10 +624,14 @@ impl Executor {
         lock(&self.shared().registry).in_order.clone()
     }
 
+    /// [`Process::read_output`] of the process registered under `id`;
+    /// [`DshError::NotFound`] for an unknown id.
     pub fn read_output(&self, id: &str) -> Result<ProcessRead> {
         Ok(self.known(id)?.read_output())
     }
 
+    /// [`Process::kill`] of the process registered under `id`;
+    /// [`DshError::NotFound`] for an unknown id.
     pub fn kill(&self, id: &str) -> Result<bool> {
         Ok(self.known(id)?.kill())
     }
@@ -674,6 +681,8 @@ impl Executor {
         listeners.len() != before
     }
 
+    /// True once disposal has begun (or this is a forked child's copy that
+    /// was disposed).
     pub fn is_disposed(&self) -> bool {
         !self.shared().is_open()
     }
@@ -709,6 +718,9 @@ impl Executor {
         });
     }
 
+    /// [`Executor::dispose`] for threads that are not in an async runtime:
+    /// blocks until disposal is complete. Refused
+    /// ([`DshError::BlockingInAsync`]) inside a callback or a runtime.
     pub fn dispose_blocking(&self) -> Result<()> {
         let shared = self.shared().clone();
         if !shared.is_here() {

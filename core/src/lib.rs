@@ -12,6 +12,8 @@
 //! # Ok::<(), dsh_core::DshError>(())
 //! ```
 
+#![deny(missing_docs)]
+
 mod callbacks;
 mod cancel;
 mod clone_exec;

@@ -37,6 +37,7 @@ pub(crate) struct StreamBuffer {
 pub struct CollectedOutput {
     /// The tail of the stream when truncated, else all of it.
     pub text: String,
+    /// True when bytes were dropped from the start of the stream.
     pub truncated: bool,
     /// A file holding the complete stream, when truncated and available.
     pub spill_path: Option<String>,

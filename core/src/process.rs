@@ -14,14 +14,21 @@ use crate::runtime;
 use crate::sandbox::SandboxInfo;
 use crate::supervise::{Stop, Streams};
 
+/// Where a background process stands (docs/running.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Status {
+    /// Not settled, and no stop requested.
     Running,
+    /// Settled: exited by itself (or its exit status was taken by someone
+    /// else) with no stop requested.
     Completed,
+    /// A stop was requested (at once, before it has exited), or it died from
+    /// a signal, or it never started.
     Killed,
 }
 
 impl Status {
+    /// `"running"`, `"completed"` or `"killed"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Running => "running",
@@ -38,11 +45,14 @@ pub struct ProcessRead {
     pub delta: String,
     /// Unread bytes slid out of the in-memory window before this read.
     pub lossy: bool,
+    /// The file holding the complete stdout, once it outgrew its window.
     pub stdout_spill_path: Option<String>,
+    /// The file holding the complete stderr, once it outgrew its window.
     pub stderr_spill_path: Option<String>,
     /// Why a stream that outgrew its window has no spill path (see
     /// [`CollectedOutput::spill_error`](crate::CollectedOutput)).
     pub stdout_spill_error: Option<String>,
+    /// As `stdout_spill_error`, for stderr.
     pub stderr_spill_error: Option<String>,
 }
 
@@ -130,18 +140,22 @@ impl Process {
         lock(&self.shared.state)
     }
 
+    /// The registry id: `bash-1`, `bash-2`, …
     pub fn id(&self) -> &str {
         &self.shared.id
     }
 
+    /// The command as started.
     pub fn command(&self) -> &str {
         &self.shared.command
     }
 
+    /// The owner token of the request (never interpreted).
     pub fn owner(&self) -> Option<&str> {
         self.shared.owner.as_deref()
     }
 
+    /// The live status: `Killed` as soon as a stop is requested.
     pub fn status(&self) -> Status {
         self.state().status
     }
@@ -271,9 +285,10 @@ impl Process {
     /// Blocks until settled or until `timeout` passes (`None`: no limit).
     /// Returns whether it settled. Never blocks where blocking is refused
     /// (inside a callback or an async runtime): a settled process answers
-    /// `true` there, a running one is [`DshError::BlockingInAsync`] unless
-    /// `timeout` is zero. In a forked child, waiting for the parent's
-    /// process is [`DshError::ForkedChild`].
+    /// `true` there, a running one is
+    /// [`DshError::BlockingInAsync`](crate::DshError::BlockingInAsync)
+    /// unless `timeout` is zero. In a forked child, waiting for the parent's
+    /// process is [`DshError::ForkedChild`](crate::DshError::ForkedChild).
     pub fn wait_timeout(&self, timeout: Option<Duration>) -> Result<bool> {
         let guard = self.state();
         if guard.settled {

@@ -16,7 +16,10 @@ pub const DSH_ENV_PREFIX: &str = "DSH_";
 /// resolved workdir. A path is bytes: it need not be UTF-8.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxPolicyInput {
+    /// The mode to confine the command with.
     pub mode: SandboxMode,
+    /// The root `workspace-write` opens; `None`: the resolved workdir. A
+    /// relative one is made absolute against the process cwd.
     pub workspace_root: Option<PathBuf>,
     /// The calling session's identity, carried to the spec untouched.
     pub session_id: Option<String>,
@@ -25,19 +28,33 @@ pub struct SandboxPolicyInput {
 /// What a caller (a model, a plugin) asks for.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Request {
+    /// Run as `bash -c -- <command>`; no NUL byte.
     pub command: String,
     /// Bytes, like any path: a directory whose name is not UTF-8 is fine.
+    /// Relative: joined to the configured `cwd` (else the process cwd).
     pub workdir: Option<PathBuf>,
+    /// Milliseconds, any positive finite number: a fraction is rounded up,
+    /// a value above `max_timeout_ms` clamped to it.
     pub timeout_ms: Option<Num>,
+    /// In-memory stdout window in bytes, a positive whole number; clamped
+    /// to `max_output_bytes`.
     pub stdout_max_bytes: Option<Num>,
+    /// Written to the command's stdin, which is then closed; `None`: stdin
+    /// is `/dev/null`.
     pub stdin: Option<Vec<u8>>,
+    /// Variables merged over the scrubbed host environment
+    /// (docs/environment.md).
     pub env: Option<BTreeMap<String, String>>,
+    /// Managed `DSH_*` variables, merged after `env`.
     pub dsh_env: Option<BTreeMap<String, String>>,
+    /// An opaque token stored on a background process.
     pub owner: Option<String>,
+    /// This call's sandbox policy; `None`: the configured `sandbox_mode`.
     pub sandbox_policy: Option<SandboxPolicyInput>,
 }
 
 impl Request {
+    /// A request for `command` with every other field absent.
     pub fn new(command: impl Into<String>) -> Self {
         Request {
             command: command.into(),
@@ -52,14 +69,20 @@ impl Request {
 /// same rules as `resolve`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Spec {
+    /// Run as `bash -c -- <command>`; no NUL byte.
     pub command: String,
     /// Absolute, without NUL bytes; not necessarily UTF-8.
     pub workdir: PathBuf,
     /// Effective: already clamped to `max_timeout_ms`.
     pub timeout_ms: u64,
+    /// In-memory stdout window of a foreground run, in bytes; at most
+    /// `max_output_bytes`.
     pub stdout_max_bytes: u64,
+    /// Written to stdin, then closed; `None`: `/dev/null`.
     pub stdin: Option<Vec<u8>>,
+    /// Variables merged over the scrubbed host environment.
     pub env: Option<BTreeMap<String, String>>,
+    /// Managed `DSH_*` variables, merged after `env`.
     pub dsh_env: Option<BTreeMap<String, String>>,
     /// Required-but-nullable: stored on background processes, never read.
     pub owner: Option<String>,

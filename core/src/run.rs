@@ -32,7 +32,9 @@ pub struct RunResult {
     pub aborted: bool,
     /// The effective timeout of this run.
     pub timeout_ms: u64,
+    /// The command's stdout: its tail, and the spill file if truncated.
     pub stdout: CollectedOutput,
+    /// The command's stderr, kept the same way.
     pub stderr: CollectedOutput,
     /// Present iff the spec carried a sandbox policy.
     pub sandbox: Option<SandboxInfo>,

@@ -6,20 +6,28 @@ use std::str::FromStr;
 
 use crate::error::{DshError, Field};
 
+/// What a confined command may change on the filesystem (docs/sandbox.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SandboxMode {
+    /// `read-only`: no file may be written, created or removed.
     ReadOnly,
+    /// `workspace-write`: only under the workspace root, `/tmp` and the
+    /// temp dir.
     WorkspaceWrite,
+    /// `danger-full-access`: not confined.
     DangerFullAccess,
 }
 
 impl SandboxMode {
+    /// The three modes.
     pub const ALL: [SandboxMode; 3] = [
         SandboxMode::ReadOnly,
         SandboxMode::WorkspaceWrite,
         SandboxMode::DangerFullAccess,
     ];
 
+    /// The mode's name: `read-only`, `workspace-write`,
+    /// `danger-full-access`.
     pub fn as_str(self) -> &'static str {
         match self {
             SandboxMode::ReadOnly => "read-only",
@@ -58,7 +66,9 @@ impl fmt::Display for SandboxMode {
 /// (absolute, without NUL bytes; not necessarily UTF-8).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxPolicy {
+    /// The mode to confine the command with.
     pub mode: SandboxMode,
+    /// The root `workspace-write` opens.
     pub workspace_root: PathBuf,
     /// The calling session's identity (the harness keys per-session sandbox
     /// state off it); carried, never interpreted here.
@@ -68,11 +78,15 @@ pub struct SandboxPolicy {
 /// How completely the kernel enforced a mode's file effects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Enforcement {
+    /// Landlock ABI 3 or later: every file effect the mode promises.
     Full,
+    /// Landlock ABI 1 or 2: cross-directory links and renames (ABI 1) and
+    /// truncation are not governed.
     Partial,
 }
 
 impl Enforcement {
+    /// `"full"` or `"partial"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Enforcement::Full => "full",
@@ -84,7 +98,10 @@ impl Enforcement {
 /// Sandbox facts stamped on a result or a settled process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxInfo {
+    /// The mode the command ran under.
     pub mode: SandboxMode,
+    /// A conservative guess that the sandbox denied a file operation: a
+    /// failed exit whose stderr shows a permission error.
     pub denied: bool,
     /// Absent exactly when `mode` is `danger-full-access`.
     pub enforcement: Option<Enforcement>,
