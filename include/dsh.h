@@ -31,16 +31,22 @@
 #define DSH_VERSION_PATCH 0
 
 /**
- * Which stream an accessor reads.
+ * Which stream an accessor reads: the command's stdout.
  */
 #define DSH_STDOUT 1
 
+/**
+ * Which stream an accessor reads: the command's stderr.
+ */
 #define DSH_STDERR 2
 
 /**
  * The result of every fallible call. `DSH_OK` is 0.
  */
 typedef enum DshStatus {
+  /**
+   * The call succeeded.
+   */
   DSH_OK = 0,
   /**
    * A NULL pointer, bad UTF-8, or a config/request/spec field the core
@@ -95,24 +101,60 @@ typedef enum DshStatus {
   DSH_STILL_RUNNING = 12,
 } DshStatus;
 
+/**
+ * A sandbox mode (docs/sandbox.md).
+ */
 typedef enum DshSandboxMode {
+  /**
+   * "read-only": no file may be written, created or removed.
+   */
   DSH_SANDBOX_READ_ONLY = 1,
+  /**
+   * "workspace-write": only under the workspace root, /tmp and the temp
+   * dir.
+   */
   DSH_SANDBOX_WORKSPACE_WRITE = 2,
+  /**
+   * "danger-full-access": not confined.
+   */
   DSH_SANDBOX_DANGER_FULL_ACCESS = 3,
 } DshSandboxMode;
 
+/**
+ * How completely the kernel enforced a mode's file effects.
+ */
 typedef enum DshEnforcement {
   /**
    * Nothing is confined (danger-full-access).
    */
   DSH_ENFORCEMENT_NONE = 0,
+  /**
+   * Landlock ABI 3 or later: every file effect the mode promises.
+   */
   DSH_ENFORCEMENT_FULL = 1,
+  /**
+   * Landlock ABI 1 or 2: cross-directory links and renames, or
+   * truncation, are not governed.
+   */
   DSH_ENFORCEMENT_PARTIAL = 2,
 } DshEnforcement;
 
+/**
+ * Where a background process stands (docs/running.md).
+ */
 typedef enum DshProcessStatus {
+  /**
+   * Not settled, and no stop requested.
+   */
   DSH_RUNNING = 0,
+  /**
+   * Settled: exited by itself, with no stop requested.
+   */
   DSH_COMPLETED = 1,
+  /**
+   * A stop was requested (at once, before it has exited), or it died
+   * from a signal, or it never started.
+   */
   DSH_KILLED = 2,
 } DshProcessStatus;
 
@@ -171,7 +213,13 @@ typedef struct DshSpec DshSpec;
  * (dsh_spec_workdir), which is the raw bytes of the file name.
  */
 typedef struct DshStr {
+  /**
+   * The first byte, or NULL when the value is absent.
+   */
   const char *ptr;
+  /**
+   * The number of bytes, not counting the NUL terminator.
+   */
   size_t len;
 } DshStr;
 
@@ -190,11 +238,17 @@ typedef void (*DshTaskDoneFn)(void *user_data, const struct DshProcess *process)
  * Sandbox facts of a run result or a settled process.
  */
 typedef struct DshSandboxInfo {
+  /**
+   * The mode the command ran under.
+   */
   enum DshSandboxMode mode;
   /**
    * The failure looks like the sandbox denying a file operation.
    */
   bool denied;
+  /**
+   * How completely the kernel enforced the mode.
+   */
   enum DshEnforcement enforcement;
   /**
    * Background only: confinement could not be applied; nothing ran.

@@ -13,6 +13,7 @@ use dsh_core::DshError;
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DshStatus {
+    /// The call succeeded.
     DSH_OK = 0,
     /// A NULL pointer, bad UTF-8, or a config/request/spec field the core
     /// refused; the last error names the argument or field.
@@ -50,7 +51,9 @@ pub enum DshStatus {
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct DshStr {
+    /// The first byte, or NULL when the value is absent.
     pub ptr: *const c_char,
+    /// The number of bytes, not counting the NUL terminator.
     pub len: usize,
 }
 

@@ -4,6 +4,7 @@
 //! panic across the boundary.
 
 #![allow(non_camel_case_types)]
+#![deny(missing_docs)]
 // SAFETY comments on every unsafe block, `# Safety` on every public unsafe
 // fn and no bare unsafe operation in an unsafe fn: the workspace's lints
 // (Cargo.toml), which this crate inherits.

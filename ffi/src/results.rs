@@ -10,32 +10,47 @@ use dsh_core::{Enforcement, Process, ProcessRead, RunResult, SandboxInfo, Sandbo
 
 use crate::guard::{free, handle, need_out, put, status, value, DshStatus, DshStr, FfiError, OwnedStr};
 
-/// Which stream an accessor reads.
+/// Which stream an accessor reads: the command's stdout.
 pub const DSH_STDOUT: c_int = 1;
+/// Which stream an accessor reads: the command's stderr.
 pub const DSH_STDERR: c_int = 2;
 
+/// Where a background process stands (docs/running.md).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DshProcessStatus {
+    /// Not settled, and no stop requested.
     DSH_RUNNING = 0,
+    /// Settled: exited by itself, with no stop requested.
     DSH_COMPLETED = 1,
+    /// A stop was requested (at once, before it has exited), or it died
+    /// from a signal, or it never started.
     DSH_KILLED = 2,
 }
 
+/// A sandbox mode (docs/sandbox.md).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DshSandboxMode {
+    /// "read-only": no file may be written, created or removed.
     DSH_SANDBOX_READ_ONLY = 1,
+    /// "workspace-write": only under the workspace root, /tmp and the temp
+    /// dir.
     DSH_SANDBOX_WORKSPACE_WRITE = 2,
+    /// "danger-full-access": not confined.
     DSH_SANDBOX_DANGER_FULL_ACCESS = 3,
 }
 
+/// How completely the kernel enforced a mode's file effects.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DshEnforcement {
     /// Nothing is confined (danger-full-access).
     DSH_ENFORCEMENT_NONE = 0,
+    /// Landlock ABI 3 or later: every file effect the mode promises.
     DSH_ENFORCEMENT_FULL = 1,
+    /// Landlock ABI 1 or 2: cross-directory links and renames, or
+    /// truncation, are not governed.
     DSH_ENFORCEMENT_PARTIAL = 2,
 }
 
@@ -43,9 +58,11 @@ pub enum DshEnforcement {
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct DshSandboxInfo {
+    /// The mode the command ran under.
     pub mode: DshSandboxMode,
     /// The failure looks like the sandbox denying a file operation.
     pub denied: bool,
+    /// How completely the kernel enforced the mode.
     pub enforcement: DshEnforcement,
     /// Background only: confinement could not be applied; nothing ran.
     pub runner_failed: bool,
