@@ -23,7 +23,12 @@ use crate::{number, to_pyerr, type_error};
 /// How often a blocking wait comes back to check for KeyboardInterrupt.
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
 
-/// A cancellation token: `cancel()` from any thread aborts a run using it.
+/// A cancellation token: ``cancel()`` from any thread aborts a run using it.
+///
+/// Pass it to ``Executor.run(spec, token)`` or ``Executor.run_async(spec,
+/// token)``. Once fired, the run's command gets SIGTERM (SIGKILL after
+/// ``grace_ms``) and the result says ``aborted=True``. A token that has
+/// already fired makes a new run raise ``AlreadyCancelledError``.
 #[pyclass(frozen, module = "dsh_native")]
 #[derive(Clone, Default)]
 pub struct CancelToken {
@@ -36,9 +41,11 @@ impl CancelToken {
     fn new() -> Self {
         CancelToken::default()
     }
+    /// Fires the token (idempotent, from any thread).
     fn cancel(&self) {
         self.inner.cancel();
     }
+    /// True once ``cancel()`` has been called.
     #[getter]
     fn cancelled(&self) -> bool {
         self.inner.is_cancelled()
@@ -55,7 +62,7 @@ impl CancelToken {
     }
 }
 
-/// Calling it removes a task-done listener; later calls do nothing.
+/// Returned by ``Executor.on_task_done``: calling it removes the listener.
 #[pyclass(frozen, module = "dsh_native")]
 pub struct Unsubscribe {
     executor: dsh_core::Executor,
@@ -64,12 +71,16 @@ pub struct Unsubscribe {
 
 #[pymethods]
 impl Unsubscribe {
+    /// Removes the listener: True if it was registered, False on later
+    /// calls. A delivery already under way may still call it once.
     fn __call__(&self) -> bool {
         self.executor.off_task_done(self.id)
     }
 }
 
-/// A background process.
+/// A background process, from ``Executor.start``, ``get``, ``list`` or a
+/// task-done listener. Every handle to one process shares its status and
+/// its read cursor; see docs/running.md.
 #[pyclass(frozen, module = "dsh_native")]
 pub struct Process {
     pub inner: dsh_core::Process,
@@ -77,54 +88,68 @@ pub struct Process {
 
 #[pymethods]
 impl Process {
+    /// The registry id: ``'bash-1'``, ``'bash-2'``, …
     #[getter]
     fn id(&self) -> &str {
         self.inner.id()
     }
+    /// The command as started.
     #[getter]
     fn command(&self) -> &str {
         self.inner.command()
     }
+    /// The ``owner`` given to ``resolve``, or None (never interpreted).
     #[getter]
     fn owner(&self) -> Option<&str> {
         self.inner.owner()
     }
-    /// "running", then "completed" or "killed".
+    /// ``'running'``, then ``'completed'`` or ``'killed'``. Live: ``'killed'``
+    /// as soon as a stop is requested, before the process has exited.
     #[getter]
     fn status(&self) -> &'static str {
         self.inner.status().as_str()
     }
+    /// The exit status once settled, if the shell exited by itself; else None.
     #[getter]
     fn exit_code(&self) -> Option<i32> {
         self.inner.exit_code()
     }
+    /// The name of the signal that killed it (``'SIGTERM'``), once settled;
+    /// else None.
     #[getter]
     fn signal(&self) -> Option<String> {
         self.inner.signal()
     }
-    /// True once settled when the exit status was taken by someone else.
+    /// True once settled when the exit status was taken by someone else
+    /// (SIGCHLD ignored, or a ``waitpid(-1)`` reaper, on a kernel before
+    /// 6.15): ``exit_code`` and ``signal`` are then both None.
     #[getter]
     fn exit_status_unavailable(&self) -> bool {
         self.inner.exit_status_unavailable()
     }
+    /// Sandbox facts once settled, when the spec carried a policy; else None.
     #[getter]
     fn sandbox(&self) -> Option<SandboxInfo> {
         self.inner.sandbox().map(SandboxInfo::from)
     }
+    /// True once the process has settled; never goes back to False.
     #[getter]
     fn done(&self) -> bool {
         self.inner.is_settled()
     }
-    /// Consuming read: what arrived since the previous read.
+    /// Consuming read: what arrived since the previous read, through any
+    /// handle; never the same bytes twice. Works after the process settled.
     fn read_output(&self) -> ProcessRead {
         self.inner.read_output().into()
     }
-    /// Begins termination; True when it was running and this call began it.
+    /// Begins termination: SIGTERM to the whole tree, SIGKILL after
+    /// ``grace_ms``. True when it was running and this call began it.
     fn kill(&self) -> bool {
         self.inner.kill()
     }
-    /// Blocks until the process settles; raises TimeoutError if it is still
-    /// running after `timeout` seconds.
+    /// Blocks until the process settles, with the GIL released; raises
+    /// TimeoutError if it is still running after ``timeout`` seconds (None:
+    /// no limit). Ctrl-C interrupts the wait (not the process).
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
         let deadline = match timeout {
@@ -159,7 +184,9 @@ impl Process {
             }
         }
     }
-    /// An asyncio future that completes (with None) when the process settles.
+    /// An asyncio future that completes (with None) when the process
+    /// settles. Cancelling it (``asyncio.wait_for`` timing out) withdraws
+    /// the callback behind it.
     fn wait_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let asyncio = py.import("asyncio")?;
         let event_loop = asyncio.call_method0("get_running_loop")?;
@@ -319,8 +346,15 @@ fn optional_str(value: Option<&Bound<'_, PyAny>>, field: Field) -> PyResult<Opti
     }
 }
 
-/// A bash executor. `Executor(**config)` takes the README's configuration names as
-/// keywords; leaving a `with` block calls `close()`.
+/// A bash executor (the native base of ``dsh_native.Executor``).
+///
+/// Keywords, all optional (docs/configuration.md): ``cwd`` (default: the
+/// process cwd), ``timeout_ms`` (ms, 120000), ``max_timeout_ms`` (ms,
+/// 600000), ``max_output_bytes`` (bytes per stream, 64000),
+/// ``max_spill_bytes`` (bytes per spill file, 64 MiB), ``grace_ms`` (ms,
+/// 3000), ``spill_dir`` (default: the temp dir), ``retain_settled`` (count,
+/// 1000), ``sandbox_mode`` (``'read-only'``, ``'workspace-write'``,
+/// ``'danger-full-access'``; default None).
 #[pyclass(frozen, subclass, module = "dsh_native")]
 pub struct Executor {
     inner: dsh_core::Executor,
@@ -368,12 +402,34 @@ impl Executor {
         self.inner.sandbox_mode().map(SandboxMode::as_str)
     }
 
+    /// True once ``close()`` has begun.
     #[getter]
     fn disposed(&self) -> bool {
         self.inner.is_disposed()
     }
 
-    /// Request → spec: the only place defaults are applied.
+    /// Request → spec: the only place defaults are applied
+    /// (docs/requests.md). Returns a ``Spec`` for ``run`` or ``start``.
+    ///
+    /// - ``command``: run as ``bash -c -- command``.
+    /// - ``workdir``: ``str``, ``bytes`` or ``os.PathLike``; relative to the
+    ///   executor's ``cwd`` (default: ``cwd``, else the process cwd).
+    /// - ``timeout_ms``: milliseconds, any positive number; a fraction is
+    ///   rounded up, a value above ``max_timeout_ms`` clamped to it (default:
+    ///   the executor's ``timeout_ms``). Foreground runs only.
+    /// - ``stdout_max_bytes``: the in-memory stdout window in bytes, a
+    ///   positive whole number, clamped to ``max_output_bytes`` (the
+    ///   default). Foreground runs only.
+    /// - ``stdin``: ``str`` or ``bytes`` written to stdin, then closed
+    ///   (default: ``/dev/null``).
+    /// - ``env``: variables merged over the scrubbed host environment.
+    /// - ``dsh_env``: managed ``DSH_*`` variables, merged last.
+    /// - ``owner``: an opaque token kept with a background process.
+    /// - ``sandbox_policy``: a dict with ``mode``, optional
+    ///   ``workspace_root`` (default: the workdir) and ``session_id``, or a
+    ///   ``SandboxPolicy`` (default: the executor's ``sandbox_mode``).
+    ///
+    /// Raises InvalidArgumentError (a ValueError) naming the field.
     #[pyo3(signature = (command, *, workdir=None, timeout_ms=None, stdout_max_bytes=None, stdin=None, env=None, dsh_env=None, owner=None, sandbox_policy=None))]
     #[allow(clippy::too_many_arguments)]
     fn resolve(
@@ -418,9 +474,13 @@ impl Executor {
         Ok(Spec { inner })
     }
 
-    /// Runs a spec in the foreground with the GIL released. Ctrl-C
+    /// Runs a spec in the foreground with the GIL released and returns its
+    /// RunResult; a nonzero exit, a timeout and an abort are results.
+    /// ``cancel``: a CancelToken that aborts the run. Ctrl-C
     /// (KeyboardInterrupt) aborts the command, waits until it is gone, and
-    /// re-raises.
+    /// re-raises. Raises SpawnError (an OSError) when the command cannot be
+    /// started, and refuses to block inside a callback
+    /// (BlockingCallError).
     #[pyo3(signature = (spec, cancel=None))]
     fn run(&self, py: Python<'_>, spec: &Spec, cancel: Option<&CancelToken>) -> PyResult<RunResult> {
         dsh_core::refuse_blocking().map_err(|e| to_pyerr(py, e))?;
@@ -485,23 +545,26 @@ impl Executor {
             });
     }
 
-    /// Starts a spec in the background and returns at once.
+    /// Starts a spec in the background and returns its Process at once.
+    /// A command that cannot be started is not an error here: the process
+    /// settles as ``'killed'`` with ``spawn failed: …`` on its stderr.
     fn start(&self, py: Python<'_>, spec: &Spec) -> PyResult<Process> {
         let inner = self.inner.start(&spec.inner).map_err(|e| to_pyerr(py, e))?;
         Ok(Process { inner })
     }
 
-    /// The process registered as `id`, or None.
+    /// The process registered as ``id`` (``'bash-1'``), or None.
     fn get(&self, id: &str) -> Option<Process> {
         self.inner.get(id).map(|inner| Process { inner })
     }
 
-    /// The owner token stored at start; NotFoundError for an unknown id.
+    /// The ``owner`` stored at start (or None); NotFoundError for an
+    /// unknown id.
     fn owner_of(&self, py: Python<'_>, id: &str) -> PyResult<Option<String>> {
         self.inner.owner_of(id).map_err(|e| to_pyerr(py, e))
     }
 
-    /// Every process started, in start order.
+    /// Every registered background process, in start order.
     fn list(&self) -> Vec<Process> {
         self.inner
             .list()
@@ -510,6 +573,8 @@ impl Executor {
             .collect()
     }
 
+    /// ``Process.read_output`` of the process registered as ``id``;
+    /// NotFoundError for an unknown id.
     fn read_output(&self, py: Python<'_>, id: &str) -> PyResult<ProcessRead> {
         self.inner
             .read_output(id)
@@ -517,6 +582,8 @@ impl Executor {
             .map_err(|e| to_pyerr(py, e))
     }
 
+    /// ``Process.kill`` of the process registered as ``id``; NotFoundError
+    /// for an unknown id.
     fn kill(&self, py: Python<'_>, id: &str) -> PyResult<bool> {
         self.inner.kill(id).map_err(|e| to_pyerr(py, e))
     }
@@ -555,8 +622,11 @@ impl Executor {
         })
     }
 
-    /// Kills every running process (SIGTERM, SIGKILL after grace), waits for
-    /// all of them, removes spill files. Idempotent.
+    /// Disposes the executor: kills every running process and everything
+    /// its commands left behind (SIGTERM, SIGKILL after ``grace_ms``),
+    /// waits for all of them, drops every listener and removes the spill
+    /// files. Idempotent; afterwards ``run`` and ``start`` raise
+    /// DisposedError.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         py.detach(|| self.inner.dispose_blocking())
             .map_err(|e| to_pyerr(py, e))

@@ -63,10 +63,12 @@ fn py_bool(b: bool) -> &'static str {
     }
 }
 
-/// A sandbox policy: the mode and the root `workspace-write` opens.
+/// A spec's sandbox policy: the mode and the root ``workspace-write`` opens.
+/// It can be passed back to ``resolve`` as ``sandbox_policy``.
 #[pyclass(frozen, module = "dsh_native")]
 #[derive(Clone)]
 pub struct SandboxPolicy {
+    /// ``'read-only'``, ``'workspace-write'`` or ``'danger-full-access'``.
     #[pyo3(get)]
     pub mode: String,
     pub workspace_root: PathBuf,
@@ -74,7 +76,8 @@ pub struct SandboxPolicy {
 
 #[pymethods]
 impl SandboxPolicy {
-    /// A `str` as `os.fsdecode` makes it.
+    /// The absolute root ``workspace-write`` opens: a ``str`` as
+    /// ``os.fsdecode`` makes it (``os.fsencode`` gives back the bytes).
     #[getter]
     fn workspace_root<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
         path_str(py, &self.workspace_root)
@@ -88,7 +91,8 @@ impl SandboxPolicy {
     }
 }
 
-/// A fully resolved spec, made by `Executor.resolve`.
+/// A fully resolved spec, made by ``Executor.resolve``: every field explicit
+/// (docs/requests.md). Immutable.
 #[pyclass(frozen, module = "dsh_native")]
 pub struct Spec {
     pub inner: dsh_core::Spec,
@@ -96,39 +100,48 @@ pub struct Spec {
 
 #[pymethods]
 impl Spec {
+    /// The command, run as ``bash -c -- command``.
     #[getter]
     fn command(&self) -> &str {
         &self.inner.command
     }
-    /// A `str` as `os.fsdecode` makes it: passing it back gives the same bytes.
+    /// The absolute workdir: a ``str`` as ``os.fsdecode`` makes it; passing
+    /// it back gives the same bytes.
     #[getter]
     fn workdir<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
         path_str(py, &self.inner.workdir)
     }
+    /// The effective timeout of a foreground run, in milliseconds.
     #[getter]
     fn timeout_ms(&self) -> u64 {
         self.inner.timeout_ms
     }
+    /// The in-memory stdout window of a foreground run, in bytes.
     #[getter]
     fn stdout_max_bytes(&self) -> u64 {
         self.inner.stdout_max_bytes
     }
+    /// The bytes written to stdin, or None (stdin is ``/dev/null``).
     #[getter]
     fn stdin<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
         self.inner.stdin.as_deref().map(|b| PyBytes::new(py, b))
     }
+    /// Variables merged over the scrubbed host environment, or None.
     #[getter]
     fn env(&self) -> Option<BTreeMap<String, String>> {
         self.inner.env.clone()
     }
+    /// Managed ``DSH_*`` variables, merged last, or None.
     #[getter]
     fn dsh_env(&self) -> Option<BTreeMap<String, String>> {
         self.inner.dsh_env.clone()
     }
+    /// The opaque owner token kept with a background process, or None.
     #[getter]
     fn owner(&self) -> Option<&str> {
         self.inner.owner.as_deref()
     }
+    /// The sandbox policy the command runs under, or None (unconfined).
     #[getter]
     fn sandbox_policy(&self) -> Option<SandboxPolicy> {
         self.inner.sandbox_policy.as_ref().map(|p| SandboxPolicy {
@@ -149,15 +162,19 @@ impl Spec {
     }
 }
 
-/// One stream of a foreground run.
+/// One stream of a foreground run: its text (the tail, when it outgrew its
+/// window) and where the complete stream is.
 #[pyclass(frozen, module = "dsh_native")]
 pub struct CollectedOutput {
-    /// The collected text: the tail of the stream when truncated.
+    /// The collected text: the tail of the stream when truncated. Never
+    /// splits a UTF-8 character; invalid bytes show as U+FFFD.
     #[pyo3(get)]
     pub text: String,
+    /// True when bytes were dropped from the start of the stream.
     #[pyo3(get)]
     pub truncated: bool,
-    /// A file holding the complete stream, when truncated and available.
+    /// A file holding the complete stream, when truncated and available;
+    /// deleted when the executor is closed.
     #[pyo3(get)]
     pub spill_path: Option<String>,
     /// Why a truncated stream has no spill file (past max_spill_bytes, or
@@ -197,16 +214,23 @@ impl CollectedOutput {
     }
 }
 
-/// Sandbox facts of a run or a settled process.
+/// Sandbox facts of a run or a settled process (docs/sandbox.md).
 #[pyclass(frozen, module = "dsh_native")]
 #[derive(Clone)]
 pub struct SandboxInfo {
+    /// The mode the command ran under.
     #[pyo3(get)]
     pub mode: String,
+    /// A conservative guess that the sandbox denied a file operation: a
+    /// failed exit whose stderr shows a permission error.
     #[pyo3(get)]
     pub denied: bool,
+    /// ``'full'`` (Landlock ABI 3+), ``'partial'`` (older ABIs), or None for
+    /// ``'danger-full-access'``.
     #[pyo3(get)]
     pub enforcement: Option<String>,
+    /// Background processes only: True when confinement could not be
+    /// applied and the command never ran; else None.
     #[pyo3(get)]
     pub runner_failed: Option<bool>,
 }
@@ -235,11 +259,15 @@ impl SandboxInfo {
     }
 }
 
-/// The outcome of a foreground run.
+/// The outcome of a foreground run (docs/running.md). A nonzero exit, a
+/// timeout and an abort are all results.
 #[pyclass(frozen, module = "dsh_native")]
 pub struct RunResult {
+    /// The exit status, when the shell exited by itself; else None.
     #[pyo3(get)]
     pub exit_code: Option<i32>,
+    /// The name of the signal that killed the shell (``'SIGTERM'``); else
+    /// None.
     #[pyo3(get)]
     pub signal: Option<String>,
     /// The command ran and ended, but its exit status was taken by someone
@@ -247,16 +275,23 @@ pub struct RunResult {
     /// before 6.15): ``exit_code`` and ``signal`` are both None.
     #[pyo3(get)]
     pub exit_status_unavailable: bool,
+    /// The executor's timeout fired first.
     #[pyo3(get)]
     pub timed_out: bool,
+    /// The caller's cancellation (a CancelToken, Ctrl-C, task
+    /// cancellation) or the executor's close fired first.
     #[pyo3(get)]
     pub aborted: bool,
+    /// The effective timeout of this run, in milliseconds.
     #[pyo3(get)]
     pub timeout_ms: u64,
+    /// The command's stdout.
     #[pyo3(get)]
     pub stdout: Py<CollectedOutput>,
+    /// The command's stderr.
     #[pyo3(get)]
     pub stderr: Py<CollectedOutput>,
+    /// Sandbox facts, when the spec carried a policy; else None.
     #[pyo3(get)]
     pub sandbox: Option<SandboxInfo>,
 }
@@ -293,20 +328,27 @@ impl RunResult {
     }
 }
 
-/// What one `read_output` call returns.
+/// What one ``read_output`` call returns.
 #[pyclass(frozen, module = "dsh_native")]
 pub struct ProcessRead {
-    /// Output since the previous read: stdout, then a `[stderr]` section.
+    /// Output since the previous read: the new stdout text, then, if there
+    /// is new stderr text, a ``[stderr]`` line and that text.
     #[pyo3(get)]
     pub delta: String,
+    /// True when unread bytes slid out of the in-memory window before this
+    /// read (the spill file has them).
     #[pyo3(get)]
     pub lossy: bool,
+    /// The file holding the complete stdout, once it outgrew its window.
     #[pyo3(get)]
     pub stdout_spill_path: Option<String>,
+    /// The file holding the complete stderr, once it outgrew its window.
     #[pyo3(get)]
     pub stderr_spill_path: Option<String>,
+    /// Why stdout has no spill file although it outgrew its window.
     #[pyo3(get)]
     pub stdout_spill_error: Option<String>,
+    /// Why stderr has no spill file although it outgrew its window.
     #[pyo3(get)]
     pub stderr_spill_error: Option<String>,
 }

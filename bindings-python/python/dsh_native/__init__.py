@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import inspect
 import weakref
 from types import TracebackType
 from typing import Optional, Type
@@ -84,16 +85,48 @@ def _close_all() -> None:
 
 
 class Executor(_native.Executor):
-    """A bash executor. Keywords are the configuration names of the README: ``cwd``,
-    ``timeout_ms``, ``max_timeout_ms``, ``max_output_bytes``,
-    ``max_spill_bytes``, ``grace_ms``, ``spill_dir``, ``sandbox_mode``.
-    Use it as a context manager: leaving the block calls :meth:`close`."""
+    """A bash executor: resolves, runs and starts commands.
+
+    Every keyword is optional; None (or leaving it out) means the default
+    (docs/configuration.md). Numbers are positive whole numbers:
+
+    - ``cwd``: default workdir and base of a relative one, a ``str`` or
+      ``os.PathLike`` (default: the process cwd, read at each ``resolve``).
+    - ``timeout_ms``: foreground timeout in milliseconds (default 120000,
+      or ``max_timeout_ms`` if smaller).
+    - ``max_timeout_ms``: cap a request's timeout is clamped to, in
+      milliseconds (default 600000).
+    - ``max_output_bytes``: in-memory window of each stream in bytes; the
+      cap of a request's ``stdout_max_bytes`` (default 64000).
+    - ``max_spill_bytes``: largest spill file of one stream in bytes
+      (default 67108864, 64 MiB).
+    - ``grace_ms``: wait between SIGTERM and SIGKILL, and how long output is
+      collected after the shell exits, in milliseconds (default 3000, at most
+      2147483647).
+    - ``spill_dir``: where the private spill directory is made (default: the
+      temp dir); created (0700) if missing.
+    - ``retain_settled``: settled background processes kept registered
+      (default 1000); the oldest beyond it are forgotten.
+    - ``sandbox_mode``: ``'read-only'``, ``'workspace-write'`` or
+      ``'danger-full-access'``, the policy of a request without one
+      (default None: not confined).
+
+    A bad value raises InvalidArgumentError (a ValueError) whose ``field``
+    names it (``'config.grace_ms'``); an unknown keyword is a TypeError.
+    Use it as a context manager: leaving the block calls :meth:`close`.
+    Executors still open at interpreter exit are closed then.
+    """
+
+    # help() and inspect show the native keyword signature, not **config.
+    __signature__ = inspect.signature(_native.Executor)
 
     def __init__(self, **config: object) -> None:
+        """Registers the executor to be closed at interpreter exit."""
         # The native __new__ has already validated and applied ``config``.
         _open_executors.add(self)
 
     def __enter__(self) -> "Executor":
+        """Returns the executor itself."""
         return self
 
     def __exit__(
@@ -102,15 +135,17 @@ class Executor(_native.Executor):
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
+        """Calls :meth:`close`: kills everything still running and waits."""
         self.close()
 
     async def run_async(self, spec: Spec, cancel: Optional[CancelToken] = None) -> RunResult:
-        """Runs ``spec`` without blocking the event loop.
+        """Runs ``spec`` without blocking the event loop; returns its RunResult.
 
-        Cancelling the awaiting task aborts the command (SIGTERM, then
-        SIGKILL after ``grace_ms``), waits until it is gone, and re-raises
-        ``asyncio.CancelledError``. To get the aborted result instead, pass
-        a ``CancelToken`` and call its ``cancel()``.
+        ``cancel``: a CancelToken whose ``cancel()`` aborts the run; the
+        result then says ``aborted=True``. Cancelling the awaiting task
+        instead aborts the command (SIGTERM, then SIGKILL after
+        ``grace_ms``), waits until it is gone, and re-raises
+        ``asyncio.CancelledError``.
         """
         loop = asyncio.get_running_loop()
         done: "asyncio.Future[RunResult]" = loop.create_future()

@@ -1,28 +1,46 @@
-from typing import Callable, Dict, List, Literal, Mapping, Optional, Union
+from typing import Callable, Dict, List, Literal, Mapping, Optional, Union, final
 import asyncio
 import os
 
+from typing_extensions import disjoint_base
+
 __version__: str
+__all__ = [
+    "__version__",
+    "Executor",
+    "Process",
+    "CancelToken",
+    "Unsubscribe",
+    "Spec",
+    "RunResult",
+    "CollectedOutput",
+    "ProcessRead",
+    "SandboxPolicy",
+    "SandboxInfo",
+]
 
-SandboxModeName = Literal["read-only", "workspace-write", "danger-full-access"]
-Status = Literal["running", "completed", "killed"]
+_SandboxModeName = Literal["read-only", "workspace-write", "danger-full-access"]
+_Status = Literal["running", "completed", "killed"]
 
+@final
 class CancelToken:
     def __init__(self) -> None: ...
     def cancel(self) -> None: ...
     @property
     def cancelled(self) -> bool: ...
 
+@final
 class SandboxPolicy:
     @property
-    def mode(self) -> SandboxModeName: ...
+    def mode(self) -> _SandboxModeName: ...
     @property
     def workspace_root(self) -> str:
         """As ``os.fsdecode`` makes it: ``os.fsencode`` gives back the bytes."""
 
+@final
 class SandboxInfo:
     @property
-    def mode(self) -> SandboxModeName: ...
+    def mode(self) -> _SandboxModeName: ...
     @property
     def denied(self) -> bool: ...
     @property
@@ -30,6 +48,7 @@ class SandboxInfo:
     @property
     def runner_failed(self) -> Optional[bool]: ...
 
+@final
 class Spec:
     @property
     def command(self) -> str: ...
@@ -51,6 +70,7 @@ class Spec:
     @property
     def sandbox_policy(self) -> Optional[SandboxPolicy]: ...
 
+@final
 class CollectedOutput:
     @property
     def text(self) -> str: ...
@@ -61,6 +81,7 @@ class CollectedOutput:
     @property
     def spill_error(self) -> Optional[str]: ...
 
+@final
 class RunResult:
     @property
     def exit_code(self) -> Optional[int]: ...
@@ -81,6 +102,7 @@ class RunResult:
     @property
     def sandbox(self) -> Optional[SandboxInfo]: ...
 
+@final
 class ProcessRead:
     @property
     def delta(self) -> str: ...
@@ -95,6 +117,7 @@ class ProcessRead:
     @property
     def stderr_spill_error(self) -> Optional[str]: ...
 
+@final
 class Process:
     @property
     def id(self) -> str: ...
@@ -103,7 +126,7 @@ class Process:
     @property
     def owner(self) -> Optional[str]: ...
     @property
-    def status(self) -> Status: ...
+    def status(self) -> _Status: ...
     @property
     def exit_code(self) -> Optional[int]: ...
     @property
@@ -119,6 +142,7 @@ class Process:
     def wait(self, timeout: Optional[float] = None) -> None: ...
     def wait_async(self) -> "asyncio.Future[None]": ...
 
+@final
 class Unsubscribe:
     def __call__(self) -> bool: ...
 
@@ -128,6 +152,7 @@ _Path = Union[str, "os.PathLike[str]"]
 # or an os.PathLike of either.
 _FsPath = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
+@disjoint_base
 class Executor:
     def __new__(
         cls,
@@ -140,10 +165,10 @@ class Executor:
         grace_ms: Optional[_Number] = None,
         spill_dir: Optional[_Path] = None,
         retain_settled: Optional[_Number] = None,
-        sandbox_mode: Optional[SandboxModeName] = None,
+        sandbox_mode: Optional[_SandboxModeName] = None,
     ) -> "Executor": ...
     @property
-    def sandbox_mode(self) -> Optional[SandboxModeName]: ...
+    def sandbox_mode(self) -> Optional[_SandboxModeName]: ...
     @property
     def disposed(self) -> bool: ...
     def resolve(
