@@ -33,6 +33,7 @@ export interface Config {
   sandboxMode?: SandboxMode
 }
 
+/** The schema of {@link Config}, as the settings layer reads it (no defaults: the core applies them). */
 export declare const Config: z<Config>
 
 /**
@@ -42,15 +43,23 @@ export declare const Config: z<Config>
  * awaited when that composition tears down.
  */
 export declare class NativeShellPlugin extends ShellExecutor {
+  /** `['subprocess']`: background processes belong to the composition that owns `ctx.subprocess`. */
   static inject: string[]
+  /** The config schema, for cordis and the settings layer. */
   static Config: z<Config>
+  /** Checks `config` (a bad field throws `INVALID_ARGUMENT`) and attaches the `shell` settings section. */
   constructor(ctx: Context, config?: Config)
   /** The configuration new commands get (the settings section, when one is attached). */
   get config(): Config
+  /** The default sandbox mode; undefined when commands are not confined. */
   get sandboxMode(): SandboxMode | undefined
+  /** Request → spec, with the current settings: the only place defaults are applied. */
   resolve(request: ShellExecRequest): ShellExecSpec
+  /** Runs a spec in the foreground; never blocks the event loop; `spec.signal` aborts it. */
   run(spec: ShellExecSpec): Promise<ShellRunResult>
+  /** Starts a spec in the background and returns its process at once; `spec.signal` kills it. */
   start(spec: ShellExecSpec): ShellProcess
 }
 
+/** The plugin, as the module's default export. */
 export default NativeShellPlugin

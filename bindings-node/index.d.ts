@@ -4,10 +4,15 @@
 // published `@deepseek-ai/dsh-shell` ones (checked under `strict` and
 // `exactOptionalPropertyTypes`). The cordis plugin is `dsh-native/harness`.
 
+/** What a confined command may change on the filesystem (docs/sandbox.md). */
 export type SandboxMode = 'read-only' | 'workspace-write' | 'danger-full-access'
+/** How completely the kernel enforced a mode: `full` at Landlock ABI 3 or later. */
 export type SandboxEnforcement = 'full' | 'partial'
+/** `running`, then `completed` or `killed` (at once when a stop is requested). */
 export type ShellProcessStatus = 'running' | 'completed' | 'killed'
+/** A background process's registry id: `bash-1`, `bash-2`, … */
 export type ShellProcessId = string
+/** An opaque token stored with a background process; never interpreted. */
 export type OwnerToken = string
 
 /** One environment key inside the managed `DSH_` namespace. */
@@ -21,6 +26,7 @@ export type DshEnvironment = Readonly<Record<DshEnvironmentKey, string>>
  * the brand its request had.
  */
 export interface SandboxExecutionPolicy<S extends string = string> {
+  /** The mode the command runs under. */
   mode: SandboxMode
   /** Absolute root that `workspace-write` may write under. */
   workspaceRoot: string
@@ -30,27 +36,39 @@ export interface SandboxExecutionPolicy<S extends string = string> {
 
 /** A policy as a request may give it: `workspaceRoot` defaults to the workdir. */
 export interface SandboxPolicyRequest<S extends string = string> {
+  /** The mode to confine the command with. */
   mode: SandboxMode
+  /** Default: the resolved workdir. A relative root is taken against the process cwd. */
   workspaceRoot?: string | undefined
+  /** The calling session's identity; carried to the spec untouched. */
   sessionId?: S | undefined
 }
 
+/**
+ * The executor's configuration (docs/configuration.md). Every field is
+ * optional; numbers are positive whole numbers no larger than 2^53−1, and a
+ * bad one is an `INVALID_ARGUMENT` error naming it (`config.graceMs`).
+ */
 export interface NativeShellExecutorConfig {
-  /** Default workdir (default: the process cwd, read at resolve time). */
+  /** Default workdir, and the base of a relative one (default: the process cwd, read at resolve time). */
   cwd?: string | undefined
-  /** Default foreground timeout (default 120000). */
+  /** Default foreground timeout in milliseconds (default 120000, or `maxTimeoutMs` if smaller). */
   timeoutMs?: number | undefined
-  /** Cap for per-call timeouts (default 600000). */
+  /** Cap for per-call timeouts, in milliseconds (default 600000). */
   maxTimeoutMs?: number | undefined
-  /** In-memory cap per stream (default 64000). */
+  /** In-memory window per stream, in bytes, and the cap of `stdoutMaxBytes` (default 64000). */
   maxOutputBytes?: number | undefined
-  /** Cap of one spill file (default 64 MiB). */
+  /** Cap of one spill file, in bytes (default 67108864, 64 MiB). */
   maxSpillBytes?: number | undefined
   /** Settled background processes kept in the registry (default 1000); the oldest beyond are forgotten. */
   retainSettled?: number | undefined
-  /** SIGTERM→SIGKILL grace and pipe-drain bound (default 3000, at most 2147483647). */
+  /** SIGTERM→SIGKILL grace and pipe-drain bound, in milliseconds (default 3000, at most 2147483647). */
   graceMs?: number | undefined
-  /** Where the private 0700 spill directory is created (default: os.tmpdir()). Fixed once made. */
+  /**
+   * Where the private 0700 spill directory is created (default: the core's
+   * temp dir, `$TMPDIR` or `/tmp`). Created if missing; fixed once the
+   * executor is made.
+   */
   spillDir?: string | undefined
   /** Default sandbox mode (default: none — the executor does not confine). */
   sandboxMode?: SandboxMode | undefined
@@ -58,12 +76,15 @@ export interface NativeShellExecutorConfig {
 
 /** A caller's request; `resolve()` turns it into a {@link ShellExecSpec}. */
 export interface ShellExecRequest {
+  /** Run as `bash -c -- <command>`. */
   command: string
   /** Relative paths are relative to the configured `cwd`. */
   workdir?: string | undefined
   /** Any positive number of milliseconds; a fraction is rounded up; capped at `maxTimeoutMs`. */
   timeoutMs?: number | undefined
+  /** In-memory stdout window in bytes, a positive whole number; capped at `maxOutputBytes`. */
   stdoutMaxBytes?: number | undefined
+  /** Aborts a `run` (the result says `aborted`) or kills a started process; copied onto the spec. */
   signal?: AbortSignal | undefined
   /** Written to stdin, then closed; a Buffer for bytes that are not text. */
   stdin?: string | Buffer | undefined
@@ -73,19 +94,29 @@ export interface ShellExecRequest {
   dshEnv?: DshEnvironment | undefined
   /** Stored with a background process (see `ownerOf`); not part of the harness's seam. */
   owner?: OwnerToken | undefined
+  /** This call's sandbox policy (default: the executor's `sandboxMode`, if any). */
   sandboxPolicy?: SandboxPolicyRequest | undefined
 }
 
 /** A resolved spec: what `run`/`start` take (ours or one the harness built). */
 export interface ShellExecSpec {
+  /** Run as `bash -c -- <command>`. */
   command: string
+  /** Absolute. */
   workdir: string
+  /** The effective foreground timeout in milliseconds; at most `maxTimeoutMs`. */
   timeoutMs: number
+  /** The in-memory stdout window of a foreground run, in bytes; at most `maxOutputBytes`. */
   stdoutMaxBytes: number
+  /** Aborts `run` or kills a started process. */
   signal?: AbortSignal | undefined
+  /** Written to stdin, then closed; absent: stdin is /dev/null. */
   stdin?: string | Buffer | undefined
+  /** Ordinary variables, merged after the scrub. */
   env?: Record<string, string> | undefined
+  /** Managed `DSH_*` variables, merged last. */
   dshEnv?: DshEnvironment | undefined
+  /** Stored with a background process. */
   owner?: OwnerToken | undefined
   /** Required-but-nullable: present, possibly undefined (unconfined). */
   sandboxPolicy: SandboxExecutionPolicy | undefined
@@ -111,9 +142,11 @@ export type SessionIdOf<R> = R extends { sandboxPolicy?: { sessionId?: infer S }
     : string
   : string
 
+/** One stream of a foreground run. */
 export interface CollectedOutput {
-  /** The tail of the stream when truncated. */
+  /** The tail of the stream when truncated; never splits a UTF-8 character. */
   text: string
+  /** True when bytes were dropped from the start of the stream. */
   truncated: boolean
   /** A file holding the complete stream, when truncated and available. */
   spillPath?: string
@@ -121,15 +154,23 @@ export interface CollectedOutput {
   spillError?: string
 }
 
+/** Sandbox facts of a run or a settled process (docs/sandbox.md). */
 export interface ShellSandboxInfo {
+  /** The mode the command ran under. */
   mode: SandboxMode
+  /** A conservative guess that the sandbox denied a file operation (a failed exit with a permission error). */
   denied: boolean
+  /** Absent for `danger-full-access`. */
   enforcement?: SandboxEnforcement
+  /** Background only: confinement could not be applied and nothing ran. */
   runnerFailed?: boolean
 }
 
+/** The outcome of a foreground run; a nonzero exit, a timeout and an abort are all results. */
 export interface ShellRunResult {
+  /** The exit status when the shell exited by itself; else null. */
   exitCode: number | null
+  /** The signal that killed the shell (`SIGTERM`); else null. */
   signal: NodeJS.Signals | null
   /**
    * Present (true) when the command ran and ended but its exit status was
@@ -137,21 +178,31 @@ export interface ShellRunResult {
    * `waitpid(-1)`, on a kernel before 6.15); `exitCode` and `signal` are null.
    */
   exitStatusUnavailable?: true
+  /** The executor's timeout fired first. */
   timedOut: boolean
+  /** The caller's signal (or the executor's disposal) fired first. */
   aborted: boolean
+  /** The effective timeout of this run, in milliseconds. */
   timeoutMs: number
+  /** The command's stdout. */
   stdout: CollectedOutput
+  /** The command's stderr. */
   stderr: CollectedOutput
+  /** Present when the spec carried a sandbox policy. */
   sandbox?: ShellSandboxInfo
 }
 
+/** What one consuming read returns. */
 export interface ShellProcessRead {
   /** The process this read came from. */
   task: NativeShellProcess
   /** Output since the previous read; stderr in a `[stderr]` section. */
   delta: string
+  /** Unread bytes slid out of the in-memory window before this read (the spill file has them). */
   lossy: boolean
+  /** The file holding the complete stdout, once it outgrew its window. */
   stdoutSpillPath?: string
+  /** The file holding the complete stderr, once it outgrew its window. */
   stderrSpillPath?: string
   /** Why stdout outgrew its window without a spill file. */
   stdoutSpillError?: string
@@ -159,15 +210,22 @@ export interface ShellProcessRead {
   stderrSpillError?: string
 }
 
+/** A task-done listener: called once per background process that settles, already settled. */
 export type ShellProcessListener = (process: NativeShellProcess) => void
 
 /** A background process (the seam's `ShellProcess`); `status`, `exitCode` and `signal` are live. */
 export declare class NativeShellProcess {
+  /** Made by `NativeShellExecutor#start`, `get`, `list` and listeners; one object per id. */
   private constructor()
+  /** The registry id: `bash-1`, `bash-2`, … */
   readonly id: ShellProcessId
+  /** The command as started. */
   readonly command: string
+  /** Live: `killed` as soon as a stop is requested, before the process has exited. */
   readonly status: ShellProcessStatus
+  /** The exit status once settled, if the shell exited by itself; else null. */
   readonly exitCode: number | null
+  /** The signal that killed it once settled; else null. */
   readonly signal: NodeJS.Signals | null
   /** Present (true) once settled when someone else took the exit status. */
   readonly exitStatusUnavailable?: true
@@ -175,6 +233,7 @@ export declare class NativeShellProcess {
   readonly done: Promise<void>
   /** Sandbox facts, present once a policy-carrying process has settled. */
   readonly sandbox?: ShellSandboxInfo
+  /** The request's owner token, if it had one. */
   readonly owner?: OwnerToken
   /** Consuming read: what arrived since the previous read. */
   readOutput(): ShellProcessRead
@@ -190,16 +249,29 @@ export declare class NativeShellProcess {
  * 'FORKED_CHILD', 'SANDBOX_UNAVAILABLE', 'INTERNAL'.
  */
 export interface DshNativeError extends Error {
+  /** What went wrong, to switch on (see above). */
   code: string
+  /** With `INVALID_ARGUMENT`: the field, e.g. `request.timeoutMs`. */
   field?: string
+  /** With an errno `code`: the negated errno, as Node's own errors carry it. */
   errno?: number
 }
 
+/**
+ * The harness's `ShellExecutor`, native (docs/running.md, docs/registry.md).
+ * Spawning, waiting and reading happen on the core's threads; the event loop
+ * is never blocked.
+ */
 export declare class NativeShellExecutor {
+  /** Validates `config` (docs/configuration.md); a bad field throws `INVALID_ARGUMENT`. */
   constructor(config?: NativeShellExecutorConfig)
   /** undefined: this executor does not sandbox. */
   readonly sandboxMode: SandboxMode | undefined
-  /** New commands get `config`; running ones keep theirs; a bad field changes nothing. */
+  /**
+   * New commands get `config`, a whole configuration (omitted fields take
+   * their defaults); running ones keep theirs; a bad field changes nothing.
+   * `spillDir` cannot change.
+   */
   reconfigure(config: NativeShellExecutorConfig): void
   /** Adds no key for an absent optional field; an unknown key is an error (in types too). */
   resolve<R extends ShellExecRequest>(request: R & NoExtraKeys<R, ShellExecRequest>): ResolvedSpec<R>
@@ -207,21 +279,37 @@ export declare class NativeShellExecutor {
   run(spec: ShellExecSpec): Promise<ShellRunResult>
   /** Returns at once; `spec.signal` kills the process (already aborted: throws ABORT_ERR, nothing runs). */
   start(spec: ShellExecSpec): NativeShellProcess
+  /** The process registered as `id`, or undefined. */
   get(id: ShellProcessId): NativeShellProcess | undefined
   /** Throws NOT_FOUND for an unknown id. */
   ownerOf(id: ShellProcessId): OwnerToken | undefined
+  /** Every registered background process, in start order. */
   list(): NativeShellProcess[]
-  /** Throws NOT_FOUND for an unknown id. */
+  /** The process's consuming read; throws NOT_FOUND for an unknown id. */
   readOutput(id: ShellProcessId): ShellProcessRead
-  /** Throws NOT_FOUND for an unknown id. */
+  /** Kills the process (true when this call began it); throws NOT_FOUND for an unknown id. */
   kill(id: ShellProcessId): boolean
   /** Forgets a settled process (registry entry, spill files, buffers); throws STILL_RUNNING while it runs. */
   forget(id: ShellProcessId): void
-  /** Returns a function that unsubscribes. */
+  /**
+   * Calls `listener(process)` once per background process that settles;
+   * one that throws becomes a process warning. Returns a function that
+   * unsubscribes.
+   */
   onTaskDone(listener: ShellProcessListener): () => void
-  /** Kills every running process and resolves once all have exited. */
+  /**
+   * Kills every running process and everything commands left behind
+   * (SIGTERM, SIGKILL after `graceMs`), resolves once all have exited and
+   * removes the spill files. Afterwards `run` and `start` fail with DISPOSED.
+   */
   dispose(): Promise<void>
 }
+
+/**
+ * Validates a configuration the way `new NativeShellExecutor(config)` would,
+ * without making an executor; throws `INVALID_ARGUMENT` naming the field.
+ */
+export declare function checkConfig(config?: NativeShellExecutorConfig): void
 
 /** @deprecated the seam's old name; use {@link NativeShellExecutor}. */
 export declare const NativeBashExecutor: typeof NativeShellExecutor
