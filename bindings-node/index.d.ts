@@ -84,7 +84,7 @@ export interface ShellExecRequest {
   timeoutMs?: number | undefined
   /** In-memory stdout window in bytes, a positive whole number; capped at `maxOutputBytes`. */
   stdoutMaxBytes?: number | undefined
-  /** Aborts a `run` (the result says `aborted`) or kills a started process; copied onto the spec. */
+  /** Aborts a `run` (the result says `aborted`) or kills a started process; copied onto the spec. Already aborted: ABORT_ERR. */
   signal?: AbortSignal | undefined
   /** Written to stdin, then closed; a Buffer for bytes that are not text. */
   stdin?: string | Buffer | undefined

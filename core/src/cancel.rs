@@ -25,7 +25,8 @@ impl CancelToken {
     }
 
     /// Fires the token, from any thread; a run using it is stopped (SIGTERM,
-    /// SIGKILL after the grace period) and reports `aborted`. Idempotent.
+    /// SIGKILL after the grace period) and reports `aborted`, a process
+    /// started with it is killed. Idempotent.
     pub fn cancel(&self) {
         self.fired.send_replace(true);
     }
