@@ -6,10 +6,11 @@
 //    carries a JSDoc comment.
 // 2. What index.js and harness.mjs export at run time is exactly what
 //    index.d.ts and harness.d.mts declare as values.
-// 3. Everything index.js takes from the generated addon loader — the names
-//    it requires from native.js and every member it uses on a native
-//    executor, process or cancel token — exists in the loaded addon and is
-//    declared in the generated native.d.ts.
+// 3. Everything index.js takes from the native addon — the names it
+//    requires from loader.js (which loads the addon) and every member it
+//    uses on a native executor, process or cancel token — exists in the
+//    loaded addon and is declared in native.d.ts, which `npm run build`
+//    generates from the Rust source.
 //
 // Usage: node check-declarations.mjs (from bindings-node/).
 
@@ -86,7 +87,10 @@ function compareExports(jsFile, runtime, dtsFile) {
   for (const name of declared) if (!runtime.includes(name)) problem(`${dtsFile} declares ${name}, which ${jsFile} does not export`)
 }
 
-// 3. index.js against native.js and native.d.ts --------------------------------
+// 3. index.js against the addon and native.d.ts --------------------------------
+
+// The module through which index.js loads the addon.
+const LOADER = './loader.js'
 
 // Which native class a receiver holds, in each class of index.js.
 const RECEIVERS = {
@@ -101,7 +105,7 @@ function nativeUses() {
   const visit = (node, cls) => {
     if (
       ts.isVariableDeclaration(node) &&
-      node.initializer?.getText() === "require('./native.js')" &&
+      node.initializer?.getText() === `require('${LOADER}')` &&
       ts.isObjectBindingPattern(node.name)
     ) {
       node.name.elements.forEach((e) => imports.push((e.propertyName ?? e.name).getText()))
@@ -131,13 +135,13 @@ function declaredNative() {
 }
 
 function checkNative() {
-  const native = require('./native.js')
+  const native = require(LOADER)
   const declared = declaredNative()
   const { imports, members } = nativeUses()
-  if (imports.length === 0) problem("index.js: no `const { … } = require('./native.js')` found")
+  if (imports.length === 0) problem(`index.js: no \`const { … } = require('${LOADER}')\` found`)
   for (const name of imports) {
-    if (!(name in native)) problem(`index.js requires ${name} from native.js, which the addon does not export`)
-    if (!declared.exports.has(name)) problem(`index.js requires ${name} from native.js, which native.d.ts does not declare`)
+    if (!(name in native)) problem(`index.js requires ${name} from ${LOADER}, which the addon does not export`)
+    if (!declared.exports.has(name)) problem(`index.js requires ${name} from ${LOADER}, which native.d.ts does not declare`)
   }
   const seen = new Set()
   for (const { target, name, at } of members) {
@@ -158,7 +162,7 @@ const uses = checkNative()
 for (const p of problems) console.error(`check-declarations: ${p}`)
 console.log(
   `check-declarations: checked JSDoc on ${jsdoc} declarations, the exports of index.js and harness.mjs, ` +
-    `and ${uses.imports} names and ${uses.members} members index.js takes from native.js: ` +
+    `and ${uses.imports} names and ${uses.members} members index.js takes from the addon: ` +
     (problems.length ? `${problems.length} problems` : 'ok'),
 )
 process.exit(problems.length ? 1 : 0)

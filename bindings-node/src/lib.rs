@@ -1,4 +1,4 @@
-//! The Node face of dsh-native: a native module (`native.js`) that the thin
+//! The Node face of dsh-native: a native addon (loaded by `loader.js`) that the thin
 //! `index.js` wraps into the harness's `ShellExecutor` shape. This crate only
 //! translates JS values to core inputs, core results to plain objects, and
 //! core errors to `Error`s with a `code` (one mapping: `js_error`).
