@@ -129,6 +129,38 @@ impl Drop for ActiveRun {
     }
 }
 
+/// A listener delivery counted in `pending_notifications` from before the
+/// process settled until every listener has run, or until it is dropped
+/// undelivered (the process had already settled), so dispose never waits
+/// for a delivery that will not come.
+struct Notification {
+    shared: Arc<Shared>,
+    listeners: Vec<TaskListener>,
+}
+
+impl Notification {
+    fn deliver(self, process: &Process) {
+        let process = process.clone();
+        callbacks::dispatch(move || {
+            for listener in &self.listeners {
+                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| listener(&process))) {
+                    eprintln!(
+                        "dsh: a task-done listener panicked ({}); other listeners still run",
+                        callbacks::panic_message(&*panic)
+                    );
+                }
+            }
+            drop(self);
+        });
+    }
+}
+
+impl Drop for Notification {
+    fn drop(&mut self) {
+        self.shared.pending_notifications.send_modify(|n| *n -= 1);
+    }
+}
+
 impl Shared {
     fn is_open(&self) -> bool {
         *self.lifecycle.borrow() == Lifecycle::Open
@@ -301,7 +333,12 @@ impl Shared {
         // covers `process` itself (retain_settled = 0) and a neighbour that
         // settled at the same moment.
         self.retire_oldest_settled(1);
-        process.settle(ending, sandbox, |p| self.notify(p));
+        let notification = self.reserve_notification();
+        process.settle(ending, sandbox, |p| {
+            if let Some(n) = notification {
+                n.deliver(p);
+            }
+        });
         self.retire_oldest_settled(0);
     }
 
@@ -338,27 +375,23 @@ impl Shared {
     /// delivered even if disposal begins meanwhile (dispose waits for every
     /// queued delivery, so none runs after it returns); completions caused by
     /// disposal are not delivered.
-    fn notify(self: &Arc<Self>, process: &Process) {
+    /// Takes the listeners that will hear of a process about to settle, and
+    /// counts the delivery as pending *before* the process is seen settled:
+    /// a waiter that wakes on the settle and disposes at once still finds the
+    /// delivery pending, so dispose waits for it instead of dropping it.
+    fn reserve_notification(self: &Arc<Self>) -> Option<Notification> {
         if !self.is_open() {
-            return;
+            return None;
         }
         let listeners: Vec<TaskListener> = lock(&self.listeners).iter().map(|(_, l)| l.clone()).collect();
         if listeners.is_empty() {
-            return;
+            return None;
         }
         self.pending_notifications.send_modify(|n| *n += 1);
-        let (shared, process) = (self.clone(), process.clone());
-        callbacks::dispatch(move || {
-            for listener in listeners {
-                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| listener(&process))) {
-                    eprintln!(
-                        "dsh: a task-done listener panicked ({}); other listeners still run",
-                        callbacks::panic_message(&*panic)
-                    );
-                }
-            }
-            shared.pending_notifications.send_modify(|n| *n -= 1);
-        });
+        Some(Notification {
+            shared: self.clone(),
+            listeners,
+        })
     }
 
     async fn dispose(self: Arc<Self>) {

@@ -309,3 +309,25 @@ fn settled_processes_are_retained_up_to_the_cap_and_can_be_forgotten() {
     assert_eq!(exec.forget("bash-7"), Err(DshError::NotFound("bash-7".into())));
     exec.dispose_blocking().unwrap();
 }
+
+#[test]
+fn a_completion_seen_by_a_waiter_is_delivered_even_if_the_waiter_disposes_at_once() {
+    // The waiter wakes on the settle and disposes in the same breath; the
+    // listener's delivery must already be counted, not dropped in the gap.
+    for round in 0..300 {
+        let exec = executor();
+        let heard = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let h = heard.clone();
+        exec.on_task_done(std::sync::Arc::new(move |_p: &Process| {
+            h.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }));
+        let p = exec.start(&spec(&exec, "true")).unwrap();
+        assert!(p.wait_timeout(Some(std::time::Duration::from_secs(30))).unwrap());
+        exec.dispose_blocking().unwrap();
+        assert_eq!(
+            heard.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "round {round}"
+        );
+    }
+}
