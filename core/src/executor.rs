@@ -475,15 +475,20 @@ impl Executor {
     /// whose settings change at run time call this instead of making a new
     /// executor, so background processes stay owned by one executor. The
     /// spill directory is the one fixed field: spill files already written
-    /// live there until the executor is disposed.
+    /// live there until the executor is disposed. Left out, it stays as it
+    /// is; given, it must name the same directory.
     pub fn reconfigure(&self, input: ConfigInput) -> Result<()> {
         let shared = self.shared();
         shared.check_here()?;
         if !shared.is_open() {
             return Err(DshError::Disposed);
         }
-        let next = Config::new(input)?;
+        let keeps_spill_dir = input.spill_dir.is_none();
+        let mut next = Config::new(input)?;
         let mut current = shared.config.write().unwrap_or_else(|p| p.into_inner());
+        if keeps_spill_dir {
+            next.spill_dir = current.spill_dir.clone();
+        }
         if next.spill_dir != current.spill_dir {
             return Err(DshError::invalid(
                 Field::new(Scope::Config, FieldName::SpillDir),
