@@ -2,13 +2,15 @@
 //! binary (re-executed with `--scenario NAME`) under a timeout, so a hang is
 //! a failure, not a hung suite. A scenario does what a real host may
 //! legally do — fork after use, ignore SIGCHLD, reap with `waitpid(-1)`,
-//! rewrite its environment between calls, own a terminal — and checks that
-//! every promise still holds there.
+//! rewrite its environment between calls, own a terminal, die without
+//! disposing — and checks that every promise still holds there.
 
 mod common;
 
+use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -372,6 +374,265 @@ fn spawn_on_terminal(scenario: &str) -> std::io::Result<std::process::Child> {
     Ok(child)
 }
 
+/// Every escape route out of a command's tree, each writing its pid to
+/// `dir/<route>`: setsid, a double fork, nohup, a SIGTERM trap, `env -i`
+/// plus orphaning (with and without setsid), and a fork loop. Then the
+/// leader writes its own pid and `ending` runs.
+const ROUTES: [&str; 8] = [
+    "setsid",
+    "double",
+    "nohup",
+    "trapper",
+    "envorphan",
+    "envsetsid",
+    "forkloop",
+    "leader",
+];
+
+fn planting_script(dir: &Path, ending: &str) -> String {
+    let d = dir.display();
+    format!(
+        r#"
+setsid bash -c 'echo $$ > {d}/setsid; exec sleep 300' </dev/null >/dev/null 2>&1 &
+( bash -c 'echo $$ > {d}/double; exec sleep 300' </dev/null >/dev/null 2>&1 & ) &
+nohup bash -c 'echo $$ > {d}/nohup; exec sleep 300' </dev/null >/dev/null 2>&1 &
+setsid bash -c 'trap "" TERM; echo $$ > {d}/trapper; while :; do sleep 0.1; done' </dev/null >/dev/null 2>&1 &
+( env -i /bin/bash -c 'echo $$ > {d}/envorphan; exec sleep 300' </dev/null >/dev/null 2>&1 & )
+( setsid env -i /bin/bash -c 'echo $$ > {d}/envsetsid; exec sleep 300' </dev/null >/dev/null 2>&1 & )
+setsid bash -c 'trap "" TERM; while :; do (sleep 300 &); echo $$ > {d}/forkloop; sleep 0.05; done' </dev/null >/dev/null 2>&1 &
+echo $$ > {d}/leader
+{ending}
+"#
+    )
+}
+
+fn read_pid(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// The pids planted under `dir` (one sub-directory per command).
+fn planted(dir: &Path) -> Vec<(String, i32)> {
+    let mut found = Vec::new();
+    for sub in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        for route in ROUTES {
+            if let Some(pid) = read_pid(&sub.path().join(route)) {
+                found.push((format!("{}/{route}", sub.file_name().to_string_lossy()), pid));
+            }
+        }
+    }
+    found
+}
+
+/// Live processes whose environment carries `HOST_DEATH_MARK=mark`: every
+/// process a command of the host started, except the `env -i` ones.
+fn marked(mark: &str) -> Vec<i32> {
+    let entry = format!("HOST_DEATH_MARK={mark}");
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == entry.as_bytes()))
+                && common::alive(pid)
+        })
+        .collect()
+}
+
+/// The host that dies: run as `--scenario death_host` with
+/// `HOST_DEATH_DIR` and `HOST_DEATH_MARK` set. It plants every escape route
+/// from a running background process, from a foreground run in progress,
+/// and from a command that already exited (its daemons left behind), says
+/// `ready`, then ends as its stdin says: `exit` (a normal exit without
+/// dispose), `thread-exit` (`exit()` from another thread), or nothing (it
+/// waits to be SIGKILLed).
+fn death_host() {
+    // SAFETY: prctl with integer arguments: if the test that started this
+    // host dies, so does the host (its commands are what is under test).
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    let dir = PathBuf::from(std::env::var_os("HOST_DEATH_DIR").expect("HOST_DEATH_DIR"));
+    let e = exec();
+    let sub = |name: &str| {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    };
+    let (bg, fg, done) = (sub("background"), sub("foreground"), sub("finished"));
+    let r = run(&e, &planting_script(&done, "exit 0"));
+    assert_eq!(r.exit_code, Some(0));
+    e.start(
+        &e.resolve(Request::new(planting_script(&bg, "exec sleep 300")))
+            .unwrap(),
+    )
+    .unwrap();
+    let (foreground, script) = (e.clone(), planting_script(&fg, "exec sleep 300"));
+    std::thread::spawn(move || {
+        let _ = run(&foreground, &script);
+    });
+    let all_planted = || {
+        [&bg, &fg, &done]
+            .iter()
+            .all(|d| ROUTES.iter().all(|r| read_pid(&d.join(r)).is_some()))
+    };
+    assert!(
+        common::eventually(Duration::from_secs(30), all_planted),
+        "not every escape was planted"
+    );
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    match line.trim() {
+        // A normal exit: no destructor runs for the executor (it is still
+        // referenced), and nobody calls dispose().
+        "exit" => std::process::exit(0),
+        "thread-exit" => {
+            std::thread::spawn(|| {
+                // SAFETY: exit(3) from a thread other than main is legal;
+                // it runs the C at-exit handlers and ends the process.
+                unsafe { libc::exit(0) }
+            });
+            loop {
+                std::thread::park();
+            }
+        }
+        _ => loop {
+            std::thread::park();
+        },
+    }
+}
+
+/// Kills, when dropped, the host and whatever it planted that is still
+/// alive: a failing host-death test leaves nothing running.
+struct Leftovers {
+    host: std::process::Child,
+    pids: Vec<(String, i32)>,
+    mark: String,
+}
+
+impl Leftovers {
+    /// What is still alive: planted pids, and processes carrying the mark.
+    fn alive(&self) -> Vec<String> {
+        let mut left: Vec<String> = self
+            .pids
+            .iter()
+            .filter(|(_, pid)| common::alive(*pid))
+            .map(|(what, pid)| format!("{what} ({pid})"))
+            .collect();
+        left.extend(
+            marked(&self.mark)
+                .into_iter()
+                .map(|pid| format!("marked ({pid})")),
+        );
+        left
+    }
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        let _ = self.host.kill();
+        let _ = self.host.wait();
+        // A fork loop may add a process between two passes.
+        for _ in 0..5 {
+            let pids: Vec<i32> = self
+                .pids
+                .iter()
+                .map(|(_, p)| *p)
+                .chain(marked(&self.mark))
+                .collect();
+            for &pid in &pids {
+                // SAFETY: kill(2) of what this test planted.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            if marked(&self.mark).is_empty() {
+                break;
+            }
+        }
+    }
+}
+
+/// Starts `death_host`, waits for `ready`, ends it as `ending` says
+/// (`sigkill`, `exit`, `thread-exit`), and checks that within a second
+/// no process any of its commands started is alive. Whatever the outcome,
+/// what survived is killed before returning.
+fn host_death(ending: &str) {
+    let dir = common::temp_dir(&format!("host-death-{ending}"));
+    let mark = format!("{}-{ending}", std::process::id());
+    let host = Command::new(std::env::current_exe().unwrap())
+        .args(["--scenario", "death_host"])
+        .env("HOST_DEATH_DIR", &*dir)
+        .env("HOST_DEATH_MARK", &mark)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the host");
+    let mut left = Leftovers {
+        host,
+        pids: Vec::new(),
+        mark,
+    };
+    let mut ready = String::new();
+    BufReader::new(left.host.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(ready.trim(), "ready", "the host failed before planting");
+    // The finished command's leader has exited; everything else runs.
+    left.pids = planted(&dir)
+        .into_iter()
+        .filter(|(what, _)| what != "finished/leader")
+        .collect();
+    assert_eq!(left.pids.len(), 3 * ROUTES.len() - 1, "{:?}", left.pids);
+    assert!(
+        left.pids.iter().all(|(_, pid)| common::alive(*pid)),
+        "{:?}",
+        left.pids
+    );
+    let mut stdin = left.host.stdin.take().unwrap();
+    let died = match ending {
+        "sigkill" => {
+            left.host.kill().unwrap();
+            let at = Instant::now();
+            left.host.wait().unwrap();
+            at
+        }
+        _ => {
+            writeln!(stdin, "{ending}").unwrap();
+            let status = left.host.wait().unwrap();
+            assert!(status.success(), "{status:?}");
+            Instant::now()
+        }
+    };
+    // Generous for the report; the promise is one second.
+    let gone = common::eventually(Duration::from_secs(10), || left.alive().is_empty());
+    let took = died.elapsed();
+    assert!(
+        gone,
+        "after the host's death ({ending}) these survived: {:?}",
+        left.alive()
+    );
+    assert!(
+        took <= Duration::from_secs(1),
+        "everything died, but only {took:?} after the host ({ending})"
+    );
+    eprintln!("host death ({ending}): tree gone in {took:?}");
+}
+
+fn host_death_sigkill() {
+    host_death("sigkill");
+}
+
+fn host_death_normal_exit_without_dispose() {
+    host_death("exit");
+}
+
+fn host_death_exit_from_another_thread() {
+    host_death("thread-exit");
+}
+
+/// Hosts that scenarios start themselves; not tests on their own.
+const HELPERS: &[(&str, fn())] = &[("death_host", death_host)];
+
 const SCENARIOS: &[(&str, fn())] = &[
     ("fork_after_use", fork_after_use),
     ("fork_storm_while_running", fork_storm_while_running),
@@ -382,13 +643,26 @@ const SCENARIOS: &[(&str, fn())] = &[
         environment_changes_between_calls,
     ),
     ("terminal_host", terminal_host),
+    ("host_death_sigkill", host_death_sigkill),
+    (
+        "host_death_normal_exit_without_dispose",
+        host_death_normal_exit_without_dispose,
+    ),
+    (
+        "host_death_exit_from_another_thread",
+        host_death_exit_from_another_thread,
+    ),
 ];
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--scenario") {
         let name = &args[i + 1];
-        let (_, f) = SCENARIOS.iter().find(|(n, _)| n == name).expect("known scenario");
+        let (_, f) = SCENARIOS
+            .iter()
+            .chain(HELPERS)
+            .find(|(n, _)| n == name)
+            .expect("known scenario");
         f();
         return;
     }
