@@ -25,6 +25,7 @@ use crate::runtime;
 use crate::sandbox::SandboxMode;
 use crate::spill::{random_hex, SpillDir};
 use crate::supervise::{supervise, Outcome, Stop, Streams};
+use crate::supervisor::Slot;
 use crate::tree::{sweep_counted, Spare, TagMatch};
 
 /// Identifies a task-done listener for [`Executor::off_task_done`].
@@ -77,6 +78,9 @@ struct Shared {
     active_runs: watch::Sender<usize>,
     /// Listener deliveries queued or running; dispose waits for none.
     pending_notifications: watch::Sender<usize>,
+    /// The parent of every command (`supervisor.rs`), started with the
+    /// first one and shut down by dispose.
+    supervisors: Slot,
 }
 
 /// Disposes the executor (in the background) when the last handle goes.
@@ -178,7 +182,7 @@ impl Shared {
         _active: ActiveRun,
     ) -> Result<RunResult> {
         let tag = self.next_tag();
-        let spawned = launch(&spec, host_env, &tag)?;
+        let spawned = launch(&spec, host_env, &tag, &self.supervisors)?;
         let streams = self.streams(spec.stdout_max_bytes);
         let stop = async {
             let caller = async {
@@ -231,8 +235,8 @@ impl Shared {
     ) {
         let tag = self.next_tag();
         let shared = &process.shared;
-        let launched =
-            confine::check(spec.sandbox_policy.as_ref()).and_then(|_| launch(&spec, host_env, &tag));
+        let launched = confine::check(spec.sandbox_policy.as_ref())
+            .and_then(|_| launch(&spec, host_env, &tag, &self.supervisors));
         let failed = |line: String, sandbox| {
             let mut streams = lock(&shared.streams);
             streams.stderr.push(format!("{line}\n").as_bytes());
@@ -378,7 +382,7 @@ impl Shared {
         }
         // Descendants that left their groups, and daemons of commands that
         // already ended: one sweep for the whole executor, with escalation.
-        let all = TagMatch::executor(&self.tag_prefix);
+        let all = TagMatch::executor(&self.tag_prefix).under(self.supervisors.pid());
         // Each running command signals its own group on the stop above.
         let spare_groups = all.clone().sparing(Spare::CommandGroups);
         let term_hit = sweep_counted(spare_groups, libc::SIGTERM).await > 0;
@@ -396,6 +400,8 @@ impl Shared {
             }
             sweep_counted(all, libc::SIGKILL).await;
         }
+        // Whatever is left of the supervisor's subtree dies with it.
+        self.supervisors.shutdown().await;
         self.spill.remove();
         self.lifecycle.send_replace(Lifecycle::Disposed);
     }
@@ -417,6 +423,7 @@ impl Executor {
             lifecycle: watch::channel(Lifecycle::Open).0,
             active_runs: watch::channel(0).0,
             pending_notifications: watch::channel(0).0,
+            supervisors: Slot::default(),
         });
         Ok(Executor {
             owner: Arc::new(Owner { shared }),

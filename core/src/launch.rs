@@ -10,6 +10,7 @@ use crate::env::{child_environment, path_of, HostEnv};
 use crate::error::{errno_name, DshError, Result, SpawnFailure};
 use crate::request::Spec;
 use crate::spawn::{find_shell, spawn, Spawned};
+use crate::supervisor::{Slot, SpawnError, Step};
 
 /// Turns a spawn error into the error a caller can act on: a missing or
 /// unusable workdir names the path; anything else names the errno.
@@ -38,8 +39,11 @@ pub(crate) fn spawn_error(err: std::io::Error, workdir: &Path) -> DshError {
     }
 }
 
-/// Environment, shell lookup and posix_spawn for one command.
-pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str) -> Result<Spawned> {
+/// Environment, shell lookup, confinement and the spawn, in the executor's
+/// supervisor (`supervisors`), of one command. A supervisor that was killed
+/// is replaced once, transparently: the request never reached it, so
+/// nothing ran.
+pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str, supervisors: &Slot) -> Result<Spawned> {
     let envp = child_environment(host_env, spec, tag);
     let shell = find_shell(path_of(&envp)).ok_or_else(|| DshError::Spawn {
         kind: SpawnFailure::NoShell,
@@ -51,8 +55,45 @@ pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str) -> Result<Spawne
         .map_err(|_| DshError::Internal("NUL in checked command".into()))?;
     let workdir = CString::new(spec.workdir.as_os_str().as_bytes())
         .map_err(|_| DshError::Internal("NUL in checked workdir".into()))?;
-    confine::spawn_under(spec.sandbox_policy.as_ref(), || {
-        spawn(&shell, &command, &workdir, &envp, spec.stdin.is_some())
-    })?
-    .map_err(|e| spawn_error(e, &spec.workdir))
+    let ruleset = confine::ruleset(spec.sandbox_policy.as_ref())?;
+    let mut supervisor = supervisors.get().map_err(supervisor_error)?;
+    let mut renewed = false;
+    loop {
+        let spawned = spawn(
+            &supervisor,
+            &shell,
+            &command,
+            &workdir,
+            &envp,
+            spec.stdin.is_some(),
+            ruleset.as_ref().map(|r| r.fd()),
+        );
+        return match spawned {
+            Ok(s) => Ok(s),
+            Err(SpawnError::Unreachable(_)) if !renewed => {
+                renewed = true;
+                supervisor = supervisors.renew(&supervisor).map_err(supervisor_error)?;
+                continue;
+            }
+            Err(SpawnError::Unreachable(e) | SpawnError::Io(e)) => Err(spawn_error(e, &spec.workdir)),
+            Err(SpawnError::Failed {
+                step: Step::Confine,
+                errno,
+            }) => Err(confine::restrict_failed(spec.sandbox_policy.as_ref(), errno)),
+            Err(SpawnError::Failed { errno, .. }) => Err(spawn_error(
+                std::io::Error::from_raw_os_error(errno),
+                &spec.workdir,
+            )),
+        };
+    }
+}
+
+/// The supervisor could not be started: nothing can run.
+fn supervisor_error(e: std::io::Error) -> DshError {
+    let errno = e.raw_os_error().unwrap_or(libc::EIO);
+    DshError::Spawn {
+        kind: SpawnFailure::Supervisor,
+        errno,
+        message: format!("{}: {e}", errno_name(errno)),
+    }
 }

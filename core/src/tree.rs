@@ -44,8 +44,8 @@ pub(crate) enum Spare {
     /// Members of this process group (a command whose group was signalled).
     Group(libc::pid_t),
     /// Members of any group led by a live command of the sweep, that is a
-    /// tagged child of this host leading its group (dispose: every running
-    /// command signals its own group).
+    /// tagged child of the executor's supervisor leading its group
+    /// (dispose: every running command signals its own group).
     CommandGroups,
 }
 
@@ -56,6 +56,8 @@ pub(crate) struct TagMatch {
     tag: Vec<u8>,
     exact: bool,
     spare: Spare,
+    /// The executor's supervisor, the parent of every command leader.
+    supervisor: Option<libc::pid_t>,
 }
 
 impl TagMatch {
@@ -65,6 +67,7 @@ impl TagMatch {
             tag: tag.as_bytes().to_vec(),
             exact: true,
             spare: Spare::Nobody,
+            supervisor: None,
         }
     }
 
@@ -74,11 +77,17 @@ impl TagMatch {
             tag: prefix.as_bytes().to_vec(),
             exact: false,
             spare: Spare::Nobody,
+            supervisor: None,
         }
     }
 
     pub(crate) fn sparing(self, spare: Spare) -> Self {
         TagMatch { spare, ..self }
+    }
+
+    /// Processes of an executor whose supervisor is `supervisor`.
+    pub(crate) fn under(self, supervisor: Option<libc::pid_t>) -> Self {
+        TagMatch { supervisor, ..self }
     }
 
     /// Whether a target in process group `group` is left to its group
@@ -249,12 +258,12 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int)]) -> Vec<usize> {
     let mut hits = vec![0; requests.len()];
     for (i, ((m, sig), selected)) in requests.iter().zip(&selections).enumerate() {
         let mine = |t: &Target| t.tag.as_deref().is_some_and(|tag| m.matches(tag));
-        // A command's leader is this host's child and leads its own group
-        // (a descendant that called setsid leads a group too, but is not
-        // our child, and nobody signals its group for it).
+        // A command's leader is the supervisor's child and leads its own
+        // group (a descendant that called setsid leads a group too, but is
+        // not the supervisor's child, and nobody signals its group for it).
         let leaders: HashSet<libc::pid_t> = pinned
             .iter()
-            .filter(|t| mine(t) && t.group == Some(t.pid) && t.parent == Some(me))
+            .filter(|t| mine(t) && t.group == Some(t.pid) && t.parent.is_some() && t.parent == m.supervisor)
             .map(|t| t.pid)
             .collect();
         for t in &pinned {
