@@ -2,18 +2,18 @@
 //! host's page tables: see `supervisor.rs`), and the raw fd helpers around
 //! it.
 
-use std::ffi::{CStr, CString};
+use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::ptr;
 
-use crate::supervisor::{SpawnError, SpawnRequest, Supervisor};
+use crate::supervisor::{ChildFds, Leader};
 
 /// A started command: the leader's pid, the socket on which the supervisor
-/// reports its exit (see [`crate::supervisor::Leader`]), and the parent
-/// ends of its pipes (close-on-exec, non-blocking).
+/// reports its exit (see [`Leader`]), and the parent ends of its pipes
+/// (close-on-exec, non-blocking).
 pub(crate) struct Spawned {
     pub pid: libc::pid_t,
     pub report: OwnedFd,
@@ -106,10 +106,26 @@ pub(crate) enum ExitStatus {
     Unavailable,
 }
 
-/// Finds `bash` on a PATH, as `execvp` would.
+/// Finds `bash` on a PATH, as `execvp` would. The last answer is kept per
+/// PATH value and re-checked with one `access` call, so a shell removed or
+/// installed meanwhile is noticed when the cached one stops being usable.
 pub(crate) fn find_shell(path: Option<&[u8]>) -> Option<CString> {
+    static LAST: std::sync::Mutex<Option<(Vec<u8>, CString)>> = std::sync::Mutex::new(None);
     let path = path.unwrap_or(b"/usr/local/bin:/usr/bin:/bin");
-    path.split(|&b| b == b':')
+    let usable = |c: &CString| {
+        // SAFETY: `c` is a valid NUL-terminated path.
+        unsafe { libc::access(c.as_ptr(), libc::X_OK) == 0 }
+    };
+    {
+        let last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((p, shell)) = last.as_ref() {
+            if p.as_slice() == path && usable(shell) {
+                return Some(shell.clone());
+            }
+        }
+    }
+    let found = path
+        .split(|&b| b == b':')
         .filter(|dir| !dir.is_empty())
         .map(|dir| {
             let mut p = dir.to_vec();
@@ -118,57 +134,56 @@ pub(crate) fn find_shell(path: Option<&[u8]>) -> Option<CString> {
         })
         .find_map(|p| {
             let c = CString::new(p).ok()?;
-            // SAFETY: `c` is a valid NUL-terminated path.
-            let ok = unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0
-                && Path::new(std::ffi::OsStr::from_bytes(c.as_bytes())).is_file();
+            let ok = usable(&c) && Path::new(std::ffi::OsStr::from_bytes(c.as_bytes())).is_file();
             ok.then_some(c)
-        })
+        })?;
+    *LAST.lock().unwrap_or_else(|e| e.into_inner()) = Some((path.to_vec(), found.clone()));
+    Some(found)
 }
 
-/// Starts `shell -c -- command` in `workdir` with `envp` through
-/// `supervisor`, as the leader of a new session (so of a new process group,
-/// with no controlling terminal: a read of `/dev/tty` fails at once instead
-/// of stopping the command in the host's terminal), with default signal
-/// dispositions and an empty signal mask, with only fds 0, 1 and 2 open,
-/// and confined by `ruleset` when there is one.
-pub(crate) fn spawn(
-    supervisor: &Supervisor,
-    shell: &CStr,
-    command: &CStr,
-    workdir: &CStr,
-    envp: &[CString],
-    with_stdin: bool,
-    ruleset: Option<RawFd>,
-) -> Result<Spawned, SpawnError> {
-    let (out_r, out_w) = pipe().map_err(SpawnError::Io)?;
-    let (err_r, err_w) = pipe().map_err(SpawnError::Io)?;
-    let stdin_pipe = if with_stdin {
-        Some(pipe().map_err(SpawnError::Io)?)
-    } else {
-        None
-    };
-    // `--`: a command that starts with `-` is a command, not bash options.
-    let argv = [c"bash", c"-c", c"--", command];
-    let leader = supervisor.spawn(&SpawnRequest {
-        path: shell,
-        argv: &argv,
-        envp,
-        workdir,
-        stdin: stdin_pipe.as_ref().map(|(r, _)| r.as_raw_fd()),
-        stdout: out_w.as_raw_fd(),
-        stderr: err_w.as_raw_fd(),
-        ruleset,
-    })?;
-    drop((out_w, err_w));
-    let stdin = stdin_pipe.map(|(_, w)| w);
-    for fd in [Some(&out_r), Some(&err_r), stdin.as_ref()].into_iter().flatten() {
-        set_nonblocking(fd).map_err(SpawnError::Io)?;
+/// The pipes of a command about to start: the child's ends go to the
+/// supervisor, ours are kept (close-on-exec, non-blocking once started).
+pub(crate) struct Pipes {
+    stdin: Option<(OwnedFd, OwnedFd)>,
+    stdout: (OwnedFd, OwnedFd),
+    stderr: (OwnedFd, OwnedFd),
+}
+
+impl Pipes {
+    pub(crate) fn new(with_stdin: bool) -> io::Result<Pipes> {
+        Ok(Pipes {
+            stdout: pipe()?,
+            stderr: pipe()?,
+            stdin: if with_stdin { Some(pipe()?) } else { None },
+        })
     }
-    Ok(Spawned {
-        pid: leader.pid,
-        report: leader.report,
-        stdin,
-        stdout: out_r,
-        stderr: err_r,
-    })
+
+    /// The child's ends, for the supervisor.
+    pub(crate) fn child_fds(&self, ruleset: Option<RawFd>) -> ChildFds {
+        ChildFds {
+            stdin: self.stdin.as_ref().map(|(r, _)| r.as_raw_fd()),
+            stdout: self.stdout.1.as_raw_fd(),
+            stderr: self.stderr.1.as_raw_fd(),
+            ruleset,
+        }
+    }
+
+    /// Ours, with the started leader: the child's ends are closed here.
+    pub(crate) fn started(self, leader: Leader) -> io::Result<Spawned> {
+        let stdin = self.stdin.map(|(_, w)| w);
+        let (stdout, stderr) = (self.stdout.0, self.stderr.0);
+        for fd in [Some(&stdout), Some(&stderr), stdin.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            set_nonblocking(fd)?;
+        }
+        Ok(Spawned {
+            pid: leader.pid,
+            report: leader.report,
+            stdin,
+            stdout,
+            stderr,
+        })
+    }
 }

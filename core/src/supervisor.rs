@@ -8,10 +8,11 @@
 //! a command starts stays in its subtree. When the host dies by any cause
 //! it kills that subtree; `dispose()` shuts it down the same way.
 //!
-//! Spawning happens in the supervisor: the host sends the prepared request
-//! (program, argv, environment, workdir) with the pipe ends and a Landlock
-//! ruleset over a unix socket, and gets back the leader's pid, or the step
-//! and errno that failed. Each command has a socket of its own to the
+//! Spawning happens in the supervisor: the host sends a request with the
+//! pipe ends and a Landlock ruleset over a unix socket, then — while the
+//! supervisor wakes up — builds the environment, finds the shell and sends
+//! them (program, argv, environment, workdir), and gets back the leader's
+//! pid, or the step and errno that failed. Each command has a socket of its own to the
 //! supervisor, on which its leader's exit status arrives; the leader stays
 //! an unreaped zombie until the host releases it, so its pid and process
 //! group id cannot be reused while the host may still signal them.
@@ -48,14 +49,17 @@ const R_EXITED: i32 = 3;
 /// At most five descriptors travel with a request.
 const MAX_FDS: usize = 5;
 
+/// A request on the control socket.
 #[repr(C)]
 struct Header {
     op: u32,
     flags: u32,
-    argc: u32,
-    envc: u32,
-    len: u64,
 }
+
+const SHUTDOWN: Header = Header {
+    op: OP_SHUTDOWN,
+    flags: 0,
+};
 
 /// A reply on a command's socket: four native-endian i32s.
 const REPLY: usize = 16;
@@ -297,17 +301,70 @@ pub(crate) fn release(report: OwnedFd) {
     let _ = send(&report, b"R", libc::MSG_DONTWAIT);
 }
 
-/// What `spawn` needs; the strings are passed as they are to `execve`.
-pub(crate) struct SpawnRequest<'a> {
-    pub path: &'a CStr,
-    pub argv: &'a [&'a CStr],
-    pub envp: &'a [CString],
-    pub workdir: &'a CStr,
+/// The descriptors a command gets: its pipe ends and, to confine it, a
+/// Landlock ruleset it restricts itself with before exec.
+pub(crate) struct ChildFds {
     pub stdin: Option<RawFd>,
     pub stdout: RawFd,
     pub stderr: RawFd,
-    /// A Landlock ruleset the command restricts itself with before exec.
     pub ruleset: Option<RawFd>,
+}
+
+/// A spawn the supervisor has been asked for and waits to be told the
+/// program of. Dropping it cancels the request: nothing runs.
+pub(crate) struct Pending {
+    sock: OwnedFd,
+}
+
+impl Pending {
+    /// Sends the program (`path` with `argv` and `envp`, in `workdir`; the
+    /// strings go as they are to `execve`) and returns once it has exec'd,
+    /// or failed to.
+    pub(crate) fn finish(
+        self,
+        path: &CStr,
+        argv: &[&CStr],
+        envp: &[CString],
+        workdir: &CStr,
+    ) -> Result<Leader, SpawnError> {
+        let strings = [path, workdir]
+            .into_iter()
+            .chain(argv.iter().copied())
+            .chain(envp.iter().map(CString::as_c_str));
+        let mut payload = Vec::with_capacity(4096);
+        payload.extend_from_slice(&(argv.len() as u32).to_ne_bytes());
+        payload.extend_from_slice(&(envp.len() as u32).to_ne_bytes());
+        payload.extend_from_slice(&[0; 8]);
+        for s in strings {
+            payload.extend_from_slice(s.to_bytes_with_nul());
+        }
+        let len = (payload.len() - 16) as u64;
+        payload[8..16].copy_from_slice(&len.to_ne_bytes());
+        let ended = || {
+            SpawnError::Io(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the dsh supervisor ended while starting the command",
+            ))
+        };
+        send_all(&self.sock, &payload).map_err(|_| ended())?;
+        match recv_reply(&self.sock).map_err(SpawnError::Io)? {
+            Some([R_SPAWNED, pid, ..]) => {
+                set_nonblocking(&self.sock).map_err(SpawnError::Io)?;
+                Ok(Leader {
+                    pid,
+                    report: self.sock,
+                })
+            }
+            Some([R_FAILED, step, errno, _]) => Err(SpawnError::Failed {
+                step: Step::from_wire(step),
+                errno,
+            }),
+            Some(_) => Err(SpawnError::Io(io::Error::other(
+                "unexpected reply from the dsh supervisor",
+            ))),
+            None => Err(ended()),
+        }
+    }
 }
 
 /// One executor's supervisor process.
@@ -324,83 +381,35 @@ impl Supervisor {
         self.pid
     }
 
-    /// Starts `req` as a command leader in the supervisor and returns
-    /// once it has exec'd (or failed to).
-    pub(crate) fn spawn(&self, req: &SpawnRequest) -> Result<Leader, SpawnError> {
-        let strings = [req.path, req.workdir]
-            .into_iter()
-            .chain(req.argv.iter().copied())
-            .chain(req.envp.iter().map(CString::as_c_str));
-        let mut payload = Vec::with_capacity(4096);
-        for s in strings {
-            payload.extend_from_slice(s.to_bytes_with_nul());
-        }
+    /// Asks for a command with `fds`; [`Pending::finish`] says what to run.
+    /// The request goes first so that the supervisor's wake-up overlaps
+    /// the caller's preparation of the rest.
+    pub(crate) fn begin(&self, fds: &ChildFds) -> Result<Pending, SpawnError> {
         let (mine, theirs) = socketpair(libc::SOCK_STREAM).map_err(SpawnError::Io)?;
-        // Usually the whole payload fits in the socket now, so the
-        // supervisor finds it complete when the request wakes it.
-        let early = match send(&mine, &payload, libc::MSG_DONTWAIT) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
-            Err(e) => return Err(SpawnError::Io(e)),
-        };
         let mut flags = 0;
-        let mut fds = vec![theirs.as_raw_fd(), req.stdout, req.stderr];
-        if let Some(fd) = req.stdin {
+        let mut passed = vec![theirs.as_raw_fd(), fds.stdout, fds.stderr];
+        if let Some(fd) = fds.stdin {
             flags |= FLAG_STDIN;
-            fds.push(fd);
+            passed.push(fd);
         }
-        if let Some(fd) = req.ruleset {
+        if let Some(fd) = fds.ruleset {
             flags |= FLAG_RULESET;
-            fds.push(fd);
+            passed.push(fd);
         }
-        let header = Header {
-            op: OP_SPAWN,
-            flags,
-            argc: req.argv.len() as u32,
-            envc: req.envp.len() as u32,
-            len: payload.len() as u64,
-        };
-        send_with_fds(&self.control, &header, &fds).map_err(|e| match e.raw_os_error() {
+        let header = Header { op: OP_SPAWN, flags };
+        send_with_fds(&self.control, &header, &passed).map_err(|e| match e.raw_os_error() {
             Some(libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN | libc::ECONNREFUSED) => {
                 SpawnError::Unreachable(e)
             }
             _ => SpawnError::Io(e),
         })?;
-        drop(theirs);
-        let ended = || {
-            SpawnError::Io(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "the dsh supervisor ended while starting the command",
-            ))
-        };
-        send_all(&mine, &payload[early..]).map_err(|_| ended())?;
-        match recv_reply(&mine).map_err(SpawnError::Io)? {
-            Some([R_SPAWNED, pid, ..]) => {
-                set_nonblocking(&mine).map_err(SpawnError::Io)?;
-                Ok(Leader { pid, report: mine })
-            }
-            Some([R_FAILED, step, errno, _]) => Err(SpawnError::Failed {
-                step: Step::from_wire(step),
-                errno,
-            }),
-            Some(_) => Err(SpawnError::Io(io::Error::other(
-                "unexpected reply from the dsh supervisor",
-            ))),
-            None => Err(ended()),
-        }
+        Ok(Pending { sock: mine })
     }
 
     /// Asks the supervisor to kill whatever is left of its subtree and
     /// exit, waits until it has, and reaps it.
     pub(crate) async fn shutdown(mut self) {
-        let header = Header {
-            op: OP_SHUTDOWN,
-            flags: 0,
-            argc: 0,
-            envc: 0,
-            len: 0,
-        };
-        let _ = send_with_fds(&self.control, &header, &[]);
+        let _ = send_with_fds(&self.control, &SHUTDOWN, &[]);
         let Some(pidfd) = self.pidfd.take() else {
             return;
         };
@@ -446,14 +455,7 @@ impl Drop for Supervisor {
             return;
         }
         if let Some(pidfd) = self.pidfd.take() {
-            let header = Header {
-                op: OP_SHUTDOWN,
-                flags: 0,
-                argc: 0,
-                envc: 0,
-                len: 0,
-            };
-            let _ = send_with_fds(&self.control, &header, &[]);
+            let _ = send_with_fds(&self.control, &SHUTDOWN, &[]);
             crate::runtime::handle().spawn_blocking(move || reap(&pidfd));
         }
     }

@@ -22,16 +22,22 @@
  * SIGTERM, SIGINT, SIGHUP and SIGQUIT from anyone else mean the same.
  *
  * Protocol (host -> supervisor on the control socket, SOCK_SEQPACKET):
- *   struct request { op, flags, argc, envc, len }
+ *   struct request { op, flags }
  *   SPAWN    fds (SCM_RIGHTS): command socket, stdout, stderr,
  *            [stdin if FLAG_STDIN], [Landlock ruleset if FLAG_RULESET]
- *            The command socket (SOCK_STREAM, one per command) carries the
- *            `len` payload bytes: NUL-terminated path, workdir, argv[argc],
- *            envp[envc]. The reply goes back on it: SPAWNED(pid) or
+ *            The command socket (SOCK_STREAM, one per command) then carries
+ *            struct payload { argc, envc, len } and `len` bytes:
+ *            NUL-terminated path, workdir, argv[argc], envp[envc]. The host
+ *            sends the request first and the payload as soon as it has
+ *            built it, so that waking the supervisor overlaps that work.
+ *            The reply goes back on the command socket: SPAWNED(pid) or
  *            FAILED(step, errno); later EXITED(si_code, si_status) when the
  *            leader has exited (it stays an unreaped zombie, so its pid and
  *            process group id cannot be reused), until the host writes 'R'
- *            (release) or closes its end; then the leader is reaped.
+ *            (release) or closes its end; then the leader is reaped. A
+ *            release wakes nobody: the sockets of exited leaders are
+ *            checked whenever the supervisor wakes anyway, and at least
+ *            once a second while any leader awaits its release.
  *   SHUTDOWN the executor is disposed: kill the subtree and exit.
  *
  * Adopted orphans are reaped as soon as they die; leaders only on release.
@@ -99,7 +105,11 @@ enum { R_SPAWNED = 1, R_FAILED = 2, R_EXITED = 3 };
 enum { STEP_SESSION = 1, STEP_STDIO, STEP_WORKDIR, STEP_CONFINE, STEP_EXEC, STEP_REQUEST, STEP_CLONE };
 
 struct request {
-    uint32_t op, flags, argc, envc;
+    uint32_t op, flags;
+};
+
+struct payload {
+    uint32_t argc, envc;
     uint64_t len;
 };
 
@@ -141,18 +151,18 @@ static void reap_orphans(void) {
 }
 
 /* What an epoll event points at. */
-enum { W_CONTROL = 1, W_SIGNALS, W_EXIT, W_SOCK };
+enum { W_CONTROL = 1, W_SIGNALS, W_EXIT };
 struct watch {
     int kind;
     struct command *cmd;
 };
 
 /* One allocation per command: the command first, so that freeing the
- * command frees its watches. At most one event per watch comes in an
- * epoll batch, and the command is freed by the later of the two. */
+ * command frees its watch. A command is freed only once its exit has
+ * been handled (its one event), so no event of the batch points at it. */
 struct command_alloc {
     struct command cmd;
-    struct watch exit_w, sock_w;
+    struct watch exit_w;
 };
 
 static int epfd = -1;
@@ -385,20 +395,22 @@ static void maybe_finish(struct command *c) {
     reap_orphans();
 }
 
-static void on_spawn(const struct request *rq, int *fds, int nfds) {
-    int want = 3 + !!(rq->flags & FLAG_STDIN) + !!(rq->flags & FLAG_RULESET);
+static void on_spawn(const struct request *req, int *fds, int nfds) {
+    int want = 3 + !!(req->flags & FLAG_STDIN) + !!(req->flags & FLAG_RULESET);
     if (nfds < 1) return;
     int sock = fds[0];
-    if (nfds != want || rq->len > MAX_PAYLOAD || rq->argc == 0 || rq->argc > (1u << 20) ||
-        rq->envc > (1u << 20)) {
+    struct payload head, *rq = &head;
+    /* A host that gave up (no shell on the PATH) closes its end instead. */
+    if (nfds != want || read_all(sock, (char *)&head, sizeof head) != 0 || rq->len > MAX_PAYLOAD ||
+        rq->argc == 0 || rq->argc > (1u << 20) || rq->envc > (1u << 20)) {
         send_reply(sock, R_FAILED, STEP_REQUEST, EINVAL);
         for (int i = 0; i < nfds; i++) close(fds[i]);
         return;
     }
     int k = 1;
     int out = fds[k++], err = fds[k++];
-    int in = (rq->flags & FLAG_STDIN) ? fds[k++] : -1;
-    int ruleset = (rq->flags & FLAG_RULESET) ? fds[k++] : -1;
+    int in = (req->flags & FLAG_STDIN) ? fds[k++] : -1;
+    int ruleset = (req->flags & FLAG_RULESET) ? fds[k++] : -1;
     char *payload = malloc(rq->len + 1);
     char **argv = calloc((size_t)rq->argc + 1, sizeof *argv);
     char **envp = calloc((size_t)rq->envc + 1, sizeof *envp);
@@ -455,11 +467,8 @@ static void on_spawn(const struct request *rq, int *fds, int nfds) {
             commands = &a->cmd;
             a->exit_w.kind = W_EXIT;
             a->exit_w.cmd = &a->cmd;
-            a->sock_w.kind = W_SOCK;
-            a->sock_w.cmd = &a->cmd;
             send_reply(sock, R_SPAWNED, pid, 0);
             watch_fd(pidfd, &a->exit_w);
-            watch_fd(sock, &a->sock_w);
         }
     }
     free(payload);
@@ -514,17 +523,31 @@ static void on_exit_of(struct command *c) {
     epoll_ctl(epfd, EPOLL_CTL_DEL, c->pidfd, NULL);
     c->exited = 1;
     send_reply(c->sock, R_EXITED, si.si_code, si.si_status);
-    maybe_finish(c);
 }
 
-static void on_sock(struct command *c) {
+/* Whether the host has released an exited leader: 'R' or end of file
+ * (its end closed) on the command's socket. */
+static int released(struct command *c) {
     char buf[16];
     ssize_t n = recv(c->sock, buf, sizeof buf, MSG_DONTWAIT);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
-    /* 'R' or end of file (the host's end closed): either releases. */
-    epoll_ctl(epfd, EPOLL_CTL_DEL, c->sock, NULL);
-    c->released = 1;
-    maybe_finish(c);
+    return n >= 0 || (errno != EAGAIN && errno != EINTR);
+}
+
+/* Reaps every exited leader the host has released; returns how many
+ * still wait for their release. */
+static int collect_releases(void) {
+    int waiting = 0;
+    for (struct command *c = commands, *next; c; c = next) {
+        next = c->next;
+        if (!c->exited) continue;
+        if (released(c)) {
+            c->released = 1;
+            maybe_finish(c);
+        } else {
+            waiting++;
+        }
+    }
+    return waiting;
 }
 
 static void on_signals(int sigfd) {
@@ -567,9 +590,9 @@ int main(int argc, char **argv) {
     static struct watch control_w = {W_CONTROL, NULL}, signals_w = {W_SIGNALS, NULL};
     watch_fd(CONTROL, &control_w);
     watch_fd(sigfd, &signals_w);
-    for (;;) {
+    for (int waiting = 0;;) {
         struct epoll_event evs[64];
-        int n = epoll_wait(epfd, evs, 64, -1);
+        int n = epoll_wait(epfd, evs, 64, waiting ? 1000 : -1);
         if (n < 0) {
             if (errno == EINTR) continue;
             end_everything();
@@ -580,8 +603,8 @@ int main(int argc, char **argv) {
             case W_CONTROL: on_control(); break;
             case W_SIGNALS: on_signals(sigfd); break;
             case W_EXIT: on_exit_of(w->cmd); break;
-            case W_SOCK: on_sock(w->cmd); break;
             }
         }
+        waiting = collect_releases();
     }
 }
