@@ -132,9 +132,9 @@ export interface ShellRunResult {
   exitCode: number | null
   signal: NodeJS.Signals | null
   /**
-   * Present (true) when the command ran and ended but its exit status was
-   * taken by someone else (a host that ignores SIGCHLD or reaps with
-   * `waitpid(-1)`, on a kernel before 6.15); `exitCode` and `signal` are null.
+   * Present (true) when the command ran and ended but nobody could say how
+   * (the executor's supervisor, its parent, was itself killed); `exitCode`
+   * and `signal` are null.
    */
   exitStatusUnavailable?: true
   timedOut: boolean
@@ -143,6 +143,12 @@ export interface ShellRunResult {
   stdout: CollectedOutput
   stderr: CollectedOutput
   sandbox?: ShellSandboxInfo
+  /**
+   * Present after a timeout or an abort when processes of the command's
+   * tree were still alive when the stop finished (after the final SIGKILL):
+   * how many. Absent means none — the expected outcome; warn otherwise.
+   */
+  survivors?: number
 }
 
 export interface ShellProcessRead {
@@ -169,8 +175,10 @@ export declare class NativeShellProcess {
   readonly status: ShellProcessStatus
   readonly exitCode: number | null
   readonly signal: NodeJS.Signals | null
-  /** Present (true) once settled when someone else took the exit status. */
+  /** Present (true) once settled when nobody could say how it ended. */
   readonly exitStatusUnavailable?: true
+  /** Present once settled after a stop that left part of its tree alive: how many (see ShellRunResult). */
+  readonly survivors?: number
   /** Resolves when the process has settled; never rejects. */
   readonly done: Promise<void>
   /** Sandbox facts, present once a policy-carrying process has settled. */

@@ -102,10 +102,16 @@ impl Process {
     fn signal(&self) -> Option<String> {
         self.inner.signal()
     }
-    /// True once settled when the exit status was taken by someone else.
+    /// True once settled when nobody could say how it ended.
     #[getter]
     fn exit_status_unavailable(&self) -> bool {
         self.inner.exit_status_unavailable()
+    }
+    /// Once settled after ``kill()``, a cancellation or disposal: processes
+    /// of its tree still alive when the stop finished (expected 0).
+    #[getter]
+    fn survivors(&self) -> u32 {
+        self.inner.survivors()
     }
     #[getter]
     fn sandbox(&self) -> Option<SandboxInfo> {

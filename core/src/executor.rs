@@ -198,7 +198,11 @@ impl Shared {
             }
         };
         let timeout = Duration::from_millis(spec.timeout_ms);
-        let Outcome { status, stop } = supervise(
+        let Outcome {
+            status,
+            stop,
+            survivors,
+        } = supervise(
             spawned,
             &tag,
             spec.stdin.as_deref(),
@@ -223,6 +227,7 @@ impl Shared {
             stdout: streams.stdout.collected(),
             stderr,
             sandbox,
+            survivors,
         })
     }
 
@@ -243,9 +248,9 @@ impl Shared {
             streams.stdout.close();
             streams.stderr.close();
             lock(&shared.state).status = Status::Killed;
-            (ExitFields::default(), sandbox)
+            (ExitFields::default(), sandbox, 0)
         };
-        let (ending, sandbox) = match launched {
+        let (ending, sandbox, survivors) = match launched {
             Err(e) => {
                 let reason = match &e {
                     DshError::Spawn { message, .. } => message.clone(),
@@ -290,7 +295,7 @@ impl Shared {
                         let ending = ExitFields::from(outcome.status);
                         let stderr = lock(&shared.streams).stderr.collected().text;
                         let sandbox = confine::facts(spec.sandbox_policy.as_ref(), ending.exit_code, &stderr);
-                        (ending, sandbox)
+                        (ending, sandbox, outcome.survivors)
                     }
                     Err(e) => failed(unwatchable(e).to_string(), None),
                 }
@@ -301,7 +306,7 @@ impl Shared {
         // covers `process` itself (retain_settled = 0) and a neighbour that
         // settled at the same moment.
         self.retire_oldest_settled(1);
-        process.settle(ending, sandbox, |p| self.notify(p));
+        process.settle(ending, sandbox, survivors, |p| self.notify(p));
         self.retire_oldest_settled(0);
     }
 
@@ -385,7 +390,7 @@ impl Shared {
         let all = TagMatch::executor(&self.tag_prefix).under(self.supervisors.pid());
         // Each running command signals its own group on the stop above.
         let spare_groups = all.clone().sparing(Spare::CommandGroups);
-        let term_hit = sweep_counted(spare_groups, libc::SIGTERM).await > 0;
+        let term_hit = sweep_counted(spare_groups, libc::SIGTERM).await.total > 0;
         for p in &processes {
             p.wait().await;
         }
@@ -393,9 +398,9 @@ impl Shared {
         let _ = rx.wait_for(|n| *n == 0).await;
         let mut rx = self.pending_notifications.subscribe();
         let _ = rx.wait_for(|n| *n == 0).await;
-        if term_hit || sweep_counted(all.clone(), 0).await > 0 {
+        if term_hit || sweep_counted(all.clone(), 0).await.total > 0 {
             let deadline = tokio::time::Instant::now() + self.grace();
-            while sweep_counted(all.clone(), 0).await > 0 && tokio::time::Instant::now() < deadline {
+            while sweep_counted(all.clone(), 0).await.total > 0 && tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             sweep_counted(all, libc::SIGKILL).await;

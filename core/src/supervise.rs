@@ -16,7 +16,7 @@ use tokio::time::{sleep_until, Instant};
 use crate::output::StreamBuffer;
 use crate::spawn::{ExitStatus, Spawned};
 use crate::supervisor::{release, ExitReport};
-use crate::tree::{signal_group, sweep, Spare, TagMatch};
+use crate::tree::{signal_group, sweep, sweep_counted, Spare, TagMatch};
 
 const CHUNK: usize = 64 * 1024;
 
@@ -41,6 +41,9 @@ pub(crate) enum Stop {
 pub(crate) struct Outcome {
     pub status: ExitStatus,
     pub stop: Option<Stop>,
+    /// After a stop: processes of the tree still alive when it finished
+    /// (after the final SIGKILL sweep). 0 when nothing was stopped.
+    pub survivors: u32,
 }
 
 fn lock(streams: &Mutex<Streams>) -> std::sync::MutexGuard<'_, Streams> {
@@ -109,9 +112,15 @@ async fn write_chunk(fd: Option<&AsyncFd<OwnedFd>>, bytes: &[u8]) -> io::Result<
     }
 }
 
+/// The command's tree for a sweep: its tag, and its session (its leader
+/// `pid` is unreaped while this is used, so the session id is its own).
+fn tree(pid: libc::pid_t, tag: &str) -> TagMatch {
+    TagMatch::command(tag).in_session(pid)
+}
+
 /// Signals the command's tree, each process once: the group (the leader
 /// is never reaped before this, so its id cannot have been reused), and
-/// with `with_sweep` the tagged processes that left the group.
+/// with `with_sweep` the processes of the tree that left the group.
 fn signal_tree(pid: libc::pid_t, tag: &str, sig: libc::c_int, with_sweep: bool) {
     if !signal_group(pid, sig) {
         // SAFETY: kill(2) takes integers; `pid` is the leader, unreaped
@@ -119,7 +128,7 @@ fn signal_tree(pid: libc::pid_t, tag: &str, sig: libc::c_int, with_sweep: bool) 
         unsafe { libc::kill(pid, sig) };
     }
     if with_sweep {
-        sweep(TagMatch::command(tag).sparing(Spare::Group(pid)), sig);
+        sweep(tree(pid, tag).sparing(Spare::Group(pid)), sig);
     }
 }
 
@@ -272,23 +281,33 @@ pub(crate) async fn supervise(
         s.stdout.close();
         s.stderr.close();
     }
-    if let (Some(reason), Some(at), false) = (stopped, kill_at, killed) {
-        if reason != Stop::Dispose {
-            // The leader is gone within the grace period, but members that
-            // trap SIGTERM get their SIGKILL on schedule. After the release below
-            // the group id may be reused, so only the pid-safe tag sweep runs.
-            let tag = TagMatch::command(tag);
-            // On the core's runtime: a blocking caller's own reactor stops
-            // when its call returns.
-            crate::runtime::handle().spawn(async move {
-                sleep_until(at).await;
-                sweep(tag, libc::SIGKILL);
-            });
-        }
-    }
+    let survivors = if stopped.is_some() {
+        finish_stop(pid, tag, kill_at, killed).await
+    } else {
+        0
+    };
     release(report_fd.into_inner());
     Ok(Outcome {
         status,
         stop: stopped,
+        survivors,
     })
+}
+
+/// Finishes a stop once the leader has exited (it is still unreaped): what
+/// is left of the tree gets the rest of its grace period, then SIGKILL,
+/// repeated until a scan finds nobody. Returns how many processes of the
+/// tree that last scan still found alive: the survivors (expected: 0).
+async fn finish_stop(pid: libc::pid_t, tag: &str, kill_at: Option<Instant>, killed: bool) -> u32 {
+    if !killed {
+        // Usually the SIGTERM ended everything: one scan says so.
+        if sweep_counted(tree(pid, tag), 0).await.total == 0 {
+            return 0;
+        }
+        if let Some(at) = kill_at {
+            sleep_until(at).await;
+        }
+        signal_group(pid, libc::SIGKILL);
+    }
+    sweep_counted(tree(pid, tag), libc::SIGKILL).await.last as u32
 }
