@@ -211,6 +211,9 @@ pub(crate) async fn supervise(
     };
     let mut report = ExitReport::default();
     let mut status = ExitStatus::Unavailable;
+    // The supervisor was killed: the leader's pid and group are no longer
+    // held for us, so only pid-safe tag sweeps may signal the tree.
+    let mut lost = false;
     let stdin = stdin.unwrap_or(&[]);
     let mut stdin_pos = 0;
     if stdin.is_empty() {
@@ -260,18 +263,32 @@ pub(crate) async fn supervise(
             // EPIPE: the command stopped reading, which is its business.
             Event::Stdin(Err(_)) => stdin_fd = None,
             Event::Exited(s) => {
+                if s == ExitStatus::Unavailable {
+                    // The supervisor itself was killed: the leader may still
+                    // run, re-parented to someone else (docs/host-death.md).
+                    lost = true;
+                    sweep(TagMatch::command(tag), libc::SIGKILL);
+                }
                 status = s;
                 exited = true;
                 drain_until = Some(Instant::now() + grace);
             }
             Event::Stop(reason) => {
                 stopped = Some(reason);
-                signal_tree(pid, tag, libc::SIGTERM, reason != Stop::Dispose);
+                if lost {
+                    sweep(TagMatch::command(tag), libc::SIGTERM);
+                } else {
+                    signal_tree(pid, tag, libc::SIGTERM, reason != Stop::Dispose);
+                }
                 kill_at = Some(Instant::now() + grace);
             }
             Event::KillNow => {
                 killed = true;
-                signal_tree(pid, tag, libc::SIGKILL, stopped != Some(Stop::Dispose));
+                if lost {
+                    sweep(TagMatch::command(tag), libc::SIGKILL);
+                } else {
+                    signal_tree(pid, tag, libc::SIGKILL, stopped != Some(Stop::Dispose));
+                }
             }
             Event::DrainOver => break,
         }
@@ -281,7 +298,9 @@ pub(crate) async fn supervise(
         s.stdout.close();
         s.stderr.close();
     }
-    let survivors = if stopped.is_some() {
+    let survivors = if lost {
+        sweep_counted(TagMatch::command(tag), libc::SIGKILL).await.last as u32
+    } else if stopped.is_some() {
         finish_stop(pid, tag, kill_at, killed).await
     } else {
         0

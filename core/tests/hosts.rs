@@ -630,6 +630,57 @@ fn host_death_exit_from_another_thread() {
     host_death("thread-exit");
 }
 
+/// The supervisors that are this process's children.
+fn supervisors() -> Vec<i32> {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<i32>().ok()?;
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+            (field("Name:")? == "dsh-supervisor" && field("PPid:")? == me && common::alive(pid))
+                .then_some(pid)
+        })
+        .collect()
+}
+
+/// Someone SIGKILLs the executor's supervisor (the one thing that can end
+/// it without its cleanup). Its running command settles at once, as
+/// `exit_status_unavailable` (nobody can report its ending), what it
+/// started is killed by the tag sweep, and the next command gets a new
+/// supervisor. After dispose no supervisor is left.
+fn supervisor_killed() {
+    let e = exec();
+    let p = e
+        .start(&e.resolve(Request::new("echo $$; exec sleep 300")).unwrap())
+        .unwrap();
+    let mut out = String::new();
+    assert!(common::eventually(Duration::from_secs(20), || {
+        out += &p.read_output().delta;
+        out.ends_with('\n')
+    }));
+    let leader: i32 = out.trim().parse().unwrap();
+    let first = supervisors();
+    assert_eq!(first.len(), 1, "one supervisor per executor: {first:?}");
+    // SAFETY: kill(2) of this process's own child.
+    unsafe { libc::kill(first[0], libc::SIGKILL) };
+    assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
+    assert!(p.exit_status_unavailable(), "{p:?}");
+    assert!(
+        common::eventually(Duration::from_secs(15), || !common::alive(leader)),
+        "the command outlived its supervisor"
+    );
+    assert_eq!(run(&e, "echo again").stdout.text, "again\n");
+    let second = supervisors();
+    assert_eq!(second.len(), 1);
+    assert_ne!(second, first, "a new supervisor");
+    e.dispose_blocking().unwrap();
+    assert!(supervisors().is_empty(), "dispose ends the supervisor");
+}
+
 /// Hosts that scenarios start themselves; not tests on their own.
 const HELPERS: &[(&str, fn())] = &[("death_host", death_host)];
 
@@ -652,6 +703,7 @@ const SCENARIOS: &[(&str, fn())] = &[
         "host_death_exit_from_another_thread",
         host_death_exit_from_another_thread,
     ),
+    ("supervisor_killed", supervisor_killed),
 ];
 
 fn main() {
