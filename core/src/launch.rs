@@ -10,7 +10,7 @@ use crate::env::{child_environment, path_of, HostEnv};
 use crate::error::{errno_name, DshError, Result, SpawnFailure};
 use crate::request::Spec;
 use crate::spawn::{find_shell, Pipes, Spawned};
-use crate::supervisor::{Slot, SpawnError, Step};
+use crate::supervisor::{Slot, SpawnError, StartFailed, Step};
 
 /// Turns a spawn error into the error a caller can act on: a missing or
 /// unusable workdir names the path; anything else names the errno.
@@ -94,7 +94,12 @@ fn failed(e: SpawnError, spec: &Spec) -> DshError {
 
 /// The supervisor could not be started: nothing can run.
 fn supervisor_error(e: std::io::Error) -> DshError {
-    let errno = e.raw_os_error().unwrap_or(libc::EIO);
+    let errno = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<StartFailed>())
+        .map(|s| s.errno)
+        .or(e.raw_os_error())
+        .unwrap_or(libc::EIO);
     DshError::Spawn {
         kind: SpawnFailure::Supervisor,
         errno,

@@ -534,7 +534,21 @@ type StartReply = mpsc::SyncSender<io::Result<Supervisor>>;
 /// forked child). It never ends while the process lives.
 static STARTER: PerProcess<mpsc::Sender<StartReply>> = PerProcess::new();
 
-/// Why a supervisor could not start, in words a user can act on.
+/// Why a supervisor could not start: the errno, and words a user can act on.
+#[derive(Debug)]
+pub(crate) struct StartFailed {
+    pub errno: i32,
+    message: String,
+}
+
+impl std::fmt::Display for StartFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for StartFailed {}
+
 fn explain(e: io::Error) -> io::Error {
     let noexec = std::fs::read_to_string("/proc/sys/vm/memfd_noexec")
         .map(|v| v.trim() == "2")
@@ -548,7 +562,13 @@ fn explain(e: io::Error) -> io::Error {
         }
         _ => "",
     };
-    io::Error::new(e.kind(), format!("cannot start the dsh supervisor: {e}{hint}"))
+    io::Error::new(
+        e.kind(),
+        StartFailed {
+            errno: e.raw_os_error().unwrap_or(libc::EIO),
+            message: format!("cannot start the dsh supervisor: {e}{hint}"),
+        },
+    )
 }
 
 /// Starts a supervisor (on the `dsh-supervise` thread) and returns it.

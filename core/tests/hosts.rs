@@ -692,8 +692,69 @@ fn supervisor_killed() {
     assert!(supervisors().is_empty(), "dispose ends the supervisor");
 }
 
+/// Where executing a memfd is forbidden (`vm.memfd_noexec = 2`), the
+/// first command fails with a spawn error that names the cause, and
+/// nothing runs. The sysctl is set in a PID namespace of its own (it is per
+/// namespace and can only be tightened), so the machine is untouched; where
+/// `unshare` is not allowed the scenario is skipped, saying so.
+fn memfd_noexec_is_a_clear_error() {
+    let out = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--scenario", "noexec_host"])
+        .stdin(Stdio::null())
+        .output();
+    let out = match out {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("SKIPPED memfd_noexec_is_a_clear_error: cannot run unshare ({e})");
+            return;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !stdout.contains("ran") {
+        eprintln!(
+            "SKIPPED memfd_noexec_is_a_clear_error: no PID namespace with vm.memfd_noexec = 2 here ({})",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        return;
+    }
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Inside its own PID namespace: forbid executable memfds, then ask for a
+/// command.
+fn noexec_host() {
+    if std::fs::write("/proc/sys/vm/memfd_noexec", "2").is_err() {
+        return; // not "ran": the caller skips
+    }
+    println!("ran");
+    let e = exec();
+    let marker = common::temp_dir("noexec");
+    let spec = e
+        .resolve(Request::new(format!("touch {}/ran", marker.display())))
+        .unwrap();
+    match e.run_blocking(&spec, None) {
+        Err(DshError::Spawn {
+            kind: dsh_core::SpawnFailure::Supervisor,
+            errno,
+            message,
+        }) => {
+            assert_eq!(errno, libc::EACCES, "{message}");
+            assert!(message.contains("vm.memfd_noexec = 2"), "{message}");
+        }
+        other => panic!("expected a clear spawn error, got {other:?}"),
+    }
+    assert!(!marker.join("ran").exists(), "nothing ran");
+    e.dispose_blocking().unwrap();
+}
+
 /// Hosts that scenarios start themselves; not tests on their own.
-const HELPERS: &[(&str, fn())] = &[("death_host", death_host)];
+const HELPERS: &[(&str, fn())] = &[("death_host", death_host), ("noexec_host", noexec_host)];
 
 const SCENARIOS: &[(&str, fn())] = &[
     ("fork_after_use", fork_after_use),
@@ -715,6 +776,7 @@ const SCENARIOS: &[(&str, fn())] = &[
         host_death_exit_from_another_thread,
     ),
     ("supervisor_killed", supervisor_killed),
+    ("memfd_noexec_is_a_clear_error", memfd_noexec_is_a_clear_error),
 ];
 
 fn main() {
