@@ -502,6 +502,10 @@ static void on_control(void) {
         }
     }
     if (n != (ssize_t)sizeof rq || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+        /* Descriptors dropped on the way: out of descriptors here (the
+         * kernel closes the ones that did not fit, so a host waiting on the
+         * command socket sees it close if that one was lost). */
+        if (nfds > 0 && (msg.msg_flags & MSG_CTRUNC)) send_reply(fds[0], R_FAILED, STEP_REQUEST, EMFILE);
         for (int i = 0; i < nfds; i++) close(fds[i]);
         return;
     }
