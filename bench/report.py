@@ -72,6 +72,8 @@ def main() -> None:
     rows = latency_rows()
     rows += run(["target/release/dsh-bench", "confined", str(ITER)])
     rows += run(["target/release/dsh-bench", "throughput", str(THROUGHPUT_BYTES)])
+    rows += run(["target/release/dsh-bench", "supervisor", str(max(5, ITER // 10))])
+    rows += run(["target/release/dsh-bench", "host-death", str(2 if QUICK else 10), str(2 if QUICK else 10)])
     rows.append(throughput_floor(THROUGHPUT_BYTES))
     rows += run(["target/bench/floor", "starts", str(STARTS)])
     rows += run(["node", "bench/node/bench.js", "starts", str(STARTS)])
@@ -91,7 +93,7 @@ def main() -> None:
     lines.append("### `run` of `true` (median, min–max; ratio of medians to the floor)\n")
     lines.append("| implementation | host memory | median | min – max | × floor | target |")
     lines.append("|---|---|---|---|---|---|")
-    targets = {"dsh (Rust)": 1.15, "dsh (C)": 1.15, "dsh (Node)": 1.3, "dsh (Python)": 1.3}
+    targets = {"dsh (Rust)": 1.1, "dsh (C)": 1.1, "dsh (Node)": 1.2, "dsh (Python)": 1.2}
     small: Dict[str, float] = {}
     for mb in HOSTS:
         floor = get("run_true", "floor (C posix_spawn)", mb)["median_us"]
@@ -151,6 +153,23 @@ def main() -> None:
     lines.append(f"| threads before → during {STARTS} idle processes | {idle['threads_before']} → {idle['threads']} | constant "
                  f"{'✅' if idle['threads'] == idle['threads_before'] else '❌'} |")
     lines.append(f"| host memory per idle background process | {idle['bytes_per_process']} bytes | reported |")
+
+    first = get("supervisor_first_run", "dsh (Rust)")
+    second = get("supervisor_second_run", "dsh (Rust)")
+    disp = get("supervisor_dispose", "dsh (Rust)")
+    death = get("host_death", "dsh (Rust)")
+    lines.append("\n### The per-executor supervisor (`docs/host-death.md`)\n")
+    lines.append("| measure | value | target |")
+    lines.append("|---|---|---|")
+    lines.append(f"| first `run` of `true` on a new executor (starts its supervisor) | {fmt_us(first['median_us'])} "
+                 f"vs {fmt_us(second['median_us'])} for the next one: +{fmt_us(first['median_us'] - second['median_us'])}, "
+                 f"once per executor | reported |")
+    lines.append(f"| `dispose()` of an idle executor (shuts its supervisor down) | {fmt_us(disp['median_us'])} | reported |")
+    lines.append(f"| supervisor resident memory | {first['rss_kib']} KiB | reported |")
+    lines.append(f"| host SIGKILLed with {death['commands']} commands × 8 escapes ({death['processes']} processes, "
+                 f"fork loops included): all dead after (median; min – max) | {fmt_us(death['median_us'])}; "
+                 f"{fmt_us(death['min_us'])} – {fmt_us(death['max_us'])} | ≤ 1 s "
+                 f"{'✅' if death['max_us'] <= 1e6 else '❌'} |")
 
     lines.append("\n### `read_output` on an idle process\n")
     lines.append("| face | per call | target |")

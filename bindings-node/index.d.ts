@@ -173,9 +173,9 @@ export interface ShellRunResult {
   /** The signal that killed the shell (`SIGTERM`); else null. */
   signal: NodeJS.Signals | null
   /**
-   * Present (true) when the command ran and ended but its exit status was
-   * taken by someone else (a host that ignores SIGCHLD or reaps with
-   * `waitpid(-1)`, on a kernel before 6.15); `exitCode` and `signal` are null.
+   * Present (true) when the command ran and ended but nobody could say how
+   * (the executor's supervisor, its parent, was itself killed); `exitCode`
+   * and `signal` are null.
    */
   exitStatusUnavailable?: true
   /** The executor's timeout fired first. */
@@ -190,6 +190,12 @@ export interface ShellRunResult {
   stderr: CollectedOutput
   /** Present when the spec carried a sandbox policy. */
   sandbox?: ShellSandboxInfo
+  /**
+   * Present after a timeout or an abort when processes of the command's
+   * tree were still alive when the stop finished (after the final SIGKILL):
+   * how many. Absent means none — the expected outcome; warn otherwise.
+   */
+  survivors?: number
 }
 
 /** What one consuming read returns. */
@@ -227,8 +233,10 @@ export declare class NativeShellProcess {
   readonly exitCode: number | null
   /** The signal that killed it once settled; else null. */
   readonly signal: NodeJS.Signals | null
-  /** Present (true) once settled when someone else took the exit status. */
+  /** Present (true) once settled when nobody could say how it ended. */
   readonly exitStatusUnavailable?: true
+  /** Present once settled after a stop that left part of its tree alive: how many (see ShellRunResult). */
+  readonly survivors?: number
   /** Resolves when the process has settled; never rejects. */
   readonly done: Promise<void>
   /** Sandbox facts, present once a policy-carrying process has settled. */

@@ -59,9 +59,14 @@ class NativeShellProcess {
     return this.#native.signal ?? null
   }
 
-  /** Present (true) once settled when someone else took the exit status. */
+  /** Present (true) once settled when nobody could say how it ended. */
   get exitStatusUnavailable() {
     return this.#native.exitStatusUnavailable || undefined
+  }
+
+  /** Present once settled after a stop when part of its tree outlived the final SIGKILL. */
+  get survivors() {
+    return this.#native.survivors || undefined
   }
 
   get done() {

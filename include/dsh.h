@@ -796,15 +796,27 @@ void dsh_run_result_free(struct DshRunResult *result);
 bool dsh_run_result_exit_code(const struct DshRunResult *result, int32_t *code);
 
 /**
- * True when the command ran and ended but its exit status was taken by
- * someone else (a host that ignores SIGCHLD or reaps with `waitpid(-1)`,
- * on a kernel older than 6.15): no exit code and no signal then.
+ * True when the command ran and ended but nobody could say how (the
+ * executor's supervisor, its parent, was itself killed): no exit code and
+ * no signal then.
  *
  * # Safety
  * `result` is NULL or a live DshRunResult from dsh_executor_run that no
  * thread frees during this call.
  */
 bool dsh_run_result_exit_status_unavailable(const struct DshRunResult *result);
+
+/**
+ * After a timeout, a cancellation or disposal: how many processes of the
+ * command's tree were still alive when the stop finished (after the final
+ * SIGKILL sweep). Expected 0; anything else is worth a warning. 0 for a
+ * command that ended by itself.
+ *
+ * # Safety
+ * `result` is NULL or a live DshRunResult from dsh_executor_run that no
+ * thread frees during this call.
+ */
+uint32_t dsh_run_result_survivors(const struct DshRunResult *result);
 
 /**
  * The terminating signal's name ("SIGTERM"), or ABSENT.
@@ -970,7 +982,7 @@ bool dsh_process_is_settled(const struct DshProcess *process);
 bool dsh_process_exit_code(const struct DshProcess *process, int32_t *code);
 
 /**
- * True once settled when the exit status was taken by someone else (see
+ * True once settled when nobody could say how it ended (see
  * dsh_run_result_exit_status_unavailable).
  *
  * # Safety
@@ -980,6 +992,19 @@ bool dsh_process_exit_code(const struct DshProcess *process, int32_t *code);
  * returned; no thread frees it during this call.
  */
 bool dsh_process_exit_status_unavailable(const struct DshProcess *process);
+
+/**
+ * Once settled after kill(), a cancellation or disposal: how many processes
+ * of its tree were still alive when the stop finished (see
+ * dsh_run_result_survivors). 0 while running and when it ended by itself.
+ *
+ * # Safety
+ * `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+ * dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+ * freed (dsh_process_list_get), or lent to a task-done callback that has not
+ * returned; no thread frees it during this call.
+ */
+uint32_t dsh_process_survivors(const struct DshProcess *process);
 
 /**
  * The terminating signal's name once settled, else ABSENT.

@@ -477,6 +477,9 @@ pub(crate) fn run_result<'e>(env: &'e Env, r: &dsh_core::RunResult) -> Result<Ob
     if let Some(s) = &r.sandbox {
         o.set_named_property("sandbox", sandbox_object(env, s)?)?;
     }
+    if r.survivors > 0 {
+        o.set_named_property("survivors", r.survivors)?;
+    }
     Ok(o)
 }
 

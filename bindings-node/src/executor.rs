@@ -95,6 +95,11 @@ impl NativeProcess {
     }
 
     #[napi(getter)]
+    pub fn survivors(&self) -> u32 {
+        self.inner.survivors()
+    }
+
+    #[napi(getter)]
     pub fn settled(&self) -> bool {
         self.inner.is_settled()
     }

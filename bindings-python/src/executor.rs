@@ -120,18 +120,24 @@ impl Process {
     fn signal(&self) -> Option<String> {
         self.inner.signal()
     }
-    /// True once settled when the exit status was taken by someone else
-    /// (SIGCHLD ignored, or a ``waitpid(-1)`` reaper, on a kernel before
-    /// 6.15): ``exit_code`` and ``signal`` are then both None.
+    /// True once settled when nobody could say how it ended.
     #[getter]
     fn exit_status_unavailable(&self) -> bool {
         self.inner.exit_status_unavailable()
     }
+    /// Once settled after ``kill()``, a cancellation or disposal: processes
+    /// of its tree still alive when the stop finished (expected 0).
+    #[getter]
+    fn survivors(&self) -> u32 {
+        self.inner.survivors()
+    }
+
     /// Sandbox facts once settled, when the spec carried a policy; else None.
     #[getter]
     fn sandbox(&self) -> Option<SandboxInfo> {
         self.inner.sandbox().map(SandboxInfo::from)
     }
+
     /// True once the process has settled; never goes back to False.
     #[getter]
     fn done(&self) -> bool {

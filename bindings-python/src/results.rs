@@ -270,9 +270,9 @@ pub struct RunResult {
     /// None.
     #[pyo3(get)]
     pub signal: Option<String>,
-    /// The command ran and ended, but its exit status was taken by someone
-    /// else (SIGCHLD ignored, or a ``waitpid(-1)`` reaper, on a kernel
-    /// before 6.15): ``exit_code`` and ``signal`` are both None.
+    /// The command ran and ended, but nobody could say how (the executor's
+    /// supervisor, its parent, was itself killed): ``exit_code`` and
+    /// ``signal`` are both None.
     #[pyo3(get)]
     pub exit_status_unavailable: bool,
     /// The executor's timeout fired first.
@@ -294,6 +294,10 @@ pub struct RunResult {
     /// Sandbox facts, when the spec carried a policy; else None.
     #[pyo3(get)]
     pub sandbox: Option<SandboxInfo>,
+    /// After a timeout or an abort: processes of the command's tree still
+    /// alive when the stop finished (expected 0; warn otherwise).
+    #[pyo3(get)]
+    pub survivors: u32,
 }
 
 impl RunResult {
@@ -308,6 +312,7 @@ impl RunResult {
             stdout: Py::new(py, CollectedOutput::from(r.stdout))?,
             stderr: Py::new(py, CollectedOutput::from(r.stderr))?,
             sandbox: r.sandbox.map(SandboxInfo::from),
+            survivors: r.survivors,
         })
     }
 }

@@ -58,7 +58,7 @@ macro_rules! json_number {
         }
     )*};
 }
-json_number!(i32, u64);
+json_number!(i32, u64, u32);
 
 impl<T: Json + ?Sized> Json for &T {
     fn write(&self, out: &mut String) {

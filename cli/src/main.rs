@@ -332,6 +332,7 @@ fn result_json(r: &RunResult) -> String {
         stdout,
         stderr,
         sandbox,
+        survivors,
     } = r;
     Object::new()
         .field("exit_code", *exit_code)
@@ -343,6 +344,7 @@ fn result_json(r: &RunResult) -> String {
         .field("stdout", output_json(stdout))
         .field("stderr", output_json(stderr))
         .field("sandbox", sandbox.as_ref().map(sandbox_json))
+        .field("survivors", *survivors)
         .finish()
 }
 
@@ -413,6 +415,7 @@ mod tests {
                 enforcement: Some(Enforcement::Full),
                 runner_failed: None,
             }),
+            survivors: 0,
         };
         assert_eq!(
             result_json(&r),
@@ -420,7 +423,7 @@ mod tests {
                 r#"{"exit_code":null,"signal":"SIGKILL","exit_status_unavailable":false,"timed_out":false,"aborted":false,"timeout_ms":5,"#,
                 r#""stdout":{"text":"a\n","truncated":true,"spill_path":"/k/stdout.log","spill_error":null},"#,
                 r#""stderr":{"text":"","truncated":false,"spill_path":null,"spill_error":"the stream passed max_spill_bytes (9)"},"#,
-                r#""sandbox":{"mode":"read-only","denied":true,"enforcement":"full","runner_failed":null}}"#
+                r#""sandbox":{"mode":"read-only","denied":true,"enforcement":"full","runner_failed":null},"survivors":0}"#
             )
         );
     }

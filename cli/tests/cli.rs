@@ -212,7 +212,8 @@ fn json_has_every_field_and_round_trips_text() {
             "timeout_ms",
             "stdout",
             "stderr",
-            "sandbox"
+            "sandbox",
+            "survivors"
         ]
     );
     assert_eq!(j.at("exit_code"), &Json::Num(3.0));

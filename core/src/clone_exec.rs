@@ -1,22 +1,20 @@
-//! Starting a process the way glibc's `posix_spawn` does — `clone` with
-//! `CLONE_VM | CLONE_VFORK`, so the host's page tables are never copied —
-//! but with `CLONE_PIDFD`, so the pidfd is born with the process. A pidfd
-//! opened afterwards can miss a child that a host reaped first (one that
-//! ignores SIGCHLD, or reaps with `waitpid(-1)`), and the command would be
-//! reported as never started although it ran. Doing the child's steps here
-//! also needs nothing newer than glibc's `clone` (no `posix_spawn`
-//! extensions of glibc 2.26–2.34).
+//! Starting the supervisor (`supervisor.rs`) the way glibc's `posix_spawn`
+//! starts a process — `clone` with `CLONE_VM | CLONE_VFORK`, so a large
+//! host's page tables are never copied — with `CLONE_PIDFD`, so the pidfd is
+//! born with the process. It is an ordinary child of the host (a host that
+//! reaps every child with `waitpid(-1)` may take its status when it ends,
+//! which is harmless: the pidfd still says that it ended).
 //!
 //! The child shares our memory until it execs. It runs only
 //! async-signal-safe system calls on a stack of its own, touches nothing
 //! but the [`Plan`] prepared for it, never allocates, and leaves by
-//! `execve` or `_exit`. While it runs, the parent thread is suspended
+//! `execveat` or `_exit`. While it runs, the parent thread is suspended
 //! (CLONE_VFORK) with every signal blocked, so no handler of the host can
 //! run on either side of the shared memory.
 
-use std::ffi::{c_int, c_void, CStr, CString};
+use std::ffi::{c_int, c_void, CStr};
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr;
 
 /// The child's stack. The child calls a handful of libc wrappers; glibc's
@@ -24,27 +22,32 @@ use std::ptr;
 const CHILD_STACK: usize = 64 * 1024;
 
 /// Which step of the child failed (for a debugger: the caller needs only
-/// the errno, and names the workdir itself when that is the cause).
+/// the errno).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C)]
 enum Step {
     None = 0,
     Session,
     Stdio,
-    Workdir,
     Exec,
 }
+
+/// The descriptor the program gets as fd 3, and the one it is executed
+/// from (fd 4 in the child, close-on-exec). Both are ≥ 5 in the parent
+/// (see [`above`]), so no `dup2` in the child clobbers the other.
+const PASSED: RawFd = 3;
+const PROGRAM: RawFd = 4;
 
 /// Everything the child needs, built before `clone`. The child writes only
 /// `failed` and `errno`.
 #[repr(C)]
 struct Plan {
-    path: *const libc::c_char,
+    /// The program, an executable memfd (≥ 5).
+    program: RawFd,
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
-    workdir: *const libc::c_char,
-    /// Dup'ed onto 0, 1, 2; -1 for stdin means `/dev/null`. Each is ≥ 3.
-    stdio: [RawFd; 3],
+    /// Becomes fd 3 of the program (≥ 5).
+    passed: RawFd,
     failed: Step,
     errno: c_int,
 }
@@ -59,13 +62,13 @@ struct KernelSigaction {
 }
 
 /// Runs in the child, called by glibc's `clone` with the `arg` that
-/// `clone_exec` passed it.
+/// `clone_exec_fd` passed it.
 ///
 /// # Safety
 ///
 /// `arg` must point to a [`Plan`] whose pointers are valid C strings and
 /// NULL-terminated arrays of them, and which stays valid and untouched by
-/// anyone else until this process execs or exits: true of `clone_exec`'s
+/// anyone else until this process execs or exits: true of `clone_exec_fd`'s
 /// plan, because CLONE_VFORK suspends the parent thread that owns it until
 /// then. Must run only as the child of `clone(CLONE_VM | CLONE_VFORK)`
 /// with every signal blocked (it replaces this process's dispositions,
@@ -74,7 +77,7 @@ unsafe extern "C" fn child(arg: *mut c_void) -> c_int {
     let plan = arg.cast::<Plan>();
     // SAFETY: `plan` is valid and ours alone (the contract above), so its
     // reads and the two writes in `fail` race with nothing; the C strings
-    // and arrays it points to are valid for `chdir` and `execve`. Only raw
+    // and arrays it points to are valid for `execveat`. Only raw
     // system calls and async-signal-safe libc wrappers are used, and
     // nothing allocates, because the memory (heap locks included) is the
     // suspended parent's. errno lives in TLS shared with that parent
@@ -90,7 +93,8 @@ unsafe extern "C" fn child(arg: *mut c_void) -> c_int {
         };
         // Default dispositions for every signal, through the raw call so
         // glibc's internal ones (32, 33) are included: a host that ignores
-        // SIGPIPE (Node, Python) must not pass that on, and no handler of
+        // SIGPIPE (Node, Python) must not pass that on (the supervisor and
+        // the commands it starts begin from defaults), and no handler of
         // the host may run here once signals are unblocked below.
         let default = KernelSigaction {
             handler: libc::SIG_DFL,
@@ -109,41 +113,42 @@ unsafe extern "C" fn child(arg: *mut c_void) -> c_int {
                 );
             }
         }
-        // A session of its own: a process group to signal as a whole, and
-        // no controlling terminal (a /dev/tty read fails instead of stopping).
+        // A session of its own: the host's terminal signals (Ctrl-C, a
+        // hang-up) do not reach it; it learns of the host's death itself.
         if libc::setsid() < 0 {
             fail(Step::Session);
         }
-        let [stdin, stdout, stderr] = (*plan).stdio;
-        if stdin < 0 {
-            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
-            if null < 0 {
+        // /dev/null on 0, 1 and 2: it holds none of the host's pipes or
+        // terminals open after the host is gone.
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null < 0 {
+            fail(Step::Stdio);
+        }
+        for fd in 0..3 {
+            if null != fd && libc::dup2(null, fd) < 0 {
                 fail(Step::Stdio);
             }
-            if null != 0 {
-                if libc::dup2(null, 0) < 0 {
-                    fail(Step::Stdio);
-                }
-                libc::close(null);
-            }
-        } else if libc::dup2(stdin, 0) < 0 {
-            fail(Step::Stdio);
         }
-        if libc::dup2(stdout, 1) < 0 || libc::dup2(stderr, 2) < 0 {
-            fail(Step::Stdio);
+        if null > 2 {
+            libc::close(null);
         }
-        if libc::chdir((*plan).workdir) < 0 {
-            fail(Step::Workdir);
+        // dup2 clears close-on-exec: the program keeps fd 3; fd 4 is closed
+        // by the exec itself.
+        if libc::dup2((*plan).passed, PASSED) < 0
+            || libc::dup2((*plan).program, PROGRAM) < 0
+            || libc::fcntl(PROGRAM, libc::F_SETFD, libc::FD_CLOEXEC) < 0
+        {
+            fail(Step::Stdio);
         }
         // Every other descriptor of the host, CLOEXEC or not, stays out.
-        if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) < 0 {
+        if libc::syscall(libc::SYS_close_range, (PROGRAM + 1) as u32, u32::MAX, 0u32) < 0 {
             let mut limit: libc::rlimit = std::mem::zeroed();
             let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
                 limit.rlim_cur.min(1 << 20) as c_int
             } else {
                 1024
             };
-            for fd in 3..max {
+            for fd in PROGRAM + 1..max {
                 libc::close(fd);
             }
         }
@@ -155,7 +160,14 @@ unsafe extern "C" fn child(arg: *mut c_void) -> c_int {
             ptr::null_mut::<c_void>(),
             8,
         );
-        libc::execve((*plan).path, (*plan).argv, (*plan).envp);
+        libc::syscall(
+            libc::SYS_execveat,
+            PROGRAM,
+            c"".as_ptr(),
+            (*plan).argv,
+            (*plan).envp,
+            libc::AT_EMPTY_PATH,
+        );
         fail(Step::Exec)
     }
 }
@@ -180,23 +192,39 @@ pub(crate) struct Child {
     pub pidfd: OwnedFd,
 }
 
-/// Starts `path` with `argv` and `envp` in `workdir` as described above,
-/// with `stdio` on 0, 1 and 2 (`None` for stdin: `/dev/null`).
-pub(crate) fn clone_exec(
-    path: &CStr,
+/// `fd` itself when it is ≥ 5, else a close-on-exec duplicate that is.
+fn above(fd: RawFd) -> io::Result<Option<OwnedFd>> {
+    if fd >= 5 {
+        return Ok(None);
+    }
+    // SAFETY: F_DUPFD_CLOEXEC takes integers and makes a new descriptor.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 5) };
+    if new < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the fcntl succeeded, so `new` is a fresh descriptor, ours alone.
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(new) }))
+}
+
+/// Starts the executable in `program` (an fd, run with `execveat`) with
+/// `argv` and `envp`, in a session of its own, with `/dev/null` on 0, 1
+/// and 2, `passed` on fd 3 and no other descriptor, default signal
+/// dispositions and an empty mask.
+pub(crate) fn clone_exec_fd(
+    program: RawFd,
     argv: &[&CStr],
-    envp: &[CString],
-    workdir: &CStr,
-    stdio: [Option<RawFd>; 3],
+    envp: &[&CStr],
+    passed: RawFd,
 ) -> io::Result<Child> {
+    let program_dup = above(program)?;
+    let passed_dup = above(passed)?;
     let argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).chain([ptr::null()]).collect();
     let envp_ptrs: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).chain([ptr::null()]).collect();
     let mut plan = Plan {
-        path: path.as_ptr(),
+        program: program_dup.as_ref().map_or(program, |fd| fd.as_raw_fd()),
         argv: argv_ptrs.as_ptr(),
         envp: envp_ptrs.as_ptr(),
-        workdir: workdir.as_ptr(),
-        stdio: stdio.map(|fd| fd.unwrap_or(-1)),
+        passed: passed_dup.as_ref().map_or(passed, |fd| fd.as_raw_fd()),
         failed: Step::None,
         errno: 0,
     };
@@ -235,9 +263,18 @@ pub(crate) fn clone_exec(
     // pidfd for the child in `pidfd`, now ours.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     if plan.failed != Step::None {
-        // The child has exited (it never reached its program): reap it. If
-        // the host reaped it first, there is nothing left to do.
-        let _ = crate::spawn::reap(&pidfd);
+        // The child has exited (it never reached its program): reap it (if
+        // the host's own reaper took it first, there is nothing to do).
+        let mut info = std::mem::MaybeUninit::<libc::siginfo_t>::zeroed();
+        // SAFETY: `info` is a valid siginfo_t buffer; P_PIDFD takes the fd.
+        unsafe {
+            libc::waitid(
+                libc::P_PIDFD,
+                pidfd.as_raw_fd() as libc::id_t,
+                info.as_mut_ptr(),
+                libc::WEXITED,
+            )
+        };
         return Err(io::Error::from_raw_os_error(plan.errno));
     }
     Ok(Child { pid, pidfd })

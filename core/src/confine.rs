@@ -2,8 +2,6 @@
 //! that enforces it, and the facts a result reports. Confined modes fail
 //! closed: nothing runs unconfined by accident.
 
-use std::io;
-
 use crate::error::{DshError, Result};
 use crate::landlock;
 use crate::sandbox::{SandboxInfo, SandboxMode, SandboxPolicy};
@@ -22,33 +20,25 @@ pub(crate) fn check(policy: Option<&SandboxPolicy>) -> Result<()> {
     }
 }
 
-/// Runs `spawn` unconfined, or — for a confined policy — on a thread made
-/// for it that first restricts itself, so the child (and every descendant)
-/// inherits the Landlock domain while the host's threads stay free. An
-/// outer error means confinement could not be applied and nothing ran.
-pub(crate) fn spawn_under<T: Send>(
-    policy: Option<&SandboxPolicy>,
-    spawn: impl FnOnce() -> io::Result<T> + Send,
-) -> Result<io::Result<T>> {
+/// The Landlock ruleset a command of `policy` restricts itself with before
+/// it execs (`None`: unconfined). An error means confinement cannot be
+/// applied, and nothing may run.
+pub(crate) fn ruleset(policy: Option<&SandboxPolicy>) -> Result<Option<landlock::Ruleset>> {
     let Some(policy) = confined(policy) else {
-        return Ok(spawn());
+        return Ok(None);
     };
-    let unavailable = |why: String| DshError::SandboxUnavailable(format!("{}: {why}", policy.mode));
-    let ruleset = landlock::ruleset(policy).map_err(unavailable)?;
-    std::thread::scope(|scope| {
-        let confined_spawn = std::thread::Builder::new()
-            .name("dsh-confine".into())
-            .spawn_scoped(scope, move || {
-                landlock::restrict_current_thread(&ruleset)
-                    .map_err(|e| format!("cannot apply the Landlock ruleset: {e}"))?;
-                Ok::<_, String>(spawn())
-            })
-            .map_err(|e| unavailable(format!("cannot start the confining thread: {e}")))?;
-        match confined_spawn.join() {
-            Ok(outcome) => outcome.map_err(unavailable),
-            Err(_) => Err(DshError::Internal("the confining thread panicked".into())),
-        }
-    })
+    landlock::ruleset(policy)
+        .map(Some)
+        .map_err(|why| DshError::SandboxUnavailable(format!("{}: {why}", policy.mode)))
+}
+
+/// The error for a command whose restriction failed in its own process.
+pub(crate) fn restrict_failed(policy: Option<&SandboxPolicy>, errno: i32) -> DshError {
+    let mode = confined(policy).map_or("sandbox".to_owned(), |p| p.mode.to_string());
+    DshError::SandboxUnavailable(format!(
+        "{mode}: cannot apply the Landlock ruleset: {}",
+        std::io::Error::from_raw_os_error(errno)
+    ))
 }
 
 /// The conservative denial classification: a failed exit (not a signal)

@@ -124,6 +124,9 @@ pub enum SpawnFailure {
     NoShell,
     /// Anything else the kernel refused (EAGAIN, EMFILE, ENOMEM, ...).
     Os,
+    /// The executor's supervisor could not be started (see
+    /// `docs/host-death.md`): no command of this executor can run.
+    Supervisor,
 }
 
 /// Everything that can go wrong, in one enum: each face maps it once

@@ -26,6 +26,7 @@ use crate::runtime;
 use crate::sandbox::SandboxMode;
 use crate::spill::{random_hex, SpillDir};
 use crate::supervise::{supervise, Outcome, Stop, Streams};
+use crate::supervisor::Slot;
 use crate::tree::{sweep_counted, Spare, TagMatch};
 
 /// Identifies a task-done listener for [`Executor::off_task_done`].
@@ -81,6 +82,9 @@ struct Shared {
     active_runs: watch::Sender<usize>,
     /// Listener deliveries queued or running; dispose waits for none.
     pending_notifications: watch::Sender<usize>,
+    /// The parent of every command (`supervisor.rs`), started with the
+    /// first one and shut down by dispose.
+    supervisors: Slot,
 }
 
 /// Disposes the executor (in the background) when the last handle goes.
@@ -214,7 +218,7 @@ impl Shared {
         _active: ActiveRun,
     ) -> Result<RunResult> {
         let tag = self.next_tag();
-        let spawned = launch(&spec, host_env, &tag)?;
+        let spawned = launch(&spec, host_env, &tag, &self.supervisors)?;
         let streams = self.streams(spec.stdout_max_bytes);
         let stop = async {
             let caller = async {
@@ -230,7 +234,11 @@ impl Shared {
             }
         };
         let timeout = Duration::from_millis(spec.timeout_ms);
-        let Outcome { status, stop } = supervise(
+        let Outcome {
+            status,
+            stop,
+            survivors,
+        } = supervise(
             spawned,
             &tag,
             spec.stdin.as_deref(),
@@ -255,6 +263,7 @@ impl Shared {
             stdout: streams.stdout.collected(),
             stderr,
             sandbox,
+            survivors,
         })
     }
 
@@ -267,17 +276,17 @@ impl Shared {
     ) {
         let tag = self.next_tag();
         let shared = &process.shared;
-        let launched =
-            confine::check(spec.sandbox_policy.as_ref()).and_then(|_| launch(&spec, host_env, &tag));
+        let launched = confine::check(spec.sandbox_policy.as_ref())
+            .and_then(|_| launch(&spec, host_env, &tag, &self.supervisors));
         let failed = |line: String, sandbox| {
             let mut streams = lock(&shared.streams);
             streams.stderr.push(format!("{line}\n").as_bytes());
             streams.stdout.close();
             streams.stderr.close();
             lock(&shared.state).status = Status::Killed;
-            (ExitFields::default(), sandbox)
+            (ExitFields::default(), sandbox, 0)
         };
-        let (ending, sandbox) = match launched {
+        let (ending, sandbox, survivors) = match launched {
             Err(e) => {
                 let reason = match &e {
                     DshError::Spawn { message, .. } => message.clone(),
@@ -322,7 +331,7 @@ impl Shared {
                         let ending = ExitFields::from(outcome.status);
                         let stderr = lock(&shared.streams).stderr.collected().text;
                         let sandbox = confine::facts(spec.sandbox_policy.as_ref(), ending.exit_code, &stderr);
-                        (ending, sandbox)
+                        (ending, sandbox, outcome.survivors)
                     }
                     Err(e) => failed(unwatchable(e).to_string(), None),
                 }
@@ -334,7 +343,7 @@ impl Shared {
         // settled at the same moment.
         self.retire_oldest_settled(1);
         let notification = self.reserve_notification();
-        process.settle(ending, sandbox, |p| {
+        process.settle(ending, sandbox, survivors, |p| {
             if let Some(n) = notification {
                 n.deliver(p);
             }
@@ -415,10 +424,10 @@ impl Shared {
         }
         // Descendants that left their groups, and daemons of commands that
         // already ended: one sweep for the whole executor, with escalation.
-        let all = TagMatch::executor(&self.tag_prefix);
+        let all = TagMatch::executor(&self.tag_prefix).under(self.supervisors.pid());
         // Each running command signals its own group on the stop above.
         let spare_groups = all.clone().sparing(Spare::CommandGroups);
-        let term_hit = sweep_counted(spare_groups, libc::SIGTERM).await > 0;
+        let term_hit = sweep_counted(spare_groups, libc::SIGTERM).await.total > 0;
         for p in &processes {
             p.wait().await;
         }
@@ -426,13 +435,15 @@ impl Shared {
         let _ = rx.wait_for(|n| *n == 0).await;
         let mut rx = self.pending_notifications.subscribe();
         let _ = rx.wait_for(|n| *n == 0).await;
-        if term_hit || sweep_counted(all.clone(), 0).await > 0 {
+        if term_hit || sweep_counted(all.clone(), 0).await.total > 0 {
             let deadline = tokio::time::Instant::now() + self.grace();
-            while sweep_counted(all.clone(), 0).await > 0 && tokio::time::Instant::now() < deadline {
+            while sweep_counted(all.clone(), 0).await.total > 0 && tokio::time::Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             sweep_counted(all, libc::SIGKILL).await;
         }
+        // Whatever is left of the supervisor's subtree dies with it.
+        self.supervisors.shutdown().await;
         self.spill.remove();
         self.lifecycle.send_replace(Lifecycle::Disposed);
     }
@@ -455,6 +466,7 @@ impl Executor {
             lifecycle: watch::channel(Lifecycle::Open).0,
             active_runs: watch::channel(0).0,
             pending_notifications: watch::channel(0).0,
+            supervisors: Slot::default(),
         });
         Ok(Executor {
             owner: Arc::new(Owner { shared }),

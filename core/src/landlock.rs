@@ -1,8 +1,9 @@
 //! Native Landlock confinement (no external runner). A ruleset is built in
-//! the caller; a short-lived thread then restricts *itself* (Landlock
-//! domains and no_new_privs belong to a thread) and calls posix_spawn, whose
-//! child inherits the domain. The host's own threads are never restricted,
-//! and every descendant of the command is: a domain cannot be left.
+//! the host and passed to the executor's supervisor with the spawn request;
+//! the command's process restricts *itself* with it (no_new_privs, then
+//! `landlock_restrict_self`) between fork and exec, so the command and
+//! every descendant are confined — a domain cannot be left — while neither
+//! the host's threads nor the supervisor ever are.
 
 use std::ffi::CString;
 use std::io;
@@ -209,19 +210,9 @@ pub(crate) fn ruleset(policy: &SandboxPolicy) -> Result<Ruleset, String> {
     Ok(Ruleset { fd })
 }
 
-/// Confines the calling thread for good (it should be a thread made for
-/// this). The process's other threads are unaffected.
-pub(crate) fn restrict_current_thread(ruleset: &Ruleset) -> io::Result<()> {
-    // SAFETY: both calls take only integers (`ruleset.fd` is an open
-    // descriptor borrowed for the call) and change only the calling
-    // thread's credentials, which no Rust memory depends on.
-    unsafe {
-        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if libc::syscall(libc::SYS_landlock_restrict_self, ruleset.fd.as_raw_fd(), 0u32) != 0 {
-            return Err(io::Error::last_os_error());
-        }
+impl Ruleset {
+    /// The ruleset's descriptor, for the supervisor's `landlock_restrict_self`.
+    pub(crate) fn fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
     }
-    Ok(())
 }

@@ -9,7 +9,8 @@ use crate::confine;
 use crate::env::{child_environment, path_of, HostEnv};
 use crate::error::{errno_name, DshError, Result, SpawnFailure};
 use crate::request::Spec;
-use crate::spawn::{find_shell, spawn, Spawned};
+use crate::spawn::{find_shell, Pipes, Spawned};
+use crate::supervisor::{Slot, SpawnError, StartFailed, Step};
 
 /// Turns a spawn error into the error a caller can act on: a missing or
 /// unusable workdir names the path; anything else names the errno.
@@ -38,21 +39,70 @@ pub(crate) fn spawn_error(err: std::io::Error, workdir: &Path) -> DshError {
     }
 }
 
-/// Environment, shell lookup and posix_spawn for one command.
-pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str) -> Result<Spawned> {
+/// Environment, shell lookup, confinement and the spawn, in the executor's
+/// supervisor (`supervisors`), of one command. The request goes to the
+/// supervisor first, and the environment is built while it wakes up. A
+/// supervisor that was killed is replaced once, transparently: the request
+/// never reached it, so nothing ran.
+pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str, supervisors: &Slot) -> Result<Spawned> {
+    // Both were checked for NUL bytes by resolve / Spec::check.
+    let command = CString::new(spec.command.as_str())
+        .map_err(|_| DshError::Internal("NUL in checked command".into()))?;
+    let workdir = CString::new(spec.workdir.as_os_str().as_bytes())
+        .map_err(|_| DshError::Internal("NUL in checked workdir".into()))?;
+    let ruleset = confine::ruleset(spec.sandbox_policy.as_ref())?;
+    let os_error = |e: std::io::Error| spawn_error(e, &spec.workdir);
+    let pipes = Pipes::new(spec.stdin.is_some()).map_err(os_error)?;
+    let fds = pipes.child_fds(ruleset.as_ref().map(|r| r.fd()));
+    let mut supervisor = supervisors.get().map_err(supervisor_error)?;
+    let pending = match supervisor.begin(&fds) {
+        Err(SpawnError::Unreachable(_)) => {
+            supervisor = supervisors.renew(&supervisor).map_err(supervisor_error)?;
+            supervisor.begin(&fds)
+        }
+        other => other,
+    }
+    .map_err(|e| failed(e, spec))?;
+    // Dropping `pending` on an error below cancels the request.
     let envp = child_environment(host_env, spec, tag);
     let shell = find_shell(path_of(&envp)).ok_or_else(|| DshError::Spawn {
         kind: SpawnFailure::NoShell,
         errno: libc::ENOENT,
         message: "ENOENT: no bash found on the command's PATH".to_owned(),
     })?;
-    // Both were checked for NUL bytes by resolve / Spec::check.
-    let command = CString::new(spec.command.as_str())
-        .map_err(|_| DshError::Internal("NUL in checked command".into()))?;
-    let workdir = CString::new(spec.workdir.as_os_str().as_bytes())
-        .map_err(|_| DshError::Internal("NUL in checked workdir".into()))?;
-    confine::spawn_under(spec.sandbox_policy.as_ref(), || {
-        spawn(&shell, &command, &workdir, &envp, spec.stdin.is_some())
-    })?
-    .map_err(|e| spawn_error(e, &spec.workdir))
+    // `--`: a command that starts with `-` is a command, not bash options.
+    let argv = [c"bash", c"-c", c"--", command.as_c_str()];
+    let leader = pending
+        .finish(&shell, &argv, &envp, &workdir)
+        .map_err(|e| failed(e, spec))?;
+    pipes.started(leader).map_err(os_error)
+}
+
+/// The error for a command the supervisor could not start.
+fn failed(e: SpawnError, spec: &Spec) -> DshError {
+    match e {
+        SpawnError::Unreachable(e) | SpawnError::Io(e) => spawn_error(e, &spec.workdir),
+        SpawnError::Failed {
+            step: Step::Confine,
+            errno,
+        } => confine::restrict_failed(spec.sandbox_policy.as_ref(), errno),
+        SpawnError::Failed { errno, .. } => {
+            spawn_error(std::io::Error::from_raw_os_error(errno), &spec.workdir)
+        }
+    }
+}
+
+/// The supervisor could not be started: nothing can run.
+fn supervisor_error(e: std::io::Error) -> DshError {
+    let errno = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<StartFailed>())
+        .map(|s| s.errno)
+        .or(e.raw_os_error())
+        .unwrap_or(libc::EIO);
+    DshError::Spawn {
+        kind: SpawnFailure::Supervisor,
+        errno,
+        message: format!("{}: {e}", errno_name(errno)),
+    }
 }

@@ -34,6 +34,7 @@ mod sandbox;
 mod spawn;
 mod spill;
 mod supervise;
+mod supervisor;
 mod tree;
 
 pub use cancel::CancelToken;

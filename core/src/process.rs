@@ -60,6 +60,7 @@ pub(crate) struct State {
     pub status: Status,
     pub ending: ExitFields,
     pub sandbox: Option<SandboxInfo>,
+    pub survivors: u32,
     pub settled: bool,
     /// Callbacks of `when_settled`, until the process settles.
     pub waiters: Vec<(u64, Box<dyn FnOnce() + Send>)>,
@@ -72,6 +73,7 @@ impl State {
             status: Status::Running,
             ending: ExitFields::default(),
             sandbox: None,
+            survivors: 0,
             settled: false,
             waiters: Vec::new(),
             next_waiter: 1,
@@ -170,8 +172,8 @@ impl Process {
         self.state().ending.signal.clone()
     }
 
-    /// True when the process ended but its exit status was taken by someone
-    /// else (see [`RunResult::exit_status_unavailable`](crate::RunResult)):
+    /// True when the process ended but nobody could say how (see
+    /// [`RunResult::exit_status_unavailable`](crate::RunResult)):
     /// `exit_code` and `signal` are then both `None`, and the status is
     /// `completed` unless a stop was requested.
     pub fn exit_status_unavailable(&self) -> bool {
@@ -182,6 +184,14 @@ impl Process {
     /// the process ran unconfined without a policy).
     pub fn sandbox(&self) -> Option<SandboxInfo> {
         self.state().sandbox.clone()
+    }
+
+    /// After `kill()`, a cancellation or disposal: how many processes of its
+    /// tree were still alive when the stop finished (see
+    /// [`RunResult::survivors`](crate::RunResult)). 0 while running and
+    /// when it ended by itself.
+    pub fn survivors(&self) -> u32 {
+        self.state().survivors
     }
 
     /// True once the process has settled (`done`).
@@ -330,6 +340,7 @@ impl Process {
         &self,
         ending: ExitFields,
         sandbox: Option<SandboxInfo>,
+        survivors: u32,
         listeners: impl FnOnce(&Process),
     ) {
         let waiters = {
@@ -344,6 +355,7 @@ impl Process {
             }
             s.ending = ending;
             s.sandbox = sandbox;
+            s.survivors = survivors;
             s.settled = true;
             std::mem::take(&mut s.waiters)
         };

@@ -21,10 +21,10 @@ pub struct RunResult {
     pub exit_code: Option<i32>,
     /// The terminating signal's name (`SIGTERM`), or `None`.
     pub signal: Option<String>,
-    /// The command ran and ended, but its exit status was taken by someone
-    /// else (a host that ignores SIGCHLD or reaps with `waitpid(-1)`, on a
-    /// kernel older than 6.15): `exit_code` and `signal` are then both
-    /// `None`, and the output is complete.
+    /// The command ran and ended, but nobody could say how: the executor's
+    /// supervisor, its parent, was itself killed (see
+    /// `docs/host-death.md`). `exit_code` and `signal` are then both `None`,
+    /// and the output is complete.
     pub exit_status_unavailable: bool,
     /// The executor's own timeout fired first.
     pub timed_out: bool,
@@ -38,6 +38,14 @@ pub struct RunResult {
     pub stderr: CollectedOutput,
     /// Present iff the spec carried a sandbox policy.
     pub sandbox: Option<SandboxInfo>,
+    /// After a timeout, a cancellation or disposal: how many processes of
+    /// the command's tree were still alive when the stop finished (after
+    /// the final SIGKILL sweep). Expected 0; anything else means something
+    /// could not be killed (a process stuck in the kernel) and a harness
+    /// should warn instead of trusting. 0 for a command that was not
+    /// stopped (it ended by itself; `server &` left running is not a
+    /// survivor: see `dispose`).
+    pub survivors: u32,
 }
 
 /// The future of [`Executor::run`](crate::Executor::run). Dropping it before completion aborts the

@@ -1,21 +1,22 @@
-//! Starting `bash -c` (through [`clone_exec`], which never copies the host's
-//! page tables), reaping it, and the raw fd helpers around both.
+//! Starting `bash -c` (in the executor's supervisor, which never copies the
+//! host's page tables: see `supervisor.rs`), and the raw fd helpers around
+//! it.
 
-use std::ffi::{CStr, CString};
+use std::ffi::CString;
 use std::io;
-use std::mem::MaybeUninit;
-
-use crate::clone_exec::clone_exec;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::ptr;
 
-/// A started command: the leader's pid, a pidfd for it, and the parent ends
-/// of its pipes (close-on-exec, non-blocking).
+use crate::supervisor::{ChildFds, Leader};
+
+/// A started command: the leader's pid, the socket on which the supervisor
+/// reports its exit (see [`Leader`]), and the parent ends of its pipes
+/// (close-on-exec, non-blocking).
 pub(crate) struct Spawned {
     pub pid: libc::pid_t,
-    pub pidfd: OwnedFd,
+    pub report: OwnedFd,
     pub stdin: Option<OwnedFd>,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
@@ -100,111 +101,31 @@ pub(crate) fn pidfd_send_signal(pidfd: &OwnedFd, sig: libc::c_int) -> io::Result
 pub(crate) enum ExitStatus {
     Code(i32),
     Signal(i32),
-    /// Someone else took the status: a host that ignores SIGCHLD (the
-    /// kernel reaps at once) or reaps with `waitpid(-1)`, on a kernel too old
-    /// to keep it for the pidfd.
+    /// Nobody could say: the supervisor that was the command's parent was
+    /// itself killed.
     Unavailable,
 }
 
-impl ExitStatus {
-    /// Decodes a `wait(2)` status word.
-    fn from_wait_status(status: libc::c_int) -> Self {
-        if libc::WIFEXITED(status) {
-            ExitStatus::Code(libc::WEXITSTATUS(status))
-        } else if libc::WIFSIGNALED(status) {
-            ExitStatus::Signal(libc::WTERMSIG(status))
-        } else {
-            ExitStatus::Unavailable
-        }
-    }
-}
-
-/// `struct pidfd_info` of `<linux/pidfd.h>` (its first version, 64 bytes;
-/// the kernel accepts any size it knows and fills what it has).
-#[repr(C)]
-#[derive(Default)]
-struct PidfdInfo {
-    mask: u64,
-    cgroupid: u64,
-    pid: u32,
-    tgid: u32,
-    ppid: u32,
-    ruid: u32,
-    rgid: u32,
-    euid: u32,
-    egid: u32,
-    suid: u32,
-    sgid: u32,
-    fsuid: u32,
-    fsgid: u32,
-    exit_code: i32,
-}
-
-const PIDFD_INFO_EXIT: u64 = 1 << 3;
-/// `_IOWR(PIDFS_IOCTL_MAGIC, 11, struct pidfd_info)`.
-const PIDFD_GET_INFO: libc::c_ulong =
-    (3 << 30) | ((std::mem::size_of::<PidfdInfo>() as libc::c_ulong) << 16) | (0xFF << 8) | 11;
-
-/// The exit status the kernel kept for a reaped process (Linux 6.15+):
-/// what `waitid` can no longer give when someone else reaped it.
-fn exit_status_kept_by_pidfd(pidfd: &OwnedFd) -> Option<ExitStatus> {
-    let mut info = PidfdInfo {
-        mask: PIDFD_INFO_EXIT,
-        ..PidfdInfo::default()
-    };
-    // SAFETY: PIDFD_GET_INFO reads and writes one `struct pidfd_info` of the
-    // size encoded in the request, which is `info`'s size; older kernels
-    // fail with ENOTTY/EINVAL and write nothing.
-    let r = unsafe {
-        libc::ioctl(
-            pidfd.as_raw_fd(),
-            PIDFD_GET_INFO as _,
-            &mut info as *mut PidfdInfo,
-        )
-    };
-    (r == 0 && info.mask & PIDFD_INFO_EXIT != 0).then(|| ExitStatus::from_wait_status(info.exit_code))
-}
-
-/// Reaps the process behind `pidfd` (it must have exited, or this blocks).
-/// `waitid(P_PIDFD)` touches this one child only: no `waitpid(-1)`, so the
-/// host's other children are never reaped from under it. When the host took
-/// the status first (SIGCHLD ignored, a `waitpid(-1)` reaper), the kernel's
-/// copy kept for the pidfd is used, else the status is `Unavailable`; the
-/// command ran either way, so this never fails.
-pub(crate) fn reap(pidfd: &OwnedFd) -> ExitStatus {
-    let mut info = MaybeUninit::<libc::siginfo_t>::zeroed();
-    loop {
-        // SAFETY: `info` is a valid siginfo_t buffer; P_PIDFD takes the fd as id.
-        let r = unsafe {
-            libc::waitid(
-                libc::P_PIDFD,
-                pidfd.as_raw_fd() as libc::id_t,
-                info.as_mut_ptr(),
-                libc::WEXITED,
-            )
-        };
-        if r == 0 {
-            break;
-        }
-        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            // ECHILD: reaped by someone else (or never ours to reap).
-            return exit_status_kept_by_pidfd(pidfd).unwrap_or(ExitStatus::Unavailable);
-        }
-    }
-    // SAFETY: waitid succeeded and filled `info`.
-    let info = unsafe { info.assume_init() };
-    // SAFETY: for CLD_* codes si_status is the valid union member.
-    let status = unsafe { info.si_status() };
-    match info.si_code {
-        libc::CLD_EXITED => ExitStatus::Code(status),
-        _ => ExitStatus::Signal(status),
-    }
-}
-
-/// Finds `bash` on a PATH, as `execvp` would.
+/// Finds `bash` on a PATH, as `execvp` would. The last answer is kept per
+/// PATH value and re-checked with one `access` call, so a shell removed or
+/// installed meanwhile is noticed when the cached one stops being usable.
 pub(crate) fn find_shell(path: Option<&[u8]>) -> Option<CString> {
+    static LAST: std::sync::Mutex<Option<(Vec<u8>, CString)>> = std::sync::Mutex::new(None);
     let path = path.unwrap_or(b"/usr/local/bin:/usr/bin:/bin");
-    path.split(|&b| b == b':')
+    let usable = |c: &CString| {
+        // SAFETY: `c` is a valid NUL-terminated path.
+        unsafe { libc::access(c.as_ptr(), libc::X_OK) == 0 }
+    };
+    {
+        let last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((p, shell)) = last.as_ref() {
+            if p.as_slice() == path && usable(shell) {
+                return Some(shell.clone());
+            }
+        }
+    }
+    let found = path
+        .split(|&b| b == b':')
         .filter(|dir| !dir.is_empty())
         .map(|dir| {
             let mut p = dir.to_vec();
@@ -213,46 +134,56 @@ pub(crate) fn find_shell(path: Option<&[u8]>) -> Option<CString> {
         })
         .find_map(|p| {
             let c = CString::new(p).ok()?;
-            // SAFETY: `c` is a valid NUL-terminated path.
-            let ok = unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0
-                && Path::new(std::ffi::OsStr::from_bytes(c.as_bytes())).is_file();
+            let ok = usable(&c) && Path::new(std::ffi::OsStr::from_bytes(c.as_bytes())).is_file();
             ok.then_some(c)
-        })
+        })?;
+    *LAST.lock().unwrap_or_else(|e| e.into_inner()) = Some((path.to_vec(), found.clone()));
+    Some(found)
 }
 
-/// Starts `shell -c -- command` in `workdir` with `envp`, as the leader of
-/// a new session (so of a new process group, with no controlling terminal:
-/// a read of `/dev/tty` fails at once instead of stopping the command in
-/// the host's terminal), with default signal dispositions and an empty
-/// signal mask, and with only fds 0, 1 and 2 open.
-pub(crate) fn spawn(
-    shell: &CStr,
-    command: &CStr,
-    workdir: &CStr,
-    envp: &[CString],
-    with_stdin: bool,
-) -> io::Result<Spawned> {
-    let (out_r, out_w) = pipe()?;
-    let (err_r, err_w) = pipe()?;
-    let stdin_pipe = if with_stdin { Some(pipe()?) } else { None };
-    // `--`: a command that starts with `-` is a command, not bash options.
-    let argv = [c"bash", c"-c", c"--", command];
-    let stdio = [
-        stdin_pipe.as_ref().map(|(r, _)| r.as_raw_fd()),
-        Some(out_w.as_raw_fd()),
-        Some(err_w.as_raw_fd()),
-    ];
-    let child = clone_exec(shell, &argv, envp, workdir, stdio)?;
-    drop((out_w, err_w));
-    let stdin = stdin_pipe.map(|(_, w)| w);
-    for fd in [Some(&out_r), Some(&err_r), stdin.as_ref()].into_iter().flatten() {
-        set_nonblocking(fd)?;
+/// The pipes of a command about to start: the child's ends go to the
+/// supervisor, ours are kept (close-on-exec, non-blocking once started).
+pub(crate) struct Pipes {
+    stdin: Option<(OwnedFd, OwnedFd)>,
+    stdout: (OwnedFd, OwnedFd),
+    stderr: (OwnedFd, OwnedFd),
+}
+
+impl Pipes {
+    pub(crate) fn new(with_stdin: bool) -> io::Result<Pipes> {
+        Ok(Pipes {
+            stdout: pipe()?,
+            stderr: pipe()?,
+            stdin: if with_stdin { Some(pipe()?) } else { None },
+        })
     }
-    Ok(Spawned {
-        pid: child.pid,
-        pidfd: child.pidfd,
-        stdin,
-        stdout: out_r,
-        stderr: err_r,
-    })
+
+    /// The child's ends, for the supervisor.
+    pub(crate) fn child_fds(&self, ruleset: Option<RawFd>) -> ChildFds {
+        ChildFds {
+            stdin: self.stdin.as_ref().map(|(r, _)| r.as_raw_fd()),
+            stdout: self.stdout.1.as_raw_fd(),
+            stderr: self.stderr.1.as_raw_fd(),
+            ruleset,
+        }
+    }
+
+    /// Ours, with the started leader: the child's ends are closed here.
+    pub(crate) fn started(self, leader: Leader) -> io::Result<Spawned> {
+        let stdin = self.stdin.map(|(_, w)| w);
+        let (stdout, stderr) = (self.stdout.0, self.stderr.0);
+        for fd in [Some(&stdout), Some(&stderr), stdin.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            set_nonblocking(fd)?;
+        }
+        Ok(Spawned {
+            pid: leader.pid,
+            report: leader.report,
+            stdin,
+            stdout,
+            stderr,
+        })
+    }
 }

@@ -1,6 +1,7 @@
 //! The life of one started command, shared by `run` and `start`: pump its
-//! pipes, feed its stdin, watch its pidfd, and on a timeout or a stop request
-//! terminate its tree (SIGTERM, then SIGKILL after the grace period).
+//! pipes, feed its stdin, wait for the supervisor's report of its exit, and
+//! on a timeout or a stop request terminate its tree (SIGTERM, then SIGKILL
+//! after the grace period).
 
 use std::future::Future;
 use std::io;
@@ -13,8 +14,9 @@ use tokio::io::Interest;
 use tokio::time::{sleep_until, Instant};
 
 use crate::output::StreamBuffer;
-use crate::spawn::{pidfd_send_signal, reap, ExitStatus, Spawned};
-use crate::tree::{signal_group, sweep, Spare, TagMatch};
+use crate::spawn::{ExitStatus, Spawned};
+use crate::supervisor::{release, ExitReport};
+use crate::tree::{signal_group, sweep, sweep_counted, Spare, TagMatch};
 
 const CHUNK: usize = 64 * 1024;
 
@@ -39,6 +41,9 @@ pub(crate) enum Stop {
 pub(crate) struct Outcome {
     pub status: ExitStatus,
     pub stop: Option<Stop>,
+    /// After a stop: processes of the tree still alive when it finished
+    /// (after the final SIGKILL sweep). 0 when nothing was stopped.
+    pub survivors: u32,
 }
 
 fn lock(streams: &Mutex<Streams>) -> std::sync::MutexGuard<'_, Streams> {
@@ -107,15 +112,23 @@ async fn write_chunk(fd: Option<&AsyncFd<OwnedFd>>, bytes: &[u8]) -> io::Result<
     }
 }
 
+/// The command's tree for a sweep: its tag, and its session (its leader
+/// `pid` is unreaped while this is used, so the session id is its own).
+fn tree(pid: libc::pid_t, tag: &str) -> TagMatch {
+    TagMatch::command(tag).in_session(pid)
+}
+
 /// Signals the command's tree, each process once: the group (the leader
 /// is never reaped before this, so its id cannot have been reused), and
-/// with `with_sweep` the tagged processes that left the group.
-fn signal_tree(pid: libc::pid_t, pidfd: &OwnedFd, tag: &str, sig: libc::c_int, with_sweep: bool) {
+/// with `with_sweep` the processes of the tree that left the group.
+fn signal_tree(pid: libc::pid_t, tag: &str, sig: libc::c_int, with_sweep: bool) {
     if !signal_group(pid, sig) {
-        let _ = pidfd_send_signal(pidfd, sig);
+        // SAFETY: kill(2) takes integers; `pid` is the leader, unreaped
+        // until it is released, so the id is still its.
+        unsafe { libc::kill(pid, sig) };
     }
     if with_sweep {
-        sweep(TagMatch::command(tag).sparing(Spare::Group(pid)), sig);
+        sweep(tree(pid, tag).sparing(Spare::Group(pid)), sig);
     }
 }
 
@@ -123,18 +136,33 @@ enum Event {
     Stdout(io::Result<usize>),
     Stderr(io::Result<usize>),
     Stdin(io::Result<usize>),
-    Exited,
+    Exited(ExitStatus),
     Stop(Stop),
     KillNow,
     DrainOver,
 }
 
+/// Reads the supervisor's report of the leader's exit from its socket.
+async fn read_exit(fd: &AsyncFd<OwnedFd>, report: &mut ExitReport) -> ExitStatus {
+    loop {
+        let Ok(mut guard) = fd.readable().await else {
+            return report.wait(fd.as_raw_fd());
+        };
+        match guard.try_io(|fd| report.read(fd.as_raw_fd())) {
+            Ok(Ok(Some(status))) => return status,
+            Ok(Ok(None)) => continue,
+            Ok(Err(_)) => return ExitStatus::Unavailable,
+            Err(_would_block) => continue,
+        }
+    }
+}
+
 /// Supervises `spawned` until its leader has exited and its pipes closed (or
-/// `grace` passed since the exit), then reaps it. The leader stays an
-/// unreaped zombie until then, so signalling its group can never hit a
-/// recycled process group id (unless the host reaps it first: see
-/// [`reap`]). Fails only when the command cannot be watched at all; it is
-/// then killed and reaped before this returns.
+/// `grace` passed since the exit), then releases it to the supervisor,
+/// which reaps it. The leader stays an unreaped zombie until then, so
+/// signalling its group can never hit a recycled process group id. Fails
+/// only when the command cannot be watched at all; it is then killed and
+/// released before this returns.
 pub(crate) async fn supervise(
     spawned: Spawned,
     tag: &str,
@@ -146,7 +174,7 @@ pub(crate) async fn supervise(
 ) -> io::Result<Outcome> {
     let Spawned {
         pid,
-        pidfd,
+        report: report_fd,
         stdin: stdin_fd,
         stdout,
         stderr,
@@ -162,23 +190,30 @@ pub(crate) async fn supervise(
         Ok(fds) => fds,
         Err(e) => {
             // Cannot watch it, so do not leave it running.
-            signal_tree(pid, &pidfd, tag, libc::SIGKILL, true);
-            let _ = reap(&pidfd);
+            signal_tree(pid, tag, libc::SIGKILL, true);
+            ExitReport::default().wait(report_fd.as_raw_fd());
+            release(report_fd);
             return Err(e);
         }
     };
     // Registered last: on failure the pipes above are already owned (and
-    // closed on return), and the leader must still be killed and reaped.
+    // closed on return), and the leader must still be killed and released.
     // SAFETY: as in `watch`.
-    let pidfd = match unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) } {
+    let report_fd = match unsafe { AsyncFd::register_with_interest(report_fd, Interest::READABLE) } {
         Ok(fd) => fd,
         Err(e) => {
-            let (pidfd, e) = e.into_parts();
-            signal_tree(pid, &pidfd, tag, libc::SIGKILL, true);
-            let _ = reap(&pidfd);
+            let (report_fd, e) = e.into_parts();
+            signal_tree(pid, tag, libc::SIGKILL, true);
+            ExitReport::default().wait(report_fd.as_raw_fd());
+            release(report_fd);
             return Err(e);
         }
     };
+    let mut report = ExitReport::default();
+    let mut status = ExitStatus::Unavailable;
+    // The supervisor was killed: the leader's pid and group are no longer
+    // held for us, so only pid-safe tag sweeps may signal the tree.
+    let mut lost = false;
     let stdin = stdin.unwrap_or(&[]);
     let mut stdin_pos = 0;
     if stdin.is_empty() {
@@ -205,12 +240,7 @@ pub(crate) async fn supervise(
             r = read_chunk(&out, |b| lock(streams).stdout.push(b)), if out_open => Event::Stdout(r),
             r = read_chunk(&err, |b| lock(streams).stderr.push(b)), if err_open => Event::Stderr(r),
             r = write_chunk(stdin_fd.as_ref(), &stdin[stdin_pos..]), if stdin_fd.is_some() => Event::Stdin(r),
-            r = pidfd.readable(), if !exited => match r {
-                Ok(_) => Event::Exited,
-                // epoll cannot fail on a registered pidfd; treat it as exit so
-                // the blocking reap below still settles the command.
-                Err(_) => Event::Exited,
-            },
+            s = read_exit(&report_fd, &mut report), if !exited => Event::Exited(s),
             _ = sleep_until(drain_until.unwrap_or(never)), if drain_until.is_some() => Event::DrainOver,
         };
         match event {
@@ -232,24 +262,33 @@ pub(crate) async fn supervise(
             }
             // EPIPE: the command stopped reading, which is its business.
             Event::Stdin(Err(_)) => stdin_fd = None,
-            Event::Exited => {
+            Event::Exited(s) => {
+                if s == ExitStatus::Unavailable {
+                    // The supervisor itself was killed: the leader may still
+                    // run, re-parented to someone else (docs/host-death.md).
+                    lost = true;
+                    sweep(TagMatch::command(tag), libc::SIGKILL);
+                }
+                status = s;
                 exited = true;
                 drain_until = Some(Instant::now() + grace);
             }
             Event::Stop(reason) => {
                 stopped = Some(reason);
-                signal_tree(pid, pidfd.get_ref(), tag, libc::SIGTERM, reason != Stop::Dispose);
+                if lost {
+                    sweep(TagMatch::command(tag), libc::SIGTERM);
+                } else {
+                    signal_tree(pid, tag, libc::SIGTERM, reason != Stop::Dispose);
+                }
                 kill_at = Some(Instant::now() + grace);
             }
             Event::KillNow => {
                 killed = true;
-                signal_tree(
-                    pid,
-                    pidfd.get_ref(),
-                    tag,
-                    libc::SIGKILL,
-                    stopped != Some(Stop::Dispose),
-                );
+                if lost {
+                    sweep(TagMatch::command(tag), libc::SIGKILL);
+                } else {
+                    signal_tree(pid, tag, libc::SIGKILL, stopped != Some(Stop::Dispose));
+                }
             }
             Event::DrainOver => break,
         }
@@ -259,23 +298,35 @@ pub(crate) async fn supervise(
         s.stdout.close();
         s.stderr.close();
     }
-    if let (Some(reason), Some(at), false) = (stopped, kill_at, killed) {
-        if reason != Stop::Dispose {
-            // The leader is gone within the grace period, but members that
-            // trap SIGTERM get their SIGKILL on schedule. After the reap below
-            // the group id may be reused, so only the pid-safe tag sweep runs.
-            let tag = TagMatch::command(tag);
-            // On the core's runtime: a blocking caller's own reactor stops
-            // when its call returns.
-            crate::runtime::handle().spawn(async move {
-                sleep_until(at).await;
-                sweep(tag, libc::SIGKILL);
-            });
-        }
-    }
-    let status = reap(pidfd.get_ref());
+    let survivors = if lost {
+        sweep_counted(TagMatch::command(tag), libc::SIGKILL).await.last as u32
+    } else if stopped.is_some() {
+        finish_stop(pid, tag, kill_at, killed).await
+    } else {
+        0
+    };
+    release(report_fd.into_inner());
     Ok(Outcome {
         status,
         stop: stopped,
+        survivors,
     })
+}
+
+/// Finishes a stop once the leader has exited (it is still unreaped): what
+/// is left of the tree gets the rest of its grace period, then SIGKILL,
+/// repeated until a scan finds nobody. Returns how many processes of the
+/// tree that last scan still found alive: the survivors (expected: 0).
+async fn finish_stop(pid: libc::pid_t, tag: &str, kill_at: Option<Instant>, killed: bool) -> u32 {
+    if !killed {
+        // Usually the SIGTERM ended everything: one scan says so.
+        if sweep_counted(tree(pid, tag), 0).await.total == 0 {
+            return 0;
+        }
+        if let Some(at) = kill_at {
+            sleep_until(at).await;
+        }
+        signal_group(pid, libc::SIGKILL);
+    }
+    sweep_counted(tree(pid, tag), libc::SIGKILL).await.last as u32
 }

@@ -1,14 +1,27 @@
 //! Signalling a command's whole tree: its process group while the leader is
-//! unreaped, plus every process carrying the command's `DSH_EXEC_TAG` and
-//! every descendant of one (by parent pid). That catches descendants that
-//! left the group (`setsid`, double forks, `nohup`) and children that
-//! replaced their environment (`env -i`) while their parent still lives.
+//! unreaped, plus every process carrying the command's `DSH_EXEC_TAG`,
+//! every process still in the command's session (its leader is a session
+//! leader, unreaped while it can be signalled, so no other session can have
+//! its id), and every descendant of one of those (by parent pid). That
+//! catches descendants that left the group (`setsid`, double forks,
+//! `nohup`), children that replaced their environment (`env -i`) while
+//! their parent lives, and ones that did so and were orphaned but stayed in
+//! the session.
 //!
-//! Not covered: a process that both dropped the tag (exec with a new
-//! environment) *and* was orphaned before the sweep, and processes of
-//! another user (their environ is unreadable). The tag is read from
-//! `/proc/<pid>/environ`, the environment at exec time, so a process that
-//! merely unsets the variable keeps it there.
+//! For an executor (dispose), every descendant of its supervisor is
+//! selected as well: the supervisor is a subreaper and the parent of every
+//! command, so nothing its commands started leaves its subtree, whatever it
+//! did to its environment, session or parent.
+//!
+//! Not attributable to one command (`kill()`, a timeout, a cancellation):
+//! a process that dropped the tag (exec with a new environment) *and* left
+//! the session (`setsid`) *and* was orphaned before the sweep — it is then
+//! the supervisor's child, like the orphans of every other command of the
+//! executor, and nothing says which command it came from. Dispose and the
+//! host's death end it. Processes of another user are not seen (their
+//! environ is unreadable). The tag is read from `/proc/<pid>/environ`, the
+//! environment at exec time, so a process that merely unsets the variable
+//! keeps it there.
 //!
 //! A sweep reads all of `/proc`, so sweeps run on one thread of their own
 //! (never on the I/O threads that carry other commands' output), and every
@@ -44,8 +57,8 @@ pub(crate) enum Spare {
     /// Members of this process group (a command whose group was signalled).
     Group(libc::pid_t),
     /// Members of any group led by a live command of the sweep, that is a
-    /// tagged child of this host leading its group (dispose: every running
-    /// command signals its own group).
+    /// tagged child of the executor's supervisor leading its group
+    /// (dispose: every running command signals its own group).
     CommandGroups,
 }
 
@@ -56,6 +69,12 @@ pub(crate) struct TagMatch {
     tag: Vec<u8>,
     exact: bool,
     spare: Spare,
+    /// The executor's supervisor, the parent of every command leader; for
+    /// an executor's sweep, its whole subtree is selected.
+    supervisor: Option<libc::pid_t>,
+    /// A command's session (its leader's pid): its untagged members are
+    /// selected too.
+    session: Option<libc::pid_t>,
 }
 
 impl TagMatch {
@@ -65,6 +84,8 @@ impl TagMatch {
             tag: tag.as_bytes().to_vec(),
             exact: true,
             spare: Spare::Nobody,
+            supervisor: None,
+            session: None,
         }
     }
 
@@ -74,11 +95,34 @@ impl TagMatch {
             tag: prefix.as_bytes().to_vec(),
             exact: false,
             spare: Spare::Nobody,
+            supervisor: None,
+            session: None,
         }
     }
 
     pub(crate) fn sparing(self, spare: Spare) -> Self {
         TagMatch { spare, ..self }
+    }
+
+    /// Processes of an executor whose supervisor is `supervisor`: with
+    /// [`TagMatch::executor`], everything in its subtree.
+    pub(crate) fn under(self, supervisor: Option<libc::pid_t>) -> Self {
+        TagMatch { supervisor, ..self }
+    }
+
+    /// Processes of the command whose leader is `leader` (unreaped): the
+    /// members of its session too.
+    pub(crate) fn in_session(self, leader: libc::pid_t) -> Self {
+        TagMatch {
+            session: Some(leader),
+            ..self
+        }
+    }
+
+    /// Whose descendants are selected without being selected themselves:
+    /// an executor's supervisor.
+    fn root(&self) -> Option<libc::pid_t> {
+        self.supervisor.filter(|_| !self.exact)
     }
 
     /// Whether a target in process group `group` is left to its group
@@ -129,17 +173,27 @@ pub(crate) fn group_in_stat(stat: &[u8]) -> Option<libc::pid_t> {
     rest.split_whitespace().nth(2)?.parse().ok()
 }
 
+/// What a scan of `/proc` found about a process without the tag: its parent
+/// and its session (`None` for a zombie, whose children are re-parented
+/// already and which cannot be signalled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Untagged {
+    pub parent: libc::pid_t,
+    pub session: libc::pid_t,
+}
+
 /// The processes a batch of requests selects: for each request, those
-/// whose tag it matches and all their descendants (by parent pid). Pure,
-/// so the attribution rule is tested on its own.
+/// whose tag it matches, the untagged members of its command's session,
+/// and all their descendants and the descendants of its root (by parent
+/// pid). Pure, so the attribution rule is tested on its own.
 pub(crate) fn select(
     requests: &[&TagMatch],
     tags: &HashMap<libc::pid_t, Vec<u8>>,
-    parents: &HashMap<libc::pid_t, libc::pid_t>,
+    untagged: &HashMap<libc::pid_t, Untagged>,
 ) -> Vec<HashSet<libc::pid_t>> {
     let mut children: HashMap<libc::pid_t, Vec<libc::pid_t>> = HashMap::new();
-    for (&pid, &ppid) in parents {
-        children.entry(ppid).or_default().push(pid);
+    for (&pid, u) in untagged {
+        children.entry(u.parent).or_default().push(pid);
     }
     requests
         .iter()
@@ -148,8 +202,14 @@ pub(crate) fn select(
                 .iter()
                 .filter(|(_, t)| m.matches(t))
                 .map(|(&p, _)| p)
+                .chain(
+                    untagged
+                        .iter()
+                        .filter(|(_, u)| m.session == Some(u.session))
+                        .map(|(&p, _)| p),
+                )
                 .collect();
-            let mut frontier: Vec<libc::pid_t> = selected.iter().copied().collect();
+            let mut frontier: Vec<libc::pid_t> = selected.iter().copied().chain(m.root()).collect();
             while let Some(pid) = frontier.pop() {
                 for &child in children.get(&pid).into_iter().flatten() {
                     if selected.insert(child) {
@@ -170,11 +230,21 @@ fn read_file(path: &str, buf: &mut Vec<u8>) -> bool {
     }
 }
 
-fn parent_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> Option<libc::pid_t> {
+/// The session in a `/proc/<pid>/stat` line.
+pub(crate) fn session_in_stat(stat: &[u8]) -> Option<libc::pid_t> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
+    rest.split_whitespace().nth(3)?.parse().ok()
+}
+
+fn untagged_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> Option<Untagged> {
     if !read_file(&format!("/proc/{pid}/stat"), buf) {
         return None;
     }
-    parent_in_stat(buf)
+    Some(Untagged {
+        parent: parent_in_stat(buf)?,
+        session: session_in_stat(buf)?,
+    })
 }
 
 fn tag_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
@@ -194,7 +264,7 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int)]) -> Vec<usize> {
     let me = current_pid();
     let mut buf = Vec::with_capacity(4096);
     let mut tags = HashMap::new();
-    let mut parents = HashMap::new();
+    let mut untagged = HashMap::new();
     for entry in dir.flatten() {
         let Some(pid) = entry
             .file_name()
@@ -211,14 +281,14 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int)]) -> Vec<usize> {
                 tags.insert(pid, tag);
             }
             None => {
-                if let Some(ppid) = parent_of(pid, &mut buf) {
-                    parents.insert(pid, ppid);
+                if let Some(u) = untagged_of(pid, &mut buf) {
+                    untagged.insert(pid, u);
                 }
             }
         }
     }
     let matchers: Vec<&TagMatch> = requests.iter().map(|(m, _)| *m).collect();
-    let selections = select(&matchers, &tags, &parents);
+    let selections = select(&matchers, &tags, &untagged);
     let targets: HashSet<libc::pid_t> = selections.iter().flatten().copied().collect();
     // Pin each target with a pidfd, then re-read what decides it, so a pid
     // recycled since the scan is never signalled.
@@ -228,6 +298,7 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int)]) -> Vec<usize> {
         tag: Option<Vec<u8>>,
         parent: Option<libc::pid_t>,
         group: Option<libc::pid_t>,
+        session: Option<libc::pid_t>,
     }
     let pinned: Vec<Target> = targets
         .into_iter()
@@ -237,29 +308,36 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int)]) -> Vec<usize> {
             let stat = read_file(&format!("/proc/{pid}/stat"), &mut buf).then(|| buf.clone());
             let parent = stat.as_deref().and_then(parent_in_stat);
             let group = stat.as_deref().and_then(group_in_stat);
+            let session = stat.as_deref().and_then(session_in_stat);
             Some(Target {
                 pid,
                 pidfd,
                 tag,
                 parent,
                 group,
+                session,
             })
         })
         .collect();
     let mut hits = vec![0; requests.len()];
     for (i, ((m, sig), selected)) in requests.iter().zip(&selections).enumerate() {
         let mine = |t: &Target| t.tag.as_deref().is_some_and(|tag| m.matches(tag));
-        // A command's leader is this host's child and leads its own group
-        // (a descendant that called setsid leads a group too, but is not
-        // our child, and nobody signals its group for it).
+        // A command's leader is the supervisor's child and leads its own
+        // group (a descendant that called setsid leads a group too, but is
+        // not the supervisor's child, and nobody signals its group for it).
         let leaders: HashSet<libc::pid_t> = pinned
             .iter()
-            .filter(|t| mine(t) && t.group == Some(t.pid) && t.parent == Some(me))
+            .filter(|t| mine(t) && t.group == Some(t.pid) && t.parent.is_some() && t.parent == m.supervisor)
             .map(|t| t.pid)
             .collect();
         for t in &pinned {
-            let still =
-                selected.contains(&t.pid) && (mine(t) || t.parent.is_some_and(|pp| selected.contains(&pp)));
+            // Re-checked on the pinned process: a recycled pid fails every
+            // one of these (a live parent or session is unique to its id).
+            let still = selected.contains(&t.pid)
+                && (mine(t)
+                    || t.parent
+                        .is_some_and(|pp| selected.contains(&pp) || Some(pp) == m.root())
+                    || (m.session.is_some() && t.session == m.session));
             let spared = *sig != libc::SIGKILL && m.spares(t.group, &leaders);
             if still && !spared && pidfd_send_signal(&t.pidfd, *sig).is_ok() {
                 hits[i] += 1;
@@ -274,12 +352,20 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int)]) -> Vec<usize> {
 /// (A SIGKILLed process is a zombie at once, with an empty environ.)
 const KILL_RESCANS: u32 = 16;
 
+/// What a sweep did: how many processes it signalled in all, and how many
+/// its last scan still found (for SIGKILL: alive after every rescan).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Swept {
+    pub total: usize,
+    pub last: usize,
+}
+
 struct Request {
     matcher: TagMatch,
     sig: libc::c_int,
-    total: usize,
+    swept: Swept,
     rescans: u32,
-    reply: Option<oneshot::Sender<usize>>,
+    reply: Option<oneshot::Sender<Swept>>,
 }
 
 fn sweeper(rx: Receiver<Request>) {
@@ -296,12 +382,13 @@ fn sweeper(rx: Receiver<Request>) {
         let hits = scan_and_signal(&batch);
         let mut again = Vec::new();
         for (mut r, hit) in pending.drain(..).zip(hits) {
-            r.total += hit;
+            r.swept.total += hit;
+            r.swept.last = hit;
             if r.sig == libc::SIGKILL && hit > 0 && r.rescans < KILL_RESCANS {
                 r.rescans += 1;
                 again.push(r);
             } else if let Some(reply) = r.reply.take() {
-                let _ = reply.send(r.total);
+                let _ = reply.send(r.swept);
             }
         }
         pending = again;
@@ -310,7 +397,7 @@ fn sweeper(rx: Receiver<Request>) {
 
 static SWEEPER: PerProcess<Sender<Request>> = PerProcess::new();
 
-fn submit(matcher: TagMatch, sig: libc::c_int, reply: Option<oneshot::Sender<usize>>) {
+fn submit(matcher: TagMatch, sig: libc::c_int, reply: Option<oneshot::Sender<Swept>>) {
     let tx = SWEEPER.get(|| {
         let (tx, rx) = channel();
         std::thread::Builder::new()
@@ -322,24 +409,24 @@ fn submit(matcher: TagMatch, sig: libc::c_int, reply: Option<oneshot::Sender<usi
     let _ = tx.send(Request {
         matcher,
         sig,
-        total: 0,
+        swept: Swept::default(),
         rescans: 0,
         reply,
     });
 }
 
-/// Queues a sweep: `sig` to every live process that carries the tag or
-/// descends from one that does (for SIGKILL, again until a scan finds
-/// nobody). Returns at once.
+/// Queues a sweep: `sig` to every live process the matcher selects (for
+/// SIGKILL, again until a scan finds nobody; signal 0 only counts them).
+/// Returns at once.
 pub(crate) fn sweep(matcher: TagMatch, sig: libc::c_int) {
     submit(matcher, sig, None);
 }
 
-/// [`sweep`], completing with how many processes it signalled.
-pub(crate) async fn sweep_counted(matcher: TagMatch, sig: libc::c_int) -> usize {
+/// [`sweep`], completing with what it did.
+pub(crate) async fn sweep_counted(matcher: TagMatch, sig: libc::c_int) -> Swept {
     let (tx, rx) = oneshot::channel();
     submit(matcher, sig, Some(tx));
-    rx.await.unwrap_or(0)
+    rx.await.unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -402,18 +489,58 @@ mod tests {
         );
     }
 
+    fn untagged(pairs: &[(libc::pid_t, libc::pid_t, libc::pid_t)]) -> HashMap<libc::pid_t, Untagged> {
+        pairs
+            .iter()
+            .map(|&(pid, parent, session)| (pid, Untagged { parent, session }))
+            .collect()
+    }
+
     #[test]
     fn descendants_are_selected_through_untagged_parents() {
         // 10 tagged → 11 (untagged child) → 12; 20 tagged with another
         // command's tag; 30 unrelated; 13 child of 12.
         let tags: HashMap<_, _> = [(10, b"x.1".to_vec()), (20, b"x.2".to_vec())].into();
-        let parents: HashMap<_, _> = [(11, 10), (12, 11), (13, 12), (30, 1), (21, 20)].into();
+        let others = untagged(&[(11, 10, 10), (12, 11, 10), (13, 12, 10), (30, 1, 1), (21, 20, 20)]);
         let one = TagMatch::command("x.1");
         let all = TagMatch::executor("x.");
         let other = TagMatch::command("y.1");
-        let sel = select(&[&one, &all, &other], &tags, &parents);
+        let sel = select(&[&one, &all, &other], &tags, &others);
         assert_eq!(sel[0], HashSet::from([10, 11, 12, 13]));
         assert_eq!(sel[1], HashSet::from([10, 11, 12, 13, 20, 21]));
         assert!(sel[2].is_empty());
+    }
+
+    #[test]
+    fn an_orphan_without_the_tag_is_the_commands_while_in_its_session() {
+        // Supervisor 5 leads nothing; command x.1's leader 10 (tagged),
+        // x.2's leader 20. 11: `env -i` child of 10, orphaned (now the
+        // supervisor's child) but still in session 10. 12: its child. 13:
+        // `env -i` + setsid + orphaned: session 13, parent 5 — x.1 cannot
+        // claim it, nobody else either. 99 is unrelated (parent 1).
+        let tags: HashMap<_, _> = [(10, b"x.1".to_vec()), (20, b"x.2".to_vec())].into();
+        let others = untagged(&[(11, 5, 10), (12, 11, 10), (13, 5, 13), (99, 1, 99)]);
+        let one = TagMatch::command("x.1").in_session(10);
+        let two = TagMatch::command("x.2").in_session(20);
+        let sel = select(&[&one, &two], &tags, &others);
+        assert_eq!(sel[0], HashSet::from([10, 11, 12]));
+        assert_eq!(sel[1], HashSet::from([20]));
+        // The executor's sweep takes the supervisor's whole subtree (not
+        // the supervisor itself), 13 included, and nothing else.
+        let all = TagMatch::executor("x.").under(Some(5));
+        let sel = select(&[&all], &tags, &others);
+        assert_eq!(sel[0], HashSet::from([10, 11, 12, 13, 20]));
+        // A command's supervisor is not a root of its sweep.
+        let one_under = TagMatch::command("x.1").in_session(10).under(Some(5));
+        assert_eq!(
+            select(&[&one_under], &tags, &others)[0],
+            HashSet::from([10, 11, 12])
+        );
+    }
+
+    #[test]
+    fn the_session_is_read_after_the_name() {
+        assert_eq!(session_in_stat(b"42 (a) b) S 7 40 39 0"), Some(39));
+        assert_eq!(session_in_stat(b"42 (x) S 7 40"), None);
     }
 }

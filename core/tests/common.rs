@@ -161,7 +161,12 @@ pub fn open_fds() -> usize {
 
 /// Children of this process, as (pid, state).
 pub fn children() -> Vec<(i32, char)> {
-    let me = std::process::id().to_string();
+    children_of(std::process::id() as i32)
+}
+
+/// Children of `parent`, as (pid, state).
+pub fn children_of(parent: i32) -> Vec<(i32, char)> {
+    let parent = parent.to_string();
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
@@ -171,9 +176,17 @@ pub fn children() -> Vec<(i32, char)> {
             let rest = &stat[stat.rfind(')')? + 2..];
             let mut f = rest.split_whitespace();
             let state = f.next()?.chars().next()?;
-            (f.next()? == me).then_some((pid, state))
+            (f.next()? == parent).then_some((pid, state))
         })
         .collect()
+}
+
+/// The process name (`comm`) of `pid`.
+pub fn name_of(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
 }
 
 /// Lifts the soft descriptor limit to the hard one (a host running

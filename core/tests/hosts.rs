@@ -2,13 +2,15 @@
 //! binary (re-executed with `--scenario NAME`) under a timeout, so a hang is
 //! a failure, not a hung suite. A scenario does what a real host may
 //! legally do — fork after use, ignore SIGCHLD, reap with `waitpid(-1)`,
-//! rewrite its environment between calls, own a terminal — and checks that
-//! every promise still holds there.
+//! rewrite its environment between calls, own a terminal, die without
+//! disposing — and checks that every promise still holds there.
 
 mod common;
 
+use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -372,6 +374,388 @@ fn spawn_on_terminal(scenario: &str) -> std::io::Result<std::process::Child> {
     Ok(child)
 }
 
+/// Every escape route out of a command's tree, each writing its pid to
+/// `dir/<route>`: setsid, a double fork, nohup, a SIGTERM trap, `env -i`
+/// plus orphaning (with and without setsid), and a fork loop. Then the
+/// leader writes its own pid and `ending` runs.
+const ROUTES: [&str; 8] = [
+    "setsid",
+    "double",
+    "nohup",
+    "trapper",
+    "envorphan",
+    "envsetsid",
+    "forkloop",
+    "leader",
+];
+
+fn planting_script(dir: &Path, ending: &str) -> String {
+    let d = dir.display();
+    format!(
+        r#"
+setsid bash -c 'echo $$ > {d}/setsid; exec sleep 300' </dev/null >/dev/null 2>&1 &
+( bash -c 'echo $$ > {d}/double; exec sleep 300' </dev/null >/dev/null 2>&1 & ) &
+nohup bash -c 'echo $$ > {d}/nohup; exec sleep 300' </dev/null >/dev/null 2>&1 &
+setsid bash -c 'trap "" TERM; echo $$ > {d}/trapper; while :; do sleep 0.1; done' </dev/null >/dev/null 2>&1 &
+( env -i /bin/bash -c 'echo $$ > {d}/envorphan; exec sleep 300' </dev/null >/dev/null 2>&1 & )
+( setsid env -i /bin/bash -c 'echo $$ > {d}/envsetsid; exec sleep 300' </dev/null >/dev/null 2>&1 & )
+setsid bash -c 'trap "" TERM; while :; do (sleep 300 &); echo $$ > {d}/forkloop; sleep 0.05; done' </dev/null >/dev/null 2>&1 &
+echo $$ > {d}/leader
+{ending}
+"#
+    )
+}
+
+fn read_pid(path: &Path) -> Option<i32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// The pids planted under `dir` (one sub-directory per command).
+fn planted(dir: &Path) -> Vec<(String, i32)> {
+    let mut found = Vec::new();
+    for sub in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        for route in ROUTES {
+            if let Some(pid) = read_pid(&sub.path().join(route)) {
+                found.push((format!("{}/{route}", sub.file_name().to_string_lossy()), pid));
+            }
+        }
+    }
+    found
+}
+
+/// Live processes whose environment carries `HOST_DEATH_MARK=mark`: every
+/// process a command of the host started, except the `env -i` ones.
+fn marked(mark: &str) -> Vec<i32> {
+    let entry = format!("HOST_DEATH_MARK={mark}");
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == entry.as_bytes()))
+                && common::alive(pid)
+        })
+        .collect()
+}
+
+/// The host that dies: run as `--scenario death_host` with
+/// `HOST_DEATH_DIR` and `HOST_DEATH_MARK` set. It plants every escape route
+/// from a running background process, from a foreground run in progress,
+/// and from a command that already exited (its daemons left behind), says
+/// `ready`, then ends as its stdin says: `exit` (a normal exit without
+/// dispose), `thread-exit` (`exit()` from another thread), or nothing (it
+/// waits to be SIGKILLed).
+/// LeakSanitizer's documented opt-out hook, for the suite's ASan run: a
+/// host that exits without disposing leaks on purpose, and its exit must
+/// not turn into a leak report.
+static LEAKS_ON_PURPOSE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[no_mangle]
+extern "C" fn __lsan_is_turned_off() -> libc::c_int {
+    LEAKS_ON_PURPOSE.load(std::sync::atomic::Ordering::Relaxed).into()
+}
+
+fn death_host() {
+    LEAKS_ON_PURPOSE.store(true, std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: prctl with integer arguments: if the test that started this
+    // host dies, so does the host (its commands are what is under test).
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    let dir = PathBuf::from(std::env::var_os("HOST_DEATH_DIR").expect("HOST_DEATH_DIR"));
+    let e = exec();
+    let sub = |name: &str| {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    };
+    let (bg, fg, done) = (sub("background"), sub("foreground"), sub("finished"));
+    let r = run(&e, &planting_script(&done, "exit 0"));
+    assert_eq!(r.exit_code, Some(0));
+    e.start(
+        &e.resolve(Request::new(planting_script(&bg, "exec sleep 300")))
+            .unwrap(),
+    )
+    .unwrap();
+    let (foreground, script) = (e.clone(), planting_script(&fg, "exec sleep 300"));
+    std::thread::spawn(move || {
+        let _ = run(&foreground, &script);
+    });
+    let all_planted = || {
+        [&bg, &fg, &done]
+            .iter()
+            .all(|d| ROUTES.iter().all(|r| read_pid(&d.join(r)).is_some()))
+    };
+    assert!(
+        common::eventually(Duration::from_secs(30), all_planted),
+        "not every escape was planted"
+    );
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    match line.trim() {
+        // A normal exit: no destructor runs for the executor (it is still
+        // referenced), and nobody calls dispose().
+        "exit" => std::process::exit(0),
+        "thread-exit" => {
+            std::thread::spawn(|| {
+                // SAFETY: exit(3) from a thread other than main is legal;
+                // it runs the C at-exit handlers and ends the process.
+                unsafe { libc::exit(0) }
+            });
+            loop {
+                std::thread::park();
+            }
+        }
+        _ => loop {
+            std::thread::park();
+        },
+    }
+}
+
+/// Kills, when dropped, the host and whatever it planted that is still
+/// alive: a failing host-death test leaves nothing running.
+struct Leftovers {
+    host: std::process::Child,
+    pids: Vec<(String, i32)>,
+    mark: String,
+}
+
+impl Leftovers {
+    /// What is still alive: planted pids, and processes carrying the mark.
+    fn alive(&self) -> Vec<String> {
+        let mut left: Vec<String> = self
+            .pids
+            .iter()
+            .filter(|(_, pid)| common::alive(*pid))
+            .map(|(what, pid)| format!("{what} ({pid})"))
+            .collect();
+        left.extend(
+            marked(&self.mark)
+                .into_iter()
+                .map(|pid| format!("marked ({pid})")),
+        );
+        left
+    }
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        let _ = self.host.kill();
+        let _ = self.host.wait();
+        // A fork loop may add a process between two passes.
+        for _ in 0..5 {
+            let pids: Vec<i32> = self
+                .pids
+                .iter()
+                .map(|(_, p)| *p)
+                .chain(marked(&self.mark))
+                .collect();
+            for &pid in &pids {
+                // SAFETY: kill(2) of what this test planted.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            if marked(&self.mark).is_empty() {
+                break;
+            }
+        }
+    }
+}
+
+/// Starts `death_host`, waits for `ready`, ends it as `ending` says
+/// (`sigkill`, `exit`, `thread-exit`), and checks that within a second
+/// no process any of its commands started is alive. Whatever the outcome,
+/// what survived is killed before returning.
+fn host_death(ending: &str) {
+    let dir = common::temp_dir(&format!("host-death-{ending}"));
+    let mark = format!("{}-{ending}", std::process::id());
+    let host = Command::new(std::env::current_exe().unwrap())
+        .args(["--scenario", "death_host"])
+        .env("HOST_DEATH_DIR", &*dir)
+        .env("HOST_DEATH_MARK", &mark)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the host");
+    let mut left = Leftovers {
+        host,
+        pids: Vec::new(),
+        mark,
+    };
+    let mut ready = String::new();
+    BufReader::new(left.host.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(ready.trim(), "ready", "the host failed before planting");
+    // The finished command's leader has exited; everything else runs.
+    left.pids = planted(&dir)
+        .into_iter()
+        .filter(|(what, _)| what != "finished/leader")
+        .collect();
+    assert_eq!(left.pids.len(), 3 * ROUTES.len() - 1, "{:?}", left.pids);
+    assert!(
+        left.pids.iter().all(|(_, pid)| common::alive(*pid)),
+        "{:?}",
+        left.pids
+    );
+    let mut stdin = left.host.stdin.take().unwrap();
+    let died = match ending {
+        "sigkill" => {
+            left.host.kill().unwrap();
+            let at = Instant::now();
+            left.host.wait().unwrap();
+            at
+        }
+        _ => {
+            writeln!(stdin, "{ending}").unwrap();
+            let status = left.host.wait().unwrap();
+            assert!(status.success(), "{status:?}");
+            Instant::now()
+        }
+    };
+    // Generous for the report; the promise is one second.
+    let gone = common::eventually(Duration::from_secs(10), || left.alive().is_empty());
+    let took = died.elapsed();
+    assert!(
+        gone,
+        "after the host's death ({ending}) these survived: {:?}",
+        left.alive()
+    );
+    assert!(
+        took <= Duration::from_secs(1),
+        "everything died, but only {took:?} after the host ({ending})"
+    );
+    eprintln!("host death ({ending}): tree gone in {took:?}");
+}
+
+fn host_death_sigkill() {
+    host_death("sigkill");
+}
+
+fn host_death_normal_exit_without_dispose() {
+    host_death("exit");
+}
+
+fn host_death_exit_from_another_thread() {
+    host_death("thread-exit");
+}
+
+/// The supervisors that are this process's children.
+fn supervisors() -> Vec<i32> {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<i32>().ok()?;
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+            (field("Name:")? == "dsh-supervisor" && field("PPid:")? == me && common::alive(pid))
+                .then_some(pid)
+        })
+        .collect()
+}
+
+/// Someone SIGKILLs the executor's supervisor (the one thing that can end
+/// it without its cleanup). Its running command settles at once, as
+/// `exit_status_unavailable` (nobody can report its ending), what it
+/// started is killed by the tag sweep, and the next command gets a new
+/// supervisor. After dispose no supervisor is left.
+fn supervisor_killed() {
+    let e = exec();
+    let p = e
+        .start(&e.resolve(Request::new("echo $$; exec sleep 300")).unwrap())
+        .unwrap();
+    let mut out = String::new();
+    assert!(common::eventually(Duration::from_secs(20), || {
+        out += &p.read_output().delta;
+        out.ends_with('\n')
+    }));
+    let leader: i32 = out.trim().parse().unwrap();
+    let first = supervisors();
+    assert_eq!(first.len(), 1, "one supervisor per executor: {first:?}");
+    // SAFETY: kill(2) of this process's own child.
+    unsafe { libc::kill(first[0], libc::SIGKILL) };
+    assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
+    assert!(p.exit_status_unavailable(), "{p:?}");
+    assert!(
+        common::eventually(Duration::from_secs(15), || !common::alive(leader)),
+        "the command outlived its supervisor"
+    );
+    assert_eq!(run(&e, "echo again").stdout.text, "again\n");
+    let second = supervisors();
+    assert_eq!(second.len(), 1);
+    assert_ne!(second, first, "a new supervisor");
+    e.dispose_blocking().unwrap();
+    assert!(supervisors().is_empty(), "dispose ends the supervisor");
+}
+
+/// Where executing a memfd is forbidden (`vm.memfd_noexec = 2`), the
+/// first command fails with a spawn error that names the cause, and
+/// nothing runs. The sysctl is set in a PID namespace of its own (it is per
+/// namespace and can only be tightened), so the machine is untouched; where
+/// `unshare` is not allowed the scenario is skipped, saying so.
+fn memfd_noexec_is_a_clear_error() {
+    let out = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--scenario", "noexec_host"])
+        .stdin(Stdio::null())
+        .output();
+    let out = match out {
+        Ok(out) => out,
+        Err(e) => {
+            eprintln!("SKIPPED memfd_noexec_is_a_clear_error: cannot run unshare ({e})");
+            return;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !stdout.contains("ran") {
+        eprintln!(
+            "SKIPPED memfd_noexec_is_a_clear_error: no PID namespace with vm.memfd_noexec = 2 here ({})",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        return;
+    }
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Inside its own PID namespace: forbid executable memfds, then ask for a
+/// command.
+fn noexec_host() {
+    if std::fs::write("/proc/sys/vm/memfd_noexec", "2").is_err() {
+        return; // not "ran": the caller skips
+    }
+    println!("ran");
+    let e = exec();
+    let marker = common::temp_dir("noexec");
+    let spec = e
+        .resolve(Request::new(format!("touch {}/ran", marker.display())))
+        .unwrap();
+    match e.run_blocking(&spec, None) {
+        Err(DshError::Spawn {
+            kind: dsh_core::SpawnFailure::Supervisor,
+            errno,
+            message,
+        }) => {
+            assert_eq!(errno, libc::EACCES, "{message}");
+            assert!(message.contains("vm.memfd_noexec = 2"), "{message}");
+        }
+        other => panic!("expected a clear spawn error, got {other:?}"),
+    }
+    assert!(!marker.join("ran").exists(), "nothing ran");
+    e.dispose_blocking().unwrap();
+}
+
+/// Hosts that scenarios start themselves; not tests on their own.
+const HELPERS: &[(&str, fn())] = &[("death_host", death_host), ("noexec_host", noexec_host)];
+
 const SCENARIOS: &[(&str, fn())] = &[
     ("fork_after_use", fork_after_use),
     ("fork_storm_while_running", fork_storm_while_running),
@@ -382,13 +766,28 @@ const SCENARIOS: &[(&str, fn())] = &[
         environment_changes_between_calls,
     ),
     ("terminal_host", terminal_host),
+    ("host_death_sigkill", host_death_sigkill),
+    (
+        "host_death_normal_exit_without_dispose",
+        host_death_normal_exit_without_dispose,
+    ),
+    (
+        "host_death_exit_from_another_thread",
+        host_death_exit_from_another_thread,
+    ),
+    ("supervisor_killed", supervisor_killed),
+    ("memfd_noexec_is_a_clear_error", memfd_noexec_is_a_clear_error),
 ];
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--scenario") {
         let name = &args[i + 1];
-        let (_, f) = SCENARIOS.iter().find(|(n, _)| n == name).expect("known scenario");
+        let (_, f) = SCENARIOS
+            .iter()
+            .chain(HELPERS)
+            .find(|(n, _)| n == name)
+            .expect("known scenario");
         f();
         return;
     }

@@ -1,5 +1,6 @@
 //! Nothing survives: every escape route out of the process group is closed
-//! for kill(), a run timeout, a run cancellation and dispose().
+//! for kill(), a run timeout, a run cancellation and dispose(), and the
+//! stop says so (`survivors` is 0).
 mod common;
 use common::*;
 
@@ -8,7 +9,17 @@ use std::time::Duration;
 
 use dsh_core::*;
 
-const ROUTES: [&str; 6] = ["setsid", "double", "nohup", "trapper", "envclear", "leader"];
+const ROUTES: [&str; 7] = [
+    "setsid",
+    "double",
+    "nohup",
+    "trapper",
+    "envclear",
+    "envorphan",
+    "leader",
+];
+/// Every route but the leader.
+const DAEMONS: usize = ROUTES.len() - 1;
 
 /// A command that plants one descendant per escape route, each writing its
 /// pid to `dir/<route>`, then keeps its leader alive.
@@ -21,6 +32,7 @@ setsid bash -c 'echo $$ > {d}/setsid; exec sleep 300' </dev/null >/dev/null 2>&1
 nohup bash -c 'echo $$ > {d}/nohup; exec sleep 300' </dev/null >/dev/null 2>&1 &
 setsid bash -c 'trap "" TERM; echo $$ > {d}/trapper; while :; do sleep 0.1; done' </dev/null >/dev/null 2>&1 &
 env -i /bin/bash -c 'echo $$ > {d}/envclear; exec sleep 300' </dev/null >/dev/null 2>&1 &
+( env -i /bin/bash -c 'echo $$ > {d}/envorphan; exec sleep 300' </dev/null >/dev/null 2>&1 & )
 echo $$ > {d}/leader
 exec sleep 300
 "#
@@ -65,6 +77,7 @@ fn kill_leaves_no_descendant() {
     assert!(p.kill());
     assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
     assert_all_dead(&pids, "kill()");
+    assert_eq!(p.survivors(), 0, "the stop found nothing alive at its end");
 }
 
 #[test]
@@ -77,6 +90,7 @@ fn a_run_timeout_leaves_no_descendant() {
     let waiter = std::thread::spawn(move || planted_pids(&dir));
     let r = exec.run_blocking(&s, None).unwrap();
     assert!(r.timed_out);
+    assert_eq!(r.survivors, 0);
     assert_all_dead(&waiter.join().unwrap(), "timeout");
 }
 
@@ -97,6 +111,7 @@ fn a_run_cancellation_leaves_no_descendant() {
         .run_blocking(&spec(&exec, &escape_script(&dir)), Some(&token))
         .unwrap();
     assert!(r.aborted);
+    assert_eq!(r.survivors, 0);
     assert_all_dead(&watcher.join().unwrap(), "cancel");
 }
 
@@ -112,16 +127,16 @@ fn dispose_leaves_no_descendant_of_running_or_finished_commands() {
     let leave_behind = escape_script(&finished).replace("\nexec sleep 300\n", "\nexit 0\n");
     let r = run(&exec, &leave_behind);
     assert_eq!(r.exit_code, Some(0));
+    assert_eq!(r.survivors, 0, "not stopped: its daemons are not survivors");
     let left = planted_pids(&finished);
-    for (route, &pid) in ROUTES.iter().zip(&left[..5]) {
+    for (route, &pid) in ROUTES.iter().zip(&left[..DAEMONS]) {
         assert!(alive(pid), "the {route} daemon ({pid}) should be left to dispose");
     }
-    // The documented gap: the `env -i` daemon of a command that already
-    // exited has neither the tag nor a live tagged parent (it was orphaned
-    // when its command exited), so nothing identifies it as ours. While its
-    // command runs (the `running` set above) it is caught through its parent.
-    let envclear = left[ROUTES.iter().position(|r| *r == "envclear").unwrap()];
-    pids.extend(&left[..4]);
+    // Every daemon of the finished command goes too, the `env -i` ones
+    // included: they have neither the tag nor a live tagged parent (they
+    // were orphaned when their command exited), but they are in the
+    // executor's supervisor's subtree.
+    pids.extend(&left[..DAEMONS]);
     exec.dispose_blocking().unwrap();
     for &pid in &pids {
         assert!(
@@ -129,12 +144,50 @@ fn dispose_leaves_no_descendant_of_running_or_finished_commands() {
             "{pid} survived dispose"
         );
     }
+}
+
+/// The one thing a per-command stop cannot attribute (README, Guarantees):
+/// a process that replaced its environment (no tag), left the command's
+/// session (`setsid`) and was orphaned. It is then a child of the
+/// executor's supervisor like every other command's orphans, and nothing
+/// says which command it came from. Dispose ends it all the same (and so
+/// does the host's death: `hosts.rs`).
+#[test]
+fn an_orphan_without_tag_or_session_is_left_to_dispose() {
+    let dir = temp_dir("tree-unattributable");
+    let exec = fast();
+    let d = dir.display();
+    let p = exec
+        .start(&spec(
+            &exec,
+            &format!(
+                "( setsid env -i /bin/bash -c 'echo $$ > {d}/lost; exec sleep 300' </dev/null >/dev/null 2>&1 & ); \
+                 echo $$ > {d}/leader; exec sleep 300"
+            ),
+        ))
+        .unwrap();
+    let read = |name: &str| {
+        std::fs::read_to_string(dir.join(name))
+            .ok()?
+            .trim()
+            .parse::<i32>()
+            .ok()
+    };
+    assert!(eventually(Duration::from_secs(20), || read("lost").is_some()
+        && read("leader").is_some()));
+    let (lost, leader) = (read("lost").unwrap(), read("leader").unwrap());
+    assert!(p.kill());
+    assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
+    assert!(eventually(Duration::from_secs(15), || !alive(leader)));
     assert!(
-        alive(envclear),
-        "the documented gap changed: update docs/guarantees.md"
+        alive(lost),
+        "the documented limit changed: update docs/guarantees.md and docs/host-death.md"
     );
-    // SAFETY: plain kill(2) of the process this test planted.
-    unsafe { libc::kill(envclear, libc::SIGKILL) };
+    exec.dispose_blocking().unwrap();
+    assert!(
+        eventually(Duration::from_secs(15), || !alive(lost)),
+        "dispose left {lost} alive"
+    );
 }
 
 #[test]

@@ -203,9 +203,9 @@ pub unsafe extern "C" fn dsh_run_result_exit_code(result: *const DshRunResult, c
     })
 }
 
-/// True when the command ran and ended but its exit status was taken by
-/// someone else (a host that ignores SIGCHLD or reaps with `waitpid(-1)`,
-/// on a kernel older than 6.15): no exit code and no signal then.
+/// True when the command ran and ended but nobody could say how (the
+/// executor's supervisor, its parent, was itself killed): no exit code and
+/// no signal then.
 ///
 /// # Safety
 /// `result` is NULL or a live DshRunResult from dsh_executor_run that no
@@ -216,6 +216,23 @@ pub unsafe extern "C" fn dsh_run_result_exit_status_unavailable(result: *const D
         // SAFETY: the caller guarantees `result` is NULL or a live DshRunResult
         // for the whole call (# Safety); `as_ref` maps NULL to None.
         unsafe { result.as_ref() }.is_some_and(|r| r.result.exit_status_unavailable)
+    })
+}
+
+/// After a timeout, a cancellation or disposal: how many processes of the
+/// command's tree were still alive when the stop finished (after the final
+/// SIGKILL sweep). Expected 0; anything else is worth a warning. 0 for a
+/// command that ended by itself.
+///
+/// # Safety
+/// `result` is NULL or a live DshRunResult from dsh_executor_run that no
+/// thread frees during this call.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_run_result_survivors(result: *const DshRunResult) -> u32 {
+    value(0, || {
+        // SAFETY: the caller guarantees `result` is NULL or a live DshRunResult
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
+        unsafe { result.as_ref() }.map_or(0, |r| r.result.survivors)
     })
 }
 
@@ -513,7 +530,7 @@ pub unsafe extern "C" fn dsh_process_exit_code(process: *const DshProcess, code:
     })
 }
 
-/// True once settled when the exit status was taken by someone else (see
+/// True once settled when nobody could say how it ended (see
 /// dsh_run_result_exit_status_unavailable).
 ///
 /// # Safety
@@ -527,6 +544,24 @@ pub unsafe extern "C" fn dsh_process_exit_status_unavailable(process: *const Dsh
         // SAFETY: the caller guarantees `process` is NULL or a live DshProcess
         // for the whole call (# Safety); `as_ref` maps NULL to None.
         unsafe { process.as_ref() }.is_some_and(|p| p.process.exit_status_unavailable())
+    })
+}
+
+/// Once settled after kill(), a cancellation or disposal: how many processes
+/// of its tree were still alive when the stop finished (see
+/// dsh_run_result_survivors). 0 while running and when it ended by itself.
+///
+/// # Safety
+/// `process` is NULL or a live DshProcess: owned (from dsh_executor_start or
+/// dsh_executor_get, not yet freed), borrowed from a DshProcessList not yet
+/// freed (dsh_process_list_get), or lent to a task-done callback that has not
+/// returned; no thread frees it during this call.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_process_survivors(process: *const DshProcess) -> u32 {
+    value(0, || {
+        // SAFETY: the caller guarantees `process` is NULL or a live DshProcess
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
+        unsafe { process.as_ref() }.map_or(0, |p| p.process.survivors())
     })
 }
 

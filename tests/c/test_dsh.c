@@ -3,13 +3,17 @@
 #define _GNU_SOURCE
 #include "dsh.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #ifndef SYS_landlock_create_ruleset
@@ -195,6 +199,7 @@ static void test_signals_timeout_and_grace(void) {
     CHECK(dsh_run_result_timed_out(r));
     CHECK(str_eq(dsh_run_result_signal(r), "SIGKILL"));
     CHECK(str_has(dsh_run_result_text(r, DSH_STDOUT), "got-term"));
+    CHECK(dsh_run_result_survivors(r) == 0);
     dsh_run_result_free(r);
     dsh_executor_free(exec);
 }
@@ -371,6 +376,7 @@ static void test_background_reads_and_kill_escalation(void) {
     CHECK(dsh_process_is_settled(p));
     CHECK(str_eq(dsh_process_signal(p), "SIGKILL"));
     CHECK(!dsh_process_exit_code(p, NULL));
+    CHECK(dsh_process_survivors(p) == 0);
     dsh_process_free(p);
     dsh_spec_free(spec);
     OK(dsh_executor_dispose(exec));
@@ -931,6 +937,213 @@ static void test_calls_from_thread_exit_destructors(void) {
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* ---- host death: a C host dies without dsh_executor_dispose ----------- */
+
+/* LeakSanitizer's documented opt-out hook: a host that exits without
+ * disposing leaks on purpose, so its exit is not a leak report. */
+static int leaks_on_purpose;
+int __lsan_is_turned_off(void);
+int __lsan_is_turned_off(void) { return leaks_on_purpose; }
+
+static const char *const ROUTES[] = {"setsid",    "double",    "nohup",    "trapper",
+                                     "envorphan", "envsetsid", "forkloop", "leader"};
+#define NROUTES (int)(sizeof ROUTES / sizeof *ROUTES)
+static const char *const PLACES[] = {"finished", "background", "foreground"};
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static pid_t read_pid(const char *dir, const char *place, const char *route) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s/%s", dir, place, route);
+    FILE *f = fopen(path, "r");
+    int pid = 0;
+    if (f) {
+        if (fscanf(f, "%d", &pid) != 1) pid = 0;
+        fclose(f);
+    }
+    return (pid_t)pid;
+}
+
+static int pid_alive(pid_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *close_paren = strrchr(buf, ')');
+    return close_paren && close_paren[1] == ' ' && close_paren[2] != 'Z' && close_paren[2] != 'X';
+}
+
+/* Live processes whose environment carries HOST_DEATH_MARK=mark: all that
+ * the host's commands started except the env -i ones. SIGKILLed with
+ * `kill_them`. */
+static int marked(const char *mark, int kill_them) {
+    char want[128];
+    int want_len = snprintf(want, sizeof want, "HOST_DEATH_MARK=%s", mark) + 1;
+    DIR *d = opendir("/proc");
+    int found = 0;
+    struct dirent *e;
+    static char env[1 << 16];
+    while (d && (e = readdir(d))) {
+        pid_t pid = (pid_t)atoi(e->d_name);
+        if (pid <= 0) continue;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t n = fread(env, 1, sizeof env, f);
+        fclose(f);
+        for (size_t i = 0; i + (size_t)want_len <= n; i += strlen(env + i) + 1) {
+            if (memcmp(env + i, want, (size_t)want_len) == 0 && pid_alive(pid)) {
+                found++;
+                if (kill_them) kill(pid, SIGKILL);
+                break;
+            }
+        }
+    }
+    if (d) closedir(d);
+    return found;
+}
+
+struct foreground_run {
+    DshExecutor *exec;
+    DshSpec *spec;
+};
+
+static void *run_in_foreground(void *arg) {
+    struct foreground_run *f = arg;
+    DshRunResult *r = NULL;
+    if (dsh_executor_run(f->exec, f->spec, NULL, &r) == DSH_OK) dsh_run_result_free(r);
+    return NULL;
+}
+
+static void *exit_from_this_thread(void *unused) {
+    (void)unused;
+    exit(0);
+}
+
+/* The host (a forked child): plants every escape from a command that
+ * already exited, a background process and a foreground run in progress,
+ * says so on `ready`, waits for a byte on `go`, then ends as `ending` says
+ * — SIGKILL from the test, exit() from main, or exit() from another thread
+ * — never calling dsh_executor_dispose. */
+static void death_host(const char *dir, const char *plant, const char *ending, int ready, int go) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* dies with the test */
+    alarm(120);
+    leaks_on_purpose = 1;
+    DshExecutor *exec = new_executor(300, 0);
+    char cmd[PATH_MAX * 3];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/finished && . %s %s/finished; exit 0", dir, plant, dir);
+    dsh_run_result_free(run(exec, cmd, 0));
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/background && . %s %s/background; exec sleep 300", dir, plant, dir);
+    DshSpec *bg_spec = resolve(exec, cmd, 0);
+    DshProcess *bg = NULL;
+    OK(dsh_executor_start(exec, bg_spec, &bg));
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/foreground && . %s %s/foreground; exec sleep 300", dir, plant, dir);
+    static struct foreground_run fg;
+    fg.exec = exec;
+    fg.spec = resolve(exec, cmd, 600000);
+    pthread_t t;
+    pthread_create(&t, NULL, run_in_foreground, &fg);
+    for (int i = 0; i < 3000; i++) {
+        int all = 1;
+        for (int p = 0; p < 3; p++) {
+            for (int r = 0; r < NROUTES; r++) all = all && read_pid(dir, PLACES[p], ROUTES[r]) > 0;
+        }
+        if (all) break;
+        usleep(10000);
+    }
+    if (write(ready, "r", 1) != 1) _exit(3);
+    char c;
+    if (read(go, &c, 1) != 1) _exit(4);
+    if (strcmp(ending, "exit") == 0) exit(0);
+    if (strcmp(ending, "thread-exit") == 0) pthread_create(&t, NULL, exit_from_this_thread, NULL);
+    for (;;) pause();
+}
+
+/* Starts a host, lets it plant, ends it (`sigkill`, `exit`,
+ * `thread-exit`) and checks that within a second no process any of its
+ * commands started is alive. Whatever happens, leftovers are killed. */
+static void host_death(const char *ending) {
+    char plant[PATH_MAX];
+    CHECK(realpath("tests/shared/plant-escapes.sh", plant) != NULL);
+    char dir[] = "/tmp/dsh-c-host-death-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char mark[64];
+    snprintf(mark, sizeof mark, "c-%d-%s", (int)getpid(), ending);
+    int ready[2], go[2];
+    CHECK(pipe(ready) == 0 && pipe(go) == 0);
+    fflush(NULL);
+    pid_t host = fork();
+    if (host == 0) {
+        close(ready[0]);
+        close(go[1]);
+        setenv("HOST_DEATH_MARK", mark, 1);
+        death_host(dir, plant, ending, ready[1], go[0]);
+        _exit(0);
+    }
+    close(ready[1]);
+    close(go[0]);
+    struct pollfd pfd = {ready[0], POLLIN, 0};
+    char c;
+    CHECK(poll(&pfd, 1, 60000) == 1 && read(ready[0], &c, 1) == 1);
+    pid_t pids[3 * NROUTES];
+    int n = 0, all_alive = 1;
+    for (int p = 0; p < 3; p++) {
+        for (int r = 0; r < NROUTES; r++) {
+            if (p == 0 && strcmp(ROUTES[r], "leader") == 0) continue; /* it exited */
+            pids[n] = read_pid(dir, PLACES[p], ROUTES[r]);
+            all_alive = all_alive && pids[n] > 0 && pid_alive(pids[n]);
+            n++;
+        }
+    }
+    CHECK(all_alive);
+    double died;
+    int status = 0;
+    if (strcmp(ending, "sigkill") == 0) {
+        kill(host, SIGKILL);
+        died = now_ms();
+        CHECK(waitpid(host, &status, 0) == host);
+    } else {
+        CHECK(write(go[1], "g", 1) == 1);
+        CHECK(waitpid(host, &status, 0) == host);
+        died = now_ms();
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    int left = 0;
+    double took = 0;
+    for (;;) {
+        left = marked(mark, 0);
+        for (int i = 0; i < n; i++) left += pid_alive(pids[i]);
+        took = now_ms() - died;
+        if (left == 0 || took > 10000) break;
+        usleep(10000);
+    }
+    for (int round = 0; round < 5; round++) {
+        for (int i = 0; i < n; i++) kill(pids[i], SIGKILL);
+        if (marked(mark, 1) == 0) break;
+    }
+    char rm[sizeof dir + 16];
+    snprintf(rm, sizeof rm, "rm -rf %s", dir);
+    CHECK(system(rm) == 0);
+    close(ready[0]);
+    close(go[1]);
+    if (left) fprintf(stderr, "  %d processes survived the host's death (%s)\n", left, ending);
+    CHECK(left == 0);
+    CHECK(took <= 1000);
+    fprintf(stderr, "  host death (%s): tree gone in %.1f ms\n", ending, took);
+}
+
+static void test_host_death_sigkill(void) { host_death("sigkill"); }
+static void test_host_death_exit_without_dispose(void) { host_death("exit"); }
+static void test_host_death_exit_from_another_thread(void) { host_death("thread-exit"); }
+
 int main(void) {
     run_test("version_and_status_names", test_version_and_status_names);
     run_test("exit_codes_and_streams", test_exit_codes_and_streams);
@@ -949,6 +1162,9 @@ int main(void) {
     run_test("fork_after_use", test_fork_after_use);
     run_test("sigchld_ignored", test_sigchld_ignored);
     run_test("calls_from_thread_exit_destructors", test_calls_from_thread_exit_destructors);
+    run_test("host_death_sigkill", test_host_death_sigkill);
+    run_test("host_death_exit_without_dispose", test_host_death_exit_without_dispose);
+    run_test("host_death_exit_from_another_thread", test_host_death_exit_from_another_thread);
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
 }

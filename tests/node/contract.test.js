@@ -154,6 +154,7 @@ test('run: a TERM-trapping command dies by SIGKILL after graceMs', async () => {
   assert.ok(r.timedOut)
   assert.equal(r.signal, 'SIGKILL')
   assert.ok(r.stdout.text.includes('got-term'))
+  assert.ok(!('survivors' in r), 'nothing of its tree outlived the stop')
 })
 
 test('run: a background grandchild holding stdout does not hang it; dispose reaps it', async () => {
@@ -259,6 +260,7 @@ test('start: kill is true once then false and escalates; AbortSignal kills too',
   await t.done
   assert.equal(t.signal, 'SIGKILL')
   assert.ok(t.readOutput().delta.includes('got-term'))
+  assert.equal(t.survivors, undefined, 'nothing of its tree outlived the stop')
   const ac = new AbortController()
   const a = ex.start(ex.resolve({ command: 'echo up; exec sleep 30', signal: ac.signal }))
   await readUntil(a, 'up')

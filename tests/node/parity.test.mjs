@@ -151,7 +151,7 @@ const seqText = (n) => Array.from({ length: n }, (_, i) => `${i + 1}\n`).join(''
 // - an AbortSignal in a resolved spec: compared by identity below, shown as
 //   a marker.
 const SPILL_KEYS = new Set(['spillPath', 'stdoutSpillPath', 'stderrSpillPath'])
-const NATIVE_EXTRAS = ['exitStatusUnavailable', 'spillError', 'stdoutSpillError', 'stderrSpillError', 'task']
+const NATIVE_EXTRAS = ['exitStatusUnavailable', 'survivors', 'spillError', 'stdoutSpillError', 'stderrSpillError', 'task']
 
 function normalize(value, extras, impl) {
   if (Array.isArray(value)) return value.map((v) => normalize(v, extras, impl))

@@ -235,6 +235,7 @@ def test_timeout_cancel_and_self_kill_are_told_apart(ex, tmp):
 def test_term_trapping_command_dies_by_sigkill_after_grace(ex):
     r = ex.run(ex.resolve("trap 'echo got-term' TERM; while :; do sleep 0.05; done", timeout_ms=200))
     assert r.timed_out and r.signal == "SIGKILL" and "got-term" in r.stdout.text
+    assert r.survivors == 0, "the stop ended with nothing of the tree alive"
 
 
 def test_background_grandchild_does_not_hang_run(ex):
@@ -336,6 +337,7 @@ def test_kill_true_once_then_false_and_escalates(ex):
     p.wait()
     assert p.signal == "SIGKILL"
     assert "got-term" in p.read_output().delta
+    assert p.survivors == 0
 
 
 def test_reads_are_consuming_with_stderr_sections(ex, tmp):

@@ -238,3 +238,126 @@ def test_blocking_inside_callbacks_is_settled_or_refused_never_frozen() -> None:
         """
     )
     assert out.strip() == "[True, 'refused', 'refused', 'refused', 'refused', True]"
+
+
+# --------------------------------------------------------------- host death
+
+PLANT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "shared", "plant-escapes.sh")
+ROUTES = ["setsid", "double", "nohup", "trapper", "envorphan", "envsetsid", "forkloop", "leader"]
+PLACES = ["finished", "background", "foreground"]
+
+# The host: plants every escape (tests/shared/plant-escapes.sh) from a
+# command that already exited, a background process and a foreground run in
+# progress, says "ready", and on a line from the test ends as told: "exit"
+# (sys.exit: the interpreter's at-exit close runs) or "thread-exit"
+# (os._exit from another thread: nothing runs); "sigkill" waits for it.
+DEATH_HOST = """
+import os, sys, threading, time, dsh_native
+where, plant, ending = sys.argv[1], sys.argv[2], sys.argv[3]
+ex = dsh_native.Executor(grace_ms=300)
+def command(place, end):
+    return f"mkdir -p {where}/{place} && . {plant} {where}/{place}; {end}"
+assert ex.run(ex.resolve(command("finished", "exit 0"))).exit_code == 0
+ex.start(ex.resolve(command("background", "exec sleep 300")))
+fg = ex.resolve(command("foreground", "exec sleep 300"), timeout_ms=600_000)
+threading.Thread(target=lambda: ex.run(fg), daemon=True).start()
+routes = %r
+deadline = time.monotonic() + 60
+while not all(os.path.exists(f"{where}/{p}/{r}") and os.path.getsize(f"{where}/{p}/{r}")
+              for p in ("finished", "background", "foreground") for r in routes):
+    assert time.monotonic() < deadline, "not every escape was planted"
+    time.sleep(0.01)
+print("ready", flush=True)
+sys.stdin.readline()
+if ending == "exit":
+    sys.exit(0)
+if ending == "thread-exit":
+    threading.Thread(target=lambda: os._exit(0)).start()
+threading.Event().wait()
+""" % (ROUTES,)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rpartition(")")[2].split()[0]
+        return state not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def _marked(mark: str) -> list[int]:
+    """Live processes carrying HOST_DEATH_MARK=mark (all the host's commands
+    started except the env -i ones)."""
+    want = f"HOST_DEATH_MARK={mark}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if want in f.read().split(b"\0") and _alive(int(name)):
+                    found.append(int(name))
+        except OSError:
+            pass
+    return found
+
+
+def _die_with_the_test() -> None:
+    import ctypes
+
+    ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+
+
+@pytest.mark.parametrize("ending", ["sigkill", "exit", "thread-exit"])
+def test_host_death_leaves_no_process_of_its_commands(ending: str, tmp_path: "os.PathLike[str]") -> None:
+    mark = f"py-{os.getpid()}-{ending}"
+    host_proc = subprocess.Popen(
+        [sys.executable, "-c", DEATH_HOST, str(tmp_path), PLANT, ending],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, HOST_DEATH_MARK=mark),
+        preexec_fn=_die_with_the_test,
+    )
+    pids: list[int] = []
+    try:
+        assert host_proc.stdout is not None and host_proc.stdin is not None
+        ready, _, _ = select.select([host_proc.stdout], [], [], LIMIT)
+        assert ready and host_proc.stdout.readline().strip() == "ready", "the host failed before planting"
+        for place in PLACES:
+            for route in ROUTES:
+                if (place, route) == ("finished", "leader"):
+                    continue  # it exited
+                with open(os.path.join(tmp_path, place, route)) as f:
+                    pids.append(int(f.read()))
+        assert all(_alive(p) for p in pids), pids
+        if ending == "sigkill":
+            host_proc.kill()
+            died = time.monotonic()
+            host_proc.wait(timeout=LIMIT)
+        else:
+            host_proc.stdin.write("go\n")
+            host_proc.stdin.flush()
+            assert host_proc.wait(timeout=LIMIT) == 0
+            died = time.monotonic()
+
+        def left() -> list[int]:
+            return [p for p in pids if _alive(p)] + _marked(mark)
+
+        while left() and time.monotonic() - died < 10:
+            time.sleep(0.01)
+        took = time.monotonic() - died
+        assert not left(), f"survived the host's death ({ending}): {left()}"
+        assert took <= 1.0, f"the tree took {took:.3f} s to go"
+    finally:
+        host_proc.kill()
+        host_proc.wait()
+        for _ in range(5):
+            for p in pids + _marked(mark):
+                try:
+                    os.kill(p, 9)
+                except OSError:
+                    pass
+            if not _marked(mark):
+                break

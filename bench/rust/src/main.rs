@@ -1,4 +1,5 @@
 //! `dsh-bench latency ITER HOST_MB` | `dsh-bench confined ITER` | `dsh-bench throughput BYTES`
+//! | `dsh-bench supervisor ITER` | `dsh-bench host-death ROUNDS COMMANDS`
 //! Prints one JSON line per measurement (see bench/report.py).
 
 use std::time::Instant;
@@ -119,10 +120,162 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
             exec.dispose_blocking()?;
         }
+        Some("supervisor") => {
+            // What the per-executor supervisor costs: the first command of an
+            // executor starts it, dispose shuts it down.
+            let iter: usize = args[2].parse()?;
+            let (mut first, mut second, mut dispose) = (Vec::new(), Vec::new(), Vec::new());
+            let mut rss = 0;
+            for i in 0..iter {
+                let exec = Executor::new(ConfigInput::default())?;
+                let spec = exec.resolve(Request::new("true"))?;
+                let t = Instant::now();
+                exec.run_blocking(&spec, None)?;
+                first.push(t.elapsed().as_secs_f64() * 1e6);
+                let t = Instant::now();
+                exec.run_blocking(&spec, None)?;
+                second.push(t.elapsed().as_secs_f64() * 1e6);
+                if i == 0 {
+                    rss = supervisor_rss_kib();
+                }
+                let t = Instant::now();
+                exec.dispose_blocking()?;
+                dispose.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+            report("supervisor_first_run", 0, first, &format!(",\"rss_kib\":{rss}"));
+            report("supervisor_second_run", 0, second, "");
+            report("supervisor_dispose", 0, dispose, "");
+        }
+        Some("host-death") => {
+            let rounds: usize = args[2].parse()?;
+            let commands: usize = args[3].parse()?;
+            let mut samples = Vec::new();
+            let mut processes = 0;
+            for _ in 0..rounds {
+                let (took, n) = host_death(commands)?;
+                samples.push(took);
+                processes = n;
+            }
+            report(
+                "host_death",
+                0,
+                samples,
+                &format!(",\"commands\":{commands},\"processes\":{processes}"),
+            );
+        }
+        Some("death-host") => death_host(&args[2], args[3].parse()?)?,
         _ => {
-            eprintln!("usage: dsh-bench latency ITER HOST_MB | dsh-bench throughput BYTES");
+            eprintln!("usage: dsh-bench latency ITER HOST_MB | dsh-bench throughput BYTES | dsh-bench supervisor ITER | dsh-bench host-death ROUNDS COMMANDS");
             std::process::exit(2);
         }
     }
     Ok(())
+}
+
+/// Resident memory of this process's supervisor child (`dsh-supervisor`).
+fn supervisor_rss_kib() -> u64 {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let field = |name: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(|v| v.trim().to_owned())
+            };
+            (field("Name:")? == "dsh-supervisor" && field("PPid:")? == me)
+                .then(|| field("VmRSS:")?.split_whitespace().next()?.parse().ok())?
+        })
+        .next()
+        .unwrap_or(0)
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            !matches!(
+                s.rsplit(')').next().unwrap_or("").trim_start().chars().next(),
+                Some('Z' | 'X')
+            )
+        })
+        .unwrap_or(false)
+}
+
+const ROUTES: [&str; 8] = [
+    "setsid",
+    "double",
+    "nohup",
+    "trapper",
+    "envorphan",
+    "envsetsid",
+    "forkloop",
+    "leader",
+];
+
+fn planted(dir: &std::path::Path, commands: usize) -> Option<Vec<u32>> {
+    (0..commands)
+        .flat_map(|i| ROUTES.iter().map(move |r| dir.join(i.to_string()).join(r)))
+        .map(|f| std::fs::read_to_string(f).ok()?.trim().parse().ok())
+        .collect()
+}
+
+/// The host `host_death` kills: `commands` background commands, each
+/// planting every escape (tests/shared/plant-escapes.sh), then `ready`.
+fn death_host(dir: &str, commands: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let exec = Executor::new(ConfigInput::default())?;
+    let plant = std::fs::canonicalize("tests/shared/plant-escapes.sh")?;
+    for i in 0..commands {
+        let command = format!(
+            "mkdir -p {dir}/{i} && . {} {dir}/{i}; exec sleep 300",
+            plant.display()
+        );
+        exec.start(&exec.resolve(Request::new(command))?)?;
+    }
+    let end = Instant::now() + std::time::Duration::from_secs(60);
+    while planted(std::path::Path::new(dir), commands).is_none() {
+        assert!(Instant::now() < end, "not every escape was planted");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    println!("ready");
+    loop {
+        std::thread::park();
+    }
+}
+
+/// SIGKILLs a host whose commands planted every escape; returns how long
+/// (µs) until none of the planted processes was alive, and how many there
+/// were.
+fn host_death(commands: usize) -> Result<(f64, usize), Box<dyn std::error::Error>> {
+    use std::io::BufRead;
+    let dir = std::env::temp_dir().join(format!("dsh-bench-host-death-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let mut host = std::process::Command::new(std::env::current_exe()?)
+        .args(["death-host", &dir.display().to_string(), &commands.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let mut line = String::new();
+    std::io::BufReader::new(host.stdout.take().ok_or("no stdout")?).read_line(&mut line)?;
+    let pids = planted(&dir, commands).ok_or("the host did not plant")?;
+    host.kill()?;
+    let t = Instant::now();
+    host.wait()?;
+    while pids.iter().any(|&p| alive(p)) && t.elapsed().as_secs() < 30 {
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    let took = t.elapsed().as_secs_f64() * 1e6;
+    let _ = std::fs::remove_dir_all(&dir);
+    if pids.iter().any(|&p| alive(p)) {
+        return Err(format!(
+            "processes survived the host: {:?}",
+            pids.iter().filter(|&&p| alive(p)).collect::<Vec<_>>()
+        )
+        .into());
+    }
+    Ok((took, pids.len()))
 }

@@ -1,0 +1,656 @@
+//! The host's side of the per-executor supervisor (`docs/host-death.md`).
+//!
+//! The supervisor is a small C program (`core/supervisor/supervisor.c`),
+//! compiled by `build.rs` and embedded here, so nothing is shipped or
+//! looked up at run time: it is written to a sealed memfd and executed from
+//! it. Each executor starts one on its first command; it is a child
+//! subreaper and the parent of every command of that executor, so whatever
+//! a command starts stays in its subtree. When the host dies by any cause
+//! it kills that subtree; `dispose()` shuts it down the same way.
+//!
+//! Spawning happens in the supervisor: the host sends a request with the
+//! pipe ends and a Landlock ruleset over a unix socket, then — while the
+//! supervisor wakes up — builds the environment, finds the shell and sends
+//! them (program, argv, environment, workdir), and gets back the leader's
+//! pid, or the step and errno that failed. Each command has a socket of its own to the
+//! supervisor, on which its leader's exit status arrives; the leader stays
+//! an unreaped zombie until the host releases it, so its pid and process
+//! group id cannot be reused while the host may still signal them.
+//!
+//! The supervisor is started by one thread of the host (`dsh-supervise`)
+//! that lives as long as the process: the supervisor's parent-death signal
+//! fires when the thread that created it ends, which is then only when the
+//! host ends.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::mem::size_of;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::{mpsc, Arc, Mutex};
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+
+use crate::clone_exec::clone_exec_fd;
+use crate::forked::{current_pid, PerProcess};
+use crate::spawn::{set_nonblocking, ExitStatus};
+
+/// The supervisor program, compiled by `build.rs`.
+static PROGRAM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/dsh-supervisor"));
+
+// The wire protocol; keep in step with supervisor.c.
+const OP_SPAWN: u32 = 1;
+const OP_SHUTDOWN: u32 = 2;
+const FLAG_STDIN: u32 = 1;
+const FLAG_RULESET: u32 = 2;
+const R_SPAWNED: i32 = 1;
+const R_FAILED: i32 = 2;
+const R_EXITED: i32 = 3;
+/// At most five descriptors travel with a request.
+const MAX_FDS: usize = 5;
+
+/// A request on the control socket.
+#[repr(C)]
+struct Header {
+    op: u32,
+    flags: u32,
+}
+
+const SHUTDOWN: Header = Header {
+    op: OP_SHUTDOWN,
+    flags: 0,
+};
+
+/// A reply on a command's socket: four native-endian i32s.
+const REPLY: usize = 16;
+
+fn decode(bytes: &[u8; REPLY]) -> [i32; 4] {
+    let word = |i: usize| i32::from_ne_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+    [word(0), word(4), word(8), word(12)]
+}
+
+/// Which step of starting a command failed in the supervisor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    Session,
+    Stdio,
+    Workdir,
+    Confine,
+    Exec,
+    Request,
+    Clone,
+    Unknown,
+}
+
+impl Step {
+    fn from_wire(step: i32) -> Step {
+        match step {
+            1 => Step::Session,
+            2 => Step::Stdio,
+            3 => Step::Workdir,
+            4 => Step::Confine,
+            5 => Step::Exec,
+            6 => Step::Request,
+            7 => Step::Clone,
+            _ => Step::Unknown,
+        }
+    }
+}
+
+/// Why a command did not start.
+#[derive(Debug)]
+pub(crate) enum SpawnError {
+    /// The supervisor tried: `step` failed with `errno`. Nothing runs.
+    Failed { step: Step, errno: i32 },
+    /// The request never reached the supervisor (it has ended): nothing
+    /// runs, and a new supervisor may be asked.
+    Unreachable(io::Error),
+    /// Anything else: a local resource, or the supervisor ended while
+    /// starting the command.
+    Io(io::Error),
+}
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn socketpair(kind: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: `fds` has room for the two descriptors socketpair writes.
+    cvt(unsafe { libc::socketpair(libc::AF_UNIX, kind | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) })?;
+    // SAFETY: socketpair succeeded: both descriptors are fresh and ours.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// `send(2)` without SIGPIPE; returns how much was sent.
+fn send(fd: &OwnedFd, bytes: &[u8], flags: libc::c_int) -> io::Result<usize> {
+    loop {
+        // SAFETY: `bytes` is valid for reads of its length.
+        let n = unsafe {
+            libc::send(
+                fd.as_raw_fd(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                flags | libc::MSG_NOSIGNAL,
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+fn send_all(fd: &OwnedFd, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        let n = send(fd, bytes, 0)?;
+        bytes = &bytes[n..];
+    }
+    Ok(())
+}
+
+/// Sends `header` with `fds` attached (SCM_RIGHTS) as one message.
+fn send_with_fds(fd: &OwnedFd, header: &Header, fds: &[RawFd]) -> io::Result<()> {
+    debug_assert!(fds.len() <= MAX_FDS);
+    // Room for MAX_FDS descriptors, aligned for a cmsghdr.
+    let mut control = [0u64; 8];
+    let fd_bytes = std::mem::size_of_val(fds);
+    let mut iov = libc::iovec {
+        iov_base: (header as *const Header).cast_mut().cast(),
+        iov_len: size_of::<Header>(),
+    };
+    // SAFETY: a zeroed msghdr is valid (null pointers, zero lengths); the
+    // CMSG_* macros compute sizes and walk `control`, which is big enough
+    // for one cmsghdr carrying MAX_FDS ints (CMSG_SPACE(20) = 40 bytes
+    // here, `control` has 64) and 8-byte aligned; `iov` and `header` live
+    // across the call; sendmsg only reads them.
+    let r = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        if !fds.is_empty() {
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(fd_bytes as u32) as _;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes as u32) as _;
+            std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(cmsg), fd_bytes);
+        }
+        loop {
+            let r = libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
+            if r >= 0 || *libc::__errno_location() != libc::EINTR {
+                break r;
+            }
+        }
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Reads one reply, blocking; `None` at end of file (the supervisor ended).
+fn recv_reply(fd: &OwnedFd) -> io::Result<Option<[i32; 4]>> {
+    let mut buf = [0u8; REPLY];
+    let mut got = 0;
+    while got < REPLY {
+        // SAFETY: the range written is inside `buf`.
+        let n = unsafe { libc::recv(fd.as_raw_fd(), buf[got..].as_mut_ptr().cast(), REPLY - got, 0) };
+        match n {
+            0 => return Ok(None),
+            n if n > 0 => got += n as usize,
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(Some(decode(&buf)))
+}
+
+/// A command's leader, started by the supervisor: its pid, and the socket
+/// on which the supervisor reports its exit and which releases it.
+pub(crate) struct Leader {
+    pub pid: libc::pid_t,
+    pub report: OwnedFd,
+}
+
+/// What the supervisor reported on a command's socket.
+fn exit_status(code: i32, status: i32) -> ExitStatus {
+    match code {
+        libc::CLD_EXITED => ExitStatus::Code(status),
+        libc::CLD_KILLED | libc::CLD_DUMPED => ExitStatus::Signal(status),
+        _ => ExitStatus::Unavailable,
+    }
+}
+
+/// The exit report of a leader, read as it arrives on its (non-blocking)
+/// socket.
+#[derive(Default)]
+pub(crate) struct ExitReport {
+    buf: [u8; REPLY],
+    got: usize,
+}
+
+impl ExitReport {
+    /// Reads what is there. `Ok(Some(_))` once the report is complete, or
+    /// at end of file without one (the supervisor itself was killed: the
+    /// status is `Unavailable`); `WouldBlock` while it has not come.
+    pub(crate) fn read(&mut self, fd: RawFd) -> io::Result<Option<ExitStatus>> {
+        loop {
+            // SAFETY: the range written is inside `self.buf`.
+            let n = unsafe { libc::recv(fd, self.buf[self.got..].as_mut_ptr().cast(), REPLY - self.got, 0) };
+            if n == 0 {
+                return Ok(Some(ExitStatus::Unavailable));
+            }
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            self.got += n as usize;
+            if self.got == REPLY {
+                let [kind, code, status, _] = decode(&self.buf);
+                return Ok(Some(if kind == R_EXITED {
+                    exit_status(code, status)
+                } else {
+                    ExitStatus::Unavailable
+                }));
+            }
+        }
+    }
+
+    /// Blocks (in `poll`) until the report has come.
+    pub(crate) fn wait(&mut self, fd: RawFd) -> ExitStatus {
+        loop {
+            match self.read(fd) {
+                Ok(Some(status)) => return status,
+                Ok(None) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let mut pfd = libc::pollfd {
+                        fd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    // SAFETY: one valid pollfd.
+                    unsafe { libc::poll(&mut pfd, 1, -1) };
+                }
+                Err(_) => return ExitStatus::Unavailable,
+            }
+        }
+    }
+}
+
+/// Lets the supervisor reap the leader: after this, its pid and group id
+/// may be reused, so nothing may signal them. Closing the socket does the
+/// same, but a forked copy of the host could keep it open.
+pub(crate) fn release(report: OwnedFd) {
+    let _ = send(&report, b"R", libc::MSG_DONTWAIT);
+}
+
+/// The descriptors a command gets: its pipe ends and, to confine it, a
+/// Landlock ruleset it restricts itself with before exec.
+pub(crate) struct ChildFds {
+    pub stdin: Option<RawFd>,
+    pub stdout: RawFd,
+    pub stderr: RawFd,
+    pub ruleset: Option<RawFd>,
+}
+
+/// A spawn the supervisor has been asked for and waits to be told the
+/// program of. Dropping it cancels the request: nothing runs.
+pub(crate) struct Pending {
+    sock: OwnedFd,
+}
+
+impl Pending {
+    /// Sends the program (`path` with `argv` and `envp`, in `workdir`; the
+    /// strings go as they are to `execve`) and returns once it has exec'd,
+    /// or failed to.
+    pub(crate) fn finish(
+        self,
+        path: &CStr,
+        argv: &[&CStr],
+        envp: &[CString],
+        workdir: &CStr,
+    ) -> Result<Leader, SpawnError> {
+        let strings = [path, workdir]
+            .into_iter()
+            .chain(argv.iter().copied())
+            .chain(envp.iter().map(CString::as_c_str));
+        let mut payload = Vec::with_capacity(4096);
+        payload.extend_from_slice(&(argv.len() as u32).to_ne_bytes());
+        payload.extend_from_slice(&(envp.len() as u32).to_ne_bytes());
+        payload.extend_from_slice(&[0; 8]);
+        for s in strings {
+            payload.extend_from_slice(s.to_bytes_with_nul());
+        }
+        let len = (payload.len() - 16) as u64;
+        payload[8..16].copy_from_slice(&len.to_ne_bytes());
+        let ended = || {
+            SpawnError::Io(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the dsh supervisor ended while starting the command",
+            ))
+        };
+        send_all(&self.sock, &payload).map_err(|_| ended())?;
+        match recv_reply(&self.sock).map_err(SpawnError::Io)? {
+            Some([R_SPAWNED, pid, ..]) => {
+                set_nonblocking(&self.sock).map_err(SpawnError::Io)?;
+                Ok(Leader {
+                    pid,
+                    report: self.sock,
+                })
+            }
+            Some([R_FAILED, step, errno, _]) => Err(SpawnError::Failed {
+                step: Step::from_wire(step),
+                errno,
+            }),
+            Some(_) => Err(SpawnError::Io(io::Error::other(
+                "unexpected reply from the dsh supervisor",
+            ))),
+            None => Err(ended()),
+        }
+    }
+}
+
+/// One executor's supervisor process.
+pub(crate) struct Supervisor {
+    pid: libc::pid_t,
+    pidfd: Option<OwnedFd>,
+    control: OwnedFd,
+    /// The process that started it; a forked child must not shut it down.
+    host_pid: libc::pid_t,
+}
+
+impl Supervisor {
+    pub(crate) fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+
+    /// Asks for a command with `fds`; [`Pending::finish`] says what to run.
+    /// The request goes first so that the supervisor's wake-up overlaps
+    /// the caller's preparation of the rest.
+    pub(crate) fn begin(&self, fds: &ChildFds) -> Result<Pending, SpawnError> {
+        let (mine, theirs) = socketpair(libc::SOCK_STREAM).map_err(SpawnError::Io)?;
+        let mut flags = 0;
+        let mut passed = vec![theirs.as_raw_fd(), fds.stdout, fds.stderr];
+        if let Some(fd) = fds.stdin {
+            flags |= FLAG_STDIN;
+            passed.push(fd);
+        }
+        if let Some(fd) = fds.ruleset {
+            flags |= FLAG_RULESET;
+            passed.push(fd);
+        }
+        let header = Header { op: OP_SPAWN, flags };
+        send_with_fds(&self.control, &header, &passed).map_err(|e| match e.raw_os_error() {
+            Some(libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN | libc::ECONNREFUSED) => {
+                SpawnError::Unreachable(e)
+            }
+            _ => SpawnError::Io(e),
+        })?;
+        Ok(Pending { sock: mine })
+    }
+
+    /// Asks the supervisor to kill whatever is left of its subtree and
+    /// exit, waits until it has, and reaps it.
+    pub(crate) async fn shutdown(mut self) {
+        let _ = send_with_fds(&self.control, &SHUTDOWN, &[]);
+        let Some(pidfd) = self.pidfd.take() else {
+            return;
+        };
+        // SAFETY: an OwnedFd is open and always returns the same raw fd,
+        // and the AsyncFd owns it until it is dropped.
+        match unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) } {
+            Ok(fd) => {
+                let _ = fd.readable().await;
+                reap(fd.get_ref());
+            }
+            Err(e) => {
+                let (pidfd, _) = e.into_parts();
+                reap(&pidfd);
+            }
+        }
+    }
+}
+
+/// Reaps the supervisor (blocking until it has exited); ECHILD (a host
+/// that reaps every child, or ignores SIGCHLD, took it) is fine.
+fn reap(pidfd: &OwnedFd) {
+    let mut info = std::mem::MaybeUninit::<libc::siginfo_t>::zeroed();
+    // SAFETY: `info` is a valid siginfo_t buffer; P_PIDFD takes the fd as id.
+    while unsafe {
+        libc::waitid(
+            libc::P_PIDFD,
+            pidfd.as_raw_fd() as libc::id_t,
+            info.as_mut_ptr(),
+            libc::WEXITED,
+        )
+    } < 0
+        && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+    {}
+}
+
+impl Drop for Supervisor {
+    /// Only when an executor goes without `dispose()` having shut its
+    /// supervisor down (it always does, so this is a safety net): ask it to
+    /// end, and reap it on the core's threads. Never in a forked child:
+    /// the supervisor is the parent's.
+    fn drop(&mut self) {
+        if self.host_pid != current_pid() {
+            return;
+        }
+        if let Some(pidfd) = self.pidfd.take() {
+            let _ = send_with_fds(&self.control, &SHUTDOWN, &[]);
+            crate::runtime::handle().spawn_blocking(move || reap(&pidfd));
+        }
+    }
+}
+
+const MFD_CLOEXEC: libc::c_uint = 0x1;
+const MFD_ALLOW_SEALING: libc::c_uint = 0x2;
+/// Linux 6.3+: ask for an executable memfd (older kernels refuse the flag
+/// with EINVAL, and their memfds are executable).
+const MFD_EXEC: libc::c_uint = 0x10;
+
+/// A sealed, executable memfd holding the program.
+fn program_memfd() -> io::Result<OwnedFd> {
+    let create = |flags: libc::c_uint| {
+        // SAFETY: memfd_create takes a C string and flags; the raw call
+        // because glibc's wrapper needs 2.27 and the library targets 2.17.
+        unsafe { libc::syscall(libc::SYS_memfd_create, c"dsh-supervisor".as_ptr(), flags) }
+    };
+    let mut fd = create(MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_EXEC);
+    if fd < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+        fd = create(MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    }
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a non-negative return is a fresh descriptor, ours alone.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    let mut rest = PROGRAM;
+    while !rest.is_empty() {
+        // SAFETY: `rest` is valid for reads of its length.
+        let n = unsafe { libc::write(fd.as_raw_fd(), rest.as_ptr().cast(), rest.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        rest = &rest[n as usize..];
+    }
+    // Nobody can change the program once it is written.
+    // SAFETY: fcntl with integer arguments on a descriptor we own.
+    unsafe {
+        libc::fcntl(
+            fd.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE,
+        )
+    };
+    Ok(fd)
+}
+
+/// Runs on the `dsh-supervise` thread: the supervisor's parent.
+fn start_here() -> io::Result<Supervisor> {
+    let program = program_memfd()?;
+    let (control, theirs) = socketpair(libc::SOCK_SEQPACKET)?;
+    let host_pid = current_pid();
+    let pid_arg = CString::new(host_pid.to_string()).expect("digits have no NUL");
+    let child = clone_exec_fd(
+        program.as_raw_fd(),
+        &[c"dsh-supervisor", &pid_arg],
+        &[],
+        theirs.as_raw_fd(),
+    )?;
+    Ok(Supervisor {
+        pid: child.pid,
+        pidfd: Some(child.pidfd),
+        control,
+        host_pid,
+    })
+}
+
+type StartReply = mpsc::SyncSender<io::Result<Supervisor>>;
+
+/// The thread that starts supervisors, one per host process (rebuilt in a
+/// forked child). It never ends while the process lives.
+static STARTER: PerProcess<mpsc::Sender<StartReply>> = PerProcess::new();
+
+/// Why a supervisor could not start: the errno, and words a user can act on.
+#[derive(Debug)]
+pub(crate) struct StartFailed {
+    pub errno: i32,
+    message: String,
+}
+
+impl std::fmt::Display for StartFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for StartFailed {}
+
+fn explain(e: io::Error) -> io::Error {
+    let noexec = std::fs::read_to_string("/proc/sys/vm/memfd_noexec")
+        .map(|v| v.trim() == "2")
+        .unwrap_or(false);
+    let hint = match e.raw_os_error() {
+        Some(libc::EACCES | libc::EPERM) if noexec => {
+            " (executable memfds are forbidden here: vm.memfd_noexec = 2; set it to 0 or 1)"
+        }
+        Some(libc::EACCES | libc::EPERM) => {
+            " (executing it from a memfd was refused: a security policy such as SELinux may forbid it)"
+        }
+        _ => "",
+    };
+    io::Error::new(
+        e.kind(),
+        StartFailed {
+            errno: e.raw_os_error().unwrap_or(libc::EIO),
+            message: format!("cannot start the dsh supervisor: {e}{hint}"),
+        },
+    )
+}
+
+/// Starts a supervisor (on the `dsh-supervise` thread) and returns it.
+fn start() -> io::Result<Supervisor> {
+    let tx = STARTER.get(|| {
+        let (tx, rx) = mpsc::channel::<StartReply>();
+        std::thread::Builder::new()
+            .name("dsh-supervise".into())
+            .spawn(move || {
+                for reply in rx {
+                    let _ = reply.send(start_here().map_err(explain));
+                }
+            })
+            .expect("cannot start the dsh-supervise thread");
+        tx
+    });
+    let gone = || io::Error::other("the dsh-supervise thread is gone");
+    let (reply, answer) = mpsc::sync_channel(1);
+    tx.send(reply).map_err(|_| gone())?;
+    answer.recv().map_err(|_| gone())?
+}
+
+/// An executor's supervisor: started on first use, replaced if it was
+/// killed, shut down by `dispose()`.
+#[derive(Default)]
+pub(crate) struct Slot {
+    state: Mutex<SlotState>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    current: Option<Arc<Supervisor>>,
+    closed: bool,
+}
+
+impl Slot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The supervisor, started if there is none yet.
+    pub(crate) fn get(&self) -> io::Result<Arc<Supervisor>> {
+        let mut state = self.lock();
+        if state.closed {
+            return Err(io::Error::other("the executor's supervisor is shut down"));
+        }
+        if let Some(s) = &state.current {
+            return Ok(s.clone());
+        }
+        let fresh = Arc::new(start()?);
+        state.current = Some(fresh.clone());
+        Ok(fresh)
+    }
+
+    /// A new supervisor in place of `dead`, which could not be reached (it
+    /// was killed); its commands are gone with it.
+    pub(crate) fn renew(&self, dead: &Arc<Supervisor>) -> io::Result<Arc<Supervisor>> {
+        {
+            let mut state = self.lock();
+            if state.current.as_ref().is_some_and(|s| Arc::ptr_eq(s, dead)) {
+                state.current = None;
+            }
+        }
+        self.get()
+    }
+
+    /// The supervisor's pid, if one runs.
+    pub(crate) fn pid(&self) -> Option<libc::pid_t> {
+        self.lock().current.as_ref().map(|s| s.pid())
+    }
+
+    /// Closes the slot for good and shuts its supervisor down.
+    pub(crate) async fn shutdown(&self) {
+        let current = {
+            let mut state = self.lock();
+            state.closed = true;
+            state.current.take()
+        };
+        // Spawns hold a clone only for the length of a spawn, and none run
+        // once the executor is disposing.
+        if let Some(s) = current.and_then(|s| Arc::try_unwrap(s).ok()) {
+            s.shutdown().await;
+        }
+    }
+}

@@ -1,0 +1,614 @@
+/*
+ * dsh-supervisor: the parent of every command of one dsh executor.
+ *
+ * The library embeds this program (core/build.rs compiles it, the library
+ * carries the bytes) and starts it from a memfd, once per executor, on the
+ * first command. It is a child subreaper, so every process its commands
+ * start stays in its subtree: a descendant orphaned by its parent's exit
+ * is re-parented here, not to init. When the host dies — SIGKILL, a crash,
+ * an exit without dispose, an exec — it kills that whole subtree and
+ * exits. docs/host-death.md describes the design; the host side is
+ * core/src/supervisor.rs.
+ *
+ *   argv: dsh-supervisor HOST_PID        fd 3: the control socket
+ *
+ * How it learns that the host died (either is enough):
+ *   - the control socket reaches end of file (the host's end closed: its
+ *     process exited or exec'd), or
+ *   - SIGTERM: its parent-death signal, sent when the host thread that
+ *     started it ends, which happens only when the host process ends (that
+ *     thread lives as long as the process). This covers a host that forked
+ *     a child which still holds a copy of the control socket.
+ * SIGTERM, SIGINT, SIGHUP and SIGQUIT from anyone else mean the same.
+ *
+ * Protocol (host -> supervisor on the control socket, SOCK_SEQPACKET):
+ *   struct request { op, flags }
+ *   SPAWN    fds (SCM_RIGHTS): command socket, stdout, stderr,
+ *            [stdin if FLAG_STDIN], [Landlock ruleset if FLAG_RULESET]
+ *            The command socket (SOCK_STREAM, one per command) then carries
+ *            struct payload { argc, envc, len } and `len` bytes:
+ *            NUL-terminated path, workdir, argv[argc], envp[envc]. The host
+ *            sends the request first and the payload as soon as it has
+ *            built it, so that waking the supervisor overlaps that work.
+ *            The reply goes back on the command socket: SPAWNED(pid) or
+ *            FAILED(step, errno); later EXITED(si_code, si_status) when the
+ *            leader has exited (it stays an unreaped zombie, so its pid and
+ *            process group id cannot be reused), until the host writes 'R'
+ *            (release) or closes its end; then the leader is reaped. A
+ *            release wakes nobody: the sockets of exited leaders are
+ *            checked whenever the supervisor wakes anyway, and at least
+ *            once a second while any leader awaits its release.
+ *   SHUTDOWN the executor is disposed: kill the subtree and exit.
+ *
+ * Adopted orphans are reaped as soon as they die; leaders only on release.
+ * Both are ordinary children (exec gives every process SIGCHLD as its exit
+ * signal), so the orphan reaper peeks at the next zombie (WNOWAIT) and
+ * stops at a leader: the zombies queued behind a held leader are reaped
+ * once it is released, a few milliseconds (at most a grace period) later.
+ *
+ * Only what glibc 2.17 has is used (newer system calls go through
+ * syscall(2)), so it builds wherever the library builds.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef CLONE_PIDFD
+#define CLONE_PIDFD 0x00001000
+#endif
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+#ifndef __WALL
+#define __WALL 0x40000000
+#endif
+#ifndef PR_SET_CHILD_SUBREAPER
+#define PR_SET_CHILD_SUBREAPER 36
+#endif
+#ifndef PR_SET_NO_NEW_PRIVS
+#define PR_SET_NO_NEW_PRIVS 38
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+#ifndef SYS_landlock_restrict_self
+#define SYS_landlock_restrict_self 446
+#endif
+
+/* Keep in step with core/src/supervisor.rs. */
+enum { OP_SPAWN = 1, OP_SHUTDOWN = 2 };
+enum { FLAG_STDIN = 1, FLAG_RULESET = 2 };
+enum { R_SPAWNED = 1, R_FAILED = 2, R_EXITED = 3 };
+enum { STEP_SESSION = 1, STEP_STDIO, STEP_WORKDIR, STEP_CONFINE, STEP_EXEC, STEP_REQUEST, STEP_CLONE };
+
+struct request {
+    uint32_t op, flags;
+};
+
+struct payload {
+    uint32_t argc, envc;
+    uint64_t len;
+};
+
+struct reply {
+    int32_t kind, a, b, c;
+};
+
+#define CONTROL 3
+#define MAX_PAYLOAD (256u << 20)
+#define MAX_FDS 5
+
+/* One running command: its leader (a child of ours, kept unreaped until
+ * released) and the socket to its host. */
+struct command {
+    pid_t pid;
+    int pidfd, sock;
+    int exited, released;
+    struct command *prev, *next; /* every command not yet reaped */
+};
+
+static struct command *commands;
+
+static struct command *leader(pid_t pid) {
+    for (struct command *c = commands; c; c = c->next) {
+        if (c->pid == pid) return c;
+    }
+    return NULL;
+}
+
+/* Reaps dead orphans, stopping at the first zombie that is a leader. */
+static void reap_orphans(void) {
+    for (;;) {
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0) return;
+        if (leader(si.si_pid)) return;
+        waitid(P_PID, (id_t)si.si_pid, &si, WEXITED | WNOHANG);
+    }
+}
+
+/* What an epoll event points at. */
+enum { W_CONTROL = 1, W_SIGNALS, W_EXIT };
+struct watch {
+    int kind;
+    struct command *cmd;
+};
+
+/* One allocation per command: the command first, so that freeing the
+ * command frees its watch. A command is freed only once its exit has
+ * been handled (its one event), so no event of the batch points at it. */
+struct command_alloc {
+    struct command cmd;
+    struct watch exit_w;
+};
+
+static int epfd = -1;
+static struct rlimit original_nofile;
+static int raised_nofile;
+
+static void write_all(int fd, const void *buf, size_t len) {
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return; /* the host is gone: nobody to tell */
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+static void send_reply(int fd, int32_t kind, int32_t a, int32_t b) {
+    struct reply r = {kind, a, b, 0};
+    write_all(fd, &r, sizeof r);
+}
+
+static int read_all(int fd, char *buf, size_t len) {
+    while (len > 0) {
+        ssize_t n = read(fd, buf, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return -1;
+        buf += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* ---- ending the subtree ---------------------------------------------- */
+
+/* The parent pid and state in /proc/PID/stat; -1 when unreadable. */
+static pid_t parent_of(pid_t pid, char *state) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    char *close_paren = strrchr(buf, ')');
+    if (!close_paren) return -1;
+    char st;
+    int ppid;
+    if (sscanf(close_paren + 1, " %c %d", &st, &ppid) != 2) return -1;
+    if (state) *state = st;
+    return (pid_t)ppid;
+}
+
+struct proc {
+    pid_t pid, ppid;
+    int mine;
+};
+
+/* SIGKILLs every live process of our subtree, found by parent pid from a
+ * scan of /proc. Our own children are killed by pid (unreaped, so their
+ * pids cannot have been reused); deeper ones are pinned with a pidfd and
+ * re-checked first. Returns how many it signalled. */
+static int kill_subtree(void) {
+    pid_t self = getpid();
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    size_t n = 0, cap = 256;
+    struct proc *ps = malloc(cap * sizeof *ps);
+    struct dirent *e;
+    while (ps && (e = readdir(d))) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0 || pid == self) continue;
+        char state = 0;
+        pid_t ppid = parent_of((pid_t)pid, &state);
+        if (ppid < 0 || state == 'Z' || state == 'X') continue;
+        if (n == cap) {
+            struct proc *grown = realloc(ps, 2 * cap * sizeof *ps);
+            if (!grown) break;
+            ps = grown;
+            cap *= 2;
+        }
+        ps[n].pid = (pid_t)pid;
+        ps[n].ppid = ppid;
+        ps[n].mine = ppid == self;
+        n++;
+    }
+    closedir(d);
+    if (!ps) return 0;
+    /* Descendants of our children, to a fixed point (a tree of depth D
+     * takes D passes). */
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (ps[i].mine) continue;
+            for (size_t j = 0; j < n; j++) {
+                if (ps[j].mine && ps[j].pid == ps[i].ppid) {
+                    ps[i].mine = 2;
+                    changed = 1;
+                    break;
+                }
+            }
+        }
+    }
+    int hit = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ps[i].mine == 1) {
+            if (kill(ps[i].pid, SIGKILL) == 0) hit++;
+        } else if (ps[i].mine == 2) {
+            int fd = (int)syscall(SYS_pidfd_open, ps[i].pid, 0);
+            if (fd < 0) continue;
+            pid_t now = parent_of(ps[i].pid, NULL);
+            int still = now == self;
+            for (size_t j = 0; !still && j < n; j++) {
+                still = ps[j].mine && ps[j].pid == now;
+            }
+            if (still && syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0) == 0) hit++;
+            close(fd);
+        }
+    }
+    free(ps);
+    return hit;
+}
+
+static void reap_everything_dead(void) {
+    siginfo_t si;
+    for (;;) {
+        memset(&si, 0, sizeof si);
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | __WALL) < 0 || si.si_pid == 0) return;
+    }
+}
+
+/* Ends the whole subtree (leaders included) and exits: repeats until no
+ * scan finds anyone and no child is left, so a fork loop or an orphan
+ * re-parented here meanwhile is caught by the next pass. */
+static void end_everything(void) {
+    for (;;) {
+        reap_everything_dead();
+        int hit = kill_subtree();
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        int r = waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT | __WALL);
+        if (r < 0 && errno == ECHILD && hit == 0) break;
+        if (r < 0 || si.si_pid == 0) {
+            /* Killed, not yet dead (or re-parented to us meanwhile): give
+             * them a millisecond before the next pass. */
+            struct timespec ms = {0, 1000000};
+            nanosleep(&ms, NULL);
+        }
+    }
+    _exit(0);
+}
+
+/* ---- starting a command ---------------------------------------------- */
+
+struct plan {
+    const char *path, *workdir;
+    char *const *argv;
+    char *const *envp;
+    int stdio[3]; /* stdin may be -1: /dev/null */
+    int ruleset;  /* -1: unconfined */
+    int step, err;
+};
+
+/* Runs in the child of clone(CLONE_VM | CLONE_VFORK): we are suspended
+ * until it execs or exits, it touches only `plan`, calls only
+ * async-signal-safe functions, and never returns. */
+static int child(void *arg) {
+    struct plan *p = arg;
+#define FAIL(s)                 \
+    do {                        \
+        p->err = errno;         \
+        p->step = (s);          \
+        _exit(127);             \
+    } while (0)
+    /* The one disposition we changed; everything else is the default. */
+    signal(SIGPIPE, SIG_DFL);
+    if (setsid() < 0) FAIL(STEP_SESSION);
+    if (p->stdio[0] < 0) {
+        int null = open("/dev/null", O_RDONLY);
+        if (null < 0) FAIL(STEP_STDIO);
+        if (null != 0) {
+            if (dup2(null, 0) < 0) FAIL(STEP_STDIO);
+            close(null);
+        }
+    } else if (dup2(p->stdio[0], 0) < 0) {
+        FAIL(STEP_STDIO);
+    }
+    if (dup2(p->stdio[1], 1) < 0 || dup2(p->stdio[2], 2) < 0) FAIL(STEP_STDIO);
+    if (chdir(p->workdir) < 0) FAIL(STEP_WORKDIR);
+    if (p->ruleset >= 0) {
+        /* Landlock: the domain is the child's, inherited by everything it
+         * starts; we stay unconfined. */
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) FAIL(STEP_CONFINE);
+        if (syscall(SYS_landlock_restrict_self, p->ruleset, 0) != 0) FAIL(STEP_CONFINE);
+    }
+    if (raised_nofile) setrlimit(RLIMIT_NOFILE, &original_nofile);
+    if (syscall(SYS_close_range, 3u, ~0u, 0u) < 0) {
+        for (int fd = 3; fd < 65536; fd++) close(fd);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execve(p->path, p->argv, p->envp);
+    FAIL(STEP_EXEC);
+#undef FAIL
+}
+
+static char child_stack[64 * 1024] __attribute__((aligned(16)));
+
+static void watch_fd(int fd, struct watch *w) {
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = w};
+    epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+/* A command is freed once its leader has exited and the host released
+ * it: the leader is reaped here, and no sooner. */
+static void maybe_finish(struct command *c) {
+    if (!(c->exited && c->released)) return;
+    siginfo_t si;
+    while (waitid(P_PIDFD, (id_t)c->pidfd, &si, WEXITED | __WALL) < 0 && errno == EINTR) {
+    }
+    close(c->pidfd);
+    close(c->sock);
+    if (c->prev) c->prev->next = c->next;
+    else commands = c->next;
+    if (c->next) c->next->prev = c->prev;
+    free(c); /* the start of its struct command_alloc */
+    reap_orphans();
+}
+
+static void on_spawn(const struct request *req, int *fds, int nfds) {
+    int want = 3 + !!(req->flags & FLAG_STDIN) + !!(req->flags & FLAG_RULESET);
+    if (nfds < 1) return;
+    int sock = fds[0];
+    struct payload head, *rq = &head;
+    /* A host that gave up (no shell on the PATH) closes its end instead. */
+    if (nfds != want || read_all(sock, (char *)&head, sizeof head) != 0 || rq->len > MAX_PAYLOAD ||
+        rq->argc == 0 || rq->argc > (1u << 20) || rq->envc > (1u << 20)) {
+        send_reply(sock, R_FAILED, STEP_REQUEST, EINVAL);
+        for (int i = 0; i < nfds; i++) close(fds[i]);
+        return;
+    }
+    int k = 1;
+    int out = fds[k++], err = fds[k++];
+    int in = (req->flags & FLAG_STDIN) ? fds[k++] : -1;
+    int ruleset = (req->flags & FLAG_RULESET) ? fds[k++] : -1;
+    char *payload = malloc(rq->len + 1);
+    char **argv = calloc((size_t)rq->argc + 1, sizeof *argv);
+    char **envp = calloc((size_t)rq->envc + 1, sizeof *envp);
+    struct command_alloc *a = calloc(1, sizeof *a);
+    int ok = payload && argv && envp && a && read_all(sock, payload, (size_t)rq->len) == 0;
+    /* Split the payload: path, workdir, argv..., envp..., each ending in NUL. */
+    const char *path = NULL, *workdir = NULL;
+    if (ok) {
+        payload[rq->len] = 0;
+        size_t want_strings = 2 + (size_t)rq->argc + rq->envc, got = 0;
+        char *s = payload, *end = payload + rq->len;
+        while (ok && got < want_strings) {
+            char *nul = memchr(s, 0, (size_t)(end - s));
+            if (!nul) {
+                ok = 0;
+                break;
+            }
+            if (got == 0) path = s;
+            else if (got == 1) workdir = s;
+            else if (got < 2 + rq->argc) argv[got - 2] = s;
+            else envp[got - 2 - rq->argc] = s;
+            got++;
+            s = nul + 1;
+        }
+        ok = ok && s == end;
+    }
+    if (!ok) {
+        send_reply(sock, R_FAILED, STEP_REQUEST, EINVAL);
+        close(sock);
+        free(a);
+    } else {
+        struct plan plan = {path, workdir, argv, envp, {in, out, err}, ruleset, 0, 0};
+        int pidfd = -1;
+        pid_t pid = clone(child, child_stack + sizeof child_stack,
+                          CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &plan, &pidfd);
+        if (pid < 0) {
+            send_reply(sock, R_FAILED, STEP_CLONE, errno);
+            close(sock);
+            free(a);
+        } else if (plan.step != 0) {
+            siginfo_t si;
+            while (waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED | __WALL) < 0 && errno == EINTR) {
+            }
+            close(pidfd);
+            send_reply(sock, R_FAILED, plan.step, plan.err);
+            close(sock);
+            free(a);
+        } else {
+            a->cmd.pid = pid;
+            a->cmd.pidfd = pidfd;
+            a->cmd.sock = sock;
+            a->cmd.next = commands;
+            if (commands) commands->prev = &a->cmd;
+            commands = &a->cmd;
+            a->exit_w.kind = W_EXIT;
+            a->exit_w.cmd = &a->cmd;
+            send_reply(sock, R_SPAWNED, pid, 0);
+            watch_fd(pidfd, &a->exit_w);
+        }
+    }
+    free(payload);
+    free(argv);
+    free(envp);
+    for (int i = 1; i < nfds; i++) close(fds[i]);
+}
+
+static void on_control(void) {
+    struct request rq;
+    char cbuf[CMSG_SPACE(MAX_FDS * sizeof(int))];
+    struct iovec iov = {&rq, sizeof rq};
+    struct msghdr msg = {0};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf;
+    msg.msg_controllen = sizeof cbuf;
+    ssize_t n = recvmsg(CONTROL, &msg, MSG_CMSG_CLOEXEC);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (n <= 0) end_everything(); /* the host is gone */
+    int fds[MAX_FDS], nfds = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+            int count = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+            for (int i = 0; i < count; i++) {
+                int fd;
+                memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+                if (nfds < MAX_FDS) fds[nfds++] = fd;
+                else close(fd);
+            }
+        }
+    }
+    if (n != (ssize_t)sizeof rq || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+        /* Descriptors dropped on the way: out of descriptors here (the
+         * kernel closes the ones that did not fit, so a host waiting on the
+         * command socket sees it close if that one was lost). */
+        if (nfds > 0 && (msg.msg_flags & MSG_CTRUNC)) send_reply(fds[0], R_FAILED, STEP_REQUEST, EMFILE);
+        for (int i = 0; i < nfds; i++) close(fds[i]);
+        return;
+    }
+    if (rq.op == OP_SPAWN) {
+        on_spawn(&rq, fds, nfds);
+    } else {
+        for (int i = 0; i < nfds; i++) close(fds[i]);
+        if (rq.op == OP_SHUTDOWN) end_everything();
+    }
+}
+
+static void on_exit_of(struct command *c) {
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    if (waitid(P_PIDFD, (id_t)c->pidfd, &si, WEXITED | WNOWAIT | __WALL) < 0) {
+        if (errno == EINTR) return;
+        si.si_code = 0; /* unknown */
+    }
+    epoll_ctl(epfd, EPOLL_CTL_DEL, c->pidfd, NULL);
+    c->exited = 1;
+    send_reply(c->sock, R_EXITED, si.si_code, si.si_status);
+}
+
+/* Whether the host has released an exited leader: 'R' or end of file
+ * (its end closed) on the command's socket. */
+static int released(struct command *c) {
+    char buf[16];
+    ssize_t n = recv(c->sock, buf, sizeof buf, MSG_DONTWAIT);
+    return n >= 0 || (errno != EAGAIN && errno != EINTR);
+}
+
+/* Reaps every exited leader the host has released; returns how many
+ * still wait for their release. */
+static int collect_releases(void) {
+    int waiting = 0;
+    for (struct command *c = commands, *next; c; c = next) {
+        next = c->next;
+        if (!c->exited) continue;
+        if (released(c)) {
+            c->released = 1;
+            maybe_finish(c);
+        } else {
+            waiting++;
+        }
+    }
+    return waiting;
+}
+
+static void on_signals(int sigfd) {
+    struct signalfd_siginfo si;
+    while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        if (si.ssi_signo == SIGCHLD) {
+            reap_orphans();
+        } else {
+            end_everything();
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    pid_t host = argc > 1 ? (pid_t)atoi(argv[1]) : 0;
+    sigset_t handled;
+    sigemptyset(&handled);
+    sigaddset(&handled, SIGCHLD);
+    sigaddset(&handled, SIGTERM);
+    sigaddset(&handled, SIGINT);
+    sigaddset(&handled, SIGHUP);
+    sigaddset(&handled, SIGQUIT);
+    sigprocmask(SIG_BLOCK, &handled, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    prctl(PR_SET_NAME, "dsh-supervisor", 0, 0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    /* The host died before the parent-death signal was armed. */
+    if (getppid() != host) _exit(0);
+    /* Two descriptors per running command; commands get the original
+     * limit back before exec. */
+    if (getrlimit(RLIMIT_NOFILE, &original_nofile) == 0 && original_nofile.rlim_cur < original_nofile.rlim_max) {
+        struct rlimit raised = original_nofile;
+        raised.rlim_cur = raised.rlim_max;
+        raised_nofile = setrlimit(RLIMIT_NOFILE, &raised) == 0;
+    }
+    int sigfd = signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
+    epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (sigfd < 0 || epfd < 0) _exit(1);
+    static struct watch control_w = {W_CONTROL, NULL}, signals_w = {W_SIGNALS, NULL};
+    watch_fd(CONTROL, &control_w);
+    watch_fd(sigfd, &signals_w);
+    for (int waiting = 0;;) {
+        struct epoll_event evs[64];
+        int n = epoll_wait(epfd, evs, 64, waiting ? 1000 : -1);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            end_everything();
+        }
+        for (int i = 0; i < n; i++) {
+            struct watch *w = evs[i].data.ptr;
+            switch (w->kind) {
+            case W_CONTROL: on_control(); break;
+            case W_SIGNALS: on_signals(sigfd); break;
+            case W_EXIT: on_exit_of(w->cmd); break;
+            }
+        }
+        waiting = collect_releases();
+    }
+}
