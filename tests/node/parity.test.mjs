@@ -16,7 +16,10 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 
+import { createRequire } from 'node:module'
 import { seam, seamUrl, harnessUrl } from './seam.mjs'
+
+const { alive, eventually } = createRequire(import.meta.url)('./helpers.js')
 
 const { Context } = await seam('@deepseek-ai/cordis')
 const { default: LocalSubprocessRuntime } = await seam('@deepseek-ai/dsh-subprocess-local')
@@ -60,26 +63,6 @@ after(async () => {
 })
 
 // ----------------------------------------------------------------- helpers
-
-function alive(pid) {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
-    const state = stat.slice(stat.lastIndexOf(')') + 2)[0]
-    return state !== 'Z' && state !== 'X'
-  } catch {
-    return false
-  }
-}
-
-/** Polls a condition (there is no event for it) until it holds or `limitMs` passes. */
-async function eventually(cond, limitMs = 10000) {
-  const end = Date.now() + limitMs
-  while (Date.now() < end) {
-    if (await cond()) return true
-    await new Promise((r) => setTimeout(r, 10))
-  }
-  return cond()
-}
 
 /** Resolves once `file` exists: an fs.watch event, not a sleep. */
 function fileAppears(file) {
