@@ -500,6 +500,23 @@ enum DshStatus dsh_request_set_sandbox_policy(const struct DshRequest *request,
 enum DshStatus dsh_executor_new(const struct DshConfig *config, struct DshExecutor **out);
 
 /**
+ * Replaces the configuration for every command resolved or started from
+ * now on; running commands keep the limits they started with. `config`
+ * is read like dsh_executor_new's (NULL: all defaults); a field it leaves
+ * unset goes back to its default, except spill_dir, which stays (naming a
+ * different one is DSH_INVALID_ARGUMENT). A bad field is
+ * DSH_INVALID_ARGUMENT naming it and changes nothing
+ * (docs/configuration.md).
+ *
+ * # Safety
+ * `executor` is NULL or a live DshExecutor from dsh_executor_new that no
+ * thread frees during this call. `config` is NULL or a live DshConfig from
+ * dsh_config_new that no thread frees during this call.
+ */
+enum DshStatus dsh_executor_reconfigure(const struct DshExecutor *executor,
+                                        const struct DshConfig *config);
+
+/**
  * Frees a DshExecutor; NULL is a no-op. Strings and handles borrowed from
  * it are invalid afterwards.
  *

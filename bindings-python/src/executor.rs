@@ -352,6 +352,29 @@ fn optional_str(value: Option<&Bound<'_, PyAny>>, field: Field) -> PyResult<Opti
     }
 }
 
+/// The constructor's (and ``reconfigure``'s) keywords, in their order:
+/// cwd, timeout_ms, max_timeout_ms, max_output_bytes, max_spill_bytes,
+/// grace_ms, spill_dir, retain_settled, sandbox_mode.
+fn config_input(py: Python<'_>, kw: [Option<&Bound<'_, PyAny>>; 9]) -> PyResult<ConfigInput> {
+    let [cwd, timeout_ms, max_timeout_ms, max_output_bytes, max_spill_bytes, grace_ms, spill_dir, retain_settled, sandbox_mode] =
+        kw;
+    let f = |name| Field::new(Scope::Config, name);
+    Ok(ConfigInput {
+        cwd: optional_str(cwd, f(FieldName::Cwd))?,
+        timeout_ms: number(timeout_ms, Scope::Config, FieldName::TimeoutMs)?,
+        max_timeout_ms: number(max_timeout_ms, Scope::Config, FieldName::MaxTimeoutMs)?,
+        max_output_bytes: number(max_output_bytes, Scope::Config, FieldName::MaxOutputBytes)?,
+        max_spill_bytes: number(max_spill_bytes, Scope::Config, FieldName::MaxSpillBytes)?,
+        grace_ms: number(grace_ms, Scope::Config, FieldName::GraceMs)?,
+        spill_dir: optional_str(spill_dir, f(FieldName::SpillDir))?,
+        retain_settled: number(retain_settled, Scope::Config, FieldName::RetainSettled)?,
+        sandbox_mode: match sandbox_mode.filter(|m| !m.is_none()) {
+            Some(m) => Some(crate::executor::sandbox_mode(py, f(FieldName::SandboxMode), m)?),
+            None => None,
+        },
+    })
+}
+
 /// A bash executor (the native base of ``dsh_native.Executor``).
 ///
 /// Keywords, all optional (docs/configuration.md): ``cwd`` (default: the
@@ -383,23 +406,60 @@ impl Executor {
         retain_settled: Option<&Bound<'_, PyAny>>,
         sandbox_mode: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let f = |name| Field::new(Scope::Config, name);
-        let input = ConfigInput {
-            cwd: optional_str(cwd, f(FieldName::Cwd))?,
-            timeout_ms: number(timeout_ms, Scope::Config, FieldName::TimeoutMs)?,
-            max_timeout_ms: number(max_timeout_ms, Scope::Config, FieldName::MaxTimeoutMs)?,
-            max_output_bytes: number(max_output_bytes, Scope::Config, FieldName::MaxOutputBytes)?,
-            max_spill_bytes: number(max_spill_bytes, Scope::Config, FieldName::MaxSpillBytes)?,
-            grace_ms: number(grace_ms, Scope::Config, FieldName::GraceMs)?,
-            spill_dir: optional_str(spill_dir, f(FieldName::SpillDir))?,
-            retain_settled: number(retain_settled, Scope::Config, FieldName::RetainSettled)?,
-            sandbox_mode: match sandbox_mode.filter(|m| !m.is_none()) {
-                Some(m) => Some(crate::executor::sandbox_mode(py, f(FieldName::SandboxMode), m)?),
-                None => None,
-            },
-        };
+        let input = config_input(
+            py,
+            [
+                cwd,
+                timeout_ms,
+                max_timeout_ms,
+                max_output_bytes,
+                max_spill_bytes,
+                grace_ms,
+                spill_dir,
+                retain_settled,
+                sandbox_mode,
+            ],
+        )?;
         let inner = dsh_core::Executor::new(input).map_err(|e| to_pyerr(py, e))?;
         Ok(Executor { inner })
+    }
+
+    /// Replaces the configuration for every command resolved or started from
+    /// now on; running commands keep the limits they started with. Takes the
+    /// constructor's keywords; one left out goes back to its default, except
+    /// ``spill_dir``, which stays (naming a different one is an error). A bad
+    /// value raises ``InvalidArgumentError`` and changes nothing
+    /// (docs/configuration.md).
+    #[pyo3(signature = (*, cwd=None, timeout_ms=None, max_timeout_ms=None, max_output_bytes=None, max_spill_bytes=None, grace_ms=None, spill_dir=None, retain_settled=None, sandbox_mode=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn reconfigure(
+        &self,
+        py: Python<'_>,
+        cwd: Option<&Bound<'_, PyAny>>,
+        timeout_ms: Option<&Bound<'_, PyAny>>,
+        max_timeout_ms: Option<&Bound<'_, PyAny>>,
+        max_output_bytes: Option<&Bound<'_, PyAny>>,
+        max_spill_bytes: Option<&Bound<'_, PyAny>>,
+        grace_ms: Option<&Bound<'_, PyAny>>,
+        spill_dir: Option<&Bound<'_, PyAny>>,
+        retain_settled: Option<&Bound<'_, PyAny>>,
+        sandbox_mode: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let input = config_input(
+            py,
+            [
+                cwd,
+                timeout_ms,
+                max_timeout_ms,
+                max_output_bytes,
+                max_spill_bytes,
+                grace_ms,
+                spill_dir,
+                retain_settled,
+                sandbox_mode,
+            ],
+        )?;
+        self.inner.reconfigure(input).map_err(|e| to_pyerr(py, e))
     }
 
     /// The default sandbox mode, or None when the executor does not confine.

@@ -79,6 +79,38 @@ pub unsafe extern "C" fn dsh_executor_new(config: *const DshConfig, out: *mut *m
     })
 }
 
+/// Replaces the configuration for every command resolved or started from
+/// now on; running commands keep the limits they started with. `config`
+/// is read like dsh_executor_new's (NULL: all defaults); a field it leaves
+/// unset goes back to its default, except spill_dir, which stays (naming a
+/// different one is DSH_INVALID_ARGUMENT). A bad field is
+/// DSH_INVALID_ARGUMENT naming it and changes nothing
+/// (docs/configuration.md).
+///
+/// # Safety
+/// `executor` is NULL or a live DshExecutor from dsh_executor_new that no
+/// thread frees during this call. `config` is NULL or a live DshConfig from
+/// dsh_config_new that no thread frees during this call.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_executor_reconfigure(
+    executor: *const DshExecutor,
+    config: *const DshConfig,
+) -> DshStatus {
+    status(|| {
+        // SAFETY: the caller guarantees `executor` is NULL or a live
+        // DshExecutor for the whole call (# Safety); `handle` refuses NULL.
+        let e = unsafe { handle(executor, "executor") }?;
+        // SAFETY: the caller guarantees `config` is NULL or a live DshConfig
+        // for the whole call (# Safety); `as_ref` maps NULL to None, and the
+        // input is cloned out under its lock before the borrow ends.
+        let input = match unsafe { config.as_ref() } {
+            Some(c) => c.input.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            None => Default::default(),
+        };
+        Ok(e.inner.reconfigure(input)?)
+    })
+}
+
 /// Frees a DshExecutor; NULL is a no-op. Strings and handles borrowed from
 /// it are invalid afterwards.
 ///

@@ -1144,6 +1144,32 @@ static void test_host_death_sigkill(void) { host_death("sigkill"); }
 static void test_host_death_exit_without_dispose(void) { host_death("exit"); }
 static void test_host_death_exit_from_another_thread(void) { host_death("thread-exit"); }
 
+/* reconfigure: new commands get the new limits, a bad field changes nothing. */
+static void test_reconfigure(void) {
+    DshExecutor *exec = new_executor(300, 1000);
+    DshConfig *config = NULL;
+    OK(dsh_config_new(&config));
+    OK(dsh_config_set_max_output_bytes(config, 4));
+    OK(dsh_config_set_timeout_ms(config, 900));
+    OK(dsh_executor_reconfigure(exec, config));
+    DshSpec *spec = resolve(exec, "printf abcdefgh", 0);
+    CHECK(dsh_spec_timeout_ms(spec) == 900 && dsh_spec_stdout_max_bytes(spec) == 4);
+    DshRunResult *r = NULL;
+    OK(dsh_executor_run(exec, spec, NULL, &r));
+    CHECK(str_eq(dsh_run_result_text(r, DSH_STDOUT), "efgh"));
+    dsh_run_result_free(r);
+    dsh_spec_free(spec);
+    OK(dsh_config_set_grace_ms(config, 0));
+    CHECK(dsh_executor_reconfigure(exec, config) == DSH_INVALID_ARGUMENT);
+    CHECK(strstr(dsh_last_error(), "config.grace_ms") != NULL);
+    spec = resolve(exec, "true", 0);
+    CHECK(dsh_spec_timeout_ms(spec) == 900);
+    dsh_spec_free(spec);
+    dsh_config_free(config);
+    OK(dsh_executor_dispose(exec));
+    dsh_executor_free(exec);
+}
+
 int main(void) {
     run_test("version_and_status_names", test_version_and_status_names);
     run_test("exit_codes_and_streams", test_exit_codes_and_streams);
@@ -1162,6 +1188,7 @@ int main(void) {
     run_test("fork_after_use", test_fork_after_use);
     run_test("sigchld_ignored", test_sigchld_ignored);
     run_test("calls_from_thread_exit_destructors", test_calls_from_thread_exit_destructors);
+    run_test("reconfigure", test_reconfigure);
     run_test("host_death_sigkill", test_host_death_sigkill);
     run_test("host_death_exit_without_dispose", test_host_death_exit_without_dispose);
     run_test("host_death_exit_from_another_thread", test_host_death_exit_from_another_thread);

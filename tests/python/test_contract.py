@@ -473,3 +473,15 @@ def test_unknown_ids_and_reads_after_close(ex):
 def test_a_fractional_timeout_is_rounded_up_to_a_whole_millisecond(ex):
     # A model may write 1500.5; the harness accepts it, and so does every face.
     assert ex.resolve("true", timeout_ms=1500.5).timeout_ms == 1501
+
+
+def test_reconfigure_changes_new_commands_and_a_bad_value_changes_nothing():
+    with Executor(max_output_bytes=1000) as ex:
+        ex.reconfigure(max_output_bytes=4, timeout_ms=900)
+        spec = ex.resolve("printf abcdefgh")
+        assert (spec.timeout_ms, spec.stdout_max_bytes) == (900, 4)
+        assert ex.run(spec).stdout.text == "efgh"
+        with pytest.raises(dsh_native.InvalidArgumentError) as err:
+            ex.reconfigure(grace_ms=-1)
+        assert err.value.field == "config.grace_ms"
+        assert ex.resolve("true").timeout_ms == 900

@@ -171,6 +171,19 @@ class Executor:
         retain_settled: Optional[_Number] = None,
         sandbox_mode: Optional[_SandboxModeName] = None,
     ) -> "Executor": ...
+    def reconfigure(
+        self,
+        *,
+        cwd: Optional[_Path] = None,
+        timeout_ms: Optional[_Number] = None,
+        max_timeout_ms: Optional[_Number] = None,
+        max_output_bytes: Optional[_Number] = None,
+        max_spill_bytes: Optional[_Number] = None,
+        grace_ms: Optional[_Number] = None,
+        spill_dir: Optional[_Path] = None,
+        retain_settled: Optional[_Number] = None,
+        sandbox_mode: Optional[_SandboxModeName] = None,
+    ) -> None: ...
     @property
     def sandbox_mode(self) -> Optional[_SandboxModeName]: ...
     @property
