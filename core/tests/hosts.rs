@@ -374,10 +374,11 @@ fn spawn_on_terminal(scenario: &str) -> std::io::Result<std::process::Child> {
     Ok(child)
 }
 
-/// Every escape route out of a command's tree, each writing its pid to
-/// `dir/<route>`: setsid, a double fork, nohup, a SIGTERM trap, `env -i`
-/// plus orphaning (with and without setsid), and a fork loop. Then the
-/// leader writes its own pid and `ending` runs.
+/// Every escape route out of a command's tree that
+/// `tests/shared/plant-escapes.sh` plants (the script every face's
+/// host-death test sources), each writing its pid to `dir/<route>`: setsid,
+/// a double fork, nohup, a SIGTERM trap, `env -i` plus orphaning (with and
+/// without setsid), and a fork loop; then the leader's own pid.
 const ROUTES: [&str; 8] = [
     "setsid",
     "double",
@@ -389,21 +390,10 @@ const ROUTES: [&str; 8] = [
     "leader",
 ];
 
+/// Plants every route under `dir`, then runs `ending`.
 fn planting_script(dir: &Path, ending: &str) -> String {
-    let d = dir.display();
-    format!(
-        r#"
-setsid bash -c 'echo $$ > {d}/setsid; exec sleep 300' </dev/null >/dev/null 2>&1 &
-( bash -c 'echo $$ > {d}/double; exec sleep 300' </dev/null >/dev/null 2>&1 & ) &
-nohup bash -c 'echo $$ > {d}/nohup; exec sleep 300' </dev/null >/dev/null 2>&1 &
-setsid bash -c 'trap "" TERM; echo $$ > {d}/trapper; while :; do sleep 0.1; done' </dev/null >/dev/null 2>&1 &
-( env -i /bin/bash -c 'echo $$ > {d}/envorphan; exec sleep 300' </dev/null >/dev/null 2>&1 & )
-( setsid env -i /bin/bash -c 'echo $$ > {d}/envsetsid; exec sleep 300' </dev/null >/dev/null 2>&1 & )
-setsid bash -c 'trap "" TERM; while :; do (sleep 300 &); echo $$ > {d}/forkloop; sleep 0.05; done' </dev/null >/dev/null 2>&1 &
-echo $$ > {d}/leader
-{ending}
-"#
-    )
+    let plant = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/shared/plant-escapes.sh");
+    format!(". '{plant}' '{}'\n{ending}\n", dir.display())
 }
 
 fn read_pid(path: &Path) -> Option<i32> {

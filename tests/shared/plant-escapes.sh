@@ -1,8 +1,8 @@
 # Sourced by a command under test (`. tests/shared/plant-escapes.sh DIR`):
 # plants one descendant per escape route out of the command's tree, each
 # writing its pid to DIR/<route>, and writes the leader's own pid to
-# DIR/leader. The host-death tests of every face use it (the Rust one,
-# core/tests/hosts.rs, plants the same routes).
+# DIR/leader. The host-death tests of every face source it (Rust, C,
+# Python, Node) and the host-death benchmark too.
 #
 #   setsid     a new session
 #   double     a double fork (orphaned at once)
