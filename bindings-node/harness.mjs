@@ -87,8 +87,9 @@ export class NativeShellPlugin extends ShellExecutor {
   constructor(ctx, config) {
     super(ctx)
     const entry = nativeConfig(config)
-    checkConfig(entry)
     this[SOURCE] = () => entry
+    // Making (or reconfiguring) the executor validates the entry: a bad
+    // field throws INVALID_ARGUMENT here, before anything is registered.
     this[EXECUTOR] = executorFor(ctx, entry)
     installSettingsSection(ctx, SHELL_SETTINGS_NAMESPACE, Config, config ?? {}, {
       validate: (value) => checkConfig(nativeConfig(value)),
