@@ -168,7 +168,8 @@ impl NativeExecutor {
         convert::spec_object(env, &spec)
     }
 
-    /// Runs off the JS thread; the promise settles from a core thread.
+    /// Runs off the JS thread; the promise settles from a core I/O thread
+    /// (resolving a deferred only queues its settlement on the JS thread).
     #[napi]
     pub fn run<'e>(
         &self,
@@ -179,7 +180,7 @@ impl NativeExecutor {
         let spec = throw_input(env, convert::spec(spec))?;
         let (deferred, promise) = env.create_deferred::<RunValue, _>()?;
         self.inner
-            .run_with(&spec, cancel.map(|c| &c.inner), move |outcome| {
+            .run_then(&spec, cancel.map(|c| &c.inner), move |outcome| {
                 deferred.resolve(move |env| match outcome {
                     Ok(r) => Ok(RunValue(r)),
                     Err(e) => Err(js_error(&env, &e)),

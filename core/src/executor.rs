@@ -571,19 +571,32 @@ impl Executor {
     }
 
     /// [`Executor::run`] for hosts with their own event loop (Python's
-    /// asyncio, Node): returns at once and calls `on_done` with the outcome
-    /// on the callback thread.
+    /// asyncio): returns at once and calls `on_done` with the outcome on
+    /// the callback thread.
     pub fn run_with(
         &self,
         spec: &Spec,
         cancel: Option<&CancelToken>,
         on_done: impl FnOnce(Result<RunResult>) + Send + 'static,
     ) {
-        let run = self.run(spec, cancel);
-        runtime::handle().spawn(async move {
-            let outcome = run.await;
-            callbacks::dispatch(move || on_done(outcome));
+        self.run_then(spec, cancel, move |outcome| {
+            callbacks::dispatch(move || on_done(outcome))
         });
+    }
+
+    /// [`Executor::run`] for a host whose hand-off to its own event loop
+    /// is thread-safe and never blocks (Node's promises): returns at once
+    /// and calls `on_done` with the outcome on one of the core's I/O
+    /// threads, with no hop through the callback thread. `on_done` must
+    /// return quickly and must not block.
+    pub fn run_then(
+        &self,
+        spec: &Spec,
+        cancel: Option<&CancelToken>,
+        on_done: impl FnOnce(Result<RunResult>) + Send + 'static,
+    ) {
+        let run = self.run(spec, cancel);
+        runtime::handle().spawn(async move { on_done(run.await) });
     }
 
     /// [`Executor::run`] for threads that are not in an async runtime.

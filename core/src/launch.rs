@@ -10,7 +10,7 @@ use crate::env::{child_environment, path_of, HostEnv};
 use crate::error::{errno_name, DshError, Result, SpawnFailure};
 use crate::request::Spec;
 use crate::spawn::{find_shell, Pipes, Spawned};
-use crate::supervisor::{Slot, SpawnError, StartFailed, Step};
+use crate::supervisor::{Program, Slot, SpawnError, StartFailed, Step};
 
 /// Turns a spawn error into the error a caller can act on: a missing or
 /// unusable workdir names the path; anything else names the errno.
@@ -40,10 +40,9 @@ pub(crate) fn spawn_error(err: std::io::Error, workdir: &Path) -> DshError {
 }
 
 /// Environment, shell lookup, confinement and the spawn, in the executor's
-/// supervisor (`supervisors`), of one command. The request goes to the
-/// supervisor first, and the environment is built while it wakes up. A
-/// supervisor that was killed is replaced once, transparently: the request
-/// never reached it, so nothing ran.
+/// supervisor (`supervisors`), of one command. A supervisor that was killed
+/// is replaced once, transparently: the request never reached it, so
+/// nothing ran.
 pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str, supervisors: &Slot) -> Result<Spawned> {
     // Both were checked for NUL bytes by resolve / Spec::check.
     let command = CString::new(spec.command.as_str())
@@ -51,19 +50,6 @@ pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str, supervisors: &Sl
     let workdir = CString::new(spec.workdir.as_os_str().as_bytes())
         .map_err(|_| DshError::Internal("NUL in checked workdir".into()))?;
     let ruleset = confine::ruleset(spec.sandbox_policy.as_ref())?;
-    let os_error = |e: std::io::Error| spawn_error(e, &spec.workdir);
-    let pipes = Pipes::new(spec.stdin.is_some()).map_err(os_error)?;
-    let fds = pipes.child_fds(ruleset.as_ref().map(|r| r.fd()));
-    let mut supervisor = supervisors.get().map_err(supervisor_error)?;
-    let pending = match supervisor.begin(&fds) {
-        Err(SpawnError::Unreachable(_)) => {
-            supervisor = supervisors.renew(&supervisor).map_err(supervisor_error)?;
-            supervisor.begin(&fds)
-        }
-        other => other,
-    }
-    .map_err(|e| failed(e, spec))?;
-    // Dropping `pending` on an error below cancels the request.
     let envp = child_environment(host_env, spec, tag);
     let shell = find_shell(path_of(&envp)).ok_or_else(|| DshError::Spawn {
         kind: SpawnFailure::NoShell,
@@ -72,9 +58,24 @@ pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str, supervisors: &Sl
     })?;
     // `--`: a command that starts with `-` is a command, not bash options.
     let argv = [c"bash", c"-c", c"--", command.as_c_str()];
-    let leader = pending
-        .finish(&shell, &argv, &envp, &workdir)
-        .map_err(|e| failed(e, spec))?;
+    let program = Program {
+        path: &shell,
+        argv: &argv,
+        envp: &envp,
+        workdir: &workdir,
+    };
+    let os_error = |e: std::io::Error| spawn_error(e, &spec.workdir);
+    let pipes = Pipes::new(spec.stdin.is_some()).map_err(os_error)?;
+    let fds = pipes.child_fds(ruleset.as_ref().map(|r| r.fd()));
+    let supervisor = supervisors.get().map_err(supervisor_error)?;
+    let leader = match supervisor.spawn(&fds, &program) {
+        Err(SpawnError::Unreachable(_)) => supervisors
+            .renew(&supervisor)
+            .map_err(supervisor_error)?
+            .spawn(&fds, &program),
+        other => other,
+    }
+    .map_err(|e| failed(e, spec))?;
     pipes.started(leader).map_err(os_error)
 }
 

@@ -25,11 +25,11 @@
  *   struct request { op, flags }
  *   SPAWN    fds (SCM_RIGHTS): command socket, stdout, stderr,
  *            [stdin if FLAG_STDIN], [Landlock ruleset if FLAG_RULESET]
- *            The command socket (SOCK_STREAM, one per command) then carries
- *            struct payload { argc, envc, len } and `len` bytes:
- *            NUL-terminated path, workdir, argv[argc], envp[envc]. The host
- *            sends the request first and the payload as soon as it has
- *            built it, so that waking the supervisor overlaps that work.
+ *            The program: struct payload { argc, envc, len } and `len`
+ *            bytes: NUL-terminated path, workdir, argv[argc], envp[envc].
+ *            With FLAG_INLINE it follows the request in the same message
+ *            (one wake-up here per command); a larger one goes on the
+ *            command socket (SOCK_STREAM, one per command) instead.
  *            The reply goes back on the command socket: SPAWNED(pid) or
  *            FAILED(step, errno); later EXITED(si_code, si_status) when the
  *            leader has exited (it stays an unreaped zombie, so its pid and
@@ -100,7 +100,7 @@
 
 /* Keep in step with core/src/supervisor.rs. */
 enum { OP_SPAWN = 1, OP_SHUTDOWN = 2 };
-enum { FLAG_STDIN = 1, FLAG_RULESET = 2 };
+enum { FLAG_STDIN = 1, FLAG_RULESET = 2, FLAG_INLINE = 4 };
 enum { R_SPAWNED = 1, R_FAILED = 2, R_EXITED = 3 };
 enum { STEP_SESSION = 1, STEP_STDIO, STEP_WORKDIR, STEP_CONFINE, STEP_EXEC, STEP_REQUEST, STEP_CLONE };
 
@@ -120,6 +120,8 @@ struct reply {
 #define CONTROL 3
 #define MAX_PAYLOAD (256u << 20)
 #define MAX_FDS 5
+/* The largest payload sent inline with its request. */
+#define MAX_INLINE (32u << 10)
 
 /* One running command: its leader (a child of ours, kept unreaped until
  * released) and the socket to its host. */
@@ -395,14 +397,24 @@ static void maybe_finish(struct command *c) {
     reap_orphans();
 }
 
-static void on_spawn(const struct request *req, int *fds, int nfds) {
+/* `inline_bytes` holds what followed the request in its message. */
+static void on_spawn(const struct request *req, int *fds, int nfds, const char *inline_bytes, size_t inline_len) {
     int want = 3 + !!(req->flags & FLAG_STDIN) + !!(req->flags & FLAG_RULESET);
+    int is_inline = !!(req->flags & FLAG_INLINE);
     if (nfds < 1) return;
     int sock = fds[0];
     struct payload head, *rq = &head;
+    int got_head;
+    if (is_inline) {
+        got_head = inline_len >= sizeof head;
+        if (got_head) memcpy(&head, inline_bytes, sizeof head);
+    } else {
+        got_head = inline_len == 0 && read_all(sock, (char *)&head, sizeof head) == 0;
+    }
     /* A host that gave up (no shell on the PATH) closes its end instead. */
-    if (nfds != want || read_all(sock, (char *)&head, sizeof head) != 0 || rq->len > MAX_PAYLOAD ||
-        rq->argc == 0 || rq->argc > (1u << 20) || rq->envc > (1u << 20)) {
+    if (nfds != want || !got_head || rq->len > MAX_PAYLOAD ||
+        (is_inline && rq->len != inline_len - sizeof head) || rq->argc == 0 || rq->argc > (1u << 20) ||
+        rq->envc > (1u << 20)) {
         send_reply(sock, R_FAILED, STEP_REQUEST, EINVAL);
         for (int i = 0; i < nfds; i++) close(fds[i]);
         return;
@@ -415,7 +427,9 @@ static void on_spawn(const struct request *req, int *fds, int nfds) {
     char **argv = calloc((size_t)rq->argc + 1, sizeof *argv);
     char **envp = calloc((size_t)rq->envc + 1, sizeof *envp);
     struct command_alloc *a = calloc(1, sizeof *a);
-    int ok = payload && argv && envp && a && read_all(sock, payload, (size_t)rq->len) == 0;
+    int ok = payload && argv && envp && a;
+    if (ok && is_inline) memcpy(payload, inline_bytes + sizeof head, (size_t)rq->len);
+    else if (ok) ok = read_all(sock, payload, (size_t)rq->len) == 0;
     /* Split the payload: path, workdir, argv..., envp..., each ending in NUL. */
     const char *path = NULL, *workdir = NULL;
     if (ok) {
@@ -479,11 +493,12 @@ static void on_spawn(const struct request *req, int *fds, int nfds) {
 
 static void on_control(void) {
     struct request rq;
+    static char rest[sizeof(struct payload) + MAX_INLINE];
     char cbuf[CMSG_SPACE(MAX_FDS * sizeof(int))];
-    struct iovec iov = {&rq, sizeof rq};
+    struct iovec iov[2] = {{&rq, sizeof rq}, {rest, sizeof rest}};
     struct msghdr msg = {0};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 2;
     msg.msg_control = cbuf;
     msg.msg_controllen = sizeof cbuf;
     ssize_t n = recvmsg(CONTROL, &msg, MSG_CMSG_CLOEXEC);
@@ -501,7 +516,7 @@ static void on_control(void) {
             }
         }
     }
-    if (n != (ssize_t)sizeof rq || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+    if (n < (ssize_t)sizeof rq || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
         /* Descriptors dropped on the way: out of descriptors here (the
          * kernel closes the ones that did not fit, so a host waiting on the
          * command socket sees it close if that one was lost). */
@@ -510,7 +525,7 @@ static void on_control(void) {
         return;
     }
     if (rq.op == OP_SPAWN) {
-        on_spawn(&rq, fds, nfds);
+        on_spawn(&rq, fds, nfds, rest, (size_t)n - sizeof rq);
     } else {
         for (int i = 0; i < nfds; i++) close(fds[i]);
         if (rq.op == OP_SHUTDOWN) end_everything();
