@@ -561,7 +561,8 @@ impl Executor {
                 None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
             }
         };
-        self.inner.run_with(&spec.inner, Some(&token), move |outcome| {
+        // Sending on a channel never blocks: straight from the I/O thread.
+        self.inner.run_then(&spec.inner, Some(&token), move |outcome| {
             let _ = tx.send(outcome);
         });
         let outcome = loop {
