@@ -47,12 +47,16 @@ impl OnExpiry {
         }
     }
 
-    /// The value named `name` (`"kill"`, `"background"`), if any.
-    pub fn from_name(name: &str) -> Option<OnExpiry> {
+    /// The value named `name` (`"kill"`, `"background"`); anything else is
+    /// an `InvalidArgument` on `field`.
+    pub fn parse(field: Field, name: &str) -> Result<OnExpiry> {
         match name {
-            "kill" => Some(OnExpiry::Kill),
-            "background" => Some(OnExpiry::Background),
-            _ => None,
+            "kill" => Ok(OnExpiry::Kill),
+            "background" => Ok(OnExpiry::Background),
+            _ => Err(DshError::invalid(
+                field,
+                format!("unknown value {name:?} (expected kill or background)"),
+            )),
         }
     }
 }
