@@ -34,6 +34,19 @@ pub enum StdinEnd {
     Broken,
 }
 
+impl StdinEnd {
+    /// `"not-piped"`, `"closed"`, `"exited"` or `"broken"`: the reason's
+    /// name on the faces' errors.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StdinEnd::NotPiped => "not-piped",
+            StdinEnd::Closed => "closed",
+            StdinEnd::Exited => "exited",
+            StdinEnd::Broken => "broken",
+        }
+    }
+}
+
 impl fmt::Display for StdinEnd {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
