@@ -9,7 +9,7 @@ import tempfile
 import pytest
 
 import dsh_native
-from conftest import alive, eventually, until
+from conftest import alive, eventually
 
 
 def test_interleaved_writes_and_reads_with_cat(ex: dsh_native.Executor) -> None:
