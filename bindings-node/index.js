@@ -89,6 +89,37 @@ class NativeShellProcess {
   kill() {
     return this.#native.kill()
   }
+
+  /** True when started with `stdin: { pipe: true }`. */
+  get hasStdinPipe() {
+    return this.#native.hasStdinPipe
+  }
+
+  /**
+   * Writes `data` (a string as UTF-8, a Buffer or a Uint8Array) to the
+   * command's stdin. Resolves once every byte was taken by its bounded
+   * buffer; while the command does not read, the promise waits
+   * (back-pressure) and the event loop runs on. Writes are written whole,
+   * in call order. Rejects with code STDIN_CLOSED without a stdin pipe,
+   * after closeStdin(), and once the command exited or closed its stdin.
+   */
+  writeStdin(data) {
+    let bytes
+    if (typeof data === 'string') bytes = Buffer.from(data, 'utf8')
+    else if (Buffer.isBuffer(data)) bytes = data
+    else if (data instanceof Uint8Array) bytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength)
+    else return Promise.reject(invalid('data', `must be a string, a Buffer or a Uint8Array, got ${describe(data)}`))
+    return this.#native.writeStdin(bytes)
+  }
+
+  /**
+   * Closes the command's stdin once what was written is delivered (it reads
+   * EOF). True when this call closed it; false when already closed or the
+   * command exited. Throws STDIN_CLOSED without a stdin pipe.
+   */
+  closeStdin() {
+    return this.#native.closeStdin()
+  }
 }
 
 function withTask(read, task) {
@@ -134,11 +165,23 @@ class NativeShellExecutor {
       if (signal.aborted) token.cancel()
       else signal.addEventListener('abort', onAbort, { once: true })
     }
+    let result
     try {
-      return await this.#native.run(spec, token)
+      result = await this.#native.run(spec, token)
     } finally {
       signal?.removeEventListener('abort', onAbort)
     }
+    if (signal && result.backgroundId !== undefined) {
+      // Handed over at the timeout: from now on the signal kills the
+      // process, as for start().
+      const task = this.get(result.backgroundId)
+      if (signal.aborted) token.cancel()
+      else if (task) {
+        signal.addEventListener('abort', onAbort, { once: true })
+        task.done.then(() => signal.removeEventListener('abort', onAbort))
+      }
+    }
+    return result
   }
 
   start(spec) {

@@ -124,6 +124,27 @@ impl NativeProcess {
     }
 
     /// A promise that resolves (with undefined) once the process settles.
+    #[napi(getter)]
+    pub fn has_stdin_pipe(&self) -> bool {
+        self.inner.has_stdin_pipe()
+    }
+
+    /// Resolves once every byte was taken by the process's bounded stdin
+    /// buffer; the event loop never waits.
+    #[napi]
+    pub fn write_stdin<'e>(&self, env: &'e Env, data: Buffer) -> Result<Object<'e>> {
+        let (deferred, promise) = env.create_deferred::<(), _>()?;
+        self.inner.write_stdin_with(data.to_vec(), move |outcome| {
+            deferred.resolve(move |env| outcome.map_err(|e| js_error(&env, &e)))
+        });
+        Ok(promise)
+    }
+
+    #[napi]
+    pub fn close_stdin(&self, env: &Env) -> Result<bool> {
+        throw(env, self.inner.close_stdin())
+    }
+
     #[napi]
     pub fn done<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
         let (deferred, promise) = env.create_deferred::<(), _>()?;

@@ -126,6 +126,17 @@ impl Spec {
     fn stdin<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
         self.inner.stdin.as_deref().map(|b| PyBytes::new(py, b))
     }
+    /// True when the command gets a stdin pipe (``stdin=PIPE``).
+    #[getter]
+    fn stdin_pipe(&self) -> bool {
+        self.inner.stdin_pipe
+    }
+    /// What a foreground run does at its timeout: ``'kill'`` or
+    /// ``'background'``.
+    #[getter]
+    fn on_expiry(&self) -> &'static str {
+        self.inner.on_expiry.as_str()
+    }
     /// Variables merged over the scrubbed host environment, or None.
     #[getter]
     fn env(&self) -> Option<BTreeMap<String, String>> {
@@ -298,6 +309,11 @@ pub struct RunResult {
     /// alive when the stop finished (expected 0; warn otherwise).
     #[pyo3(get)]
     pub survivors: u32,
+    /// Set when the timeout was reached with ``on_expiry='background'``:
+    /// the command still runs, registered under this id (``get(id)``), and
+    /// its reads continue right after this result's output; else None.
+    #[pyo3(get)]
+    pub background_id: Option<String>,
 }
 
 impl RunResult {
@@ -313,6 +329,7 @@ impl RunResult {
             stderr: Py::new(py, CollectedOutput::from(r.stderr))?,
             sandbox: r.sandbox.map(SandboxInfo::from),
             survivors: r.survivors,
+            background_id: r.background_id,
         })
     }
 }

@@ -333,6 +333,7 @@ fn result_json(r: &RunResult) -> String {
         stderr,
         sandbox,
         survivors,
+        background_id,
     } = r;
     Object::new()
         .field("exit_code", *exit_code)
@@ -345,6 +346,7 @@ fn result_json(r: &RunResult) -> String {
         .field("stderr", output_json(stderr))
         .field("sandbox", sandbox.as_ref().map(sandbox_json))
         .field("survivors", *survivors)
+        .field("background_id", background_id.as_deref())
         .finish()
 }
 
@@ -416,6 +418,7 @@ mod tests {
                 runner_failed: None,
             }),
             survivors: 0,
+            background_id: None,
         };
         assert_eq!(
             result_json(&r),
@@ -423,7 +426,8 @@ mod tests {
                 r#"{"exit_code":null,"signal":"SIGKILL","exit_status_unavailable":false,"timed_out":false,"aborted":false,"timeout_ms":5,"#,
                 r#""stdout":{"text":"a\n","truncated":true,"spill_path":"/k/stdout.log","spill_error":null},"#,
                 r#""stderr":{"text":"","truncated":false,"spill_path":null,"spill_error":"the stream passed max_spill_bytes (9)"},"#,
-                r#""sandbox":{"mode":"read-only","denied":true,"enforcement":"full","runner_failed":null},"survivors":0}"#
+                r#""sandbox":{"mode":"read-only","denied":true,"enforcement":"full","runner_failed":null},"survivors":0,"#,
+                r#""background_id":null}"#
             )
         );
     }

@@ -213,9 +213,11 @@ fn json_has_every_field_and_round_trips_text() {
             "stdout",
             "stderr",
             "sandbox",
-            "survivors"
+            "survivors",
+            "background_id"
         ]
     );
+    assert_eq!(j.at("background_id"), &Json::Null);
     assert_eq!(j.at("exit_code"), &Json::Num(3.0));
     assert_eq!(j.at("signal"), &Json::Null);
     assert_eq!(j.at("timed_out"), &Json::Bool(false));

@@ -51,6 +51,8 @@ pub enum FieldName {
     Owner,
     /// `sandbox_policy` / `sandboxPolicy` (request, spec).
     SandboxPolicy,
+    /// `on_expiry` / `onExpiry` (request, spec).
+    OnExpiry,
 }
 
 /// How a face spells field names: Rust, C and Python use snake_case, Node
@@ -85,6 +87,7 @@ impl FieldName {
             DshEnv => ("dsh_env", "dshEnv"),
             Owner => ("owner", "owner"),
             SandboxPolicy => ("sandbox_policy", "sandboxPolicy"),
+            OnExpiry => ("on_expiry", "onExpiry"),
         };
         match style {
             NameStyle::Snake => snake,
@@ -196,6 +199,16 @@ pub enum DshError {
     /// nothing was run (fail closed).
     #[error("sandbox unavailable: {0}")]
     SandboxUnavailable(String),
+
+    /// A write to a process's stdin that cannot be taken: it has no stdin
+    /// pipe, it was closed, or the command exited or closed its end.
+    #[error("cannot write to the stdin of {id}: {why}")]
+    StdinClosed {
+        /// The process's registry id.
+        id: String,
+        /// Why its stdin takes no more bytes.
+        why: crate::stdin::StdinEnd,
+    },
 }
 
 impl DshError {

@@ -65,7 +65,7 @@ pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str, supervisors: &Sl
         workdir: &workdir,
     };
     let os_error = |e: std::io::Error| spawn_error(e, &spec.workdir);
-    let pipes = Pipes::new(spec.stdin.is_some()).map_err(os_error)?;
+    let pipes = Pipes::new(spec.stdin.is_some() || spec.stdin_pipe).map_err(os_error)?;
     let fds = pipes.child_fds(ruleset.as_ref().map(|r| r.fd()));
     let supervisor = supervisors.get().map_err(supervisor_error)?;
     let leader = match supervisor.spawn(&fds, &program) {

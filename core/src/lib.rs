@@ -33,6 +33,7 @@ mod runtime;
 mod sandbox;
 mod spawn;
 mod spill;
+mod stdin;
 mod supervise;
 mod supervisor;
 mod tree;
@@ -47,10 +48,11 @@ pub use error::{errno_name, DshError, Field, FieldName, NameStyle, Result, Scope
 pub use executor::{Executor, ListenerId, TaskListener};
 pub use output::CollectedOutput;
 pub use process::{Process, ProcessRead, Status, WaiterId};
-pub use request::{resolve, Request, SandboxPolicyInput, Spec, DSH_ENV_PREFIX};
+pub use request::{resolve, OnExpiry, Request, SandboxPolicyInput, Spec, DSH_ENV_PREFIX};
 pub use run::{RunFuture, RunResult};
 pub use runtime::refuse_blocking;
 pub use sandbox::{Enforcement, SandboxInfo, SandboxMode, SandboxPolicy};
+pub use stdin::{StdinEnd, STDIN_BUFFER_BYTES};
 
 /// The Rust examples of README.md and docs/ are doctests: `cargo test --doc`
 /// compiles and runs each as written. (`scripts/run-doc-examples` runs the

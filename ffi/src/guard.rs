@@ -42,6 +42,13 @@ pub enum DshStatus {
     DSH_FORKED_CHILD = 11,
     /// dsh_executor_forget: the process is still running.
     DSH_STILL_RUNNING = 12,
+    /// dsh_process_write_stdin / dsh_process_close_stdin: the process's
+    /// stdin takes no more bytes (no stdin pipe, closed, or the command
+    /// exited or closed its end); the last error says which.
+    DSH_STDIN_CLOSED = 13,
+    /// dsh_process_write_stdin: the stdin buffer is full and nothing was
+    /// taken; wait with dsh_process_wait_stdin_writable and write again.
+    DSH_AGAIN = 14,
 }
 
 /// A borrowed string handed out by the library: `len` bytes at `ptr`, plus a
@@ -94,6 +101,8 @@ pub(crate) enum FfiError {
     Null(&'static str),
     Utf8(&'static str),
     WaitTimedOut,
+    StdinFull,
+    StdinWaitTimedOut,
 }
 
 impl From<DshError> for FfiError {
@@ -110,7 +119,8 @@ impl FfiError {
         use DshStatus::*;
         match self {
             FfiError::Null(_) | FfiError::Utf8(_) => DSH_INVALID_ARGUMENT,
-            FfiError::WaitTimedOut => DSH_TIMED_OUT,
+            FfiError::WaitTimedOut | FfiError::StdinWaitTimedOut => DSH_TIMED_OUT,
+            FfiError::StdinFull => DSH_AGAIN,
             FfiError::Core(e) => match e {
                 DshError::InvalidArgument { .. } => DSH_INVALID_ARGUMENT,
                 DshError::Spawn { .. } => DSH_SPAWN_FAILED,
@@ -122,6 +132,7 @@ impl FfiError {
                 DshError::Internal(_) => DSH_INTERNAL,
                 DshError::ForkedChild { .. } => DSH_FORKED_CHILD,
                 DshError::StillRunning(_) => DSH_STILL_RUNNING,
+                DshError::StdinClosed { .. } => DSH_STDIN_CLOSED,
             },
         }
     }
@@ -132,6 +143,11 @@ impl FfiError {
             FfiError::Null(arg) => format!("invalid argument: {arg} is NULL"),
             FfiError::Utf8(arg) => format!("invalid argument: {arg} is not valid UTF-8"),
             FfiError::WaitTimedOut => "the process was still running when the wait ended".into(),
+            FfiError::StdinFull => {
+                "the stdin buffer is full, nothing was taken: wait with dsh_process_wait_stdin_writable"
+                    .into()
+            }
+            FfiError::StdinWaitTimedOut => "stdin was still full when the wait ended".into(),
         }
     }
 
@@ -338,6 +354,8 @@ pub extern "C" fn dsh_status_name(status: c_int) -> *const c_char {
         DSH_INTERNAL,
         DSH_FORKED_CHILD,
         DSH_STILL_RUNNING,
+        DSH_STDIN_CLOSED,
+        DSH_AGAIN,
     ];
     let Some(&status) = all.iter().find(|s| **s as c_int == status) else {
         return c"DSH_UNKNOWN".as_ptr();
@@ -356,6 +374,8 @@ pub extern "C" fn dsh_status_name(status: c_int) -> *const c_char {
         DSH_INTERNAL => c"DSH_INTERNAL",
         DSH_FORKED_CHILD => c"DSH_FORKED_CHILD",
         DSH_STILL_RUNNING => c"DSH_STILL_RUNNING",
+        DSH_STDIN_CLOSED => c"DSH_STDIN_CLOSED",
+        DSH_AGAIN => c"DSH_AGAIN",
     };
     name.as_ptr()
 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import inspect
+import subprocess
 import weakref
 from types import TracebackType
 from typing import Optional, Type
@@ -29,6 +30,7 @@ from ._errors import (
     NotFoundError,
     SandboxUnavailableError,
     SpawnError,
+    StdinClosedError,
 )
 from ._helpers import resolve_future
 from ._native import (
@@ -45,6 +47,11 @@ from ._native import (
 
 __version__: str = _native.__version__
 
+#: ``resolve(..., stdin=PIPE)`` gives the command a stdin pipe that stays
+#: open for ``Process.write_stdin`` until ``Process.close_stdin``. The same
+#: value as ``subprocess.PIPE``, which works too.
+PIPE: int = subprocess.PIPE
+
 __all__ = [
     "AlreadyCancelledError",
     "BlockingCallError",
@@ -58,6 +65,7 @@ __all__ = [
     "InternalError",
     "InvalidArgumentError",
     "NotFoundError",
+    "PIPE",
     "Process",
     "ProcessRead",
     "RunResult",
@@ -66,6 +74,7 @@ __all__ = [
     "SandboxUnavailableError",
     "Spec",
     "SpawnError",
+    "StdinClosedError",
     "Unsubscribe",
     "__version__",
 ]
