@@ -461,3 +461,210 @@ fn async_run_hands_over_too() {
     let p = exec.get(r.background_id.as_deref().unwrap()).unwrap();
     assert_eq!(read_all(&p), "after\n");
 }
+
+// ---- review: hostile cases -------------------------------------------------
+
+#[test]
+fn close_while_a_write_waits_fails_that_write_and_delivers_what_was_taken() {
+    let exec = executor();
+    let dir = temp_dir("stdin-close-pending");
+    let gate = dir.join("gate");
+    let p = piped(
+        &exec,
+        &format!("while [ ! -e '{}' ]; do sleep 0.01; done; wc -c", gate.display()),
+    );
+    let (tx, rx) = mpsc::channel();
+    p.write_stdin_with(vec![b'w'; 4 << 20], move |r| tx.send(r).unwrap());
+    assert!(eventually(LONG, || p.stdin_buffered() == STDIN_BUFFER_BYTES));
+    assert!(p.close_stdin().unwrap());
+    // The waiting write settles at once, with the reason.
+    let e = rx.recv_timeout(LONG).expect("the pending write never settled");
+    assert_eq!(stdin_error(e.unwrap_err()), StdinEnd::Closed);
+    std::fs::write(&gate, "").unwrap();
+    // What was taken (kernel pipe + buffer) arrives, then EOF.
+    let out = read_all(&p);
+    let got: usize = out.trim().parse().unwrap();
+    assert!(got >= STDIN_BUFFER_BYTES && got < 4 << 20, "{got}");
+    assert_eq!(p.exit_code(), Some(0));
+}
+
+#[test]
+fn zero_byte_writes_take_nothing_and_still_say_when_stdin_ended() {
+    let exec = executor();
+    let p = piped(&exec, "cat");
+    assert_eq!(p.try_write_stdin(&[]).unwrap(), 0);
+    rt().block_on(p.write_stdin(&[])).unwrap();
+    let (tx, rx) = mpsc::channel();
+    p.write_stdin_with(Vec::new(), move |r| tx.send(r).unwrap());
+    rx.recv_timeout(LONG).unwrap().unwrap();
+    assert!(p.close_stdin().unwrap());
+    assert_eq!(stdin_error(p.try_write_stdin(&[]).unwrap_err()), StdinEnd::Closed);
+    assert_eq!(
+        stdin_error(rt().block_on(p.write_stdin(&[])).unwrap_err()),
+        StdinEnd::Closed
+    );
+    assert_eq!(read_all(&p), "");
+}
+
+#[test]
+fn writes_racing_the_exit_end_with_a_reason_and_never_hang() {
+    let exec = executor();
+    let big = vec![b'r'; 1 << 20];
+    for i in 0..40 {
+        // Reads a little (or nothing), then exits while writes are pending.
+        let command = if i % 2 == 0 {
+            "head -c 1000 >/dev/null"
+        } else {
+            "exit 0"
+        };
+        let p = piped(&exec, command);
+        let (tx, rx) = mpsc::channel();
+        for _ in 0..3 {
+            let tx = tx.clone();
+            p.write_stdin_with(big.clone(), move |r| tx.send(r).unwrap());
+        }
+        let direct = rt().block_on(async {
+            tokio::time::timeout(LONG, p.write_stdin(&big))
+                .await
+                .expect("write hung")
+        });
+        let why = stdin_error(direct.unwrap_err());
+        assert!(matches!(why, StdinEnd::Exited | StdinEnd::Broken), "{why:?}");
+        for _ in 0..3 {
+            let r = rx.recv_timeout(LONG).expect("a queued write never settled");
+            let why = stdin_error(r.unwrap_err());
+            assert!(matches!(why, StdinEnd::Exited | StdinEnd::Broken), "{why:?}");
+        }
+        settled(&p);
+        assert_eq!(p.stdin_buffered(), 0, "dropped bytes are freed");
+    }
+}
+
+#[test]
+fn many_concurrent_writers_lose_nothing_and_ordered_writes_stay_whole() {
+    let exec = executor();
+    let dir = temp_dir("stdin-many");
+    let out = dir.join("out");
+    let p = piped(&exec, &format!("cat > '{}'", out.display()));
+    const CHUNK: usize = 50_000;
+    let mut threads = Vec::new();
+    for t in 0..12u8 {
+        let p = p.clone();
+        threads.push(std::thread::spawn(move || {
+            let byte = b'A' + t;
+            for _ in 0..4 {
+                let chunk = vec![byte; CHUNK];
+                match t % 3 {
+                    0 => rt().block_on(p.write_stdin(&chunk)).unwrap(),
+                    1 => {
+                        let (tx, rx) = mpsc::channel();
+                        p.write_stdin_with(chunk, move |r| tx.send(r).unwrap());
+                        rx.recv_timeout(LONG).unwrap().unwrap();
+                    }
+                    _ => write_all_polling(&p, &chunk),
+                }
+            }
+        }));
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    p.close_stdin().unwrap();
+    settled(&p);
+    let got = std::fs::read(&out).unwrap();
+    assert_eq!(got.len(), 12 * 4 * CHUNK);
+    for t in 0..12u8 {
+        let byte = b'A' + t;
+        assert_eq!(
+            got.iter().filter(|&&b| b == byte).count(),
+            4 * CHUNK,
+            "{}",
+            byte as char
+        );
+        if t % 3 != 2 {
+            // Ordered writes: each in runs that are whole multiples of a chunk.
+            let mut i = 0;
+            while i < got.len() {
+                let run = got[i..].iter().take_while(|&&b| b == got[i]).count();
+                if got[i] == byte {
+                    assert_eq!(run % CHUNK, 0, "an ordered write of {} was split", byte as char);
+                }
+                i += run;
+            }
+        }
+    }
+}
+
+/// `é1\né2\n…` on stdout (each `é` written as two separate writes, so a
+/// read can end between its bytes) and `e1\ne2\n…` on stderr.
+fn two_stream_counter(count: u32) -> String {
+    format!(
+        r"for ((i=1;i<={count};i++)); do printf '\xc3'; printf '\xa9%d\n' $i; printf 'e%d\n' $i >&2; if ((i%300==0)); then sleep 0.05; fi; done"
+    )
+}
+
+#[test]
+fn a_hand_over_amid_heavy_output_on_both_streams_loses_and_repeats_nothing() {
+    let exec = executor_with(|c| c.max_output_bytes = n(4 << 20));
+    let count = 6000;
+    let expected_out: String = (1..=count).map(|i| format!("é{i}\n")).collect();
+    let expected_err: String = (1..=count).map(|i| format!("e{i}\n")).collect();
+    for stdout_max in [256u32, 4 << 20] {
+        let mut req = Request::new(two_stream_counter(count));
+        req.timeout_ms = n(200);
+        req.stdout_max_bytes = n(stdout_max);
+        req.on_expiry = Some(OnExpiry::Background);
+        let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
+        let id = r.background_id.clone().expect("handed over");
+        assert!(!r.stdout.text.contains('\u{fffd}'), "{:?}", r.stdout.text);
+        let p = exec.get(&id).unwrap();
+        settled(&p);
+        assert_eq!(p.exit_code(), Some(0));
+        let rest = p.read_output();
+        assert!(!rest.lossy);
+        let (rest_out, rest_err) = rest.delta.split_once("[stderr]\n").unwrap_or((&rest.delta, ""));
+        let out = format!("{}{}", r.stdout.text, rest_out);
+        let err = format!("{}{}", r.stderr.text, rest_err);
+        assert!(!out.contains('\u{fffd}'));
+        if stdout_max == 256 {
+            assert!(r.stdout.truncated);
+            assert!(expected_out.ends_with(&out), "tail and reads do not meet");
+            let spill = r.stdout.spill_path.clone().expect("spilled");
+            assert!(std::fs::read_to_string(&spill).unwrap() == expected_out);
+        } else {
+            assert!(out == expected_out, "stdout lost or repeated bytes");
+        }
+        assert!(err == expected_err, "stderr lost or repeated bytes");
+    }
+}
+
+#[test]
+fn cancellation_racing_the_hand_over_leaves_nothing_running() {
+    let exec = executor_with(|c| c.grace_ms = n(200));
+    for i in 0..30u64 {
+        let token = CancelToken::new();
+        let t = token.clone();
+        let canceller = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(40 + i % 20));
+            t.cancel();
+        });
+        let r = exec
+            .run_blocking(&handing_over(&exec, "echo $$; exec sleep 60", 50), Some(&token))
+            .unwrap();
+        canceller.join().unwrap();
+        let pid: i32 = r.stdout.text.trim().parse().unwrap_or(0);
+        match &r.background_id {
+            Some(id) => {
+                assert!(r.timed_out && !r.aborted);
+                let p = exec.get(id).unwrap();
+                settled(&p);
+                assert_eq!(p.status(), Status::Killed);
+            }
+            None => assert!(r.aborted && !r.timed_out, "{r:?}"),
+        }
+        if pid > 0 {
+            assert!(eventually(LONG, || !alive(pid)), "{pid} survived");
+        }
+    }
+    assert!(exec.list().iter().all(|p| p.is_settled()));
+}
