@@ -197,3 +197,83 @@ def test_the_default_kills_and_close_ends_a_handed_over_process() -> None:
     ex.close()
     assert p.done and p.status == "killed"
     assert not alive(pid)
+
+
+# ---- review: hostile cases ---------------------------------------------------
+
+
+def _run_child(script: str, timeout: float = 120) -> "subprocess.CompletedProcess[str]":
+    """Runs ``script`` in a fresh interpreter, so a hang fails instead of
+    hanging the suite and memory is measured alone."""
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_pending_async_writes_settle_on_close_kill_and_dispose() -> None:
+    async def main() -> None:
+        ex = dsh_native.Executor(grace_ms=300)
+        big = b"p" * (4 * 1024 * 1024)
+        # close_stdin while a write waits: that write fails with 'closed'.
+        p = ex.start(ex.resolve("sleep 60", stdin=dsh_native.PIPE))
+        w = asyncio.ensure_future(p.write_stdin_async(big))
+        await asyncio.sleep(0)
+        assert p.close_stdin() is True
+        with pytest.raises(dsh_native.StdinClosedError) as info:
+            await asyncio.wait_for(w, 30)
+        assert info.value.reason == "closed"
+        p.kill()
+        # kill with writes waiting: they fail ('broken' when the dying
+        # command's end of the pipe closes before its exit is seen).
+        p = ex.start(ex.resolve("sleep 60", stdin=dsh_native.PIPE))
+        ws = [asyncio.ensure_future(p.write_stdin_async(big)) for _ in range(3)]
+        await asyncio.sleep(0)
+        p.kill()
+        for w in ws:
+            with pytest.raises(dsh_native.StdinClosedError) as info:
+                await asyncio.wait_for(w, 30)
+            assert info.value.reason in ("exited", "broken")
+        # dispose with writes waiting: they fail too, none hangs.
+        p = ex.start(ex.resolve("sleep 60", stdin=dsh_native.PIPE))
+        ws = [asyncio.ensure_future(p.write_stdin_async(big)) for _ in range(3)]
+        await asyncio.sleep(0)
+        ex.close()
+        for w in ws:
+            with pytest.raises(dsh_native.StdinClosedError):
+                await asyncio.wait_for(w, 30)
+
+    asyncio.run(main())
+
+
+def test_ctrl_c_interrupts_a_blocked_write_stdin_and_the_process_lives_on() -> None:
+    script = r"""
+import os, signal, threading, dsh_native
+ex = dsh_native.Executor(grace_ms=300)
+p = ex.start(ex.resolve("sleep 60", stdin=dsh_native.PIPE))
+interrupted = threading.Event()
+def ctrl_c():
+    # Until the main thread has seen it: the write blocks at some point.
+    while not interrupted.wait(0.1):
+        os.kill(os.getpid(), signal.SIGINT)
+t = threading.Thread(target=ctrl_c)
+t.start()
+try:
+    p.write_stdin(b"x" * (8 * 1024 * 1024))
+    print("NOT INTERRUPTED")
+except KeyboardInterrupt:
+    interrupted.set()
+    print("interrupted")
+t.join()
+assert p.status == "running", p.status
+assert p.close_stdin() is True
+p.kill()
+p.wait(30)
+ex.close()
+print("ok")
+"""
+    r = _run_child(script)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["interrupted", "ok"], r.stdout
+
