@@ -172,9 +172,18 @@ impl Process {
     /// once the command exited or closed its stdin. Ctrl-C interrupts the
     /// wait; bytes already taken stay taken.
     fn write_stdin(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
-        let bytes = stdin_bytes(data)?;
+        // `bytes` are immutable and kept alive by `data`: written from where
+        // they are, never copied whole (a str is encoded once).
+        let encoded;
+        let bytes = match data.cast::<PyBytes>() {
+            Ok(b) => b.as_bytes(),
+            Err(_) => {
+                encoded = stdin_bytes(data)?;
+                &encoded[..]
+            }
+        };
         dsh_core::refuse_blocking().map_err(|e| to_pyerr(py, e))?;
-        let mut rest = &bytes[..];
+        let mut rest = bytes;
         loop {
             let n = self.inner.try_write_stdin(rest).map_err(|e| to_pyerr(py, e))?;
             rest = &rest[n..];

@@ -277,3 +277,25 @@ print("ok")
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["interrupted", "ok"], r.stdout
 
+
+def test_a_huge_blocking_write_is_not_copied_whole() -> None:
+    # 256 MiB written by one call: the writer's memory stays within the
+    # data itself plus a bounded amount, not a second copy of it.
+    script = r"""
+import resource, dsh_native
+ex = dsh_native.Executor()
+data = b"h" * (256 * 1024 * 1024)
+p = ex.start(ex.resolve("cat >/dev/null", stdin=dsh_native.PIPE))
+p.write_stdin(b"warm")
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+p.write_stdin(data)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+p.close_stdin()
+p.wait(60)
+ex.close()
+print((after - before) // (1024 * 1024))
+"""
+    r = _run_child(script)
+    assert r.returncode == 0, r.stderr
+    grew_mib = int(r.stdout.strip())
+    assert grew_mib < 64, f"peak memory grew by {grew_mib} MiB for a 256 MiB write"
