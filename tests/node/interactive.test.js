@@ -214,3 +214,37 @@ test("onExpiry 'background': the signal kills the handed-over process, dispose e
   assert.equal(second.status, 'killed')
   assert.equal(alive(pid), false)
 })
+
+// ---- review: hostile cases --------------------------------------------------
+
+test('stdin pipe: pending writes settle on closeStdin, kill and dispose', async () => {
+  const shell = executor()
+  const big = () => Buffer.alloc(4 * 1024 * 1024, 0x70)
+  const within = (promise) =>
+    Promise.race([
+      promise.then(
+        () => 'resolved',
+        (e) => e,
+      ),
+      new Promise((resolve) => setTimeout(() => resolve('hung'), 30000).unref()),
+    ])
+  // closeStdin while a write waits: that write rejects with 'closed'.
+  const a = shell.start(shell.resolve({ command: 'sleep 60', stdin: PIPE }))
+  const pending = within(a.writeStdin(big()))
+  assert.equal(a.closeStdin(), true)
+  const e = await pending
+  assert.equal(e.code, 'STDIN_CLOSED')
+  assert.equal(e.reason, 'closed')
+  a.kill()
+  // kill with writes waiting: each settles (rejects).
+  const b = shell.start(shell.resolve({ command: 'sleep 60', stdin: PIPE }))
+  const writes = [b.writeStdin(big()), b.writeStdin(big()), b.writeStdin('x')].map(within)
+  b.kill()
+  for (const w of writes) assert.equal((await w).code, 'STDIN_CLOSED')
+  // dispose with writes waiting: each settles, none hangs.
+  const c = shell.start(shell.resolve({ command: 'sleep 60', stdin: PIPE }))
+  const last = [c.writeStdin(big()), c.writeStdin(big())].map(within)
+  await shell.dispose()
+  for (const w of last) assert.equal((await w).code, 'STDIN_CLOSED')
+  await assert.rejects(c.writeStdin('after dispose'), { code: 'STDIN_CLOSED' })
+})
