@@ -668,3 +668,34 @@ fn cancellation_racing_the_hand_over_leaves_nothing_running() {
     }
     assert!(exec.list().iter().all(|p| p.is_settled()));
 }
+
+#[test]
+fn a_handed_over_process_is_listed_with_its_command_and_owner_and_retention_applies() {
+    let exec = executor_with(|c| c.retain_settled = n(1));
+    let mut req = Request::new("seq 1 100; read -r x; seq 1 3000");
+    req.timeout_ms = n(100);
+    req.stdout_max_bytes = n(16);
+    req.owner = Some("agent-7".into());
+    req.stdin_pipe = true;
+    req.on_expiry = Some(OnExpiry::Background);
+    let s = exec.resolve(req).unwrap();
+    let r = exec.run_blocking(&s, None).unwrap();
+    let id = r.background_id.clone().unwrap();
+    let listed = exec.list();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].id(), id);
+    assert_eq!(listed[0].command(), s.command);
+    assert_eq!(exec.owner_of(&id).unwrap().as_deref(), Some("agent-7"));
+    let p = exec.get(&id).unwrap();
+    p.close_stdin().unwrap();
+    settled(&p);
+    let spill = r.stdout.spill_path.clone().expect("the result spilled");
+    let expected: String = (1..=100).chain(1..=3000).map(|i| format!("{i}\n")).collect();
+    assert!(std::fs::read_to_string(&spill).unwrap() == expected);
+    // Forgotten by retention: like any background process, its spill files
+    // go, the result's included (docs/running.md, on_expiry).
+    let q = exec.start(&spec(&exec, "true")).unwrap();
+    settled(&q);
+    assert!(exec.get(&id).is_none());
+    assert!(!std::path::Path::new(&spill).exists());
+}
