@@ -1330,6 +1330,69 @@ static void test_stdin_pipe(void) {
     dsh_executor_free(exec);
 }
 
+/* A thread blocked in dsh_process_wait_stdin_writable(-1) on a full stdin. */
+struct stdin_waiter {
+    const DshProcess *p;
+    DshStatus status;
+};
+
+static void *blocked_waiter(void *arg) {
+    struct stdin_waiter *w = arg;
+    w->status = dsh_process_wait_stdin_writable(w->p, -1);
+    return NULL;
+}
+
+static void test_stdin_misuse(void) {
+    DshExecutor *exec = new_executor(300, 0);
+    DshProcess *p = start_piped(exec, "sleep 60");
+    size_t n = 7;
+    /* NULL data with a length is refused naming it; with 0 it only looks. */
+    CHECK(dsh_process_write_stdin(p, NULL, 5, &n) == DSH_INVALID_ARGUMENT);
+    CHECK(strstr(dsh_last_error(), "data") != NULL);
+    OK(dsh_process_write_stdin(p, NULL, 0, &n));
+    CHECK(n == 0);
+    CHECK(dsh_process_wait_stdin_writable(NULL, 0) == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_process_close_stdin(NULL, NULL) == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_run_result_background_id(NULL).ptr == NULL);
+    CHECK(dsh_request_set_on_expiry(NULL, "kill") == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_request_set_stdin_pipe(NULL) == DSH_INVALID_ARGUMENT);
+    /* Fill the stdin (the command never reads), then free this handle: a
+     * second one from dsh_executor_get keeps working, and a thread blocked
+     * on the full stdin wakes (at the latest) when the process is killed. */
+    size_t len = 1 << 20;
+    unsigned char *data = calloc(1, len);
+    while (dsh_process_write_stdin(p, data, len, &n) == DSH_OK) {
+    }
+    CHECK(dsh_process_write_stdin(p, data, len, &n) == DSH_AGAIN);
+    DshStr id = dsh_process_id(p);
+    char *idc = strndup(id.ptr, id.len);
+    dsh_process_free(p);
+    DshProcess *q = NULL;
+    OK(dsh_executor_get(exec, idc, &q));
+    CHECK(q != NULL);
+    CHECK(dsh_process_write_stdin(q, data, len, &n) == DSH_AGAIN);
+    struct stdin_waiter w = {q, DSH_INTERNAL};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, blocked_waiter, &w) == 0);
+    CHECK(dsh_process_kill(q));
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK(w.status == DSH_OK);
+    /* The waiter may also have woken for room the pipe made: once the
+     * process has settled, its stdin has surely ended. */
+    CHECK(dsh_process_wait(q, 30000) == DSH_OK);
+    CHECK(dsh_process_write_stdin(q, data, 1, &n) == DSH_STDIN_CLOSED);
+    bool closed = true;
+    OK(dsh_process_close_stdin(q, &closed));
+    CHECK(!closed);
+    OK(dsh_process_close_stdin(q, &closed)); /* twice: still nothing to do */
+    CHECK(!closed);
+    dsh_process_free(q);
+    free(idc);
+    free(data);
+    OK(dsh_executor_dispose(exec));
+    dsh_executor_free(exec);
+}
+
 static void test_on_expiry_background(void) {
     DshExecutor *exec = new_executor(300, 0);
     const char *command = "echo before; sleep 0.5; echo after";
@@ -1389,6 +1452,7 @@ int main(void) {
     run_test("calls_from_thread_exit_destructors", test_calls_from_thread_exit_destructors);
     run_test("reconfigure", test_reconfigure);
     run_test("stdin_pipe", test_stdin_pipe);
+    run_test("stdin_misuse", test_stdin_misuse);
     run_test("on_expiry_background", test_on_expiry_background);
     run_test("host_death_sigkill", test_host_death_sigkill);
     run_test("host_death_exit_without_dispose", test_host_death_exit_without_dispose);
