@@ -102,6 +102,9 @@ class NativeShellProcess {
    * (back-pressure) and the event loop runs on. Writes are written whole,
    * in call order. Rejects with code STDIN_CLOSED without a stdin pipe,
    * after closeStdin(), and once the command exited or closed its stdin.
+   * A large write goes down in 1 MiB pieces, each copied once, so a pending
+   * write never holds a second copy of the caller's data; do not change the
+   * data until the promise settles.
    */
   writeStdin(data) {
     let bytes
@@ -109,7 +112,25 @@ class NativeShellProcess {
     else if (Buffer.isBuffer(data)) bytes = data
     else if (data instanceof Uint8Array) bytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength)
     else return Promise.reject(invalid('data', `must be a string, a Buffer or a Uint8Array, got ${describe(data)}`))
-    return this.#native.writeStdin(bytes)
+    if (bytes.length <= STDIN_PIECE) return this.#queueStdin(() => this.#native.writeStdin(bytes))
+    return this.#queueStdin(async () => {
+      for (let at = 0; at < bytes.length; at += STDIN_PIECE) {
+        await this.#native.writeStdin(bytes.subarray(at, at + STDIN_PIECE))
+      }
+    })
+  }
+
+  // Writes reach the native side one after another, so the pieces of one
+  // write are never interleaved with another write's. With nothing queued a
+  // write starts at once, so `writeStdin(x); closeStdin()` delivers x.
+  #stdinTail = Promise.resolve()
+  #stdinQueued = 0
+  #queueStdin(write) {
+    const run = () => write()
+    const written = this.#stdinQueued === 0 ? run() : this.#stdinTail.then(run)
+    this.#stdinQueued++
+    this.#stdinTail = written.catch(() => {}).finally(() => this.#stdinQueued--)
+    return written
   }
 
   /**
@@ -121,6 +142,9 @@ class NativeShellProcess {
     return this.#native.closeStdin()
   }
 }
+
+/** The largest piece of a stdin write handed to the addon at once. */
+const STDIN_PIECE = 1 << 20
 
 function withTask(read, task) {
   return { task, ...read }

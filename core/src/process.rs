@@ -12,7 +12,7 @@ use crate::forked;
 use crate::run::ExitFields;
 use crate::runtime;
 use crate::sandbox::SandboxInfo;
-use crate::stdin::{not_piped, StdinPipe};
+use crate::stdin::{not_piped, Enqueued, StdinPipe};
 use crate::supervise::{Stop, Streams};
 
 /// Where a background process stands (docs/running.md).
@@ -282,8 +282,10 @@ impl Process {
             Ok(pipe) => pipe,
             Err(e) => return callbacks::dispatch(move || on_done(Err(e))),
         };
-        if !pipe.enqueue((bytes, Box::new(on_done))) {
-            return; // the task writing the queue takes it in turn
+        match pipe.enqueue(self.id(), (bytes, Box::new(on_done))) {
+            Enqueued::Taken(on_done, outcome) => return callbacks::dispatch(move || on_done(outcome)),
+            Enqueued::Queued(false) => return, // the task writing the queue takes it in turn
+            Enqueued::Queued(true) => {}
         }
         let process = self.clone();
         runtime::handle().spawn(async move {

@@ -90,7 +90,18 @@ impl std::panic::RefUnwindSafe for StdinPipe {}
 impl std::panic::UnwindSafe for StdinPipe {}
 
 /// A write made through `write_stdin_with`, waiting for its turn.
-pub(crate) type QueuedWrite = (Vec<u8>, Box<dyn FnOnce(Result<()>) + Send>);
+pub(crate) type QueuedWrite = (Vec<u8>, OnWritten);
+
+/// Called with a queued write's outcome.
+pub(crate) type OnWritten = Box<dyn FnOnce(Result<()>) + Send>;
+
+/// What [`StdinPipe::enqueue`] did with a write.
+pub(crate) enum Enqueued {
+    /// Taken whole at once, or refused: call back with the outcome.
+    Taken(OnWritten, Result<()>),
+    /// Queued; true when the task writing the queue must be started.
+    Queued(bool),
+}
 
 /// What the supervising task is asked to do next.
 pub(crate) enum PipeWork {
@@ -177,12 +188,23 @@ impl StdinPipe {
         }
     }
 
-    /// Queues a write in call order; true when the caller must start the
-    /// task that writes the queue ([`StdinPipe::next_queued`]).
-    pub(crate) fn enqueue(&self, write: QueuedWrite) -> bool {
+    /// Queues a write in call order. When no earlier queued write waits,
+    /// what fits is taken at once, so a write made before
+    /// [`StdinPipe::close`] is delivered whatever the threads' timing.
+    /// `Taken` hands the write back when it was taken whole (or refused);
+    /// `Queued(true)` when the caller must start the task that writes the
+    /// queue ([`StdinPipe::next_queued`]).
+    pub(crate) fn enqueue(&self, id: &str, (mut bytes, on_done): QueuedWrite) -> Enqueued {
         let mut q = self.queued.lock().unwrap_or_else(|e| e.into_inner());
-        q.0.push_back(write);
-        !std::mem::replace(&mut q.1, true)
+        if q.0.is_empty() && !q.1 {
+            match self.try_write(id, &bytes) {
+                Ok(n) if n == bytes.len() => return Enqueued::Taken(on_done, Ok(())),
+                Ok(n) => drop(bytes.drain(..n)),
+                Err(e) => return Enqueued::Taken(on_done, Err(e)),
+            }
+        }
+        q.0.push_back((bytes, on_done));
+        Enqueued::Queued(!std::mem::replace(&mut q.1, true))
     }
 
     /// The next queued write; `None` (and the task ends) when there is none.

@@ -699,3 +699,24 @@ fn a_handed_over_process_is_listed_with_its_command_and_owner_and_retention_appl
     assert!(exec.get(&id).is_none());
     assert!(!std::path::Path::new(&spill).exists());
 }
+
+#[test]
+fn a_write_made_before_close_stdin_is_delivered_whatever_the_timing() {
+    // The callback form hands the write to the core's threads; a close made
+    // right after it, on this thread, must still come after it.
+    let exec = executor();
+    for round in 0..200 {
+        let p = piped(&exec, "cat");
+        let (tx, rx) = mpsc::channel();
+        p.write_stdin_with(format!("round {round}").into_bytes(), move |r| {
+            let _ = tx.send(r.is_ok());
+        });
+        assert!(p.close_stdin().unwrap());
+        assert!(
+            rx.recv_timeout(Duration::from_secs(30)).unwrap(),
+            "round {round}: the write failed"
+        );
+        settled(&p);
+        assert_eq!(read_all(&p), format!("round {round}"));
+    }
+}

@@ -248,3 +248,33 @@ test('stdin pipe: pending writes settle on closeStdin, kill and dispose', async 
   for (const w of last) assert.equal((await w).code, 'STDIN_CLOSED')
   await assert.rejects(c.writeStdin('after dispose'), { code: 'STDIN_CLOSED' })
 })
+
+test('stdin pipe: a huge write goes down without a second copy; a write then closeStdin delivers it', async () => {
+  const ex = executor()
+  try {
+    const p = ex.start(ex.resolve({ command: 'wc -c', stdin: PIPE }))
+    const big = Buffer.alloc(256 << 20, 0x78)
+    const before = process.memoryUsage().rss
+    let peak = 0
+    const sample = setInterval(() => { peak = Math.max(peak, process.memoryUsage().rss - before) }, 2)
+    const written = p.writeStdin(big)
+    p.writeStdin('tail') // queued behind the huge one, never inside it
+    await written
+    clearInterval(sample)
+    await p.writeStdin('')
+    p.closeStdin()
+    await p.done
+    assert.equal(p.readOutput().delta, `${(256 << 20) + 4}\n`)
+    // A copy of the caller's data would be 256 MiB; pieces are 1 MiB.
+    assert.ok(peak < 64 << 20, `rss grew by ${peak} bytes while writing`)
+
+    const q = ex.start(ex.resolve({ command: 'cat', stdin: PIPE }))
+    const delivered = q.writeStdin('answer')
+    q.closeStdin()
+    await delivered
+    await q.done
+    assert.equal(q.readOutput().delta, 'answer')
+  } finally {
+    await ex.dispose()
+  }
+})
