@@ -159,6 +159,21 @@ impl StdinPipe {
         Ok(n)
     }
 
+    /// Takes all of `bytes` if they fit now, else nothing (false).
+    fn push_whole(&self, id: &str, bytes: &[u8]) -> Result<bool> {
+        let fits = {
+            let s = self.state();
+            STDIN_BUFFER_BYTES - s.buf.len() >= bytes.len()
+        };
+        // Only the holder of the turn adds bytes, so the room seen above
+        // can only have grown.
+        if !fits {
+            self.push(id, &[])?;
+            return Ok(false);
+        }
+        self.push(id, bytes).map(|n| n == bytes.len())
+    }
+
     /// Non-blocking write: takes what fits now, 0 when the buffer is full
     /// or an ordered write is waiting for its turn.
     pub(crate) fn try_write(&self, id: &str, bytes: &[u8]) -> Result<usize> {
@@ -188,19 +203,22 @@ impl StdinPipe {
         }
     }
 
-    /// Queues a write in call order. When no earlier queued write waits,
-    /// what fits is taken at once, so a write made before
-    /// [`StdinPipe::close`] is delivered whatever the threads' timing.
-    /// `Taken` hands the write back when it was taken whole (or refused);
-    /// `Queued(true)` when the caller must start the task that writes the
-    /// queue ([`StdinPipe::next_queued`]).
-    pub(crate) fn enqueue(&self, id: &str, (mut bytes, on_done): QueuedWrite) -> Enqueued {
+    /// Queues a write in call order. When no earlier queued write waits
+    /// and the whole write fits, it is taken at once, so a write made
+    /// before [`StdinPipe::close`] is delivered whatever the threads'
+    /// timing. Never a part: the rest could be overtaken by another
+    /// writer's turn, splitting the write. `Taken` hands the write back
+    /// when it was taken (or refused); `Queued(true)` when the caller must
+    /// start the task that writes the queue ([`StdinPipe::next_queued`]).
+    pub(crate) fn enqueue(&self, id: &str, (bytes, on_done): QueuedWrite) -> Enqueued {
         let mut q = self.queued.lock().unwrap_or_else(|e| e.into_inner());
         if q.0.is_empty() && !q.1 {
-            match self.try_write(id, &bytes) {
-                Ok(n) if n == bytes.len() => return Enqueued::Taken(on_done, Ok(())),
-                Ok(n) => drop(bytes.drain(..n)),
-                Err(e) => return Enqueued::Taken(on_done, Err(e)),
+            if let Ok(_turn) = self.turn.try_lock() {
+                match self.push_whole(id, &bytes) {
+                    Ok(true) => return Enqueued::Taken(on_done, Ok(())),
+                    Ok(false) => {}
+                    Err(e) => return Enqueued::Taken(on_done, Err(e)),
+                }
             }
         }
         q.0.push_back((bytes, on_done));

@@ -396,6 +396,16 @@ fn a_run_waiting_for_input_is_handed_over_with_its_stdin() {
     assert_eq!(p.exit_code(), Some(0));
 }
 
+/// The pid a handed-over `echo $$` printed: in the result, or (on a slow
+/// machine, where the timeout came first) in the process's output after.
+fn first_line_pid(r: &RunResult, p: &Process) -> i32 {
+    let mut seen = r.stdout.text.clone();
+    if !seen.contains('\n') {
+        read_until(p, &mut seen, "\n");
+    }
+    seen.trim().parse().unwrap()
+}
+
 #[test]
 fn listeners_hear_a_handed_over_process_and_dispose_ends_it() {
     let exec = executor_with(|c| c.grace_ms = n(300));
@@ -406,9 +416,9 @@ fn listeners_hear_a_handed_over_process_and_dispose_ends_it() {
     let r = exec
         .run_blocking(&handing_over(&exec, "echo $$; exec sleep 60", 100), None)
         .unwrap();
-    let id = r.background_id.unwrap();
-    let pid: i32 = r.stdout.text.trim().parse().unwrap();
+    let id = r.background_id.clone().unwrap();
     let p = exec.get(&id).unwrap();
+    let pid = first_line_pid(&r, &p);
     assert_eq!(p.status(), Status::Running);
     assert!(alive(pid));
     assert!(p.kill());
@@ -419,8 +429,8 @@ fn listeners_hear_a_handed_over_process_and_dispose_ends_it() {
     let r = exec
         .run_blocking(&handing_over(&exec, "echo $$; sleep 60 & wait", 100), None)
         .unwrap();
-    let pid: i32 = r.stdout.text.trim().parse().unwrap();
     let p = exec.get(r.background_id.as_deref().unwrap()).unwrap();
+    let pid = first_line_pid(&r, &p);
     exec.dispose_blocking().unwrap();
     assert!(p.is_settled());
     assert_eq!(p.status(), Status::Killed);
