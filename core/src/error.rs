@@ -51,6 +51,16 @@ pub enum FieldName {
     Owner,
     /// `sandbox_policy` / `sandboxPolicy` (request, spec).
     SandboxPolicy,
+    /// `limits.memory_bytes` / `limits.memoryBytes` (config, request, spec).
+    LimitsMemoryBytes,
+    /// `limits.processes` (config, request, spec).
+    LimitsProcesses,
+    /// `limits.cpu_seconds` / `limits.cpuSeconds` (config, request, spec).
+    LimitsCpuSeconds,
+    /// `limits.file_size_bytes` / `limits.fileSizeBytes` (config, request, spec).
+    LimitsFileSizeBytes,
+    /// `limits.open_files` / `limits.openFiles` (config, request, spec).
+    LimitsOpenFiles,
 }
 
 /// How a face spells field names: Rust, C and Python use snake_case, Node
@@ -85,6 +95,11 @@ impl FieldName {
             DshEnv => ("dsh_env", "dshEnv"),
             Owner => ("owner", "owner"),
             SandboxPolicy => ("sandbox_policy", "sandboxPolicy"),
+            LimitsMemoryBytes => ("limits.memory_bytes", "limits.memoryBytes"),
+            LimitsProcesses => ("limits.processes", "limits.processes"),
+            LimitsCpuSeconds => ("limits.cpu_seconds", "limits.cpuSeconds"),
+            LimitsFileSizeBytes => ("limits.file_size_bytes", "limits.fileSizeBytes"),
+            LimitsOpenFiles => ("limits.open_files", "limits.openFiles"),
         };
         match style {
             NameStyle::Snake => snake,
@@ -196,6 +211,16 @@ pub enum DshError {
     /// nothing was run (fail closed).
     #[error("sandbox unavailable: {0}")]
     SandboxUnavailable(String),
+
+    /// A limit was asked for (by the request or the configuration) that
+    /// this host cannot enforce; nothing was run (fail closed).
+    #[error("limit unavailable: {message}")]
+    LimitUnavailable {
+        /// The limit that cannot be enforced.
+        limit: crate::limits::LimitKind,
+        /// Why, naming the limit's field.
+        message: String,
+    },
 }
 
 impl DshError {

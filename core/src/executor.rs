@@ -17,6 +17,7 @@ use crate::confine;
 use crate::env::HostEnv;
 use crate::error::{DshError, Field, FieldName, Result, Scope};
 use crate::forked::current_pid;
+use crate::governor;
 use crate::launch::launch;
 use crate::output::StreamBuffer;
 use crate::process::{lock, Process, ProcessRead, ProcessShared, State, Status};
@@ -238,6 +239,7 @@ impl Shared {
             status,
             stop,
             survivors,
+            group,
         } = supervise(
             spawned,
             &tag,
@@ -249,7 +251,7 @@ impl Shared {
         )
         .await
         .map_err(unwatchable)?;
-        let ending = ExitFields::from(status);
+        let ending = governed(ExitFields::from(status), &spec, stop, status, group);
         let streams = lock(&streams);
         let stderr = streams.stderr.collected();
         let sandbox = confine::facts(spec.sandbox_policy.as_ref(), ending.exit_code, &stderr.text);
@@ -264,6 +266,8 @@ impl Shared {
             stderr,
             sandbox,
             survivors,
+            limit: ending.limit,
+            limits_enforcement: ending.limits_enforcement,
         })
     }
 
@@ -277,6 +281,7 @@ impl Shared {
         let tag = self.next_tag();
         let shared = &process.shared;
         let launched = confine::check(spec.sandbox_policy.as_ref())
+            .and_then(|_| governor::check(&spec.limits))
             .and_then(|_| launch(&spec, host_env, &tag, &self.supervisors));
         let failed = |line: String, sandbox| {
             let mut streams = lock(&shared.streams);
@@ -328,7 +333,13 @@ impl Shared {
                 .await
                 {
                     Ok(outcome) => {
-                        let ending = ExitFields::from(outcome.status);
+                        let ending = governed(
+                            ExitFields::from(outcome.status),
+                            &spec,
+                            outcome.stop,
+                            outcome.status,
+                            outcome.group,
+                        );
                         let stderr = lock(&shared.streams).stderr.collected().text;
                         let sandbox = confine::facts(spec.sandbox_policy.as_ref(), ending.exit_code, &stderr);
                         (ending, sandbox, outcome.survivors)
@@ -543,6 +554,7 @@ impl Executor {
             return Err(DshError::AlreadyCancelled);
         }
         confine::check(spec.sandbox_policy.as_ref())?;
+        governor::check(&spec.limits)?;
         Ok(active)
     }
 
@@ -779,4 +791,32 @@ impl Executor {
         }
         runtime::block_on(shared.dispose())
     }
+}
+
+/// The governor's facts on an ending: which limit ended the command (the
+/// one the executor stopped it for, else the kernel's counters and the
+/// leader's death signal when it ended by itself; never after a timeout or
+/// a cancellation), how each limit was enforced; then the command's groups
+/// are removed.
+fn governed(
+    mut ending: ExitFields,
+    spec: &Spec,
+    stop: Option<Stop>,
+    status: crate::spawn::ExitStatus,
+    group: Option<crate::governor::CommandGroup>,
+) -> ExitFields {
+    let signal = match status {
+        crate::spawn::ExitStatus::Signal(s) => Some(s),
+        _ => None,
+    };
+    ending.limit = match stop {
+        Some(Stop::Limit(kind)) => Some(kind),
+        None => governor::cause(&spec.limits, group.as_ref(), signal),
+        Some(_) => None,
+    };
+    ending.limits_enforcement = governor::check(&spec.limits).unwrap_or_default();
+    if let Some(g) = group {
+        g.remove();
+    }
+    ending
 }

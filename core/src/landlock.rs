@@ -36,9 +36,17 @@ const ACCESS_FS_TRUNCATE: u64 = 1 << 14;
 /// creations, removals, cross-directory links and truncation).
 const FULL_ABI: u32 = 3;
 
+/// ABI 4: TCP bind(2) and connect(2), by port.
+const ACCESS_NET_BIND_TCP: u64 = 1 << 0;
+const ACCESS_NET_CONNECT_TCP: u64 = 1 << 1;
+/// The first ABI with network rules.
+pub(crate) const NET_ABI: u32 = 4;
+
 #[repr(C)]
 struct RulesetAttr {
     handled_access_fs: u64,
+    /// Read by the kernel only when the size passed covers it (ABI 4+).
+    handled_access_net: u64,
 }
 
 #[repr(C, packed)]
@@ -164,24 +172,40 @@ fn writable_dirs(policy: &SandboxPolicy) -> Vec<std::path::PathBuf> {
     }
 }
 
-/// Builds the ruleset for a confined policy: reads and execution stay
-/// unrestricted; every file write is denied except under the writable
-/// directories and to the sinks. An error means confinement cannot be
+/// Builds the ruleset for a policy: with `files`, reads and execution stay
+/// unrestricted and every file write is denied except under the writable
+/// directories and to the sinks; with `deny_tcp` (ABI 4+ only), every TCP
+/// bind and connect is denied. An error means confinement cannot be
 /// applied (the caller fails closed).
-pub(crate) fn ruleset(policy: &SandboxPolicy) -> Result<Ruleset, String> {
+pub(crate) fn ruleset(policy: &SandboxPolicy, files: bool, deny_tcp: bool) -> Result<Ruleset, String> {
     let abi = abi()?;
-    let handled = write_rights(abi);
+    let handled = if files { write_rights(abi) } else { 0 };
+    let net = deny_tcp && abi >= NET_ABI;
     let attr = RulesetAttr {
         handled_access_fs: handled,
+        handled_access_net: if net {
+            ACCESS_NET_BIND_TCP | ACCESS_NET_CONNECT_TCP
+        } else {
+            0
+        },
     };
+    // The ABI-1 layout (the first field) unless network rights are handled.
+    let size = if net {
+        std::mem::size_of::<RulesetAttr>()
+    } else {
+        std::mem::size_of::<u64>()
+    };
+    if handled == 0 && !net {
+        return Err("nothing to confine".to_owned());
+    }
     // SAFETY: `attr` is a live `struct landlock_ruleset_attr` that the kernel
     // only reads, for the size passed (the ABI-1 layout, accepted by every
-    // kernel with Landlock).
+    // kernel with Landlock, or the ABI-4 one on a kernel that has it).
     let fd = unsafe {
         libc::syscall(
             libc::SYS_landlock_create_ruleset,
             &attr as *const RulesetAttr,
-            std::mem::size_of::<RulesetAttr>(),
+            size,
             0u32,
         )
     };
@@ -194,6 +218,9 @@ pub(crate) fn ruleset(policy: &SandboxPolicy) -> Result<Ruleset, String> {
     // SAFETY: landlock_create_ruleset succeeded (fd ≥ 0), so `fd` is a
     // descriptor it just created, which nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    if !files {
+        return Ok(Ruleset { fd });
+    }
     for dir in writable_dirs(policy) {
         add_rule(&fd, &dir, handled)
             .map_err(|e| format!("cannot allow writes under {}: {e}", dir.display()))?;

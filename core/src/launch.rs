@@ -8,6 +8,7 @@ use std::path::Path;
 use crate::confine;
 use crate::env::{child_environment, path_of, HostEnv};
 use crate::error::{errno_name, DshError, Result, SpawnFailure};
+use crate::governor::{self, CommandGroup};
 use crate::request::Spec;
 use crate::spawn::{find_shell, Pipes, Spawned};
 use crate::supervisor::{Slot, SpawnError, StartFailed, Step};
@@ -53,11 +54,20 @@ pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str, supervisors: &Sl
     let ruleset = confine::ruleset(spec.sandbox_policy.as_ref())?;
     let os_error = |e: std::io::Error| spawn_error(e, &spec.workdir);
     let pipes = Pipes::new(spec.stdin.is_some()).map_err(os_error)?;
-    let fds = pipes.child_fds(ruleset.as_ref().map(|r| r.fd()));
+    let mut fds = pipes.child_fds(ruleset.as_ref().map(|r| r.fd()));
+    fds.rlimits = governor::rlimits(&spec.limits);
+    fds.seccomp = confine::network_filter(spec.sandbox_policy.as_ref())?;
     let mut supervisor = supervisors.get().map_err(supervisor_error)?;
+    // The groups are named after the supervisor, which removes what is
+    // left of them when it ends.
+    let mut group = CommandGroup::new(&spec.limits, supervisor.pid())?;
+    fds.cgroups = group.as_ref().map(CommandGroup::procs).unwrap_or_default();
     let pending = match supervisor.begin(&fds) {
         Err(SpawnError::Unreachable(_)) => {
             supervisor = supervisors.renew(&supervisor).map_err(supervisor_error)?;
+            drop(group.take());
+            group = CommandGroup::new(&spec.limits, supervisor.pid())?;
+            fds.cgroups = group.as_ref().map(CommandGroup::procs).unwrap_or_default();
             supervisor.begin(&fds)
         }
         other => other,
@@ -75,7 +85,7 @@ pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str, supervisors: &Sl
     let leader = pending
         .finish(&shell, &argv, &envp, &workdir)
         .map_err(|e| failed(e, spec))?;
-    pipes.started(leader).map_err(os_error)
+    pipes.started(leader, group).map_err(os_error)
 }
 
 /// The error for a command the supervisor could not start.
@@ -85,7 +95,18 @@ fn failed(e: SpawnError, spec: &Spec) -> DshError {
         SpawnError::Failed {
             step: Step::Confine,
             errno,
+            ..
         } => confine::restrict_failed(spec.sandbox_policy.as_ref(), errno),
+        SpawnError::Failed {
+            step: Step::Network,
+            errno,
+            ..
+        } => confine::network_failed(spec.sandbox_policy.as_ref(), errno),
+        SpawnError::Failed {
+            step: Step::Limits,
+            errno,
+            detail,
+        } => governor::apply_failed(detail, errno),
         SpawnError::Failed { errno, .. } => {
             spawn_error(std::io::Error::from_raw_os_error(errno), &spec.workdir)
         }

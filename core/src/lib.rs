@@ -25,6 +25,8 @@ mod executor;
 mod forked;
 mod landlock;
 mod launch;
+mod limits;
+mod governor;
 mod output;
 mod process;
 mod request;
@@ -45,12 +47,14 @@ pub use config::{
 pub use env::is_scrubbed;
 pub use error::{errno_name, DshError, Field, FieldName, NameStyle, Result, Scope, SpawnFailure};
 pub use executor::{Executor, ListenerId, TaskListener};
+pub use governor::limits_support;
+pub use limits::{LimitKind, Limits, LimitsEnforcement, LimitsInput, Mechanism};
 pub use output::CollectedOutput;
 pub use process::{Process, ProcessRead, Status, WaiterId};
 pub use request::{resolve, Request, SandboxPolicyInput, Spec, DSH_ENV_PREFIX};
 pub use run::{RunFuture, RunResult};
 pub use runtime::refuse_blocking;
-pub use sandbox::{Enforcement, SandboxInfo, SandboxMode, SandboxPolicy};
+pub use sandbox::{Enforcement, NetworkPolicy, SandboxInfo, SandboxMode, SandboxPolicy};
 
 /// The Rust examples of README.md and docs/ are doctests: `cargo test --doc`
 /// compiles and runs each as written. (`scripts/run-doc-examples` runs the

@@ -43,11 +43,20 @@ const OP_SPAWN: u32 = 1;
 const OP_SHUTDOWN: u32 = 2;
 const FLAG_STDIN: u32 = 1;
 const FLAG_RULESET: u32 = 2;
+/// A `cgroup.procs` descriptor the command writes itself into (two flags:
+/// up to two groups, one per v1 hierarchy).
+const FLAG_CGROUP1: u32 = 4;
+const FLAG_CGROUP2: u32 = 8;
+/// `struct limits` follows the payload on the command's socket.
+const FLAG_RLIMITS: u32 = 16;
+/// A seccomp filter (`u32 count, u32 pad`, then `count` BPF instructions)
+/// follows the payload (and the limits).
+const FLAG_SECCOMP: u32 = 32;
 const R_SPAWNED: i32 = 1;
 const R_FAILED: i32 = 2;
 const R_EXITED: i32 = 3;
-/// At most five descriptors travel with a request.
-const MAX_FDS: usize = 5;
+/// At most seven descriptors travel with a request.
+const MAX_FDS: usize = 7;
 
 /// A request on the control socket.
 #[repr(C)]
@@ -79,6 +88,10 @@ pub(crate) enum Step {
     Exec,
     Request,
     Clone,
+    /// Entering the command's cgroups or setting its resource limits.
+    Limits,
+    /// Installing the network filter.
+    Network,
     Unknown,
 }
 
@@ -92,6 +105,8 @@ impl Step {
             5 => Step::Exec,
             6 => Step::Request,
             7 => Step::Clone,
+            8 => Step::Limits,
+            9 => Step::Network,
             _ => Step::Unknown,
         }
     }
@@ -100,8 +115,9 @@ impl Step {
 /// Why a command did not start.
 #[derive(Debug)]
 pub(crate) enum SpawnError {
-    /// The supervisor tried: `step` failed with `errno`. Nothing runs.
-    Failed { step: Step, errno: i32 },
+    /// The supervisor tried: `step` failed with `errno` (`detail`: which
+    /// limit, for [`Step::Limits`]). Nothing runs.
+    Failed { step: Step, errno: i32, detail: i32 },
     /// The request never reached the supervisor (it has ended): nothing
     /// runs, and a new supervisor may be asked.
     Unreachable(io::Error),
@@ -302,18 +318,26 @@ pub(crate) fn release(report: OwnedFd) {
 }
 
 /// The descriptors a command gets: its pipe ends and, to confine it, a
-/// Landlock ruleset it restricts itself with before exec.
+/// Landlock ruleset it restricts itself with before exec; to govern it,
+/// the `cgroup.procs` files of its groups, its resource limits and its
+/// network filter.
 pub(crate) struct ChildFds {
     pub stdin: Option<RawFd>,
     pub stdout: RawFd,
     pub stderr: RawFd,
     pub ruleset: Option<RawFd>,
+    pub cgroups: Vec<RawFd>,
+    pub rlimits: Option<crate::governor::Rlimits>,
+    /// A compiled seccomp filter: BPF instructions, 8 bytes each.
+    pub seccomp: Option<Vec<u8>>,
 }
 
 /// A spawn the supervisor has been asked for and waits to be told the
 /// program of. Dropping it cancels the request: nothing runs.
 pub(crate) struct Pending {
     sock: OwnedFd,
+    /// What follows the payload: the limits and the filter.
+    extra: Vec<u8>,
 }
 
 impl Pending {
@@ -340,6 +364,7 @@ impl Pending {
         }
         let len = (payload.len() - 16) as u64;
         payload[8..16].copy_from_slice(&len.to_ne_bytes());
+        payload.extend_from_slice(&self.extra);
         let ended = || {
             SpawnError::Io(io::Error::new(
                 io::ErrorKind::BrokenPipe,
@@ -355,9 +380,10 @@ impl Pending {
                     report: self.sock,
                 })
             }
-            Some([R_FAILED, step, errno, _]) => Err(SpawnError::Failed {
+            Some([R_FAILED, step, errno, detail]) => Err(SpawnError::Failed {
                 step: Step::from_wire(step),
                 errno,
+                detail,
             }),
             Some(_) => Err(SpawnError::Io(io::Error::other(
                 "unexpected reply from the dsh supervisor",
@@ -396,6 +422,22 @@ impl Supervisor {
             flags |= FLAG_RULESET;
             passed.push(fd);
         }
+        debug_assert!(fds.cgroups.len() <= 2);
+        for (fd, flag) in fds.cgroups.iter().zip([FLAG_CGROUP1, FLAG_CGROUP2]) {
+            flags |= flag;
+            passed.push(*fd);
+        }
+        let mut extra = Vec::new();
+        if let Some(r) = &fds.rlimits {
+            flags |= FLAG_RLIMITS;
+            extra.extend_from_slice(&r.wire());
+        }
+        if let Some(bpf) = &fds.seccomp {
+            flags |= FLAG_SECCOMP;
+            extra.extend_from_slice(&((bpf.len() / 8) as u32).to_ne_bytes());
+            extra.extend_from_slice(&[0; 4]);
+            extra.extend_from_slice(bpf);
+        }
         let header = Header { op: OP_SPAWN, flags };
         send_with_fds(&self.control, &header, &passed).map_err(|e| match e.raw_os_error() {
             Some(libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN | libc::ECONNREFUSED) => {
@@ -403,7 +445,7 @@ impl Supervisor {
             }
             _ => SpawnError::Io(e),
         })?;
-        Ok(Pending { sock: mine })
+        Ok(Pending { sock: mine, extra })
     }
 
     /// Asks the supervisor to kill whatever is left of its subtree and
@@ -514,12 +556,15 @@ fn start_here() -> io::Result<Supervisor> {
     let (control, theirs) = socketpair(libc::SOCK_SEQPACKET)?;
     let host_pid = current_pid();
     let pid_arg = CString::new(host_pid.to_string()).expect("digits have no NUL");
-    let child = clone_exec_fd(
-        program.as_raw_fd(),
-        &[c"dsh-supervisor", &pid_arg],
-        &[],
-        theirs.as_raw_fd(),
-    )?;
+    // The directories its commands' cgroups are made in: it removes what
+    // is left of them when it ends.
+    let groups: Vec<CString> = crate::governor::group_parents()
+        .into_iter()
+        .filter_map(|d| CString::new(std::os::unix::ffi::OsStrExt::as_bytes(d.as_os_str())).ok())
+        .collect();
+    let mut argv: Vec<&CStr> = vec![c"dsh-supervisor", &pid_arg];
+    argv.extend(groups.iter().map(CString::as_c_str));
+    let child = clone_exec_fd(program.as_raw_fd(), &argv, &[], theirs.as_raw_fd())?;
     Ok(Supervisor {
         pid: child.pid,
         pidfd: Some(child.pidfd),
