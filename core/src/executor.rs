@@ -525,6 +525,13 @@ impl Executor {
         Ok(())
     }
 
+    /// The pid of the executor's supervisor (`docs/host-death.md`), while
+    /// one runs: the parent of its commands, and the owner of their cgroups
+    /// (`dsh.<this pid>.<n>`, docs/limits.md). For diagnostics and tests.
+    pub fn supervisor_pid(&self) -> Option<i32> {
+        self.shared().supervisors.pid()
+    }
+
     /// The default sandbox mode this executor stamps (`None`: it does not
     /// confine unless a spec asks).
     pub fn sandbox_mode(&self) -> Option<SandboxMode> {

@@ -249,7 +249,7 @@ pub(crate) async fn supervise(
             // signals the tree from outside) is seen before the exit it caused.
             biased;
             s = &mut stop, if stopped.is_none() => Event::Stop(s),
-            _ = limit_tick.tick(), if group.is_some() && stopped.is_none() && !exited => match group.as_ref().and_then(|g| g.reached()) {
+            _ = limit_tick.tick(), if group.is_some() && stopped.is_none() => match group.as_ref().and_then(|g| g.reached()) {
                 Some(kind) => Event::Stop(Stop::Limit(kind)),
                 None => Event::Tick,
             },
@@ -319,6 +319,15 @@ pub(crate) async fn supervise(
                 }
             }
             Event::DrainOver => break,
+        }
+    }
+    // A limit reached by what the leader left behind (a fork bomb's
+    // processes after their shell exited) ends them too.
+    if stopped.is_none() && !lost {
+        if let Some(kind) = group.as_ref().and_then(|g| g.reached()) {
+            stopped = Some(Stop::Limit(kind));
+            killed = true;
+            signal_tree(pid, tag, libc::SIGKILL, true);
         }
     }
     {
