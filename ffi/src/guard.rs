@@ -42,6 +42,8 @@ pub enum DshStatus {
     DSH_FORKED_CHILD = 11,
     /// dsh_executor_forget: the process is still running.
     DSH_STILL_RUNNING = 12,
+    /// A limit was asked for that this host cannot enforce; nothing ran.
+    DSH_LIMIT_UNAVAILABLE = 13,
 }
 
 /// A borrowed string handed out by the library: `len` bytes at `ptr`, plus a
@@ -93,6 +95,8 @@ pub(crate) enum FfiError {
     Core(DshError),
     Null(&'static str),
     Utf8(&'static str),
+    /// An argument outside its enum (`limit` that is no DshLimit).
+    NotEnum(&'static str, &'static str, i64),
     WaitTimedOut,
 }
 
@@ -109,7 +113,7 @@ impl FfiError {
     fn status(&self) -> DshStatus {
         use DshStatus::*;
         match self {
-            FfiError::Null(_) | FfiError::Utf8(_) => DSH_INVALID_ARGUMENT,
+            FfiError::Null(_) | FfiError::Utf8(_) | FfiError::NotEnum(..) => DSH_INVALID_ARGUMENT,
             FfiError::WaitTimedOut => DSH_TIMED_OUT,
             FfiError::Core(e) => match e {
                 DshError::InvalidArgument { .. } => DSH_INVALID_ARGUMENT,
@@ -122,6 +126,7 @@ impl FfiError {
                 DshError::Internal(_) => DSH_INTERNAL,
                 DshError::ForkedChild { .. } => DSH_FORKED_CHILD,
                 DshError::StillRunning(_) => DSH_STILL_RUNNING,
+                DshError::LimitUnavailable { .. } => DSH_LIMIT_UNAVAILABLE,
             },
         }
     }
@@ -131,6 +136,7 @@ impl FfiError {
             FfiError::Core(e) => e.to_string(),
             FfiError::Null(arg) => format!("invalid argument: {arg} is NULL"),
             FfiError::Utf8(arg) => format!("invalid argument: {arg} is not valid UTF-8"),
+            FfiError::NotEnum(arg, kind, v) => format!("invalid argument: {arg} is not a {kind}: {v}"),
             FfiError::WaitTimedOut => "the process was still running when the wait ended".into(),
         }
     }
@@ -338,6 +344,7 @@ pub extern "C" fn dsh_status_name(status: c_int) -> *const c_char {
         DSH_INTERNAL,
         DSH_FORKED_CHILD,
         DSH_STILL_RUNNING,
+        DSH_LIMIT_UNAVAILABLE,
     ];
     let Some(&status) = all.iter().find(|s| **s as c_int == status) else {
         return c"DSH_UNKNOWN".as_ptr();
@@ -356,6 +363,7 @@ pub extern "C" fn dsh_status_name(status: c_int) -> *const c_char {
         DSH_INTERNAL => c"DSH_INTERNAL",
         DSH_FORKED_CHILD => c"DSH_FORKED_CHILD",
         DSH_STILL_RUNNING => c"DSH_STILL_RUNNING",
+        DSH_LIMIT_UNAVAILABLE => c"DSH_LIMIT_UNAVAILABLE",
     };
     name.as_ptr()
 }
