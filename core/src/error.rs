@@ -51,6 +51,8 @@ pub enum FieldName {
     Owner,
     /// `sandbox_policy` / `sandboxPolicy` (request, spec).
     SandboxPolicy,
+    /// `limits` as a whole (config, request): its shape.
+    Limits,
     /// `limits.memory_bytes` / `limits.memoryBytes` (config, request, spec).
     LimitsMemoryBytes,
     /// `limits.processes` (config, request, spec).
@@ -95,6 +97,7 @@ impl FieldName {
             DshEnv => ("dsh_env", "dshEnv"),
             Owner => ("owner", "owner"),
             SandboxPolicy => ("sandbox_policy", "sandboxPolicy"),
+            Limits => ("limits", "limits"),
             LimitsMemoryBytes => ("limits.memory_bytes", "limits.memoryBytes"),
             LimitsProcesses => ("limits.processes", "limits.processes"),
             LimitsCpuSeconds => ("limits.cpu_seconds", "limits.cpuSeconds"),
