@@ -572,7 +572,7 @@ impl Executor {
             Ok(a) => a,
             Err(e) => {
                 return RunFuture {
-                    inner: RunFutureInner::Ready(Some(Err(e))),
+                    inner: RunFutureInner::Ready(Some(Box::new(Err(e)))),
                 }
             }
         };

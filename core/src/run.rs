@@ -62,7 +62,7 @@ pub struct RunFuture {
 }
 
 pub(crate) enum RunFutureInner {
-    Ready(Option<Result<RunResult>>),
+    Ready(Option<Box<Result<RunResult>>>),
     Running {
         task: JoinHandle<Result<RunResult>>,
         on_drop: CancelToken,
@@ -73,7 +73,7 @@ impl Future for RunFuture {
     type Output = Result<RunResult>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match &mut self.inner {
-            RunFutureInner::Ready(r) => Poll::Ready(r.take().expect("RunFuture polled after completion")),
+            RunFutureInner::Ready(r) => Poll::Ready(*r.take().expect("RunFuture polled after completion")),
             RunFutureInner::Running { task, .. } => Pin::new(task)
                 .poll(cx)
                 .map(|r| r.unwrap_or_else(|e| Err(DshError::Internal(format!("run task failed: {e}"))))),

@@ -143,9 +143,11 @@ fn a_bad_limit_is_an_error_naming_its_field() {
         let field = kind.field().name(NameStyle::Snake);
         assert_eq!(e.to_string(), format!("request.{field} {problem}"));
         assert!(matches!(e, DshError::InvalidArgument { .. }));
-        let mut c = ConfigInput::default();
-        c.limits = Some(l);
-        let e = Executor::new(c).unwrap_err();
+        let e = Executor::new(ConfigInput {
+            limits: Some(l),
+            ..Default::default()
+        })
+        .unwrap_err();
         assert_eq!(e.to_string(), format!("config.{field} {problem}"));
     }
     assert_eq!(
