@@ -8,8 +8,8 @@ use napi::bindgen_prelude::*;
 use napi::{Env, Status};
 
 use dsh_core::{
-    whole_number, DshError, Field, FieldName, LimitKind, LimitsEnforcement, LimitsInput, NameStyle, NetworkPolicy,
-    Num, SandboxMode, SandboxPolicyInput, Scope, MAX_SAFE_INTEGER,
+    whole_number, DshError, Field, FieldName, LimitKind, LimitsEnforcement, LimitsInput, NameStyle,
+    NetworkPolicy, Num, SandboxMode, SandboxPolicyInput, Scope, MAX_SAFE_INTEGER,
 };
 
 /// The `code` a JS caller switches on, and the message, for a core error.
@@ -256,7 +256,10 @@ impl<'e> Fields<'e> {
             mode: SandboxMode::parse(f, &mode)?,
             workspace_root: p.string("workspaceRoot")?.map(Into::into),
             session_id: p.string("sessionId")?,
-            network: p.string("network")?.map(|n| NetworkPolicy::parse(f, &n)).transpose()?,
+            network: p
+                .string("network")?
+                .map(|n| NetworkPolicy::parse(f, &n))
+                .transpose()?,
         }))
     }
 
@@ -306,8 +309,7 @@ pub(crate) fn limit_str(kind: Option<LimitKind>) -> Option<&'static str> {
     kind.map(limit_name)
 }
 
-impl Fields<'_> {
-}
+impl Fields<'_> {}
 
 /// A napi call that failed while reading an input (a throwing getter, a
 /// proxy): reported against the object being read.
@@ -535,7 +537,11 @@ pub(crate) fn sandbox_object<'e>(env: &'e Env, s: &dsh_core::SandboxInfo) -> Res
     if s.network != NetworkPolicy::Allow {
         o.set_named_property("network", s.network.as_str())?;
     }
-    set_some(&mut o, "networkEnforcement", s.network_enforcement.map(|e| e.as_str()))?;
+    set_some(
+        &mut o,
+        "networkEnforcement",
+        s.network_enforcement.map(|e| e.as_str()),
+    )?;
     Ok(o)
 }
 
@@ -559,7 +565,10 @@ pub(crate) fn run_result<'e>(env: &'e Env, r: &dsh_core::RunResult) -> Result<Ob
     }
     set_some(&mut o, "limit", limit_str(r.limit))?;
     if !r.limits_enforcement.is_empty() {
-        o.set_named_property("limitsEnforcement", enforcement_object(env, &r.limits_enforcement)?)?;
+        o.set_named_property(
+            "limitsEnforcement",
+            enforcement_object(env, &r.limits_enforcement)?,
+        )?;
     }
     Ok(o)
 }

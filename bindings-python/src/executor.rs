@@ -16,8 +16,8 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyString};
 
 use dsh_core::{
-    ConfigInput, Field, FieldName, LimitKind, LimitsInput, ListenerId, NameStyle, NetworkPolicy, Request, SandboxMode,
-    SandboxPolicyInput, Scope,
+    ConfigInput, Field, FieldName, LimitKind, LimitsInput, ListenerId, NameStyle, NetworkPolicy, Request,
+    SandboxMode, SandboxPolicyInput, Scope,
 };
 
 use crate::results::{py_repr, ProcessRead, RunResult, SandboxInfo, SandboxPolicy, Spec};
@@ -414,7 +414,9 @@ fn limits_input(value: Option<&Bound<'_, PyAny>>, scope: Scope) -> PyResult<Opti
     };
     let py = v.py();
     let field = Field::new(scope, FieldName::Limits);
-    let dict = v.cast::<PyDict>().map_err(|_| type_error(py, field, "must be a dict"))?;
+    let dict = v
+        .cast::<PyDict>()
+        .map_err(|_| type_error(py, field, "must be a dict"))?;
     let mut out = LimitsInput::default();
     for (key, val) in dict.iter() {
         let key: String = key.extract().unwrap_or_default();

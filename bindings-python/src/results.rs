@@ -162,7 +162,14 @@ impl Spec {
         self.inner
             .limits
             .set()
-            .map(|(k, v)| (k.field().name(dsh_core::NameStyle::Snake).trim_start_matches("limits."), v))
+            .map(|(k, v)| {
+                (
+                    k.field()
+                        .name(dsh_core::NameStyle::Snake)
+                        .trim_start_matches("limits."),
+                    v,
+                )
+            })
             .collect()
     }
     fn __repr__(&self, py: Python<'_>) -> String {

@@ -385,7 +385,10 @@ fn sandbox_json(s: &SandboxInfo) -> Object {
         .field("enforcement", enforcement.map(Enforcement::as_str))
         .field("runner_failed", *runner_failed)
         .field("network", network.as_str())
-        .field("network_enforcement", network_enforcement.map(Enforcement::as_str))
+        .field(
+            "network_enforcement",
+            network_enforcement.map(Enforcement::as_str),
+        )
 }
 
 #[cfg(test)]

@@ -43,7 +43,8 @@ pub(crate) fn check(policy: Option<&SandboxPolicy>) -> Result<()> {
 /// cannot be applied, and nothing may run.
 pub(crate) fn ruleset(policy: Option<&SandboxPolicy>) -> Result<Option<landlock::Ruleset>> {
     let files = confined(policy).is_some();
-    let deny_tcp = network(policy) == NetworkPolicy::Deny && landlock::abi().is_ok_and(|v| v >= landlock::NET_ABI);
+    let deny_tcp =
+        network(policy) == NetworkPolicy::Deny && landlock::abi().is_ok_and(|v| v >= landlock::NET_ABI);
     let Some(policy) = policy.filter(|_| files || deny_tcp) else {
         return Ok(None);
     };
@@ -92,8 +93,8 @@ fn seccomp_available() -> std::result::Result<(), String> {
 
 fn compile_deny_filter() -> std::result::Result<Vec<u8>, String> {
     use seccompiler::{
-        BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
-        TargetArch,
+        BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule, TargetArch,
     };
     let arch = if cfg!(target_arch = "x86_64") {
         TargetArch::x86_64
@@ -137,7 +138,12 @@ fn compile_deny_filter() -> std::result::Result<Vec<u8>, String> {
     // match no rule: refuse those right after the architecture check.
     if cfg!(target_arch = "x86_64") {
         const X32_SYSCALL_BIT: u32 = 0x4000_0000;
-        let stmt = |code: u16, k: u32| seccompiler::sock_filter { code, jt: 0, jf: 0, k };
+        let stmt = |code: u16, k: u32| seccompiler::sock_filter {
+            code,
+            jt: 0,
+            jf: 0,
+            k,
+        };
         let prelude = [
             stmt((libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16, 0),
             seccompiler::sock_filter {

@@ -78,7 +78,9 @@ fn own_group(
     });
     let (root, mountpoint, writable) = mount.ok_or_else(none)?;
     if !writable {
-        return Err(format!("the cgroup v1 {controller} hierarchy is mounted read-only"));
+        return Err(format!(
+            "the cgroup v1 {controller} hierarchy is mounted read-only"
+        ));
     }
     // /proc/self/cgroup: id:controllers:path
     let path = cgroups
@@ -86,10 +88,16 @@ fn own_group(
         .find_map(|line| {
             let mut parts = line.splitn(3, ':');
             let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-            controllers.split(',').any(|c| c == controller).then(|| path.to_owned())
+            controllers
+                .split(',')
+                .any(|c| c == controller)
+                .then(|| path.to_owned())
         })
         .ok_or_else(none)?;
-    let relative = path.strip_prefix(root.as_str()).unwrap_or(&path).trim_start_matches('/');
+    let relative = path
+        .strip_prefix(root.as_str())
+        .unwrap_or(&path)
+        .trim_start_matches('/');
     let dir = Path::new(&mountpoint).join(relative);
     let c = CString::new(dir.as_os_str().as_bytes()).map_err(|_| none())?;
     // SAFETY: `c` is a valid C string.
@@ -124,7 +132,11 @@ fn unescape(s: &str) -> String {
 fn mechanism_or_why(kind: LimitKind) -> std::result::Result<Mechanism, String> {
     let h = hierarchies();
     match kind {
-        LimitKind::Memory => h.memory.as_ref().map(|_| Mechanism::CgroupV1).map_err(Clone::clone),
+        LimitKind::Memory => h
+            .memory
+            .as_ref()
+            .map(|_| Mechanism::CgroupV1)
+            .map_err(Clone::clone),
         LimitKind::Processes => h.pids.as_ref().map(|_| Mechanism::CgroupV1).map_err(Clone::clone),
         LimitKind::Cpu | LimitKind::FileSize | LimitKind::OpenFiles => Ok(Mechanism::Rlimit),
     }
@@ -145,7 +157,10 @@ pub fn limits_support() -> LimitsEnforcement {
 pub(crate) fn check(limits: &Limits) -> Result<LimitsEnforcement> {
     let mut e = LimitsEnforcement::default();
     for (kind, _) in limits.set() {
-        e.set(kind, mechanism_or_why(kind).map_err(|why| unavailable(kind, why))?);
+        e.set(
+            kind,
+            mechanism_or_why(kind).map_err(|why| unavailable(kind, why))?,
+        );
     }
     Ok(e)
 }
@@ -155,7 +170,10 @@ pub(crate) fn check(limits: &Limits) -> Result<LimitsEnforcement> {
 /// it ends.
 pub(crate) fn group_parents() -> Vec<PathBuf> {
     let h = hierarchies();
-    [&h.memory, &h.pids].into_iter().filter_map(|d| d.as_ref().ok().cloned()).collect()
+    [&h.memory, &h.pids]
+        .into_iter()
+        .filter_map(|d| d.as_ref().ok().cloned())
+        .collect()
 }
 
 /// Resource limits the command's process sets before exec; the wire form
@@ -238,7 +256,10 @@ impl CommandGroup {
         if limits.memory_bytes.is_none() && limits.processes.is_none() {
             return Ok(None);
         }
-        let name = format!("dsh.{supervisor_pid}.{}", NEXT_GROUP.fetch_add(1, Ordering::Relaxed));
+        let name = format!(
+            "dsh.{supervisor_pid}.{}",
+            NEXT_GROUP.fetch_add(1, Ordering::Relaxed)
+        );
         let h = hierarchies();
         let mut group = CommandGroup {
             memory: None,
@@ -248,8 +269,12 @@ impl CommandGroup {
         if let Some(bytes) = limits.memory_bytes {
             let kind = LimitKind::Memory;
             let parent = h.memory.as_ref().map_err(|why| unavailable(kind, why))?;
-            let dir = make_group(parent, &name)
-                .map_err(|e| unavailable(kind, format!("cannot create {}: {e}", parent.join(&name).display())))?;
+            let dir = make_group(parent, &name).map_err(|e| {
+                unavailable(
+                    kind,
+                    format!("cannot create {}: {e}", parent.join(&name).display()),
+                )
+            })?;
             group.memory = Some(dir.clone());
             write_file(&dir.join("memory.limit_in_bytes"), &bytes.to_string())
                 .map_err(|e| unavailable(kind, format!("cannot set memory.limit_in_bytes: {e}")))?;
@@ -257,25 +282,32 @@ impl CommandGroup {
             // swapping could evade is no limit.
             match write_file(&dir.join("memory.memsw.limit_in_bytes"), &bytes.to_string()) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                    return Err(unavailable(kind, format!("cannot set memory.memsw.limit_in_bytes: {e}")))
+                    return Err(unavailable(
+                        kind,
+                        format!("cannot set memory.memsw.limit_in_bytes: {e}"),
+                    ))
                 }
                 _ => {}
             }
-            group
-                .procs
-                .push(open_procs(&dir).map_err(|e| unavailable(kind, format!("cannot open cgroup.procs: {e}")))?);
+            group.procs.push(
+                open_procs(&dir).map_err(|e| unavailable(kind, format!("cannot open cgroup.procs: {e}")))?,
+            );
         }
         if let Some(n) = limits.processes {
             let kind = LimitKind::Processes;
             let parent = h.pids.as_ref().map_err(|why| unavailable(kind, why))?;
-            let dir = make_group(parent, &name)
-                .map_err(|e| unavailable(kind, format!("cannot create {}: {e}", parent.join(&name).display())))?;
+            let dir = make_group(parent, &name).map_err(|e| {
+                unavailable(
+                    kind,
+                    format!("cannot create {}: {e}", parent.join(&name).display()),
+                )
+            })?;
             group.pids = Some(dir.clone());
             write_file(&dir.join("pids.max"), &n.to_string())
                 .map_err(|e| unavailable(kind, format!("cannot set pids.max: {e}")))?;
-            group
-                .procs
-                .push(open_procs(&dir).map_err(|e| unavailable(kind, format!("cannot open cgroup.procs: {e}")))?);
+            group.procs.push(
+                open_procs(&dir).map_err(|e| unavailable(kind, format!("cannot open cgroup.procs: {e}")))?,
+            );
         }
         Ok(Some(group))
     }
@@ -361,7 +393,10 @@ pub(crate) fn cause(limits: &Limits, group: Option<&CommandGroup>, signal: Optio
 
 /// The error for a limit the command's own process could not apply.
 pub(crate) fn apply_failed(detail: i32, errno: i32) -> DshError {
-    let why = format!("the command's process could not apply it: {}", io::Error::from_raw_os_error(errno));
+    let why = format!(
+        "the command's process could not apply it: {}",
+        io::Error::from_raw_os_error(errno)
+    );
     match rlimit_kind(detail) {
         Some(kind) => unavailable(kind, why),
         None => DshError::Internal(format!("a limit could not be applied: {why}")),

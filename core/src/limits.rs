@@ -140,7 +140,9 @@ impl Limits {
 
     /// The kinds that are set, in [`LimitKind::ALL`] order.
     pub fn set(&self) -> impl Iterator<Item = (LimitKind, u64)> + '_ {
-        LimitKind::ALL.into_iter().filter_map(|k| self.get(k).map(|v| (k, v)))
+        LimitKind::ALL
+            .into_iter()
+            .filter_map(|k| self.get(k).map(|v| (k, v)))
     }
 
     /// `self` tightened by `cap`: each limit is the smaller of the two, and
@@ -210,7 +212,11 @@ impl LimitsInput {
         let mut out = Limits::default();
         for kind in LimitKind::ALL {
             if let Some(v) = self.get(kind) {
-                *out.slot(kind) = Some(whole_number(Field::new(scope, kind.field()), v, MAX_SAFE_INTEGER)?);
+                *out.slot(kind) = Some(whole_number(
+                    Field::new(scope, kind.field()),
+                    v,
+                    MAX_SAFE_INTEGER,
+                )?);
             }
         }
         Ok(out)
@@ -262,7 +268,9 @@ impl LimitsEnforcement {
 
     /// The kinds that were set, with their mechanism.
     pub fn entries(&self) -> impl Iterator<Item = (LimitKind, Mechanism)> + '_ {
-        LimitKind::ALL.into_iter().filter_map(|k| self.get(k).map(|m| (k, m)))
+        LimitKind::ALL
+            .into_iter()
+            .filter_map(|k| self.get(k).map(|m| (k, m)))
     }
 }
 
@@ -272,7 +280,9 @@ pub(crate) fn unavailable(kind: LimitKind, why: impl fmt::Display) -> DshError {
         limit: kind,
         message: format!(
             "the {kind} limit (limits.{}) cannot be enforced here: {why}",
-            kind.field().name(crate::NameStyle::Snake).trim_start_matches("limits.")
+            kind.field()
+                .name(crate::NameStyle::Snake)
+                .trim_start_matches("limits.")
         ),
     }
 }

@@ -55,10 +55,16 @@ fn groups_of(supervisor: i32) -> Vec<PathBuf> {
     let mut found = Vec::new();
     for line in std::fs::read_to_string("/proc/self/cgroup").unwrap().lines() {
         let mut parts = line.splitn(3, ':');
-        let (_, controllers, path) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
+        let (_, controllers, path) = (
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+            parts.next().unwrap(),
+        );
         for c in ["memory", "pids"] {
             if controllers.split(',').any(|x| x == c) {
-                let dir = Path::new("/sys/fs/cgroup").join(c).join(path.trim_start_matches('/'));
+                let dir = Path::new("/sys/fs/cgroup")
+                    .join(c)
+                    .join(path.trim_start_matches('/'));
                 if let Ok(entries) = std::fs::read_dir(&dir) {
                     for e in entries.flatten() {
                         if e.file_name().to_string_lossy().starts_with(&prefix) {
@@ -73,7 +79,9 @@ fn groups_of(supervisor: i32) -> Vec<PathBuf> {
 }
 
 fn cgroup_lines(text: &str) -> Vec<&str> {
-    text.lines().filter(|l| l.contains(":pids:") || l.contains(":memory:")).collect()
+    text.lines()
+        .filter(|l| l.contains(":pids:") || l.contains(":memory:"))
+        .collect()
 }
 
 // ---- resolve: defaults, clamps, named errors ---------------------------
@@ -121,10 +129,16 @@ fn limits_come_from_config_and_a_request_may_only_tighten_them() {
     let mut loose = spec.clone();
     loose.limits.processes = Some(1000);
     let e = exec.run_blocking(&loose, None).unwrap_err();
-    assert_eq!(e.to_string(), "spec.limits.processes must be no greater than 100, got 1000");
+    assert_eq!(
+        e.to_string(),
+        "spec.limits.processes must be no greater than 100, got 1000"
+    );
     loose.limits.processes = None;
     let e = exec.run_blocking(&loose, None).unwrap_err();
-    assert!(e.to_string().starts_with("spec.limits.processes must be set"), "{e}");
+    assert!(
+        e.to_string().starts_with("spec.limits.processes must be set"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -132,10 +146,22 @@ fn a_bad_limit_is_an_error_naming_its_field() {
     let exec = executor();
     for (kind, value, problem) in [
         (LimitKind::Memory, 1.5, "must be a whole number, got 1.5"),
-        (LimitKind::Processes, 0.0, "must be a positive finite number, got 0"),
+        (
+            LimitKind::Processes,
+            0.0,
+            "must be a positive finite number, got 0",
+        ),
         (LimitKind::Cpu, -1.0, "must be a positive finite number, got -1"),
-        (LimitKind::FileSize, f64::NAN, "must be a positive finite number, got NaN"),
-        (LimitKind::OpenFiles, 1e17, "must be no greater than 9007199254740991, got 100000000000000000"),
+        (
+            LimitKind::FileSize,
+            f64::NAN,
+            "must be a positive finite number, got NaN",
+        ),
+        (
+            LimitKind::OpenFiles,
+            1e17,
+            "must be no greater than 9007199254740991, got 100000000000000000",
+        ),
     ] {
         let mut l = limits();
         l.set(kind, Some(Num(value)));
@@ -196,8 +222,18 @@ fn no_limit_no_cause_and_enforcement_names_each_mechanism() {
         ]
     );
     // Only what was set is reported.
-    let r = limited(&exec, "true", LimitsInput { cpu_seconds: n(5), ..limits() });
-    assert_eq!(r.limits_enforcement.entries().collect::<Vec<_>>(), [(LimitKind::Cpu, Mechanism::Rlimit)]);
+    let r = limited(
+        &exec,
+        "true",
+        LimitsInput {
+            cpu_seconds: n(5),
+            ..limits()
+        },
+    );
+    assert_eq!(
+        r.limits_enforcement.entries().collect::<Vec<_>>(),
+        [(LimitKind::Cpu, Mechanism::Rlimit)]
+    );
 }
 
 #[test]
@@ -225,18 +261,32 @@ fn a_fork_bomb_under_a_process_limit_ends_with_processes_and_the_host_stays_resp
         }
         times
     });
-    let r = limited(&exec, bomb, LimitsInput { processes: n(32), ..limits() });
+    let r = limited(
+        &exec,
+        bomb,
+        LimitsInput {
+            processes: n(32),
+            ..limits()
+        },
+    );
     let others = other.join().unwrap();
     assert_eq!(r.limit, Some(LimitKind::Processes), "{r:?}");
     assert!(!r.timed_out && !r.aborted);
     assert_eq!(r.survivors, 0);
-    assert!(started.elapsed() < Duration::from_secs(30), "ended by the limit, not by the timeout");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "ended by the limit, not by the timeout"
+    );
     assert!(
         others.iter().all(|t| *t < Duration::from_secs(10)),
         "the host stayed responsive: {others:?}"
     );
     let sup = exec.supervisor_pid().unwrap();
-    assert!(eventually(Duration::from_secs(5), || groups_of(sup).is_empty()), "{:?}", groups_of(sup));
+    assert!(
+        eventually(Duration::from_secs(5), || groups_of(sup).is_empty()),
+        "{:?}",
+        groups_of(sup)
+    );
 }
 
 #[test]
@@ -250,7 +300,10 @@ fn allocating_past_the_memory_limit_ends_with_memory() {
     let r = limited(
         &exec,
         "python3 -c 'x = bytearray(b\"\\x01\") * (512 << 20); print(len(x))'; sleep 30",
-        LimitsInput { memory_bytes: n(64 << 20), ..limits() },
+        LimitsInput {
+            memory_bytes: n(64 << 20),
+            ..limits()
+        },
     );
     assert_eq!(r.limit, Some(LimitKind::Memory), "{r:?}");
     assert!(!r.timed_out && !r.aborted);
@@ -259,16 +312,25 @@ fn allocating_past_the_memory_limit_ends_with_memory() {
     let r = limited(
         &exec,
         "python3 -c 'x = bytearray(b\"\\x01\") * (16 << 20); print(len(x))'",
-        LimitsInput { memory_bytes: n(256 << 20), ..limits() },
+        LimitsInput {
+            memory_bytes: n(256 << 20),
+            ..limits()
+        },
     );
-    assert_eq!((r.exit_code, r.limit, r.stdout.text.as_str()), (Some(0), None, "16777216\n"));
+    assert_eq!(
+        (r.exit_code, r.limit, r.stdout.text.as_str()),
+        (Some(0), None, "16777216\n")
+    );
 }
 
 #[test]
 fn writing_past_the_file_size_limit_ends_with_file_size() {
     let dir = TempDir::new_in(&std::env::temp_dir(), "dsh-governor-fsize");
     let exec = executor();
-    let fsize = || LimitsInput { file_size_bytes: n(1 << 20), ..limits() };
+    let fsize = || LimitsInput {
+        file_size_bytes: n(1 << 20),
+        ..limits()
+    };
     // The writer is the command's process: the kernel's SIGXFSZ ends it,
     // and that is the fact.
     let r = limited(&exec, &format!("exec yes > {}/big.file", dir.display()), fsize());
@@ -279,16 +341,34 @@ fn writing_past_the_file_size_limit_ends_with_file_size() {
     // but the kernel tells only the shell, which exits 128+25 — an exit
     // code any command could choose, so not reported as the cause.
     std::fs::remove_file(dir.join("big.file")).unwrap();
-    let r = limited(&exec, &format!("yes > {}/big.file; echo after", dir.display()), fsize());
-    assert_eq!((r.exit_code, r.limit, r.stdout.text.as_str()), (Some(0), None, "after\n"));
-    assert!(r.stderr.text.contains("File size limit exceeded"), "{}", r.stderr.text);
+    let r = limited(
+        &exec,
+        &format!("yes > {}/big.file; echo after", dir.display()),
+        fsize(),
+    );
+    assert_eq!(
+        (r.exit_code, r.limit, r.stdout.text.as_str()),
+        (Some(0), None, "after\n")
+    );
+    assert!(
+        r.stderr.text.contains("File size limit exceeded"),
+        "{}",
+        r.stderr.text
+    );
     assert_eq!(std::fs::metadata(dir.join("big.file")).unwrap().len(), 1 << 20);
 }
 
 #[test]
 fn a_cpu_spin_past_the_cpu_limit_ends_with_cpu() {
     let exec = executor();
-    let r = limited(&exec, "while :; do :; done", LimitsInput { cpu_seconds: n(1), ..limits() });
+    let r = limited(
+        &exec,
+        "while :; do :; done",
+        LimitsInput {
+            cpu_seconds: n(1),
+            ..limits()
+        },
+    );
     assert_eq!(r.limit, Some(LimitKind::Cpu), "{r:?}");
     assert_eq!(r.signal.as_deref(), Some("SIGXCPU"));
     assert!(!r.timed_out);
@@ -309,7 +389,10 @@ try:
     while True: fds.append(os.open(\"/dev/null\", os.O_RDONLY))
 except OSError as e: print(e.errno == 24, len(fds) < 40)
 '",
-        LimitsInput { open_files: n(40), ..limits() },
+        LimitsInput {
+            open_files: n(40),
+            ..limits()
+        },
     );
     assert_eq!(r.stdout.text, "True True\n", "{}", r.stderr.text);
     assert_eq!((r.exit_code, r.limit), (Some(0), None));
@@ -319,7 +402,14 @@ except OSError as e: print(e.errno == 24, len(fds) < 40)
 #[test]
 fn a_timeout_is_not_a_limit() {
     let exec = executor();
-    let mut req = request("sleep 30", LimitsInput { cpu_seconds: n(10), processes: n(50), ..limits() });
+    let mut req = request(
+        "sleep 30",
+        LimitsInput {
+            cpu_seconds: n(10),
+            processes: n(50),
+            ..limits()
+        },
+    );
     req.timeout_ms = n(200);
     let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
     assert_eq!((r.timed_out, r.limit), (true, None));
@@ -356,7 +446,10 @@ fn descendants_that_setsid_or_double_fork_stay_limited() {
     );
     assert_eq!(r.exit_code, Some(0), "{}", r.stderr.text);
     let leader = std::fs::read_to_string(dir.join("leader")).unwrap();
-    assert!(leader.starts_with("30 1024 77\n") && leader.contains("/dsh."), "{leader}");
+    assert!(
+        leader.starts_with("30 1024 77\n") && leader.contains("/dsh."),
+        "{leader}"
+    );
     for name in ["setsid", "double"] {
         assert!(
             eventually(Duration::from_secs(5), || std::fs::read_to_string(dir.join(name))
@@ -379,7 +472,10 @@ fn a_limit_the_kernel_refuses_fails_closed_and_nothing_runs() {
     let spec = exec
         .resolve(request(
             &format!("touch {}", marker.display()),
-            LimitsInput { open_files: n(1u64 << 40), ..limits() },
+            LimitsInput {
+                open_files: n(1u64 << 40),
+                ..limits()
+            },
         ))
         .unwrap();
     let e = exec.run_blocking(&spec, None).unwrap_err();
@@ -394,9 +490,15 @@ fn a_limit_the_kernel_refuses_fails_closed_and_nothing_runs() {
     let p = exec.start(&spec).unwrap();
     assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
     assert_eq!(p.status(), Status::Killed);
-    assert!(p.read_output().delta.contains("limit unavailable"), "spawn failure is reported");
+    assert!(
+        p.read_output().delta.contains("limit unavailable"),
+        "spawn failure is reported"
+    );
     assert!(!marker.exists(), "nothing ran");
-    assert_eq!(exec.supervisor_pid().map(groups_of).unwrap_or_default(), Vec::<PathBuf>::new());
+    assert_eq!(
+        exec.supervisor_pid().map(groups_of).unwrap_or_default(),
+        Vec::<PathBuf>::new()
+    );
 }
 
 // ---- nothing left behind -----------------------------------------------------
@@ -407,12 +509,27 @@ fn groups_are_removed_after_the_command_and_background_jobs_keep_theirs_until_di
         return;
     }
     let exec = executor();
-    let r = limited(&exec, "true", LimitsInput { processes: n(10), memory_bytes: n(64 << 20), ..limits() });
+    let r = limited(
+        &exec,
+        "true",
+        LimitsInput {
+            processes: n(10),
+            memory_bytes: n(64 << 20),
+            ..limits()
+        },
+    );
     assert_eq!(r.exit_code, Some(0));
     let sup = exec.supervisor_pid().unwrap();
     assert!(groups_of(sup).is_empty(), "{:?}", groups_of(sup));
     // A job left running on purpose keeps its group (and its limit) ...
-    let r = limited(&exec, "sleep 300 >/dev/null 2>&1 & echo $!", LimitsInput { processes: n(10), ..limits() });
+    let r = limited(
+        &exec,
+        "sleep 300 >/dev/null 2>&1 & echo $!",
+        LimitsInput {
+            processes: n(10),
+            ..limits()
+        },
+    );
     let job: i32 = r.stdout.text.trim().parse().unwrap();
     assert!(alive(job));
     let groups = groups_of(sup);
@@ -422,7 +539,11 @@ fn groups_are_removed_after_the_command_and_background_jobs_keep_theirs_until_di
     // ... until dispose ends it and the supervisor removes the group.
     exec.dispose_blocking().unwrap();
     assert!(!alive(job));
-    assert!(eventually(Duration::from_secs(5), || groups_of(sup).is_empty()), "{:?}", groups_of(sup));
+    assert!(
+        eventually(Duration::from_secs(5), || groups_of(sup).is_empty()),
+        "{:?}",
+        groups_of(sup)
+    );
 }
 
 /// The host is SIGKILLed with a limited background command running: its
@@ -435,7 +556,13 @@ fn a_killed_host_leaves_no_group_behind() {
         let p = exec
             .start(
                 &exec
-                    .resolve(request("sleep 300 & echo $!; wait", LimitsInput { processes: n(10), ..limits() }))
+                    .resolve(request(
+                        "sleep 300 & echo $!; wait",
+                        LimitsInput {
+                            processes: n(10),
+                            ..limits()
+                        },
+                    ))
                     .unwrap(),
             )
             .unwrap();
@@ -453,7 +580,12 @@ fn a_killed_host_leaves_no_group_behind() {
         return;
     }
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "a_killed_host_leaves_no_group_behind", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "a_killed_host_leaves_no_group_behind",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("DSH_GOVERNOR_HOST", "1")
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -463,7 +595,9 @@ fn a_killed_host_leaves_no_group_behind() {
     let start = Instant::now();
     while !line.contains("READY ") {
         line.clear();
-        if std::io::BufRead::read_line(&mut reader, &mut line).unwrap() == 0 || start.elapsed() > Duration::from_secs(60) {
+        if std::io::BufRead::read_line(&mut reader, &mut line).unwrap() == 0
+            || start.elapsed() > Duration::from_secs(60)
+        {
             child.kill().unwrap();
             panic!("the host never got ready");
         }
@@ -474,6 +608,13 @@ fn a_killed_host_leaves_no_group_behind() {
     assert_eq!(groups_of(sup).len(), 1);
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(eventually(Duration::from_secs(5), || !alive(job)), "the job ended with the host");
-    assert!(eventually(Duration::from_secs(5), || groups_of(sup).is_empty()), "{:?}", groups_of(sup));
+    assert!(
+        eventually(Duration::from_secs(5), || !alive(job)),
+        "the job ended with the host"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || groups_of(sup).is_empty()),
+        "{:?}",
+        groups_of(sup)
+    );
 }

@@ -30,7 +30,11 @@ fn run_with(exec: &Executor, command: &str, p: SandboxPolicyInput) -> Result<Run
 }
 
 fn has_python() -> bool {
-    let ok = Command::new("python3").arg("-c").arg("0").status().is_ok_and(|s| s.success());
+    let ok = Command::new("python3")
+        .arg("-c")
+        .arg("0")
+        .status()
+        .is_ok_and(|s| s.success());
     if !ok {
         eprintln!("SKIP: python3 is not installed");
     }
@@ -83,11 +87,21 @@ fn deny_refuses_tcp_udp_and_io_uring_that_allow_permits() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let exec = executor();
-    let allowed = run_with(&exec, &probe(port), policy(SandboxMode::DangerFullAccess, NetworkPolicy::Allow)).unwrap();
+    let allowed = run_with(
+        &exec,
+        &probe(port),
+        policy(SandboxMode::DangerFullAccess, NetworkPolicy::Allow),
+    )
+    .unwrap();
     let allowed = words(&allowed.stdout.text);
     assert_eq!(allowed["tcp"], "ok", "the control: the listener is reachable");
     assert_eq!(allowed["udp"], "ok");
-    let denied = run_with(&exec, &probe(port), policy(SandboxMode::DangerFullAccess, NetworkPolicy::Deny)).unwrap();
+    let denied = run_with(
+        &exec,
+        &probe(port),
+        policy(SandboxMode::DangerFullAccess, NetworkPolicy::Deny),
+    )
+    .unwrap();
     let info = denied.sandbox.clone().unwrap();
     let denied = words(&denied.stdout.text);
     for way in ["tcp", "tcp6", "udp"] {
@@ -96,7 +110,10 @@ fn deny_refuses_tcp_udp_and_io_uring_that_allow_permits() {
     if allowed["uring"] == "ok" {
         assert_eq!(denied["uring"], "EACCES", "io_uring is no way around the filter");
     } else {
-        eprintln!("SKIP (io_uring part): io_uring is unavailable here even unconfined: {}", allowed["uring"]);
+        eprintln!(
+            "SKIP (io_uring part): io_uring is unavailable here even unconfined: {}",
+            allowed["uring"]
+        );
     }
     assert_eq!(info.network, NetworkPolicy::Deny);
     assert_eq!(info.network_enforcement, Some(Enforcement::Full));
@@ -109,7 +126,8 @@ fn deny_holds_for_curl_and_for_descendants_that_setsid_or_double_fork() {
     let port = listener.local_addr().unwrap().port();
     let dir = TempDir::new_in(&std::env::temp_dir(), "dsh-network-desc");
     let exec = executor();
-    let try_it = format!("bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}' 2>/dev/null && echo open || echo refused");
+    let try_it =
+        format!("bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}' 2>/dev/null && echo open || echo refused");
     std::fs::write(dir.join("try"), &try_it).unwrap();
     let d = dir.display();
     let r = run_with(
@@ -193,7 +211,9 @@ fn loopback_fails_closed_and_nothing_runs() {
     )
     .unwrap_err();
     match e {
-        DshError::SandboxUnavailable(why) => assert!(why.contains("loopback cannot be enforced exactly"), "{why}"),
+        DshError::SandboxUnavailable(why) => {
+            assert!(why.contains("loopback cannot be enforced exactly"), "{why}")
+        }
         other => panic!("expected SandboxUnavailable, got {other:?}"),
     }
     assert!(!marker.exists());
@@ -210,9 +230,15 @@ fn the_default_is_allow_and_reports_no_network_enforcement() {
         network: None,
     });
     let spec = exec.resolve(req).unwrap();
-    assert_eq!(spec.sandbox_policy.as_ref().unwrap().network, NetworkPolicy::Allow);
+    assert_eq!(
+        spec.sandbox_policy.as_ref().unwrap().network,
+        NetworkPolicy::Allow
+    );
     let info = exec.run_blocking(&spec, None).unwrap().sandbox.unwrap();
-    assert_eq!((info.network, info.network_enforcement), (NetworkPolicy::Allow, None));
+    assert_eq!(
+        (info.network, info.network_enforcement),
+        (NetworkPolicy::Allow, None)
+    );
     assert_eq!(
         NetworkPolicy::parse(Field::new(Scope::Request, FieldName::SandboxPolicy), "lan")
             .unwrap_err()

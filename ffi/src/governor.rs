@@ -145,7 +145,11 @@ pub extern "C" fn dsh_limits_support(limit: c_int) -> DshLimitMechanism {
 /// `config` is NULL or a live DshConfig from dsh_config_new that no thread
 /// frees during this call.
 #[no_mangle]
-pub unsafe extern "C" fn dsh_config_set_limit(config: *const DshConfig, limit: c_int, value: u64) -> DshStatus {
+pub unsafe extern "C" fn dsh_config_set_limit(
+    config: *const DshConfig,
+    limit: c_int,
+    value: u64,
+) -> DshStatus {
     status(|| {
         // SAFETY: the caller guarantees `config` is NULL or a live DshConfig
         // for the whole call (# Safety); `handle` refuses NULL.
@@ -167,7 +171,11 @@ pub unsafe extern "C" fn dsh_config_set_limit(config: *const DshConfig, limit: c
 /// `request` is NULL or a live DshRequest from dsh_request_new that no
 /// thread frees during this call.
 #[no_mangle]
-pub unsafe extern "C" fn dsh_request_set_limit(request: *const DshRequest, limit: c_int, value: u64) -> DshStatus {
+pub unsafe extern "C" fn dsh_request_set_limit(
+    request: *const DshRequest,
+    limit: c_int,
+    value: u64,
+) -> DshStatus {
     status(|| {
         // SAFETY: the caller guarantees `request` is NULL or a live
         // DshRequest for the whole call (# Safety); `handle` refuses NULL.
@@ -273,7 +281,10 @@ pub unsafe extern "C" fn dsh_run_result_limit_enforcement(
         // SAFETY: the caller guarantees `result` is NULL or a live
         // DshRunResult for the whole call (# Safety).
         let r = unsafe { result.as_ref() };
-        mechanism(r.zip(kind_of(limit)).and_then(|(r, k)| r.result.limits_enforcement.get(k)))
+        mechanism(
+            r.zip(kind_of(limit))
+                .and_then(|(r, k)| r.result.limits_enforcement.get(k)),
+        )
     })
 }
 
@@ -299,11 +310,17 @@ pub unsafe extern "C" fn dsh_process_limit(process: *const DshProcess) -> DshLim
 /// `process` is NULL or a live DshProcess (as for dsh_process_status); no
 /// thread frees it during this call.
 #[no_mangle]
-pub unsafe extern "C" fn dsh_process_limit_enforcement(process: *const DshProcess, limit: c_int) -> DshLimitMechanism {
+pub unsafe extern "C" fn dsh_process_limit_enforcement(
+    process: *const DshProcess,
+    limit: c_int,
+) -> DshLimitMechanism {
     value(DshLimitMechanism::DSH_MECHANISM_NONE, || {
         // SAFETY: the caller guarantees `process` is NULL or a live
         // DshProcess for the whole call (# Safety).
         let p = unsafe { process.as_ref() };
-        mechanism(p.zip(kind_of(limit)).and_then(|(p, k)| p.process.limits_enforcement().get(k)))
+        mechanism(
+            p.zip(kind_of(limit))
+                .and_then(|(p, k)| p.process.limits_enforcement().get(k)),
+        )
     })
 }

@@ -104,7 +104,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     network: Some(dsh_core::NetworkPolicy::Deny),
                 });
                 let spec = exec.resolve(req)?;
-                report_as("run_true", &format!("dsh (Rust, {label})"), 0, time_runs(&exec, &spec, iter)?, "");
+                report_as(
+                    "run_true",
+                    &format!("dsh (Rust, {label})"),
+                    0,
+                    time_runs(&exec, &spec, iter)?,
+                    "",
+                );
             }
             // Limits: the per-process resource limits, the cgroups (made,
             // entered and removed per command), and all five.
@@ -128,7 +134,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let cgroups_here = [dsh_core::LimitKind::Memory, dsh_core::LimitKind::Processes]
                 .iter()
                 .all(|k| support.get(*k) != Some(dsh_core::Mechanism::Unsupported));
-            for (limits, label) in [(rlimits, "rlimit limits"), (cgroups, "cgroup limits"), (all, "all limits")] {
+            for (limits, label) in [
+                (rlimits, "rlimit limits"),
+                (cgroups, "cgroup limits"),
+                (all, "all limits"),
+            ] {
                 if !cgroups_here && label != "rlimit limits" {
                     eprintln!("skipping {label}: this host has no cgroup for them");
                     continue;
@@ -136,7 +146,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let mut req = Request::new("true");
                 req.limits = Some(limits);
                 let spec = exec.resolve(req)?;
-                report_as("run_true", &format!("dsh (Rust, {label})"), 0, time_runs(&exec, &spec, iter)?, "");
+                report_as(
+                    "run_true",
+                    &format!("dsh (Rust, {label})"),
+                    0,
+                    time_runs(&exec, &spec, iter)?,
+                    "",
+                );
             }
             exec.dispose_blocking()?;
         }
