@@ -217,9 +217,33 @@ pub(crate) fn rlimit_kind(detail: i32) -> Option<LimitKind> {
 /// One command's groups: made before its spawn, entered by its process
 /// (through the `cgroup.procs` descriptors) before exec.
 pub(crate) struct CommandGroup {
+    /// `dsh.<supervisor pid>.<n>`, the same in each hierarchy.
+    name: String,
     memory: Option<PathBuf>,
     pids: Option<PathBuf>,
     procs: Vec<OwnedFd>,
+}
+
+/// Groups that still held a process (a background job the command left on
+/// purpose) when their command's tree was done with: removed by a later
+/// command's cleanup once empty, so a long-lived executor does not collect
+/// them; the supervisor removes whatever is left when it ends.
+static LEFTOVER: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// Removes `dir`; true when it is gone (or was already).
+fn removed(dir: &Path) -> bool {
+    match std::fs::remove_dir(dir) {
+        Ok(()) => true,
+        Err(e) => e.kind() == io::ErrorKind::NotFound,
+    }
+}
+
+/// Removes `dirs`, keeping the busy ones for later, and retries the ones
+/// kept before.
+fn remove_dirs(dirs: impl IntoIterator<Item = PathBuf>) {
+    let mut left = LEFTOVER.lock().unwrap_or_else(|e| e.into_inner());
+    left.retain(|d| !removed(d));
+    left.extend(dirs.into_iter().filter(|d| !removed(d)));
 }
 
 static NEXT_GROUP: AtomicU64 = AtomicU64::new(1);
@@ -262,6 +286,7 @@ impl CommandGroup {
         );
         let h = hierarchies();
         let mut group = CommandGroup {
+            name: name.clone(),
             memory: None,
             pids: None,
             procs: Vec::new(),
@@ -339,18 +364,41 @@ impl CommandGroup {
     /// stays, and the supervisor removes it when it ends.
     pub(crate) fn remove(mut self) {
         self.procs.clear();
-        for dir in [self.memory.take(), self.pids.take()].into_iter().flatten() {
-            let _ = std::fs::remove_dir(&dir);
+        remove_dirs([self.memory.take(), self.pids.take()].into_iter().flatten());
+    }
+
+    /// SIGKILLs every process the kernel counts in the group (once the
+    /// limit was reached): the exact membership, whatever the processes
+    /// did to their session, environment or parent. Each is pinned with a
+    /// pidfd and re-checked to be in the group before it is signalled.
+    /// Returns how many were signalled.
+    pub(crate) fn kill_members(&self) -> usize {
+        let Some(dir) = self.pids.as_ref().or(self.memory.as_ref()) else {
+            return 0;
+        };
+        let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
+            return 0;
+        };
+        let suffix = format!("/{}", self.name);
+        let mut hit = 0;
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<libc::pid_t>().ok()) {
+            let Ok(pidfd) = crate::spawn::pidfd_open(pid) else {
+                continue;
+            };
+            let member = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                .is_ok_and(|c| c.lines().any(|l| l.ends_with(&suffix)));
+            if member && crate::spawn::pidfd_send_signal(&pidfd, libc::SIGKILL).is_ok() {
+                hit += 1;
+            }
         }
+        hit
     }
 }
 
 impl Drop for CommandGroup {
     /// A group whose command never started (a spawn failure) is removed.
     fn drop(&mut self) {
-        for dir in [self.memory.take(), self.pids.take()].into_iter().flatten() {
-            let _ = std::fs::remove_dir(&dir);
-        }
+        remove_dirs([self.memory.take(), self.pids.take()].into_iter().flatten());
     }
 }
 

@@ -295,6 +295,9 @@ pub(crate) async fn supervise(
             Event::Stop(Stop::Limit(kind)) => {
                 stopped = Some(Stop::Limit(kind));
                 killed = true;
+                if let Some(g) = &group {
+                    g.kill_members();
+                }
                 if lost {
                     sweep(TagMatch::command(tag), libc::SIGKILL);
                 } else {
@@ -327,6 +330,9 @@ pub(crate) async fn supervise(
         if let Some(kind) = group.as_ref().and_then(|g| g.reached()) {
             stopped = Some(Stop::Limit(kind));
             killed = true;
+            if let Some(g) = &group {
+                g.kill_members();
+            }
             signal_tree(pid, tag, libc::SIGKILL, true);
         }
     }
@@ -334,6 +340,19 @@ pub(crate) async fn supervise(
         let mut s = lock(streams);
         s.stdout.close();
         s.stderr.close();
+    }
+    // A reached limit ends every process the kernel counts in the group,
+    // whatever it did to leave the tree the sweeps follow; a fork loop is
+    // caught by the next pass, each pass after a millisecond.
+    if matches!(stopped, Some(Stop::Limit(_))) {
+        if let Some(g) = &group {
+            for _ in 0..200 {
+                if g.kill_members() == 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
     }
     let survivors = if lost {
         sweep_counted(TagMatch::command(tag), libc::SIGKILL).await.last as u32

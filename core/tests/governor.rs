@@ -618,3 +618,46 @@ fn a_killed_host_leaves_no_group_behind() {
         groups_of(sup)
     );
 }
+
+#[test]
+fn a_reached_limit_ends_even_a_process_that_left_the_tree() {
+    if !supported(LimitKind::Processes) {
+        return;
+    }
+    let dir = TempDir::new_in(&std::env::temp_dir(), "dsh-governor-escape");
+    let pidfile = dir.join("escapee");
+    let exec = executor();
+    // The escapee drops the tag (env -i), leaves the session (setsid) and
+    // is orphaned (its subshell exits): no sweep can attribute it, but the
+    // kernel still counts it in the command's group.
+    let r = limited(
+        &exec,
+        &format!(
+            "( env -i setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! > {p} ); \
+             for i in $(seq 40); do sleep 30 & done; wait",
+            p = pidfile.display()
+        ),
+        LimitsInput { processes: n(10), ..limits() },
+    );
+    assert_eq!(r.limit, Some(LimitKind::Processes), "{r:?}");
+    let escapee: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    assert!(eventually(Duration::from_secs(5), || !alive(escapee)), "the escapee was ended");
+    let sup = exec.supervisor_pid().unwrap();
+    assert!(eventually(Duration::from_secs(5), || groups_of(sup).is_empty()), "{:?}", groups_of(sup));
+}
+
+#[test]
+fn a_group_kept_by_a_background_job_is_removed_once_the_job_has_ended() {
+    if !supported(LimitKind::Processes) {
+        return;
+    }
+    let exec = executor();
+    let r = limited(&exec, "sleep 0.5 >/dev/null 2>&1 & echo $!", LimitsInput { processes: n(10), ..limits() });
+    let job: i32 = r.stdout.text.trim().parse().unwrap();
+    let sup = exec.supervisor_pid().unwrap();
+    assert_eq!(groups_of(sup).len(), 1, "kept while the job runs");
+    assert!(eventually(Duration::from_secs(10), || !alive(job)));
+    // The next limited command's cleanup removes it, long before dispose.
+    limited(&exec, "true", LimitsInput { processes: n(10), ..limits() });
+    assert!(groups_of(sup).is_empty(), "{:?}", groups_of(sup));
+}
