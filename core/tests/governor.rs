@@ -637,13 +637,23 @@ fn a_reached_limit_ends_even_a_process_that_left_the_tree() {
              for i in $(seq 40); do sleep 30 & done; wait",
             p = pidfile.display()
         ),
-        LimitsInput { processes: n(10), ..limits() },
+        LimitsInput {
+            processes: n(10),
+            ..limits()
+        },
     );
     assert_eq!(r.limit, Some(LimitKind::Processes), "{r:?}");
     let escapee: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
-    assert!(eventually(Duration::from_secs(5), || !alive(escapee)), "the escapee was ended");
+    assert!(
+        eventually(Duration::from_secs(5), || !alive(escapee)),
+        "the escapee was ended"
+    );
     let sup = exec.supervisor_pid().unwrap();
-    assert!(eventually(Duration::from_secs(5), || groups_of(sup).is_empty()), "{:?}", groups_of(sup));
+    assert!(
+        eventually(Duration::from_secs(5), || groups_of(sup).is_empty()),
+        "{:?}",
+        groups_of(sup)
+    );
 }
 
 #[test]
@@ -652,12 +662,26 @@ fn a_group_kept_by_a_background_job_is_removed_once_the_job_has_ended() {
         return;
     }
     let exec = executor();
-    let r = limited(&exec, "sleep 0.5 >/dev/null 2>&1 & echo $!", LimitsInput { processes: n(10), ..limits() });
+    let r = limited(
+        &exec,
+        "sleep 0.5 >/dev/null 2>&1 & echo $!",
+        LimitsInput {
+            processes: n(10),
+            ..limits()
+        },
+    );
     let job: i32 = r.stdout.text.trim().parse().unwrap();
     let sup = exec.supervisor_pid().unwrap();
     assert_eq!(groups_of(sup).len(), 1, "kept while the job runs");
     assert!(eventually(Duration::from_secs(10), || !alive(job)));
     // The next limited command's cleanup removes it, long before dispose.
-    limited(&exec, "true", LimitsInput { processes: n(10), ..limits() });
+    limited(
+        &exec,
+        "true",
+        LimitsInput {
+            processes: n(10),
+            ..limits()
+        },
+    );
     assert!(groups_of(sup).is_empty(), "{:?}", groups_of(sup));
 }
