@@ -16,12 +16,6 @@ fn network(policy: Option<&SandboxPolicy>) -> NetworkPolicy {
     policy.map(|p| p.network).unwrap_or_default()
 }
 
-/// Why `loopback` is refused: nothing this version has can enforce it
-/// exactly, and a weaker rule must not pass for it.
-const LOOPBACK_UNENFORCEABLE: &str = "network loopback cannot be enforced exactly: Landlock's network \
-     rules match TCP ports, not addresses, and a seccomp filter cannot read the address a connect(2) \
-     or sendto(2) points at; use deny, or allow";
-
 /// Fail closed: a confined mode on a kernel without Landlock, a network
 /// policy the kernel cannot enforce, is an error.
 pub(crate) fn check(policy: Option<&SandboxPolicy>) -> Result<()> {
@@ -31,8 +25,14 @@ pub(crate) fn check(policy: Option<&SandboxPolicy>) -> Result<()> {
     }
     match network(policy) {
         NetworkPolicy::Allow => Ok(()),
-        NetworkPolicy::Loopback => Err(DshError::SandboxUnavailable(LOOPBACK_UNENFORCEABLE.to_owned())),
-        NetworkPolicy::Deny => deny_filter()
+        NetworkPolicy::Loopback => filter(NetworkPolicy::Loopback)
+            .map_err(|why| DshError::SandboxUnavailable(format!("network loopback needs seccomp: {why}")))
+            .and_then(|_| {
+                crate::netfilter::available().map_err(|why| {
+                    DshError::SandboxUnavailable(format!("network loopback cannot be enforced here: {why}"))
+                })
+            }),
+        NetworkPolicy::Deny => filter(NetworkPolicy::Deny)
             .map(|_| ())
             .map_err(|why| DshError::SandboxUnavailable(format!("network deny needs seccomp: {why}"))),
     }
@@ -53,20 +53,26 @@ pub(crate) fn ruleset(policy: Option<&SandboxPolicy>) -> Result<Option<landlock:
         .map_err(|why| DshError::SandboxUnavailable(format!("{}: {why}", policy.mode)))
 }
 
-/// The compiled seccomp filter of `network: deny` (BPF instructions as
+/// The compiled seccomp filter of a network policy (BPF instructions as
 /// bytes), built once: `socket(2)` and `socketpair(2)` of any family but
-/// `AF_UNIX`, and every `io_uring` call (its operations run in the kernel,
-/// where no filter sees them) fail with EACCES; a system call of another
-/// ABI (32-bit x86, x32) too, as their numbers would slip past the rules.
-fn deny_filter() -> std::result::Result<&'static [u8], String> {
-    static FILTER: OnceLock<std::result::Result<Vec<u8>, String>> = OnceLock::new();
-    FILTER
-        .get_or_init(|| {
-            seccomp_available()?;
-            compile_deny_filter()
-        })
-        .as_deref()
-        .map_err(Clone::clone)
+/// `AF_UNIX` (`deny`), or but `AF_UNIX`, `AF_INET` and `AF_INET6`
+/// (`loopback`, whose addresses the cgroup programs of `netfilter` check),
+/// and every `io_uring` call (its operations run in the kernel, where no
+/// filter sees them) fail with EACCES; a system call of another ABI (32-bit
+/// x86, x32) too, as their numbers would slip past the rules.
+fn filter(policy: NetworkPolicy) -> std::result::Result<&'static [u8], String> {
+    static DENY: OnceLock<std::result::Result<Vec<u8>, String>> = OnceLock::new();
+    static LOOPBACK: OnceLock<std::result::Result<Vec<u8>, String>> = OnceLock::new();
+    let (cell, families): (_, &[libc::c_int]) = match policy {
+        NetworkPolicy::Loopback => (&LOOPBACK, &[libc::AF_UNIX, libc::AF_INET, libc::AF_INET6]),
+        _ => (&DENY, &[libc::AF_UNIX]),
+    };
+    cell.get_or_init(|| {
+        seccomp_available()?;
+        compile_filter(families)
+    })
+    .as_deref()
+    .map_err(Clone::clone)
 }
 
 fn seccomp_available() -> std::result::Result<(), String> {
@@ -91,7 +97,7 @@ fn seccomp_available() -> std::result::Result<(), String> {
     }
 }
 
-fn compile_deny_filter() -> std::result::Result<Vec<u8>, String> {
+fn compile_filter(families: &[libc::c_int]) -> std::result::Result<Vec<u8>, String> {
     use seccompiler::{
         BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
         SeccompRule, TargetArch,
@@ -106,19 +112,19 @@ fn compile_deny_filter() -> std::result::Result<Vec<u8>, String> {
         return Err("no seccomp filter is built for this architecture".to_owned());
     };
     let bad = |e: seccompiler::BackendError| format!("cannot build the seccomp filter: {e}");
-    let not_unix = || -> std::result::Result<Vec<SeccompRule>, String> {
-        Ok(vec![SeccompRule::new(vec![SeccompCondition::new(
-            0,
-            SeccompCmpArgLen::Dword,
-            SeccompCmpOp::Ne,
-            libc::AF_UNIX as u64,
-        )
-        .map_err(bad)?])
-        .map_err(bad)?])
+    // One rule whose conditions all hold (they are ANDed): the family is
+    // none of the allowed ones.
+    let other_family = || -> std::result::Result<Vec<SeccompRule>, String> {
+        let conditions = families
+            .iter()
+            .map(|f| SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, *f as u64))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(bad)?;
+        Ok(vec![SeccompRule::new(conditions).map_err(bad)?])
     };
     let rules = [
-        (libc::SYS_socket, not_unix()?),
-        (libc::SYS_socketpair, not_unix()?),
+        (libc::SYS_socket, other_family()?),
+        (libc::SYS_socketpair, other_family()?),
         (libc::SYS_io_uring_setup, Vec::new()),
         (libc::SYS_io_uring_enter, Vec::new()),
         (libc::SYS_io_uring_register, Vec::new()),
@@ -173,20 +179,21 @@ fn compile_deny_filter() -> std::result::Result<Vec<u8>, String> {
 pub(crate) fn network_filter(policy: Option<&SandboxPolicy>) -> Result<Option<Vec<u8>>> {
     match network(policy) {
         NetworkPolicy::Allow => Ok(None),
-        NetworkPolicy::Loopback => Err(DshError::SandboxUnavailable(LOOPBACK_UNENFORCEABLE.to_owned())),
-        NetworkPolicy::Deny => deny_filter()
+        p => filter(p)
             .map(|b| Some(b.to_vec()))
-            .map_err(|why| DshError::SandboxUnavailable(format!("network deny needs seccomp: {why}"))),
+            .map_err(|why| DshError::SandboxUnavailable(format!("network {p} needs seccomp: {why}"))),
     }
 }
 
-/// How completely `deny` is enforced: `full` with Landlock's network rules
-/// (ABI 4+) on top of the filter (a TCP socket received from elsewhere
-/// over a Unix socket still cannot bind or connect), `partial` with the
-/// filter alone.
+/// How completely a network policy is enforced: `deny` is `full` with
+/// Landlock's network rules (ABI 4+) on top of the filter (a TCP socket
+/// received from elsewhere over a Unix socket still cannot bind or
+/// connect), `partial` with the filter alone; `loopback` runs only with
+/// all of its mechanisms, so it is `full`.
 fn network_enforcement(policy: NetworkPolicy) -> Option<Enforcement> {
     match policy {
-        NetworkPolicy::Allow | NetworkPolicy::Loopback => None,
+        NetworkPolicy::Allow => None,
+        NetworkPolicy::Loopback => Some(Enforcement::Full),
         NetworkPolicy::Deny => Some(if landlock::abi().is_ok_and(|v| v >= landlock::NET_ABI) {
             Enforcement::Full
         } else {

@@ -173,6 +173,7 @@ pub(crate) fn group_parents() -> Vec<PathBuf> {
     [&h.memory, &h.pids]
         .into_iter()
         .filter_map(|d| d.as_ref().ok().cloned())
+        .chain(crate::netfilter::group_parent())
         .collect()
 }
 
@@ -201,15 +202,13 @@ impl Rlimits {
     }
 }
 
-/// The limit an `rlimits` wire index (the supervisor's failure detail)
+/// The limit a resource-limit failure detail of the supervisor (1–3)
 /// stands for.
 pub(crate) fn rlimit_kind(detail: i32) -> Option<LimitKind> {
     match detail {
         1 => Some(LimitKind::Cpu),
         2 => Some(LimitKind::FileSize),
         3 => Some(LimitKind::OpenFiles),
-        4 => Some(LimitKind::Memory),
-        5 => Some(LimitKind::Processes),
         _ => None,
     }
 }
@@ -221,7 +220,18 @@ pub(crate) struct CommandGroup {
     name: String,
     memory: Option<PathBuf>,
     pids: Option<PathBuf>,
+    /// The cgroup v2 group that carries the `loopback` network filter.
+    net: Option<PathBuf>,
     procs: Vec<OwnedFd>,
+    /// What each of `procs` is for, in the same order.
+    kinds: Vec<GroupKind>,
+}
+
+/// What a group of a command is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GroupKind {
+    Limit(LimitKind),
+    Loopback,
 }
 
 /// Groups that still held a process (a background job the command left on
@@ -276,8 +286,12 @@ fn make_group(parent: &Path, name: &str) -> io::Result<PathBuf> {
 impl CommandGroup {
     /// Makes the groups `limits` needs, for a command of the supervisor
     /// `supervisor_pid`; `None` when no limit needs a cgroup.
-    pub(crate) fn new(limits: &Limits, supervisor_pid: libc::pid_t) -> Result<Option<CommandGroup>> {
-        if limits.memory_bytes.is_none() && limits.processes.is_none() {
+    pub(crate) fn new(
+        limits: &Limits,
+        loopback: bool,
+        supervisor_pid: libc::pid_t,
+    ) -> Result<Option<CommandGroup>> {
+        if limits.memory_bytes.is_none() && limits.processes.is_none() && !loopback {
             return Ok(None);
         }
         let name = format!(
@@ -289,7 +303,9 @@ impl CommandGroup {
             name: name.clone(),
             memory: None,
             pids: None,
+            net: None,
             procs: Vec::new(),
+            kinds: Vec::new(),
         };
         if let Some(bytes) = limits.memory_bytes {
             let kind = LimitKind::Memory;
@@ -317,6 +333,7 @@ impl CommandGroup {
             group.procs.push(
                 open_procs(&dir).map_err(|e| unavailable(kind, format!("cannot open cgroup.procs: {e}")))?,
             );
+            group.kinds.push(GroupKind::Limit(kind));
         }
         if let Some(n) = limits.processes {
             let kind = LimitKind::Processes;
@@ -333,12 +350,29 @@ impl CommandGroup {
             group.procs.push(
                 open_procs(&dir).map_err(|e| unavailable(kind, format!("cannot open cgroup.procs: {e}")))?,
             );
+            group.kinds.push(GroupKind::Limit(kind));
+        }
+        if loopback {
+            let why = |w: String| {
+                DshError::SandboxUnavailable(format!("network loopback cannot be enforced here: {w}"))
+            };
+            let dir = crate::netfilter::make_group(&name).map_err(why)?;
+            group.net = Some(dir.clone());
+            group
+                .procs
+                .push(open_procs(&dir).map_err(|e| why(format!("cannot open cgroup.procs: {e}")))?);
+            group.kinds.push(GroupKind::Loopback);
         }
         Ok(Some(group))
     }
 
+    /// What the `index`th `cgroup.procs` descriptor is for.
+    pub(crate) fn kind_at(&self, index: usize) -> Option<GroupKind> {
+        self.kinds.get(index).copied()
+    }
+
     /// The `cgroup.procs` descriptors the command's process writes itself
-    /// into, at most two.
+    /// into, at most three.
     pub(crate) fn procs(&self) -> Vec<RawFd> {
         self.procs.iter().map(AsRawFd::as_raw_fd).collect()
     }
@@ -364,7 +398,11 @@ impl CommandGroup {
     /// stays, and the supervisor removes it when it ends.
     pub(crate) fn remove(mut self) {
         self.procs.clear();
-        remove_dirs([self.memory.take(), self.pids.take()].into_iter().flatten());
+        remove_dirs(
+            [self.memory.take(), self.pids.take(), self.net.take()]
+                .into_iter()
+                .flatten(),
+        );
     }
 
     /// SIGKILLs every process the kernel counts in the group (once the
@@ -373,7 +411,7 @@ impl CommandGroup {
     /// pidfd and re-checked to be in the group before it is signalled.
     /// Returns how many were signalled.
     pub(crate) fn kill_members(&self) -> usize {
-        let Some(dir) = self.pids.as_ref().or(self.memory.as_ref()) else {
+        let Some(dir) = self.pids.as_ref().or(self.memory.as_ref()).or(self.net.as_ref()) else {
             return 0;
         };
         let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
@@ -398,7 +436,11 @@ impl CommandGroup {
 impl Drop for CommandGroup {
     /// A group whose command never started (a spawn failure) is removed.
     fn drop(&mut self) {
-        remove_dirs([self.memory.take(), self.pids.take()].into_iter().flatten());
+        remove_dirs(
+            [self.memory.take(), self.pids.take(), self.net.take()]
+                .into_iter()
+                .flatten(),
+        );
     }
 }
 
@@ -439,14 +481,22 @@ pub(crate) fn cause(limits: &Limits, group: Option<&CommandGroup>, signal: Optio
     }
 }
 
-/// The error for a limit the command's own process could not apply.
-pub(crate) fn apply_failed(detail: i32, errno: i32) -> DshError {
-    let why = format!(
-        "the command's process could not apply it: {}",
-        io::Error::from_raw_os_error(errno)
-    );
-    match rlimit_kind(detail) {
-        Some(kind) => unavailable(kind, why),
+/// The error for a limit (or the loopback group) the command's own
+/// process could not apply: `detail` is the supervisor's (1–3 a resource
+/// limit, 4 and up the `detail - 4`th group it was handed).
+pub(crate) fn apply_failed(detail: i32, errno: i32, group: Option<&CommandGroup>) -> DshError {
+    let err = io::Error::from_raw_os_error(errno);
+    let why = format!("the command's process could not apply it: {err}");
+    let kind = match detail {
+        1..=3 => rlimit_kind(detail).map(GroupKind::Limit),
+        d if d >= 4 => group.and_then(|g| g.kind_at((d - 4) as usize)),
+        _ => None,
+    };
+    match kind {
+        Some(GroupKind::Limit(kind)) => unavailable(kind, why),
+        Some(GroupKind::Loopback) => DshError::SandboxUnavailable(format!(
+            "network loopback cannot be enforced here: cannot enter its group: {err}"
+        )),
         None => DshError::Internal(format!("a limit could not be applied: {why}")),
     }
 }

@@ -60,19 +60,23 @@ pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str, supervisors: &Sl
     let mut supervisor = supervisors.get().map_err(supervisor_error)?;
     // The groups are named after the supervisor, which removes what is
     // left of them when it ends.
-    let mut group = CommandGroup::new(&spec.limits, supervisor.pid())?;
+    let loopback = spec
+        .sandbox_policy
+        .as_ref()
+        .is_some_and(|p| p.network == crate::sandbox::NetworkPolicy::Loopback);
+    let mut group = CommandGroup::new(&spec.limits, loopback, supervisor.pid())?;
     fds.cgroups = group.as_ref().map(CommandGroup::procs).unwrap_or_default();
     let pending = match supervisor.begin(&fds) {
         Err(SpawnError::Unreachable(_)) => {
             supervisor = supervisors.renew(&supervisor).map_err(supervisor_error)?;
             drop(group.take());
-            group = CommandGroup::new(&spec.limits, supervisor.pid())?;
+            group = CommandGroup::new(&spec.limits, loopback, supervisor.pid())?;
             fds.cgroups = group.as_ref().map(CommandGroup::procs).unwrap_or_default();
             supervisor.begin(&fds)
         }
         other => other,
     }
-    .map_err(|e| failed(e, spec))?;
+    .map_err(|e| failed(e, spec, None))?;
     // Dropping `pending` on an error below cancels the request.
     let envp = child_environment(host_env, spec, tag);
     let shell = find_shell(path_of(&envp)).ok_or_else(|| DshError::Spawn {
@@ -84,12 +88,12 @@ pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str, supervisors: &Sl
     let argv = [c"bash", c"-c", c"--", command.as_c_str()];
     let leader = pending
         .finish(&shell, &argv, &envp, &workdir)
-        .map_err(|e| failed(e, spec))?;
+        .map_err(|e| failed(e, spec, group.as_ref()))?;
     pipes.started(leader, group).map_err(os_error)
 }
 
 /// The error for a command the supervisor could not start.
-fn failed(e: SpawnError, spec: &Spec) -> DshError {
+fn failed(e: SpawnError, spec: &Spec, group: Option<&CommandGroup>) -> DshError {
     match e {
         SpawnError::Unreachable(e) | SpawnError::Io(e) => spawn_error(e, &spec.workdir),
         SpawnError::Failed {
@@ -106,7 +110,7 @@ fn failed(e: SpawnError, spec: &Spec) -> DshError {
             step: Step::Limits,
             errno,
             detail,
-        } => governor::apply_failed(detail, errno),
+        } => governor::apply_failed(detail, errno, group),
         SpawnError::Failed { errno, .. } => {
             spawn_error(std::io::Error::from_raw_os_error(errno), &spec.workdir)
         }

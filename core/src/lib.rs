@@ -27,6 +27,7 @@ mod governor;
 mod landlock;
 mod launch;
 mod limits;
+mod netfilter;
 mod output;
 mod process;
 mod request;

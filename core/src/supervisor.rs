@@ -47,6 +47,8 @@ const FLAG_RULESET: u32 = 2;
 /// up to two groups, one per v1 hierarchy).
 const FLAG_CGROUP1: u32 = 4;
 const FLAG_CGROUP2: u32 = 8;
+/// A third group: the cgroup v2 one of `network: loopback`.
+const FLAG_CGROUP3: u32 = 64;
 /// `struct limits` follows the payload on the command's socket.
 const FLAG_RLIMITS: u32 = 16;
 /// A seccomp filter (`u32 count, u32 pad`, then `count` BPF instructions)
@@ -55,8 +57,8 @@ const FLAG_SECCOMP: u32 = 32;
 const R_SPAWNED: i32 = 1;
 const R_FAILED: i32 = 2;
 const R_EXITED: i32 = 3;
-/// At most seven descriptors travel with a request.
-const MAX_FDS: usize = 7;
+/// At most eight descriptors travel with a request.
+const MAX_FDS: usize = 8;
 
 /// A request on the control socket.
 #[repr(C)]
@@ -177,6 +179,7 @@ fn send_with_fds(fd: &OwnedFd, header: &Header, fds: &[RawFd]) -> io::Result<()>
     debug_assert!(fds.len() <= MAX_FDS);
     // Room for MAX_FDS descriptors, aligned for a cmsghdr.
     let mut control = [0u64; 8];
+    const _: () = assert!(MAX_FDS * 4 + 16 <= 64, "control has room for MAX_FDS descriptors");
     let fd_bytes = std::mem::size_of_val(fds);
     let mut iov = libc::iovec {
         iov_base: (header as *const Header).cast_mut().cast(),
@@ -422,8 +425,8 @@ impl Supervisor {
             flags |= FLAG_RULESET;
             passed.push(fd);
         }
-        debug_assert!(fds.cgroups.len() <= 2);
-        for (fd, flag) in fds.cgroups.iter().zip([FLAG_CGROUP1, FLAG_CGROUP2]) {
+        debug_assert!(fds.cgroups.len() <= 3);
+        for (fd, flag) in fds.cgroups.iter().zip([FLAG_CGROUP1, FLAG_CGROUP2, FLAG_CGROUP3]) {
             flags |= flag;
             passed.push(*fd);
         }

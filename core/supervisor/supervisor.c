@@ -27,7 +27,8 @@
  *   struct request { op, flags }
  *   SPAWN    fds (SCM_RIGHTS): command socket, stdout, stderr,
  *            [stdin if FLAG_STDIN], [Landlock ruleset if FLAG_RULESET],
- *            [cgroup.procs if FLAG_CGROUP1], [cgroup.procs if FLAG_CGROUP2]
+ *            [cgroup.procs if FLAG_CGROUP1], [cgroup.procs if FLAG_CGROUP2],
+ *            [cgroup.procs if FLAG_CGROUP3]
  *            The command socket (SOCK_STREAM, one per command) then carries
  *            struct payload { argc, envc, len } and `len` bytes:
  *            NUL-terminated path, workdir, argv[argc], envp[envc]; then
@@ -112,7 +113,15 @@
 
 /* Keep in step with core/src/supervisor.rs. */
 enum { OP_SPAWN = 1, OP_SHUTDOWN = 2 };
-enum { FLAG_STDIN = 1, FLAG_RULESET = 2, FLAG_CGROUP1 = 4, FLAG_CGROUP2 = 8, FLAG_RLIMITS = 16, FLAG_SECCOMP = 32 };
+enum {
+    FLAG_STDIN = 1,
+    FLAG_RULESET = 2,
+    FLAG_CGROUP1 = 4,
+    FLAG_CGROUP2 = 8,
+    FLAG_RLIMITS = 16,
+    FLAG_SECCOMP = 32,
+    FLAG_CGROUP3 = 64
+};
 enum { R_SPAWNED = 1, R_FAILED = 2, R_EXITED = 3 };
 enum {
     STEP_SESSION = 1,
@@ -125,8 +134,9 @@ enum {
     STEP_LIMITS,
     STEP_NETWORK
 };
-/* The failure detail of STEP_LIMITS: which limit. */
-enum { LIMIT_CPU = 1, LIMIT_FSIZE = 2, LIMIT_NOFILE = 3, LIMIT_GROUP1 = 4, LIMIT_GROUP2 = 5 };
+/* The failure detail of STEP_LIMITS: which limit, or which group
+ * (LIMIT_GROUP + its index among the groups passed). */
+enum { LIMIT_CPU = 1, LIMIT_FSIZE = 2, LIMIT_NOFILE = 3, LIMIT_GROUP = 4 };
 
 struct request {
     uint32_t op, flags;
@@ -151,7 +161,7 @@ struct limits {
 
 #define CONTROL 3
 #define MAX_PAYLOAD (256u << 20)
-#define MAX_FDS 7
+#define MAX_FDS 8
 
 /* One running command: its leader (a child of ours, kept unreaped until
  * released) and the socket to its host. */
@@ -381,7 +391,7 @@ struct plan {
     char *const *envp;
     int stdio[3]; /* stdin may be -1: /dev/null */
     int ruleset;  /* -1: unconfined */
-    int groups[2]; /* cgroup.procs to enter, or -1 */
+    int groups[3]; /* cgroup.procs to enter, or -1 */
     const struct limits *limits;       /* NULL: none */
     const struct sock_fprog *filter;   /* NULL: none */
     int step, err, detail;
@@ -403,12 +413,13 @@ static int child(void *arg) {
     if (setsid() < 0) FAIL(STEP_SESSION);
     /* Our own cgroups first: from here on every page and every process of
      * the command counts. */
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0, n = 0; i < 3; i++) {
         if (p->groups[i] < 0) continue;
         if (write(p->groups[i], "0", 1) != 1) {
-            p->detail = LIMIT_GROUP1 + i;
+            p->detail = LIMIT_GROUP + n;
             FAIL(STEP_LIMITS);
         }
+        n++;
     }
     if (p->stdio[0] < 0) {
         int null = open("/dev/null", O_RDONLY);
@@ -499,7 +510,7 @@ static void maybe_finish(struct command *c) {
 
 static void on_spawn(const struct request *req, int *fds, int nfds) {
     int want = 3 + !!(req->flags & FLAG_STDIN) + !!(req->flags & FLAG_RULESET) + !!(req->flags & FLAG_CGROUP1) +
-               !!(req->flags & FLAG_CGROUP2);
+               !!(req->flags & FLAG_CGROUP2) + !!(req->flags & FLAG_CGROUP3);
     if (nfds < 1) return;
     int sock = fds[0];
     struct payload head, *rq = &head;
@@ -516,6 +527,7 @@ static void on_spawn(const struct request *req, int *fds, int nfds) {
     int ruleset = (req->flags & FLAG_RULESET) ? fds[k++] : -1;
     int group1 = (req->flags & FLAG_CGROUP1) ? fds[k++] : -1;
     int group2 = (req->flags & FLAG_CGROUP2) ? fds[k++] : -1;
+    int group3 = (req->flags & FLAG_CGROUP3) ? fds[k++] : -1;
     struct limits limits;
     struct sock_filter *insns = NULL;
     struct sock_fprog filter = {0, NULL};
@@ -567,7 +579,7 @@ static void on_spawn(const struct request *req, int *fds, int nfds) {
                             envp,
                             {in, out, err},
                             ruleset,
-                            {group1, group2},
+                            {group1, group2, group3},
                             (req->flags & FLAG_RLIMITS) ? &limits : NULL,
                             (req->flags & FLAG_SECCOMP) ? &filter : NULL,
                             0,
