@@ -8,7 +8,7 @@
 export type SandboxMode = 'read-only' | 'workspace-write' | 'danger-full-access'
 /** How completely the kernel enforced a mode: `full` at Landlock ABI 3 or later. */
 export type SandboxEnforcement = 'full' | 'partial'
-/** What a command may do on the network (docs/sandbox.md): `loopback` fails closed in this version. */
+/** What a command may do on the network (docs/sandbox.md); `loopback` needs root and cgroup v2, else fails closed. */
 export type NetworkPolicy = 'allow' | 'deny' | 'loopback'
 /**
  * The limit that ended a command, as the kernel reported it (docs/limits.md).

@@ -208,7 +208,7 @@ typedef enum DshNetwork {
    */
   DSH_NETWORK_DENY = 1,
   /**
-   * "loopback": refused by this version (fails closed).
+   * "loopback": 127.0.0.0/8 and ::1 only (needs root and cgroup v2).
    */
   DSH_NETWORK_LOOPBACK = 2,
 } DshNetwork;

@@ -71,8 +71,8 @@ pub enum NetworkPolicy {
     /// `deny`: no socket but Unix-domain ones; no TCP bind or connect; no
     /// `io_uring`.
     Deny,
-    /// `loopback`: only 127.0.0.0/8 and ::1. Not enforceable exactly by
-    /// this version: asking for it fails closed.
+    /// `loopback`: Unix sockets and 127.0.0.0/8 and ::1 only (cgroup BPF
+    /// programs: needs root and cgroup v2, else fails closed).
     Loopback,
 }
 

@@ -51,7 +51,7 @@ pub enum DshNetwork {
     DSH_NETWORK_ALLOW = 0,
     /// "deny": Unix-domain sockets only.
     DSH_NETWORK_DENY = 1,
-    /// "loopback": refused by this version (fails closed).
+    /// "loopback": 127.0.0.0/8 and ::1 only (needs root and cgroup v2).
     DSH_NETWORK_LOOPBACK = 2,
 }
 
