@@ -90,20 +90,37 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 );
             }
             // The network policy alone (the seccomp filter and Landlock's
-            // TCP rules), and with the files confined too. `allow` is the
-            // unconfined row; `loopback` fails closed, so it has none.
-            for (mode, label) in [
-                (SandboxMode::DangerFullAccess, "network deny"),
-                (SandboxMode::WorkspaceWrite, "workspace-write + network deny"),
+            // TCP rules; for loopback the cgroup BPF programs too), and
+            // with the files confined. `allow` is the unconfined row.
+            for (mode, network, label) in [
+                (
+                    SandboxMode::DangerFullAccess,
+                    dsh_core::NetworkPolicy::Deny,
+                    "network deny",
+                ),
+                (
+                    SandboxMode::WorkspaceWrite,
+                    dsh_core::NetworkPolicy::Deny,
+                    "workspace-write + network deny",
+                ),
+                (
+                    SandboxMode::DangerFullAccess,
+                    dsh_core::NetworkPolicy::Loopback,
+                    "network loopback",
+                ),
             ] {
                 let mut req = Request::new("true");
                 req.sandbox_policy = Some(SandboxPolicyInput {
                     mode,
                     workspace_root: None,
                     session_id: None,
-                    network: Some(dsh_core::NetworkPolicy::Deny),
+                    network: Some(network),
                 });
                 let spec = exec.resolve(req)?;
+                if let Err(e) = exec.run_blocking(&spec, None) {
+                    eprintln!("skipping {label}: {e}");
+                    continue;
+                }
                 report_as(
                     "run_true",
                     &format!("dsh (Rust, {label})"),
