@@ -72,6 +72,12 @@ export declare class NativeShellPlugin extends ShellExecutor {
   run(spec: ShellExecSpec): Promise<ShellRunResult>
   /** Starts a spec in the background and returns its process at once; `spec.signal` kills it. */
   start(spec: ShellExecSpec): ShellProcess
+  /**
+   * The process registered under `id`, or undefined: how a run handed over
+   * at its timeout (`onExpiry: 'background'`, the result's `backgroundId`)
+   * is reached. Not part of the seam's `ShellExecutor`.
+   */
+  get(id: string): ShellProcess | undefined
 }
 
 /** The plugin, as the module's default export. */

@@ -138,6 +138,15 @@ export class NativeShellPlugin extends ShellExecutor {
   start(spec) {
     return this[EXECUTOR].start(spec)
   }
+
+  /**
+   * The process registered under `id`, or undefined: how a run handed over
+   * at its timeout (`onExpiry: 'background'`, the result's `backgroundId`)
+   * is reached. Not part of the seam's `ShellExecutor`.
+   */
+  get(id) {
+    return this[EXECUTOR].get(id)
+  }
 }
 
 export default NativeShellPlugin

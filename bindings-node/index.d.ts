@@ -119,8 +119,18 @@ export interface ShellExecRequest {
   stdoutMaxBytes?: number | undefined
   /** Aborts a `run` (the result says `aborted`) or kills a started process; copied onto the spec. Already aborted: ABORT_ERR. */
   signal?: AbortSignal | undefined
-  /** Written to stdin, then closed; a Buffer for bytes that are not text. */
-  stdin?: string | Buffer | undefined
+  /**
+   * Written to stdin, then closed; a Buffer for bytes that are not text. Or
+   * `{ pipe: true }`: a pipe that stays open for `writeStdin` (for `start`,
+   * or `run` with `onExpiry: 'background'`).
+   */
+  stdin?: string | Buffer | StdinPipe | undefined
+  /**
+   * What a `run` does when its timeout is reached: `'kill'` (the default)
+   * or `'background'`, which hands the command over to the registry as a
+   * background process instead (the result's `backgroundId`).
+   */
+  onExpiry?: OnExpiry | undefined
   /** Ordinary variables, merged after the scrub; an `undefined` value is an absent key. */
   env?: Readonly<Record<string, string | undefined>> | undefined
   /** Managed `DSH_*` variables, merged last. */
@@ -132,6 +142,15 @@ export interface ShellExecRequest {
   /** This call's limits, each clamped to the executor's (default: the executor's). */
   limits?: Limits | undefined
 }
+
+/** A stdin that stays open for `writeStdin` until `closeStdin`. */
+export interface StdinPipe {
+  /** Always true. */
+  pipe: true
+}
+
+/** What a foreground run does when its timeout is reached. */
+export type OnExpiry = 'kill' | 'background'
 
 /** A resolved spec: what `run`/`start` take (ours or one the harness built). */
 export interface ShellExecSpec {
@@ -145,8 +164,10 @@ export interface ShellExecSpec {
   stdoutMaxBytes: number
   /** Aborts `run` or kills a started process. */
   signal?: AbortSignal | undefined
-  /** Written to stdin, then closed; absent: stdin is /dev/null. */
-  stdin?: string | Buffer | undefined
+  /** Written to stdin, then closed; `{ pipe: true }`: a pipe for `writeStdin`; absent: stdin is /dev/null. */
+  stdin?: string | Buffer | StdinPipe | undefined
+  /** `'background'`: hand the command over at the timeout; absent: `'kill'`. */
+  onExpiry?: OnExpiry | undefined
   /** Ordinary variables, merged after the scrub. */
   env?: Record<string, string> | undefined
   /** Managed `DSH_*` variables, merged last. */
@@ -165,7 +186,7 @@ export interface ShellExecSpec {
  * fits the harness's own `ShellExecSpec`.
  */
 export type ResolvedSpec<R extends ShellExecRequest> = Omit<ShellExecSpec, 'stdin' | 'sandboxPolicy'> & {
-  stdin?: Extract<R['stdin'], string | Buffer> | undefined
+  stdin?: Extract<R['stdin'], string | Buffer | StdinPipe> | undefined
   sandboxPolicy: SandboxExecutionPolicy<SessionIdOf<R>> | undefined
 }
 
@@ -241,6 +262,13 @@ export interface ShellRunResult {
   limit?: LimitName
   /** Present when the command had limits: how each was enforced. */
   limitsEnforcement?: LimitsEnforcement
+  /**
+   * Present when the timeout was reached with `onExpiry: 'background'`: the
+   * command was not stopped but registered under this id (`get(id)`);
+   * `timedOut` is true, `exitCode` and `signal` are null, and the
+   * process's reads continue right after this result's output.
+   */
+  backgroundId?: string
 }
 
 /** What one consuming read returns. */
@@ -296,6 +324,24 @@ export declare class NativeShellProcess {
   readOutput(): ShellProcessRead
   /** SIGTERM to the tree, SIGKILL after graceMs; true when this call began it. */
   kill(): boolean
+  /** True when started with `stdin: { pipe: true }`. */
+  readonly hasStdinPipe: boolean
+  /**
+   * Writes `data` (a string as UTF-8, a Buffer or a Uint8Array) to the
+   * command's stdin. Resolves once every byte was taken by its bounded
+   * buffer (64 KiB); while the command does not read, the promise waits
+   * (back-pressure) and the event loop runs on. Writes are written whole,
+   * in call order. Rejects with code `STDIN_CLOSED` (and a `reason`)
+   * without a stdin pipe, after `closeStdin()`, and once the command exited
+   * or closed its stdin.
+   */
+  writeStdin(data: string | Uint8Array): Promise<void>
+  /**
+   * Closes the command's stdin once what was written is delivered, so it
+   * reads EOF. True when this call closed it; false when it was already
+   * closed or the command exited. Throws `STDIN_CLOSED` without a pipe.
+   */
+  closeStdin(): boolean
 }
 
 /**
@@ -304,7 +350,7 @@ export declare class NativeShellProcess {
  * key), an errno name such as 'ENOENT' for a command that could not start,
  * 'ABORT_ERR', 'DISPOSED', 'NOT_FOUND', 'STILL_RUNNING', 'WOULD_BLOCK',
  * 'FORKED_CHILD', 'SANDBOX_UNAVAILABLE', 'LIMIT_UNAVAILABLE' (with `limit`),
- * 'INTERNAL'.
+ * 'STDIN_CLOSED' (with `reason` and `id`), 'INTERNAL'.
  */
 export interface DshNativeError extends Error {
   /** What went wrong, to switch on (see above). */
@@ -315,6 +361,14 @@ export interface DshNativeError extends Error {
   errno?: number
   /** With `LIMIT_UNAVAILABLE`: the limit this host cannot enforce. */
   limit?: LimitKey
+  /**
+   * With `STDIN_CLOSED`: why the stdin takes no more bytes: `'not-piped'`,
+   * `'closed'` (after `closeStdin`), `'exited'` or `'broken'` (the command
+   * closed its stdin).
+   */
+  reason?: 'not-piped' | 'closed' | 'exited' | 'broken'
+  /** With `STDIN_CLOSED`: the process's id. */
+  id?: string
 }
 
 /**

@@ -99,7 +99,62 @@ class NativeShellProcess {
   kill() {
     return this.#native.kill()
   }
+
+  /** True when started with `stdin: { pipe: true }`. */
+  get hasStdinPipe() {
+    return this.#native.hasStdinPipe
+  }
+
+  /**
+   * Writes `data` (a string as UTF-8, a Buffer or a Uint8Array) to the
+   * command's stdin. Resolves once every byte was taken by its bounded
+   * buffer; while the command does not read, the promise waits
+   * (back-pressure) and the event loop runs on. Writes are written whole,
+   * in call order. Rejects with code STDIN_CLOSED without a stdin pipe,
+   * after closeStdin(), and once the command exited or closed its stdin.
+   * A large write goes down in 1 MiB pieces, each copied once, so a pending
+   * write never holds a second copy of the caller's data; do not change the
+   * data until the promise settles.
+   */
+  writeStdin(data) {
+    let bytes
+    if (typeof data === 'string') bytes = Buffer.from(data, 'utf8')
+    else if (Buffer.isBuffer(data)) bytes = data
+    else if (data instanceof Uint8Array) bytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength)
+    else return Promise.reject(invalid('data', `must be a string, a Buffer or a Uint8Array, got ${describe(data)}`))
+    if (bytes.length <= STDIN_PIECE) return this.#queueStdin(() => this.#native.writeStdin(bytes))
+    return this.#queueStdin(async () => {
+      for (let at = 0; at < bytes.length; at += STDIN_PIECE) {
+        await this.#native.writeStdin(bytes.subarray(at, at + STDIN_PIECE))
+      }
+    })
+  }
+
+  // Writes reach the native side one after another, so the pieces of one
+  // write are never interleaved with another write's. With nothing queued a
+  // write starts at once, so `writeStdin(x); closeStdin()` delivers x.
+  #stdinTail = Promise.resolve()
+  #stdinQueued = 0
+  #queueStdin(write) {
+    const run = () => write()
+    const written = this.#stdinQueued === 0 ? run() : this.#stdinTail.then(run)
+    this.#stdinQueued++
+    this.#stdinTail = written.catch(() => {}).finally(() => this.#stdinQueued--)
+    return written
+  }
+
+  /**
+   * Closes the command's stdin once what was written is delivered (it reads
+   * EOF). True when this call closed it; false when already closed or the
+   * command exited. Throws STDIN_CLOSED without a stdin pipe.
+   */
+  closeStdin() {
+    return this.#native.closeStdin()
+  }
 }
+
+/** The largest piece of a stdin write handed to the addon at once. */
+const STDIN_PIECE = 1 << 20
 
 function withTask(read, task) {
   return { task, ...read }
@@ -144,11 +199,23 @@ class NativeShellExecutor {
       if (signal.aborted) token.cancel()
       else signal.addEventListener('abort', onAbort, { once: true })
     }
+    let result
     try {
-      return await this.#native.run(spec, token)
+      result = await this.#native.run(spec, token)
     } finally {
       signal?.removeEventListener('abort', onAbort)
     }
+    if (signal && result.backgroundId !== undefined) {
+      // Handed over at the timeout: from now on the signal kills the
+      // process, as for start().
+      const task = this.get(result.backgroundId)
+      if (signal.aborted) token.cancel()
+      else if (task) {
+        signal.addEventListener('abort', onAbort, { once: true })
+        task.done.then(() => signal.removeEventListener('abort', onAbort))
+      }
+    }
+    return result
   }
 
   start(spec) {

@@ -100,9 +100,20 @@ typedef enum DshStatus {
    */
   DSH_STILL_RUNNING = 12,
   /**
+   * dsh_process_write_stdin / dsh_process_close_stdin: the process's
+   * stdin takes no more bytes (no stdin pipe, closed, or the command
+   * exited or closed its end); the last error says which.
+   */
+  DSH_STDIN_CLOSED = 13,
+  /**
+   * dsh_process_write_stdin: the stdin buffer is full and nothing was
+   * taken; wait with dsh_process_wait_stdin_writable and write again.
+   */
+  DSH_AGAIN = 14,
+  /**
    * A limit was asked for that this host cannot enforce; nothing ran.
    */
-  DSH_LIMIT_UNAVAILABLE = 13,
+  DSH_LIMIT_UNAVAILABLE = 15,
 } DshStatus;
 
 /**
@@ -520,6 +531,30 @@ enum DshStatus dsh_request_set_stdout_max_bytes(const struct DshRequest *request
 enum DshStatus dsh_request_set_stdin(const struct DshRequest *request,
                                      const uint8_t *data,
                                      size_t len);
+
+/**
+ * Gives the command a stdin pipe that stays open for
+ * dsh_process_write_stdin until dsh_process_close_stdin (instead of
+ * /dev/null or bytes set with dsh_request_set_stdin: not both). For
+ * dsh_executor_start, or dsh_executor_run with on_expiry "background".
+ *
+ * # Safety
+ * `request` is NULL or a live DshRequest from dsh_request_new that no thread
+ * frees during this call.
+ */
+enum DshStatus dsh_request_set_stdin_pipe(const struct DshRequest *request);
+
+/**
+ * What a foreground run does at its timeout: "kill" (the default) or
+ * "background" (hand it over to the registry; see
+ * dsh_run_result_background_id).
+ *
+ * # Safety
+ * `request` is NULL or a live DshRequest from dsh_request_new that no thread
+ * frees during this call. `on_expiry` is NULL or a NUL-terminated string
+ * readable for the whole call.
+ */
+enum DshStatus dsh_request_set_on_expiry(const struct DshRequest *request, const char *on_expiry);
 
 /**
  * Adds an `env` entry (merged after the credential scrub).
@@ -1031,6 +1066,17 @@ uint32_t dsh_run_result_survivors(const struct DshRunResult *result);
 struct DshStr dsh_run_result_signal(const struct DshRunResult *result);
 
 /**
+ * The registry id ("bash-3") the run was handed over to when its timeout
+ * was reached with on_expiry "background" (the command still runs: use
+ * dsh_executor_get); ABSENT otherwise.
+ *
+ * # Safety
+ * `result` is NULL or a live DshRunResult from dsh_executor_run that no
+ * thread frees during this call.
+ */
+struct DshStr dsh_run_result_background_id(const struct DshRunResult *result);
+
+/**
  * The executor's own timeout fired first.
  *
  * # Safety
@@ -1268,6 +1314,54 @@ bool dsh_process_kill(const struct DshProcess *process);
  * returned; no thread frees it during this call.
  */
 enum DshStatus dsh_process_wait(const struct DshProcess *process, int64_t timeout_ms);
+
+/**
+ * Non-blocking write to the stdin of a process started with a stdin pipe
+ * (dsh_request_set_stdin_pipe): takes what fits in its bounded buffer now
+ * and stores the count in `*written` (0 < `*written` <= `len`: DSH_OK).
+ * Nothing taken: DSH_AGAIN (the buffer is full, or a write from another
+ * face is waiting for its turn); wait with dsh_process_wait_stdin_writable,
+ * then write the rest. DSH_STDIN_CLOSED when the process has no stdin
+ * pipe, after dsh_process_close_stdin, or once the command exited or closed
+ * its stdin. Never blocks and never raises SIGPIPE: the pipe is written
+ * by the library's own threads. `len` 0 only checks that stdin is open.
+ *
+ * # Safety
+ * `process` is NULL or a live DshProcess (as for dsh_process_kill). `data`
+ * is NULL (then `len` must be 0) or valid for reads of `len` bytes for the
+ * whole call. `written` is NULL or valid and aligned for writing one
+ * `size_t`.
+ */
+enum DshStatus dsh_process_write_stdin(const struct DshProcess *process,
+                                       const uint8_t *data,
+                                       size_t len,
+                                       size_t *written);
+
+/**
+ * Waits until a write to the process's stdin would take at least one byte
+ * (or fail, its stdin having ended): DSH_OK, or DSH_TIMED_OUT if it is
+ * still full after `timeout_ms` (negative: no limit; 0: only look).
+ * DSH_STDIN_CLOSED when the process has no stdin pipe; DSH_WOULD_BLOCK on
+ * the dsh callback thread (unless `timeout_ms` is 0).
+ *
+ * # Safety
+ * `process` is NULL or a live DshProcess (as for dsh_process_kill).
+ */
+enum DshStatus dsh_process_wait_stdin_writable(const struct DshProcess *process,
+                                               int64_t timeout_ms);
+
+/**
+ * Closes the process's stdin once the bytes already written are
+ * delivered, so the command reads EOF; later writes are
+ * DSH_STDIN_CLOSED. `*closed` (when `closed` is not NULL) is true when
+ * this call closed it, false when it was already closed or the command
+ * has exited. DSH_STDIN_CLOSED when the process has no stdin pipe.
+ *
+ * # Safety
+ * `process` is NULL or a live DshProcess (as for dsh_process_kill).
+ * `closed` is NULL or valid and aligned for writing one `bool`.
+ */
+enum DshStatus dsh_process_close_stdin(const struct DshProcess *process, bool *closed);
 
 /**
  * Frees a DshRead; NULL is a no-op. Strings and handles borrowed from

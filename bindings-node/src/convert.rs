@@ -9,7 +9,7 @@ use napi::{Env, Status};
 
 use dsh_core::{
     whole_number, DshError, Field, FieldName, LimitKind, LimitsEnforcement, LimitsInput, NameStyle,
-    NetworkPolicy, Num, SandboxMode, SandboxPolicyInput, Scope, MAX_SAFE_INTEGER,
+    NetworkPolicy, Num, OnExpiry, SandboxMode, SandboxPolicyInput, Scope, MAX_SAFE_INTEGER,
 };
 
 /// The `code` a JS caller switches on, and the message, for a core error.
@@ -25,6 +25,7 @@ pub(crate) fn error_parts(e: &DshError) -> (String, String) {
         DshError::Internal(_) => "INTERNAL".to_owned(),
         DshError::ForkedChild { .. } => "FORKED_CHILD".to_owned(),
         DshError::StillRunning(_) => "STILL_RUNNING".to_owned(),
+        DshError::StdinClosed { .. } => "STDIN_CLOSED".to_owned(),
         DshError::LimitUnavailable { .. } => "LIMIT_UNAVAILABLE".to_owned(),
     };
     (code, e.message(NameStyle::Camel))
@@ -42,6 +43,10 @@ pub(crate) fn js_error(env: &Env, e: &DshError) -> Error {
         }
         if let DshError::Spawn { errno, .. } = e {
             obj.set_named_property("errno", -errno)?;
+        }
+        if let DshError::StdinClosed { id, why } = e {
+            obj.set_named_property("id", id.as_str())?;
+            obj.set_named_property("reason", why.as_str())?;
         }
         if let DshError::LimitUnavailable { limit, .. } = e {
             obj.set_named_property("limit", limit_name(*limit))?;
@@ -222,23 +227,54 @@ impl<'e> Fields<'e> {
         Ok(Some(out))
     }
 
-    /// `stdin`: a string, or a Buffer for bytes that are not text.
-    fn stdin(&self) -> InputResult<Option<Vec<u8>>> {
+    /// `stdin`: a string, or a Buffer for bytes that are not text, or
+    /// `{ pipe: true }` for a pipe that stays open for `writeStdin`.
+    /// Returns the bytes and whether it is the pipe.
+    fn stdin(&self) -> InputResult<(Option<Vec<u8>>, bool)> {
         let Some((v, t)) = self.get("stdin")? else {
-            return Ok(None);
+            return Ok((None, false));
         };
         if t == ValueType::String {
-            return Ok(self.string("stdin")?.map(String::into_bytes));
+            return Ok((self.string("stdin")?.map(String::into_bytes), false));
         }
         if v.is_buffer().unwrap_or(false) {
             // SAFETY: the value was just checked to be a Buffer.
             let b = unsafe { v.cast::<BufferSlice>() }.map_err(napi_failure(self.scope))?;
-            return Ok(Some(b.to_vec()));
+            return Ok((Some(b.to_vec()), false));
+        }
+        if t == ValueType::Object {
+            let path = self.path("stdin");
+            let pipe = Fields::new(
+                v,
+                if self.scope == "request" {
+                    "request.stdin"
+                } else {
+                    "spec.stdin"
+                },
+                &["pipe"],
+            )?;
+            return match pipe.get("pipe")? {
+                Some((p, ValueType::Boolean)) if p.coerce_to_bool().map_err(napi_failure(self.scope))? => {
+                    Ok((None, true))
+                }
+                _ => shape(path, "as an object must be { pipe: true }".to_owned()),
+            };
         }
         shape(
             self.path("stdin"),
-            format!("must be a string or a Buffer, got {}", type_name(t)),
+            format!(
+                "must be a string, a Buffer or {{ pipe: true }}, got {}",
+                type_name(t)
+            ),
         )
+    }
+
+    /// `onExpiry`: `'kill'` or `'background'`.
+    fn on_expiry(&self, f: Field) -> InputResult<Option<OnExpiry>> {
+        match self.string("onExpiry")? {
+            None => Ok(None),
+            Some(name) => Ok(Some(OnExpiry::parse(f, &name)?)),
+        }
     }
 
     fn policy(&self, f: Field) -> InputResult<Option<SandboxPolicyInput>> {
@@ -346,6 +382,7 @@ const CALL_KEYS: &[&str] = &[
     "dshEnv",
     "owner",
     "sandboxPolicy",
+    "onExpiry",
     "limits",
 ];
 
@@ -375,12 +412,15 @@ pub(crate) fn config_input(c: Option<Unknown<'_>>) -> InputResult<dsh_core::Conf
 pub(crate) fn request(r: Unknown<'_>) -> InputResult<dsh_core::Request> {
     let r = Fields::new(r, "request", CALL_KEYS)?;
     let f = |name| Field::new(Scope::Request, name);
+    let (stdin, stdin_pipe) = r.stdin()?;
     Ok(dsh_core::Request {
         command: r.required_string("command", "")?,
         workdir: r.string("workdir")?.map(Into::into),
         timeout_ms: r.number("timeoutMs", f(FieldName::TimeoutMs))?,
         stdout_max_bytes: r.number("stdoutMaxBytes", f(FieldName::StdoutMaxBytes))?,
-        stdin: r.stdin()?,
+        stdin,
+        stdin_pipe,
+        on_expiry: r.on_expiry(f(FieldName::OnExpiry))?,
         env: r.record("env")?,
         dsh_env: r.record("dshEnv")?,
         owner: r.string("owner")?,
@@ -401,12 +441,17 @@ pub(crate) fn spec(s: Unknown<'_>) -> InputResult<dsh_core::Spec> {
             None => shape(s.path(key), format!("is required{UNRESOLVED}")),
         }
     };
+    let (stdin, stdin_pipe) = s.stdin()?;
     Ok(dsh_core::Spec {
         command: s.required_string("command", UNRESOLVED)?,
         workdir: s.required_string("workdir", UNRESOLVED)?.into(),
         timeout_ms: required_number("timeoutMs", FieldName::TimeoutMs)?,
         stdout_max_bytes: required_number("stdoutMaxBytes", FieldName::StdoutMaxBytes)?,
-        stdin: s.stdin()?,
+        stdin,
+        stdin_pipe,
+        // Absent is the default: a spec from the harness's own resolve has
+        // no such key.
+        on_expiry: s.on_expiry(f(FieldName::OnExpiry))?.unwrap_or_default(),
         env: s.record("env")?,
         dsh_env: s.record("dshEnv")?,
         owner: s.string("owner")?,
@@ -482,6 +527,16 @@ pub(crate) fn spec_object<'e>(env: &'e Env, s: &dsh_core::Spec) -> Result<Object
             Ok(text) => o.set_named_property("stdin", text)?,
             Err(_) => o.set_named_property("stdin", Buffer::from(stdin.clone()))?,
         }
+    }
+    if s.stdin_pipe {
+        let mut pipe = Object::new(env)?;
+        pipe.set_named_property("pipe", true)?;
+        o.set_named_property("stdin", pipe)?;
+    }
+    // Only when it is not the default, so that a spec for a request without
+    // it is the harness's spec exactly.
+    if s.on_expiry != OnExpiry::Kill {
+        o.set_named_property("onExpiry", s.on_expiry.as_str())?;
     }
     if let Some(env_map) = &s.env {
         o.set_named_property("env", map_object(env, env_map)?)?;
@@ -563,6 +618,7 @@ pub(crate) fn run_result<'e>(env: &'e Env, r: &dsh_core::RunResult) -> Result<Ob
     if r.survivors > 0 {
         o.set_named_property("survivors", r.survivors)?;
     }
+    set_some(&mut o, "backgroundId", r.background_id.as_deref())?;
     set_some(&mut o, "limit", limit_str(r.limit))?;
     if !r.limits_enforcement.is_empty() {
         o.set_named_property(

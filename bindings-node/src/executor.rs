@@ -141,6 +141,27 @@ impl NativeProcess {
     }
 
     /// A promise that resolves (with undefined) once the process settles.
+    #[napi(getter)]
+    pub fn has_stdin_pipe(&self) -> bool {
+        self.inner.has_stdin_pipe()
+    }
+
+    /// Resolves once every byte was taken by the process's bounded stdin
+    /// buffer; the event loop never waits.
+    #[napi]
+    pub fn write_stdin<'e>(&self, env: &'e Env, data: Buffer) -> Result<Object<'e>> {
+        let (deferred, promise) = env.create_deferred::<(), _>()?;
+        self.inner.write_stdin_with(data.to_vec(), move |outcome| {
+            deferred.resolve(move |env| outcome.map_err(|e| js_error(&env, &e)))
+        });
+        Ok(promise)
+    }
+
+    #[napi]
+    pub fn close_stdin(&self, env: &Env) -> Result<bool> {
+        throw(env, self.inner.close_stdin())
+    }
+
     #[napi]
     pub fn done<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
         let (deferred, promise) = env.create_deferred::<(), _>()?;
@@ -185,7 +206,8 @@ impl NativeExecutor {
         convert::spec_object(env, &spec)
     }
 
-    /// Runs off the JS thread; the promise settles from a core thread.
+    /// Runs off the JS thread; the promise settles from a core I/O thread
+    /// (resolving a deferred only queues its settlement on the JS thread).
     #[napi]
     pub fn run<'e>(
         &self,
@@ -196,7 +218,7 @@ impl NativeExecutor {
         let spec = throw_input(env, convert::spec(spec))?;
         let (deferred, promise) = env.create_deferred::<RunValue, _>()?;
         self.inner
-            .run_with(&spec, cancel.map(|c| &c.inner), move |outcome| {
+            .run_then(&spec, cancel.map(|c| &c.inner), move |outcome| {
                 deferred.resolve(move |env| match outcome {
                     Ok(r) => Ok(RunValue(r)),
                     Err(e) => Err(js_error(&env, &e)),

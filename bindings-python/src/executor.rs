@@ -16,12 +16,15 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyString};
 
 use dsh_core::{
-    ConfigInput, Field, FieldName, LimitKind, LimitsInput, ListenerId, NameStyle, NetworkPolicy, Request,
-    SandboxMode, SandboxPolicyInput, Scope,
+    ConfigInput, Field, FieldName, LimitKind, LimitsInput, ListenerId, NameStyle, NetworkPolicy, OnExpiry,
+    Request, SandboxMode, SandboxPolicyInput, Scope,
 };
 
 use crate::results::{py_repr, ProcessRead, RunResult, SandboxInfo, SandboxPolicy, Spec};
 use crate::{number, to_pyerr, type_error};
+
+/// `subprocess.PIPE`, which `resolve(stdin=...)` takes for a stdin pipe.
+const SUBPROCESS_PIPE: i64 = -1;
 
 /// How often a blocking wait comes back to check for KeyboardInterrupt.
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
@@ -171,6 +174,81 @@ impl Process {
     fn kill(&self) -> bool {
         self.inner.kill()
     }
+    /// True when it was started with ``stdin=PIPE``.
+    #[getter]
+    fn has_stdin_pipe(&self) -> bool {
+        self.inner.has_stdin_pipe()
+    }
+    /// Writes all of ``data`` (``str`` or ``bytes``) to the command's stdin
+    /// (started with ``stdin=PIPE``), blocking with the GIL released while
+    /// its bounded buffer is full: the command's reading paces the writer,
+    /// nothing piles up in memory. Returns once every byte was taken (not
+    /// once the command has read them). Raises StdinClosedError (a
+    /// BrokenPipeError) without a stdin pipe, after ``close_stdin()``, and
+    /// once the command exited or closed its stdin. Ctrl-C interrupts the
+    /// wait; bytes already taken stay taken.
+    fn write_stdin(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        // `bytes` are immutable and kept alive by `data`: written from where
+        // they are, never copied whole (a str is encoded once).
+        let encoded;
+        let bytes = match data.cast::<PyBytes>() {
+            Ok(b) => b.as_bytes(),
+            Err(_) => {
+                encoded = stdin_bytes(data)?;
+                &encoded[..]
+            }
+        };
+        dsh_core::refuse_blocking().map_err(|e| to_pyerr(py, e))?;
+        let mut rest = bytes;
+        loop {
+            let n = self.inner.try_write_stdin(rest).map_err(|e| to_pyerr(py, e))?;
+            rest = &rest[n..];
+            if rest.is_empty() {
+                return Ok(());
+            }
+            if n == 0 {
+                py.detach(|| self.inner.wait_stdin_writable(Some(SIGNAL_POLL)))
+                    .map_err(|e| to_pyerr(py, e))?;
+                py.check_signals()?;
+            }
+        }
+    }
+    /// An asyncio future that completes (with None) once every byte of
+    /// ``data`` was taken by the command's stdin, without blocking the
+    /// event loop: while the bounded buffer is full it waits for the command
+    /// to read (back-pressure). Writes made this way are written whole, in
+    /// call order. Fails with StdinClosedError as ``write_stdin``.
+    /// Cancelling the future does not withdraw the write.
+    fn write_stdin_async<'py>(
+        &self,
+        py: Python<'py>,
+        data: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let bytes = stdin_bytes(data)?;
+        let asyncio = py.import("asyncio")?;
+        let event_loop = asyncio.call_method0("get_running_loop")?;
+        let future = event_loop.call_method0("create_future")?;
+        let resolve = py.import("dsh_native._helpers")?.getattr("resolve_future")?;
+        let (lp, fut, resolve) = (event_loop.unbind(), future.clone().unbind(), resolve.unbind());
+        self.inner.write_stdin_with(bytes, move |outcome| {
+            Python::try_attach(|py| {
+                let error = match outcome {
+                    Ok(()) => py.None(),
+                    Err(e) => to_pyerr(py, e).into_value(py).into_any(),
+                };
+                // A closed loop cannot be told; nothing is waiting on it then.
+                let _ = lp.call_method1(py, "call_soon_threadsafe", (resolve, fut, py.None(), error));
+            });
+        });
+        Ok(future)
+    }
+    /// Closes the command's stdin once the bytes already written are
+    /// delivered, so it reads EOF. True when this call closed it, False
+    /// when it was already closed or the command exited. Raises
+    /// StdinClosedError when it was not started with ``stdin=PIPE``.
+    fn close_stdin(&self, py: Python<'_>) -> PyResult<bool> {
+        self.inner.close_stdin().map_err(|e| to_pyerr(py, e))
+    }
     /// Blocks until the process settles, with the GIL released; raises
     /// TimeoutError if it is still running after ``timeout`` seconds (None:
     /// no limit). Ctrl-C interrupts the wait (not the process).
@@ -253,6 +331,16 @@ impl Process {
             self.inner.signal().map_or("None".into(), |s| py_repr(&s))
         )
     }
+}
+
+/// The bytes of a ``write_stdin`` argument: ``str`` (UTF-8) or ``bytes``.
+fn stdin_bytes(data: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    if data.is_instance_of::<PyString>() {
+        return Ok(data.extract::<String>()?.into_bytes());
+    }
+    data.cast::<PyBytes>()
+        .map(|b| b.as_bytes().to_vec())
+        .map_err(|_| PyTypeError::new_err("data must be str or bytes"))
 }
 
 fn string_map(value: Option<&Bound<'_, PyAny>>, field: Field) -> PyResult<Option<BTreeMap<String, String>>> {
@@ -553,7 +641,12 @@ impl Executor {
     ///   positive whole number, clamped to ``max_output_bytes`` (the
     ///   default). Foreground runs only.
     /// - ``stdin``: ``str`` or ``bytes`` written to stdin, then closed
-    ///   (default: ``/dev/null``).
+    ///   (default: ``/dev/null``); or ``PIPE`` (``subprocess.PIPE``): a
+    ///   pipe that stays open for ``Process.write_stdin`` (``start``, or
+    ///   ``run`` with ``on_expiry='background'``).
+    /// - ``on_expiry``: ``'kill'`` (the default) or ``'background'``: a run
+    ///   that reaches its timeout is handed over to the registry instead
+    ///   of killed (``RunResult.background_id``).
     /// - ``env``: variables merged over the scrubbed host environment.
     /// - ``dsh_env``: managed ``DSH_*`` variables, merged last.
     /// - ``owner``: an opaque token kept with a background process.
@@ -567,7 +660,7 @@ impl Executor {
     ///   to the executor's (docs/limits.md).
     ///
     /// Raises InvalidArgumentError (a ValueError) naming the field.
-    #[pyo3(signature = (command, *, workdir=None, timeout_ms=None, stdout_max_bytes=None, stdin=None, env=None, dsh_env=None, owner=None, sandbox_policy=None, limits=None))]
+    #[pyo3(signature = (command, *, workdir=None, timeout_ms=None, stdout_max_bytes=None, stdin=None, env=None, dsh_env=None, owner=None, sandbox_policy=None, on_expiry=None, limits=None))]
     #[allow(clippy::too_many_arguments)]
     fn resolve(
         &self,
@@ -581,18 +674,23 @@ impl Executor {
         dsh_env: Option<&Bound<'_, PyAny>>,
         owner: Option<&Bound<'_, PyAny>>,
         sandbox_policy: Option<&Bound<'_, PyAny>>,
+        on_expiry: Option<&Bound<'_, PyAny>>,
         limits: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Spec> {
         let f = |name| Field::new(Scope::Request, name);
         let command: String = command
             .extract()
             .map_err(|_| type_error(py, f(FieldName::Command), "must be a str"))?;
-        let stdin = match stdin.filter(|s| !s.is_none()) {
+        let pipe = stdin.is_some_and(|s| {
+            !s.is_instance_of::<pyo3::types::PyBool>()
+                && s.extract::<i64>().is_ok_and(|v| v == SUBPROCESS_PIPE)
+        });
+        let stdin = match stdin.filter(|s| !s.is_none() && !pipe) {
             None => None,
             Some(s) if s.is_instance_of::<PyString>() => Some(s.extract::<String>()?.into_bytes()),
             Some(s) => Some(
                 s.cast::<PyBytes>()
-                    .map_err(|_| type_error(py, f(FieldName::Stdin), "must be str or bytes"))?
+                    .map_err(|_| type_error(py, f(FieldName::Stdin), "must be str, bytes or PIPE"))?
                     .as_bytes()
                     .to_vec(),
             ),
@@ -603,6 +701,17 @@ impl Executor {
             timeout_ms: number(timeout_ms, Scope::Request, FieldName::TimeoutMs)?,
             stdout_max_bytes: number(stdout_max_bytes, Scope::Request, FieldName::StdoutMaxBytes)?,
             stdin,
+            stdin_pipe: pipe,
+            on_expiry: match on_expiry.filter(|v| !v.is_none()) {
+                None => None,
+                Some(v) => {
+                    let field = f(FieldName::OnExpiry);
+                    let name: String = v
+                        .extract()
+                        .map_err(|_| type_error(py, field, "must be 'kill' or 'background'"))?;
+                    Some(OnExpiry::parse(field, &name).map_err(|e| to_pyerr(py, e))?)
+                }
+            },
             env: string_map(env, f(FieldName::Env))?,
             dsh_env: string_map(dsh_env, f(FieldName::DshEnv))?,
             owner: optional_str(owner, f(FieldName::Owner))?,
@@ -634,7 +743,8 @@ impl Executor {
                 None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
             }
         };
-        self.inner.run_with(&spec.inner, Some(&token), move |outcome| {
+        // Sending on a channel never blocks: straight from the I/O thread.
+        self.inner.run_then(&spec.inner, Some(&token), move |outcome| {
             let _ = tx.send(outcome);
         });
         let outcome = loop {

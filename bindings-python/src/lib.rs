@@ -56,10 +56,21 @@ pub(crate) fn to_pyerr(py: Python<'_>, e: DshError) -> PyErr {
                 exc.setattr("limit", limit.as_str())?;
                 exc
             }
+            DshError::StdinClosed { id, why } => {
+                let exc = error_class(py, "StdinClosedError")?.call1((libc_epipe(), message.clone()))?;
+                exc.setattr("id", id)?;
+                exc.setattr("reason", why.as_str())?;
+                exc
+            }
         };
         Ok(PyErr::from_value(exc))
     })();
     built.unwrap_or_else(|err| err)
+}
+
+/// EPIPE, the errno of a write to a pipe nobody reads (Linux: 32).
+fn libc_epipe() -> i32 {
+    32
 }
 
 /// An `InvalidArgumentError` for a value Python handed over with the wrong

@@ -130,6 +130,17 @@ impl Spec {
     fn stdin<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
         self.inner.stdin.as_deref().map(|b| PyBytes::new(py, b))
     }
+    /// True when the command gets a stdin pipe (``stdin=PIPE``).
+    #[getter]
+    fn stdin_pipe(&self) -> bool {
+        self.inner.stdin_pipe
+    }
+    /// What a foreground run does at its timeout: ``'kill'`` or
+    /// ``'background'``.
+    #[getter]
+    fn on_expiry(&self) -> &'static str {
+        self.inner.on_expiry.as_str()
+    }
     /// Variables merged over the scrubbed host environment, or None.
     #[getter]
     fn env(&self) -> Option<BTreeMap<String, String>> {
@@ -330,6 +341,11 @@ pub struct RunResult {
     /// alive when the stop finished (expected 0; warn otherwise).
     #[pyo3(get)]
     pub survivors: u32,
+    /// Set when the timeout was reached with ``on_expiry='background'``:
+    /// the command still runs, registered under this id (``get(id)``), and
+    /// its reads continue right after this result's output; else None.
+    #[pyo3(get)]
+    pub background_id: Option<String>,
     /// The limit that ended the command (``'memory'``, ``'processes'``,
     /// ``'cpu'``, ``'file_size'``), as the kernel reported it; else None
     /// (docs/limits.md). Never together with ``timed_out`` or ``aborted``.
@@ -359,6 +375,7 @@ impl RunResult {
             stderr: Py::new(py, CollectedOutput::from(r.stderr))?,
             sandbox: r.sandbox.map(SandboxInfo::from),
             survivors: r.survivors,
+            background_id: r.background_id,
             limit: r.limit.map(dsh_core::LimitKind::as_str),
             limits_enforcement: enforcement_map(&r.limits_enforcement),
         })

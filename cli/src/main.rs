@@ -333,6 +333,7 @@ fn result_json(r: &RunResult) -> String {
         stderr,
         sandbox,
         survivors,
+        background_id,
         limit,
         limits_enforcement,
     } = r;
@@ -351,6 +352,7 @@ fn result_json(r: &RunResult) -> String {
         .field("stderr", output_json(stderr))
         .field("sandbox", sandbox.as_ref().map(sandbox_json))
         .field("survivors", *survivors)
+        .field("background_id", background_id.as_deref())
         .field("limit", limit.map(|l| l.as_str()))
         .field("limits_enforcement", enforcement)
         .finish()
@@ -433,6 +435,7 @@ mod tests {
                 network_enforcement: Some(Enforcement::Full),
             }),
             survivors: 0,
+            background_id: None,
             limit: Some(dsh_core::LimitKind::Memory),
             limits_enforcement: dsh_core::LimitsEnforcement {
                 memory: Some(dsh_core::Mechanism::CgroupV1),
@@ -446,7 +449,7 @@ mod tests {
                 r#""stdout":{"text":"a\n","truncated":true,"spill_path":"/k/stdout.log","spill_error":null},"#,
                 r#""stderr":{"text":"","truncated":false,"spill_path":null,"spill_error":"the stream passed max_spill_bytes (9)"},"#,
                 r#""sandbox":{"mode":"read-only","denied":true,"enforcement":"full","runner_failed":null,"network":"deny","network_enforcement":"full"},"#,
-                r#""survivors":0,"limit":"memory","limits_enforcement":{"memory":"cgroup-v1"}}"#
+                r#""survivors":0,"background_id":null,"limit":"memory","limits_enforcement":{"memory":"cgroup-v1"}}"#
             )
         );
     }

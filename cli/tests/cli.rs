@@ -214,10 +214,12 @@ fn json_has_every_field_and_round_trips_text() {
             "stderr",
             "sandbox",
             "survivors",
+            "background_id",
             "limit",
             "limits_enforcement"
         ]
     );
+    assert_eq!(j.at("background_id"), &Json::Null);
     assert_eq!(j.at("limit"), &Json::Null);
     assert_eq!(j.at("exit_code"), &Json::Num(3.0));
     assert_eq!(j.at("signal"), &Json::Null);

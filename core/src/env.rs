@@ -113,6 +113,8 @@ mod tests {
             timeout_ms: 1,
             stdout_max_bytes: 1,
             stdin: None,
+            stdin_pipe: false,
+            on_expiry: crate::OnExpiry::Kill,
             env: map(env),
             dsh_env: map(dsh_env),
             owner: None,

@@ -51,6 +51,8 @@ pub enum FieldName {
     Owner,
     /// `sandbox_policy` / `sandboxPolicy` (request, spec).
     SandboxPolicy,
+    /// `on_expiry` / `onExpiry` (request, spec).
+    OnExpiry,
     /// `limits` as a whole (config, request): its shape.
     Limits,
     /// `limits.memory_bytes` / `limits.memoryBytes` (config, request, spec).
@@ -97,6 +99,7 @@ impl FieldName {
             DshEnv => ("dsh_env", "dshEnv"),
             Owner => ("owner", "owner"),
             SandboxPolicy => ("sandbox_policy", "sandboxPolicy"),
+            OnExpiry => ("on_expiry", "onExpiry"),
             Limits => ("limits", "limits"),
             LimitsMemoryBytes => ("limits.memory_bytes", "limits.memoryBytes"),
             LimitsProcesses => ("limits.processes", "limits.processes"),
@@ -214,6 +217,16 @@ pub enum DshError {
     /// nothing was run (fail closed).
     #[error("sandbox unavailable: {0}")]
     SandboxUnavailable(String),
+
+    /// A write to a process's stdin that cannot be taken: it has no stdin
+    /// pipe, it was closed, or the command exited or closed its end.
+    #[error("cannot write to the stdin of {id}: {why}")]
+    StdinClosed {
+        /// The process's registry id.
+        id: String,
+        /// Why its stdin takes no more bytes.
+        why: crate::stdin::StdinEnd,
+    },
 
     /// A limit was asked for (by the request or the configuration) that
     /// this host cannot enforce; nothing was run (fail closed).

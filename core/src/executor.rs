@@ -21,12 +21,13 @@ use crate::governor;
 use crate::launch::launch;
 use crate::output::StreamBuffer;
 use crate::process::{lock, Process, ProcessRead, ProcessShared, State, Status};
-use crate::request::{resolve, Request, Spec};
+use crate::request::{resolve, OnExpiry, Request, Spec};
 use crate::run::{ExitFields, RunFuture, RunFutureInner, RunResult};
 use crate::runtime;
-use crate::sandbox::SandboxMode;
+use crate::sandbox::{SandboxInfo, SandboxMode};
 use crate::spill::{random_hex, SpillDir};
-use crate::supervise::{supervise, Outcome, Stop, Streams};
+use crate::stdin::{StdinEnd, StdinPipe};
+use crate::supervise::{supervise, Outcome, StdinSource, Stop, Streams};
 use crate::supervisor::Slot;
 use crate::tree::{sweep_counted, Spare, TagMatch};
 
@@ -216,8 +217,13 @@ impl Shared {
         host_env: HostEnv,
         cancel: Option<CancelToken>,
         on_drop: CancelToken,
-        _active: ActiveRun,
+        active: ActiveRun,
     ) -> Result<RunResult> {
+        if spec.on_expiry == OnExpiry::Background {
+            return self
+                .run_handing_over(spec, host_env, cancel, on_drop, active)
+                .await;
+        }
         let tag = self.next_tag();
         let spawned = launch(&spec, host_env, &tag, &self.supervisors)?;
         let streams = self.streams(spec.stdout_max_bytes);
@@ -235,40 +241,164 @@ impl Shared {
             }
         };
         let timeout = Duration::from_millis(spec.timeout_ms);
-        let Outcome {
-            status,
-            stop,
-            survivors,
-            group,
-        } = supervise(
+        let outcome = supervise(
             spawned,
             &tag,
-            spec.stdin.as_deref(),
+            StdinSource::Bytes(spec.stdin.as_deref()),
             &streams,
             Some(timeout),
+            None,
             self.grace(),
             stop,
         )
         .await
         .map_err(unwatchable)?;
-        let ending = governed(ExitFields::from(status), &spec, stop, status, group);
-        let streams = lock(&streams);
-        let stderr = streams.stderr.collected();
-        let sandbox = confine::facts(spec.sandbox_policy.as_ref(), ending.exit_code, &stderr.text);
-        Ok(RunResult {
-            exit_code: ending.exit_code,
-            signal: ending.signal,
-            exit_status_unavailable: ending.unavailable,
-            timed_out: stop == Some(Stop::Timeout),
-            aborted: matches!(stop, Some(Stop::Cancel | Stop::Dispose)),
-            timeout_ms: spec.timeout_ms,
-            stdout: streams.stdout.collected(),
-            stderr,
-            sandbox,
-            survivors,
-            limit: ending.limit,
-            limits_enforcement: ending.limits_enforcement,
-        })
+        Ok(run_result(&spec, outcome, &streams))
+    }
+
+    /// A foreground run with `on_expiry` background: supervised on the
+    /// core's threads by a task that outlives the run when the timeout
+    /// hands the command over to the registry (docs/running.md).
+    async fn run_handing_over(
+        self: Arc<Self>,
+        spec: Spec,
+        host_env: HostEnv,
+        cancel: Option<CancelToken>,
+        on_drop: CancelToken,
+        active: ActiveRun,
+    ) -> Result<RunResult> {
+        let tag = self.next_tag();
+        let spawned = launch(&spec, host_env, &tag, &self.supervisors)?;
+        let process = self.new_process(&spec, spec.stdout_max_bytes);
+        let (tx, rx) = tokio::sync::oneshot::channel::<Result<RunResult>>();
+        let shared = self;
+        runtime::handle().spawn(async move {
+            let _active = active;
+            let mut tx = Some(tx);
+            let handed = |p: &Process| p.shared.id.get().is_some();
+            let mut stop_rx = process.shared.stop_tx.subscribe();
+            let stop = async {
+                let caller = async {
+                    match &cancel {
+                        Some(c) => c.cancelled().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let dropped = async {
+                    on_drop.cancelled().await;
+                    if handed(&process) {
+                        // The run is over; the registry owns the process.
+                        std::future::pending::<()>().await;
+                    }
+                };
+                tokio::select! {
+                    r = stop_rx.wait_for(|s| s.is_some()) => r.ok().and_then(|s| *s).unwrap_or(Stop::Kill),
+                    _ = shared.disposing() => Stop::Dispose,
+                    _ = dropped => Stop::Cancel,
+                    // Before the hand-over the caller's cancellation aborts
+                    // the run; after it, it kills the process (as for start).
+                    _ = caller => if handed(&process) {
+                        process.request_stop(Stop::Kill);
+                        Stop::Kill
+                    } else {
+                        Stop::Cancel
+                    },
+                }
+            };
+            let config = shared.config();
+            let mut hand_over = || {
+                if !shared.register(&process) {
+                    return false;
+                }
+                let result = {
+                    let mut streams = lock(&process.shared.streams);
+                    let stdout = streams.stdout.hand_over(config.max_output_bytes);
+                    let stderr = streams.stderr.hand_over(config.max_output_bytes);
+                    RunResult {
+                        exit_code: None,
+                        signal: None,
+                        exit_status_unavailable: false,
+                        timed_out: true,
+                        aborted: false,
+                        timeout_ms: spec.timeout_ms,
+                        sandbox: confine::facts(spec.sandbox_policy.as_ref(), None, &stderr.text),
+                        stdout,
+                        stderr,
+                        survivors: 0,
+                        background_id: Some(process.id().to_owned()),
+                        // Still running: no limit has ended it.
+                        limit: None,
+                        limits_enforcement: governor::check(&spec.limits).unwrap_or_default(),
+                    }
+                };
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(Ok(result));
+                }
+                true
+            };
+            let stdin = match &process.shared.stdin {
+                Some(pipe) => StdinSource::Pipe(pipe),
+                None => StdinSource::Bytes(spec.stdin.as_deref()),
+            };
+            let outcome = supervise(
+                spawned,
+                &tag,
+                stdin,
+                &process.shared.streams,
+                Some(Duration::from_millis(spec.timeout_ms)),
+                Some(&mut hand_over),
+                Duration::from_millis(config.grace_ms),
+                stop,
+            )
+            .await;
+            if handed(&process) {
+                let (ending, sandbox, survivors) = match outcome {
+                    Ok(outcome) => background_ending(&spec, &process, outcome),
+                    Err(e) => failed_ending(&process, unwatchable(e).to_string(), None),
+                };
+                shared.settle_background(&process, ending, sandbox, survivors);
+            } else if let Some(tx) = tx.take() {
+                let result = outcome
+                    .map_err(unwatchable)
+                    .map(|o| run_result(&spec, o, &process.shared.streams));
+                let _ = tx.send(result);
+            }
+        });
+        rx.await
+            .unwrap_or_else(|_| Err(DshError::Internal("the run ended without a result".into())))
+    }
+
+    /// A process not yet registered (no id), with its output windows and,
+    /// for `stdin_pipe`, its writable stdin.
+    fn new_process(&self, spec: &Spec, stdout_cap: u64) -> Process {
+        Process {
+            shared: Arc::new(ProcessShared {
+                host_pid: self.host_pid,
+                id: std::sync::OnceLock::new(),
+                command: spec.command.clone(),
+                owner: spec.owner.clone(),
+                state: Mutex::new(State::running()),
+                settled_cv: Condvar::new(),
+                settled_tx: watch::channel(false).0,
+                streams: self.streams(stdout_cap),
+                stop_tx: watch::channel(None).0,
+                stdin: spec.stdin_pipe.then(StdinPipe::new),
+            }),
+        }
+    }
+
+    /// Registers `process` under the next id; false once disposal began.
+    fn register(&self, process: &Process) -> bool {
+        let mut reg = lock(&self.registry);
+        if !self.is_open() {
+            return false;
+        }
+        reg.next_id += 1;
+        let id = format!("bash-{}", reg.next_id);
+        let _ = process.shared.id.set(id.clone());
+        reg.in_order.push(process.clone());
+        reg.by_id.insert(id, process.clone());
+        true
     }
 
     async fn background_task(
@@ -283,23 +413,18 @@ impl Shared {
         let launched = confine::check(spec.sandbox_policy.as_ref())
             .and_then(|_| governor::check(&spec.limits))
             .and_then(|_| launch(&spec, host_env, &tag, &self.supervisors));
-        let failed = |line: String, sandbox| {
-            let mut streams = lock(&shared.streams);
-            streams.stderr.push(format!("{line}\n").as_bytes());
-            streams.stdout.close();
-            streams.stderr.close();
-            lock(&shared.state).status = Status::Killed;
-            (ExitFields::default(), sandbox, 0)
-        };
         let (ending, sandbox, survivors) = match launched {
             Err(e) => {
+                if let Some(pipe) = &shared.stdin {
+                    pipe.end(StdinEnd::Exited);
+                }
                 let reason = match &e {
                     DshError::Spawn { message, .. } => message.clone(),
                     other => other.message(crate::NameStyle::Snake),
                 };
                 let runner_failed = matches!(e, DshError::SandboxUnavailable(_));
                 let sandbox = confine::runner_failed_facts(spec.sandbox_policy.as_ref(), runner_failed);
-                failed(format!("spawn failed: {reason}"), sandbox)
+                failed_ending(&process, format!("spawn failed: {reason}"), sandbox)
             }
             Ok(spawned) => {
                 let mut stop_rx = shared.stop_tx.subscribe();
@@ -321,33 +446,38 @@ impl Shared {
                         }
                     }
                 };
+                let stdin = match &shared.stdin {
+                    Some(pipe) => StdinSource::Pipe(pipe),
+                    None => StdinSource::Bytes(spec.stdin.as_deref()),
+                };
                 match supervise(
                     spawned,
                     &tag,
-                    spec.stdin.as_deref(),
+                    stdin,
                     &shared.streams,
+                    None,
                     None,
                     self.grace(),
                     stop,
                 )
                 .await
                 {
-                    Ok(outcome) => {
-                        let ending = governed(
-                            ExitFields::from(outcome.status),
-                            &spec,
-                            outcome.stop,
-                            outcome.status,
-                            outcome.group,
-                        );
-                        let stderr = lock(&shared.streams).stderr.collected().text;
-                        let sandbox = confine::facts(spec.sandbox_policy.as_ref(), ending.exit_code, &stderr);
-                        (ending, sandbox, outcome.survivors)
-                    }
-                    Err(e) => failed(unwatchable(e).to_string(), None),
+                    Ok(outcome) => background_ending(&spec, &process, outcome),
+                    Err(e) => failed_ending(&process, unwatchable(e).to_string(), None),
                 }
             }
         };
+        self.settle_background(&process, ending, sandbox, survivors);
+    }
+
+    /// Settles a registered background process and tells the listeners.
+    fn settle_background(
+        self: &Arc<Self>,
+        process: &Process,
+        ending: ExitFields,
+        sandbox: Option<SandboxInfo>,
+        survivors: u32,
+    ) {
         // Room is made before `process` settles, so a caller whose wait for
         // it returns already sees the older one forgotten; the second pass
         // covers `process` itself (retain_settled = 0) and a neighbour that
@@ -460,6 +590,68 @@ impl Shared {
     }
 }
 
+/// The result of a foreground run that ended (or was stopped).
+fn run_result(spec: &Spec, outcome: Outcome, streams: &Mutex<Streams>) -> RunResult {
+    let Outcome {
+        status,
+        stop,
+        survivors,
+        group,
+    } = outcome;
+    let ending = governed(ExitFields::from(status), spec, stop, status, group);
+    let streams = lock(streams);
+    let stderr = streams.stderr.collected();
+    let sandbox = confine::facts(spec.sandbox_policy.as_ref(), ending.exit_code, &stderr.text);
+    RunResult {
+        exit_code: ending.exit_code,
+        signal: ending.signal,
+        exit_status_unavailable: ending.unavailable,
+        timed_out: stop == Some(Stop::Timeout),
+        aborted: matches!(stop, Some(Stop::Cancel | Stop::Dispose)),
+        timeout_ms: spec.timeout_ms,
+        stdout: streams.stdout.collected(),
+        stderr,
+        sandbox,
+        survivors,
+        background_id: None,
+        limit: ending.limit,
+        limits_enforcement: ending.limits_enforcement,
+    }
+}
+
+/// How a supervised background process ended.
+fn background_ending(
+    spec: &Spec,
+    process: &Process,
+    outcome: Outcome,
+) -> (ExitFields, Option<SandboxInfo>, u32) {
+    let ending = governed(
+        ExitFields::from(outcome.status),
+        spec,
+        outcome.stop,
+        outcome.status,
+        outcome.group,
+    );
+    let stderr = lock(&process.shared.streams).stderr.collected().text;
+    let sandbox = confine::facts(spec.sandbox_policy.as_ref(), ending.exit_code, &stderr);
+    (ending, sandbox, outcome.survivors)
+}
+
+/// A background process that could not run (or be watched): `line` goes to
+/// its stderr and it settles as `killed`.
+fn failed_ending(
+    process: &Process,
+    line: String,
+    sandbox: Option<SandboxInfo>,
+) -> (ExitFields, Option<SandboxInfo>, u32) {
+    let mut streams = lock(&process.shared.streams);
+    streams.stderr.push(format!("{line}\n").as_bytes());
+    streams.stdout.close();
+    streams.stderr.close();
+    lock(&process.shared.state).status = Status::Killed;
+    (ExitFields::default(), sandbox, 0)
+}
+
 impl Executor {
     /// Validates `input` (docs/configuration.md); a bad field is an error
     /// naming it.
@@ -560,6 +752,12 @@ impl Executor {
         if cancel.is_some_and(CancelToken::is_cancelled) {
             return Err(DshError::AlreadyCancelled);
         }
+        if spec.stdin_pipe && spec.on_expiry == OnExpiry::Kill {
+            return Err(DshError::invalid(
+                Field::new(Scope::Spec, FieldName::Stdin),
+                "is a pipe, which a foreground run cannot write to: use start, or on_expiry background",
+            ));
+        }
         confine::check(spec.sandbox_policy.as_ref())?;
         governor::check(&spec.limits)?;
         Ok(active)
@@ -572,7 +770,7 @@ impl Executor {
             Ok(a) => a,
             Err(e) => {
                 return RunFuture {
-                    inner: RunFutureInner::Ready(Some(Box::new(Err(e)))),
+                    inner: RunFutureInner::Failed(Some(e)),
                 }
             }
         };
@@ -590,19 +788,32 @@ impl Executor {
     }
 
     /// [`Executor::run`] for hosts with their own event loop (Python's
-    /// asyncio, Node): returns at once and calls `on_done` with the outcome
-    /// on the callback thread.
+    /// asyncio): returns at once and calls `on_done` with the outcome on
+    /// the callback thread.
     pub fn run_with(
         &self,
         spec: &Spec,
         cancel: Option<&CancelToken>,
         on_done: impl FnOnce(Result<RunResult>) + Send + 'static,
     ) {
-        let run = self.run(spec, cancel);
-        runtime::handle().spawn(async move {
-            let outcome = run.await;
-            callbacks::dispatch(move || on_done(outcome));
+        self.run_then(spec, cancel, move |outcome| {
+            callbacks::dispatch(move || on_done(outcome))
         });
+    }
+
+    /// [`Executor::run`] for a host whose hand-off to its own event loop
+    /// is thread-safe and never blocks (Node's promises): returns at once
+    /// and calls `on_done` with the outcome on one of the core's I/O
+    /// threads, with no hop through the callback thread. `on_done` must
+    /// return quickly and must not block.
+    pub fn run_then(
+        &self,
+        spec: &Spec,
+        cancel: Option<&CancelToken>,
+        on_done: impl FnOnce(Result<RunResult>) + Send + 'static,
+    ) {
+        let run = self.run(spec, cancel);
+        runtime::handle().spawn(async move { on_done(run.await) });
     }
 
     /// [`Executor::run`] for threads that are not in an async runtime.
@@ -615,7 +826,7 @@ impl Executor {
             CancelToken::new(),
             active,
         );
-        if spec.stdin.is_some() {
+        if spec.stdin.is_some() || spec.stdin_pipe {
             // Writing stdin may raise SIGPIPE: do it on the core's threads.
             runtime::block_on(task)?
         } else {
@@ -641,30 +852,10 @@ impl Executor {
         if cancel.is_some_and(CancelToken::is_cancelled) {
             return Err(DshError::AlreadyCancelled);
         }
-        let process = {
-            let mut reg = lock(&shared.registry);
-            if !shared.is_open() {
-                return Err(DshError::Disposed);
-            }
-            reg.next_id += 1;
-            let id = format!("bash-{}", reg.next_id);
-            let process = Process {
-                shared: Arc::new(ProcessShared {
-                    host_pid: shared.host_pid,
-                    id: id.clone(),
-                    command: spec.command.clone(),
-                    owner: spec.owner.clone(),
-                    state: Mutex::new(State::running()),
-                    settled_cv: Condvar::new(),
-                    settled_tx: watch::channel(false).0,
-                    streams: shared.streams(shared.config().max_output_bytes),
-                    stop_tx: watch::channel(None).0,
-                }),
-            };
-            reg.in_order.push(process.clone());
-            reg.by_id.insert(id, process.clone());
-            process
-        };
+        let process = shared.new_process(spec, shared.config().max_output_bytes);
+        if !shared.register(&process) {
+            return Err(DshError::Disposed);
+        }
         runtime::handle().spawn(shared.clone().background_task(
             process.clone(),
             spec.clone(),

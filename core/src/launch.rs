@@ -11,7 +11,7 @@ use crate::error::{errno_name, DshError, Result, SpawnFailure};
 use crate::governor::{self, CommandGroup};
 use crate::request::Spec;
 use crate::spawn::{find_shell, Pipes, Spawned};
-use crate::supervisor::{Slot, SpawnError, StartFailed, Step};
+use crate::supervisor::{Program, Slot, SpawnError, StartFailed, Step};
 
 /// Turns a spawn error into the error a caller can act on: a missing or
 /// unusable workdir names the path; anything else names the errno.
@@ -41,10 +41,9 @@ pub(crate) fn spawn_error(err: std::io::Error, workdir: &Path) -> DshError {
 }
 
 /// Environment, shell lookup, confinement and the spawn, in the executor's
-/// supervisor (`supervisors`), of one command. The request goes to the
-/// supervisor first, and the environment is built while it wakes up. A
-/// supervisor that was killed is replaced once, transparently: the request
-/// never reached it, so nothing ran.
+/// supervisor (`supervisors`), of one command. A supervisor that was killed
+/// is replaced once, transparently: the request never reached it, so
+/// nothing ran.
 pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str, supervisors: &Slot) -> Result<Spawned> {
     // Both were checked for NUL bytes by resolve / Spec::check.
     let command = CString::new(spec.command.as_str())
@@ -52,32 +51,6 @@ pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str, supervisors: &Sl
     let workdir = CString::new(spec.workdir.as_os_str().as_bytes())
         .map_err(|_| DshError::Internal("NUL in checked workdir".into()))?;
     let ruleset = confine::ruleset(spec.sandbox_policy.as_ref())?;
-    let os_error = |e: std::io::Error| spawn_error(e, &spec.workdir);
-    let pipes = Pipes::new(spec.stdin.is_some()).map_err(os_error)?;
-    let mut fds = pipes.child_fds(ruleset.as_ref().map(|r| r.fd()));
-    fds.rlimits = governor::rlimits(&spec.limits);
-    fds.seccomp = confine::network_filter(spec.sandbox_policy.as_ref())?;
-    let mut supervisor = supervisors.get().map_err(supervisor_error)?;
-    // The groups are named after the supervisor, which removes what is
-    // left of them when it ends.
-    let loopback = spec
-        .sandbox_policy
-        .as_ref()
-        .is_some_and(|p| p.network == crate::sandbox::NetworkPolicy::Loopback);
-    let mut group = CommandGroup::new(&spec.limits, loopback, supervisor.pid())?;
-    fds.cgroups = group.as_ref().map(CommandGroup::procs).unwrap_or_default();
-    let pending = match supervisor.begin(&fds) {
-        Err(SpawnError::Unreachable(_)) => {
-            supervisor = supervisors.renew(&supervisor).map_err(supervisor_error)?;
-            drop(group.take());
-            group = CommandGroup::new(&spec.limits, loopback, supervisor.pid())?;
-            fds.cgroups = group.as_ref().map(CommandGroup::procs).unwrap_or_default();
-            supervisor.begin(&fds)
-        }
-        other => other,
-    }
-    .map_err(|e| failed(e, spec, None))?;
-    // Dropping `pending` on an error below cancels the request.
     let envp = child_environment(host_env, spec, tag);
     let shell = find_shell(path_of(&envp)).ok_or_else(|| DshError::Spawn {
         kind: SpawnFailure::NoShell,
@@ -86,9 +59,37 @@ pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str, supervisors: &Sl
     })?;
     // `--`: a command that starts with `-` is a command, not bash options.
     let argv = [c"bash", c"-c", c"--", command.as_c_str()];
-    let leader = pending
-        .finish(&shell, &argv, &envp, &workdir)
-        .map_err(|e| failed(e, spec, group.as_ref()))?;
+    let program = Program {
+        path: &shell,
+        argv: &argv,
+        envp: &envp,
+        workdir: &workdir,
+    };
+    let os_error = |e: std::io::Error| spawn_error(e, &spec.workdir);
+    let pipes = Pipes::new(spec.stdin.is_some() || spec.stdin_pipe).map_err(os_error)?;
+    let mut fds = pipes.child_fds(ruleset.as_ref().map(|r| r.fd()));
+    fds.rlimits = governor::rlimits(&spec.limits);
+    fds.seccomp = confine::network_filter(spec.sandbox_policy.as_ref())?;
+    let loopback = spec
+        .sandbox_policy
+        .as_ref()
+        .is_some_and(|p| p.network == crate::sandbox::NetworkPolicy::Loopback);
+    let mut supervisor = supervisors.get().map_err(supervisor_error)?;
+    // The groups are named after the supervisor, which removes what is
+    // left of them when it ends.
+    let mut group = CommandGroup::new(&spec.limits, loopback, supervisor.pid())?;
+    fds.cgroups = group.as_ref().map(CommandGroup::procs).unwrap_or_default();
+    let leader = match supervisor.spawn(&fds, &program) {
+        Err(SpawnError::Unreachable(_)) => {
+            supervisor = supervisors.renew(&supervisor).map_err(supervisor_error)?;
+            drop(group.take());
+            group = CommandGroup::new(&spec.limits, loopback, supervisor.pid())?;
+            fds.cgroups = group.as_ref().map(CommandGroup::procs).unwrap_or_default();
+            supervisor.spawn(&fds, &program)
+        }
+        other => other,
+    }
+    .map_err(|e| failed(e, spec, group.as_ref()))?;
     pipes.started(leader, group).map_err(os_error)
 }
 

@@ -36,6 +36,7 @@ mod runtime;
 mod sandbox;
 mod spawn;
 mod spill;
+mod stdin;
 mod supervise;
 mod supervisor;
 mod tree;
@@ -52,10 +53,11 @@ pub use governor::limits_support;
 pub use limits::{LimitKind, Limits, LimitsEnforcement, LimitsInput, Mechanism};
 pub use output::CollectedOutput;
 pub use process::{Process, ProcessRead, Status, WaiterId};
-pub use request::{resolve, Request, SandboxPolicyInput, Spec, DSH_ENV_PREFIX};
+pub use request::{resolve, OnExpiry, Request, SandboxPolicyInput, Spec, DSH_ENV_PREFIX};
 pub use run::{RunFuture, RunResult};
 pub use runtime::refuse_blocking;
 pub use sandbox::{Enforcement, NetworkPolicy, SandboxInfo, SandboxMode, SandboxPolicy};
+pub use stdin::{StdinEnd, STDIN_BUFFER_BYTES};
 
 /// The Rust examples of README.md and docs/ are doctests: `cargo test --doc`
 /// compiles and runs each as written. (`scripts/run-doc-examples` runs the

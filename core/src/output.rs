@@ -211,6 +211,29 @@ impl StreamBuffer {
         }
     }
 
+    /// What a foreground run's result shows when it is handed over to the
+    /// registry at its timeout: the window, ending on a character boundary.
+    /// Consuming reads then start right after it (no byte lost, none
+    /// repeated), and the window grows to `cap`, a background process's.
+    pub(crate) fn hand_over(&mut self, cap: u64) -> CollectedOutput {
+        let (a, b) = self.window.as_slices();
+        let mut bytes = Vec::with_capacity(self.window.len());
+        bytes.extend_from_slice(a);
+        bytes.extend_from_slice(b);
+        if !self.closed {
+            let hold = incomplete_suffix(&bytes);
+            bytes.truncate(bytes.len() - hold);
+        }
+        self.read_pos = self.window_start() + bytes.len() as u64;
+        self.cap = self.cap.max(usize::try_from(cap).unwrap_or(usize::MAX));
+        CollectedOutput {
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+            truncated: self.truncated(),
+            spill_path: self.spill_path(),
+            spill_error: self.spill_error(),
+        }
+    }
+
     /// Everything not yet delivered that is still in the window, and whether
     /// unread bytes slid out first. While the stream is open, a trailing
     /// incomplete character is held back for the next read.

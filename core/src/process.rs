@@ -13,6 +13,7 @@ use crate::limits::{LimitKind, LimitsEnforcement};
 use crate::run::ExitFields;
 use crate::runtime;
 use crate::sandbox::SandboxInfo;
+use crate::stdin::{not_piped, Enqueued, StdinPipe};
 use crate::supervise::{Stop, Streams};
 
 /// Where a background process stands (docs/running.md).
@@ -89,7 +90,9 @@ pub struct WaiterId(u64);
 pub(crate) struct ProcessShared {
     /// The host process that started it; a forked child cannot wait for it.
     pub host_pid: libc::pid_t,
-    pub id: String,
+    /// Set once, at registration: at `start`, or when a foreground run is
+    /// handed over at its timeout.
+    pub id: std::sync::OnceLock<String>,
     pub command: String,
     pub owner: Option<String>,
     pub state: Mutex<State>,
@@ -100,6 +103,14 @@ pub(crate) struct ProcessShared {
     pub streams: Mutex<Streams>,
     /// Set once, by the first stop request.
     pub stop_tx: watch::Sender<Option<Stop>>,
+    /// The writable stdin, when started with a stdin pipe.
+    pub stdin: Option<StdinPipe>,
+}
+
+impl ProcessShared {
+    pub(crate) fn id(&self) -> &str {
+        self.id.get().map_or("", String::as_str)
+    }
 }
 
 /// A cheap, cloneable handle to one background process.
@@ -112,7 +123,7 @@ impl std::fmt::Debug for Process {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let s = self.state();
         f.debug_struct("Process")
-            .field("id", &self.shared.id)
+            .field("id", &self.shared.id())
             .field("status", &s.status)
             .field("exit_code", &s.ending.exit_code)
             .field("signal", &s.ending.signal)
@@ -145,7 +156,7 @@ impl Process {
 
     /// The registry id: `bash-1`, `bash-2`, …
     pub fn id(&self) -> &str {
-        &self.shared.id
+        self.shared.id()
     }
 
     /// The command as started.
@@ -241,6 +252,91 @@ impl Process {
     /// stop: false, nothing is done.
     pub fn kill(&self) -> bool {
         self.check_host().is_ok() && self.request_stop(Stop::Kill)
+    }
+
+    fn stdin_pipe(&self) -> Result<&StdinPipe> {
+        self.check_host()?;
+        self.shared.stdin.as_ref().ok_or_else(|| not_piped(self.id()))
+    }
+
+    /// True when it was started with a stdin pipe (`stdin_pipe`).
+    pub fn has_stdin_pipe(&self) -> bool {
+        self.shared.stdin.is_some()
+    }
+
+    /// Non-blocking write to the command's stdin: takes what fits in its
+    /// buffer ([`STDIN_BUFFER_BYTES`](crate::STDIN_BUFFER_BYTES)) now and
+    /// returns how many bytes that was: 0 when the buffer is full or an
+    /// ordered write ([`Process::write_stdin`]) is waiting for its turn.
+    /// [`DshError::StdinClosed`](crate::DshError::StdinClosed) when it has
+    /// no stdin pipe, after `close_stdin`, and once the command exited or
+    /// closed its stdin.
+    pub fn try_write_stdin(&self, bytes: &[u8]) -> Result<usize> {
+        self.stdin_pipe()?.try_write(self.id(), bytes)
+    }
+
+    /// Writes all of `bytes` to the command's stdin, waiting for room as
+    /// the command reads (back-pressure): at most
+    /// [`STDIN_BUFFER_BYTES`](crate::STDIN_BUFFER_BYTES) are buffered,
+    /// however much is written. Writes complete in the order they were
+    /// made and are never interleaved. Completes when every byte was taken
+    /// (not when the command has read it). Errors as
+    /// [`Process::try_write_stdin`]; dropping the future stops the write
+    /// (bytes already taken stay taken).
+    pub async fn write_stdin(&self, bytes: &[u8]) -> Result<()> {
+        self.stdin_pipe()?.write_all(self.id(), bytes).await
+    }
+
+    /// [`Process::write_stdin`] for hosts with their own event loop:
+    /// returns at once and calls `on_done` on the callback thread. Writes
+    /// made this way are written in call order, each whole.
+    pub fn write_stdin_with(&self, bytes: Vec<u8>, on_done: impl FnOnce(Result<()>) + Send + 'static) {
+        let pipe = match self.stdin_pipe() {
+            Ok(pipe) => pipe,
+            Err(e) => return callbacks::dispatch(move || on_done(Err(e))),
+        };
+        match pipe.enqueue(self.id(), (bytes, Box::new(on_done))) {
+            Enqueued::Taken(on_done, outcome) => return callbacks::dispatch(move || on_done(outcome)),
+            Enqueued::Queued(false) => return, // the task writing the queue takes it in turn
+            Enqueued::Queued(true) => {}
+        }
+        let process = self.clone();
+        runtime::handle().spawn(async move {
+            let Some(pipe) = process.shared.stdin.as_ref() else {
+                return;
+            };
+            while let Some((bytes, on_done)) = pipe.next_queued() {
+                let outcome = pipe.write_all(process.id(), &bytes).await;
+                callbacks::dispatch(move || on_done(outcome));
+            }
+        });
+    }
+
+    /// Blocks until a write to stdin would take at least one byte (or fail,
+    /// the stdin having ended), or until `timeout` passes (`None`: no
+    /// limit); returns whether it is writable. A zero timeout only looks.
+    /// Refused where blocking is, as [`Process::wait_timeout`].
+    pub fn wait_stdin_writable(&self, timeout: Option<Duration>) -> Result<bool> {
+        let pipe = self.stdin_pipe()?;
+        if timeout != Some(Duration::ZERO) {
+            runtime::refuse_blocking()?;
+        }
+        Ok(pipe.wait_writable(timeout))
+    }
+
+    /// Closes the command's stdin once the bytes already written are
+    /// delivered, so it reads EOF; later writes fail. True when this call
+    /// closed it, false when it was already closed or ended.
+    /// [`DshError::StdinClosed`](crate::DshError::StdinClosed) when it has
+    /// no stdin pipe.
+    pub fn close_stdin(&self) -> Result<bool> {
+        Ok(self.stdin_pipe()?.close())
+    }
+
+    /// Bytes written to stdin and not yet taken by the pipe: never more than
+    /// [`STDIN_BUFFER_BYTES`](crate::STDIN_BUFFER_BYTES).
+    pub fn stdin_buffered(&self) -> usize {
+        self.shared.stdin.as_ref().map_or(0, StdinPipe::buffered)
     }
 
     /// Frees what a forgotten process holds: its windows and spill files.

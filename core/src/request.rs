@@ -28,6 +28,42 @@ pub struct SandboxPolicyInput {
     pub network: Option<NetworkPolicy>,
 }
 
+/// What a foreground run does when its timeout is reached
+/// (docs/running.md, "When the timeout is reached").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum OnExpiry {
+    /// Stop the command (SIGTERM, SIGKILL after the grace period): the
+    /// default.
+    #[default]
+    Kill,
+    /// Leave it running and hand it over to the registry as a background
+    /// process; the run's result says so and names it.
+    Background,
+}
+
+impl OnExpiry {
+    /// `"kill"` or `"background"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnExpiry::Kill => "kill",
+            OnExpiry::Background => "background",
+        }
+    }
+
+    /// The value named `name` (`"kill"`, `"background"`); anything else is
+    /// an `InvalidArgument` on `field`.
+    pub fn parse(field: Field, name: &str) -> Result<OnExpiry> {
+        match name {
+            "kill" => Ok(OnExpiry::Kill),
+            "background" => Ok(OnExpiry::Background),
+            _ => Err(DshError::invalid(
+                field,
+                format!("unknown value {name:?} (expected kill or background)"),
+            )),
+        }
+    }
+}
+
 /// What a caller (a model, a plugin) asks for.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Request {
@@ -43,8 +79,15 @@ pub struct Request {
     /// to `max_output_bytes`.
     pub stdout_max_bytes: Option<Num>,
     /// Written to the command's stdin, which is then closed; `None`: stdin
-    /// is `/dev/null`.
+    /// is `/dev/null` (unless `stdin_pipe`).
     pub stdin: Option<Vec<u8>>,
+    /// Give the command a stdin pipe that stays open for
+    /// [`Process::write_stdin`](crate::Process::write_stdin) until
+    /// [`Process::close_stdin`](crate::Process::close_stdin). Not together
+    /// with `stdin` bytes.
+    pub stdin_pipe: bool,
+    /// What a foreground run does at its timeout; `None`: kill.
+    pub on_expiry: Option<OnExpiry>,
     /// Variables merged over the scrubbed host environment
     /// (docs/environment.md).
     pub env: Option<BTreeMap<String, String>>,
@@ -84,8 +127,14 @@ pub struct Spec {
     /// In-memory stdout window of a foreground run, in bytes; at most
     /// `max_output_bytes`.
     pub stdout_max_bytes: u64,
-    /// Written to stdin, then closed; `None`: `/dev/null`.
+    /// Written to stdin, then closed; `None`: `/dev/null` (unless
+    /// `stdin_pipe`).
     pub stdin: Option<Vec<u8>>,
+    /// A stdin pipe that stays open for writes; never with `stdin` bytes.
+    /// `start` takes it; `run` only with `on_expiry` background.
+    pub stdin_pipe: bool,
+    /// What a foreground run does at its timeout.
+    pub on_expiry: OnExpiry,
     /// Variables merged over the scrubbed host environment.
     pub env: Option<BTreeMap<String, String>>,
     /// Managed `DSH_*` variables, merged after `env`.
@@ -136,6 +185,7 @@ pub fn resolve(config: &Config, request: Request) -> Result<Spec> {
         }
         None => config.max_output_bytes,
     };
+    check_stdin(f(FieldName::Stdin), request.stdin.is_some(), request.stdin_pipe)?;
     if let Some(env) = &request.env {
         check_env(f(FieldName::Env), env, false)?;
     }
@@ -169,6 +219,8 @@ pub fn resolve(config: &Config, request: Request) -> Result<Spec> {
         timeout_ms,
         stdout_max_bytes,
         stdin: request.stdin,
+        stdin_pipe: request.stdin_pipe,
+        on_expiry: request.on_expiry.unwrap_or_default(),
         env: request.env,
         dsh_env: request.dsh_env,
         owner: request.owner,
@@ -202,6 +254,7 @@ impl Spec {
             Num(self.stdout_max_bytes as f64),
             config.max_output_bytes,
         )?;
+        check_stdin(f(FieldName::Stdin), self.stdin.is_some(), self.stdin_pipe)?;
         if let Some(env) = &self.env {
             check_env(f(FieldName::Env), env, false)?;
         }
@@ -238,6 +291,13 @@ impl Spec {
         }
         Ok(())
     }
+}
+
+fn check_stdin(field: Field, bytes: bool, pipe: bool) -> Result<()> {
+    if bytes && pipe {
+        return Err(DshError::invalid(field, "is either bytes or a pipe, not both"));
+    }
+    Ok(())
 }
 
 fn check_command(field: Field, command: &str) -> Result<()> {

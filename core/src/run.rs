@@ -47,6 +47,11 @@ pub struct RunResult {
     /// stopped (it ended by itself; `server &` left running is not a
     /// survivor: see `dispose`).
     pub survivors: u32,
+    /// Set when the timeout was reached with `on_expiry` background: the
+    /// command was not stopped but handed over to the registry under this
+    /// id (`timed_out` is true, `exit_code` and `signal` are `None`). Its
+    /// consuming reads start right after this result's output.
+    pub background_id: Option<String>,
     /// The limit that ended the command, as the kernel reported it
     /// (docs/limits.md); `None` when no limit did. Never together with
     /// `timed_out` or `aborted`.
@@ -62,7 +67,8 @@ pub struct RunFuture {
 }
 
 pub(crate) enum RunFutureInner {
-    Ready(Option<Box<Result<RunResult>>>),
+    /// Refused before it started.
+    Failed(Option<DshError>),
     Running {
         task: JoinHandle<Result<RunResult>>,
         on_drop: CancelToken,
@@ -73,7 +79,9 @@ impl Future for RunFuture {
     type Output = Result<RunResult>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match &mut self.inner {
-            RunFutureInner::Ready(r) => Poll::Ready(*r.take().expect("RunFuture polled after completion")),
+            RunFutureInner::Failed(e) => {
+                Poll::Ready(Err(e.take().expect("RunFuture polled after completion")))
+            }
             RunFutureInner::Running { task, .. } => Pin::new(task)
                 .poll(cx)
                 .map(|r| r.unwrap_or_else(|e| Err(DshError::Internal(format!("run task failed: {e}"))))),

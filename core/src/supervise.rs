@@ -15,6 +15,7 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::output::StreamBuffer;
 use crate::spawn::{ExitStatus, Spawned};
+use crate::stdin::{PipeWork, StdinEnd, StdinPipe};
 use crate::supervisor::{release, ExitReport};
 use crate::tree::{signal_group, sweep, sweep_counted, Spare, TagMatch};
 
@@ -97,6 +98,13 @@ async fn read_chunk(fd: &AsyncFd<OwnedFd>, mut sink: impl FnMut(&[u8])) -> io::R
 
 /// `fd` is `None` once stdin is closed; select! builds this future even for
 /// a disabled branch, so that case just never completes.
+async fn pump(pipe: Option<&StdinPipe>, fd: Option<&AsyncFd<OwnedFd>>) -> PipeWork {
+    match (pipe, fd) {
+        (Some(pipe), Some(fd)) => pipe.pump(fd).await,
+        _ => std::future::pending().await,
+    }
+}
+
 async fn write_chunk(fd: Option<&AsyncFd<OwnedFd>>, bytes: &[u8]) -> io::Result<usize> {
     let Some(fd) = fd else {
         return std::future::pending().await;
@@ -139,10 +147,26 @@ fn signal_tree(pid: libc::pid_t, tag: &str, sig: libc::c_int, with_sweep: bool) 
     }
 }
 
+/// What the command's stdin is fed from.
+#[derive(Clone, Copy)]
+pub(crate) enum StdinSource<'a> {
+    /// `/dev/null`, or bytes written then closed (empty: closed at once).
+    Bytes(Option<&'a [u8]>),
+    /// A pipe the caller writes to while it runs (`stdin_pipe`).
+    Pipe(&'a StdinPipe),
+}
+
+/// A foreground run whose timeout hands the command over instead of
+/// stopping it: called once at the timeout; true when it was handed over
+/// (supervision then goes on without a timeout), false to stop it as
+/// usual.
+pub(crate) type Handover<'a> = &'a mut (dyn FnMut() -> bool + Send);
+
 enum Event {
     Stdout(io::Result<usize>),
     Stderr(io::Result<usize>),
     Stdin(io::Result<usize>),
+    Pipe(PipeWork),
     Exited(ExitStatus),
     Stop(Stop),
     KillNow,
@@ -171,12 +195,37 @@ async fn read_exit(fd: &AsyncFd<OwnedFd>, report: &mut ExitReport) -> ExitStatus
 /// signalling its group can never hit a recycled process group id. Fails
 /// only when the command cannot be watched at all; it is then killed and
 /// released before this returns.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn supervise(
     spawned: Spawned,
     tag: &str,
-    stdin: Option<&[u8]>,
+    stdin: StdinSource<'_>,
     streams: &Mutex<Streams>,
     timeout: Option<Duration>,
+    mut handover: Option<Handover<'_>>,
+    grace: Duration,
+    stop: impl Future<Output = Stop>,
+) -> io::Result<Outcome> {
+    let pipe = match stdin {
+        StdinSource::Pipe(p) => Some(p),
+        StdinSource::Bytes(_) => None,
+    };
+    let outcome = supervise_inner(spawned, tag, stdin, streams, timeout, &mut handover, grace, stop).await;
+    // However it ended, the stdin takes nothing more.
+    if let Some(p) = pipe {
+        p.end(StdinEnd::Exited);
+    }
+    outcome
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn supervise_inner(
+    spawned: Spawned,
+    tag: &str,
+    stdin: StdinSource<'_>,
+    streams: &Mutex<Streams>,
+    timeout: Option<Duration>,
+    handover: &mut Option<Handover<'_>>,
     grace: Duration,
     stop: impl Future<Output = Stop>,
 ) -> io::Result<Outcome> {
@@ -223,18 +272,21 @@ pub(crate) async fn supervise(
     // The supervisor was killed: the leader's pid and group are no longer
     // held for us, so only pid-safe tag sweeps may signal the tree.
     let mut lost = false;
-    let stdin = stdin.unwrap_or(&[]);
+    let (stdin, pipe) = match stdin {
+        StdinSource::Bytes(b) => (b.unwrap_or(&[]), None),
+        StdinSource::Pipe(p) => (&[][..], Some(p)),
+    };
     let mut stdin_pos = 0;
-    if stdin.is_empty() {
+    if stdin.is_empty() && pipe.is_none() {
         stdin_fd = None;
     }
+    let mut timeout_at = timeout.map(|t| Instant::now() + t);
 
     let (mut out_open, mut err_open, mut exited) = (true, true, false);
     let mut stopped: Option<Stop> = None;
     let mut kill_at: Option<Instant> = None;
     let mut killed = false;
     let mut drain_until: Option<Instant> = None;
-    let timeout_at = timeout.map(|t| Instant::now() + t);
     // A reached cgroup limit does not end a tree by itself (a refused fork
     // leaves shells retrying, the OOM killer ends one process): its
     // counters are read every LIMIT_TICK, and the tree ended when one moves.
@@ -257,7 +309,8 @@ pub(crate) async fn supervise(
             _ = sleep_until(kill_at.unwrap_or(never)), if kill_at.is_some() && !killed => Event::KillNow,
             r = read_chunk(&out, |b| lock(streams).stdout.push(b)), if out_open => Event::Stdout(r),
             r = read_chunk(&err, |b| lock(streams).stderr.push(b)), if err_open => Event::Stderr(r),
-            r = write_chunk(stdin_fd.as_ref(), &stdin[stdin_pos..]), if stdin_fd.is_some() => Event::Stdin(r),
+            r = write_chunk(stdin_fd.as_ref(), &stdin[stdin_pos..]), if stdin_fd.is_some() && pipe.is_none() => Event::Stdin(r),
+            w = pump(pipe, stdin_fd.as_ref()), if stdin_fd.is_some() && pipe.is_some() => Event::Pipe(w),
             s = read_exit(&report_fd, &mut report), if !exited => Event::Exited(s),
             _ = sleep_until(drain_until.unwrap_or(never)), if drain_until.is_some() => Event::DrainOver,
         };
@@ -280,7 +333,25 @@ pub(crate) async fn supervise(
             }
             // EPIPE: the command stopped reading, which is its business.
             Event::Stdin(Err(_)) => stdin_fd = None,
+            Event::Pipe(PipeWork::Wrote) => {}
+            Event::Pipe(PipeWork::Close) => {
+                stdin_fd = None; // EOF for the command
+                if let Some(p) = pipe {
+                    p.end(StdinEnd::Closed);
+                }
+            }
+            Event::Pipe(PipeWork::Failed) => {
+                stdin_fd = None;
+                if let Some(p) = pipe {
+                    p.end(StdinEnd::Broken);
+                }
+            }
             Event::Exited(s) => {
+                // A command that has exited takes no more input.
+                if let Some(p) = pipe {
+                    p.end(StdinEnd::Exited);
+                    stdin_fd = None;
+                }
                 if s == ExitStatus::Unavailable {
                     // The supervisor itself was killed: the leader may still
                     // run, re-parented to someone else (docs/host-death.md).
@@ -290,6 +361,11 @@ pub(crate) async fn supervise(
                 status = s;
                 exited = true;
                 drain_until = Some(Instant::now() + grace);
+            }
+            Event::Stop(Stop::Timeout) if handover.as_mut().is_some_and(|h| h()) => {
+                // Handed over: from now on it runs like a started process.
+                timeout_at = None;
+                *handover = None;
             }
             Event::Tick => {}
             Event::Stop(Stop::Limit(kind)) => {

@@ -8,12 +8,11 @@
 //! a command starts stays in its subtree. When the host dies by any cause
 //! it kills that subtree; `dispose()` shuts it down the same way.
 //!
-//! Spawning happens in the supervisor: the host sends a request with the
-//! pipe ends and a Landlock ruleset over a unix socket, then — while the
-//! supervisor wakes up — builds the environment, finds the shell and sends
-//! them (program, argv, environment, workdir), and gets back the leader's
-//! pid, or the step and errno that failed. Each command has a socket of its own to the
-//! supervisor, on which its leader's exit status arrives; the leader stays
+//! Spawning happens in the supervisor: the host sends one request over a
+//! unix socket with the pipe ends, a Landlock ruleset and the program
+//! (path, argv, environment, workdir), and gets back the leader's pid, or
+//! the step and errno that failed. Each command has a socket of its own to
+//! the supervisor, on which its leader's exit status arrives; the leader stays
 //! an unreaped zombie until the host releases it, so its pid and process
 //! group id cannot be reused while the host may still signal them.
 //!
@@ -43,17 +42,20 @@ const OP_SPAWN: u32 = 1;
 const OP_SHUTDOWN: u32 = 2;
 const FLAG_STDIN: u32 = 1;
 const FLAG_RULESET: u32 = 2;
-/// A `cgroup.procs` descriptor the command writes itself into (two flags:
-/// up to two groups, one per v1 hierarchy).
-const FLAG_CGROUP1: u32 = 4;
-const FLAG_CGROUP2: u32 = 8;
-/// A third group: the cgroup v2 one of `network: loopback`.
-const FLAG_CGROUP3: u32 = 64;
-/// `struct limits` follows the payload on the command's socket.
-const FLAG_RLIMITS: u32 = 16;
+const FLAG_INLINE: u32 = 4;
+/// A `cgroup.procs` descriptor the command writes itself into: up to three
+/// groups (the v1 `memory` and `pids` ones of its limits, the v2 one of
+/// `network: loopback`), in that order.
+const FLAG_CGROUP1: u32 = 8;
+const FLAG_CGROUP2: u32 = 16;
+const FLAG_CGROUP3: u32 = 128;
+/// `struct limits` opens the payload's body.
+const FLAG_RLIMITS: u32 = 32;
 /// A seccomp filter (`u32 count, u32 pad`, then `count` BPF instructions)
-/// follows the payload (and the limits).
-const FLAG_SECCOMP: u32 = 32;
+/// comes next in the payload's body (after the limits).
+const FLAG_SECCOMP: u32 = 64;
+/// The largest payload sent in the request's own message (MAX_INLINE).
+const MAX_INLINE: usize = 32 << 10;
 const R_SPAWNED: i32 = 1;
 const R_FAILED: i32 = 2;
 const R_EXITED: i32 = 3;
@@ -174,26 +176,33 @@ fn send_all(fd: &OwnedFd, mut bytes: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Sends `header` with `fds` attached (SCM_RIGHTS) as one message.
-fn send_with_fds(fd: &OwnedFd, header: &Header, fds: &[RawFd]) -> io::Result<()> {
+/// Sends `header`, then `rest`, with `fds` attached (SCM_RIGHTS) as one
+/// message.
+fn send_with_fds(fd: &OwnedFd, header: &Header, rest: &[u8], fds: &[RawFd]) -> io::Result<()> {
     debug_assert!(fds.len() <= MAX_FDS);
     // Room for MAX_FDS descriptors, aligned for a cmsghdr.
     let mut control = [0u64; 8];
     const _: () = assert!(MAX_FDS * 4 + 16 <= 64, "control has room for MAX_FDS descriptors");
     let fd_bytes = std::mem::size_of_val(fds);
-    let mut iov = libc::iovec {
-        iov_base: (header as *const Header).cast_mut().cast(),
-        iov_len: size_of::<Header>(),
-    };
+    let mut iov = [
+        libc::iovec {
+            iov_base: (header as *const Header).cast_mut().cast(),
+            iov_len: size_of::<Header>(),
+        },
+        libc::iovec {
+            iov_base: rest.as_ptr().cast_mut().cast(),
+            iov_len: rest.len(),
+        },
+    ];
     // SAFETY: a zeroed msghdr is valid (null pointers, zero lengths); the
     // CMSG_* macros compute sizes and walk `control`, which is big enough
     // for one cmsghdr carrying MAX_FDS ints (CMSG_SPACE(20) = 40 bytes
-    // here, `control` has 64) and 8-byte aligned; `iov` and `header` live
-    // across the call; sendmsg only reads them.
+    // here, `control` has 64) and 8-byte aligned; `iov`, `header` and
+    // `rest` live across the call; sendmsg only reads them.
     let r = unsafe {
         let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = iov.len() as _;
         if !fds.is_empty() {
             msg.msg_control = control.as_mut_ptr().cast();
             msg.msg_controllen = libc::CMSG_SPACE(fd_bytes as u32) as _;
@@ -335,64 +344,61 @@ pub(crate) struct ChildFds {
     pub seccomp: Option<Vec<u8>>,
 }
 
-/// A spawn the supervisor has been asked for and waits to be told the
-/// program of. Dropping it cancels the request: nothing runs.
-pub(crate) struct Pending {
-    sock: OwnedFd,
-    /// What follows the payload: the limits and the filter.
-    extra: Vec<u8>,
+/// What to run: `path` with `argv` and `envp`, in `workdir`; the strings go
+/// as they are to `execve`.
+pub(crate) struct Program<'a> {
+    pub path: &'a CStr,
+    pub argv: &'a [&'a CStr],
+    pub envp: &'a [CString],
+    pub workdir: &'a CStr,
 }
 
-impl Pending {
-    /// Sends the program (`path` with `argv` and `envp`, in `workdir`; the
-    /// strings go as they are to `execve`) and returns once it has exec'd,
-    /// or failed to.
-    pub(crate) fn finish(
-        self,
-        path: &CStr,
-        argv: &[&CStr],
-        envp: &[CString],
-        workdir: &CStr,
-    ) -> Result<Leader, SpawnError> {
-        let strings = [path, workdir]
+impl Program<'_> {
+    /// The wire form: struct payload { argc, envc, len } and `len` bytes:
+    /// `extra` (the limits and the filter its flags announce), then the
+    /// strings.
+    fn payload(&self, extra: &[u8]) -> Vec<u8> {
+        let strings = [self.path, self.workdir]
             .into_iter()
-            .chain(argv.iter().copied())
-            .chain(envp.iter().map(CString::as_c_str));
+            .chain(self.argv.iter().copied())
+            .chain(self.envp.iter().map(CString::as_c_str));
         let mut payload = Vec::with_capacity(4096);
-        payload.extend_from_slice(&(argv.len() as u32).to_ne_bytes());
-        payload.extend_from_slice(&(envp.len() as u32).to_ne_bytes());
+        payload.extend_from_slice(&(self.argv.len() as u32).to_ne_bytes());
+        payload.extend_from_slice(&(self.envp.len() as u32).to_ne_bytes());
         payload.extend_from_slice(&[0; 8]);
+        payload.extend_from_slice(extra);
         for s in strings {
             payload.extend_from_slice(s.to_bytes_with_nul());
         }
         let len = (payload.len() - 16) as u64;
         payload[8..16].copy_from_slice(&len.to_ne_bytes());
-        payload.extend_from_slice(&self.extra);
-        let ended = || {
-            SpawnError::Io(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "the dsh supervisor ended while starting the command",
-            ))
-        };
-        send_all(&self.sock, &payload).map_err(|_| ended())?;
-        match recv_reply(&self.sock).map_err(SpawnError::Io)? {
-            Some([R_SPAWNED, pid, ..]) => {
-                set_nonblocking(&self.sock).map_err(SpawnError::Io)?;
-                Ok(Leader {
-                    pid,
-                    report: self.sock,
-                })
-            }
-            Some([R_FAILED, step, errno, detail]) => Err(SpawnError::Failed {
-                step: Step::from_wire(step),
-                errno,
-                detail,
-            }),
-            Some(_) => Err(SpawnError::Io(io::Error::other(
-                "unexpected reply from the dsh supervisor",
-            ))),
-            None => Err(ended()),
+        payload
+    }
+}
+
+fn ended() -> SpawnError {
+    SpawnError::Io(io::Error::new(
+        io::ErrorKind::BrokenPipe,
+        "the dsh supervisor ended while starting the command",
+    ))
+}
+
+/// Waits for the supervisor's answer to a spawn on the command's socket.
+fn spawned(sock: OwnedFd) -> Result<Leader, SpawnError> {
+    match recv_reply(&sock).map_err(SpawnError::Io)? {
+        Some([R_SPAWNED, pid, ..]) => {
+            set_nonblocking(&sock).map_err(SpawnError::Io)?;
+            Ok(Leader { pid, report: sock })
         }
+        Some([R_FAILED, step, errno, detail]) => Err(SpawnError::Failed {
+            step: Step::from_wire(step),
+            errno,
+            detail,
+        }),
+        Some(_) => Err(SpawnError::Io(io::Error::other(
+            "unexpected reply from the dsh supervisor",
+        ))),
+        None => Err(ended()),
     }
 }
 
@@ -410,10 +416,10 @@ impl Supervisor {
         self.pid
     }
 
-    /// Asks for a command with `fds`; [`Pending::finish`] says what to run.
-    /// The request goes first so that the supervisor's wake-up overlaps
-    /// the caller's preparation of the rest.
-    pub(crate) fn begin(&self, fds: &ChildFds) -> Result<Pending, SpawnError> {
+    /// Starts `program` with `fds` and returns once it has exec'd, or
+    /// failed to. The usual program travels in the request's own message;
+    /// a larger one follows on the command's socket.
+    pub(crate) fn spawn(&self, fds: &ChildFds, program: &Program<'_>) -> Result<Leader, SpawnError> {
         let (mine, theirs) = socketpair(libc::SOCK_STREAM).map_err(SpawnError::Io)?;
         let mut flags = 0;
         let mut passed = vec![theirs.as_raw_fd(), fds.stdout, fds.stderr];
@@ -441,20 +447,30 @@ impl Supervisor {
             extra.extend_from_slice(&[0; 4]);
             extra.extend_from_slice(bpf);
         }
+        let payload = program.payload(&extra);
+        let inline = payload.len() <= MAX_INLINE;
+        if inline {
+            flags |= FLAG_INLINE;
+        }
         let header = Header { op: OP_SPAWN, flags };
-        send_with_fds(&self.control, &header, &passed).map_err(|e| match e.raw_os_error() {
+        let rest: &[u8] = if inline { &payload } else { &[] };
+        send_with_fds(&self.control, &header, rest, &passed).map_err(|e| match e.raw_os_error() {
             Some(libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN | libc::ECONNREFUSED) => {
                 SpawnError::Unreachable(e)
             }
             _ => SpawnError::Io(e),
         })?;
-        Ok(Pending { sock: mine, extra })
+        drop(theirs);
+        if !inline {
+            send_all(&mine, &payload).map_err(|_| ended())?;
+        }
+        spawned(mine)
     }
 
     /// Asks the supervisor to kill whatever is left of its subtree and
     /// exit, waits until it has, and reaps it.
     pub(crate) async fn shutdown(mut self) {
-        let _ = send_with_fds(&self.control, &SHUTDOWN, &[]);
+        let _ = send_with_fds(&self.control, &SHUTDOWN, &[], &[]);
         let Some(pidfd) = self.pidfd.take() else {
             return;
         };
@@ -500,7 +516,7 @@ impl Drop for Supervisor {
             return;
         }
         if let Some(pidfd) = self.pidfd.take() {
-            let _ = send_with_fds(&self.control, &SHUTDOWN, &[]);
+            let _ = send_with_fds(&self.control, &SHUTDOWN, &[], &[]);
             crate::runtime::handle().spawn_blocking(move || reap(&pidfd));
         }
     }

@@ -29,13 +29,13 @@
  *            [stdin if FLAG_STDIN], [Landlock ruleset if FLAG_RULESET],
  *            [cgroup.procs if FLAG_CGROUP1], [cgroup.procs if FLAG_CGROUP2],
  *            [cgroup.procs if FLAG_CGROUP3]
- *            The command socket (SOCK_STREAM, one per command) then carries
- *            struct payload { argc, envc, len } and `len` bytes:
- *            NUL-terminated path, workdir, argv[argc], envp[envc]; then
- *            struct limits if FLAG_RLIMITS, then a seccomp filter if
- *            FLAG_SECCOMP (u32 count, u32 pad, count BPF instructions). The host
- *            sends the request first and the payload as soon as it has
- *            built it, so that waking the supervisor overlaps that work.
+ *            The program: struct payload { argc, envc, len } and `len`
+ *            bytes: struct limits if FLAG_RLIMITS, a seccomp filter if
+ *            FLAG_SECCOMP (u32 count, u32 pad, count BPF instructions),
+ *            then NUL-terminated path, workdir, argv[argc], envp[envc].
+ *            With FLAG_INLINE it follows the request in the same message
+ *            (one wake-up here per command); a larger one goes on the
+ *            command socket (SOCK_STREAM, one per command) instead.
  *            The reply goes back on the command socket: SPAWNED(pid) or
  *            FAILED(step, errno, detail); later EXITED(si_code, si_status) when the
  *            leader has exited (it stays an unreaped zombie, so its pid and
@@ -116,11 +116,12 @@ enum { OP_SPAWN = 1, OP_SHUTDOWN = 2 };
 enum {
     FLAG_STDIN = 1,
     FLAG_RULESET = 2,
-    FLAG_CGROUP1 = 4,
-    FLAG_CGROUP2 = 8,
-    FLAG_RLIMITS = 16,
-    FLAG_SECCOMP = 32,
-    FLAG_CGROUP3 = 64
+    FLAG_INLINE = 4,
+    FLAG_CGROUP1 = 8,
+    FLAG_CGROUP2 = 16,
+    FLAG_RLIMITS = 32,
+    FLAG_SECCOMP = 64,
+    FLAG_CGROUP3 = 128
 };
 enum { R_SPAWNED = 1, R_FAILED = 2, R_EXITED = 3 };
 enum {
@@ -162,6 +163,8 @@ struct limits {
 #define CONTROL 3
 #define MAX_PAYLOAD (256u << 20)
 #define MAX_FDS 8
+/* The largest payload sent inline with its request. */
+#define MAX_INLINE (32u << 10)
 
 /* One running command: its leader (a child of ours, kept unreaped until
  * released) and the socket to its host. */
@@ -508,15 +511,25 @@ static void maybe_finish(struct command *c) {
     reap_orphans();
 }
 
-static void on_spawn(const struct request *req, int *fds, int nfds) {
+/* `inline_bytes` holds what followed the request in its message. */
+static void on_spawn(const struct request *req, int *fds, int nfds, const char *inline_bytes, size_t inline_len) {
     int want = 3 + !!(req->flags & FLAG_STDIN) + !!(req->flags & FLAG_RULESET) + !!(req->flags & FLAG_CGROUP1) +
                !!(req->flags & FLAG_CGROUP2) + !!(req->flags & FLAG_CGROUP3);
+    int is_inline = !!(req->flags & FLAG_INLINE);
     if (nfds < 1) return;
     int sock = fds[0];
     struct payload head, *rq = &head;
+    int got_head;
+    if (is_inline) {
+        got_head = inline_len >= sizeof head;
+        if (got_head) memcpy(&head, inline_bytes, sizeof head);
+    } else {
+        got_head = inline_len == 0 && read_all(sock, (char *)&head, sizeof head) == 0;
+    }
     /* A host that gave up (no shell on the PATH) closes its end instead. */
-    if (nfds != want || read_all(sock, (char *)&head, sizeof head) != 0 || rq->len > MAX_PAYLOAD ||
-        rq->argc == 0 || rq->argc > (1u << 20) || rq->envc > (1u << 20)) {
+    if (nfds != want || !got_head || rq->len > MAX_PAYLOAD ||
+        (is_inline && rq->len != inline_len - sizeof head) || rq->argc == 0 || rq->argc > (1u << 20) ||
+        rq->envc > (1u << 20)) {
         send_reply(sock, R_FAILED, STEP_REQUEST, EINVAL);
         for (int i = 0; i < nfds; i++) close(fds[i]);
         return;
@@ -531,17 +544,41 @@ static void on_spawn(const struct request *req, int *fds, int nfds) {
     struct limits limits;
     struct sock_filter *insns = NULL;
     struct sock_fprog filter = {0, NULL};
+    memset(&limits, 0, sizeof limits);
     char *payload = malloc(rq->len + 1);
     char **argv = calloc((size_t)rq->argc + 1, sizeof *argv);
     char **envp = calloc((size_t)rq->envc + 1, sizeof *envp);
     struct command_alloc *a = calloc(1, sizeof *a);
-    int ok = payload && argv && envp && a && read_all(sock, payload, (size_t)rq->len) == 0;
-    /* Split the payload: path, workdir, argv..., envp..., each ending in NUL. */
+    int ok = payload && argv && envp && a;
+    if (ok && is_inline) memcpy(payload, inline_bytes + sizeof head, (size_t)rq->len);
+    else if (ok) ok = read_all(sock, payload, (size_t)rq->len) == 0;
+    /* Split the payload: the limits and the filter its flags announce,
+     * then path, workdir, argv..., envp..., each ending in NUL. */
     const char *path = NULL, *workdir = NULL;
+    char *s = payload, *end = payload + (ok ? rq->len : 0);
+    if (ok && (req->flags & FLAG_RLIMITS)) {
+        ok = (size_t)(end - s) >= sizeof limits;
+        if (ok) memcpy(&limits, s, sizeof limits), s += sizeof limits;
+    }
+    if (ok && (req->flags & FLAG_SECCOMP)) {
+        uint32_t count = 0;
+        ok = (size_t)(end - s) >= 8;
+        if (ok) memcpy(&count, s, sizeof count), s += 8;
+        ok = ok && count > 0 && count <= MAX_FILTER && (size_t)(end - s) >= count * sizeof *insns;
+        if (ok) {
+            insns = calloc(count, sizeof *insns);
+            ok = insns != NULL;
+        }
+        if (ok) {
+            memcpy(insns, s, count * sizeof *insns);
+            s += count * sizeof *insns;
+            filter.len = (unsigned short)count;
+            filter.filter = insns;
+        }
+    }
     if (ok) {
         payload[rq->len] = 0;
         size_t want_strings = 2 + (size_t)rq->argc + rq->envc, got = 0;
-        char *s = payload, *end = payload + rq->len;
         while (ok && got < want_strings) {
             char *nul = memchr(s, 0, (size_t)(end - s));
             if (!nul) {
@@ -556,17 +593,6 @@ static void on_spawn(const struct request *req, int *fds, int nfds) {
             s = nul + 1;
         }
         ok = ok && s == end;
-    }
-    if (ok && (req->flags & FLAG_RLIMITS)) ok = read_all(sock, (char *)&limits, sizeof limits) == 0;
-    if (ok && (req->flags & FLAG_SECCOMP)) {
-        uint32_t head2[2];
-        ok = read_all(sock, (char *)head2, sizeof head2) == 0 && head2[0] > 0 && head2[0] <= MAX_FILTER;
-        if (ok) {
-            insns = calloc(head2[0], sizeof *insns);
-            ok = insns && read_all(sock, (char *)insns, head2[0] * sizeof *insns) == 0;
-            filter.len = (unsigned short)head2[0];
-            filter.filter = insns;
-        }
     }
     if (!ok) {
         send_reply(sock, R_FAILED, STEP_REQUEST, EINVAL);
@@ -622,11 +648,12 @@ static void on_spawn(const struct request *req, int *fds, int nfds) {
 
 static void on_control(void) {
     struct request rq;
+    static char rest[sizeof(struct payload) + MAX_INLINE];
     char cbuf[CMSG_SPACE(MAX_FDS * sizeof(int))];
-    struct iovec iov = {&rq, sizeof rq};
+    struct iovec iov[2] = {{&rq, sizeof rq}, {rest, sizeof rest}};
     struct msghdr msg = {0};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 2;
     msg.msg_control = cbuf;
     msg.msg_controllen = sizeof cbuf;
     ssize_t n = recvmsg(CONTROL, &msg, MSG_CMSG_CLOEXEC);
@@ -644,7 +671,7 @@ static void on_control(void) {
             }
         }
     }
-    if (n != (ssize_t)sizeof rq || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+    if (n < (ssize_t)sizeof rq || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
         /* Descriptors dropped on the way: out of descriptors here (the
          * kernel closes the ones that did not fit, so a host waiting on the
          * command socket sees it close if that one was lost). */
@@ -653,7 +680,7 @@ static void on_control(void) {
         return;
     }
     if (rq.op == OP_SPAWN) {
-        on_spawn(&rq, fds, nfds);
+        on_spawn(&rq, fds, nfds, rest, (size_t)n - sizeof rq);
     } else {
         for (int i = 0; i < nfds; i++) close(fds[i]);
         if (rq.op == OP_SHUTDOWN) end_everything();

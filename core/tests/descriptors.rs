@@ -51,6 +51,53 @@ fn no_descriptor_is_left_behind() {
         before,
         open_fds()
     );
+    // Stdin pipes and hand-overs: 1000 piped processes ended every way
+    // (closed, exited with writes pending, closed by the command, killed
+    // with a write waiting), and runs handed over then killed.
+    for i in 0..1000 {
+        let mut req = Request::new(match i % 4 {
+            0 => "cat >/dev/null",
+            1 => "exit 0",
+            2 => "exec 0<&-; sleep 5",
+            _ => "sleep 5",
+        });
+        req.stdin_pipe = true;
+        let p = exec.start(&exec.resolve(req).unwrap()).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        p.write_stdin_with(vec![b'x'; 200_000], move |r| tx.send(r).unwrap());
+        match i % 4 {
+            0 => {
+                rx.recv_timeout(Duration::from_secs(30)).unwrap().unwrap();
+                assert!(p.close_stdin().unwrap());
+            }
+            1 => assert!(rx.recv_timeout(Duration::from_secs(30)).unwrap().is_err()),
+            2 => {
+                assert!(rx.recv_timeout(Duration::from_secs(30)).unwrap().is_err());
+                p.kill();
+            }
+            _ => {
+                p.kill();
+                assert!(rx.recv_timeout(Duration::from_secs(30)).unwrap().is_err());
+            }
+        }
+        assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
+        if i % 100 == 0 {
+            let mut req = Request::new("echo up; sleep 5");
+            req.stdin_pipe = true;
+            req.timeout_ms = n(20);
+            req.on_expiry = Some(OnExpiry::Background);
+            let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
+            let h = exec.get(r.background_id.as_deref().unwrap()).unwrap();
+            h.kill();
+            assert!(h.wait_timeout(Some(Duration::from_secs(30))).unwrap());
+        }
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || open_fds() == before),
+        "descriptors leaked by stdin pipes: {} → {}",
+        before,
+        open_fds()
+    );
     exec.dispose_blocking().unwrap();
     // Dispose also ends the executor's supervisor, whose control socket
     // and pidfd the host held since the first command.

@@ -99,6 +99,43 @@ fn runs_in_a_workdir_whose_name_is_not_utf8() {
 }
 
 #[test]
+fn commands_and_environments_of_every_size_reach_the_command_byte_exact() {
+    // The program travels to the supervisor inline with its request when
+    // small and on the command's socket when large: both sides of that
+    // line (and a value far past it) must arrive intact.
+    let exec = executor();
+    for size in [0usize, 1_000, 32 * 1024 - 200, 32 * 1024 + 1, 100_000] {
+        let word: String = (0..size).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+        let mut req = Request::new(format!(
+            "printf %s \"$BIG\" | md5sum; printf %s '{word}' | md5sum"
+        ));
+        req.env = Some([("BIG".to_owned(), word.clone())].into_iter().collect());
+        let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
+        let expected = md5_hex(word.as_bytes());
+        assert_eq!(r.exit_code, Some(0), "size {size}: {}", r.stderr.text);
+        assert_eq!(
+            r.stdout.text,
+            format!("{expected}  -\n{expected}  -\n"),
+            "size {size}"
+        );
+    }
+}
+
+/// The digest as `md5sum` prints it, computed by `md5sum` on a file.
+fn md5_hex(bytes: &[u8]) -> String {
+    let dir = temp_dir("md5");
+    let path = dir.join("data");
+    std::fs::write(&path, bytes).unwrap();
+    let out = std::process::Command::new("md5sum").arg(&path).output().unwrap();
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
 fn nonzero_exit_is_a_result() {
     let r = run(&executor(), "echo out; echo err >&2; exit 42");
     assert_eq!(r.exit_code, Some(42));

@@ -85,6 +85,8 @@ fn random_requests_resolve_or_name_the_bad_field() {
             timeout_ms: (rng.below(2) == 0).then(|| rng.number()),
             stdout_max_bytes: (rng.below(2) == 0).then(|| rng.number()),
             stdin: (rng.below(2) == 0).then(|| rng.text().into_bytes()),
+            stdin_pipe: rng.below(4) == 0,
+            on_expiry: [None, Some(OnExpiry::Kill), Some(OnExpiry::Background)][rng.below(3) as usize],
             env: rng.map(),
             dsh_env: rng.map(),
             owner: (rng.below(2) == 0).then(|| rng.text()),

@@ -4,7 +4,9 @@
 use std::ffi::c_char;
 use std::sync::Mutex;
 
-use dsh_core::{ConfigInput, Field, FieldName, Num, Request, SandboxMode, SandboxPolicyInput, Scope};
+use dsh_core::{
+    ConfigInput, Field, FieldName, Num, OnExpiry, Request, SandboxMode, SandboxPolicyInput, Scope,
+};
 
 use crate::guard::{bytes, free, handle, path, put, status, text, DshStatus, FfiError, FfiResult};
 
@@ -338,6 +340,50 @@ pub unsafe extern "C" fn dsh_request_set_stdin(
         // bytes during the call (# Safety); `to_vec` copies them at once.
         let data = unsafe { bytes(data, len, "stdin") }?.to_vec();
         with(&r.input, |i| i.stdin = Some(data))
+    })
+}
+
+/// Gives the command a stdin pipe that stays open for
+/// dsh_process_write_stdin until dsh_process_close_stdin (instead of
+/// /dev/null or bytes set with dsh_request_set_stdin: not both). For
+/// dsh_executor_start, or dsh_executor_run with on_expiry "background".
+///
+/// # Safety
+/// `request` is NULL or a live DshRequest from dsh_request_new that no thread
+/// frees during this call.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_request_set_stdin_pipe(request: *const DshRequest) -> DshStatus {
+    status(|| {
+        // SAFETY: the caller guarantees `request` is NULL or a live DshRequest
+        // for the whole call (# Safety); `handle` refuses NULL.
+        let r = unsafe { handle(request, "request") }?;
+        with(&r.input, |i| i.stdin_pipe = true)
+    })
+}
+
+/// What a foreground run does at its timeout: "kill" (the default) or
+/// "background" (hand it over to the registry; see
+/// dsh_run_result_background_id).
+///
+/// # Safety
+/// `request` is NULL or a live DshRequest from dsh_request_new that no thread
+/// frees during this call. `on_expiry` is NULL or a NUL-terminated string
+/// readable for the whole call.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_request_set_on_expiry(
+    request: *const DshRequest,
+    on_expiry: *const c_char,
+) -> DshStatus {
+    status(|| {
+        // SAFETY: the caller guarantees `request` is NULL or a live DshRequest
+        // for the whole call (# Safety); `handle` refuses NULL.
+        let r = unsafe { handle(request, "request") }?;
+        // SAFETY: the caller guarantees `on_expiry` is NULL or a
+        // NUL-terminated string readable during the call (# Safety); it is
+        // only borrowed within this call.
+        let name = unsafe { text(on_expiry, "on_expiry") }?;
+        let value = OnExpiry::parse(Field::new(Scope::Request, FieldName::OnExpiry), name)?;
+        with(&r.input, |i| i.on_expiry = Some(value))
     })
 }
 

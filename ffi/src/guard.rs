@@ -42,8 +42,15 @@ pub enum DshStatus {
     DSH_FORKED_CHILD = 11,
     /// dsh_executor_forget: the process is still running.
     DSH_STILL_RUNNING = 12,
+    /// dsh_process_write_stdin / dsh_process_close_stdin: the process's
+    /// stdin takes no more bytes (no stdin pipe, closed, or the command
+    /// exited or closed its end); the last error says which.
+    DSH_STDIN_CLOSED = 13,
+    /// dsh_process_write_stdin: the stdin buffer is full and nothing was
+    /// taken; wait with dsh_process_wait_stdin_writable and write again.
+    DSH_AGAIN = 14,
     /// A limit was asked for that this host cannot enforce; nothing ran.
-    DSH_LIMIT_UNAVAILABLE = 13,
+    DSH_LIMIT_UNAVAILABLE = 15,
 }
 
 /// A borrowed string handed out by the library: `len` bytes at `ptr`, plus a
@@ -98,6 +105,8 @@ pub(crate) enum FfiError {
     /// An argument outside its enum (`limit` that is no DshLimit).
     NotEnum(&'static str, &'static str, i64),
     WaitTimedOut,
+    StdinFull,
+    StdinWaitTimedOut,
 }
 
 impl From<DshError> for FfiError {
@@ -114,7 +123,8 @@ impl FfiError {
         use DshStatus::*;
         match self {
             FfiError::Null(_) | FfiError::Utf8(_) | FfiError::NotEnum(..) => DSH_INVALID_ARGUMENT,
-            FfiError::WaitTimedOut => DSH_TIMED_OUT,
+            FfiError::WaitTimedOut | FfiError::StdinWaitTimedOut => DSH_TIMED_OUT,
+            FfiError::StdinFull => DSH_AGAIN,
             FfiError::Core(e) => match e {
                 DshError::InvalidArgument { .. } => DSH_INVALID_ARGUMENT,
                 DshError::Spawn { .. } => DSH_SPAWN_FAILED,
@@ -126,6 +136,7 @@ impl FfiError {
                 DshError::Internal(_) => DSH_INTERNAL,
                 DshError::ForkedChild { .. } => DSH_FORKED_CHILD,
                 DshError::StillRunning(_) => DSH_STILL_RUNNING,
+                DshError::StdinClosed { .. } => DSH_STDIN_CLOSED,
                 DshError::LimitUnavailable { .. } => DSH_LIMIT_UNAVAILABLE,
             },
         }
@@ -138,6 +149,11 @@ impl FfiError {
             FfiError::Utf8(arg) => format!("invalid argument: {arg} is not valid UTF-8"),
             FfiError::NotEnum(arg, kind, v) => format!("invalid argument: {arg} is not a {kind}: {v}"),
             FfiError::WaitTimedOut => "the process was still running when the wait ended".into(),
+            FfiError::StdinFull => {
+                "the stdin buffer is full, nothing was taken: wait with dsh_process_wait_stdin_writable"
+                    .into()
+            }
+            FfiError::StdinWaitTimedOut => "stdin was still full when the wait ended".into(),
         }
     }
 
@@ -344,6 +360,8 @@ pub extern "C" fn dsh_status_name(status: c_int) -> *const c_char {
         DSH_INTERNAL,
         DSH_FORKED_CHILD,
         DSH_STILL_RUNNING,
+        DSH_STDIN_CLOSED,
+        DSH_AGAIN,
         DSH_LIMIT_UNAVAILABLE,
     ];
     let Some(&status) = all.iter().find(|s| **s as c_int == status) else {
@@ -363,6 +381,8 @@ pub extern "C" fn dsh_status_name(status: c_int) -> *const c_char {
         DSH_INTERNAL => c"DSH_INTERNAL",
         DSH_FORKED_CHILD => c"DSH_FORKED_CHILD",
         DSH_STILL_RUNNING => c"DSH_STILL_RUNNING",
+        DSH_STDIN_CLOSED => c"DSH_STDIN_CLOSED",
+        DSH_AGAIN => c"DSH_AGAIN",
         DSH_LIMIT_UNAVAILABLE => c"DSH_LIMIT_UNAVAILABLE",
     };
     name.as_ptr()

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use dsh_core::{Enforcement, Process, ProcessRead, RunResult, SandboxInfo, SandboxMode, Status};
 
-use crate::guard::{free, handle, need_out, put, status, value, DshStatus, DshStr, FfiError, OwnedStr};
+use crate::guard::{
+    bytes, free, handle, need_out, put, status, value, DshStatus, DshStr, FfiError, OwnedStr,
+};
 
 /// Which stream an accessor reads: the command's stdout.
 pub const DSH_STDOUT: c_int = 1;
@@ -149,6 +151,7 @@ pub struct DshRunResult {
     spill: [Option<OwnedStr>; 2],
     spill_error: [Option<OwnedStr>; 2],
     signal: Option<OwnedStr>,
+    background_id: Option<OwnedStr>,
 }
 
 impl DshRunResult {
@@ -167,6 +170,7 @@ impl DshRunResult {
                 result.stderr.spill_error.as_ref().map(OwnedStr::new),
             ],
             signal: result.signal.as_ref().map(OwnedStr::new),
+            background_id: result.background_id.as_ref().map(OwnedStr::new),
             result,
         }
     }
@@ -258,6 +262,22 @@ pub unsafe extern "C" fn dsh_run_result_signal(result: *const DshRunResult) -> D
         // SAFETY: the caller guarantees `result` is NULL or a live DshRunResult
         // for the whole call (# Safety); `as_ref` maps NULL to None.
         unsafe { result.as_ref() }.map_or(DshStr::ABSENT, |r| OwnedStr::view_opt(&r.signal))
+    })
+}
+
+/// The registry id ("bash-3") the run was handed over to when its timeout
+/// was reached with on_expiry "background" (the command still runs: use
+/// dsh_executor_get); ABSENT otherwise.
+///
+/// # Safety
+/// `result` is NULL or a live DshRunResult from dsh_executor_run that no
+/// thread frees during this call.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_run_result_background_id(result: *const DshRunResult) -> DshStr {
+    value(DshStr::ABSENT, || {
+        // SAFETY: the caller guarantees `result` is NULL or a live DshRunResult
+        // for the whole call (# Safety); `as_ref` maps NULL to None.
+        unsafe { result.as_ref() }.map_or(DshStr::ABSENT, |r| OwnedStr::view_opt(&r.background_id))
     })
 }
 
@@ -681,6 +701,98 @@ pub unsafe extern "C" fn dsh_process_wait(process: *const DshProcess, timeout_ms
         } else {
             Err(FfiError::WaitTimedOut)
         }
+    })
+}
+
+/// Non-blocking write to the stdin of a process started with a stdin pipe
+/// (dsh_request_set_stdin_pipe): takes what fits in its bounded buffer now
+/// and stores the count in `*written` (0 < `*written` <= `len`: DSH_OK).
+/// Nothing taken: DSH_AGAIN (the buffer is full, or a write from another
+/// face is waiting for its turn); wait with dsh_process_wait_stdin_writable,
+/// then write the rest. DSH_STDIN_CLOSED when the process has no stdin
+/// pipe, after dsh_process_close_stdin, or once the command exited or closed
+/// its stdin. Never blocks and never raises SIGPIPE: the pipe is written
+/// by the library's own threads. `len` 0 only checks that stdin is open.
+///
+/// # Safety
+/// `process` is NULL or a live DshProcess (as for dsh_process_kill). `data`
+/// is NULL (then `len` must be 0) or valid for reads of `len` bytes for the
+/// whole call. `written` is NULL or valid and aligned for writing one
+/// `size_t`.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_process_write_stdin(
+    process: *const DshProcess,
+    data: *const u8,
+    len: usize,
+    written: *mut usize,
+) -> DshStatus {
+    status(|| {
+        // SAFETY: the caller guarantees `process` is NULL or a live DshProcess
+        // for the whole call (# Safety); `handle` refuses NULL.
+        let p = unsafe { handle(process, "process") }?;
+        need_out(written, "written")?;
+        // SAFETY: the caller guarantees `data` is NULL or readable for `len`
+        // bytes during the call (# Safety); the bytes are copied at once.
+        let data = unsafe { bytes(data, len, "data") }?;
+        let n = p.process.try_write_stdin(data)?;
+        // SAFETY: `written` is non-null (need_out) and, per # Safety, aligned
+        // and writable for one size_t.
+        unsafe { *written = n };
+        if n == 0 && len > 0 {
+            return Err(FfiError::StdinFull);
+        }
+        Ok(())
+    })
+}
+
+/// Waits until a write to the process's stdin would take at least one byte
+/// (or fail, its stdin having ended): DSH_OK, or DSH_TIMED_OUT if it is
+/// still full after `timeout_ms` (negative: no limit; 0: only look).
+/// DSH_STDIN_CLOSED when the process has no stdin pipe; DSH_WOULD_BLOCK on
+/// the dsh callback thread (unless `timeout_ms` is 0).
+///
+/// # Safety
+/// `process` is NULL or a live DshProcess (as for dsh_process_kill).
+#[no_mangle]
+pub unsafe extern "C" fn dsh_process_wait_stdin_writable(
+    process: *const DshProcess,
+    timeout_ms: i64,
+) -> DshStatus {
+    status(|| {
+        // SAFETY: the caller guarantees `process` is NULL or a live DshProcess
+        // for the whole call (# Safety); `handle` refuses NULL.
+        let p = unsafe { handle(process, "process") }?;
+        let limit = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
+        if p.process.wait_stdin_writable(limit)? {
+            Ok(())
+        } else {
+            Err(FfiError::StdinWaitTimedOut)
+        }
+    })
+}
+
+/// Closes the process's stdin once the bytes already written are
+/// delivered, so the command reads EOF; later writes are
+/// DSH_STDIN_CLOSED. `*closed` (when `closed` is not NULL) is true when
+/// this call closed it, false when it was already closed or the command
+/// has exited. DSH_STDIN_CLOSED when the process has no stdin pipe.
+///
+/// # Safety
+/// `process` is NULL or a live DshProcess (as for dsh_process_kill).
+/// `closed` is NULL or valid and aligned for writing one `bool`.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_process_close_stdin(process: *const DshProcess, closed: *mut bool) -> DshStatus {
+    status(|| {
+        // SAFETY: the caller guarantees `process` is NULL or a live DshProcess
+        // for the whole call (# Safety); `handle` refuses NULL.
+        let p = unsafe { handle(process, "process") }?;
+        let did = p.process.close_stdin()?;
+        if !closed.is_null() {
+            // SAFETY: `closed` is non-null (checked) and, per # Safety,
+            // aligned and writable for one bool.
+            unsafe { *closed = did };
+        }
+        Ok(())
     })
 }
 

@@ -1277,6 +1277,166 @@ static void test_limits(void) {
     dsh_executor_free(exec);
 }
 
+static DshProcess *start_piped(DshExecutor *exec, const char *command) {
+    DshRequest *req = NULL;
+    DshSpec *spec = NULL;
+    DshProcess *p = NULL;
+    OK(dsh_request_new(command, strlen(command), &req));
+    OK(dsh_request_set_stdin_pipe(req));
+    OK(dsh_executor_resolve(exec, req, &spec));
+    OK(dsh_executor_start(exec, spec, &p));
+    dsh_request_free(req);
+    dsh_spec_free(spec);
+    return p;
+}
+
+/* Writes all of data with the non-blocking call plus the wait; returns the
+ * number of DSH_AGAIN answers, or -1 on another status. */
+static int write_all(const DshProcess *p, const unsigned char *data, size_t len) {
+    int again = 0;
+    while (len > 0) {
+        size_t n = 0;
+        DshStatus st = dsh_process_write_stdin(p, data, len, &n);
+        if (st == DSH_AGAIN) {
+            again++;
+            CHECK(n == 0);
+            if (dsh_process_wait_stdin_writable(p, 30000) != DSH_OK) return -1;
+            continue;
+        }
+        if (st != DSH_OK) return -1;
+        CHECK(n > 0 && n <= len);
+        data += n;
+        len -= n;
+    }
+    return again;
+}
+
+static char *read_all_output(const DshProcess *p) {
+    CHECK(dsh_process_wait(p, 30000) == DSH_OK);
+    DshRead *read = NULL;
+    OK(dsh_process_read_output(p, &read));
+    DshStr d = dsh_read_delta(read);
+    char *out = strndup(d.ptr ? d.ptr : "", d.len);
+    dsh_read_free(read);
+    return out;
+}
+
+static void test_stdin_pipe(void) {
+    /* A C host keeps SIGPIPE's default action (terminate) and unblocked:
+       no write below may raise it in this process. */
+    signal(SIGPIPE, SIG_DFL);
+    sigset_t pipe_set;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_UNBLOCK, &pipe_set, NULL);
+
+    DshExecutor *exec = new_executor(300, 0);
+    /* Several MiB through the non-blocking write, then EOF: an exact count. */
+    size_t len = 5 * 1024 * 1024 + 3;
+    unsigned char *data = malloc(len);
+    for (size_t i = 0; i < len; i++) data[i] = (unsigned char)(i * 2654435761u >> 13);
+    DshProcess *p = start_piped(exec, "wc -c");
+    CHECK(write_all(p, data, len) >= 0);
+    bool closed = false;
+    OK(dsh_process_close_stdin(p, &closed));
+    CHECK(closed);
+    OK(dsh_process_close_stdin(p, &closed));
+    CHECK(!closed);
+    char *out = read_all_output(p);
+    char want[32];
+    snprintf(want, sizeof want, "%zu\n", len);
+    CHECK(strcmp(out, want) == 0);
+    free(out);
+    dsh_process_free(p);
+
+    /* Interleaved with cat: each line comes back before the next is sent. */
+    p = start_piped(exec, "cat");
+    for (int i = 0; i < 10; i++) {
+        char line[32], seen[64] = "";
+        snprintf(line, sizeof line, "line %d\n", i);
+        CHECK(write_all(p, (const unsigned char *)line, strlen(line)) >= 0);
+        for (int tries = 0; tries < 6000 && strcmp(seen, line) != 0; tries++) {
+            DshRead *read = NULL;
+            OK(dsh_process_read_output(p, &read));
+            strncat(seen, dsh_read_delta(read).ptr, sizeof seen - strlen(seen) - 1);
+            dsh_read_free(read);
+            if (strcmp(seen, line) != 0) usleep(5000);
+        }
+        CHECK(strcmp(seen, line) == 0);
+    }
+    OK(dsh_process_close_stdin(p, NULL));
+    CHECK(dsh_process_wait(p, 30000) == DSH_OK);
+    int32_t code = -1;
+    CHECK(dsh_process_exit_code(p, &code) && code == 0);
+    dsh_process_free(p);
+
+    /* A reader that takes nothing: the write stops at the bound with
+       DSH_AGAIN instead of buffering, and the wait says it is still full. */
+    char dir[] = "/tmp/dsh-c-stdin-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char gate[128], command[512];
+    snprintf(gate, sizeof gate, "%s/gate", dir);
+    snprintf(command, sizeof command, "while [ ! -e %s ]; do sleep 0.01; done; cat >/dev/null", gate);
+    p = start_piped(exec, command);
+    size_t taken = 0, n = 0;
+    DshStatus st;
+    while ((st = dsh_process_write_stdin(p, data, len, &n)) == DSH_OK) taken += n;
+    CHECK(st == DSH_AGAIN);
+    CHECK(strstr(dsh_last_error(), "full") != NULL);
+    CHECK(taken < len);
+    CHECK(taken <= 64 * 1024 + 1024 * 1024); /* the buffer plus at most a big pipe */
+    CHECK(dsh_process_wait_stdin_writable(p, 0) == DSH_TIMED_OUT);
+    FILE *g = fopen(gate, "w");
+    CHECK(g != NULL);
+    if (g) fclose(g);
+    CHECK(dsh_process_wait_stdin_writable(p, 30000) == DSH_OK);
+    CHECK(write_all(p, data, len) >= 0);
+    OK(dsh_process_close_stdin(p, NULL));
+    CHECK(dsh_process_wait(p, 30000) == DSH_OK);
+    dsh_process_free(p);
+    unlink(gate);
+    rmdir(dir);
+
+    /* A command that closes its stdin: DSH_STDIN_CLOSED, and this process
+       (SIGPIPE at its default) is still here to see it. */
+    p = start_piped(exec, "exec 0<&-; echo closed; sleep 30");
+    char seen[64] = "";
+    for (int tries = 0; tries < 6000 && strcmp(seen, "closed\n") != 0; tries++) {
+        DshRead *read = NULL;
+        OK(dsh_process_read_output(p, &read));
+        strncat(seen, dsh_read_delta(read).ptr, sizeof seen - strlen(seen) - 1);
+        dsh_read_free(read);
+        usleep(5000);
+    }
+    CHECK(write_all(p, data, len) == -1);
+    CHECK(dsh_process_write_stdin(p, data, 1, &n) == DSH_STDIN_CLOSED);
+    CHECK(strstr(dsh_last_error(), "the command closed its stdin") != NULL);
+    CHECK(dsh_process_status(p) == DSH_RUNNING);
+    CHECK(dsh_process_kill(p));
+    dsh_process_free(p);
+
+    /* After exit, and without a pipe: DSH_STDIN_CLOSED naming why. */
+    p = start_piped(exec, "true");
+    CHECK(dsh_process_wait(p, 30000) == DSH_OK);
+    CHECK(dsh_process_write_stdin(p, data, 1, &n) == DSH_STDIN_CLOSED);
+    CHECK(strstr(dsh_last_error(), "has exited") != NULL);
+    dsh_process_free(p);
+    DshSpec *spec = resolve(exec, "true", 0);
+    OK(dsh_executor_start(exec, spec, &p));
+    CHECK(dsh_process_write_stdin(p, data, 1, &n) == DSH_STDIN_CLOSED);
+    CHECK(strstr(dsh_last_error(), "not started with a stdin pipe") != NULL);
+    CHECK(dsh_process_close_stdin(p, NULL) == DSH_STDIN_CLOSED);
+    CHECK(dsh_process_write_stdin(NULL, data, 1, &n) == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_process_write_stdin(p, data, 1, NULL) == DSH_INVALID_ARGUMENT);
+    CHECK(strcmp(dsh_status_name(DSH_AGAIN), "DSH_AGAIN") == 0);
+    CHECK(strcmp(dsh_status_name(DSH_STDIN_CLOSED), "DSH_STDIN_CLOSED") == 0);
+    dsh_process_free(p);
+    dsh_spec_free(spec);
+    free(data);
+    OK(dsh_executor_dispose(exec));
+    dsh_executor_free(exec);
+}
+
 static void test_network_deny(void) {
     if (landlock_missing()) {
         skip("network_deny", landlock_missing());
@@ -1335,6 +1495,108 @@ static void test_network_deny(void) {
     dsh_executor_free(exec);
 }
 
+/* A thread blocked in dsh_process_wait_stdin_writable(-1) on a full stdin. */
+struct stdin_waiter {
+    const DshProcess *p;
+    DshStatus status;
+};
+
+static void *blocked_waiter(void *arg) {
+    struct stdin_waiter *w = arg;
+    w->status = dsh_process_wait_stdin_writable(w->p, -1);
+    return NULL;
+}
+
+static void test_stdin_misuse(void) {
+    DshExecutor *exec = new_executor(300, 0);
+    DshProcess *p = start_piped(exec, "sleep 60");
+    size_t n = 7;
+    /* NULL data with a length is refused naming it; with 0 it only looks. */
+    CHECK(dsh_process_write_stdin(p, NULL, 5, &n) == DSH_INVALID_ARGUMENT);
+    CHECK(strstr(dsh_last_error(), "data") != NULL);
+    OK(dsh_process_write_stdin(p, NULL, 0, &n));
+    CHECK(n == 0);
+    CHECK(dsh_process_wait_stdin_writable(NULL, 0) == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_process_close_stdin(NULL, NULL) == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_run_result_background_id(NULL).ptr == NULL);
+    CHECK(dsh_request_set_on_expiry(NULL, "kill") == DSH_INVALID_ARGUMENT);
+    CHECK(dsh_request_set_stdin_pipe(NULL) == DSH_INVALID_ARGUMENT);
+    /* Fill the stdin (the command never reads), then free this handle: a
+     * second one from dsh_executor_get keeps working, and a thread blocked
+     * on the full stdin wakes (at the latest) when the process is killed. */
+    size_t len = 1 << 20;
+    unsigned char *data = calloc(1, len);
+    while (dsh_process_write_stdin(p, data, len, &n) == DSH_OK) {
+    }
+    CHECK(dsh_process_write_stdin(p, data, len, &n) == DSH_AGAIN);
+    DshStr id = dsh_process_id(p);
+    char *idc = strndup(id.ptr, id.len);
+    dsh_process_free(p);
+    DshProcess *q = NULL;
+    OK(dsh_executor_get(exec, idc, &q));
+    CHECK(q != NULL);
+    CHECK(dsh_process_write_stdin(q, data, len, &n) == DSH_AGAIN);
+    struct stdin_waiter w = {q, DSH_INTERNAL};
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, blocked_waiter, &w) == 0);
+    CHECK(dsh_process_kill(q));
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK(w.status == DSH_OK);
+    /* The waiter may also have woken for room the pipe made: once the
+     * process has settled, its stdin has surely ended. */
+    CHECK(dsh_process_wait(q, 30000) == DSH_OK);
+    CHECK(dsh_process_write_stdin(q, data, 1, &n) == DSH_STDIN_CLOSED);
+    bool closed = true;
+    OK(dsh_process_close_stdin(q, &closed));
+    CHECK(!closed);
+    OK(dsh_process_close_stdin(q, &closed)); /* twice: still nothing to do */
+    CHECK(!closed);
+    dsh_process_free(q);
+    free(idc);
+    free(data);
+    OK(dsh_executor_dispose(exec));
+    dsh_executor_free(exec);
+}
+
+static void test_on_expiry_background(void) {
+    DshExecutor *exec = new_executor(300, 0);
+    const char *command = "echo before; sleep 0.5; echo after";
+    DshRequest *req = NULL;
+    DshSpec *spec = NULL;
+    OK(dsh_request_new(command, strlen(command), &req));
+    OK(dsh_request_set_timeout_ms(req, 100));
+    CHECK(dsh_request_set_on_expiry(req, "later") == DSH_INVALID_ARGUMENT);
+    CHECK(strstr(dsh_last_error(), "request.on_expiry") != NULL);
+    OK(dsh_request_set_on_expiry(req, "background"));
+    OK(dsh_executor_resolve(exec, req, &spec));
+    DshRunResult *r = NULL;
+    OK(dsh_executor_run(exec, spec, NULL, &r));
+    CHECK(dsh_run_result_timed_out(r));
+    CHECK(!dsh_run_result_exit_code(r, NULL));
+    CHECK(dsh_run_result_signal(r).ptr == NULL);
+    CHECK(str_eq(dsh_run_result_text(r, DSH_STDOUT), "before\n"));
+    DshStr id = dsh_run_result_background_id(r);
+    CHECK(str_eq(id, "bash-1"));
+    DshProcess *p = NULL;
+    OK(dsh_executor_get(exec, id.ptr, &p));
+    char *out = read_all_output(p);
+    CHECK(strcmp(out, "after\n") == 0);
+    free(out);
+    CHECK(dsh_process_status(p) == DSH_COMPLETED);
+    dsh_process_free(p);
+    dsh_run_result_free(r);
+    dsh_spec_free(spec);
+    dsh_request_free(req);
+    /* The default still kills, and names no process. */
+    r = run(exec, "sleep 30", 100);
+    CHECK(dsh_run_result_timed_out(r));
+    CHECK(str_eq(dsh_run_result_signal(r), "SIGTERM"));
+    CHECK(dsh_run_result_background_id(r).ptr == NULL);
+    dsh_run_result_free(r);
+    OK(dsh_executor_dispose(exec));
+    dsh_executor_free(exec);
+}
+
 int main(void) {
     run_test("version_and_status_names", test_version_and_status_names);
     run_test("exit_codes_and_streams", test_exit_codes_and_streams);
@@ -1356,6 +1618,9 @@ int main(void) {
     run_test("sigchld_ignored", test_sigchld_ignored);
     run_test("calls_from_thread_exit_destructors", test_calls_from_thread_exit_destructors);
     run_test("reconfigure", test_reconfigure);
+    run_test("stdin_pipe", test_stdin_pipe);
+    run_test("stdin_misuse", test_stdin_misuse);
+    run_test("on_expiry_background", test_on_expiry_background);
     run_test("host_death_sigkill", test_host_death_sigkill);
     run_test("host_death_exit_without_dispose", test_host_death_exit_without_dispose);
     run_test("host_death_exit_from_another_thread", test_host_death_exit_from_another_thread);

@@ -186,3 +186,26 @@ test('a second provider of ctx.shell is refused, as the seam says', async () => 
     await root.fiber.dispose()
   }
 })
+
+test("onExpiry 'background' through ctx.shell: the handed-over process is reachable by get(id) and ends with the composition", async () => {
+  const { root } = await compose()
+  let pid
+  try {
+    const spec = root.shell.resolve({ command: 'echo $$; read -r a; echo "got $a"; exec sleep 60', timeoutMs: 100, onExpiry: 'background', stdin: { pipe: true } })
+    const r = await root.shell.run(spec)
+    assert.equal(r.timedOut, true)
+    assert.equal(r.aborted, false)
+    assert.match(r.backgroundId, /^bash-\d+$/)
+    pid = Number(r.stdout.text.trim())
+    assert.ok(alive(pid))
+    const task = root.shell.get(r.backgroundId)
+    assert.equal(task.id, r.backgroundId)
+    assert.equal(task.command, spec.command)
+    assert.equal(task.status, 'running')
+    await task.writeStdin('yes\n')
+    await readUntil(task, 'got yes\n')
+  } finally {
+    await root.fiber.dispose()
+  }
+  assert.ok(!alive(pid), 'the handed-over process outlived the composition')
+})

@@ -134,7 +134,7 @@ const seqText = (n) => Array.from({ length: n }, (_, i) => `${i + 1}\n`).join(''
 // - an AbortSignal in a resolved spec: compared by identity below, shown as
 //   a marker.
 const SPILL_KEYS = new Set(['spillPath', 'stdoutSpillPath', 'stderrSpillPath'])
-const NATIVE_EXTRAS = ['exitStatusUnavailable', 'survivors', 'spillError', 'stdoutSpillError', 'stderrSpillError', 'task']
+const NATIVE_EXTRAS = ['backgroundId', 'exitStatusUnavailable', 'survivors', 'spillError', 'stdoutSpillError', 'stderrSpillError', 'task']
 
 function normalize(value, extras, impl) {
   if (Array.isArray(value)) return value.map((v) => normalize(v, extras, impl))
@@ -796,6 +796,35 @@ add({
       assert.equal(r.written, false)
       assert.equal(r.sandbox.mode, 'read-only')
     },
+  },
+})
+
+// The timeout hand-over: the seam's documents describe `onExpiry` (default
+// 'kill'); the published executor drops the key and kills at the timeout.
+add({
+  name: "onExpiry 'background' at the timeout",
+  exec: async ({ shell }) => {
+    const r = await shell.run(shell.resolve({ command: 'echo before; sleep 0.5; echo after', timeoutMs: 150, onExpiry: 'background' }))
+    const seen = { exitCode: r.exitCode, signal: r.signal, timedOut: r.timedOut, stdout: r.stdout.text, handedOver: r.backgroundId !== undefined }
+    if (r.backgroundId !== undefined) {
+      const p = shell.get(r.backgroundId)
+      await p.done
+      Object.assign(seen, { rest: p.readOutput().delta, status: p.status })
+    }
+    return seen
+  },
+  differs: {
+    id: 'on-expiry',
+    published: (r) => assert.deepEqual(r, { exitCode: null, signal: 'SIGTERM', timedOut: true, stdout: 'before\n', handedOver: false }),
+    native: (r) =>
+      assert.deepEqual(r, { exitCode: null, signal: null, timedOut: true, stdout: 'before\n', handedOver: true, rest: 'after\n', status: 'completed' }),
+  },
+})
+add({
+  name: "onExpiry 'kill' is the default either way",
+  exec: async ({ shell }) => {
+    const r = await shell.run(shell.resolve({ command: 'echo before; sleep 30', timeoutMs: 150, onExpiry: 'kill' }))
+    return { keys: Object.keys(shell.resolve({ command: 'true', onExpiry: 'kill' })).sort(), signal: r.signal, timedOut: r.timedOut, stdout: r.stdout.text }
   },
 })
 

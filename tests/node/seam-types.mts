@@ -76,6 +76,20 @@ export async function bothWays(seam: ShellExecutor, harnessSpec: SeamSpec, harne
     void mode
   }
 
+  // A pipe for stdin and the timeout hand-over (native extras).
+  const piped = ex.resolve({ command: 'cat', stdin: { pipe: true }, onExpiry: 'background', timeoutMs: 100 })
+  const handed: ShellRunResult = await ex.run(piped)
+  if (handed.backgroundId !== undefined) {
+    const p: NativeShellProcess | undefined = ex.get(handed.backgroundId)
+    if (p?.hasStdinPipe) {
+      await p.writeStdin('text')
+      await p.writeStdin(Buffer.from('bytes'))
+      await p.writeStdin(new Uint8Array([1, 2]))
+      const closed: boolean = p.closeStdin()
+      void closed
+    }
+  }
+
   // The deprecated alias is the same class.
   const old: NativeShellExecutor = new NativeBashExecutor()
   await old.dispose()
@@ -97,5 +111,9 @@ export function mistakes(ex: NativeShellExecutor, harnessSpec: SeamSpec): void {
   // @ts-expect-error `sandbox` is optional: absent, never present with the value undefined
   const withUndefined: ShellRunResult = { ...({} as ShellRunResult), sandbox: undefined }
   const text: SeamSpec = ex.resolve({ command: 'x', stdin: 'text', sandboxPolicy: harnessSpec.sandboxPolicy })
-  void [buffered, withUndefined, text]
+  // @ts-expect-error a stdin pipe gives a spec the harness's executor cannot take
+  const piped: SeamSpec = ex.resolve({ command: 'x', stdin: { pipe: true } })
+  // @ts-expect-error onExpiry is 'kill' or 'background'
+  ex.resolve({ command: 'x', onExpiry: 'later' })
+  void [buffered, withUndefined, text, piped]
 }

@@ -21,7 +21,9 @@ from dsh_native import (
     SandboxPolicy,
     Spec,
     SpawnError,
+    StdinClosedError,
     Unsubscribe,
+    PIPE,
 )
 
 
@@ -59,11 +61,32 @@ def use_everything() -> None:
         killed: bool = ex.kill(p.id) or p.kill()
         unsubscribe: Unsubscribe = ex.on_task_done(lambda proc: print(proc.id, proc.status, proc.exit_code))
         removed: bool = unsubscribe()
+        piped: Spec = ex.resolve("cat", stdin=PIPE, on_expiry="background", timeout_ms=100)
+        expiry: str = piped.on_expiry
+        has_pipe: bool = piped.stdin_pipe
+        handed: RunResult = ex.run(piped)
+        handed_id: Optional[str] = handed.background_id
+        if handed_id is not None:
+            q = ex.get(handed_id)
+            if q is not None and q.has_stdin_pipe:
+                q.write_stdin(b"bytes")
+                q.write_stdin("text")
+                closed: bool = q.close_stdin()
+                print(expiry, has_pipe, closed)
+        try:
+            p.write_stdin("x")
+        except StdinClosedError as e:
+            reason: Optional[str] = e.reason
+            print(reason, e.errno)
         status: str = p.status
         r2: ProcessRead = ex.read_output(p.id)
 
         async def main() -> RunResult:
             await ex.start(spec).wait_async()
+            fed = ex.start(ex.resolve("cat >/dev/null", stdin=PIPE))
+            await fed.write_stdin_async(b"async bytes")
+            fed.close_stdin()
+            await fed.wait_async()
             return await ex.run_async(spec)
 
         r3: RunResult = asyncio.run(main())

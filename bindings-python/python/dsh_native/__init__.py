@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import inspect
+import subprocess
 import weakref
 from types import TracebackType
 from typing import Optional, Type
@@ -30,6 +31,7 @@ from ._errors import (
     NotFoundError,
     SandboxUnavailableError,
     SpawnError,
+    StdinClosedError,
 )
 from ._helpers import resolve_future
 from ._native import (
@@ -47,6 +49,11 @@ from ._native import (
 
 __version__: str = _native.__version__
 
+#: ``resolve(..., stdin=PIPE)`` gives the command a stdin pipe that stays
+#: open for ``Process.write_stdin`` until ``Process.close_stdin``. The same
+#: value as ``subprocess.PIPE``, which works too.
+PIPE: int = subprocess.PIPE
+
 __all__ = [
     "AlreadyCancelledError",
     "BlockingCallError",
@@ -61,6 +68,7 @@ __all__ = [
     "InvalidArgumentError",
     "LimitUnavailableError",
     "NotFoundError",
+    "PIPE",
     "Process",
     "ProcessRead",
     "RunResult",
@@ -69,6 +77,7 @@ __all__ = [
     "SandboxUnavailableError",
     "Spec",
     "SpawnError",
+    "StdinClosedError",
     "Unsubscribe",
     "__version__",
     "limits_support",

@@ -71,5 +71,16 @@ class ForkedChildError(DshError, RuntimeError):
     child."""
 
 
+class StdinClosedError(DshError, BrokenPipeError):
+    """A write to a process's stdin that cannot be taken (``errno`` is
+    EPIPE). ``reason`` says why: ``'not-piped'`` (started without
+    ``stdin=PIPE``), ``'closed'`` (after ``close_stdin()``), ``'exited'``
+    (the command has exited) or ``'broken'`` (the command closed its
+    stdin); ``id`` names the process."""
+
+    id: Optional[str] = None
+    reason: Optional[str] = None
+
+
 class InternalError(DshError, RuntimeError):
     """A bug in dsh_native."""
