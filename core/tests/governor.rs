@@ -685,3 +685,44 @@ fn a_group_kept_by_a_background_job_is_removed_once_the_job_has_ended() {
     );
     assert!(groups_of(sup).is_empty(), "{:?}", groups_of(sup));
 }
+
+#[test]
+fn limits_and_the_network_filter_travel_with_a_program_too_large_to_go_inline() {
+    let exec = executor();
+    let mut req = request(
+        "echo ${#BIG} $(ulimit -n) $(ulimit -t)",
+        LimitsInput {
+            open_files: n(55),
+            cpu_seconds: n(9),
+            ..limits()
+        },
+    );
+    // Past the 32 KiB a request carries inline: the program, with the
+    // limits and the filter before it, goes on the command's socket.
+    req.env = Some(map(&[("BIG", &"x".repeat(64 * 1024))]));
+    req.sandbox_policy = Some(SandboxPolicyInput {
+        mode: SandboxMode::DangerFullAccess,
+        workspace_root: None,
+        session_id: None,
+        network: Some(NetworkPolicy::Deny),
+    });
+    let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
+    assert_eq!(r.stdout.text, "65536 55 9\n", "{}", r.stderr.text);
+    let r = exec
+        .run_blocking(
+            &{
+                let mut req = request("exec 3<>/dev/tcp/127.0.0.1/9", limits());
+                req.env = Some(map(&[("BIG", &"x".repeat(64 * 1024))]));
+                req.sandbox_policy = Some(SandboxPolicyInput {
+                    mode: SandboxMode::DangerFullAccess,
+                    workspace_root: None,
+                    session_id: None,
+                    network: Some(NetworkPolicy::Deny),
+                });
+                exec.resolve(req).unwrap()
+            },
+            None,
+        )
+        .unwrap();
+    assert!(r.stderr.text.contains("Permission denied"), "{}", r.stderr.text);
+}
