@@ -125,6 +125,24 @@ def main() -> None:
         lines.append(f"| {mode} | {fmt_us(r['median_us'])} | {fmt_us(r['min_us'])} – {fmt_us(r['max_us'])} | "
                      f"{r['median_us'] / floor0:.2f} | {r['median_us'] / small['dsh (Rust)']:.2f} |")
 
+    # The governor (docs/limits.md): each network policy and each kind of
+    # limit against the unconfined run (network `allow` is that row;
+    # `loopback` is measured where it can run: root and cgroup v2).
+    lines.append("\n### `run` of `true` under a network policy and limits (host memory 0)\n")
+    lines.append("| policy / limits | median | min – max | × floor | × unconfined |")
+    lines.append("|---|---|---|---|---|")
+    unconfined = small["dsh (Rust)"]
+    lines.append(f"| network allow (unconfined) | {fmt_us(unconfined)} | | {unconfined / floor0:.2f} | 1.00 |")
+    for label in ["network deny", "workspace-write + network deny", "network loopback", "rlimit limits",
+                  "cgroup limits", "all limits"]:
+        found = [x for x in rows if x["bench"] == "run_true" and x["impl"] == f"dsh (Rust, {label})"]
+        if not found:
+            lines.append(f"| {label} | not measured here (unavailable on this host) | | | |")
+            continue
+        r = found[0]
+        lines.append(f"| {label} | {fmt_us(r['median_us'])} | {fmt_us(r['min_us'])} – {fmt_us(r['max_us'])} | "
+                     f"{r['median_us'] / floor0:.2f} | {r['median_us'] / unconfined:.2f} |")
+
     t = get("throughput", "dsh (Rust)")
     f = get("throughput", "floor (head | cat > file)")
     gbps = lambda r: r["bytes"] / (r["median_us"] / 1e6) / 1e9  # noqa: E731

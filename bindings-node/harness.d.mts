@@ -31,6 +31,19 @@ export interface Config {
   spillDir?: string
   /** Confine every command by default (Landlock); absent: commands are not confined. */
   sandboxMode?: SandboxMode
+  /** Limits every command gets; a request may only tighten them (docs/limits.md). */
+  limits?: {
+    /** Memory of the whole tree, in bytes (a cgroup of its own). */
+    memoryBytes?: number
+    /** Processes and threads of the tree at once (a cgroup of its own). */
+    processes?: number
+    /** CPU seconds per process. */
+    cpuSeconds?: number
+    /** Largest file a process may write, in bytes. */
+    fileSizeBytes?: number
+    /** Descriptors a process may hold. */
+    openFiles?: number
+  }
 }
 
 /** The schema of {@link Config}, as the settings layer reads it (no defaults: the core applies them). */

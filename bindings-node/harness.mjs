@@ -30,6 +30,15 @@ const Config = z.object({
   sandboxMode: z
     .union(['read-only', 'workspace-write', 'danger-full-access'])
     .description('Confine every command by default (Landlock); absent: commands are not confined.'),
+  limits: z
+    .object({
+      memoryBytes: z.number().description('Memory of the whole tree, in bytes (a cgroup of its own).'),
+      processes: z.number().description('Processes and threads of the tree at once (a cgroup of its own).'),
+      cpuSeconds: z.number().description('CPU seconds per process.'),
+      fileSizeBytes: z.number().description('Largest file a process may write, in bytes.'),
+      openFiles: z.number().description('Descriptors a process may hold.'),
+    })
+    .description('Limits every command gets; a request may only tighten them (docs/limits.md).'),
 })
 
 /** The config fields the core knows, without keys whose value is absent. */

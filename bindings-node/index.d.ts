@@ -8,6 +8,33 @@
 export type SandboxMode = 'read-only' | 'workspace-write' | 'danger-full-access'
 /** How completely the kernel enforced a mode: `full` at Landlock ABI 3 or later. */
 export type SandboxEnforcement = 'full' | 'partial'
+/** What a command may do on the network (docs/sandbox.md); `loopback` needs root and cgroup v2, else fails closed. */
+export type NetworkPolicy = 'allow' | 'deny' | 'loopback'
+/**
+ * The limit that ended a command, as the kernel reported it (docs/limits.md).
+ * `open_files` never ends one (the kernel refuses an open with EMFILE).
+ */
+export type LimitName = 'memory' | 'processes' | 'cpu' | 'file_size'
+/** Every limit, as `limitsEnforcement` and `limitsSupport()` key them. */
+export type LimitKey = LimitName | 'open_files'
+/** How one limit is enforced: a cgroup of the command's own, a resource limit, or not at all. */
+export type LimitMechanism = 'cgroup-v1' | 'rlimit' | 'unsupported'
+/** Per-command limits (docs/limits.md): positive whole numbers; each optional. */
+export interface Limits {
+  /** Bytes of memory the command's whole tree may use. */
+  memoryBytes?: number | undefined
+  /** Processes and threads the command's tree may have at once. */
+  processes?: number | undefined
+  /** CPU seconds each process may use (SIGXCPU, then SIGKILL a second later). */
+  cpuSeconds?: number | undefined
+  /** The largest file a process may write, in bytes (SIGXFSZ past it). */
+  fileSizeBytes?: number | undefined
+  /** Descriptors a process may hold (EMFILE past it). */
+  openFiles?: number | undefined
+}
+/** How each limit a command ran with was enforced. */
+export type LimitsEnforcement = Partial<Record<LimitKey, LimitMechanism>>
+
 /** `running`, then `completed` or `killed` (at once when a stop is requested). */
 export type ShellProcessStatus = 'running' | 'completed' | 'killed'
 /** A background process's registry id: `bash-1`, `bash-2`, … */
@@ -32,6 +59,8 @@ export interface SandboxExecutionPolicy<S extends string = string> {
   workspaceRoot: string
   /** The calling session's identity; carried from request to spec untouched. */
   sessionId?: S
+  /** Absent: `allow`. */
+  network?: NetworkPolicy
 }
 
 /** A policy as a request may give it: `workspaceRoot` defaults to the workdir. */
@@ -42,6 +71,8 @@ export interface SandboxPolicyRequest<S extends string = string> {
   workspaceRoot?: string | undefined
   /** The calling session's identity; carried to the spec untouched. */
   sessionId?: S | undefined
+  /** What the command may do on the network (default `allow`). */
+  network?: NetworkPolicy | undefined
 }
 
 /**
@@ -72,6 +103,8 @@ export interface NativeShellExecutorConfig {
   spillDir?: string | undefined
   /** Default sandbox mode (default: none — the executor does not confine). */
   sandboxMode?: SandboxMode | undefined
+  /** Limits every command gets, and the most a request may ask for (docs/limits.md). */
+  limits?: Limits | undefined
 }
 
 /** A caller's request; `resolve()` turns it into a {@link ShellExecSpec}. */
@@ -106,6 +139,8 @@ export interface ShellExecRequest {
   owner?: OwnerToken | undefined
   /** This call's sandbox policy (default: the executor's `sandboxMode`, if any). */
   sandboxPolicy?: SandboxPolicyRequest | undefined
+  /** This call's limits, each clamped to the executor's (default: the executor's). */
+  limits?: Limits | undefined
 }
 
 /** A stdin that stays open for `writeStdin` until `closeStdin`. */
@@ -141,6 +176,8 @@ export interface ShellExecSpec {
   owner?: OwnerToken | undefined
   /** Required-but-nullable: present, possibly undefined (unconfined). */
   sandboxPolicy: SandboxExecutionPolicy | undefined
+  /** The effective limits; absent when the command has none. */
+  limits?: Limits | undefined
 }
 
 /**
@@ -185,6 +222,10 @@ export interface ShellSandboxInfo {
   enforcement?: SandboxEnforcement
   /** Background only: confinement could not be applied and nothing ran. */
   runnerFailed?: boolean
+  /** Present when the policy was not `allow`. */
+  network?: NetworkPolicy
+  /** How completely the kernel enforced the network policy; absent for `allow`. */
+  networkEnforcement?: SandboxEnforcement
 }
 
 /** The outcome of a foreground run; a nonzero exit, a timeout and an abort are all results. */
@@ -217,6 +258,10 @@ export interface ShellRunResult {
    * how many. Absent means none — the expected outcome; warn otherwise.
    */
   survivors?: number
+  /** Present when a limit ended the command (never with `timedOut` or `aborted`). */
+  limit?: LimitName
+  /** Present when the command had limits: how each was enforced. */
+  limitsEnforcement?: LimitsEnforcement
   /**
    * Present when the timeout was reached with `onExpiry: 'background'`: the
    * command was not stopped but registered under this id (`get(id)`);
@@ -269,6 +314,10 @@ export declare class NativeShellProcess {
   readonly done: Promise<void>
   /** Sandbox facts, present once a policy-carrying process has settled. */
   readonly sandbox?: ShellSandboxInfo
+  /** Present once settled when a limit ended it (docs/limits.md). */
+  readonly limit?: LimitName
+  /** Present once settled when it had limits: how each was enforced. */
+  readonly limitsEnforcement?: LimitsEnforcement
   /** The request's owner token, if it had one. */
   readonly owner?: OwnerToken
   /** Consuming read: what arrived since the previous read. */
@@ -300,8 +349,8 @@ export declare class NativeShellProcess {
  * 'request.timeoutMs', 'spec.workdir', 'request.work_dir' for an unknown
  * key), an errno name such as 'ENOENT' for a command that could not start,
  * 'ABORT_ERR', 'DISPOSED', 'NOT_FOUND', 'STILL_RUNNING', 'WOULD_BLOCK',
- * 'FORKED_CHILD', 'SANDBOX_UNAVAILABLE', 'STDIN_CLOSED' (with `reason` and
- * `id`), 'INTERNAL'.
+ * 'FORKED_CHILD', 'SANDBOX_UNAVAILABLE', 'LIMIT_UNAVAILABLE' (with `limit`),
+ * 'STDIN_CLOSED' (with `reason` and `id`), 'INTERNAL'.
  */
 export interface DshNativeError extends Error {
   /** What went wrong, to switch on (see above). */
@@ -310,6 +359,8 @@ export interface DshNativeError extends Error {
   field?: string
   /** With an errno `code`: the negated errno, as Node's own errors carry it. */
   errno?: number
+  /** With `LIMIT_UNAVAILABLE`: the limit this host cannot enforce. */
+  limit?: LimitKey
   /**
    * With `STDIN_CLOSED`: why the stdin takes no more bytes: `'not-piped'`,
    * `'closed'` (after `closeStdin`), `'exited'` or `'broken'` (the command
@@ -373,6 +424,9 @@ export declare class NativeShellExecutor {
  * without making an executor; throws `INVALID_ARGUMENT` naming the field.
  */
 export declare function checkConfig(config?: NativeShellExecutorConfig): void
+
+/** How this host would enforce each limit; `unsupported` ones fail closed with LIMIT_UNAVAILABLE. */
+export declare function limitsSupport(): Record<LimitKey, LimitMechanism>
 
 /** @deprecated the seam's old name; use {@link NativeShellExecutor}. */
 export declare const NativeBashExecutor: typeof NativeShellExecutor

@@ -4,7 +4,7 @@
 // reads, listener containment); every rule lives in the Rust core.
 // The harness plugin (`dsh-native/harness`) is in harness.mjs.
 
-const { NativeExecutor, NativeCancelToken, checkConfig } = require('./loader.js')
+const { NativeExecutor, NativeCancelToken, checkConfig, limitsSupport: nativeLimitsSupport } = require('./loader.js')
 
 /** An INVALID_ARGUMENT error shaped like the native ones. */
 function invalid(field, problem) {
@@ -76,6 +76,16 @@ class NativeShellProcess {
   /** Sandbox facts, present once a policy-carrying task has settled. */
   get sandbox() {
     return this.#native.sandbox() ?? undefined
+  }
+
+  /** The limit that ended it, present once settled when one did (docs/limits.md). */
+  get limit() {
+    return this.#native.limit ?? undefined
+  }
+
+  /** How each of its limits was enforced, present once settled when it had limits. */
+  get limitsEnforcement() {
+    return this.#native.limitsEnforcement() ?? undefined
   }
 
   get owner() {
@@ -296,4 +306,16 @@ const NativeBashExecutor = NativeShellExecutor
 /** @deprecated the seam's old name; use NativeShellProcess. */
 const NativeBashTask = NativeShellProcess
 
-module.exports = { NativeShellExecutor, NativeShellProcess, checkConfig, NativeBashExecutor, NativeBashTask }
+/** How this host would enforce each limit (docs/limits.md). */
+function limitsSupport() {
+  return nativeLimitsSupport()
+}
+
+module.exports = {
+  NativeShellExecutor,
+  NativeShellProcess,
+  checkConfig,
+  limitsSupport,
+  NativeBashExecutor,
+  NativeBashTask,
+}

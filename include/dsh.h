@@ -110,7 +110,63 @@ typedef enum DshStatus {
    * taken; wait with dsh_process_wait_stdin_writable and write again.
    */
   DSH_AGAIN = 14,
+  /**
+   * A limit was asked for that this host cannot enforce; nothing ran.
+   */
+  DSH_LIMIT_UNAVAILABLE = 15,
 } DshStatus;
+
+/**
+ * How the kernel enforces one limit.
+ */
+typedef enum DshLimitMechanism {
+  /**
+   * The limit was not set.
+   */
+  DSH_MECHANISM_NONE = 0,
+  /**
+   * A cgroup (v1 hierarchy) of the command's own.
+   */
+  DSH_MECHANISM_CGROUP_V1 = 1,
+  /**
+   * A resource limit (setrlimit) set before exec.
+   */
+  DSH_MECHANISM_RLIMIT = 2,
+  /**
+   * This host cannot enforce it (a request for it fails closed).
+   */
+  DSH_MECHANISM_UNSUPPORTED = 3,
+} DshLimitMechanism;
+
+/**
+ * A limit (docs/limits.md). Setters take it as an `int`.
+ */
+typedef enum DshLimit {
+  /**
+   * No limit: what dsh_run_result_limit says when none ended the command.
+   */
+  DSH_LIMIT_NONE = 0,
+  /**
+   * Bytes of memory the command's whole tree may use.
+   */
+  DSH_LIMIT_MEMORY = 1,
+  /**
+   * Processes and threads the command's tree may have at once.
+   */
+  DSH_LIMIT_PROCESSES = 2,
+  /**
+   * CPU seconds per process.
+   */
+  DSH_LIMIT_CPU = 3,
+  /**
+   * The largest file a process may write, in bytes.
+   */
+  DSH_LIMIT_FILE_SIZE = 4,
+  /**
+   * Descriptors a process may hold.
+   */
+  DSH_LIMIT_OPEN_FILES = 5,
+} DshLimit;
 
 /**
  * A sandbox mode (docs/sandbox.md).
@@ -149,6 +205,24 @@ typedef enum DshEnforcement {
    */
   DSH_ENFORCEMENT_PARTIAL = 2,
 } DshEnforcement;
+
+/**
+ * A network policy (docs/sandbox.md, "Network").
+ */
+typedef enum DshNetwork {
+  /**
+   * "allow": not restricted.
+   */
+  DSH_NETWORK_ALLOW = 0,
+  /**
+   * "deny": Unix-domain sockets only.
+   */
+  DSH_NETWORK_DENY = 1,
+  /**
+   * "loopback": 127.0.0.0/8 and ::1 only (needs root and cgroup v2).
+   */
+  DSH_NETWORK_LOOPBACK = 2,
+} DshNetwork;
 
 /**
  * Where a background process stands (docs/running.md).
@@ -265,6 +339,15 @@ typedef struct DshSandboxInfo {
    * Background only: confinement could not be applied; nothing ran.
    */
   bool runner_failed;
+  /**
+   * The network policy the command ran under.
+   */
+  enum DshNetwork network;
+  /**
+   * How completely the kernel enforced it: DSH_ENFORCEMENT_NONE exactly
+   * when the policy is "allow".
+   */
+  enum DshEnforcement network_enforcement;
 } DshSandboxInfo;
 
 #ifdef __cplusplus
@@ -808,6 +891,109 @@ enum DshStatus dsh_cancel_token_cancel(const struct DshCancelToken *token);
  * dsh_executor_run) during or after this call.
  */
 void dsh_cancel_token_free(struct DshCancelToken *token);
+
+/**
+ * The limit's name: "memory", "processes", "cpu", "file_size",
+ * "open_files"; NULL for DSH_LIMIT_NONE or an unknown value. Static.
+ */
+const char *dsh_limit_name(int limit);
+
+/**
+ * The mechanism's name: "cgroup-v1", "rlimit", "unsupported"; NULL for
+ * DSH_MECHANISM_NONE or an unknown value. Static.
+ */
+const char *dsh_mechanism_name(int mechanism);
+
+/**
+ * How this host would enforce `limit` (a DshLimit): its mechanism, or
+ * DSH_MECHANISM_UNSUPPORTED (a command asking for it fails with
+ * DSH_LIMIT_UNAVAILABLE); DSH_MECHANISM_NONE for an unknown value.
+ */
+enum DshLimitMechanism dsh_limits_support(int limit);
+
+/**
+ * Sets a limit every command gets, which is also the most a request may
+ * ask for (`limit`: a DshLimit; `value`: bytes, a count or CPU seconds).
+ * Checked when the executor is created.
+ *
+ * # Safety
+ * `config` is NULL or a live DshConfig from dsh_config_new that no thread
+ * frees during this call.
+ */
+enum DshStatus dsh_config_set_limit(const struct DshConfig *config, int limit, uint64_t value);
+
+/**
+ * Sets a limit for this call (`limit`: a DshLimit), clamped by resolve to
+ * the configured one.
+ *
+ * # Safety
+ * `request` is NULL or a live DshRequest from dsh_request_new that no
+ * thread frees during this call.
+ */
+enum DshStatus dsh_request_set_limit(const struct DshRequest *request, int limit, uint64_t value);
+
+/**
+ * The network policy of the request's sandbox policy: "allow", "deny" or
+ * "loopback". Call dsh_request_set_sandbox_policy first.
+ *
+ * # Safety
+ * `request` is NULL or a live DshRequest from dsh_request_new that no
+ * thread frees during this call. `network` is NULL or a NUL-terminated
+ * string readable for the whole call.
+ */
+enum DshStatus dsh_request_set_sandbox_network(const struct DshRequest *request,
+                                               const char *network);
+
+/**
+ * True when the spec sets `limit` (a DshLimit); its value goes to `*out`
+ * (may be NULL).
+ *
+ * # Safety
+ * `spec` is NULL or a live DshSpec that no thread frees during this call.
+ * `out` is NULL or valid and aligned for writing one `uint64_t`.
+ */
+bool dsh_spec_limit(const struct DshSpec *spec, int limit, uint64_t *out);
+
+/**
+ * The limit that ended the command, as the kernel reported it;
+ * DSH_LIMIT_NONE when none did.
+ *
+ * # Safety
+ * `result` is NULL or a live DshRunResult from dsh_executor_run that no
+ * thread frees during this call.
+ */
+enum DshLimit dsh_run_result_limit(const struct DshRunResult *result);
+
+/**
+ * How `limit` (a DshLimit) was enforced for this command;
+ * DSH_MECHANISM_NONE when it was not set.
+ *
+ * # Safety
+ * `result` is NULL or a live DshRunResult from dsh_executor_run that no
+ * thread frees during this call.
+ */
+enum DshLimitMechanism dsh_run_result_limit_enforcement(const struct DshRunResult *result,
+                                                        int limit);
+
+/**
+ * Once settled: the limit that ended it (see dsh_run_result_limit);
+ * DSH_LIMIT_NONE while running and when none did.
+ *
+ * # Safety
+ * `process` is NULL or a live DshProcess (as for dsh_process_status); no
+ * thread frees it during this call.
+ */
+enum DshLimit dsh_process_limit(const struct DshProcess *process);
+
+/**
+ * Once settled: how `limit` (a DshLimit) was enforced for it;
+ * DSH_MECHANISM_NONE while running and when it was not set.
+ *
+ * # Safety
+ * `process` is NULL or a live DshProcess (as for dsh_process_status); no
+ * thread frees it during this call.
+ */
+enum DshLimitMechanism dsh_process_limit_enforcement(const struct DshProcess *process, int limit);
 
 /**
  * The message of the last failed call on this thread ("" if none). Valid

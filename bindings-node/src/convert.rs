@@ -8,8 +8,8 @@ use napi::bindgen_prelude::*;
 use napi::{Env, Status};
 
 use dsh_core::{
-    whole_number, DshError, Field, FieldName, NameStyle, Num, OnExpiry, SandboxMode, SandboxPolicyInput,
-    Scope, MAX_SAFE_INTEGER,
+    whole_number, DshError, Field, FieldName, LimitKind, LimitsEnforcement, LimitsInput, NameStyle,
+    NetworkPolicy, Num, OnExpiry, SandboxMode, SandboxPolicyInput, Scope, MAX_SAFE_INTEGER,
 };
 
 /// The `code` a JS caller switches on, and the message, for a core error.
@@ -26,6 +26,7 @@ pub(crate) fn error_parts(e: &DshError) -> (String, String) {
         DshError::ForkedChild { .. } => "FORKED_CHILD".to_owned(),
         DshError::StillRunning(_) => "STILL_RUNNING".to_owned(),
         DshError::StdinClosed { .. } => "STDIN_CLOSED".to_owned(),
+        DshError::LimitUnavailable { .. } => "LIMIT_UNAVAILABLE".to_owned(),
     };
     (code, e.message(NameStyle::Camel))
 }
@@ -46,6 +47,9 @@ pub(crate) fn js_error(env: &Env, e: &DshError) -> Error {
         if let DshError::StdinClosed { id, why } = e {
             obj.set_named_property("id", id.as_str())?;
             obj.set_named_property("reason", why.as_str())?;
+        }
+        if let DshError::LimitUnavailable { limit, .. } = e {
+            obj.set_named_property("limit", limit_name(*limit))?;
         }
         Ok(Error::from(obj.into_unknown(env)?))
     })();
@@ -282,15 +286,66 @@ impl<'e> Fields<'e> {
         } else {
             "spec.sandboxPolicy"
         };
-        let p = Fields::new(v, scope, &["mode", "workspaceRoot", "sessionId"])?;
+        let p = Fields::new(v, scope, &["mode", "workspaceRoot", "sessionId", "network"])?;
         let mode = p.required_string("mode", "")?;
         Ok(Some(SandboxPolicyInput {
             mode: SandboxMode::parse(f, &mode)?,
             workspace_root: p.string("workspaceRoot")?.map(Into::into),
             session_id: p.string("sessionId")?,
+            network: p
+                .string("network")?
+                .map(|n| NetworkPolicy::parse(f, &n))
+                .transpose()?,
         }))
     }
+
+    /// `limits`: an object of `memoryBytes`, `processes`, `cpuSeconds`,
+    /// `fileSizeBytes`, `openFiles` (each optional, nothing else).
+    fn limits(&self, scope: Scope) -> InputResult<Option<LimitsInput>> {
+        let Some((v, _)) = self.get("limits")? else {
+            return Ok(None);
+        };
+        let path = match scope {
+            Scope::Config => "config.limits",
+            Scope::Request => "request.limits",
+            Scope::Spec => "spec.limits",
+        };
+        let keys: Vec<&str> = LimitKind::ALL.iter().map(|k| limit_key(*k)).collect();
+        let l = Fields::new(v, path, &keys)?;
+        let mut out = LimitsInput::default();
+        for kind in LimitKind::ALL {
+            out.set(kind, l.number(limit_key(kind), Field::new(scope, kind.field()))?);
+        }
+        Ok(Some(out))
+    }
 }
+
+/// The camelCase key of a limit in `limits`.
+fn limit_key(kind: LimitKind) -> &'static str {
+    kind.field().name(NameStyle::Camel).trim_start_matches("limits.")
+}
+
+/// The name of a limit as results carry it, the same token in every face:
+/// `memory`, `processes`, `cpu`, `file_size`, `open_files`.
+fn limit_name(kind: LimitKind) -> &'static str {
+    kind.as_str()
+}
+
+/// `limitsEnforcement`: limit name → mechanism.
+pub(crate) fn enforcement_object<'e>(env: &'e Env, e: &LimitsEnforcement) -> Result<Object<'e>> {
+    let mut o = Object::new(env)?;
+    for (kind, m) in e.entries() {
+        o.set_named_property(limit_name(kind), m.as_str())?;
+    }
+    Ok(o)
+}
+
+/// The ending's limit name, for a process.
+pub(crate) fn limit_str(kind: Option<LimitKind>) -> Option<&'static str> {
+    kind.map(limit_name)
+}
+
+impl Fields<'_> {}
 
 /// A napi call that failed while reading an input (a throwing getter, a
 /// proxy): reported against the object being read.
@@ -311,6 +366,7 @@ const CONFIG_KEYS: &[&str] = &[
     "graceMs",
     "spillDir",
     "sandboxMode",
+    "limits",
 ];
 
 /// The request and the spec share their keys; `signal` is read by the JS
@@ -327,6 +383,7 @@ const CALL_KEYS: &[&str] = &[
     "owner",
     "sandboxPolicy",
     "onExpiry",
+    "limits",
 ];
 
 pub(crate) fn config_input(c: Option<Unknown<'_>>) -> InputResult<dsh_core::ConfigInput> {
@@ -348,6 +405,7 @@ pub(crate) fn config_input(c: Option<Unknown<'_>>) -> InputResult<dsh_core::Conf
             .string("sandboxMode")?
             .map(|m| SandboxMode::parse(f(FieldName::SandboxMode), &m))
             .transpose()?,
+        limits: c.limits(Scope::Config)?,
     })
 }
 
@@ -367,6 +425,7 @@ pub(crate) fn request(r: Unknown<'_>) -> InputResult<dsh_core::Request> {
         dsh_env: r.record("dshEnv")?,
         owner: r.string("owner")?,
         sandbox_policy: r.policy(f(FieldName::SandboxPolicy))?,
+        limits: r.limits(Scope::Request)?,
     })
 }
 
@@ -411,9 +470,14 @@ pub(crate) fn spec(s: Unknown<'_>) -> InputResult<dsh_core::Spec> {
                         }
                     },
                     session_id: p.session_id,
+                    network: p.network.unwrap_or_default(),
                 })
             })
             .transpose()?,
+        limits: match s.limits(Scope::Spec)? {
+            Some(l) => l.validate(Scope::Spec)?,
+            None => Default::default(),
+        },
     })
 }
 
@@ -492,9 +556,20 @@ pub(crate) fn spec_object<'e>(env: &'e Env, s: &dsh_core::Spec) -> Result<Object
                 js_path(env, FieldName::SandboxPolicy, &p.workspace_root)?,
             )?;
             set_some(&mut po, "sessionId", p.session_id.as_deref())?;
+            // `allow`, the default, adds no key: the harness's shape.
+            if p.network != NetworkPolicy::Allow {
+                po.set_named_property("network", p.network.as_str())?;
+            }
             o.set_named_property("sandboxPolicy", po)?;
         }
         None => o.set_named_property("sandboxPolicy", ())?,
+    }
+    if s.limits.any() {
+        let mut lo = Object::new(env)?;
+        for (kind, v) in s.limits.set() {
+            lo.set_named_property(limit_key(kind), v as f64)?;
+        }
+        o.set_named_property("limits", lo)?;
     }
     Ok(o)
 }
@@ -514,6 +589,14 @@ pub(crate) fn sandbox_object<'e>(env: &'e Env, s: &dsh_core::SandboxInfo) -> Res
     o.set_named_property("denied", s.denied)?;
     set_some(&mut o, "enforcement", s.enforcement.map(|e| e.as_str()))?;
     set_some(&mut o, "runnerFailed", s.runner_failed)?;
+    if s.network != NetworkPolicy::Allow {
+        o.set_named_property("network", s.network.as_str())?;
+    }
+    set_some(
+        &mut o,
+        "networkEnforcement",
+        s.network_enforcement.map(|e| e.as_str()),
+    )?;
     Ok(o)
 }
 
@@ -536,6 +619,13 @@ pub(crate) fn run_result<'e>(env: &'e Env, r: &dsh_core::RunResult) -> Result<Ob
         o.set_named_property("survivors", r.survivors)?;
     }
     set_some(&mut o, "backgroundId", r.background_id.as_deref())?;
+    set_some(&mut o, "limit", limit_str(r.limit))?;
+    if !r.limits_enforcement.is_empty() {
+        o.set_named_property(
+            "limitsEnforcement",
+            enforcement_object(env, &r.limits_enforcement)?,
+        )?;
+    }
     Ok(o)
 }
 

@@ -104,6 +104,23 @@ impl NativeProcess {
         self.inner.is_settled()
     }
 
+    /// The limit that ended it, once settled; else undefined.
+    #[napi(getter)]
+    pub fn limit(&self) -> Option<&'static str> {
+        convert::limit_str(self.inner.limit())
+    }
+
+    /// How each of its limits was enforced, once settled; undefined
+    /// without limits.
+    #[napi]
+    pub fn limits_enforcement<'e>(&self, env: &'e Env) -> Result<Option<Object<'e>>> {
+        let e = self.inner.limits_enforcement();
+        if e.is_empty() {
+            return Ok(None);
+        }
+        convert::enforcement_object(env, &e).map(Some)
+    }
+
     /// Sandbox facts once settled, else undefined.
     #[napi]
     pub fn sandbox<'e>(&self, env: &'e Env) -> Result<Option<Object<'e>>> {
@@ -301,4 +318,11 @@ impl NativeExecutor {
 pub fn check_config(env: Env, config: Option<Unknown<'_>>) -> Result<()> {
     let input = throw_input(&env, convert::config_input(config))?;
     throw(&env, dsh_core::Config::new(input).map(drop))
+}
+
+/// How this host would enforce each limit: limit name → mechanism
+/// (`unsupported` for one a command cannot ask for here).
+#[napi]
+pub fn limits_support(env: &Env) -> Result<Object<'_>> {
+    convert::enforcement_object(env, &dsh_core::limits_support())
 }

@@ -16,7 +16,8 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyString};
 
 use dsh_core::{
-    ConfigInput, Field, FieldName, ListenerId, OnExpiry, Request, SandboxMode, SandboxPolicyInput, Scope,
+    ConfigInput, Field, FieldName, LimitKind, LimitsInput, ListenerId, NameStyle, NetworkPolicy, OnExpiry,
+    Request, SandboxMode, SandboxPolicyInput, Scope,
 };
 
 use crate::results::{py_repr, ProcessRead, RunResult, SandboxInfo, SandboxPolicy, Spec};
@@ -141,6 +142,21 @@ impl Process {
     #[getter]
     fn sandbox(&self) -> Option<SandboxInfo> {
         self.inner.sandbox().map(SandboxInfo::from)
+    }
+
+    /// Once settled: the limit that ended it (``'memory'``,
+    /// ``'processes'``, ``'cpu'``, ``'file_size'``), as the kernel reported
+    /// it; else None (docs/limits.md).
+    #[getter]
+    fn limit(&self) -> Option<&'static str> {
+        self.inner.limit().map(LimitKind::as_str)
+    }
+
+    /// Once settled: the mechanism of each limit it ran with
+    /// (``{'memory': 'cgroup-v1', 'cpu': 'rlimit'}``); empty without limits.
+    #[getter]
+    fn limits_enforcement(&self) -> BTreeMap<&'static str, &'static str> {
+        crate::results::enforcement_map(&self.inner.limits_enforcement())
     }
 
     /// True once the process has settled; never goes back to False.
@@ -363,6 +379,7 @@ fn policy_input(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<SandboxPoli
             mode: SandboxMode::parse(field, &p.mode).map_err(|e| to_pyerr(py, e))?,
             workspace_root: Some(p.workspace_root.clone()),
             session_id: None,
+            network: Some(NetworkPolicy::parse(field, &p.network).map_err(|e| to_pyerr(py, e))?),
         }));
     }
     let dict = v
@@ -383,10 +400,20 @@ fn policy_input(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<SandboxPoli
         ),
         _ => None,
     };
+    let network = match dict.get_item("network")? {
+        Some(n) if !n.is_none() => {
+            let n: String = n
+                .extract()
+                .map_err(|_| type_error(py, field, "network must be a str"))?;
+            Some(NetworkPolicy::parse(field, &n).map_err(|e| to_pyerr(py, e))?)
+        }
+        _ => None,
+    };
     Ok(Some(SandboxPolicyInput {
         mode: sandbox_mode(py, field, &mode)?,
         workspace_root: root,
         session_id,
+        network,
     }))
 }
 
@@ -444,9 +471,9 @@ fn optional_str(value: Option<&Bound<'_, PyAny>>, field: Field) -> PyResult<Opti
 
 /// The constructor's (and ``reconfigure``'s) keywords, in their order:
 /// cwd, timeout_ms, max_timeout_ms, max_output_bytes, max_spill_bytes,
-/// grace_ms, spill_dir, retain_settled, sandbox_mode.
-fn config_input(py: Python<'_>, kw: [Option<&Bound<'_, PyAny>>; 9]) -> PyResult<ConfigInput> {
-    let [cwd, timeout_ms, max_timeout_ms, max_output_bytes, max_spill_bytes, grace_ms, spill_dir, retain_settled, sandbox_mode] =
+/// grace_ms, spill_dir, retain_settled, sandbox_mode, limits.
+fn config_input(py: Python<'_>, kw: [Option<&Bound<'_, PyAny>>; 10]) -> PyResult<ConfigInput> {
+    let [cwd, timeout_ms, max_timeout_ms, max_output_bytes, max_spill_bytes, grace_ms, spill_dir, retain_settled, sandbox_mode, limits] =
         kw;
     let f = |name| Field::new(Scope::Config, name);
     Ok(ConfigInput {
@@ -462,7 +489,40 @@ fn config_input(py: Python<'_>, kw: [Option<&Bound<'_, PyAny>>; 9]) -> PyResult<
             Some(m) => Some(crate::executor::sandbox_mode(py, f(FieldName::SandboxMode), m)?),
             None => None,
         },
+        limits: limits_input(limits, Scope::Config)?,
     })
+}
+
+/// ``limits``: a dict of ``memory_bytes``, ``processes``, ``cpu_seconds``,
+/// ``file_size_bytes``, ``open_files`` (any of them); an unknown key is
+/// refused, naming it.
+fn limits_input(value: Option<&Bound<'_, PyAny>>, scope: Scope) -> PyResult<Option<LimitsInput>> {
+    let Some(v) = value.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    let py = v.py();
+    let field = Field::new(scope, FieldName::Limits);
+    let dict = v
+        .cast::<PyDict>()
+        .map_err(|_| type_error(py, field, "must be a dict"))?;
+    let mut out = LimitsInput::default();
+    for (key, val) in dict.iter() {
+        let key: String = key.extract().unwrap_or_default();
+        let kind = LimitKind::ALL
+            .into_iter()
+            .find(|k| k.field().name(NameStyle::Snake) == format!("limits.{key}"))
+            .ok_or_else(|| {
+                type_error(
+                    py,
+                    field,
+                    &format!(
+                        "has an unknown key {key:?} (expected memory_bytes, processes, cpu_seconds, file_size_bytes or open_files)"
+                    ),
+                )
+            })?;
+        out.set(kind, number(Some(&val), scope, kind.field())?);
+    }
+    Ok(Some(out))
 }
 
 /// A bash executor (the native base of ``dsh_native.Executor``).
@@ -482,7 +542,7 @@ pub struct Executor {
 #[pymethods]
 impl Executor {
     #[new]
-    #[pyo3(signature = (*, cwd=None, timeout_ms=None, max_timeout_ms=None, max_output_bytes=None, max_spill_bytes=None, grace_ms=None, spill_dir=None, retain_settled=None, sandbox_mode=None))]
+    #[pyo3(signature = (*, cwd=None, timeout_ms=None, max_timeout_ms=None, max_output_bytes=None, max_spill_bytes=None, grace_ms=None, spill_dir=None, retain_settled=None, sandbox_mode=None, limits=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -495,6 +555,7 @@ impl Executor {
         spill_dir: Option<&Bound<'_, PyAny>>,
         retain_settled: Option<&Bound<'_, PyAny>>,
         sandbox_mode: Option<&Bound<'_, PyAny>>,
+        limits: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let input = config_input(
             py,
@@ -508,6 +569,7 @@ impl Executor {
                 spill_dir,
                 retain_settled,
                 sandbox_mode,
+                limits,
             ],
         )?;
         let inner = dsh_core::Executor::new(input).map_err(|e| to_pyerr(py, e))?;
@@ -520,7 +582,7 @@ impl Executor {
     /// ``spill_dir``, which stays (naming a different one is an error). A bad
     /// value raises ``InvalidArgumentError`` and changes nothing
     /// (docs/configuration.md).
-    #[pyo3(signature = (*, cwd=None, timeout_ms=None, max_timeout_ms=None, max_output_bytes=None, max_spill_bytes=None, grace_ms=None, spill_dir=None, retain_settled=None, sandbox_mode=None))]
+    #[pyo3(signature = (*, cwd=None, timeout_ms=None, max_timeout_ms=None, max_output_bytes=None, max_spill_bytes=None, grace_ms=None, spill_dir=None, retain_settled=None, sandbox_mode=None, limits=None))]
     #[allow(clippy::too_many_arguments)]
     fn reconfigure(
         &self,
@@ -534,6 +596,7 @@ impl Executor {
         spill_dir: Option<&Bound<'_, PyAny>>,
         retain_settled: Option<&Bound<'_, PyAny>>,
         sandbox_mode: Option<&Bound<'_, PyAny>>,
+        limits: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let input = config_input(
             py,
@@ -547,6 +610,7 @@ impl Executor {
                 spill_dir,
                 retain_settled,
                 sandbox_mode,
+                limits,
             ],
         )?;
         self.inner.reconfigure(input).map_err(|e| to_pyerr(py, e))
@@ -588,10 +652,15 @@ impl Executor {
     /// - ``owner``: an opaque token kept with a background process.
     /// - ``sandbox_policy``: a dict with ``mode``, optional
     ///   ``workspace_root`` (default: the workdir) and ``session_id``, or a
-    ///   ``SandboxPolicy`` (default: the executor's ``sandbox_mode``).
+    ///   ``SandboxPolicy`` (default: the executor's ``sandbox_mode``); its
+    ///   ``network`` is ``'allow'`` (the default), ``'deny'`` or
+    ///   ``'loopback'`` (docs/sandbox.md).
+    /// - ``limits``: a dict of ``memory_bytes``, ``processes``,
+    ///   ``cpu_seconds``, ``file_size_bytes``, ``open_files``, each clamped
+    ///   to the executor's (docs/limits.md).
     ///
     /// Raises InvalidArgumentError (a ValueError) naming the field.
-    #[pyo3(signature = (command, *, workdir=None, timeout_ms=None, stdout_max_bytes=None, stdin=None, env=None, dsh_env=None, owner=None, sandbox_policy=None, on_expiry=None))]
+    #[pyo3(signature = (command, *, workdir=None, timeout_ms=None, stdout_max_bytes=None, stdin=None, env=None, dsh_env=None, owner=None, sandbox_policy=None, on_expiry=None, limits=None))]
     #[allow(clippy::too_many_arguments)]
     fn resolve(
         &self,
@@ -606,6 +675,7 @@ impl Executor {
         owner: Option<&Bound<'_, PyAny>>,
         sandbox_policy: Option<&Bound<'_, PyAny>>,
         on_expiry: Option<&Bound<'_, PyAny>>,
+        limits: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Spec> {
         let f = |name| Field::new(Scope::Request, name);
         let command: String = command
@@ -646,6 +716,7 @@ impl Executor {
             dsh_env: string_map(dsh_env, f(FieldName::DshEnv))?,
             owner: optional_str(owner, f(FieldName::Owner))?,
             sandbox_policy: policy_input(sandbox_policy)?,
+            limits: limits_input(limits, Scope::Request)?,
         };
         let inner = self.inner.resolve(request).map_err(|e| to_pyerr(py, e))?;
         Ok(Spec { inner })

@@ -51,6 +51,11 @@ pub(crate) fn to_pyerr(py: Python<'_>, e: DshError) -> PyErr {
                 exc
             }
             DshError::ForkedChild { .. } => error_class(py, "ForkedChildError")?.call1((message.clone(),))?,
+            DshError::LimitUnavailable { limit, .. } => {
+                let exc = error_class(py, "LimitUnavailableError")?.call1((message.clone(),))?;
+                exc.setattr("limit", limit.as_str())?;
+                exc
+            }
             DshError::StdinClosed { id, why } => {
                 let exc = error_class(py, "StdinClosedError")?.call1((libc_epipe(), message.clone()))?;
                 exc.setattr("id", id)?;
@@ -105,8 +110,18 @@ pub(crate) fn number(
     }
 }
 
+/// How this host would enforce each limit: ``{'memory': 'cgroup-v1',
+/// 'processes': 'cgroup-v1', 'cpu': 'rlimit', 'file_size': 'rlimit',
+/// 'open_files': 'rlimit'}``, with ``'unsupported'`` for a limit a command
+/// cannot ask for here (it raises LimitUnavailableError).
+#[pyfunction]
+fn limits_support() -> std::collections::BTreeMap<&'static str, &'static str> {
+    results::enforcement_map(&dsh_core::limits_support())
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(limits_support, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<executor::Executor>()?;
     m.add_class::<executor::Process>()?;

@@ -72,6 +72,9 @@ pub struct SandboxPolicy {
     #[pyo3(get)]
     pub mode: String,
     pub workspace_root: PathBuf,
+    /// ``'allow'``, ``'deny'`` or ``'loopback'`` (docs/sandbox.md).
+    #[pyo3(get)]
+    pub network: String,
 }
 
 #[pymethods]
@@ -84,9 +87,10 @@ impl SandboxPolicy {
     }
     fn __repr__(&self, py: Python<'_>) -> String {
         format!(
-            "SandboxPolicy(mode={}, workspace_root={})",
+            "SandboxPolicy(mode={}, workspace_root={}, network={})",
             py_repr(&self.mode),
-            path_repr(py, &self.workspace_root)
+            path_repr(py, &self.workspace_root),
+            py_repr(&self.network)
         )
     }
 }
@@ -158,7 +162,26 @@ impl Spec {
         self.inner.sandbox_policy.as_ref().map(|p| SandboxPolicy {
             mode: p.mode.as_str().to_owned(),
             workspace_root: p.workspace_root.clone(),
+            network: p.network.as_str().to_owned(),
         })
+    }
+    /// The limits the command runs with, by name (``memory_bytes``,
+    /// ``processes``, ``cpu_seconds``, ``file_size_bytes``,
+    /// ``open_files``): only those that are set.
+    #[getter]
+    fn limits(&self) -> BTreeMap<&'static str, u64> {
+        self.inner
+            .limits
+            .set()
+            .map(|(k, v)| {
+                (
+                    k.field()
+                        .name(dsh_core::NameStyle::Snake)
+                        .trim_start_matches("limits."),
+                    v,
+                )
+            })
+            .collect()
     }
     fn __repr__(&self, py: Python<'_>) -> String {
         let s = &self.inner;
@@ -244,6 +267,13 @@ pub struct SandboxInfo {
     /// applied and the command never ran; else None.
     #[pyo3(get)]
     pub runner_failed: Option<bool>,
+    /// The network policy: ``'allow'``, ``'deny'`` or ``'loopback'``.
+    #[pyo3(get)]
+    pub network: String,
+    /// How completely the kernel enforced it: ``'full'``, ``'partial'``, or
+    /// None for ``'allow'``.
+    #[pyo3(get)]
+    pub network_enforcement: Option<String>,
 }
 
 impl From<dsh_core::SandboxInfo> for SandboxInfo {
@@ -253,6 +283,8 @@ impl From<dsh_core::SandboxInfo> for SandboxInfo {
             denied: i.denied,
             enforcement: i.enforcement.map(|e| e.as_str().to_owned()),
             runner_failed: i.runner_failed,
+            network: i.network.as_str().to_owned(),
+            network_enforcement: i.network_enforcement.map(|e| e.as_str().to_owned()),
         }
     }
 }
@@ -314,6 +346,20 @@ pub struct RunResult {
     /// its reads continue right after this result's output; else None.
     #[pyo3(get)]
     pub background_id: Option<String>,
+    /// The limit that ended the command (``'memory'``, ``'processes'``,
+    /// ``'cpu'``, ``'file_size'``), as the kernel reported it; else None
+    /// (docs/limits.md). Never together with ``timed_out`` or ``aborted``.
+    #[pyo3(get)]
+    pub limit: Option<&'static str>,
+    /// The mechanism of each limit the command ran with
+    /// (``{'memory': 'cgroup-v1', 'cpu': 'rlimit'}``); empty without limits.
+    #[pyo3(get)]
+    pub limits_enforcement: BTreeMap<&'static str, &'static str>,
+}
+
+/// A limits enforcement as a dict: limit name → mechanism name.
+pub(crate) fn enforcement_map(e: &dsh_core::LimitsEnforcement) -> BTreeMap<&'static str, &'static str> {
+    e.entries().map(|(k, m)| (k.as_str(), m.as_str())).collect()
 }
 
 impl RunResult {
@@ -330,6 +376,8 @@ impl RunResult {
             sandbox: r.sandbox.map(SandboxInfo::from),
             survivors: r.survivors,
             background_id: r.background_id,
+            limit: r.limit.map(dsh_core::LimitKind::as_str),
+            limits_enforcement: enforcement_map(&r.limits_enforcement),
         })
     }
 }

@@ -164,6 +164,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String>
                     mode,
                     workspace_root: None,
                     session_id: None,
+                    network: None,
                 });
             }
             "--spill-dir" => {

@@ -334,7 +334,13 @@ fn result_json(r: &RunResult) -> String {
         sandbox,
         survivors,
         background_id,
+        limit,
+        limits_enforcement,
     } = r;
+    let mut enforcement = Object::new();
+    for (kind, m) in limits_enforcement.entries() {
+        enforcement = enforcement.field(kind.as_str(), m.as_str());
+    }
     Object::new()
         .field("exit_code", *exit_code)
         .field("signal", signal.as_deref())
@@ -347,6 +353,8 @@ fn result_json(r: &RunResult) -> String {
         .field("sandbox", sandbox.as_ref().map(sandbox_json))
         .field("survivors", *survivors)
         .field("background_id", background_id.as_deref())
+        .field("limit", limit.map(|l| l.as_str()))
+        .field("limits_enforcement", enforcement)
         .finish()
 }
 
@@ -370,12 +378,19 @@ fn sandbox_json(s: &SandboxInfo) -> Object {
         denied,
         enforcement,
         runner_failed,
+        network,
+        network_enforcement,
     } = s;
     Object::new()
         .field("mode", mode.as_str())
         .field("denied", *denied)
         .field("enforcement", enforcement.map(Enforcement::as_str))
         .field("runner_failed", *runner_failed)
+        .field("network", network.as_str())
+        .field(
+            "network_enforcement",
+            network_enforcement.map(Enforcement::as_str),
+        )
 }
 
 #[cfg(test)]
@@ -416,9 +431,16 @@ mod tests {
                 denied: true,
                 enforcement: Some(Enforcement::Full),
                 runner_failed: None,
+                network: dsh_core::NetworkPolicy::Deny,
+                network_enforcement: Some(Enforcement::Full),
             }),
             survivors: 0,
             background_id: None,
+            limit: Some(dsh_core::LimitKind::Memory),
+            limits_enforcement: dsh_core::LimitsEnforcement {
+                memory: Some(dsh_core::Mechanism::CgroupV1),
+                ..Default::default()
+            },
         };
         assert_eq!(
             result_json(&r),
@@ -426,8 +448,8 @@ mod tests {
                 r#"{"exit_code":null,"signal":"SIGKILL","exit_status_unavailable":false,"timed_out":false,"aborted":false,"timeout_ms":5,"#,
                 r#""stdout":{"text":"a\n","truncated":true,"spill_path":"/k/stdout.log","spill_error":null},"#,
                 r#""stderr":{"text":"","truncated":false,"spill_path":null,"spill_error":"the stream passed max_spill_bytes (9)"},"#,
-                r#""sandbox":{"mode":"read-only","denied":true,"enforcement":"full","runner_failed":null},"survivors":0,"#,
-                r#""background_id":null}"#
+                r#""sandbox":{"mode":"read-only","denied":true,"enforcement":"full","runner_failed":null,"network":"deny","network_enforcement":"full"},"#,
+                r#""survivors":0,"background_id":null,"limit":"memory","limits_enforcement":{"memory":"cgroup-v1"}}"#
             )
         );
     }

@@ -214,10 +214,13 @@ fn json_has_every_field_and_round_trips_text() {
             "stderr",
             "sandbox",
             "survivors",
-            "background_id"
+            "background_id",
+            "limit",
+            "limits_enforcement"
         ]
     );
     assert_eq!(j.at("background_id"), &Json::Null);
+    assert_eq!(j.at("limit"), &Json::Null);
     assert_eq!(j.at("exit_code"), &Json::Num(3.0));
     assert_eq!(j.at("signal"), &Json::Null);
     assert_eq!(j.at("timed_out"), &Json::Bool(false));
@@ -244,6 +247,8 @@ fn sandbox_facts_are_reported() {
     assert_eq!(j.at("sandbox.mode").str(), "danger-full-access");
     assert_eq!(j.at("sandbox.denied"), &Json::Bool(false));
     assert_eq!(j.at("sandbox.enforcement"), &Json::Null);
+    assert_eq!(j.at("sandbox.network").str(), "allow");
+    assert_eq!(j.at("sandbox.network_enforcement"), &Json::Null);
 
     let dir = TempDir::new("sandbox");
     let target = dir.path("written");

@@ -5,6 +5,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{DshError, Field, FieldName, Result, Scope};
+use crate::limits::{Limits, LimitsInput};
 use crate::sandbox::SandboxMode;
 
 /// A number as a caller gives it. JavaScript and Python hand over doubles and
@@ -136,6 +137,9 @@ pub struct ConfigInput {
     pub retain_settled: Option<Num>,
     /// The sandbox policy a request without one gets (default: none).
     pub sandbox_mode: Option<SandboxMode>,
+    /// Limits every command gets, and the most a request may ask for
+    /// (docs/limits.md; default: none).
+    pub limits: Option<LimitsInput>,
 }
 
 /// How many settled background processes the registry keeps by default.
@@ -176,6 +180,9 @@ pub struct Config {
     pub retain_settled: u64,
     /// The default sandbox mode; `None`: unconfined unless a request asks.
     pub sandbox_mode: Option<SandboxMode>,
+    /// Each command's limits when its request sets none, and the cap of a
+    /// request's own (a request may tighten a limit, never loosen it).
+    pub limits: Limits,
 }
 
 impl Config {
@@ -241,6 +248,10 @@ impl Config {
                 MAX_SAFE_INTEGER,
             )?,
             sandbox_mode: input.sandbox_mode,
+            limits: match &input.limits {
+                Some(l) => l.validate(Scope::Config)?,
+                None => Limits::default(),
+            },
         };
         Ok(config)
     }

@@ -2,34 +2,213 @@
 //! that enforces it, and the facts a result reports. Confined modes fail
 //! closed: nothing runs unconfined by accident.
 
+use std::sync::OnceLock;
+
 use crate::error::{DshError, Result};
 use crate::landlock;
-use crate::sandbox::{SandboxInfo, SandboxMode, SandboxPolicy};
+use crate::sandbox::{Enforcement, NetworkPolicy, SandboxInfo, SandboxMode, SandboxPolicy};
 
 fn confined(policy: Option<&SandboxPolicy>) -> Option<&SandboxPolicy> {
     policy.filter(|p| p.mode != SandboxMode::DangerFullAccess)
 }
 
-/// Fail closed: a confined mode on a kernel without Landlock is an error.
+fn network(policy: Option<&SandboxPolicy>) -> NetworkPolicy {
+    policy.map(|p| p.network).unwrap_or_default()
+}
+
+/// Fail closed: a confined mode on a kernel without Landlock, a network
+/// policy the kernel cannot enforce, is an error.
 pub(crate) fn check(policy: Option<&SandboxPolicy>) -> Result<()> {
-    match confined(policy) {
-        None => Ok(()),
-        Some(p) => landlock::abi()
+    if let Some(p) = confined(policy) {
+        landlock::abi()
+            .map_err(|why| DshError::SandboxUnavailable(format!("{} needs Landlock: {why}", p.mode)))?;
+    }
+    match network(policy) {
+        NetworkPolicy::Allow => Ok(()),
+        NetworkPolicy::Loopback => filter(NetworkPolicy::Loopback)
+            .map_err(|why| DshError::SandboxUnavailable(format!("network loopback needs seccomp: {why}")))
+            .and_then(|_| {
+                crate::netfilter::available().map_err(|why| {
+                    DshError::SandboxUnavailable(format!("network loopback cannot be enforced here: {why}"))
+                })
+            }),
+        NetworkPolicy::Deny => filter(NetworkPolicy::Deny)
             .map(|_| ())
-            .map_err(|why| DshError::SandboxUnavailable(format!("{} needs Landlock: {why}", p.mode))),
+            .map_err(|why| DshError::SandboxUnavailable(format!("network deny needs seccomp: {why}"))),
     }
 }
 
 /// The Landlock ruleset a command of `policy` restricts itself with before
-/// it execs (`None`: unconfined). An error means confinement cannot be
-/// applied, and nothing may run.
+/// it execs (`None`: no Landlock rule applies). An error means confinement
+/// cannot be applied, and nothing may run.
 pub(crate) fn ruleset(policy: Option<&SandboxPolicy>) -> Result<Option<landlock::Ruleset>> {
-    let Some(policy) = confined(policy) else {
+    let files = confined(policy).is_some();
+    let deny_tcp =
+        network(policy) == NetworkPolicy::Deny && landlock::abi().is_ok_and(|v| v >= landlock::NET_ABI);
+    let Some(policy) = policy.filter(|_| files || deny_tcp) else {
         return Ok(None);
     };
-    landlock::ruleset(policy)
+    landlock::ruleset(policy, files, deny_tcp)
         .map(Some)
         .map_err(|why| DshError::SandboxUnavailable(format!("{}: {why}", policy.mode)))
+}
+
+/// The compiled seccomp filter of a network policy (BPF instructions as
+/// bytes), built once: `socket(2)` and `socketpair(2)` of any family but
+/// `AF_UNIX` (`deny`), or but `AF_UNIX`, `AF_INET` and `AF_INET6`
+/// (`loopback`, whose addresses the cgroup programs of `netfilter` check),
+/// and every `io_uring` call (its operations run in the kernel, where no
+/// filter sees them) fail with EACCES; a system call of another ABI (32-bit
+/// x86, x32) too, as their numbers would slip past the rules.
+fn filter(policy: NetworkPolicy) -> std::result::Result<&'static [u8], String> {
+    static DENY: OnceLock<std::result::Result<Vec<u8>, String>> = OnceLock::new();
+    static LOOPBACK: OnceLock<std::result::Result<Vec<u8>, String>> = OnceLock::new();
+    let (cell, families): (_, &[libc::c_int]) = match policy {
+        NetworkPolicy::Loopback => (&LOOPBACK, &[libc::AF_UNIX, libc::AF_INET, libc::AF_INET6]),
+        _ => (&DENY, &[libc::AF_UNIX]),
+    };
+    cell.get_or_init(|| {
+        seccomp_available()?;
+        compile_filter(families)
+    })
+    .as_deref()
+    .map_err(Clone::clone)
+}
+
+fn seccomp_available() -> std::result::Result<(), String> {
+    const SECCOMP_GET_ACTION_AVAIL: libc::c_uint = 2;
+    let action: u32 = libc::SECCOMP_RET_ERRNO;
+    // SAFETY: the call only reads the u32 it is given.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            SECCOMP_GET_ACTION_AVAIL,
+            0u32,
+            &action as *const u32,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "this kernel has no seccomp filters: {}",
+            std::io::Error::last_os_error()
+        ))
+    }
+}
+
+fn compile_filter(families: &[libc::c_int]) -> std::result::Result<Vec<u8>, String> {
+    use seccompiler::{
+        BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule, TargetArch,
+    };
+    let arch = if cfg!(target_arch = "x86_64") {
+        TargetArch::x86_64
+    } else if cfg!(target_arch = "aarch64") {
+        TargetArch::aarch64
+    } else if cfg!(target_arch = "riscv64") {
+        TargetArch::riscv64
+    } else {
+        return Err("no seccomp filter is built for this architecture".to_owned());
+    };
+    let bad = |e: seccompiler::BackendError| format!("cannot build the seccomp filter: {e}");
+    // One rule whose conditions all hold (they are ANDed): the family is
+    // none of the allowed ones.
+    let other_family = || -> std::result::Result<Vec<SeccompRule>, String> {
+        let conditions = families
+            .iter()
+            .map(|f| SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, *f as u64))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(bad)?;
+        Ok(vec![SeccompRule::new(conditions).map_err(bad)?])
+    };
+    let rules = [
+        (libc::SYS_socket, other_family()?),
+        (libc::SYS_socketpair, other_family()?),
+        (libc::SYS_io_uring_setup, Vec::new()),
+        (libc::SYS_io_uring_enter, Vec::new()),
+        (libc::SYS_io_uring_register, Vec::new()),
+    ]
+    .into_iter()
+    .collect();
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EACCES as u32),
+        arch,
+    )
+    .map_err(bad)?;
+    let mut program: BpfProgram = filter.try_into().map_err(bad)?;
+    // seccompiler checks the architecture (a 32-bit x86 call kills the
+    // process) but not x32 numbers on x86_64 (bit 30 set), which would
+    // match no rule: refuse those right after the architecture check.
+    if cfg!(target_arch = "x86_64") {
+        const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+        let stmt = |code: u16, k: u32| seccompiler::sock_filter {
+            code,
+            jt: 0,
+            jf: 0,
+            k,
+        };
+        let prelude = [
+            stmt((libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16, 0),
+            seccompiler::sock_filter {
+                code: (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16,
+                jt: 0,
+                jf: 1,
+                k: X32_SYSCALL_BIT,
+            },
+            stmt(
+                (libc::BPF_RET | libc::BPF_K) as u16,
+                libc::SECCOMP_RET_ERRNO | libc::EACCES as u32,
+            ),
+        ];
+        program.splice(3..3, prelude);
+    }
+    let mut bytes = Vec::with_capacity(program.len() * 8);
+    for i in &program {
+        bytes.extend_from_slice(&i.code.to_ne_bytes());
+        bytes.push(i.jt);
+        bytes.push(i.jf);
+        bytes.extend_from_slice(&i.k.to_ne_bytes());
+    }
+    Ok(bytes)
+}
+
+/// The seccomp filter a command of `policy` installs before it execs.
+pub(crate) fn network_filter(policy: Option<&SandboxPolicy>) -> Result<Option<Vec<u8>>> {
+    match network(policy) {
+        NetworkPolicy::Allow => Ok(None),
+        p => filter(p)
+            .map(|b| Some(b.to_vec()))
+            .map_err(|why| DshError::SandboxUnavailable(format!("network {p} needs seccomp: {why}"))),
+    }
+}
+
+/// How completely a network policy is enforced: `deny` is `full` with
+/// Landlock's network rules (ABI 4+) on top of the filter (a TCP socket
+/// received from elsewhere over a Unix socket still cannot bind or
+/// connect), `partial` with the filter alone; `loopback` runs only with
+/// all of its mechanisms, so it is `full`.
+fn network_enforcement(policy: NetworkPolicy) -> Option<Enforcement> {
+    match policy {
+        NetworkPolicy::Allow => None,
+        NetworkPolicy::Loopback => Some(Enforcement::Full),
+        NetworkPolicy::Deny => Some(if landlock::abi().is_ok_and(|v| v >= landlock::NET_ABI) {
+            Enforcement::Full
+        } else {
+            Enforcement::Partial
+        }),
+    }
+}
+
+/// The error for a command whose network filter failed in its own process.
+pub(crate) fn network_failed(policy: Option<&SandboxPolicy>, errno: i32) -> DshError {
+    DshError::SandboxUnavailable(format!(
+        "network {}: cannot install the seccomp filter: {}",
+        network(policy),
+        std::io::Error::from_raw_os_error(errno)
+    ))
 }
 
 /// The error for a command whose restriction failed in its own process.
@@ -64,6 +243,8 @@ fn info(policy: &SandboxPolicy, denied: bool, runner_failed: Option<bool>) -> Sa
         denied,
         enforcement: confined(Some(policy)).and_then(|_| landlock::enforcement()),
         runner_failed,
+        network: policy.network,
+        network_enforcement: network_enforcement(policy.network),
     }
 }
 
@@ -74,7 +255,8 @@ pub(crate) fn facts(
     stderr: &str,
 ) -> Option<SandboxInfo> {
     let policy = policy?;
-    let denied = confined(Some(policy)).is_some() && looks_denied(exit_code, stderr);
+    let restricted = confined(Some(policy)).is_some() || policy.network != NetworkPolicy::Allow;
+    let denied = restricted && looks_denied(exit_code, stderr);
     Some(info(policy, denied, None))
 }
 
@@ -95,6 +277,7 @@ mod tests {
             mode,
             workspace_root: "/srv/ws".into(),
             session_id: None,
+            network: NetworkPolicy::Allow,
         }
     }
 

@@ -119,6 +119,7 @@ mod tests {
             dsh_env: map(dsh_env),
             owner: None,
             sandbox_policy: None,
+            limits: Default::default(),
         }
     }
 

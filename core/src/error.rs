@@ -53,6 +53,18 @@ pub enum FieldName {
     SandboxPolicy,
     /// `on_expiry` / `onExpiry` (request, spec).
     OnExpiry,
+    /// `limits` as a whole (config, request): its shape.
+    Limits,
+    /// `limits.memory_bytes` / `limits.memoryBytes` (config, request, spec).
+    LimitsMemoryBytes,
+    /// `limits.processes` (config, request, spec).
+    LimitsProcesses,
+    /// `limits.cpu_seconds` / `limits.cpuSeconds` (config, request, spec).
+    LimitsCpuSeconds,
+    /// `limits.file_size_bytes` / `limits.fileSizeBytes` (config, request, spec).
+    LimitsFileSizeBytes,
+    /// `limits.open_files` / `limits.openFiles` (config, request, spec).
+    LimitsOpenFiles,
 }
 
 /// How a face spells field names: Rust, C and Python use snake_case, Node
@@ -88,6 +100,12 @@ impl FieldName {
             Owner => ("owner", "owner"),
             SandboxPolicy => ("sandbox_policy", "sandboxPolicy"),
             OnExpiry => ("on_expiry", "onExpiry"),
+            Limits => ("limits", "limits"),
+            LimitsMemoryBytes => ("limits.memory_bytes", "limits.memoryBytes"),
+            LimitsProcesses => ("limits.processes", "limits.processes"),
+            LimitsCpuSeconds => ("limits.cpu_seconds", "limits.cpuSeconds"),
+            LimitsFileSizeBytes => ("limits.file_size_bytes", "limits.fileSizeBytes"),
+            LimitsOpenFiles => ("limits.open_files", "limits.openFiles"),
         };
         match style {
             NameStyle::Snake => snake,
@@ -208,6 +226,16 @@ pub enum DshError {
         id: String,
         /// Why its stdin takes no more bytes.
         why: crate::stdin::StdinEnd,
+    },
+
+    /// A limit was asked for (by the request or the configuration) that
+    /// this host cannot enforce; nothing was run (fail closed).
+    #[error("limit unavailable: {message}")]
+    LimitUnavailable {
+        /// The limit that cannot be enforced.
+        limit: crate::limits::LimitKind,
+        /// Why, naming the limit's field.
+        message: String,
     },
 }
 

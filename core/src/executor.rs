@@ -17,6 +17,7 @@ use crate::confine;
 use crate::env::HostEnv;
 use crate::error::{DshError, Field, FieldName, Result, Scope};
 use crate::forked::current_pid;
+use crate::governor;
 use crate::launch::launch;
 use crate::output::StreamBuffer;
 use crate::process::{lock, Process, ProcessRead, ProcessShared, State, Status};
@@ -325,6 +326,9 @@ impl Shared {
                         stderr,
                         survivors: 0,
                         background_id: Some(process.id().to_owned()),
+                        // Still running: no limit has ended it.
+                        limit: None,
+                        limits_enforcement: governor::check(&spec.limits).unwrap_or_default(),
                     }
                 };
                 if let Some(tx) = tx.take() {
@@ -407,6 +411,7 @@ impl Shared {
         let tag = self.next_tag();
         let shared = &process.shared;
         let launched = confine::check(spec.sandbox_policy.as_ref())
+            .and_then(|_| governor::check(&spec.limits))
             .and_then(|_| launch(&spec, host_env, &tag, &self.supervisors));
         let (ending, sandbox, survivors) = match launched {
             Err(e) => {
@@ -591,8 +596,9 @@ fn run_result(spec: &Spec, outcome: Outcome, streams: &Mutex<Streams>) -> RunRes
         status,
         stop,
         survivors,
+        group,
     } = outcome;
-    let ending = ExitFields::from(status);
+    let ending = governed(ExitFields::from(status), spec, stop, status, group);
     let streams = lock(streams);
     let stderr = streams.stderr.collected();
     let sandbox = confine::facts(spec.sandbox_policy.as_ref(), ending.exit_code, &stderr.text);
@@ -608,6 +614,8 @@ fn run_result(spec: &Spec, outcome: Outcome, streams: &Mutex<Streams>) -> RunRes
         sandbox,
         survivors,
         background_id: None,
+        limit: ending.limit,
+        limits_enforcement: ending.limits_enforcement,
     }
 }
 
@@ -617,7 +625,13 @@ fn background_ending(
     process: &Process,
     outcome: Outcome,
 ) -> (ExitFields, Option<SandboxInfo>, u32) {
-    let ending = ExitFields::from(outcome.status);
+    let ending = governed(
+        ExitFields::from(outcome.status),
+        spec,
+        outcome.stop,
+        outcome.status,
+        outcome.group,
+    );
     let stderr = lock(&process.shared.streams).stderr.collected().text;
     let sandbox = confine::facts(spec.sandbox_policy.as_ref(), ending.exit_code, &stderr);
     (ending, sandbox, outcome.survivors)
@@ -703,6 +717,13 @@ impl Executor {
         Ok(())
     }
 
+    /// The pid of the executor's supervisor (`docs/host-death.md`), while
+    /// one runs: the parent of its commands, and the owner of their cgroups
+    /// (`dsh.<this pid>.<n>`, docs/limits.md). For diagnostics and tests.
+    pub fn supervisor_pid(&self) -> Option<i32> {
+        self.shared().supervisors.pid()
+    }
+
     /// The default sandbox mode this executor stamps (`None`: it does not
     /// confine unless a spec asks).
     pub fn sandbox_mode(&self) -> Option<SandboxMode> {
@@ -738,6 +759,7 @@ impl Executor {
             ));
         }
         confine::check(spec.sandbox_policy.as_ref())?;
+        governor::check(&spec.limits)?;
         Ok(active)
     }
 
@@ -967,4 +989,32 @@ impl Executor {
         }
         runtime::block_on(shared.dispose())
     }
+}
+
+/// The governor's facts on an ending: which limit ended the command (the
+/// one the executor stopped it for, else the kernel's counters and the
+/// leader's death signal when it ended by itself; never after a timeout or
+/// a cancellation), how each limit was enforced; then the command's groups
+/// are removed.
+fn governed(
+    mut ending: ExitFields,
+    spec: &Spec,
+    stop: Option<Stop>,
+    status: crate::spawn::ExitStatus,
+    group: Option<crate::governor::CommandGroup>,
+) -> ExitFields {
+    let signal = match status {
+        crate::spawn::ExitStatus::Signal(s) => Some(s),
+        _ => None,
+    };
+    ending.limit = match stop {
+        Some(Stop::Limit(kind)) => Some(kind),
+        None => governor::cause(&spec.limits, group.as_ref(), signal),
+        Some(_) => None,
+    };
+    ending.limits_enforcement = governor::check(&spec.limits).unwrap_or_default();
+    if let Some(g) = group {
+        g.remove();
+    }
+    ending
 }

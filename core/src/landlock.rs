@@ -5,47 +5,26 @@
 //! every descendant are confined — a domain cannot be left — while neither
 //! the host's threads nor the supervisor ever are.
 
-use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::OnceLock;
+
+use landlock::{
+    AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, PathFdError,
+    Ruleset as Builder, RulesetAttr, RulesetCreatedAttr,
+};
 
 use crate::sandbox::{Enforcement, SandboxMode, SandboxPolicy};
 
-// From include/uapi/linux/landlock.h.
+/// The Landlock ABI version query (include/uapi/linux/landlock.h): the
+/// one call the `landlock` crate does not expose.
 const CREATE_RULESET_VERSION: u32 = 1 << 0;
-const RULE_PATH_BENEATH: libc::c_int = 1;
-const ACCESS_FS_WRITE_FILE: u64 = 1 << 1;
-const ACCESS_FS_REMOVE_DIR: u64 = 1 << 4;
-const ACCESS_FS_REMOVE_FILE: u64 = 1 << 5;
-const ACCESS_FS_MAKE_CHAR: u64 = 1 << 6;
-const ACCESS_FS_MAKE_DIR: u64 = 1 << 7;
-const ACCESS_FS_MAKE_REG: u64 = 1 << 8;
-const ACCESS_FS_MAKE_SOCK: u64 = 1 << 9;
-const ACCESS_FS_MAKE_FIFO: u64 = 1 << 10;
-const ACCESS_FS_MAKE_BLOCK: u64 = 1 << 11;
-const ACCESS_FS_MAKE_SYM: u64 = 1 << 12;
-/// ABI 2: linking or renaming a file into another directory.
-const ACCESS_FS_REFER: u64 = 1 << 13;
-/// ABI 3: truncate(2), ftruncate(2), open(O_TRUNC).
-const ACCESS_FS_TRUNCATE: u64 = 1 << 14;
 
 /// The first ABI that governs every file effect a mode promises (writes,
 /// creations, removals, cross-directory links and truncation).
 const FULL_ABI: u32 = 3;
-
-#[repr(C)]
-struct RulesetAttr {
-    handled_access_fs: u64,
-}
-
-#[repr(C, packed)]
-struct PathBeneathAttr {
-    allowed_access: u64,
-    parent_fd: i32,
-}
+/// The first ABI with network rules (TCP bind and connect, by port).
+pub(crate) const NET_ABI: u32 = 4;
 
 /// The kernel's Landlock ABI version, or why there is none.
 pub(crate) fn abi() -> Result<u32, String> {
@@ -55,7 +34,7 @@ pub(crate) fn abi() -> Result<u32, String> {
         let v = unsafe {
             libc::syscall(
                 libc::SYS_landlock_create_ruleset,
-                std::ptr::null::<RulesetAttr>(),
+                std::ptr::null::<u64>(),
                 0usize,
                 CREATE_RULESET_VERSION,
             )
@@ -85,22 +64,26 @@ pub(crate) fn enforcement() -> Option<Enforcement> {
     })
 }
 
-fn write_rights(abi: u32) -> u64 {
-    let mut rights = ACCESS_FS_WRITE_FILE
-        | ACCESS_FS_REMOVE_DIR
-        | ACCESS_FS_REMOVE_FILE
-        | ACCESS_FS_MAKE_CHAR
-        | ACCESS_FS_MAKE_DIR
-        | ACCESS_FS_MAKE_REG
-        | ACCESS_FS_MAKE_SOCK
-        | ACCESS_FS_MAKE_FIFO
-        | ACCESS_FS_MAKE_BLOCK
-        | ACCESS_FS_MAKE_SYM;
+/// What the confined modes govern at this ABI (docs/sandbox.md): every
+/// write, creation and removal; cross-directory links (ABI 2) and
+/// truncation (ABI 3). Not `AccessFs::from_write`, which from ABI 5 also
+/// governs device ioctls, which no mode promises.
+fn write_rights(abi: u32) -> BitFlags<AccessFs> {
+    let mut rights = AccessFs::WriteFile
+        | AccessFs::RemoveDir
+        | AccessFs::RemoveFile
+        | AccessFs::MakeChar
+        | AccessFs::MakeDir
+        | AccessFs::MakeReg
+        | AccessFs::MakeSock
+        | AccessFs::MakeFifo
+        | AccessFs::MakeBlock
+        | AccessFs::MakeSym;
     if abi >= 2 {
-        rights |= ACCESS_FS_REFER;
+        rights |= AccessFs::Refer;
     }
     if abi >= 3 {
-        rights |= ACCESS_FS_TRUNCATE;
+        rights |= AccessFs::Truncate;
     }
     rights
 }
@@ -109,47 +92,9 @@ fn write_rights(abi: u32) -> u64 {
 /// no file, and shell redirections to them are everywhere.
 const SINKS: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
 
-/// A ready ruleset for one policy.
+/// A ready ruleset for one policy: its descriptor.
 pub(crate) struct Ruleset {
     fd: OwnedFd,
-}
-
-fn open_path(path: &Path) -> io::Result<OwnedFd> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: `c` is a valid C string; O_PATH opens no file contents.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: open succeeded (fd ≥ 0), so `fd` is a descriptor it just
-    // created, which nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn add_rule(ruleset: &OwnedFd, path: &Path, allowed: u64) -> io::Result<()> {
-    let parent = open_path(path)?;
-    let attr = PathBeneathAttr {
-        allowed_access: allowed,
-        parent_fd: parent.as_raw_fd(),
-    };
-    // SAFETY: `attr` is a live, initialised `struct landlock_path_beneath_attr`
-    // (packed, as the kernel declares it) that the kernel only reads during
-    // the call; `ruleset` and `parent` are open descriptors.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_add_rule,
-            ruleset.as_raw_fd(),
-            RULE_PATH_BENEATH,
-            &attr as *const PathBeneathAttr,
-            0u32,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
 }
 
 /// The directories a mode may write under.
@@ -164,50 +109,60 @@ fn writable_dirs(policy: &SandboxPolicy) -> Vec<std::path::PathBuf> {
     }
 }
 
-/// Builds the ruleset for a confined policy: reads and execution stay
-/// unrestricted; every file write is denied except under the writable
-/// directories and to the sinks. An error means confinement cannot be
+/// Builds the ruleset for a policy: with `files`, reads and execution stay
+/// unrestricted and every file write is denied except under the writable
+/// directories and to the sinks; with `deny_tcp` (ABI 4+ only), every TCP
+/// bind and connect is denied. Built with the `landlock` crate as a hard
+/// requirement (nothing silently dropped: the rights asked for are exactly
+/// those this ABI has), and handed over as a descriptor: the command's
+/// process restricts itself with it. An error means confinement cannot be
 /// applied (the caller fails closed).
-pub(crate) fn ruleset(policy: &SandboxPolicy) -> Result<Ruleset, String> {
-    let abi = abi()?;
-    let handled = write_rights(abi);
-    let attr = RulesetAttr {
-        handled_access_fs: handled,
-    };
-    // SAFETY: `attr` is a live `struct landlock_ruleset_attr` that the kernel
-    // only reads, for the size passed (the ABI-1 layout, accepted by every
-    // kernel with Landlock).
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            &attr as *const RulesetAttr,
-            std::mem::size_of::<RulesetAttr>(),
-            0u32,
-        )
-    };
-    if fd < 0 {
-        return Err(format!(
-            "cannot create a Landlock ruleset: {}",
-            io::Error::last_os_error()
-        ));
+pub(crate) fn ruleset(policy: &SandboxPolicy, files: bool, deny_tcp: bool) -> Result<Ruleset, String> {
+    let v = abi()?;
+    let net = deny_tcp && v >= NET_ABI;
+    if !files && !net {
+        return Err("nothing to confine".to_owned());
     }
-    // SAFETY: landlock_create_ruleset succeeded (fd ≥ 0), so `fd` is a
-    // descriptor it just created, which nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    for dir in writable_dirs(policy) {
-        add_rule(&fd, &dir, handled)
-            .map_err(|e| format!("cannot allow writes under {}: {e}", dir.display()))?;
+    let handled = write_rights(v);
+    let cannot = |e: landlock::RulesetError| format!("cannot create a Landlock ruleset: {e}");
+    let mut rs = Builder::default().set_compatibility(CompatLevel::HardRequirement);
+    if files {
+        rs = rs.handle_access(handled).map_err(cannot)?;
     }
-    let file_rights = handled & (ACCESS_FS_WRITE_FILE | ACCESS_FS_TRUNCATE);
-    for sink in SINKS {
-        match add_rule(&fd, Path::new(sink), file_rights) {
-            Ok(()) => {}
-            // A host without /dev/tty (no controlling terminal) is fine.
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENXIO)) => {}
-            Err(e) => return Err(format!("cannot allow writes to {sink}: {e}")),
+    if net {
+        rs = rs
+            .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
+            .map_err(cannot)?;
+    }
+    let mut created = rs.create().map_err(cannot)?;
+    if files {
+        for dir in writable_dirs(policy) {
+            let fd =
+                PathFd::new(&dir).map_err(|e| format!("cannot allow writes under {}: {e}", dir.display()))?;
+            created = created
+                .add_rule(PathBeneath::new(fd, handled))
+                .map_err(|e| format!("cannot allow writes under {}: {e}", dir.display()))?;
+        }
+        let file_rights = handled & (AccessFs::WriteFile | AccessFs::Truncate);
+        for sink in SINKS {
+            let fd = match PathFd::new(sink) {
+                Ok(fd) => fd,
+                // A host without /dev/tty (no controlling terminal) is fine.
+                Err(PathFdError::OpenCall { source, .. })
+                    if matches!(source.raw_os_error(), Some(libc::ENOENT | libc::ENXIO)) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(format!("cannot allow writes to {sink}: {e}")),
+            };
+            created = created
+                .add_rule(PathBeneath::new(fd, file_rights))
+                .map_err(|e| format!("cannot allow writes to {sink}: {e}"))?;
         }
     }
-    Ok(Ruleset { fd })
+    let fd: Option<OwnedFd> = created.into();
+    fd.map(|fd| Ruleset { fd })
+        .ok_or_else(|| "Landlock is unavailable: no ruleset was created".to_owned())
 }
 
 impl Ruleset {

@@ -8,6 +8,7 @@ use std::path::Path;
 use crate::confine;
 use crate::env::{child_environment, path_of, HostEnv};
 use crate::error::{errno_name, DshError, Result, SpawnFailure};
+use crate::governor::{self, CommandGroup};
 use crate::request::Spec;
 use crate::spawn::{find_shell, Pipes, Spawned};
 use crate::supervisor::{Program, Slot, SpawnError, StartFailed, Step};
@@ -66,27 +67,51 @@ pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str, supervisors: &Sl
     };
     let os_error = |e: std::io::Error| spawn_error(e, &spec.workdir);
     let pipes = Pipes::new(spec.stdin.is_some() || spec.stdin_pipe).map_err(os_error)?;
-    let fds = pipes.child_fds(ruleset.as_ref().map(|r| r.fd()));
-    let supervisor = supervisors.get().map_err(supervisor_error)?;
+    let mut fds = pipes.child_fds(ruleset.as_ref().map(|r| r.fd()));
+    fds.rlimits = governor::rlimits(&spec.limits);
+    fds.seccomp = confine::network_filter(spec.sandbox_policy.as_ref())?;
+    let loopback = spec
+        .sandbox_policy
+        .as_ref()
+        .is_some_and(|p| p.network == crate::sandbox::NetworkPolicy::Loopback);
+    let mut supervisor = supervisors.get().map_err(supervisor_error)?;
+    // The groups are named after the supervisor, which removes what is
+    // left of them when it ends.
+    let mut group = CommandGroup::new(&spec.limits, loopback, supervisor.pid())?;
+    fds.cgroups = group.as_ref().map(CommandGroup::procs).unwrap_or_default();
     let leader = match supervisor.spawn(&fds, &program) {
-        Err(SpawnError::Unreachable(_)) => supervisors
-            .renew(&supervisor)
-            .map_err(supervisor_error)?
-            .spawn(&fds, &program),
+        Err(SpawnError::Unreachable(_)) => {
+            supervisor = supervisors.renew(&supervisor).map_err(supervisor_error)?;
+            drop(group.take());
+            group = CommandGroup::new(&spec.limits, loopback, supervisor.pid())?;
+            fds.cgroups = group.as_ref().map(CommandGroup::procs).unwrap_or_default();
+            supervisor.spawn(&fds, &program)
+        }
         other => other,
     }
-    .map_err(|e| failed(e, spec))?;
-    pipes.started(leader).map_err(os_error)
+    .map_err(|e| failed(e, spec, group.as_ref()))?;
+    pipes.started(leader, group).map_err(os_error)
 }
 
 /// The error for a command the supervisor could not start.
-fn failed(e: SpawnError, spec: &Spec) -> DshError {
+fn failed(e: SpawnError, spec: &Spec, group: Option<&CommandGroup>) -> DshError {
     match e {
         SpawnError::Unreachable(e) | SpawnError::Io(e) => spawn_error(e, &spec.workdir),
         SpawnError::Failed {
             step: Step::Confine,
             errno,
+            ..
         } => confine::restrict_failed(spec.sandbox_policy.as_ref(), errno),
+        SpawnError::Failed {
+            step: Step::Network,
+            errno,
+            ..
+        } => confine::network_failed(spec.sandbox_policy.as_ref(), errno),
+        SpawnError::Failed {
+            step: Step::Limits,
+            errno,
+            detail,
+        } => governor::apply_failed(detail, errno, group),
         SpawnError::Failed { errno, .. } => {
             spawn_error(std::io::Error::from_raw_os_error(errno), &spec.workdir)
         }

@@ -23,8 +23,11 @@ mod env;
 mod error;
 mod executor;
 mod forked;
+mod governor;
 mod landlock;
 mod launch;
+mod limits;
+mod netfilter;
 mod output;
 mod process;
 mod request;
@@ -46,12 +49,14 @@ pub use config::{
 pub use env::is_scrubbed;
 pub use error::{errno_name, DshError, Field, FieldName, NameStyle, Result, Scope, SpawnFailure};
 pub use executor::{Executor, ListenerId, TaskListener};
+pub use governor::limits_support;
+pub use limits::{LimitKind, Limits, LimitsEnforcement, LimitsInput, Mechanism};
 pub use output::CollectedOutput;
 pub use process::{Process, ProcessRead, Status, WaiterId};
 pub use request::{resolve, OnExpiry, Request, SandboxPolicyInput, Spec, DSH_ENV_PREFIX};
 pub use run::{RunFuture, RunResult};
 pub use runtime::refuse_blocking;
-pub use sandbox::{Enforcement, SandboxInfo, SandboxMode, SandboxPolicy};
+pub use sandbox::{Enforcement, NetworkPolicy, SandboxInfo, SandboxMode, SandboxPolicy};
 pub use stdin::{StdinEnd, STDIN_BUFFER_BYTES};
 
 /// The Rust examples of README.md and docs/ are doctests: `cargo test --doc`

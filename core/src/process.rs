@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use crate::callbacks;
 use crate::error::Result;
 use crate::forked;
+use crate::limits::{LimitKind, LimitsEnforcement};
 use crate::run::ExitFields;
 use crate::runtime;
 use crate::sandbox::SandboxInfo;
@@ -203,6 +204,18 @@ impl Process {
     /// when it ended by itself.
     pub fn survivors(&self) -> u32 {
         self.state().survivors
+    }
+
+    /// The limit that ended it, as the kernel reported it (see
+    /// [`RunResult::limit`](crate::RunResult)); `None` while running.
+    pub fn limit(&self) -> Option<LimitKind> {
+        self.state().ending.limit
+    }
+
+    /// The mechanism of each limit it ran with (empty while running and
+    /// when it had none).
+    pub fn limits_enforcement(&self) -> LimitsEnforcement {
+        self.state().ending.limits_enforcement
     }
 
     /// True once the process has settled (`done`).

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use crate::config::{path_field, timeout_request_ms, whole_number, Config, Num, MAX_SAFE_INTEGER};
 use crate::error::{DshError, Field, FieldName, Result, Scope};
-use crate::sandbox::{SandboxMode, SandboxPolicy};
+use crate::limits::{LimitKind, Limits, LimitsInput};
+use crate::sandbox::{NetworkPolicy, SandboxMode, SandboxPolicy};
 
 /// The prefix every managed (`dsh_env`) key carries.
 pub const DSH_ENV_PREFIX: &str = "DSH_";
@@ -23,6 +24,8 @@ pub struct SandboxPolicyInput {
     pub workspace_root: Option<PathBuf>,
     /// The calling session's identity, carried to the spec untouched.
     pub session_id: Option<String>,
+    /// What the command may do on the network; `None`: `allow`.
+    pub network: Option<NetworkPolicy>,
 }
 
 /// What a foreground run does when its timeout is reached
@@ -94,6 +97,9 @@ pub struct Request {
     pub owner: Option<String>,
     /// This call's sandbox policy; `None`: the configured `sandbox_mode`.
     pub sandbox_policy: Option<SandboxPolicyInput>,
+    /// This call's limits, each clamped to the configured one; a limit not
+    /// given is the configured one (docs/limits.md).
+    pub limits: Option<LimitsInput>,
 }
 
 impl Request {
@@ -137,6 +143,8 @@ pub struct Spec {
     pub owner: Option<String>,
     /// Required-but-nullable: `None` runs unconfined.
     pub sandbox_policy: Option<SandboxPolicy>,
+    /// Effective: already clamped to the configured limits.
+    pub limits: Limits,
 }
 
 /// Resolves a request against a configuration (docs/requests.md).
@@ -192,12 +200,18 @@ pub fn resolve(config: &Config, request: Request) -> Result<Spec> {
                 None => workdir.clone(),
             },
             session_id: p.session_id,
+            network: p.network.unwrap_or_default(),
         }),
         None => config.sandbox_mode.map(|mode| SandboxPolicy {
             mode,
             workspace_root: workdir.clone(),
             session_id: None,
+            network: NetworkPolicy::Allow,
         }),
+    };
+    let limits = match &request.limits {
+        Some(l) => l.validate(Scope::Request)?.clamped_by(&config.limits),
+        None => config.limits,
     };
     Ok(Spec {
         command: request.command,
@@ -211,6 +225,7 @@ pub fn resolve(config: &Config, request: Request) -> Result<Spec> {
         dsh_env: request.dsh_env,
         owner: request.owner,
         sandbox_policy,
+        limits,
     })
 }
 
@@ -252,6 +267,26 @@ impl Spec {
                     f(FieldName::SandboxPolicy),
                     "workspace_root must be an absolute path without NUL bytes",
                 ));
+            }
+        }
+        self.limits.check(Scope::Spec)?;
+        for kind in LimitKind::ALL {
+            if let Some(cap) = config.limits.get(kind) {
+                match self.limits.get(kind) {
+                    Some(v) if v > cap => {
+                        return Err(DshError::invalid(
+                            Field::new(Scope::Spec, kind.field()),
+                            format!("must be no greater than {cap}, got {v}"),
+                        ))
+                    }
+                    None => {
+                        return Err(DshError::invalid(
+                            Field::new(Scope::Spec, kind.field()),
+                            format!("must be set: the executor limits it to {cap}"),
+                        ))
+                    }
+                    _ => {}
+                }
             }
         }
         Ok(())

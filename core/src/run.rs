@@ -9,6 +9,7 @@ use tokio::task::JoinHandle;
 
 use crate::cancel::CancelToken;
 use crate::error::{DshError, Result};
+use crate::limits::{LimitKind, LimitsEnforcement};
 use crate::output::CollectedOutput;
 use crate::sandbox::SandboxInfo;
 use crate::spawn::ExitStatus;
@@ -51,6 +52,12 @@ pub struct RunResult {
     /// id (`timed_out` is true, `exit_code` and `signal` are `None`). Its
     /// consuming reads start right after this result's output.
     pub background_id: Option<String>,
+    /// The limit that ended the command, as the kernel reported it
+    /// (docs/limits.md); `None` when no limit did. Never together with
+    /// `timed_out` or `aborted`.
+    pub limit: Option<LimitKind>,
+    /// The mechanism that enforced each limit the command ran with.
+    pub limits_enforcement: LimitsEnforcement,
 }
 
 /// The future of [`Executor::run`](crate::Executor::run). Dropping it before completion aborts the
@@ -105,6 +112,8 @@ pub(crate) struct ExitFields {
     pub exit_code: Option<i32>,
     pub signal: Option<String>,
     pub unavailable: bool,
+    pub limit: Option<LimitKind>,
+    pub limits_enforcement: LimitsEnforcement,
 }
 
 impl From<ExitStatus> for ExitFields {

@@ -62,6 +62,53 @@ impl fmt::Display for SandboxMode {
     }
 }
 
+/// What a command may do on the network (docs/sandbox.md, "Network").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum NetworkPolicy {
+    /// `allow`: not restricted (the default).
+    #[default]
+    Allow,
+    /// `deny`: no socket but Unix-domain ones; no TCP bind or connect; no
+    /// `io_uring`.
+    Deny,
+    /// `loopback`: Unix sockets and 127.0.0.0/8 and ::1 only (cgroup BPF
+    /// programs: needs root and cgroup v2, else fails closed).
+    Loopback,
+}
+
+impl NetworkPolicy {
+    /// The three policies.
+    pub const ALL: [NetworkPolicy; 3] = [NetworkPolicy::Allow, NetworkPolicy::Deny, NetworkPolicy::Loopback];
+
+    /// `allow`, `deny` or `loopback`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetworkPolicy::Allow => "allow",
+            NetworkPolicy::Deny => "deny",
+            NetworkPolicy::Loopback => "loopback",
+        }
+    }
+
+    /// Parses a policy name, naming `field` in the error.
+    pub fn parse(field: Field, s: &str) -> Result<Self, DshError> {
+        NetworkPolicy::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| {
+                DshError::invalid(
+                    field,
+                    format!("unknown network policy {s:?} (expected allow, deny or loopback)"),
+                )
+            })
+    }
+}
+
+impl fmt::Display for NetworkPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A per-call policy: the mode and the root that `workspace-write` opens
 /// (absolute, without NUL bytes; not necessarily UTF-8).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +120,8 @@ pub struct SandboxPolicy {
     /// The calling session's identity (the harness keys per-session sandbox
     /// state off it); carried, never interpreted here.
     pub session_id: Option<String>,
+    /// What the command may do on the network (default `allow`).
+    pub network: NetworkPolicy,
 }
 
 /// How completely the kernel enforced a mode's file effects.
@@ -108,4 +157,9 @@ pub struct SandboxInfo {
     /// Only on settled background processes: confinement could not be
     /// applied and the command never ran.
     pub runner_failed: Option<bool>,
+    /// The network policy the command ran under.
+    pub network: NetworkPolicy,
+    /// How completely the kernel enforced it: absent exactly when the
+    /// policy is `allow`.
+    pub network_enforcement: Option<Enforcement>,
 }

@@ -20,6 +20,8 @@ pub(crate) struct Spawned {
     pub stdin: Option<OwnedFd>,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
+    /// The command's cgroups, when a limit needs them.
+    pub group: Option<crate::governor::CommandGroup>,
 }
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -165,11 +167,18 @@ impl Pipes {
             stdout: self.stdout.1.as_raw_fd(),
             stderr: self.stderr.1.as_raw_fd(),
             ruleset,
+            cgroups: Vec::new(),
+            rlimits: None,
+            seccomp: None,
         }
     }
 
     /// Ours, with the started leader: the child's ends are closed here.
-    pub(crate) fn started(self, leader: Leader) -> io::Result<Spawned> {
+    pub(crate) fn started(
+        self,
+        leader: Leader,
+        group: Option<crate::governor::CommandGroup>,
+    ) -> io::Result<Spawned> {
         let stdin = self.stdin.map(|(_, w)| w);
         let (stdout, stderr) = (self.stdout.0, self.stderr.0);
         for fd in [Some(&stdout), Some(&stderr), stdin.as_ref()]
@@ -184,6 +193,7 @@ impl Pipes {
             stdin,
             stdout,
             stderr,
+            group,
         })
     }
 }

@@ -20,6 +20,8 @@ use crate::supervisor::{release, ExitReport};
 use crate::tree::{signal_group, sweep, sweep_counted, Spare, TagMatch};
 
 const CHUNK: usize = 64 * 1024;
+/// How often a running command's cgroup counters are read.
+const LIMIT_TICK: Duration = Duration::from_millis(50);
 
 pub(crate) struct Streams {
     pub stdout: StreamBuffer,
@@ -37,6 +39,9 @@ pub(crate) enum Stop {
     /// The executor is being disposed; it sweeps every tag itself, so the
     /// per-command `/proc` sweep is skipped.
     Dispose,
+    /// The kernel says a limit of the command's cgroups was reached: the
+    /// tree is killed at once (SIGKILL, no grace), as the OOM killer would.
+    Limit(crate::limits::LimitKind),
 }
 
 pub(crate) struct Outcome {
@@ -45,6 +50,8 @@ pub(crate) struct Outcome {
     /// After a stop: processes of the tree still alive when it finished
     /// (after the final SIGKILL sweep). 0 when nothing was stopped.
     pub survivors: u32,
+    /// The command's cgroups, for the facts and then removal.
+    pub group: Option<crate::governor::CommandGroup>,
 }
 
 fn lock(streams: &Mutex<Streams>) -> std::sync::MutexGuard<'_, Streams> {
@@ -164,6 +171,7 @@ enum Event {
     Stop(Stop),
     KillNow,
     DrainOver,
+    Tick,
 }
 
 /// Reads the supervisor's report of the leader's exit from its socket.
@@ -227,6 +235,7 @@ async fn supervise_inner(
         stdin: stdin_fd,
         stdout,
         stderr,
+        group,
     } = spawned;
     let registered = (|| {
         Ok::<_, io::Error>((
@@ -278,6 +287,11 @@ async fn supervise_inner(
     let mut kill_at: Option<Instant> = None;
     let mut killed = false;
     let mut drain_until: Option<Instant> = None;
+    // A reached cgroup limit does not end a tree by itself (a refused fork
+    // leaves shells retrying, the OOM killer ends one process): its
+    // counters are read every LIMIT_TICK, and the tree ended when one moves.
+    let mut limit_tick = tokio::time::interval(LIMIT_TICK);
+    limit_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let never = Instant::now() + Duration::from_secs(100 * 365 * 86_400);
     tokio::pin!(stop);
 
@@ -287,6 +301,10 @@ async fn supervise_inner(
             // signals the tree from outside) is seen before the exit it caused.
             biased;
             s = &mut stop, if stopped.is_none() => Event::Stop(s),
+            _ = limit_tick.tick(), if group.is_some() && stopped.is_none() => match group.as_ref().and_then(|g| g.reached()) {
+                Some(kind) => Event::Stop(Stop::Limit(kind)),
+                None => Event::Tick,
+            },
             _ = sleep_until(timeout_at.unwrap_or(never)), if timeout_at.is_some() && stopped.is_none() && !exited => Event::Stop(Stop::Timeout),
             _ = sleep_until(kill_at.unwrap_or(never)), if kill_at.is_some() && !killed => Event::KillNow,
             r = read_chunk(&out, |b| lock(streams).stdout.push(b)), if out_open => Event::Stdout(r),
@@ -349,6 +367,19 @@ async fn supervise_inner(
                 timeout_at = None;
                 *handover = None;
             }
+            Event::Tick => {}
+            Event::Stop(Stop::Limit(kind)) => {
+                stopped = Some(Stop::Limit(kind));
+                killed = true;
+                if let Some(g) = &group {
+                    g.kill_members();
+                }
+                if lost {
+                    sweep(TagMatch::command(tag), libc::SIGKILL);
+                } else {
+                    signal_tree(pid, tag, libc::SIGKILL, true);
+                }
+            }
             Event::Stop(reason) => {
                 stopped = Some(reason);
                 if lost {
@@ -369,10 +400,35 @@ async fn supervise_inner(
             Event::DrainOver => break,
         }
     }
+    // A limit reached by what the leader left behind (a fork bomb's
+    // processes after their shell exited) ends them too.
+    if stopped.is_none() && !lost {
+        if let Some(kind) = group.as_ref().and_then(|g| g.reached()) {
+            stopped = Some(Stop::Limit(kind));
+            killed = true;
+            if let Some(g) = &group {
+                g.kill_members();
+            }
+            signal_tree(pid, tag, libc::SIGKILL, true);
+        }
+    }
     {
         let mut s = lock(streams);
         s.stdout.close();
         s.stderr.close();
+    }
+    // A reached limit ends every process the kernel counts in the group,
+    // whatever it did to leave the tree the sweeps follow; a fork loop is
+    // caught by the next pass, each pass after a millisecond.
+    if matches!(stopped, Some(Stop::Limit(_))) {
+        if let Some(g) = &group {
+            for _ in 0..200 {
+                if g.kill_members() == 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
     }
     let survivors = if lost {
         sweep_counted(TagMatch::command(tag), libc::SIGKILL).await.last as u32
@@ -386,6 +442,7 @@ async fn supervise_inner(
         status,
         stop: stopped,
         survivors,
+        group,
     })
 }
 

@@ -43,13 +43,24 @@ const OP_SHUTDOWN: u32 = 2;
 const FLAG_STDIN: u32 = 1;
 const FLAG_RULESET: u32 = 2;
 const FLAG_INLINE: u32 = 4;
+/// A `cgroup.procs` descriptor the command writes itself into: up to three
+/// groups (the v1 `memory` and `pids` ones of its limits, the v2 one of
+/// `network: loopback`), in that order.
+const FLAG_CGROUP1: u32 = 8;
+const FLAG_CGROUP2: u32 = 16;
+const FLAG_CGROUP3: u32 = 128;
+/// `struct limits` opens the payload's body.
+const FLAG_RLIMITS: u32 = 32;
+/// A seccomp filter (`u32 count, u32 pad`, then `count` BPF instructions)
+/// comes next in the payload's body (after the limits).
+const FLAG_SECCOMP: u32 = 64;
 /// The largest payload sent in the request's own message (MAX_INLINE).
 const MAX_INLINE: usize = 32 << 10;
 const R_SPAWNED: i32 = 1;
 const R_FAILED: i32 = 2;
 const R_EXITED: i32 = 3;
-/// At most five descriptors travel with a request.
-const MAX_FDS: usize = 5;
+/// At most eight descriptors travel with a request.
+const MAX_FDS: usize = 8;
 
 /// A request on the control socket.
 #[repr(C)]
@@ -81,6 +92,10 @@ pub(crate) enum Step {
     Exec,
     Request,
     Clone,
+    /// Entering the command's cgroups or setting its resource limits.
+    Limits,
+    /// Installing the network filter.
+    Network,
     Unknown,
 }
 
@@ -94,6 +109,8 @@ impl Step {
             5 => Step::Exec,
             6 => Step::Request,
             7 => Step::Clone,
+            8 => Step::Limits,
+            9 => Step::Network,
             _ => Step::Unknown,
         }
     }
@@ -102,8 +119,9 @@ impl Step {
 /// Why a command did not start.
 #[derive(Debug)]
 pub(crate) enum SpawnError {
-    /// The supervisor tried: `step` failed with `errno`. Nothing runs.
-    Failed { step: Step, errno: i32 },
+    /// The supervisor tried: `step` failed with `errno` (`detail`: which
+    /// limit, for [`Step::Limits`]). Nothing runs.
+    Failed { step: Step, errno: i32, detail: i32 },
     /// The request never reached the supervisor (it has ended): nothing
     /// runs, and a new supervisor may be asked.
     Unreachable(io::Error),
@@ -164,6 +182,7 @@ fn send_with_fds(fd: &OwnedFd, header: &Header, rest: &[u8], fds: &[RawFd]) -> i
     debug_assert!(fds.len() <= MAX_FDS);
     // Room for MAX_FDS descriptors, aligned for a cmsghdr.
     let mut control = [0u64; 8];
+    const _: () = assert!(MAX_FDS * 4 + 16 <= 64, "control has room for MAX_FDS descriptors");
     let fd_bytes = std::mem::size_of_val(fds);
     let mut iov = [
         libc::iovec {
@@ -311,12 +330,18 @@ pub(crate) fn release(report: OwnedFd) {
 }
 
 /// The descriptors a command gets: its pipe ends and, to confine it, a
-/// Landlock ruleset it restricts itself with before exec.
+/// Landlock ruleset it restricts itself with before exec; to govern it,
+/// the `cgroup.procs` files of its groups, its resource limits and its
+/// network filter.
 pub(crate) struct ChildFds {
     pub stdin: Option<RawFd>,
     pub stdout: RawFd,
     pub stderr: RawFd,
     pub ruleset: Option<RawFd>,
+    pub cgroups: Vec<RawFd>,
+    pub rlimits: Option<crate::governor::Rlimits>,
+    /// A compiled seccomp filter: BPF instructions, 8 bytes each.
+    pub seccomp: Option<Vec<u8>>,
 }
 
 /// What to run: `path` with `argv` and `envp`, in `workdir`; the strings go
@@ -329,8 +354,10 @@ pub(crate) struct Program<'a> {
 }
 
 impl Program<'_> {
-    /// The wire form: struct payload { argc, envc, len } and the strings.
-    fn payload(&self) -> Vec<u8> {
+    /// The wire form: struct payload { argc, envc, len } and `len` bytes:
+    /// `extra` (the limits and the filter its flags announce), then the
+    /// strings.
+    fn payload(&self, extra: &[u8]) -> Vec<u8> {
         let strings = [self.path, self.workdir]
             .into_iter()
             .chain(self.argv.iter().copied())
@@ -339,6 +366,7 @@ impl Program<'_> {
         payload.extend_from_slice(&(self.argv.len() as u32).to_ne_bytes());
         payload.extend_from_slice(&(self.envp.len() as u32).to_ne_bytes());
         payload.extend_from_slice(&[0; 8]);
+        payload.extend_from_slice(extra);
         for s in strings {
             payload.extend_from_slice(s.to_bytes_with_nul());
         }
@@ -362,9 +390,10 @@ fn spawned(sock: OwnedFd) -> Result<Leader, SpawnError> {
             set_nonblocking(&sock).map_err(SpawnError::Io)?;
             Ok(Leader { pid, report: sock })
         }
-        Some([R_FAILED, step, errno, _]) => Err(SpawnError::Failed {
+        Some([R_FAILED, step, errno, detail]) => Err(SpawnError::Failed {
             step: Step::from_wire(step),
             errno,
+            detail,
         }),
         Some(_) => Err(SpawnError::Io(io::Error::other(
             "unexpected reply from the dsh supervisor",
@@ -392,9 +421,7 @@ impl Supervisor {
     /// a larger one follows on the command's socket.
     pub(crate) fn spawn(&self, fds: &ChildFds, program: &Program<'_>) -> Result<Leader, SpawnError> {
         let (mine, theirs) = socketpair(libc::SOCK_STREAM).map_err(SpawnError::Io)?;
-        let payload = program.payload();
-        let inline = payload.len() <= MAX_INLINE;
-        let mut flags = if inline { FLAG_INLINE } else { 0 };
+        let mut flags = 0;
         let mut passed = vec![theirs.as_raw_fd(), fds.stdout, fds.stderr];
         if let Some(fd) = fds.stdin {
             flags |= FLAG_STDIN;
@@ -403,6 +430,27 @@ impl Supervisor {
         if let Some(fd) = fds.ruleset {
             flags |= FLAG_RULESET;
             passed.push(fd);
+        }
+        debug_assert!(fds.cgroups.len() <= 3);
+        for (fd, flag) in fds.cgroups.iter().zip([FLAG_CGROUP1, FLAG_CGROUP2, FLAG_CGROUP3]) {
+            flags |= flag;
+            passed.push(*fd);
+        }
+        let mut extra = Vec::new();
+        if let Some(r) = &fds.rlimits {
+            flags |= FLAG_RLIMITS;
+            extra.extend_from_slice(&r.wire());
+        }
+        if let Some(bpf) = &fds.seccomp {
+            flags |= FLAG_SECCOMP;
+            extra.extend_from_slice(&((bpf.len() / 8) as u32).to_ne_bytes());
+            extra.extend_from_slice(&[0; 4]);
+            extra.extend_from_slice(bpf);
+        }
+        let payload = program.payload(&extra);
+        let inline = payload.len() <= MAX_INLINE;
+        if inline {
+            flags |= FLAG_INLINE;
         }
         let header = Header { op: OP_SPAWN, flags };
         let rest: &[u8] = if inline { &payload } else { &[] };
@@ -527,12 +575,15 @@ fn start_here() -> io::Result<Supervisor> {
     let (control, theirs) = socketpair(libc::SOCK_SEQPACKET)?;
     let host_pid = current_pid();
     let pid_arg = CString::new(host_pid.to_string()).expect("digits have no NUL");
-    let child = clone_exec_fd(
-        program.as_raw_fd(),
-        &[c"dsh-supervisor", &pid_arg],
-        &[],
-        theirs.as_raw_fd(),
-    )?;
+    // The directories its commands' cgroups are made in: it removes what
+    // is left of them when it ends.
+    let groups: Vec<CString> = crate::governor::group_parents()
+        .into_iter()
+        .filter_map(|d| CString::new(std::os::unix::ffi::OsStrExt::as_bytes(d.as_os_str())).ok())
+        .collect();
+    let mut argv: Vec<&CStr> = vec![c"dsh-supervisor", &pid_arg];
+    argv.extend(groups.iter().map(CString::as_c_str));
+    let child = clone_exec_fd(program.as_raw_fd(), &argv, &[], theirs.as_raw_fd())?;
     Ok(Supervisor {
         pid: child.pid,
         pidfd: Some(child.pidfd),

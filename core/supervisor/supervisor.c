@@ -10,7 +10,9 @@
  * exits. docs/host-death.md describes the design; the host side is
  * core/src/supervisor.rs.
  *
- *   argv: dsh-supervisor HOST_PID        fd 3: the control socket
+ *   argv: dsh-supervisor HOST_PID [GROUP_DIR...]   fd 3: the control socket
+ *   GROUP_DIRs are where the host makes its commands' cgroups
+ *   (dsh.<our pid>.<n>); what is left of ours there is removed when we end.
  *
  * How it learns that the host died (either is enough):
  *   - the control socket reaches end of file (the host's end closed: its
@@ -24,14 +26,18 @@
  * Protocol (host -> supervisor on the control socket, SOCK_SEQPACKET):
  *   struct request { op, flags }
  *   SPAWN    fds (SCM_RIGHTS): command socket, stdout, stderr,
- *            [stdin if FLAG_STDIN], [Landlock ruleset if FLAG_RULESET]
+ *            [stdin if FLAG_STDIN], [Landlock ruleset if FLAG_RULESET],
+ *            [cgroup.procs if FLAG_CGROUP1], [cgroup.procs if FLAG_CGROUP2],
+ *            [cgroup.procs if FLAG_CGROUP3]
  *            The program: struct payload { argc, envc, len } and `len`
- *            bytes: NUL-terminated path, workdir, argv[argc], envp[envc].
+ *            bytes: struct limits if FLAG_RLIMITS, a seccomp filter if
+ *            FLAG_SECCOMP (u32 count, u32 pad, count BPF instructions),
+ *            then NUL-terminated path, workdir, argv[argc], envp[envc].
  *            With FLAG_INLINE it follows the request in the same message
  *            (one wake-up here per command); a larger one goes on the
  *            command socket (SOCK_STREAM, one per command) instead.
  *            The reply goes back on the command socket: SPAWNED(pid) or
- *            FAILED(step, errno); later EXITED(si_code, si_status) when the
+ *            FAILED(step, errno, detail); later EXITED(si_code, si_status) when the
  *            leader has exited (it stays an unreaped zombie, so its pid and
  *            process group id cannot be reused), until the host writes 'R'
  *            (release) or closes its end; then the leader is reaped. A
@@ -64,6 +70,7 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <linux/filter.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -97,12 +104,40 @@
 #ifndef SYS_landlock_restrict_self
 #define SYS_landlock_restrict_self 446
 #endif
+#ifndef SYS_seccomp
+#define SYS_seccomp 317
+#endif
+#ifndef SECCOMP_SET_MODE_FILTER
+#define SECCOMP_SET_MODE_FILTER 1
+#endif
 
 /* Keep in step with core/src/supervisor.rs. */
 enum { OP_SPAWN = 1, OP_SHUTDOWN = 2 };
-enum { FLAG_STDIN = 1, FLAG_RULESET = 2, FLAG_INLINE = 4 };
+enum {
+    FLAG_STDIN = 1,
+    FLAG_RULESET = 2,
+    FLAG_INLINE = 4,
+    FLAG_CGROUP1 = 8,
+    FLAG_CGROUP2 = 16,
+    FLAG_RLIMITS = 32,
+    FLAG_SECCOMP = 64,
+    FLAG_CGROUP3 = 128
+};
 enum { R_SPAWNED = 1, R_FAILED = 2, R_EXITED = 3 };
-enum { STEP_SESSION = 1, STEP_STDIO, STEP_WORKDIR, STEP_CONFINE, STEP_EXEC, STEP_REQUEST, STEP_CLONE };
+enum {
+    STEP_SESSION = 1,
+    STEP_STDIO,
+    STEP_WORKDIR,
+    STEP_CONFINE,
+    STEP_EXEC,
+    STEP_REQUEST,
+    STEP_CLONE,
+    STEP_LIMITS,
+    STEP_NETWORK
+};
+/* The failure detail of STEP_LIMITS: which limit, or which group
+ * (LIMIT_GROUP + its index among the groups passed). */
+enum { LIMIT_CPU = 1, LIMIT_FSIZE = 2, LIMIT_NOFILE = 3, LIMIT_GROUP = 4 };
 
 struct request {
     uint32_t op, flags;
@@ -117,9 +152,17 @@ struct reply {
     int32_t kind, a, b, c;
 };
 
+/* Resource limits a command sets before exec; bit i of `set` marks
+ * field i. CPU: SIGXCPU at the limit, SIGKILL a second later. */
+struct limits {
+    uint32_t set, pad;
+    uint64_t cpu, fsize, nofile;
+};
+#define MAX_FILTER 4096
+
 #define CONTROL 3
 #define MAX_PAYLOAD (256u << 20)
-#define MAX_FDS 5
+#define MAX_FDS 8
 /* The largest payload sent inline with its request. */
 #define MAX_INLINE (32u << 10)
 
@@ -168,6 +211,8 @@ struct command_alloc {
 };
 
 static int epfd = -1;
+static char **group_dirs;
+static int ngroup_dirs;
 static struct rlimit original_nofile;
 static int raised_nofile;
 
@@ -182,9 +227,13 @@ static void write_all(int fd, const void *buf, size_t len) {
     }
 }
 
-static void send_reply(int fd, int32_t kind, int32_t a, int32_t b) {
-    struct reply r = {kind, a, b, 0};
+static void send_reply3(int fd, int32_t kind, int32_t a, int32_t b, int32_t c) {
+    struct reply r = {kind, a, b, c};
     write_all(fd, &r, sizeof r);
+}
+
+static void send_reply(int fd, int32_t kind, int32_t a, int32_t b) {
+    send_reply3(fd, kind, a, b, 0);
 }
 
 static int read_all(int fd, char *buf, size_t len) {
@@ -298,6 +347,23 @@ static void reap_everything_dead(void) {
     }
 }
 
+/* Removes what is left of our commands' cgroups (dsh.<our pid>.<n> in
+ * each group directory): called when our subtree has ended, so they are
+ * empty. */
+static void remove_groups(void) {
+    char prefix[32];
+    int len = snprintf(prefix, sizeof prefix, "dsh.%d.", (int)getpid());
+    for (int i = 0; i < ngroup_dirs; i++) {
+        DIR *d = opendir(group_dirs[i]);
+        if (!d) continue;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (strncmp(e->d_name, prefix, (size_t)len) == 0) unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR);
+        }
+        closedir(d);
+    }
+}
+
 /* Ends the whole subtree (leaders included) and exits: repeats until no
  * scan finds anyone and no child is left, so a fork loop or an orphan
  * re-parented here meanwhile is caught by the next pass. */
@@ -316,6 +382,7 @@ static void end_everything(void) {
             nanosleep(&ms, NULL);
         }
     }
+    remove_groups();
     _exit(0);
 }
 
@@ -327,7 +394,10 @@ struct plan {
     char *const *envp;
     int stdio[3]; /* stdin may be -1: /dev/null */
     int ruleset;  /* -1: unconfined */
-    int step, err;
+    int groups[3]; /* cgroup.procs to enter, or -1 */
+    const struct limits *limits;       /* NULL: none */
+    const struct sock_fprog *filter;   /* NULL: none */
+    int step, err, detail;
 };
 
 /* Runs in the child of clone(CLONE_VM | CLONE_VFORK): we are suspended
@@ -344,6 +414,16 @@ static int child(void *arg) {
     /* The one disposition we changed; everything else is the default. */
     signal(SIGPIPE, SIG_DFL);
     if (setsid() < 0) FAIL(STEP_SESSION);
+    /* Our own cgroups first: from here on every page and every process of
+     * the command counts. */
+    for (int i = 0, n = 0; i < 3; i++) {
+        if (p->groups[i] < 0) continue;
+        if (write(p->groups[i], "0", 1) != 1) {
+            p->detail = LIMIT_GROUP + n;
+            FAIL(STEP_LIMITS);
+        }
+        n++;
+    }
     if (p->stdio[0] < 0) {
         int null = open("/dev/null", O_RDONLY);
         if (null < 0) FAIL(STEP_STDIO);
@@ -363,6 +443,40 @@ static int child(void *arg) {
         if (syscall(SYS_landlock_restrict_self, p->ruleset, 0) != 0) FAIL(STEP_CONFINE);
     }
     if (raised_nofile) setrlimit(RLIMIT_NOFILE, &original_nofile);
+    if (p->limits) {
+        const struct limits *l = p->limits;
+        if (l->set & 1) {
+            struct rlimit r = {(rlim_t)l->cpu, (rlim_t)l->cpu + 1};
+            if (setrlimit(RLIMIT_CPU, &r) != 0) {
+                /* A hard limit we may not raise: SIGKILL at the limit. */
+                r.rlim_max = r.rlim_cur;
+                if (setrlimit(RLIMIT_CPU, &r) != 0) {
+                    p->detail = LIMIT_CPU;
+                    FAIL(STEP_LIMITS);
+                }
+            }
+        }
+        if (l->set & 2) {
+            struct rlimit r = {(rlim_t)l->fsize, (rlim_t)l->fsize};
+            if (setrlimit(RLIMIT_FSIZE, &r) != 0) {
+                p->detail = LIMIT_FSIZE;
+                FAIL(STEP_LIMITS);
+            }
+        }
+        if (l->set & 4) {
+            struct rlimit r = {(rlim_t)l->nofile, (rlim_t)l->nofile};
+            if (setrlimit(RLIMIT_NOFILE, &r) != 0) {
+                p->detail = LIMIT_NOFILE;
+                FAIL(STEP_LIMITS);
+            }
+        }
+    }
+    if (p->filter) {
+        /* The network filter: installed last before exec, after
+         * no_new_privs, so it cannot be shed by a setuid program. */
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) FAIL(STEP_NETWORK);
+        if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, p->filter) != 0) FAIL(STEP_NETWORK);
+    }
     if (syscall(SYS_close_range, 3u, ~0u, 0u) < 0) {
         for (int fd = 3; fd < 65536; fd++) close(fd);
     }
@@ -399,7 +513,8 @@ static void maybe_finish(struct command *c) {
 
 /* `inline_bytes` holds what followed the request in its message. */
 static void on_spawn(const struct request *req, int *fds, int nfds, const char *inline_bytes, size_t inline_len) {
-    int want = 3 + !!(req->flags & FLAG_STDIN) + !!(req->flags & FLAG_RULESET);
+    int want = 3 + !!(req->flags & FLAG_STDIN) + !!(req->flags & FLAG_RULESET) + !!(req->flags & FLAG_CGROUP1) +
+               !!(req->flags & FLAG_CGROUP2) + !!(req->flags & FLAG_CGROUP3);
     int is_inline = !!(req->flags & FLAG_INLINE);
     if (nfds < 1) return;
     int sock = fds[0];
@@ -423,6 +538,13 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
     int out = fds[k++], err = fds[k++];
     int in = (req->flags & FLAG_STDIN) ? fds[k++] : -1;
     int ruleset = (req->flags & FLAG_RULESET) ? fds[k++] : -1;
+    int group1 = (req->flags & FLAG_CGROUP1) ? fds[k++] : -1;
+    int group2 = (req->flags & FLAG_CGROUP2) ? fds[k++] : -1;
+    int group3 = (req->flags & FLAG_CGROUP3) ? fds[k++] : -1;
+    struct limits limits;
+    struct sock_filter *insns = NULL;
+    struct sock_fprog filter = {0, NULL};
+    memset(&limits, 0, sizeof limits);
     char *payload = malloc(rq->len + 1);
     char **argv = calloc((size_t)rq->argc + 1, sizeof *argv);
     char **envp = calloc((size_t)rq->envc + 1, sizeof *envp);
@@ -430,12 +552,33 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
     int ok = payload && argv && envp && a;
     if (ok && is_inline) memcpy(payload, inline_bytes + sizeof head, (size_t)rq->len);
     else if (ok) ok = read_all(sock, payload, (size_t)rq->len) == 0;
-    /* Split the payload: path, workdir, argv..., envp..., each ending in NUL. */
+    /* Split the payload: the limits and the filter its flags announce,
+     * then path, workdir, argv..., envp..., each ending in NUL. */
     const char *path = NULL, *workdir = NULL;
+    char *s = payload, *end = payload + (ok ? rq->len : 0);
+    if (ok && (req->flags & FLAG_RLIMITS)) {
+        ok = (size_t)(end - s) >= sizeof limits;
+        if (ok) memcpy(&limits, s, sizeof limits), s += sizeof limits;
+    }
+    if (ok && (req->flags & FLAG_SECCOMP)) {
+        uint32_t count = 0;
+        ok = (size_t)(end - s) >= 8;
+        if (ok) memcpy(&count, s, sizeof count), s += 8;
+        ok = ok && count > 0 && count <= MAX_FILTER && (size_t)(end - s) >= count * sizeof *insns;
+        if (ok) {
+            insns = calloc(count, sizeof *insns);
+            ok = insns != NULL;
+        }
+        if (ok) {
+            memcpy(insns, s, count * sizeof *insns);
+            s += count * sizeof *insns;
+            filter.len = (unsigned short)count;
+            filter.filter = insns;
+        }
+    }
     if (ok) {
         payload[rq->len] = 0;
         size_t want_strings = 2 + (size_t)rq->argc + rq->envc, got = 0;
-        char *s = payload, *end = payload + rq->len;
         while (ok && got < want_strings) {
             char *nul = memchr(s, 0, (size_t)(end - s));
             if (!nul) {
@@ -456,7 +599,18 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
         close(sock);
         free(a);
     } else {
-        struct plan plan = {path, workdir, argv, envp, {in, out, err}, ruleset, 0, 0};
+        struct plan plan = {path,
+                            workdir,
+                            argv,
+                            envp,
+                            {in, out, err},
+                            ruleset,
+                            {group1, group2, group3},
+                            (req->flags & FLAG_RLIMITS) ? &limits : NULL,
+                            (req->flags & FLAG_SECCOMP) ? &filter : NULL,
+                            0,
+                            0,
+                            0};
         int pidfd = -1;
         pid_t pid = clone(child, child_stack + sizeof child_stack,
                           CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &plan, &pidfd);
@@ -469,7 +623,7 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
             while (waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED | __WALL) < 0 && errno == EINTR) {
             }
             close(pidfd);
-            send_reply(sock, R_FAILED, plan.step, plan.err);
+            send_reply3(sock, R_FAILED, plan.step, plan.err, plan.detail);
             close(sock);
             free(a);
         } else {
@@ -488,6 +642,7 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
     free(payload);
     free(argv);
     free(envp);
+    free(insns);
     for (int i = 1; i < nfds; i++) close(fds[i]);
 }
 
@@ -582,6 +737,8 @@ static void on_signals(int sigfd) {
 
 int main(int argc, char **argv) {
     pid_t host = argc > 1 ? (pid_t)atoi(argv[1]) : 0;
+    group_dirs = argv + 2;
+    ngroup_dirs = argc > 2 ? argc - 2 : 0;
     sigset_t handled;
     sigemptyset(&handled);
     sigaddset(&handled, SIGCHLD);

@@ -91,6 +91,11 @@ fn random_requests_resolve_or_name_the_bad_field() {
             dsh_env: rng.map(),
             owner: (rng.below(2) == 0).then(|| rng.text()),
             sandbox_policy: None,
+            limits: (rng.below(4) == 0).then(|| LimitsInput {
+                memory_bytes: (rng.below(2) == 0).then(|| rng.number()),
+                processes: (rng.below(2) == 0).then(|| rng.number()),
+                ..Default::default()
+            }),
         };
         match exec.resolve(req) {
             Ok(spec) => {
@@ -135,6 +140,7 @@ fn random_configs_build_or_name_the_bad_field() {
                 .then(|| format!("{}/{}", scratch.display(), rng.text().replace('/', "_"))),
             retain_settled: (rng.below(2) == 0).then(|| rng.number()),
             sandbox_mode: None,
+            limits: None,
         };
         match Config::new(input) {
             Ok(c) => {

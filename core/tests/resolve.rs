@@ -145,6 +145,7 @@ fn workdir_and_workspace_root_are_bytes_not_text() {
         mode: SandboxMode::DangerFullAccess,
         workspace_root: None,
         session_id: None,
+        network: None,
     });
     let s = exec.resolve(req).unwrap();
     assert_eq!(s.workdir, base.join(name));
@@ -156,6 +157,7 @@ fn workdir_and_workspace_root_are_bytes_not_text() {
         mode: SandboxMode::DangerFullAccess,
         workspace_root: Some(root.clone()),
         session_id: None,
+        network: None,
     });
     assert_eq!(
         exec.resolve(req).unwrap().sandbox_policy.unwrap().workspace_root,
@@ -167,6 +169,7 @@ fn workdir_and_workspace_root_are_bytes_not_text() {
         mode: SandboxMode::ReadOnly,
         workspace_root: Some(PathBuf::from(OsStr::from_bytes(b"/srv/\xff\0"))),
         session_id: None,
+        network: None,
     });
     let e = exec.resolve(req).unwrap_err();
     assert_eq!(field_of(&e), "request.sandbox_policy", "{e}");
@@ -250,6 +253,7 @@ fn hand_built_specs_are_checked_not_redefaulted() {
         mode: SandboxMode::DangerFullAccess,
         workspace_root: PathBuf::from(OsStr::from_bytes(b"/srv/\0")),
         session_id: None,
+        network: NetworkPolicy::Allow,
     });
     let e = exec.run_blocking(&s, None).unwrap_err();
     assert_eq!(field_of(&e), "spec.sandbox_policy", "{e}");
@@ -260,6 +264,7 @@ fn hand_built_specs_are_checked_not_redefaulted() {
         mode: SandboxMode::DangerFullAccess,
         workspace_root: s.workdir.clone(),
         session_id: None,
+        network: NetworkPolicy::Allow,
     });
     s.check(&exec.config()).unwrap();
     let mut s = spec(&exec, "true");
@@ -283,6 +288,7 @@ fn sandbox_policy_is_stamped_from_config_or_request() {
         mode: SandboxMode::DangerFullAccess,
         workspace_root: Some("/srv".into()),
         session_id: None,
+        network: None,
     });
     let s = exec.resolve(req).unwrap();
     assert_eq!(s.sandbox_policy.unwrap().mode, SandboxMode::DangerFullAccess);

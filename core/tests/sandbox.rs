@@ -33,6 +33,7 @@ fn confined_run(mode: SandboxMode, dir: &Path, command: &str) -> RunResult {
         mode,
         workspace_root: None,
         session_id: None,
+        network: None,
     });
     exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap()
 }
@@ -123,6 +124,7 @@ fn a_workspace_root_whose_name_is_not_utf8_is_opened_by_its_bytes() {
         mode: SandboxMode::WorkspaceWrite,
         workspace_root: Some(root.clone()),
         session_id: None,
+        network: None,
     });
     // The workdir (ws) is outside the root: writing there is denied...
     let r = exec
@@ -203,6 +205,7 @@ fn background_processes_are_confined_and_carry_facts() {
         mode: SandboxMode::WorkspaceWrite,
         workspace_root: Some(dir.join("ws")),
         session_id: None,
+        network: None,
     });
     let p = exec.start(&exec.resolve(req).unwrap()).unwrap();
     assert_eq!(p.sandbox(), None, "no facts while running");
@@ -226,6 +229,7 @@ fn confinement_that_cannot_be_applied_fails_closed_and_nothing_runs() {
         mode: SandboxMode::WorkspaceWrite,
         workspace_root: Some("/nonexistent/dsh-workspace".into()),
         session_id: None,
+        network: None,
     });
     let s = exec.resolve(req).unwrap();
     // Without Landlock it fails closed too, for that reason instead: this

@@ -509,6 +509,7 @@ pub unsafe extern "C" fn dsh_request_set_sandbox_policy(
                 mode,
                 workspace_root,
                 session_id: None,
+                network: None,
             })
         })
     })

@@ -21,7 +21,7 @@ pub struct DshExecutor {
 
 /// A fully resolved spec (docs/requests.md), made by dsh_executor_resolve.
 pub struct DshSpec {
-    spec: Spec,
+    pub(crate) spec: Spec,
     command: OwnedStr,
     workdir: OwnedStr,
 }

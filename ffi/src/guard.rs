@@ -49,6 +49,8 @@ pub enum DshStatus {
     /// dsh_process_write_stdin: the stdin buffer is full and nothing was
     /// taken; wait with dsh_process_wait_stdin_writable and write again.
     DSH_AGAIN = 14,
+    /// A limit was asked for that this host cannot enforce; nothing ran.
+    DSH_LIMIT_UNAVAILABLE = 15,
 }
 
 /// A borrowed string handed out by the library: `len` bytes at `ptr`, plus a
@@ -100,6 +102,8 @@ pub(crate) enum FfiError {
     Core(DshError),
     Null(&'static str),
     Utf8(&'static str),
+    /// An argument outside its enum (`limit` that is no DshLimit).
+    NotEnum(&'static str, &'static str, i64),
     WaitTimedOut,
     StdinFull,
     StdinWaitTimedOut,
@@ -118,7 +122,7 @@ impl FfiError {
     fn status(&self) -> DshStatus {
         use DshStatus::*;
         match self {
-            FfiError::Null(_) | FfiError::Utf8(_) => DSH_INVALID_ARGUMENT,
+            FfiError::Null(_) | FfiError::Utf8(_) | FfiError::NotEnum(..) => DSH_INVALID_ARGUMENT,
             FfiError::WaitTimedOut | FfiError::StdinWaitTimedOut => DSH_TIMED_OUT,
             FfiError::StdinFull => DSH_AGAIN,
             FfiError::Core(e) => match e {
@@ -133,6 +137,7 @@ impl FfiError {
                 DshError::ForkedChild { .. } => DSH_FORKED_CHILD,
                 DshError::StillRunning(_) => DSH_STILL_RUNNING,
                 DshError::StdinClosed { .. } => DSH_STDIN_CLOSED,
+                DshError::LimitUnavailable { .. } => DSH_LIMIT_UNAVAILABLE,
             },
         }
     }
@@ -142,6 +147,7 @@ impl FfiError {
             FfiError::Core(e) => e.to_string(),
             FfiError::Null(arg) => format!("invalid argument: {arg} is NULL"),
             FfiError::Utf8(arg) => format!("invalid argument: {arg} is not valid UTF-8"),
+            FfiError::NotEnum(arg, kind, v) => format!("invalid argument: {arg} is not a {kind}: {v}"),
             FfiError::WaitTimedOut => "the process was still running when the wait ended".into(),
             FfiError::StdinFull => {
                 "the stdin buffer is full, nothing was taken: wait with dsh_process_wait_stdin_writable"
@@ -356,6 +362,7 @@ pub extern "C" fn dsh_status_name(status: c_int) -> *const c_char {
         DSH_STILL_RUNNING,
         DSH_STDIN_CLOSED,
         DSH_AGAIN,
+        DSH_LIMIT_UNAVAILABLE,
     ];
     let Some(&status) = all.iter().find(|s| **s as c_int == status) else {
         return c"DSH_UNKNOWN".as_ptr();
@@ -376,6 +383,7 @@ pub extern "C" fn dsh_status_name(status: c_int) -> *const c_char {
         DSH_STILL_RUNNING => c"DSH_STILL_RUNNING",
         DSH_STDIN_CLOSED => c"DSH_STDIN_CLOSED",
         DSH_AGAIN => c"DSH_AGAIN",
+        DSH_LIMIT_UNAVAILABLE => c"DSH_LIMIT_UNAVAILABLE",
     };
     name.as_ptr()
 }

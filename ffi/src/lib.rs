@@ -11,11 +11,13 @@
 
 mod builders;
 mod executor;
+mod governor;
 mod guard;
 mod results;
 
 pub use builders::*;
 pub use executor::*;
+pub use governor::*;
 pub use guard::{dsh_last_errno, dsh_last_error, dsh_status_name, DshStatus, DshStr};
 pub use results::*;
 

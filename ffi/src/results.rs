@@ -68,6 +68,11 @@ pub struct DshSandboxInfo {
     pub enforcement: DshEnforcement,
     /// Background only: confinement could not be applied; nothing ran.
     pub runner_failed: bool,
+    /// The network policy the command ran under.
+    pub network: crate::governor::DshNetwork,
+    /// How completely the kernel enforced it: DSH_ENFORCEMENT_NONE exactly
+    /// when the policy is "allow".
+    pub network_enforcement: DshEnforcement,
 }
 
 pub(crate) fn mode_str(mode: SandboxMode) -> DshStr {
@@ -96,6 +101,12 @@ fn sandbox_info(info: &SandboxInfo) -> DshSandboxInfo {
             Some(Enforcement::Partial) => DshEnforcement::DSH_ENFORCEMENT_PARTIAL,
         },
         runner_failed: info.runner_failed.unwrap_or(false),
+        network: crate::governor::network(info.network),
+        network_enforcement: match info.network_enforcement {
+            None => DshEnforcement::DSH_ENFORCEMENT_NONE,
+            Some(Enforcement::Full) => DshEnforcement::DSH_ENFORCEMENT_FULL,
+            Some(Enforcement::Partial) => DshEnforcement::DSH_ENFORCEMENT_PARTIAL,
+        },
     }
 }
 
@@ -135,7 +146,7 @@ unsafe fn write_code(code: Option<i32>, out: *mut i32) -> bool {
 
 /// The outcome of one foreground run.
 pub struct DshRunResult {
-    result: RunResult,
+    pub(crate) result: RunResult,
     text: [OwnedStr; 2],
     spill: [Option<OwnedStr>; 2],
     spill_error: [Option<OwnedStr>; 2],
@@ -405,7 +416,7 @@ pub unsafe extern "C" fn dsh_run_result_sandbox(
 /// A handle to a background process. Several handles may name the same
 /// process; each is freed on its own.
 pub struct DshProcess {
-    process: Process,
+    pub(crate) process: Process,
     id: OwnedStr,
     command: OwnedStr,
     owner: Option<OwnedStr>,

@@ -1170,6 +1170,113 @@ static void test_reconfigure(void) {
     dsh_executor_free(exec);
 }
 
+/* A limited run: `limit` = value, under a 60 s timeout (so a limit that
+ * failed ends as a timeout, not a hang). */
+static DshRunResult *run_limited(DshExecutor *exec, const char *command, int limit, uint64_t value) {
+    DshRequest *req = NULL;
+    DshSpec *spec = NULL;
+    DshRunResult *r = NULL;
+    OK(dsh_request_new(command, strlen(command), &req));
+    OK(dsh_request_set_timeout_ms(req, 60000));
+    OK(dsh_request_set_limit(req, limit, value));
+    OK(dsh_executor_resolve(exec, req, &spec));
+    uint64_t got = 0;
+    CHECK(dsh_spec_limit(spec, limit, &got) && got == value);
+    OK(dsh_executor_run(exec, spec, NULL, &r));
+    dsh_spec_free(spec);
+    dsh_request_free(req);
+    return r;
+}
+
+static void test_limits(void) {
+    if (dsh_limits_support(DSH_LIMIT_PROCESSES) == DSH_MECHANISM_UNSUPPORTED ||
+        dsh_limits_support(DSH_LIMIT_MEMORY) == DSH_MECHANISM_UNSUPPORTED) {
+        skip("limits", "this host cannot enforce the memory or processes limit");
+        return;
+    }
+    CHECK(strcmp(dsh_limit_name(DSH_LIMIT_FILE_SIZE), "file_size") == 0 && dsh_limit_name(0) == NULL);
+    CHECK(strcmp(dsh_mechanism_name(dsh_limits_support(DSH_LIMIT_CPU)), "rlimit") == 0);
+    DshExecutor *exec = new_executor(500, 0);
+
+    /* A fork bomb (armed only inside a group limited to 32) ends by the
+     * process limit, not by the timeout. */
+    DshRunResult *r = run_limited(
+        exec,
+        "g=$(sed -n 's/^[0-9]*:pids://p' /proc/self/cgroup); "
+        "[ \"$(cat /sys/fs/cgroup/pids$g/pids.max)\" = 32 ] || exit 9; b() { b | b & }; b; wait",
+        DSH_LIMIT_PROCESSES, 32);
+    CHECK(dsh_run_result_limit(r) == DSH_LIMIT_PROCESSES);
+    CHECK(!dsh_run_result_timed_out(r) && !dsh_run_result_aborted(r));
+    CHECK(dsh_run_result_limit_enforcement(r, DSH_LIMIT_PROCESSES) == DSH_MECHANISM_CGROUP_V1);
+    CHECK(dsh_run_result_limit_enforcement(r, DSH_LIMIT_MEMORY) == DSH_MECHANISM_NONE);
+    dsh_run_result_free(r);
+
+    /* A memory hog ends by the memory limit. */
+    r = run_limited(exec, "a=x; while :; do a=$a$a; done", DSH_LIMIT_MEMORY, 32u << 20);
+    CHECK(dsh_run_result_limit(r) == DSH_LIMIT_MEMORY);
+    dsh_run_result_free(r);
+
+    /* A CPU spin ends by SIGXCPU; a file grown past the limit by SIGXFSZ. */
+    r = run_limited(exec, "while :; do :; done", DSH_LIMIT_CPU, 1);
+    CHECK(dsh_run_result_limit(r) == DSH_LIMIT_CPU && str_eq(dsh_run_result_signal(r), "SIGXCPU"));
+    CHECK(dsh_run_result_limit_enforcement(r, DSH_LIMIT_CPU) == DSH_MECHANISM_RLIMIT);
+    dsh_run_result_free(r);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "exec yes > /tmp/dsh-c-fsize-%d", (int)getpid());
+    r = run_limited(exec, cmd, DSH_LIMIT_FILE_SIZE, 65536);
+    CHECK(dsh_run_result_limit(r) == DSH_LIMIT_FILE_SIZE && str_eq(dsh_run_result_signal(r), "SIGXFSZ"));
+    dsh_run_result_free(r);
+    snprintf(cmd, sizeof cmd, "/tmp/dsh-c-fsize-%d", (int)getpid());
+    struct stat st;
+    CHECK(stat(cmd, &st) == 0 && st.st_size == 65536);
+    unlink(cmd);
+
+    /* Within its limits a command runs and reports no limit. */
+    r = run_limited(exec, "ulimit -n", DSH_LIMIT_OPEN_FILES, 50);
+    CHECK(str_eq(dsh_run_result_text(r, DSH_STDOUT), "50\n") && dsh_run_result_limit(r) == DSH_LIMIT_NONE);
+    dsh_run_result_free(r);
+
+    /* A limit the kernel refuses fails closed. */
+    DshRequest *req = NULL;
+    DshSpec *spec = NULL;
+    OK(dsh_request_new("true", 4, &req));
+    OK(dsh_request_set_limit(req, DSH_LIMIT_OPEN_FILES, (uint64_t)1 << 40));
+    OK(dsh_executor_resolve(exec, req, &spec));
+    r = NULL;
+    CHECK(dsh_executor_run(exec, spec, NULL, &r) == DSH_LIMIT_UNAVAILABLE && r == NULL);
+    CHECK(strstr(dsh_last_error(), "limits.open_files") != NULL);
+    dsh_spec_free(spec);
+    dsh_request_free(req);
+
+    /* Bad input names the field; a background process reports its limit. */
+    OK(dsh_request_new("sleep 30", 8, &req));
+    CHECK(dsh_request_set_limit(req, 42, 1) == DSH_INVALID_ARGUMENT);
+    OK(dsh_request_set_limit(req, DSH_LIMIT_CPU, 0));
+    CHECK(dsh_executor_resolve(exec, req, &spec) == DSH_INVALID_ARGUMENT);
+    CHECK(strcmp(dsh_last_error(), "request.limits.cpu_seconds must be a positive finite number, got 0") == 0);
+    dsh_request_free(req);
+    DshConfig *config = NULL;
+    OK(dsh_config_new(&config));
+    OK(dsh_config_set_limit(config, DSH_LIMIT_PROCESSES, 8));
+    DshExecutor *capped = NULL;
+    OK(dsh_executor_new(config, &capped));
+    dsh_config_free(config);
+    spec = resolve(capped, "for i in $(seq 20); do sleep 30 & done; wait", 0);
+    uint64_t got = 0;
+    CHECK(dsh_spec_limit(spec, DSH_LIMIT_PROCESSES, &got) && got == 8);
+    DshProcess *p = NULL;
+    OK(dsh_executor_start(capped, spec, &p));
+    OK(dsh_process_wait(p, 30000));
+    CHECK(dsh_process_limit(p) == DSH_LIMIT_PROCESSES);
+    CHECK(dsh_process_limit_enforcement(p, DSH_LIMIT_PROCESSES) == DSH_MECHANISM_CGROUP_V1);
+    dsh_process_free(p);
+    dsh_spec_free(spec);
+    OK(dsh_executor_dispose(capped));
+    dsh_executor_free(capped);
+    OK(dsh_executor_dispose(exec));
+    dsh_executor_free(exec);
+}
+
 static DshProcess *start_piped(DshExecutor *exec, const char *command) {
     DshRequest *req = NULL;
     DshSpec *spec = NULL;
@@ -1330,6 +1437,64 @@ static void test_stdin_pipe(void) {
     dsh_executor_free(exec);
 }
 
+static void test_network_deny(void) {
+    if (landlock_missing()) {
+        skip("network_deny", landlock_missing());
+        return;
+    }
+    DshExecutor *exec = new_executor(500, 0);
+    char cmd[512];
+    /* A TCP connect (bash's /dev/tcp) is refused; a Unix socket pair works. */
+    snprintf(cmd, sizeof cmd,
+             "(exec 3<>/dev/tcp/127.0.0.1/9) 2>/dev/null && echo tcp-open || echo tcp-refused; "
+             "python3 -c 'import socket; a, b = socket.socketpair(); a.send(b\"u\"); print(b.recv(1).decode())' "
+             "2>/dev/null || echo u");
+    DshRequest *req = NULL;
+    DshSpec *spec = NULL;
+    DshRunResult *r = NULL;
+    OK(dsh_request_new(cmd, strlen(cmd), &req));
+    CHECK(dsh_request_set_sandbox_network(req, "deny") == DSH_INVALID_ARGUMENT); /* no policy yet */
+    OK(dsh_request_set_sandbox_policy(req, "workspace-write", "/tmp"));
+    CHECK(dsh_request_set_sandbox_network(req, "lan") == DSH_INVALID_ARGUMENT);
+    OK(dsh_request_set_sandbox_network(req, "deny"));
+    OK(dsh_executor_resolve(exec, req, &spec));
+    OK(dsh_executor_run(exec, spec, NULL, &r));
+    CHECK(str_eq(dsh_run_result_text(r, DSH_STDOUT), "tcp-refused\nu\n"));
+    DshSandboxInfo info;
+    memset(&info, 0, sizeof info);
+    CHECK(dsh_run_result_sandbox(r, &info));
+    CHECK(info.network == DSH_NETWORK_DENY && info.network_enforcement == DSH_ENFORCEMENT_FULL);
+    dsh_run_result_free(r);
+    dsh_spec_free(spec);
+    dsh_request_free(req);
+    /* loopback: a TCP connect to 127.0.0.1 is let through (refused by the
+     * closed port), one elsewhere is not permitted. It needs root and
+     * cgroup v2; without them it fails closed. */
+    snprintf(cmd, sizeof cmd,
+             "(exec 3<>/dev/tcp/127.0.0.1/9) 2>&1 | grep -q 'Connection refused' && echo lo-refused; "
+             "(exec 3<>/dev/tcp/192.0.2.1/9) 2>&1 | grep -q 'Operation not permitted' && echo out-denied");
+    OK(dsh_request_new(cmd, strlen(cmd), &req));
+    OK(dsh_request_set_sandbox_policy(req, "danger-full-access", NULL));
+    OK(dsh_request_set_sandbox_network(req, "loopback"));
+    OK(dsh_executor_resolve(exec, req, &spec));
+    r = NULL;
+    DshStatus st = dsh_executor_run(exec, spec, NULL, &r);
+    if (geteuid() == 0 && access("/sys/fs/cgroup/unified/cgroup.procs", W_OK) == 0) {
+        CHECK(st == DSH_OK);
+        CHECK(str_eq(dsh_run_result_text(r, DSH_STDOUT), "lo-refused\nout-denied\n"));
+        memset(&info, 0, sizeof info);
+        CHECK(dsh_run_result_sandbox(r, &info) && info.network == DSH_NETWORK_LOOPBACK);
+        CHECK(info.network_enforcement == DSH_ENFORCEMENT_FULL);
+    } else {
+        CHECK((st == DSH_OK) || (st == DSH_SANDBOX_UNAVAILABLE && strstr(dsh_last_error(), "loopback") != NULL));
+    }
+    dsh_run_result_free(r);
+    dsh_spec_free(spec);
+    dsh_request_free(req);
+    OK(dsh_executor_dispose(exec));
+    dsh_executor_free(exec);
+}
+
 /* A thread blocked in dsh_process_wait_stdin_writable(-1) on a full stdin. */
 struct stdin_waiter {
     const DshProcess *p;
@@ -1447,6 +1612,8 @@ int main(void) {
     run_test("hostile_inputs", test_hostile_inputs);
     run_test("calls_racing_dispose", test_calls_racing_dispose);
     run_test("landlock_confinement", test_landlock_confinement);
+    run_test("limits", test_limits);
+    run_test("network_deny", test_network_deny);
     run_test("fork_after_use", test_fork_after_use);
     run_test("sigchld_ignored", test_sigchld_ignored);
     run_test("calls_from_thread_exit_destructors", test_calls_from_thread_exit_destructors);

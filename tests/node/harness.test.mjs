@@ -74,6 +74,19 @@ test('it is ctx.shell: a ShellExecutor with the seam methods', async () => {
   }
 })
 
+test('limits in the plugin config reach every command, and the result says which ended it', async () => {
+  const { root } = await compose({ config: { limits: { cpuSeconds: 1, openFiles: 64 } } })
+  try {
+    const spec = root.shell.resolve({ command: 'while :; do :; done', timeoutMs: 60000 })
+    assert.deepEqual(spec.limits, { cpuSeconds: 1, openFiles: 64 })
+    const r = await root.shell.run(spec)
+    assert.deepEqual([r.limit, r.signal, r.timedOut], ['cpu', 'SIGXCPU', false])
+    assert.deepEqual(r.limitsEnforcement, { cpu: 'rlimit', open_files: 'rlimit' })
+  } finally {
+    await root.fiber.dispose()
+  }
+})
+
 test('a bad plugin config is refused where it is written, naming the field', async () => {
   const root = new Context()
   await root.plugin(LocalSubprocessRuntime)

@@ -33,7 +33,7 @@ def test_help_shows_every_executor_keyword_with_its_default() -> None:
     keywords = list(inspect.signature(dsh_native.Executor).parameters)
     assert keywords == [
         "cwd", "timeout_ms", "max_timeout_ms", "max_output_bytes", "max_spill_bytes",
-        "grace_ms", "spill_dir", "retain_settled", "sandbox_mode",
+        "grace_ms", "spill_dir", "retain_settled", "sandbox_mode", "limits",
     ]
     for keyword in keywords:
         assert f"``{keyword}``:" in text, f"help(Executor) does not describe {keyword}"

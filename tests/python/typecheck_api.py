@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import dsh_native
 from dsh_native import (
@@ -13,6 +13,7 @@ from dsh_native import (
     DshError,
     Executor,
     InvalidArgumentError,
+    LimitUnavailableError,
     Process,
     ProcessRead,
     RunResult,
@@ -91,6 +92,24 @@ def use_everything() -> None:
         r3: RunResult = asyncio.run(main())
         print(mode, policy, code, sig, info, flags, path, text, lossy, again, owner, procs, killed,
               removed, status, r2, r3, dsh_native.__version__)
+    with Executor(limits={"processes": 64}) as limited:
+        lspec = limited.resolve(
+            "true",
+            limits={"memory_bytes": 1 << 28, "cpu_seconds": 5},
+            sandbox_policy={"mode": "danger-full-access", "network": "deny"},
+        )
+        lr = limited.run(lspec)
+        which: Optional[str] = lr.limit
+        how: Dict[str, str] = dict(lr.limits_enforcement)
+        net: Optional[str] = lr.sandbox.network_enforcement if lr.sandbox else None
+        set_limits: Dict[str, int] = lspec.limits
+        support: Dict[str, str] = dict(dsh_native.limits_support())
+        print(which, how, net, set_limits, support)
+    try:
+        unlimited = Executor()
+        unlimited.run(unlimited.resolve("true", limits={"open_files": 1 << 40}))
+    except LimitUnavailableError as e:
+        print(e.limit)
     try:
         Executor(grace_ms=-1)
     except InvalidArgumentError as e:

@@ -78,11 +78,94 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     mode,
                     workspace_root: None,
                     session_id: None,
+                    network: None,
                 });
                 let spec = exec.resolve(req)?;
                 report_as(
                     "run_true",
                     &format!("dsh (Rust, {mode})"),
+                    0,
+                    time_runs(&exec, &spec, iter)?,
+                    "",
+                );
+            }
+            // The network policy alone (the seccomp filter and Landlock's
+            // TCP rules; for loopback the cgroup BPF programs too), and
+            // with the files confined. `allow` is the unconfined row.
+            for (mode, network, label) in [
+                (
+                    SandboxMode::DangerFullAccess,
+                    dsh_core::NetworkPolicy::Deny,
+                    "network deny",
+                ),
+                (
+                    SandboxMode::WorkspaceWrite,
+                    dsh_core::NetworkPolicy::Deny,
+                    "workspace-write + network deny",
+                ),
+                (
+                    SandboxMode::DangerFullAccess,
+                    dsh_core::NetworkPolicy::Loopback,
+                    "network loopback",
+                ),
+            ] {
+                let mut req = Request::new("true");
+                req.sandbox_policy = Some(SandboxPolicyInput {
+                    mode,
+                    workspace_root: None,
+                    session_id: None,
+                    network: Some(network),
+                });
+                let spec = exec.resolve(req)?;
+                if let Err(e) = exec.run_blocking(&spec, None) {
+                    eprintln!("skipping {label}: {e}");
+                    continue;
+                }
+                report_as(
+                    "run_true",
+                    &format!("dsh (Rust, {label})"),
+                    0,
+                    time_runs(&exec, &spec, iter)?,
+                    "",
+                );
+            }
+            // Limits: the per-process resource limits, the cgroups (made,
+            // entered and removed per command), and all five.
+            let rlimits = dsh_core::LimitsInput {
+                cpu_seconds: Some(Num(60.0)),
+                file_size_bytes: Some(Num((1u64 << 30) as f64)),
+                open_files: Some(Num(1024.0)),
+                ..Default::default()
+            };
+            let cgroups = dsh_core::LimitsInput {
+                memory_bytes: Some(Num((1u64 << 30) as f64)),
+                processes: Some(Num(512.0)),
+                ..Default::default()
+            };
+            let all = dsh_core::LimitsInput {
+                memory_bytes: cgroups.memory_bytes,
+                processes: cgroups.processes,
+                ..rlimits
+            };
+            let support = dsh_core::limits_support();
+            let cgroups_here = [dsh_core::LimitKind::Memory, dsh_core::LimitKind::Processes]
+                .iter()
+                .all(|k| support.get(*k) != Some(dsh_core::Mechanism::Unsupported));
+            for (limits, label) in [
+                (rlimits, "rlimit limits"),
+                (cgroups, "cgroup limits"),
+                (all, "all limits"),
+            ] {
+                if !cgroups_here && label != "rlimit limits" {
+                    eprintln!("skipping {label}: this host has no cgroup for them");
+                    continue;
+                }
+                let mut req = Request::new("true");
+                req.limits = Some(limits);
+                let spec = exec.resolve(req)?;
+                report_as(
+                    "run_true",
+                    &format!("dsh (Rust, {label})"),
                     0,
                     time_runs(&exec, &spec, iter)?,
                     "",

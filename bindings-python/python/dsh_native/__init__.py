@@ -27,6 +27,7 @@ from ._errors import (
     DshError,
     InternalError,
     InvalidArgumentError,
+    LimitUnavailableError,
     NotFoundError,
     SandboxUnavailableError,
     SpawnError,
@@ -43,6 +44,7 @@ from ._native import (
     SandboxPolicy,
     Spec,
     Unsubscribe,
+    limits_support,
 )
 
 __version__: str = _native.__version__
@@ -64,6 +66,7 @@ __all__ = [
     "Executor",
     "InternalError",
     "InvalidArgumentError",
+    "LimitUnavailableError",
     "NotFoundError",
     "PIPE",
     "Process",
@@ -77,6 +80,7 @@ __all__ = [
     "StdinClosedError",
     "Unsubscribe",
     "__version__",
+    "limits_support",
 ]
 
 # Executors still open at interpreter exit are closed, so no command they
@@ -119,6 +123,9 @@ class Executor(_native.Executor):
     - ``sandbox_mode``: ``'read-only'``, ``'workspace-write'`` or
       ``'danger-full-access'``, the policy of a request without one
       (default None: not confined).
+    - ``limits``: a dict of ``memory_bytes``, ``processes``,
+      ``cpu_seconds``, ``file_size_bytes``, ``open_files``: the limits every
+      command gets, and the most a request may ask for (docs/limits.md).
 
     A bad value raises InvalidArgumentError (a ValueError) whose ``field``
     names it (``'config.grace_ms'``); an unknown keyword is a TypeError.

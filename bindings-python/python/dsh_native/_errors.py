@@ -45,6 +45,14 @@ class SandboxUnavailableError(DshError, RuntimeError):
     nothing was run (fail closed)."""
 
 
+class LimitUnavailableError(DshError, RuntimeError):
+    """A limit was asked for (by the request or the executor's ``limits``)
+    that this host cannot enforce; nothing was run. ``limit`` names it
+    (``'memory'``, ``'processes'``, ...)."""
+
+    limit: str
+
+
 class BlockingCallError(DshError, RuntimeError):
     """A blocking call was made where it could deadlock: from a callback
     (``on_task_done``, a completion callback) or another running wait."""

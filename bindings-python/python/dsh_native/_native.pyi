@@ -1,4 +1,4 @@
-from typing import Callable, Dict, List, Literal, Mapping, Optional, Union, final
+from typing import Callable, Dict, List, Literal, Mapping, Optional, TypedDict, Union, final
 import asyncio
 import os
 
@@ -17,10 +17,26 @@ __all__ = [
     "ProcessRead",
     "SandboxPolicy",
     "SandboxInfo",
+    "limits_support",
 ]
 
 _SandboxModeName = Literal["read-only", "workspace-write", "danger-full-access"]
 _Status = Literal["running", "completed", "killed"]
+_NetworkName = Literal["allow", "deny", "loopback"]
+# The limits a command can end by (``open_files`` never ends one: the
+# kernel refuses an open with EMFILE and reports nothing).
+_LimitName = Literal["memory", "processes", "cpu", "file_size"]
+
+class _Limits(TypedDict, total=False):
+    """Per-command limits (docs/limits.md); every key optional."""
+
+    memory_bytes: Union[int, float]
+    processes: Union[int, float]
+    cpu_seconds: Union[int, float]
+    file_size_bytes: Union[int, float]
+    open_files: Union[int, float]
+
+def limits_support() -> Dict[str, str]: ...
 
 @final
 class CancelToken:
@@ -36,6 +52,8 @@ class SandboxPolicy:
     @property
     def workspace_root(self) -> str:
         """As ``os.fsdecode`` makes it: ``os.fsencode`` gives back the bytes."""
+    @property
+    def network(self) -> _NetworkName: ...
 
 @final
 class SandboxInfo:
@@ -47,6 +65,10 @@ class SandboxInfo:
     def enforcement(self) -> Optional[Literal["full", "partial"]]: ...
     @property
     def runner_failed(self) -> Optional[bool]: ...
+    @property
+    def network(self) -> _NetworkName: ...
+    @property
+    def network_enforcement(self) -> Optional[Literal["full", "partial"]]: ...
 
 @final
 class Spec:
@@ -73,6 +95,8 @@ class Spec:
     def owner(self) -> Optional[str]: ...
     @property
     def sandbox_policy(self) -> Optional[SandboxPolicy]: ...
+    @property
+    def limits(self) -> Dict[str, int]: ...
 
 @final
 class CollectedOutput:
@@ -109,6 +133,10 @@ class RunResult:
     def sandbox(self) -> Optional[SandboxInfo]: ...
     @property
     def background_id(self) -> Optional[str]: ...
+    @property
+    def limit(self) -> Optional[_LimitName]: ...
+    @property
+    def limits_enforcement(self) -> Dict[str, str]: ...
 
 @final
 class ProcessRead:
@@ -146,6 +174,10 @@ class Process:
     @property
     def sandbox(self) -> Optional[SandboxInfo]: ...
     @property
+    def limit(self) -> Optional[_LimitName]: ...
+    @property
+    def limits_enforcement(self) -> Dict[str, str]: ...
+    @property
     def done(self) -> bool: ...
     def read_output(self) -> ProcessRead: ...
     def kill(self) -> bool: ...
@@ -181,6 +213,7 @@ class Executor:
         spill_dir: Optional[_Path] = None,
         retain_settled: Optional[_Number] = None,
         sandbox_mode: Optional[_SandboxModeName] = None,
+        limits: Optional[_Limits] = None,
     ) -> "Executor": ...
     def reconfigure(
         self,
@@ -194,6 +227,7 @@ class Executor:
         spill_dir: Optional[_Path] = None,
         retain_settled: Optional[_Number] = None,
         sandbox_mode: Optional[_SandboxModeName] = None,
+        limits: Optional[_Limits] = None,
     ) -> None: ...
     @property
     def sandbox_mode(self) -> Optional[_SandboxModeName]: ...
@@ -212,6 +246,7 @@ class Executor:
         owner: Optional[str] = None,
         sandbox_policy: Union[SandboxPolicy, Mapping[str, Optional[_FsPath]], None] = None,
         on_expiry: Optional[Literal["kill", "background"]] = None,
+        limits: Optional[_Limits] = None,
     ) -> Spec: ...
     def run(self, spec: Spec, cancel: Optional[CancelToken] = None) -> RunResult: ...
     def _run_with_callback(
