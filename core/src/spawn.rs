@@ -165,6 +165,7 @@ impl Pipes {
             stdout: self.stdout.1.as_raw_fd(),
             stderr: self.stderr.1.as_raw_fd(),
             ruleset,
+            terminal: false,
         }
     }
 

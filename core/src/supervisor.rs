@@ -43,6 +43,7 @@ const OP_SPAWN: u32 = 1;
 const OP_SHUTDOWN: u32 = 2;
 const FLAG_STDIN: u32 = 1;
 const FLAG_RULESET: u32 = 2;
+const FLAG_TERMINAL: u32 = 4;
 const R_SPAWNED: i32 = 1;
 const R_FAILED: i32 = 2;
 const R_EXITED: i32 = 3;
@@ -79,6 +80,7 @@ pub(crate) enum Step {
     Exec,
     Request,
     Clone,
+    Terminal,
     Unknown,
 }
 
@@ -92,6 +94,7 @@ impl Step {
             5 => Step::Exec,
             6 => Step::Request,
             7 => Step::Clone,
+            8 => Step::Terminal,
             _ => Step::Unknown,
         }
     }
@@ -308,6 +311,9 @@ pub(crate) struct ChildFds {
     pub stdout: RawFd,
     pub stderr: RawFd,
     pub ruleset: Option<RawFd>,
+    /// `stdin` is a pseudo-terminal's slave, to become the command's
+    /// controlling terminal (a terminal session).
+    pub terminal: bool,
 }
 
 /// A spawn the supervisor has been asked for and waits to be told the
@@ -395,6 +401,9 @@ impl Supervisor {
         if let Some(fd) = fds.ruleset {
             flags |= FLAG_RULESET;
             passed.push(fd);
+        }
+        if fds.terminal {
+            flags |= FLAG_TERMINAL;
         }
         let header = Header { op: OP_SPAWN, flags };
         send_with_fds(&self.control, &header, &passed).map_err(|e| match e.raw_os_error() {

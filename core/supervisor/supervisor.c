@@ -25,6 +25,9 @@
  *   struct request { op, flags }
  *   SPAWN    fds (SCM_RIGHTS): command socket, stdout, stderr,
  *            [stdin if FLAG_STDIN], [Landlock ruleset if FLAG_RULESET]
+ *            FLAG_TERMINAL (with FLAG_STDIN): stdin is a pseudo-terminal's
+ *            slave, which the child makes its controlling terminal
+ *            (TIOCSCTTY) right after setsid: a terminal session.
  *            The command socket (SOCK_STREAM, one per command) then carries
  *            struct payload { argc, envc, len } and `len` bytes:
  *            NUL-terminated path, workdir, argv[argc], envp[envc]. The host
@@ -60,6 +63,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -100,9 +104,9 @@
 
 /* Keep in step with core/src/supervisor.rs. */
 enum { OP_SPAWN = 1, OP_SHUTDOWN = 2 };
-enum { FLAG_STDIN = 1, FLAG_RULESET = 2 };
+enum { FLAG_STDIN = 1, FLAG_RULESET = 2, FLAG_TERMINAL = 4 };
 enum { R_SPAWNED = 1, R_FAILED = 2, R_EXITED = 3 };
-enum { STEP_SESSION = 1, STEP_STDIO, STEP_WORKDIR, STEP_CONFINE, STEP_EXEC, STEP_REQUEST, STEP_CLONE };
+enum { STEP_SESSION = 1, STEP_STDIO, STEP_WORKDIR, STEP_CONFINE, STEP_EXEC, STEP_REQUEST, STEP_CLONE, STEP_TERMINAL };
 
 struct request {
     uint32_t op, flags;
@@ -325,6 +329,7 @@ struct plan {
     char *const *envp;
     int stdio[3]; /* stdin may be -1: /dev/null */
     int ruleset;  /* -1: unconfined */
+    int terminal; /* fd 0 becomes the controlling terminal */
     int step, err;
 };
 
@@ -353,6 +358,9 @@ static int child(void *arg) {
         FAIL(STEP_STDIO);
     }
     if (dup2(p->stdio[1], 1) < 0 || dup2(p->stdio[2], 2) < 0) FAIL(STEP_STDIO);
+    /* A new session has no controlling terminal: the first terminal its
+     * leader asks for becomes it. */
+    if (p->terminal && ioctl(0, TIOCSCTTY, 0) < 0) FAIL(STEP_TERMINAL);
     if (chdir(p->workdir) < 0) FAIL(STEP_WORKDIR);
     if (p->ruleset >= 0) {
         /* Landlock: the domain is the child's, inherited by everything it
@@ -442,7 +450,8 @@ static void on_spawn(const struct request *req, int *fds, int nfds) {
         close(sock);
         free(a);
     } else {
-        struct plan plan = {path, workdir, argv, envp, {in, out, err}, ruleset, 0, 0};
+        int terminal = (req->flags & FLAG_TERMINAL) && in >= 0;
+        struct plan plan = {path, workdir, argv, envp, {in, out, err}, ruleset, terminal, 0, 0};
         int pidfd = -1;
         pid_t pid = clone(child, child_stack + sizeof child_stack,
                           CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &plan, &pidfd);
