@@ -91,8 +91,17 @@ fn build(
     let layers = forced
         .iter()
         .map(|(k, v)| (k.as_bytes(), v.as_bytes()))
-        .chain(env.into_iter().flatten().map(|(k, v)| (k.as_bytes(), v.as_bytes())))
-        .chain(dsh_env.into_iter().flatten().map(|(k, v)| (k.as_bytes(), v.as_bytes())))
+        .chain(
+            env.into_iter()
+                .flatten()
+                .map(|(k, v)| (k.as_bytes(), v.as_bytes())),
+        )
+        .chain(
+            dsh_env
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.as_bytes(), v.as_bytes())),
+        )
         .chain(std::iter::once((EXEC_TAG_VAR.as_bytes(), tag.as_bytes())));
     for (k, v) in layers {
         vars.insert(k.to_vec(), v.to_vec());

@@ -51,6 +51,14 @@ pub enum FieldName {
     Owner,
     /// `sandbox_policy` / `sandboxPolicy` (request, spec).
     SandboxPolicy,
+    /// `argv` (terminal request, spec).
+    Argv,
+    /// `rows` (terminal request, spec, resize).
+    Rows,
+    /// `cols` (terminal request, spec, resize).
+    Cols,
+    /// `signal` (a terminal's `signal_foreground`).
+    Signal,
 }
 
 /// How a face spells field names: Rust, C and Python use snake_case, Node
@@ -85,6 +93,10 @@ impl FieldName {
             DshEnv => ("dsh_env", "dshEnv"),
             Owner => ("owner", "owner"),
             SandboxPolicy => ("sandbox_policy", "sandboxPolicy"),
+            Argv => ("argv", "argv"),
+            Rows => ("rows", "rows"),
+            Cols => ("cols", "cols"),
+            Signal => ("signal", "signal"),
         };
         match style {
             NameStyle::Snake => snake,
@@ -122,6 +134,8 @@ pub enum SpawnFailure {
     Workdir,
     /// No `bash` on the command's PATH.
     NoShell,
+    /// A terminal session's program (`argv[0]`) is not on its PATH.
+    NoProgram,
     /// Anything else the kernel refused (EAGAIN, EMFILE, ENOMEM, ...).
     Os,
     /// The executor's supervisor could not be started (see
@@ -191,6 +205,12 @@ pub enum DshError {
     /// A bug in dsh-native (a task panicked); the message says where.
     #[error("internal error: {0}")]
     Internal(String),
+
+    /// A terminal session cannot take this call any more: its program has
+    /// exited (input, signals), or the session has ended (resize). The
+    /// message says which.
+    #[error("{0}")]
+    TerminalClosed(String),
 
     /// A confined sandbox mode was asked for and cannot be enforced here;
     /// nothing was run (fail closed).

@@ -22,11 +22,13 @@ mod confine;
 mod env;
 mod error;
 mod executor;
+mod foreground;
 mod forked;
 mod landlock;
 mod launch;
 mod output;
 mod process;
+mod pty;
 mod request;
 mod run;
 mod runtime;
@@ -35,6 +37,7 @@ mod spawn;
 mod spill;
 mod supervise;
 mod supervisor;
+mod terminal;
 mod tree;
 
 pub use cancel::CancelToken;
@@ -51,6 +54,10 @@ pub use request::{resolve, Request, SandboxPolicyInput, Spec, DSH_ENV_PREFIX};
 pub use run::{RunFuture, RunResult};
 pub use runtime::refuse_blocking;
 pub use sandbox::{Enforcement, SandboxInfo, SandboxMode, SandboxPolicy};
+pub use terminal::{
+    dimension, resolve_terminal, Foreground, Terminal, TerminalProgram, TerminalRead, TerminalRequest,
+    TerminalSignal, TerminalSpec, DEFAULT_COLS, DEFAULT_ROWS,
+};
 
 /// The Rust examples of README.md and docs/ are doctests: `cargo test --doc`
 /// compiles and runs each as written. (`scripts/run-doc-examples` runs the

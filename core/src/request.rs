@@ -113,7 +113,12 @@ pub fn resolve(config: &Config, request: Request) -> Result<Spec> {
     if let Some(env) = &request.dsh_env {
         check_env(f(FieldName::DshEnv), env, true)?;
     }
-    let sandbox_policy = resolve_policy(config, f(FieldName::SandboxPolicy), request.sandbox_policy, &workdir)?;
+    let sandbox_policy = resolve_policy(
+        config,
+        f(FieldName::SandboxPolicy),
+        request.sandbox_policy,
+        &workdir,
+    )?;
     Ok(Spec {
         command: request.command,
         workdir,
