@@ -715,6 +715,7 @@ impl Executor {
         let tag = shared.next_tag();
         let os_error = |e: std::io::Error| spawn_error(e, &spec.workdir);
         let pty = pty::open(spec.rows, spec.cols).map_err(os_error)?;
+        crate::spawn::set_nonblocking(&pty.master).map_err(os_error)?;
         let control = pty.master.try_clone().map_err(os_error)?;
         let leader = launch_terminal(spec, host_env, &tag, &shared.supervisors, &pty)?;
         let pty::Pty { master, rdev, .. } = pty; // the slave is closed here

@@ -10,12 +10,16 @@
 //!    descriptor that is this terminal, or `select`, `pselect6`, `poll`,
 //!    `ppoll`, `epoll_wait`, `epoll_pwait`, `epoll_pwait2` watching such a
 //!    descriptor for input; and
-//! 2. no thread of any member can make progress without input: none is
-//!    runnable (`R`), in uninterruptible sleep (`D`), stopped (`T`, `t`),
-//!    outside a system call, or asleep in a timed wait that ends by itself
-//!    (`nanosleep`, `clock_nanosleep`). Threads asleep on anything else (a
-//!    pipe from another member, a futex, `wait4`) wait on someone else and
-//!    do not count either way.
+//! 2. no thread of any member is running: none is runnable (`R`), in
+//!    uninterruptible sleep (`D`), stopped (`T`, `t`), or asleep outside a
+//!    system call. Threads asleep in any other system call (a pipe from
+//!    another member, a futex, `wait4`, a timed sleep) wait on something
+//!    else and do not count either way: `cat | sort` waits for input (cat
+//!    reads the terminal, sort the pipe), `sleep 5; read` does not while
+//!    it sleeps (nobody reads the terminal), and neither does `sleep 100 |
+//!    cat` (cat reads the pipe). A background job of a shell without job
+//!    control shares the shell's group, so a shell reading its next line
+//!    beside it is waiting.
 //!
 //! Each thread's state comes from `/proc/PID/task/TID/stat` and its current
 //! system call and arguments from `/proc/PID/task/TID/syscall`; a descriptor
@@ -52,11 +56,6 @@ fn reads_fd(nr: i64) -> bool {
         libc::SYS_preadv2,
     ]
     .contains(&nr)
-}
-
-/// Sleeps that end by themselves.
-fn timed_sleep(nr: i64) -> bool {
-    [libc::SYS_nanosleep, libc::SYS_clock_nanosleep].contains(&nr)
 }
 
 #[derive(Clone, Copy)]
@@ -201,9 +200,6 @@ impl Member {
                 Activity::WaitsElsewhere
             };
         }
-        if timed_sleep(nr) {
-            return Activity::Busy;
-        }
         let watches = match multiplexer(nr) {
             Some(Wait::Select) => self.select_watches(arg(0), arg(1)),
             Some(Wait::Poll) => self.poll_watches(arg(0), arg(1)),
@@ -301,7 +297,7 @@ mod tests {
             "{} 0x0 0x0 0x0 0x0 0x0 0x0 0x7ffd 0x4011",
             libc::SYS_clock_nanosleep
         );
-        assert_eq!(m.classify(&sleep), Activity::Busy);
+        assert_eq!(m.classify(&sleep), Activity::WaitsElsewhere);
         let read = format!("{} 0x3 0x7ffd 0x1 0x0 0x0 0x0 0x7ffd 0x4011", libc::SYS_read);
         assert_eq!(
             m.classify(&read),

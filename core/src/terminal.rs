@@ -482,7 +482,7 @@ impl Terminal {
             runtime::refuse_blocking()?;
             let guard = lock(&self.shared.output);
             let empty = |o: &mut Output| o.bytes.len() <= incomplete_suffix_len(o) && !o.ended;
-            let _guard = match timeout {
+            let guard = match timeout {
                 None => self
                     .shared
                     .output_cv
@@ -496,6 +496,7 @@ impl Terminal {
                         .0
                 }
             };
+            drop(guard);
         }
         Ok(self.read_output())
     }
