@@ -12,6 +12,9 @@ pub enum Scope {
     Request,
     /// `spec.*`: a spec given to `run` or `start`.
     Spec,
+    /// `terminal.*`: an argument of a terminal session's call (`resize`,
+    /// `signal_foreground`).
+    Terminal,
 }
 
 /// Every field a caller can get wrong.
@@ -259,6 +262,7 @@ impl fmt::Display for Scope {
             Scope::Config => "config",
             Scope::Request => "request",
             Scope::Spec => "spec",
+            Scope::Terminal => "terminal",
         })
     }
 }

@@ -713,7 +713,7 @@ impl Executor {
         spec.check()?;
         confine::check(spec.sandbox_policy.as_ref())?;
         let tag = shared.next_tag();
-        let os_error = |e: std::io::Error| spawn_error(e, &spec.workdir);
+        let os_error = |e: std::io::Error| spawn_error(e, &spec.cwd);
         let pty = pty::open(spec.rows, spec.cols).map_err(os_error)?;
         crate::spawn::set_nonblocking(&pty.master).map_err(os_error)?;
         let control = pty.master.try_clone().map_err(os_error)?;

@@ -107,7 +107,7 @@ pub(crate) fn launch_terminal(
     pty: &Pty,
 ) -> Result<Leader> {
     let nul = || DshError::Internal("NUL in a checked terminal spec".into());
-    let workdir = CString::new(spec.workdir.as_os_str().as_bytes()).map_err(|_| nul())?;
+    let workdir = CString::new(spec.cwd.as_os_str().as_bytes()).map_err(|_| nul())?;
     let policy = spec.sandbox_policy.as_ref();
     let ruleset = confine::ruleset(policy)?;
     let slave = pty.slave.as_raw_fd();
@@ -118,7 +118,7 @@ pub(crate) fn launch_terminal(
         ruleset: ruleset.as_ref().map(|r| r.fd()),
         terminal: true,
     };
-    let pending = begin(supervisors, &fds, |e| failed(e, &spec.workdir, policy))?;
+    let pending = begin(supervisors, &fds, |e| failed(e, &spec.cwd, policy))?;
     // Dropping `pending` on an error below cancels the request.
     let envp = terminal_environment(host_env, spec.env.as_ref(), spec.dsh_env.as_ref(), tag);
     let (path, argv): (CString, Vec<CString>) = match &spec.program {
@@ -148,7 +148,7 @@ pub(crate) fn launch_terminal(
     let argv: Vec<&std::ffi::CStr> = argv.iter().map(CString::as_c_str).collect();
     pending
         .finish(&path, &argv, &envp, &workdir)
-        .map_err(|e| failed(e, &spec.workdir, policy))
+        .map_err(|e| failed(e, &spec.cwd, policy))
 }
 
 /// The error for a command the supervisor could not start.

@@ -57,8 +57,10 @@ pub enum TerminalProgram {
 pub struct TerminalRequest {
     /// The program, or a command line for bash.
     pub program: TerminalProgram,
-    /// As a command's `workdir`: relative to the configured `cwd`.
-    pub workdir: Option<PathBuf>,
+    /// The working directory, as a command's `workdir`: a relative one is
+    /// relative to the configured `cwd` (named `cwd` here, as terminal
+    /// programs call it).
+    pub cwd: Option<PathBuf>,
     /// Variables merged over the scrubbed host environment, as for commands
     /// (docs/environment.md); `TERM` is `xterm-256color` unless given here.
     pub env: Option<BTreeMap<String, String>>,
@@ -89,7 +91,7 @@ impl TerminalRequest {
     fn of(program: TerminalProgram) -> Self {
         TerminalRequest {
             program,
-            workdir: None,
+            cwd: None,
             env: None,
             dsh_env: None,
             rows: None,
@@ -105,8 +107,8 @@ impl TerminalRequest {
 pub struct TerminalSpec {
     /// The program, or a command line for bash.
     pub program: TerminalProgram,
-    /// Absolute, without NUL bytes.
-    pub workdir: PathBuf,
+    /// The working directory: absolute, without NUL bytes.
+    pub cwd: PathBuf,
     /// Variables merged over the scrubbed host environment.
     pub env: Option<BTreeMap<String, String>>,
     /// Managed `DSH_*` variables, merged after `env`.
@@ -151,7 +153,7 @@ fn check_program(f: impl Fn(FieldName) -> Field, program: &TerminalProgram) -> R
 /// checked (docs/terminals.md).
 pub fn resolve_terminal(config: &Config, request: TerminalRequest) -> Result<TerminalSpec> {
     check_program(field, &request.program)?;
-    let workdir = resolve_workdir(config, field(FieldName::Workdir), request.workdir.as_deref())?;
+    let cwd = resolve_workdir(config, field(FieldName::Cwd), request.cwd.as_deref())?;
     if let Some(env) = &request.env {
         check_env(field(FieldName::Env), env, false)?;
     }
@@ -174,11 +176,11 @@ pub fn resolve_terminal(config: &Config, request: TerminalRequest) -> Result<Ter
         config,
         field(FieldName::SandboxPolicy),
         request.sandbox_policy,
-        &workdir,
+        &cwd,
     )?;
     Ok(TerminalSpec {
         program: request.program,
-        workdir,
+        cwd,
         env: request.env,
         dsh_env: request.dsh_env,
         rows,
@@ -546,8 +548,8 @@ impl Terminal {
     /// Changes the window size; the foreground group gets SIGWINCH. Each
     /// must be a whole number from 1 to 65535.
     pub fn resize(&self, rows: Num, cols: Num) -> Result<()> {
-        let rows = dimension(field(FieldName::Rows), rows)?;
-        let cols = dimension(field(FieldName::Cols), cols)?;
+        let rows = dimension(Field::new(Scope::Terminal, FieldName::Rows), rows)?;
+        let cols = dimension(Field::new(Scope::Terminal, FieldName::Cols), cols)?;
         forked::check_host(self.shared.host_pid)?;
         if self.state().finished {
             return Err(closed("the terminal session has ended: it cannot be resized"));
@@ -1097,7 +1099,7 @@ mod tests {
 
     #[test]
     fn signals_parse_by_name_only() {
-        let f = Field::new(Scope::Request, FieldName::Signal);
+        let f = Field::new(Scope::Terminal, FieldName::Signal);
         assert_eq!(TerminalSignal::parse(f, "SIGTSTP").unwrap(), TerminalSignal::Tstp);
         let e = TerminalSignal::parse(f, "SIGUSR1").unwrap_err().to_string();
         assert!(e.contains("must be one of SIGINT"), "{e}");

@@ -276,7 +276,7 @@ fn a_window_size_change_is_seen_by_stty_and_tput() {
     let e = s.term.resize(n(0).unwrap(), n(80).unwrap()).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "request.rows must be a positive finite number, got 0"
+        "terminal.rows must be a positive finite number, got 0"
     );
     assert_eq!(s.term.terminate_blocking().unwrap(), 0);
 }
@@ -641,7 +641,7 @@ fn environment_follows_the_command_rules_with_a_real_term() {
     s.expect("term=xterm-256color tag=set pager=cat x=given");
     let mut r = TerminalRequest::command("echo term=$TERM; pwd");
     r.env = Some(map(&[("TERM", "vt100")]));
-    r.workdir = Some("/tmp".into());
+    r.cwd = Some("/tmp".into());
     let mut s = Session::new(&exec, r);
     s.expect("term=vt100\r\n/tmp");
 }
@@ -677,7 +677,7 @@ fn requests_are_checked_and_failures_name_the_field() {
         other => panic!("expected a spawn failure, got {other:?}"),
     }
     let mut r = TerminalRequest::argv(["true"]);
-    r.workdir = Some("/no/such/dir".into());
+    r.cwd = Some("/no/such/dir".into());
     let spec = exec.resolve_terminal(r).unwrap();
     match exec.spawn_terminal(&spec) {
         Err(DshError::Spawn { errno, message, .. }) => {
