@@ -196,13 +196,10 @@ impl TerminalSpec {
     pub fn check(&self) -> Result<()> {
         let f = |name| Field::new(Scope::Spec, name);
         check_program(f, &self.program)?;
-        if !absolute_without_nul(&self.workdir) {
+        if !absolute_without_nul(&self.cwd) {
             return Err(DshError::invalid(
-                f(FieldName::Workdir),
-                format!(
-                    "must be an absolute path without NUL bytes, got {:?}",
-                    self.workdir
-                ),
+                f(FieldName::Cwd),
+                format!("must be an absolute path without NUL bytes, got {:?}", self.cwd),
             ));
         }
         if let Some(env) = &self.env {
