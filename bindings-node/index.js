@@ -4,6 +4,7 @@
 // reads, listener containment); every rule lives in the Rust core.
 // The harness plugin (`dsh-native/harness`) is in harness.mjs.
 
+const { Readable } = require('node:stream')
 const { NativeExecutor, NativeCancelToken, checkConfig } = require('./loader.js')
 
 /** An INVALID_ARGUMENT error shaped like the native ones. */
@@ -88,6 +89,100 @@ class NativeShellProcess {
 
   kill() {
     return this.#native.kill()
+  }
+}
+
+/**
+ * A terminal session (docs/terminals.md), assignable to the published
+ * `SubprocessTerminalHandle`: `output` is a Readable of the terminal's
+ * output, pulled from the core as it is read (an unread stream makes the
+ * program wait, as a terminal does); `readOutput()` takes from the same
+ * place, so a caller uses one or the other.
+ */
+class NativeTerminalHandle {
+  #native
+  #done
+  #terminating
+  #pulling = false
+  constructor(native) {
+    this.#native = native
+    Object.defineProperty(this, 'pid', { value: native.pid, enumerable: true })
+    this.#done = native.done().then(() => ({ exitCode: native.exitCode ?? null, signal: native.signal ?? null }))
+    const output = new Readable({
+      read: () => {
+        if (this.#pulling) return
+        this.#pulling = true
+        const pull = () => {
+          native.nextOutput().then(
+            (text) => {
+              if (text === null) {
+                this.#pulling = false
+                output.push(null)
+              } else if (output.push(Buffer.from(text, 'utf8'))) {
+                pull()
+              } else {
+                this.#pulling = false
+              }
+            },
+            (err) => {
+              this.#pulling = false
+              output.destroy(err)
+            },
+          )
+        }
+        pull()
+      },
+    })
+    Object.defineProperty(this, 'output', { value: output, enumerable: true })
+  }
+
+  /** Resolves with `{ exitCode, signal }` when the program exits; never rejects. */
+  get done() {
+    return this.#done
+  }
+
+  /** True once the program has exited. */
+  get exited() {
+    return this.#native.exited
+  }
+
+  /** Present (true) once exited when nobody could say how it ended. */
+  get exitStatusUnavailable() {
+    return this.#native.exitStatusUnavailable || undefined
+  }
+
+  /** Present after terminate() or dispose when members of the session outlived the final SIGKILL. */
+  get survivors() {
+    return this.#native.survivors || undefined
+  }
+
+  /** Consuming read: `{ text, ended }`. */
+  readOutput() {
+    return this.#native.readOutput()
+  }
+
+  /** Resolves once the terminal took every byte; rejects TERMINAL_CLOSED after the program exited. */
+  write(data) {
+    return this.#native.write(data)
+  }
+
+  /** Changes the window size (the foreground group gets SIGWINCH). */
+  resize(rows, cols) {
+    this.#native.resize(rows, cols)
+  }
+
+  async inspectForeground() {
+    return this.#native.inspectForeground() ?? undefined
+  }
+
+  async signalForeground(signal) {
+    return this.#native.signalForeground(signal)
+  }
+
+  /** Ends every member of the session; resolves once nothing is left. Idempotent. */
+  terminate() {
+    if (this.#terminating === undefined) this.#terminating = this.#native.terminate().then(() => undefined)
+    return this.#terminating
   }
 }
 
@@ -219,6 +314,18 @@ class NativeShellExecutor {
     }
   }
 
+  /**
+   * Starts a terminal session (docs/terminals.md) and resolves with its
+   * handle once it runs. `request.signal` cancels the allocation only.
+   */
+  async spawnTerminal(request) {
+    checkObject(request, 'request')
+    const signal = checkSignal(request.signal, 'request.signal')
+    const token = new NativeCancelToken()
+    if (signal?.aborted) token.cancel()
+    return new NativeTerminalHandle(await this.#native.spawnTerminal(request, token))
+  }
+
   dispose() {
     return this.#native.dispose()
   }
@@ -229,4 +336,11 @@ const NativeBashExecutor = NativeShellExecutor
 /** @deprecated the seam's old name; use NativeShellProcess. */
 const NativeBashTask = NativeShellProcess
 
-module.exports = { NativeShellExecutor, NativeShellProcess, checkConfig, NativeBashExecutor, NativeBashTask }
+module.exports = {
+  NativeShellExecutor,
+  NativeShellProcess,
+  NativeTerminalHandle,
+  checkConfig,
+  NativeBashExecutor,
+  NativeBashTask,
+}
