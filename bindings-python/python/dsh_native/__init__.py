@@ -29,6 +29,7 @@ from ._errors import (
     NotFoundError,
     SandboxUnavailableError,
     SpawnError,
+    TerminalClosedError,
 )
 from ._helpers import resolve_future
 from ._native import (
@@ -40,6 +41,8 @@ from ._native import (
     SandboxInfo,
     SandboxPolicy,
     Spec,
+    Foreground,
+    Terminal,
     Unsubscribe,
 )
 
@@ -55,6 +58,7 @@ __all__ = [
     "DisposedError",
     "DshError",
     "Executor",
+    "Foreground",
     "InternalError",
     "InvalidArgumentError",
     "NotFoundError",
@@ -66,6 +70,8 @@ __all__ = [
     "SandboxUnavailableError",
     "Spec",
     "SpawnError",
+    "Terminal",
+    "TerminalClosedError",
     "Unsubscribe",
     "__version__",
 ]

@@ -63,5 +63,11 @@ class ForkedChildError(DshError, RuntimeError):
     child."""
 
 
+class TerminalClosedError(DshError, RuntimeError):
+    """A terminal session cannot take this call any more: its program has
+    exited (``write``, ``signal_foreground``) or the session has ended
+    (``resize``)."""
+
+
 class InternalError(DshError, RuntimeError):
     """A bug in dsh_native."""
