@@ -32,29 +32,39 @@ fn deadline(timeout: Option<f64>) -> PyResult<Option<Instant>> {
     }
 }
 
-/// A future on the running loop, and a function that settles it from any
-/// thread with ``(result, error)``.
-fn future_pair(
-    py: Python<'_>,
-) -> PyResult<(
-    Bound<'_, PyAny>,
-    impl Fn(Option<Py<PyAny>>, Option<PyErr>) + Send + 'static,
-)> {
-    let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
-    let future = event_loop.call_method0("create_future")?;
-    let resolve = py.import("dsh_native._helpers")?.getattr("resolve_future")?;
-    let (lp, fut, resolve) = (event_loop.unbind(), future.clone().unbind(), resolve.unbind());
-    let settle = move |result: Option<Py<PyAny>>, error: Option<PyErr>| {
+/// Settles one asyncio future from any thread, on its loop.
+struct Settle {
+    event_loop: Py<PyAny>,
+    future: Py<PyAny>,
+    resolve: Py<PyAny>,
+}
+
+impl Settle {
+    fn call(&self, result: Option<Py<PyAny>>, error: Option<PyErr>) {
         Python::try_attach(|py| {
             let result = result.unwrap_or_else(|| py.None());
             let error = error.map_or_else(|| py.None(), |e| e.into_value(py).into_any());
-            // A closed loop cannot be told; nothing is waiting on it then.
-            let _ = lp.call_method1(
-                py,
-                "call_soon_threadsafe",
-                (resolve.clone_ref(py), fut.clone_ref(py), result, error),
+            let args = (
+                self.resolve.clone_ref(py),
+                self.future.clone_ref(py),
+                result,
+                error,
             );
+            // A closed loop cannot be told; nothing is waiting on it then.
+            let _ = self.event_loop.call_method1(py, "call_soon_threadsafe", args);
         });
+    }
+}
+
+/// A future on the running loop, and what settles it.
+fn future_pair(py: Python<'_>) -> PyResult<(Bound<'_, PyAny>, Settle)> {
+    let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
+    let future = event_loop.call_method0("create_future")?;
+    let resolve = py.import("dsh_native._helpers")?.getattr("resolve_future")?;
+    let settle = Settle {
+        event_loop: event_loop.unbind(),
+        future: future.clone().unbind(),
+        resolve: resolve.unbind(),
     };
     Ok((future, settle))
 }
@@ -188,8 +198,8 @@ impl Terminal {
         let (future, settle) = future_pair(py)?;
         self.inner.next_output_with(move |out| {
             Python::try_attach(|py| match out {
-                Some(text) => settle(Some(PyString::new(py, &text).into_any().unbind()), None),
-                None => settle(None, Some(PyStopAsyncIteration::new_err(()))),
+                Some(text) => settle.call(Some(PyString::new(py, &text).into_any().unbind()), None),
+                None => settle.call(None, Some(PyStopAsyncIteration::new_err(()))),
             });
         });
         Ok(future)
@@ -209,7 +219,7 @@ impl Terminal {
         let bytes = bytes_of(py, data)?;
         let (future, settle) = future_pair(py)?;
         self.inner.write_with(bytes, move |r| {
-            Python::try_attach(|py| settle(None, r.err().map(|e| to_pyerr(py, e))));
+            Python::try_attach(|py| settle.call(None, r.err().map(|e| to_pyerr(py, e))));
         });
         Ok(future)
     }
@@ -258,8 +268,8 @@ impl Terminal {
         let (future, settle) = future_pair(py)?;
         self.inner.terminate_with(move |n| {
             Python::try_attach(|py| match n.into_pyobject(py) {
-                Ok(n) => settle(Some(n.into_any().unbind()), None),
-                Err(e) => settle(None, Some(e.into())),
+                Ok(n) => settle.call(Some(n.into_any().unbind()), None),
+                Err(e) => settle.call(None, Some(e.into())),
             });
         });
         Ok(future)
@@ -294,7 +304,7 @@ impl Terminal {
     /// An asyncio future that completes (with None) when the program exits.
     fn wait_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let (future, settle) = future_pair(py)?;
-        self.inner.when_exited(move || settle(None, None));
+        self.inner.when_exited(move || settle.call(None, None));
         Ok(future)
     }
 
