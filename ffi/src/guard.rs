@@ -42,6 +42,9 @@ pub enum DshStatus {
     DSH_FORKED_CHILD = 11,
     /// dsh_executor_forget: the process is still running.
     DSH_STILL_RUNNING = 12,
+    /// A terminal session cannot take the call: its program has exited
+    /// (write, signal) or the session has ended (resize).
+    DSH_TERMINAL_CLOSED = 13,
 }
 
 /// A borrowed string handed out by the library: `len` bytes at `ptr`, plus a
@@ -94,6 +97,7 @@ pub(crate) enum FfiError {
     Null(&'static str),
     Utf8(&'static str),
     WaitTimedOut,
+    TerminalRunning,
 }
 
 impl From<DshError> for FfiError {
@@ -110,7 +114,7 @@ impl FfiError {
         use DshStatus::*;
         match self {
             FfiError::Null(_) | FfiError::Utf8(_) => DSH_INVALID_ARGUMENT,
-            FfiError::WaitTimedOut => DSH_TIMED_OUT,
+            FfiError::WaitTimedOut | FfiError::TerminalRunning => DSH_TIMED_OUT,
             FfiError::Core(e) => match e {
                 DshError::InvalidArgument { .. } => DSH_INVALID_ARGUMENT,
                 DshError::Spawn { .. } => DSH_SPAWN_FAILED,
@@ -122,6 +126,7 @@ impl FfiError {
                 DshError::Internal(_) => DSH_INTERNAL,
                 DshError::ForkedChild { .. } => DSH_FORKED_CHILD,
                 DshError::StillRunning(_) => DSH_STILL_RUNNING,
+                DshError::TerminalClosed(_) => DSH_TERMINAL_CLOSED,
             },
         }
     }
@@ -132,6 +137,9 @@ impl FfiError {
             FfiError::Null(arg) => format!("invalid argument: {arg} is NULL"),
             FfiError::Utf8(arg) => format!("invalid argument: {arg} is not valid UTF-8"),
             FfiError::WaitTimedOut => "the process was still running when the wait ended".into(),
+            FfiError::TerminalRunning => {
+                "the terminal's program was still running when the wait ended".into()
+            }
         }
     }
 
@@ -338,6 +346,7 @@ pub extern "C" fn dsh_status_name(status: c_int) -> *const c_char {
         DSH_INTERNAL,
         DSH_FORKED_CHILD,
         DSH_STILL_RUNNING,
+        DSH_TERMINAL_CLOSED,
     ];
     let Some(&status) = all.iter().find(|s| **s as c_int == status) else {
         return c"DSH_UNKNOWN".as_ptr();
@@ -356,6 +365,7 @@ pub extern "C" fn dsh_status_name(status: c_int) -> *const c_char {
         DSH_INTERNAL => c"DSH_INTERNAL",
         DSH_FORKED_CHILD => c"DSH_FORKED_CHILD",
         DSH_STILL_RUNNING => c"DSH_STILL_RUNNING",
+        DSH_TERMINAL_CLOSED => c"DSH_TERMINAL_CLOSED",
     };
     name.as_ptr()
 }
