@@ -256,9 +256,10 @@ impl<'e> Fields<'e> {
         for i in 0..len {
             let item: Unknown<'e> = arr.get_element(i).map_err(napi_failure(self.scope))?;
             match item.get_type().map_err(napi_failure(self.scope))? {
-                // SAFETY: the value was just checked to be a string.
                 ValueType::String => {
-                    out.push(unsafe { item.cast::<String>() }.map_err(napi_failure(self.scope))?)
+                    // SAFETY: the value was just checked to be a string.
+                    let s = unsafe { item.cast::<String>() }.map_err(napi_failure(self.scope))?;
+                    out.push(s)
                 }
                 t => {
                     return shape(
