@@ -69,4 +69,6 @@ mod doc_examples {
     mod readme {}
     #[doc = include_str!("../../docs/requests.md")]
     mod requests {}
+    #[doc = include_str!("../../docs/terminals.md")]
+    mod terminals {}
 }
