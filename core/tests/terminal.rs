@@ -596,6 +596,10 @@ fn output_is_bounded_and_the_program_waits_for_the_reader() {
         !s.term.has_exited(),
         "the program waits for its output to be read"
     );
+    assert!(
+        !s.foreground().input_waiting,
+        "a program blocked writing is not waiting for input"
+    );
     let all = s.drain();
     assert_eq!(all.matches('a').count(), total, "nothing lost");
     assert!(all.ends_with("END\r\n"));
