@@ -112,17 +112,33 @@ class NativeTerminalHandle {
       read: () => {
         if (this.#pulling) return
         this.#pulling = true
+        const deliver = (text) => {
+          if (text === null) {
+            this.#pulling = false
+            output.push(null)
+            return false
+          }
+          if (output.push(Buffer.from(text, 'utf8'))) return true
+          this.#pulling = false
+          return false
+        }
         const pull = () => {
+          // What is already there is taken at once; only an empty buffer
+          // waits for the core.
+          for (;;) {
+            const now = native.readOutput()
+            if (now.text !== '') {
+              if (!deliver(now.text)) return
+            } else if (now.ended) {
+              deliver(null)
+              return
+            } else {
+              break
+            }
+          }
           native.nextOutput().then(
             (text) => {
-              if (text === null) {
-                this.#pulling = false
-                output.push(null)
-              } else if (output.push(Buffer.from(text, 'utf8'))) {
-                pull()
-              } else {
-                this.#pulling = false
-              }
+              if (deliver(text)) pull()
             },
             (err) => {
               this.#pulling = false
@@ -162,8 +178,9 @@ class NativeTerminalHandle {
   }
 
   /** Resolves once the terminal took every byte; rejects TERMINAL_CLOSED after the program exited. */
-  write(data) {
-    return this.#native.write(data)
+  async write(data) {
+    // undefined when the terminal took everything at once.
+    await this.#native.write(data)
   }
 
   /** Changes the window size (the foreground group gets SIGWINCH). */

@@ -196,9 +196,11 @@ impl NativeTerminal {
         Ok(promise)
     }
 
-    /// Resolves once the terminal took every byte (a string is UTF-8).
+    /// Writes what the terminal takes now (a string is UTF-8): undefined
+    /// when it took everything, else a promise that resolves once it took
+    /// the rest (queued in order).
     #[napi]
-    pub fn write<'e>(&self, env: &'e Env, data: Unknown<'_>) -> Result<Object<'e>> {
+    pub fn write<'e>(&self, env: &'e Env, data: Unknown<'_>) -> Result<Option<Object<'e>>> {
         let bytes = match data.get_type()? {
             ValueType::String => {
                 // SAFETY: the value was just checked to be a string.
@@ -210,17 +212,21 @@ impl NativeTerminal {
             }
             t => {
                 let e = DshError::InvalidArgument {
-                    field: terminal_field(dsh_core::FieldName::Stdin),
-                    problem: format!("must be a string or a Buffer, got {t:?}"),
+                    field: terminal_field(dsh_core::FieldName::Data),
+                    problem: format!(
+                        "must be a string or a Buffer, got {}",
+                        format!("{t:?}").to_lowercase()
+                    ),
                 };
                 return Err(js_error(env, &e));
             }
         };
+        let Some(rest) = throw(env, self.inner.write_now(&bytes))? else {
+            return Ok(None);
+        };
         let (deferred, promise) = env.create_deferred::<(), _>()?;
-        self.inner.write_with(bytes, move |r| {
-            deferred.resolve(move |env| r.map_err(|e| js_error(&env, &e)))
-        });
-        Ok(promise)
+        rest.then(move |r| deferred.resolve(move |env| r.map_err(|e| js_error(&env, &e))));
+        Ok(Some(promise))
     }
 
     #[napi]

@@ -111,7 +111,7 @@ fn bytes_of(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     }
     Ok(data
         .cast::<PyBytes>()
-        .map_err(|_| type_error(py, field(FieldName::Stdin), "must be str or bytes"))?
+        .map_err(|_| type_error(py, field(FieldName::Data), "must be str or bytes"))?
         .as_bytes()
         .to_vec())
 }
@@ -218,9 +218,18 @@ impl Terminal {
     fn write_async<'py>(&self, py: Python<'py>, data: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let bytes = bytes_of(py, data)?;
         let (future, settle) = future_pair(py)?;
-        self.inner.write_with(bytes, move |r| {
-            Python::try_attach(|py| settle.call(None, r.err().map(|e| to_pyerr(py, e))));
-        });
+        match self.inner.write_now(&bytes) {
+            // Taken at once: settled here, on the loop's own thread.
+            Ok(None) => {
+                future.call_method1("set_result", (py.None(),))?;
+            }
+            Ok(Some(rest)) => rest.then(move |r| {
+                Python::try_attach(|py| settle.call(None, r.err().map(|e| to_pyerr(py, e))));
+            }),
+            Err(e) => {
+                future.call_method1("set_exception", (to_pyerr(py, e).into_value(py),))?;
+            }
+        }
         Ok(future)
     }
 

@@ -62,6 +62,8 @@ pub enum FieldName {
     Cols,
     /// `signal` (a terminal's `signal_foreground`).
     Signal,
+    /// `data` (a terminal's `write`).
+    Data,
 }
 
 /// How a face spells field names: Rust, C and Python use snake_case, Node
@@ -100,6 +102,7 @@ impl FieldName {
             Rows => ("rows", "rows"),
             Cols => ("cols", "cols"),
             Signal => ("signal", "signal"),
+            Data => ("data", "data"),
         };
         match style {
             NameStyle::Snake => snake,

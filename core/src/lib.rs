@@ -55,8 +55,8 @@ pub use run::{RunFuture, RunResult};
 pub use runtime::refuse_blocking;
 pub use sandbox::{Enforcement, SandboxInfo, SandboxMode, SandboxPolicy};
 pub use terminal::{
-    dimension, resolve_terminal, Foreground, Terminal, TerminalProgram, TerminalRead, TerminalRequest,
-    TerminalSignal, TerminalSpec, DEFAULT_COLS, DEFAULT_ROWS,
+    dimension, resolve_terminal, Foreground, PendingWrite, Terminal, TerminalProgram, TerminalRead,
+    TerminalRequest, TerminalSignal, TerminalSpec, DEFAULT_COLS, DEFAULT_ROWS,
 };
 
 /// The Rust examples of README.md and docs/ are doctests: `cargo test --doc`

@@ -331,8 +331,57 @@ impl Output {
     }
 }
 
-/// A pending `write`: the bytes and who waits for them to be taken.
-type WriteRequest = (Vec<u8>, oneshot::Sender<Result<()>>);
+/// A queued `write`: the bytes the terminal did not take at once, who waits
+/// for them, and its place in the count of queued writes (released when
+/// the request is done or dropped).
+struct WriteRequest {
+    bytes: Vec<u8>,
+    reply: oneshot::Sender<Result<()>>,
+    _queued: Queued,
+}
+
+/// One queued write in [`Shared::write_gate`].
+struct Queued(Arc<Mutex<usize>>);
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        *lock(&self.0) -= 1;
+    }
+}
+
+/// The part of a [`Terminal::write_now`] the terminal could not take at once:
+/// it is queued, in order, and written as the program reads.
+#[derive(Debug)]
+pub struct PendingWrite {
+    rx: oneshot::Receiver<Result<()>>,
+}
+
+fn input_gone() -> DshError {
+    closed("the terminal's program has exited: its input cannot be written")
+}
+
+impl PendingWrite {
+    /// Completes once the terminal took the rest.
+    pub async fn wait(self) -> Result<()> {
+        self.rx.await.map_err(|_| input_gone())?
+    }
+
+    /// [`PendingWrite::wait`] for threads outside an async runtime; refused
+    /// where blocking is (inside a callback or an async runtime).
+    pub fn wait_blocking(self) -> Result<()> {
+        runtime::refuse_blocking()?;
+        runtime::block_on(self.wait())?
+    }
+
+    /// Calls `on_done` on the callback thread once the terminal took the
+    /// rest (or could not).
+    pub fn then(self, on_done: impl FnOnce(Result<()>) + Send + 'static) {
+        runtime::handle().spawn(async move {
+            let r = self.wait().await;
+            callbacks::dispatch(move || on_done(r));
+        });
+    }
+}
 
 struct State {
     exited: bool,
@@ -364,7 +413,10 @@ struct Shared {
     output_tx: watch::Sender<u64>,
     /// Woken when a reader made room.
     room: Notify,
-    writes: mpsc::Sender<WriteRequest>,
+    writes: mpsc::UnboundedSender<WriteRequest>,
+    /// How many writes are queued: while any is, a new write queues behind
+    /// it instead of writing at once (order is kept).
+    write_gate: Arc<Mutex<usize>>,
     stop_tx: watch::Sender<Option<Stop>>,
     /// The survivors of the first `terminate()` that finished.
     terminated: tokio::sync::Mutex<Option<u32>>,
@@ -503,43 +555,84 @@ impl Terminal {
     /// Writes `bytes` to the terminal's input, as typed (no newline is
     /// added or translated). Completes once the terminal took all of them;
     /// a program that does not read makes it wait (the terminal's input
-    /// queue is small), never buffers without bound. After the leader
-    /// exited: [`DshError::TerminalClosed`].
+    /// queue is small), never buffers more than the caller's own bytes.
+    /// After the leader exited: [`DshError::TerminalClosed`].
     pub async fn write(&self, bytes: &[u8]) -> Result<()> {
-        if self.has_exited() {
-            return Err(closed(
-                "the terminal's program has exited: its input cannot be written",
-            ));
+        match self.write_now(bytes)? {
+            None => Ok(()),
+            Some(rest) => rest.wait().await,
         }
-        if bytes.is_empty() {
-            return Ok(());
-        }
-        let (tx, rx) = oneshot::channel();
-        let gone = || closed("the terminal's program has exited: its input cannot be written");
-        self.shared
-            .writes
-            .send((bytes.to_vec(), tx))
-            .await
-            .map_err(|_| gone())?;
-        rx.await.map_err(|_| gone())?
     }
 
-    /// [`Terminal::write`] for hosts with their own loop.
-    pub fn write_with(&self, bytes: Vec<u8>, on_done: impl FnOnce(Result<()>) + Send + 'static) {
-        let this = self.clone();
-        runtime::handle().spawn(async move {
-            let r = this.write(&bytes).await;
-            callbacks::dispatch(move || on_done(r));
-        });
-    }
-
-    /// [`Terminal::write`] for threads outside an async runtime.
-    pub fn write_blocking(&self, bytes: &[u8]) -> Result<()> {
+    /// Writes what the terminal takes now, without waiting, and queues the
+    /// rest (in order, behind any write still queued): `None` when all of
+    /// `bytes` was taken, else the queued rest to wait for. Never blocks.
+    pub fn write_now(&self, bytes: &[u8]) -> Result<Option<PendingWrite>> {
         forked::check_host(self.shared.host_pid)?;
-        runtime::refuse_blocking()?;
-        let this = self.clone();
-        let bytes = bytes.to_vec();
-        runtime::block_on(async move { this.write(&bytes).await })?
+        if self.has_exited() {
+            return Err(input_gone());
+        }
+        let mut queued = lock(&self.shared.write_gate);
+        let mut at = 0;
+        if *queued == 0 {
+            while at < bytes.len() {
+                let rest = &bytes[at..];
+                // SAFETY: `rest` is valid for reads of its length; the
+                // descriptor (a non-blocking copy of the master) is open.
+                let n =
+                    unsafe { libc::write(self.shared.control.as_raw_fd(), rest.as_ptr().cast(), rest.len()) };
+                if n >= 0 {
+                    at += n as usize;
+                    continue;
+                }
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::Interrupted => continue,
+                    io::ErrorKind::WouldBlock => break,
+                    _ => return Err(closed(&format!("cannot write to the terminal: {e}"))),
+                }
+            }
+            if at == bytes.len() {
+                return Ok(None);
+            }
+        }
+        *queued += 1;
+        let (reply, rx) = oneshot::channel();
+        let request = WriteRequest {
+            bytes: bytes[at..].to_vec(),
+            reply,
+            _queued: Queued(self.shared.write_gate.clone()),
+        };
+        // Sent under the gate, so queued writes keep the callers' order.
+        let sent = self.shared.writes.send(request);
+        drop(queued);
+        match sent {
+            Ok(()) => Ok(Some(PendingWrite { rx })),
+            Err(unsent) => {
+                drop(unsent); // releases its place in the gate
+                Err(input_gone())
+            }
+        }
+    }
+
+    /// [`Terminal::write`] for hosts with their own loop: `on_done` runs on
+    /// the callback thread.
+    pub fn write_with(&self, bytes: Vec<u8>, on_done: impl FnOnce(Result<()>) + Send + 'static) {
+        match self.write_now(&bytes) {
+            Ok(Some(rest)) => rest.then(on_done),
+            Ok(None) => callbacks::dispatch(move || on_done(Ok(()))),
+            Err(e) => callbacks::dispatch(move || on_done(Err(e))),
+        }
+    }
+
+    /// [`Terminal::write`] for threads outside an async runtime. Refused
+    /// where blocking is (inside a callback or an async runtime) when the
+    /// terminal does not take everything at once.
+    pub fn write_blocking(&self, bytes: &[u8]) -> Result<()> {
+        match self.write_now(bytes)? {
+            None => Ok(()),
+            Some(rest) => rest.wait_blocking(),
+        }
     }
 
     /// Changes the window size; the foreground group gets SIGWINCH. Each
@@ -783,7 +876,7 @@ pub(crate) fn start<G: Send + 'static>(
     disposing: impl std::future::Future<Output = ()> + Send + 'static,
     guard: G,
 ) -> Terminal {
-    let (writes, write_rx) = mpsc::channel(16);
+    let (writes, write_rx) = mpsc::unbounded_channel();
     let shared = Arc::new(Shared {
         host_pid: forked::current_pid(),
         pid: started.pid,
@@ -813,6 +906,7 @@ pub(crate) fn start<G: Send + 'static>(
         output_tx: watch::channel(0).0,
         room: Notify::new(),
         writes,
+        write_gate: Arc::new(Mutex::new(0)),
         stop_tx: watch::channel(None).0,
         terminated: tokio::sync::Mutex::new(None),
     });
@@ -920,7 +1014,7 @@ impl Terminal {
         self,
         master: OwnedFd,
         report_fd: OwnedFd,
-        mut write_rx: mpsc::Receiver<WriteRequest>,
+        mut write_rx: mpsc::UnboundedReceiver<WriteRequest>,
         disposing: impl std::future::Future<Output = ()>,
     ) {
         let pid = self.shared.pid;
@@ -952,7 +1046,7 @@ impl Terminal {
         let mut kill_at: Option<Instant> = None;
         let mut killed = false;
         let mut drain_until: Option<Instant> = None;
-        let mut current: Option<(Vec<u8>, usize, oneshot::Sender<Result<()>>)> = None;
+        let mut current: Option<(WriteRequest, usize)> = None;
         let never = Instant::now() + Duration::from_secs(100 * 365 * 86_400);
         let mut buf = vec![0u8; CHUNK];
         let mut stop_rx = self.shared.stop_tx.subscribe();
@@ -972,7 +1066,7 @@ impl Terminal {
                 s = read_exit(&report_fd, &mut report), if !exited => Event::Exited(s),
                 r = read_some(&master, &self.shared, &mut buf[..room.min(CHUNK)]), if open && room > 0 => Event::Read(r),
                 _ = self.shared.room.notified(), if open && room == 0 => Event::Room,
-                r = write_some(&master, current.as_ref().map_or(&[][..], |(b, at, _)| &b[*at..])), if current.is_some() => Event::Wrote(r),
+                r = write_some(&master, current.as_ref().map_or(&[][..], |(w, at)| &w.bytes[*at..])), if current.is_some() => Event::Wrote(r),
                 w = write_rx.recv(), if current.is_none() && !exited => Event::Write(w),
                 _ = sleep_until(drain_until.unwrap_or(never)), if drain_until.is_some() => Event::DrainOver,
             };
@@ -981,20 +1075,22 @@ impl Terminal {
                 // EIO: nobody holds the terminal any more.
                 Event::Read(_) => open = false,
                 Event::Room => {}
-                Event::Write(Some((bytes, reply))) => current = Some((bytes, 0, reply)),
+                Event::Write(Some(request)) => current = Some((request, 0)),
                 Event::Write(None) => {}
                 Event::Wrote(Ok(n)) => {
-                    if let Some((bytes, at, reply)) = current.take() {
-                        if at + n >= bytes.len() {
-                            let _ = reply.send(Ok(()));
+                    if let Some((request, at)) = current.take() {
+                        if at + n >= request.bytes.len() {
+                            let _ = request.reply.send(Ok(()));
                         } else {
-                            current = Some((bytes, at + n, reply));
+                            current = Some((request, at + n));
                         }
                     }
                 }
                 Event::Wrote(Err(e)) => {
-                    if let Some((_, _, reply)) = current.take() {
-                        let _ = reply.send(Err(closed(&format!("cannot write to the terminal: {e}"))));
+                    if let Some((request, _)) = current.take() {
+                        let _ = request
+                            .reply
+                            .send(Err(closed(&format!("cannot write to the terminal: {e}"))));
                     }
                 }
                 Event::Exited(s) => {
@@ -1005,13 +1101,12 @@ impl Terminal {
                     exited = true;
                     self.on_exit(s);
                     drain_until = Some(Instant::now() + grace);
-                    let gone = || closed("the terminal's program has exited: its input cannot be written");
-                    if let Some((_, _, reply)) = current.take() {
-                        let _ = reply.send(Err(gone()));
+                    if let Some((request, _)) = current.take() {
+                        let _ = request.reply.send(Err(input_gone()));
                     }
                     write_rx.close();
-                    while let Ok((_, reply)) = write_rx.try_recv() {
-                        let _ = reply.send(Err(gone()));
+                    while let Ok(request) = write_rx.try_recv() {
+                        let _ = request.reply.send(Err(input_gone()));
                     }
                 }
                 Event::Stop(reason) => {

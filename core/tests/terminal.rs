@@ -606,6 +606,43 @@ fn output_is_bounded_and_the_program_waits_for_the_reader() {
 }
 
 #[test]
+fn writes_the_program_does_not_read_wait_in_order_without_blocking_the_caller() {
+    let exec = executor();
+    // Raw mode (no line limit); nothing is read until SIGUSR1.
+    let mut s = Session::new(
+        &exec,
+        TerminalRequest::argv([
+            "python3",
+            "-c",
+            "import os, signal, sys, tty\n\
+             tty.setraw(0)\n\
+             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})\n\
+             os.write(1, b'paused pid=%d\\r\\n' % os.getpid())\n\
+             signal.sigwait({signal.SIGUSR1})\n\
+             got = b''\n\
+             while not got.endswith(b'END'):\n    got += os.read(0, 65536)\n\
+             os.write(1, b'len=%d ok=%d\\r\\n' % (len(got), got == b'x' * 1000000 + b'tail END'))",
+        ]),
+    );
+    let text = s.expect("\r\n");
+    let pid = pids_in(&text)[0];
+    let first = s.term.write_now(&[b'x'; 1_000_000]).unwrap();
+    let first = first.expect("a program that does not read cannot take a megabyte at once");
+    // A later write queues behind the first, however small.
+    let second = s
+        .term
+        .write_now(b"tail END")
+        .unwrap()
+        .expect("queued behind the first");
+    // SAFETY: kill(2) with integers; `pid` is the session's live program.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGUSR1) }, 0);
+    first.wait_blocking().unwrap();
+    second.wait_blocking().unwrap();
+    s.expect("len=1000008 ok=1");
+    assert_eq!(s.exit_code(), Some(0));
+}
+
+#[test]
 fn utf8_is_never_split_at_a_read_boundary() {
     let exec = executor_with(|c| c.max_output_bytes = n(7));
     let mut s = Session::new(

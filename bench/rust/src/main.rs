@@ -93,6 +93,37 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             exec.dispose_blocking()?;
         }
+        Some("terminal-echo") => {
+            // Keystroke -> echo through a raw-mode `cat`, blocking calls.
+            let iter: usize = args[2].parse()?;
+            let exec = Executor::new(ConfigInput::default())?;
+            let spec = exec.resolve_terminal(TerminalRequest::argv([
+                "bash",
+                "-c",
+                "stty raw -echo; printf ready; exec cat",
+            ]))?;
+            let term = exec.spawn_terminal(&spec)?;
+            let mut seen = String::new();
+            while !seen.contains("ready") {
+                seen += &term.read_output_timeout(None)?.text;
+            }
+            let mut samples = Vec::new();
+            for i in 0..iter + 5 {
+                let key = [b'a' + (i % 26) as u8];
+                let t = Instant::now();
+                term.write_blocking(&key)?;
+                let mut got = String::new();
+                while !got.as_bytes().contains(&key[0]) {
+                    got += &term.read_output_timeout(None)?.text;
+                }
+                if i >= 5 {
+                    samples.push(t.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+            report("terminal_echo", 0, samples, "");
+            term.terminate_blocking()?;
+            exec.dispose_blocking()?;
+        }
         Some("terminal-throughput") => {
             // `head -c BYTES /dev/zero` through a terminal, read until the end.
             let bytes: usize = args[2].parse()?;
