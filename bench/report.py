@@ -77,6 +77,7 @@ def node_pty_missing() -> str:
 
 def terminal_rows() -> List[Row]:
     rows = run(["target/release/dsh-bench", "terminal-spawn", str(ITER)])
+    rows += run(["target/release/dsh-bench", "terminal-echo", str(KEYS)])
     rows += run(["target/release/dsh-bench", "terminal-throughput", str(TERMINAL_BYTES)])
     impls = ["dsh"] + ([] if node_pty_missing() else ["pty"])
     for which in impls:
@@ -226,7 +227,7 @@ def terminal_table(rows: List[Row], get: Any) -> List[str]:
     for bench, what in [("terminal_echo", f"keystroke → echo through a raw-mode `cat` ({KEYS} keys)"),
                         ("terminal_spawn", "spawn `true` in a terminal until its output ended")]:
         base = get(bench, pty)["median_us"] if has(bench, pty) else None
-        for impl in ["dsh (Node)", pty]:
+        for impl in ["dsh (Rust)", "dsh (Node)", pty]:
             if not has(bench, impl):
                 continue
             r = get(bench, impl)
