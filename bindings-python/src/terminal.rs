@@ -163,9 +163,7 @@ impl Terminal {
     /// True once the output has ended and everything was read.
     #[getter]
     fn output_ended(&self) -> bool {
-        let read = self.inner.read_output_timeout(Some(Duration::ZERO));
-        // A zero timeout never blocks; an empty read changes nothing.
-        matches!(read, Ok(r) if r.ended && r.text.is_empty())
+        self.inner.output_ended()
     }
 
     /// Waits (GIL released) until there is output, it has ended, or

@@ -495,6 +495,13 @@ impl Terminal {
         read
     }
 
+    /// True once the output has ended and every byte was read (takes
+    /// nothing).
+    pub fn output_ended(&self) -> bool {
+        let out = lock(&self.shared.output);
+        out.ended && out.bytes.is_empty()
+    }
+
     /// Waits until there is output (or it has ended) and takes it: `None`
     /// once the output has ended and everything was read.
     pub async fn next_output(&self) -> Option<String> {

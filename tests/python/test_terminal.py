@@ -94,6 +94,16 @@ def test_output_is_an_async_iterator_and_calls_have_async_forms(ex: dsh_native.E
     assert term.output_ended
 
 
+def test_asking_whether_the_output_ended_takes_nothing(ex: dsh_native.Executor) -> None:
+    term = ex.spawn_terminal(command="echo kept-for-the-reader")
+    term.wait(timeout=30)
+    assert not term.output_ended, "unread output: not ended"
+    text = ""
+    while not term.output_ended:
+        text += term.read(timeout=1)
+    assert "kept-for-the-reader" in text
+
+
 def test_signal_foreground_interrupts_the_job_and_the_shell_survives(ex: dsh_native.Executor) -> None:
     term = ex.spawn_terminal(BASH, env=QUIET)
     screen = Screen(term)
