@@ -531,6 +531,16 @@ impl Terminal {
         });
     }
 
+    /// [`Terminal::next_output_with`] for a face whose callback only hands
+    /// the value to its own event loop: `on_output` runs on the core's I/O
+    /// thread as soon as output arrives, saving the hop through the
+    /// callback thread. It must be quick, must not block, and must not call
+    /// back into dsh.
+    pub fn next_output_inline(&self, on_output: impl FnOnce(Option<String>) + Send + 'static) {
+        let this = self.clone();
+        runtime::handle().spawn(async move { on_output(this.next_output().await) });
+    }
+
     /// Blocks until there is output, it has ended, or `timeout` passed
     /// (`None`: no limit), and takes what there is. Refused where blocking
     /// is (inside a callback or an async runtime) unless `timeout` is zero.
