@@ -399,9 +399,11 @@ struct Shared {
     pid: libc::pid_t,
     tag: String,
     grace: Duration,
-    /// A copy of the master for `ioctl`s (resize, foreground group); the
-    /// session task reads and writes its own.
-    control: OwnedFd,
+    /// A copy of the master for writes on the caller's thread and `ioctl`s
+    /// (resize, foreground group); the session task reads and writes its
+    /// own. Closed when the session ends, so the terminal hangs up then,
+    /// whatever handles are still held.
+    control: Mutex<Option<OwnedFd>>,
     rdev: libc::dev_t,
     state: Mutex<State>,
     exited_cv: Condvar,
@@ -592,12 +594,16 @@ impl Terminal {
         let mut queued = lock(&self.shared.write_gate);
         let mut at = 0;
         if *queued == 0 {
+            let control = lock(&self.shared.control);
+            let Some(fd) = control.as_ref().map(AsRawFd::as_raw_fd) else {
+                return Err(input_gone());
+            };
             while at < bytes.len() {
                 let rest = &bytes[at..];
-                // SAFETY: `rest` is valid for reads of its length; the
-                // descriptor (a non-blocking copy of the master) is open.
-                let n =
-                    unsafe { libc::write(self.shared.control.as_raw_fd(), rest.as_ptr().cast(), rest.len()) };
+                // SAFETY: `rest` is valid for reads of its length; `fd` (a
+                // non-blocking copy of the master) stays open while
+                // `control` is locked.
+                let n = unsafe { libc::write(fd, rest.as_ptr().cast(), rest.len()) };
                 if n >= 0 {
                     at += n as usize;
                     continue;
@@ -658,11 +664,10 @@ impl Terminal {
         let rows = dimension(Field::new(Scope::Terminal, FieldName::Rows), rows)?;
         let cols = dimension(Field::new(Scope::Terminal, FieldName::Cols), cols)?;
         forked::check_host(self.shared.host_pid)?;
-        if self.state().finished {
-            return Err(closed("the terminal session has ended: it cannot be resized"));
-        }
-        pty::set_size(&self.shared.control, rows, cols)
-            .map_err(|e| closed(&format!("cannot resize the terminal: {e}")))
+        let ended = || closed("the terminal session has ended: it cannot be resized");
+        let control = lock(&self.shared.control);
+        let fd = control.as_ref().ok_or_else(ended)?;
+        pty::set_size(fd, rows, cols).map_err(|e| closed(&format!("cannot resize the terminal: {e}")))
     }
 
     /// The terminal's foreground process group and whether the kernel shows
@@ -686,7 +691,8 @@ impl Terminal {
         if state.exited || state.finished {
             return None;
         }
-        pty::foreground_group(self.shared.control.as_raw_fd())
+        let control = lock(&self.shared.control);
+        pty::foreground_group(control.as_ref()?.as_raw_fd())
     }
 
     /// Delivers `signal` to the terminal's foreground process group and
@@ -899,7 +905,7 @@ pub(crate) fn start<G: Send + 'static>(
         pid: started.pid,
         tag: started.tag,
         grace: started.grace,
-        control: started.control,
+        control: Mutex::new(Some(started.control)),
         rdev: started.rdev,
         state: Mutex::new(State {
             exited: false,
@@ -1163,6 +1169,8 @@ impl Terminal {
             s.stopped = stopped;
             s.survivors = survivors;
         }
+        // The last copy of the master: the terminal hangs up.
+        drop(lock(&self.shared.control).take());
         {
             let mut out = lock(&self.shared.output);
             out.ended = true;

@@ -550,6 +550,44 @@ fn terminate_after_the_program_ended_still_ends_what_it_left() {
 }
 
 #[test]
+fn the_terminal_hangs_up_when_the_session_ends_even_while_a_handle_is_held() {
+    let exec = executor();
+    let dir = common::temp_dir("terminal-hangup");
+    let marker = dir.join("hung-up");
+    // A reader the program leaves behind (it ignores the hangup signal;
+    // its input is the terminal, not bash's /dev/null for background jobs)
+    // sees the end of its input once the session ends, although the test
+    // still holds the handle.
+    let reader = format!(
+        "import os, signal\n\
+         signal.signal(signal.SIGHUP, signal.SIG_IGN)\n\
+         print('reading', flush=True)\n\
+         try:\n    while os.read(0, 1024): pass\n\
+         except OSError: pass\n\
+         open('{}', 'w').write('end')",
+        marker.display()
+    );
+    let mut r = TerminalRequest::command("python3 -c \"$READER\" </dev/tty & read -r go; exit 0");
+    r.env = Some(map(&[("READER", reader.as_str())]));
+    r.grace_ms = n(200);
+    let mut s = Session::new(&exec, r);
+    s.expect("reading");
+    s.waiting();
+    s.write("go\n");
+    assert_eq!(s.exit_code(), Some(0));
+    s.drain();
+    assert!(
+        common::eventually(LIMIT, || marker.exists()),
+        "the left-behind reader never saw the hangup"
+    );
+    assert!(matches!(
+        s.term.resize(n(30).unwrap(), n(90).unwrap()),
+        Err(DshError::TerminalClosed(_))
+    ));
+    assert_eq!(s.term.terminate_blocking().unwrap(), 0);
+}
+
+#[test]
 fn nothing_of_a_session_survives_dispose() {
     let exec = executor();
     let mut s = Session::bash(&exec);
