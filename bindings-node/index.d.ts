@@ -331,11 +331,11 @@ export declare class NativeTerminalHandle {
   write(data: string | Buffer): Promise<void>
   /** Changes the window size; the foreground group gets SIGWINCH. */
   resize(rows: number, cols: number): void
-  /** The foreground group and whether it waits for input; undefined once the program exited. */
+  /** The foreground group and whether it waits for input (`/proc` is read off the JS thread); undefined once the program exited. */
   inspectForeground(): Promise<TerminalForeground | undefined>
   /** Signals the foreground group; resolves with its id (TERMINAL_CLOSED when there is none). */
   signalForeground(signal: TerminalSignal): Promise<number>
-  /** Ends every member of the session; resolves once nothing is left. Idempotent. */
+  /** Ends every member of the session; resolves once nothing is left and no call of this handle is in flight. Idempotent. */
   terminate(): Promise<void>
 }
 

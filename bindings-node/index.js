@@ -104,6 +104,8 @@ class NativeTerminalHandle {
   #done
   #terminating
   #pulling = false
+  /** Calls in flight, which terminate() waits for. */
+  #inflight = new Set()
   constructor(native) {
     this.#native = native
     Object.defineProperty(this, 'pid', { value: native.pid, enumerable: true })
@@ -178,9 +180,19 @@ class NativeTerminalHandle {
   }
 
   /** Resolves once the terminal took every byte; rejects TERMINAL_CLOSED after the program exited. */
-  async write(data) {
+  write(data) {
     // undefined when the terminal took everything at once.
-    await this.#native.write(data)
+    return this.#track(async () => {
+      await this.#native.write(data)
+    })
+  }
+
+  #track(call) {
+    const p = call()
+    this.#inflight.add(p)
+    const forget = () => this.#inflight.delete(p)
+    p.then(forget, forget)
+    return p
   }
 
   /** Changes the window size (the foreground group gets SIGWINCH). */
@@ -188,17 +200,25 @@ class NativeTerminalHandle {
     this.#native.resize(rows, cols)
   }
 
-  async inspectForeground() {
-    return this.#native.inspectForeground() ?? undefined
+  inspectForeground() {
+    return this.#track(async () => (await this.#native.inspectForeground()) ?? undefined)
   }
 
-  async signalForeground(signal) {
-    return this.#native.signalForeground(signal)
+  signalForeground(signal) {
+    return this.#track(async () => this.#native.signalForeground(signal))
   }
 
-  /** Ends every member of the session; resolves once nothing is left. Idempotent. */
+  /**
+   * Ends every member of the session; resolves once nothing is left and no
+   * write, inspection or signal call of this handle is still in flight.
+   * Idempotent.
+   */
   terminate() {
-    if (this.#terminating === undefined) this.#terminating = this.#native.terminate().then(() => undefined)
+    if (this.#terminating === undefined) {
+      this.#terminating = this.#native.terminate().then(async () => {
+        await Promise.allSettled([...this.#inflight])
+      })
+    }
     return this.#terminating
   }
 }

@@ -134,6 +134,20 @@ impl NativeProcess {
     }
 }
 
+/// A terminal's foreground, turned into a JS object on the JS thread.
+struct ForegroundValue(dsh_core::Foreground);
+
+impl ToNapiValue for ForegroundValue {
+    unsafe fn to_napi_value(raw_env: sys::napi_env, val: Self) -> Result<sys::napi_value> {
+        let env = Env::from_raw(raw_env);
+        let mut o = Object::new(&env)?;
+        o.set_named_property("processGroupId", val.0.process_group_id)?;
+        o.set_named_property("inputWaiting", val.0.input_waiting)?;
+        // SAFETY: `o` was just created in `raw_env`.
+        unsafe { Object::to_napi_value(raw_env, o) }
+    }
+}
+
 /// A terminal session (docs/terminals.md); `index.js` wraps it in the
 /// published `SubprocessTerminalHandle` shape.
 #[napi]
@@ -247,19 +261,14 @@ impl NativeTerminal {
         throw(env, self.inner.resize(rows, cols))
     }
 
-    /// `{ processGroupId, inputWaiting }`, or undefined when there is no
-    /// foreground group.
+    /// Resolves with `{ processGroupId, inputWaiting }`, or undefined when
+    /// there is no foreground group; `/proc` is read off the JS thread.
     #[napi]
-    pub fn inspect_foreground<'e>(&self, env: &'e Env) -> Result<Option<Object<'e>>> {
+    pub fn inspect_foreground<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        let (deferred, promise) = env.create_deferred::<Option<ForegroundValue>, _>()?;
         self.inner
-            .inspect_foreground()
-            .map(|fg| {
-                let mut o = Object::new(env)?;
-                o.set_named_property("processGroupId", fg.process_group_id)?;
-                o.set_named_property("inputWaiting", fg.input_waiting)?;
-                Ok(o)
-            })
-            .transpose()
+            .inspect_foreground_with(move |fg| deferred.resolve(move |_| Ok(fg.map(ForegroundValue))));
+        Ok(promise)
     }
 
     /// The id of the group signalled.

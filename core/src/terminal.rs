@@ -681,6 +681,16 @@ impl Terminal {
         })
     }
 
+    /// [`Terminal::inspect_foreground`] off the caller's thread (it reads
+    /// `/proc`): `on_done` gets the answer on the callback thread.
+    pub fn inspect_foreground_with(&self, on_done: impl FnOnce(Option<Foreground>) + Send + 'static) {
+        let this = self.clone();
+        runtime::handle().spawn_blocking(move || {
+            let fg = this.inspect_foreground();
+            callbacks::dispatch(move || on_done(fg));
+        });
+    }
+
     fn foreground_group(&self) -> Option<libc::pid_t> {
         if forked::check_host(self.shared.host_pid).is_err() {
             return None;
