@@ -486,6 +486,21 @@ fn input_waiting_for_a_raw_mode_program_and_not_for_a_busy_one() {
 }
 
 #[test]
+fn input_waiting_for_a_program_that_waits_in_epoll_the_node_repl() {
+    let exec = executor();
+    let mut s = Session::new(&exec, TerminalRequest::argv(["node", "-i"]));
+    s.expect("> ");
+    // libuv waits in epoll_wait on the terminal; its other threads in
+    // futexes.
+    s.waiting();
+    s.write("6 * 7\r");
+    s.expect("42");
+    s.waiting();
+    s.write(".exit\r");
+    assert_eq!(s.exit_code(), Some(0));
+}
+
+#[test]
 fn nothing_of_the_session_survives_terminate() {
     let exec = executor();
     let mut s = Session::bash(&exec);
