@@ -741,6 +741,35 @@ fn environment_follows_the_command_rules_with_a_real_term() {
 }
 
 #[test]
+fn a_confined_session_keeps_its_terminal_and_loses_the_filesystem() {
+    if common::skip_without_landlock() {
+        return;
+    }
+    let exec = executor();
+    let dir = common::temp_dir("terminal-sandbox");
+    let mut r = TerminalRequest::command(
+        "if echo x > \"$OUT/escaped\" 2>/dev/null; then echo wrote; else echo refused; fi; \
+         tty >/dev/null && echo has-tty; read -r -p 'ok? ' a; echo got-$a",
+    );
+    r.env = Some(map(&[("OUT", dir.to_str().unwrap())]));
+    r.cwd = Some("/".into());
+    r.sandbox_policy = Some(dsh_core::SandboxPolicyInput {
+        mode: dsh_core::SandboxMode::ReadOnly,
+        workspace_root: None,
+        session_id: None,
+    });
+    let mut s = Session::new(&exec, r);
+    s.expect("refused");
+    s.expect("has-tty");
+    s.expect("ok? ");
+    s.waiting();
+    s.write("yes\n");
+    s.expect("got-yes");
+    assert_eq!(s.exit_code(), Some(0));
+    assert!(!dir.join("escaped").exists());
+}
+
+#[test]
 fn requests_are_checked_and_failures_name_the_field() {
     let exec = executor();
     let err = |r: TerminalRequest| exec.resolve_terminal(r).unwrap_err().to_string();
