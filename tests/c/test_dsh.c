@@ -1200,7 +1200,9 @@ static int32_t term_waiting(DshTerminal *t) {
 }
 
 static void test_terminal_session(void) {
-    DshExecutor *exec = new_executor(300, 0);
+    /* A grace period a loaded machine cannot outrun: bash must end on the
+     * hangup, not on the SIGKILL that follows the grace. */
+    DshExecutor *exec = new_executor(10000, 0);
     const char *argv[] = {"bash", "--norc", "--noprofile", "-i"};
     DshTerminalRequest *req = NULL;
     OK(dsh_terminal_request_new_argv(argv, 4, &req));
