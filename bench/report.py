@@ -22,6 +22,8 @@ ITER = 20 if QUICK else 400
 HOSTS = [0] if QUICK else [0, 512, 1024, 2048]
 THROUGHPUT_BYTES = (16 << 20) if QUICK else (1 << 30)
 STARTS = 50 if QUICK else 1000
+TERMINAL_BYTES = (1 << 20) if QUICK else (16 << 20)
+KEYS = 20 if QUICK else 1000
 READS = 1000 if QUICK else 20000
 
 Row = Dict[str, Any]
@@ -64,6 +66,27 @@ def throughput_floor(nbytes: int) -> Row:
             "max_us": samples[2], "n": 3, "bytes": nbytes}
 
 
+def node_pty_missing() -> str:
+    """Why node-pty cannot be compared here ('' when it can)."""
+    where = os.environ.get("NODE_PTY_DIR", "")
+    if not where:
+        return "NODE_PTY_DIR is not set (bench/run sets it)"
+    probe = subprocess.run(["node", "-e", "require('node-pty')"], cwd=where, capture_output=True, text=True)
+    return "" if probe.returncode == 0 else f"node-pty does not load from {where}: {probe.stderr.strip()[:200]}"
+
+
+def terminal_rows() -> List[Row]:
+    rows = run(["target/release/dsh-bench", "terminal-spawn", str(ITER)])
+    rows += run(["target/release/dsh-bench", "terminal-echo", str(KEYS)])
+    rows += run(["target/release/dsh-bench", "terminal-throughput", str(TERMINAL_BYTES)])
+    impls = ["dsh"] + ([] if node_pty_missing() else ["pty"])
+    for which in impls:
+        rows += run(["node", "bench/node/terminal.js", "echo", str(KEYS), which])
+        rows += run(["node", "bench/node/terminal.js", "throughput", str(TERMINAL_BYTES), which])
+        rows += run(["node", "bench/node/terminal.js", "spawn", str(ITER), which])
+    return rows
+
+
 def fmt_us(v: float) -> str:
     return f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.2f} µs"
 
@@ -80,6 +103,7 @@ def main() -> None:
     rows += run(["target/bench/dsh_c", "read", str(READS)])
     rows += run(["node", "bench/node/bench.js", "read", str(READS)])
     rows += run([py(), "bench/python/bench.py", "read", str(READS)])
+    rows += terminal_rows()
 
     def get(bench: str, impl: str, host_mb: int = 0) -> Row:
         return next(r for r in rows if r["bench"] == bench and r["impl"] == impl and r.get("host_mb", 0) == host_mb)
@@ -196,12 +220,58 @@ def main() -> None:
         r = get("read_idle", impl)
         lines.append(f"| {impl} | {fmt_us(r['median_us'])} | ≤ {limit:g} µs {'✅' if r['median_us'] <= limit else '❌'} |")
 
+    lines += terminal_table(rows, get)
+
     text = "\n".join(lines)
     print(text)
     if not QUICK:
         with open(os.path.join(ROOT, "bench", "results.md"), "w") as out:
             out.write(f"<!-- written by `bench/run` on {date.today().isoformat()} -->\n\n{text}\n")
         plot(rows)
+
+
+def terminal_table(rows: List[Row], get: Any) -> List[str]:
+    """Terminal sessions (docs/terminals.md) beside node-pty, and the cost
+    of a terminal spawn against the plain spawn floor."""
+    lines: List[str] = []
+    missing = node_pty_missing()
+    pty = "node-pty 1.1.0"
+    has = lambda bench, impl: any(r["bench"] == bench and r["impl"] == impl for r in rows)  # noqa: E731
+    lines.append("\n### Terminal sessions, beside node-pty (Node, both from the same process shape)\n")
+    if missing:
+        lines.append(f"node-pty left out: {missing}\n")
+    lines.append("| measure | implementation | median | min – max | × node-pty |")
+    lines.append("|---|---|---|---|---|")
+    for bench, what in [("terminal_echo", f"keystroke → echo through a raw-mode `cat` ({KEYS} keys)"),
+                        ("terminal_spawn", "spawn `true` in a terminal until its output ended")]:
+        base = get(bench, pty)["median_us"] if has(bench, pty) else None
+        for impl in ["dsh (Rust)", "dsh (Node)", pty]:
+            if not has(bench, impl):
+                continue
+            r = get(bench, impl)
+            ratio = f"{r['median_us'] / base:.2f}" if base else "–"
+            lines.append(f"| {what} | {impl} | {fmt_us(r['median_us'])} | {fmt_us(r['min_us'])} – "
+                         f"{fmt_us(r['max_us'])} | {ratio} |")
+    mbps = lambda r: r["bytes"] / (r["median_us"] / 1e6) / 1e6  # noqa: E731
+    lines.append(f"\n{TERMINAL_BYTES >> 20} MiB of output through a terminal (`head -c … /dev/zero`):\n")
+    lines.append("| implementation | median | throughput | bytes lost |")
+    lines.append("|---|---|---|---|")
+    for impl in ["dsh (Rust)", "dsh (Node)", pty]:
+        if has("terminal_throughput", impl):
+            r = get("terminal_throughput", impl)
+            lines.append(f"| {impl} | {fmt_us(r['median_us'])} | {mbps(r):.0f} MB/s | {r.get('lost_bytes', 0)} |")
+    floor = get("run_true", "floor (C posix_spawn)")["median_us"]
+    plain = get("run_true", "dsh (Rust)")["median_us"]
+    lines.append("\nA terminal spawn against the plain spawn floor (`bash -c true` unless said):\n")
+    lines.append("| spawn | median | × floor | × dsh `run` |")
+    lines.append("|---|---|---|---|")
+    lines.append(f"| floor (C posix_spawn) | {fmt_us(floor)} | 1.00 | |")
+    lines.append(f"| dsh (Rust) `run` | {fmt_us(plain)} | {plain / floor:.2f} | 1.00 |")
+    for impl in ["dsh (Rust, bash -c true)", "dsh (Rust, argv true)"]:
+        r = get("terminal_spawn", impl)
+        lines.append(f"| terminal, {impl} | {fmt_us(r['median_us'])} | {r['median_us'] / floor:.2f} | "
+                     f"{r['median_us'] / plain:.2f} |")
+    return lines
 
 
 def plot(rows: List[Row]) -> None:

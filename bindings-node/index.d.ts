@@ -344,13 +344,103 @@ export declare class NativeShellProcess {
   closeStdin(): boolean
 }
 
+/** The signals a terminal's foreground group can be sent (the published `SubprocessTerminalSignal`). */
+export type TerminalSignal = 'SIGINT' | 'SIGTERM' | 'SIGKILL' | 'SIGTSTP' | 'SIGHUP'
+
+/**
+ * A terminal session request (docs/terminals.md): the published
+ * `SubprocessTerminalSpawnSpec`'s fields, optional here (defaults: the
+ * configured `cwd`, 24 rows, 80 columns, the configured `graceMs`), and
+ * ours. Exactly one of `argv` and `command`.
+ */
+export interface TerminalRequest {
+  /** The program and its arguments; `argv[0]` is looked up on the PATH unless it contains a `/`. */
+  argv?: readonly string[]
+  /** Instead of `argv`: a line run as `bash -c -- <command>`. */
+  command?: string
+  /** The working directory; a relative one is relative to the configured `cwd`. */
+  cwd?: string
+  /** Variables over the scrubbed host environment; `TERM` is `xterm-256color` unless given. */
+  env?: Record<string, string> | undefined
+  /** Managed `DSH_*` variables, merged after `env`. */
+  dshEnv?: DshEnvironment
+  /** Initial rows, 1 to 65535. */
+  rows?: number
+  /** Initial columns, 1 to 65535. */
+  cols?: number
+  /** SIGTERM-to-SIGKILL grace of `terminate()`, in milliseconds. */
+  graceMs?: number
+  /** Cancels the allocation only: already aborted, the spawn rejects with ABORT_ERR. */
+  signal?: AbortSignal | undefined
+  /** This session's sandbox policy (docs/sandbox.md). */
+  sandboxPolicy?: SandboxExecutionPolicy
+}
+
+/** A terminal's foreground process group (the published `SubprocessTerminalForeground`). */
+export interface TerminalForeground {
+  /** The group the terminal driver publishes as its foreground. */
+  processGroupId: number
+  /** True only when the kernel shows that group blocked reading the terminal (docs/terminals.md). */
+  inputWaiting: boolean
+}
+
+/** How a terminal's program ended (the published `SubprocessOutcome`). */
+export interface TerminalOutcome {
+  /** The exit code; null when a signal ended it. */
+  exitCode: number | null
+  /** The signal that ended it; null on a normal exit. */
+  signal: NodeJS.Signals | null
+}
+
+/** One consuming read of a terminal's output. */
+export interface TerminalRead {
+  /** Output since the previous read, never split inside a UTF-8 character. */
+  text: string
+  /** True once the output has ended and everything was read. */
+  ended: boolean
+}
+
+/**
+ * A terminal session (docs/terminals.md), assignable to the published
+ * `SubprocessTerminalHandle`. `output` and `readOutput()` take from the
+ * same unread output: use one or the other.
+ */
+export declare class NativeTerminalHandle {
+  /** Made by `NativeShellExecutor#spawnTerminal`. */
+  private constructor()
+  /** The program's pid: the leader of the session, and its group id. */
+  readonly pid: number
+  /** The terminal's output as UTF-8 bytes, in order; ends once the output has ended. */
+  readonly output: import('node:stream').Readable
+  /** Resolves when the program exits; never rejects. */
+  readonly done: Promise<TerminalOutcome>
+  /** True once the program has exited. */
+  readonly exited: boolean
+  /** Present (true) once exited when nobody could say how it ended. */
+  readonly exitStatusUnavailable?: true
+  /** Present after `terminate()` or dispose when members of the session outlived the final SIGKILL. */
+  readonly survivors?: number
+  /** Consuming read of the output. */
+  readOutput(): TerminalRead
+  /** Writes to the terminal's input as typed; resolves once taken; TERMINAL_CLOSED after the program exited. */
+  write(data: string | Buffer): Promise<void>
+  /** Changes the window size; the foreground group gets SIGWINCH. */
+  resize(rows: number, cols: number): void
+  /** The foreground group and whether it waits for input (`/proc` is read off the JS thread); undefined once the program exited. */
+  inspectForeground(): Promise<TerminalForeground | undefined>
+  /** Signals the foreground group; resolves with its id (TERMINAL_CLOSED when there is none). */
+  signalForeground(signal: TerminalSignal): Promise<number>
+  /** Ends every member of the session; resolves once nothing is left and no call of this handle is in flight. Idempotent. */
+  terminate(): Promise<void>
+}
+
 /**
  * Errors carry a `code`: 'INVALID_ARGUMENT' (with `field`, e.g.
  * 'request.timeoutMs', 'spec.workdir', 'request.work_dir' for an unknown
  * key), an errno name such as 'ENOENT' for a command that could not start,
  * 'ABORT_ERR', 'DISPOSED', 'NOT_FOUND', 'STILL_RUNNING', 'WOULD_BLOCK',
  * 'FORKED_CHILD', 'SANDBOX_UNAVAILABLE', 'LIMIT_UNAVAILABLE' (with `limit`),
- * 'STDIN_CLOSED' (with `reason` and `id`), 'INTERNAL'.
+ * 'STDIN_CLOSED' (with `reason` and `id`), 'TERMINAL_CLOSED', 'INTERNAL'.
  */
 export interface DshNativeError extends Error {
   /** What went wrong, to switch on (see above). */
@@ -411,6 +501,12 @@ export declare class NativeShellExecutor {
    * unsubscribes.
    */
   onTaskDone(listener: ShellProcessListener): () => void
+  /**
+   * Starts a terminal session: the program leads a new session whose
+   * controlling terminal is a fresh pseudo-terminal (docs/terminals.md).
+   * Resolves with its handle once it runs.
+   */
+  spawnTerminal(request: TerminalRequest): Promise<NativeTerminalHandle>
   /**
    * Kills every running process and everything commands left behind
    * (SIGTERM, SIGKILL after `graceMs`), resolves once all have exited and

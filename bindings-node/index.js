@@ -4,6 +4,7 @@
 // reads, listener containment); every rule lives in the Rust core.
 // The harness plugin (`dsh-native/harness`) is in harness.mjs.
 
+const { Readable } = require('node:stream')
 const { NativeExecutor, NativeCancelToken, checkConfig, limitsSupport: nativeLimitsSupport } = require('./loader.js')
 
 /** An INVALID_ARGUMENT error shaped like the native ones. */
@@ -156,6 +157,137 @@ class NativeShellProcess {
 /** The largest piece of a stdin write handed to the addon at once. */
 const STDIN_PIECE = 1 << 20
 
+/**
+ * A terminal session (docs/terminals.md), assignable to the published
+ * `SubprocessTerminalHandle`: `output` is a Readable of the terminal's
+ * output, pulled from the core as it is read (an unread stream makes the
+ * program wait, as a terminal does); `readOutput()` takes from the same
+ * place, so a caller uses one or the other.
+ */
+class NativeTerminalHandle {
+  #native
+  #done
+  #terminating
+  #pulling = false
+  /** Calls in flight, which terminate() waits for. */
+  #inflight = new Set()
+  constructor(native) {
+    this.#native = native
+    Object.defineProperty(this, 'pid', { value: native.pid, enumerable: true })
+    this.#done = native.done().then(() => ({ exitCode: native.exitCode ?? null, signal: native.signal ?? null }))
+    const output = new Readable({
+      read: () => {
+        if (this.#pulling) return
+        this.#pulling = true
+        const deliver = (text) => {
+          if (text === null) {
+            this.#pulling = false
+            output.push(null)
+            return false
+          }
+          if (output.push(Buffer.from(text, 'utf8'))) return true
+          this.#pulling = false
+          return false
+        }
+        const pull = () => {
+          // What is already there is taken at once; only an empty buffer
+          // waits for the core.
+          for (;;) {
+            const now = native.readOutput()
+            if (now.text !== '') {
+              if (!deliver(now.text)) return
+            } else if (now.ended) {
+              deliver(null)
+              return
+            } else {
+              break
+            }
+          }
+          native.nextOutput().then(
+            (text) => {
+              if (deliver(text)) pull()
+            },
+            (err) => {
+              this.#pulling = false
+              output.destroy(err)
+            },
+          )
+        }
+        pull()
+      },
+    })
+    Object.defineProperty(this, 'output', { value: output, enumerable: true })
+  }
+
+  /** Resolves with `{ exitCode, signal }` when the program exits; never rejects. */
+  get done() {
+    return this.#done
+  }
+
+  /** True once the program has exited. */
+  get exited() {
+    return this.#native.exited
+  }
+
+  /** Present (true) once exited when nobody could say how it ended. */
+  get exitStatusUnavailable() {
+    return this.#native.exitStatusUnavailable || undefined
+  }
+
+  /** Present after terminate() or dispose when members of the session outlived the final SIGKILL. */
+  get survivors() {
+    return this.#native.survivors || undefined
+  }
+
+  /** Consuming read: `{ text, ended }`. */
+  readOutput() {
+    return this.#native.readOutput()
+  }
+
+  /** Resolves once the terminal took every byte; rejects TERMINAL_CLOSED after the program exited. */
+  write(data) {
+    // undefined when the terminal took everything at once.
+    return this.#track(async () => {
+      await this.#native.write(data)
+    })
+  }
+
+  #track(call) {
+    const p = call()
+    this.#inflight.add(p)
+    const forget = () => this.#inflight.delete(p)
+    p.then(forget, forget)
+    return p
+  }
+
+  /** Changes the window size (the foreground group gets SIGWINCH). */
+  resize(rows, cols) {
+    this.#native.resize(rows, cols)
+  }
+
+  inspectForeground() {
+    return this.#track(async () => (await this.#native.inspectForeground()) ?? undefined)
+  }
+
+  signalForeground(signal) {
+    return this.#track(async () => this.#native.signalForeground(signal))
+  }
+
+  /**
+   * Ends every member of the session; resolves once nothing is left and no
+   * write, inspection or signal call of this handle is still in flight.
+   * Idempotent.
+   */
+  terminate() {
+    if (this.#terminating === undefined) {
+      this.#terminating = this.#native.terminate().then(async () => {
+        await Promise.allSettled([...this.#inflight])
+      })
+    }
+    return this.#terminating
+  }
+}
+
 function withTask(read, task) {
   return { task, ...read }
 }
@@ -296,6 +428,18 @@ class NativeShellExecutor {
     }
   }
 
+  /**
+   * Starts a terminal session (docs/terminals.md) and resolves with its
+   * handle once it runs. `request.signal` cancels the allocation only.
+   */
+  async spawnTerminal(request) {
+    checkObject(request, 'request')
+    const signal = checkSignal(request.signal, 'request.signal')
+    const token = new NativeCancelToken()
+    if (signal?.aborted) token.cancel()
+    return new NativeTerminalHandle(await this.#native.spawnTerminal(request, token))
+  }
+
   dispose() {
     return this.#native.dispose()
   }
@@ -316,6 +460,7 @@ module.exports = {
   NativeShellProcess,
   checkConfig,
   limitsSupport,
+  NativeTerminalHandle,
   NativeBashExecutor,
   NativeBashTask,
 }

@@ -114,6 +114,11 @@ typedef enum DshStatus {
    * A limit was asked for that this host cannot enforce; nothing ran.
    */
   DSH_LIMIT_UNAVAILABLE = 15,
+  /**
+   * A terminal session cannot take the call: its program has exited
+   * (write, signal) or the session has ended (resize).
+   */
+  DSH_TERMINAL_CLOSED = 16,
 } DshStatus;
 
 /**
@@ -290,6 +295,23 @@ typedef struct DshRunResult DshRunResult;
  * A fully resolved spec (docs/requests.md), made by dsh_executor_resolve.
  */
 typedef struct DshSpec DshSpec;
+
+/**
+ * A live terminal session. Thread-safe. Freeing the handle does not end
+ * the session: dsh_terminal_terminate or dsh_executor_dispose does.
+ */
+typedef struct DshTerminal DshTerminal;
+
+/**
+ * One consuming read of a terminal's output.
+ */
+typedef struct DshTerminalRead DshTerminalRead;
+
+/**
+ * A terminal session request: the program (an argv or a command line for
+ * bash) and optional cwd, environment, size and grace.
+ */
+typedef struct DshTerminalRequest DshTerminalRequest;
 
 /**
  * A borrowed string handed out by the library: `len` bytes at `ptr`, plus a
@@ -1442,6 +1464,268 @@ size_t dsh_process_list_len(const struct DshProcessList *list);
  * dsh_process_free.
  */
 const struct DshProcess *dsh_process_list_get(const struct DshProcessList *list, size_t index);
+
+/**
+ * A request for a session running `argv[0]` with its arguments (`argc`
+ * strings, UTF-8; `argv[0]` is looked up on the PATH unless it contains a
+ * `/`). Free with dsh_terminal_request_free.
+ *
+ * # Safety
+ * `argv` is NULL (only with `argc` 0) or points to `argc` pointers, each a
+ * NUL-terminated string readable for the whole call. `out` is NULL or
+ * valid and aligned for writing one `DshTerminalRequest *`.
+ */
+enum DshStatus dsh_terminal_request_new_argv(const char *const *argv,
+                                             size_t argc,
+                                             struct DshTerminalRequest **out);
+
+/**
+ * A request for a session running `bash -c -- <command>`. Free with
+ * dsh_terminal_request_free.
+ *
+ * # Safety
+ * `command` is NULL or a NUL-terminated UTF-8 string readable for the whole
+ * call. `out` is NULL or valid and aligned for writing one
+ * `DshTerminalRequest *`.
+ */
+enum DshStatus dsh_terminal_request_new_command(const char *command,
+                                                struct DshTerminalRequest **out);
+
+/**
+ * Frees a DshTerminalRequest; NULL is a no-op.
+ *
+ * # Safety
+ * `request` is NULL or a DshTerminalRequest from dsh_terminal_request_new_*,
+ * not freed before, and not in use by any other thread during or after
+ * this call.
+ */
+void dsh_terminal_request_free(struct DshTerminalRequest *request);
+
+/**
+ * The working directory (bytes up to the NUL, UTF-8 or not); a relative one
+ * is relative to the executor's cwd.
+ *
+ * # Safety
+ * `request` is NULL or a live DshTerminalRequest that no thread frees
+ * during this call. `cwd` is NULL or a NUL-terminated string readable for
+ * the whole call.
+ */
+enum DshStatus dsh_terminal_request_set_cwd(const struct DshTerminalRequest *request,
+                                            const char *cwd);
+
+/**
+ * The initial window size (each from 1 to 65535; checked at spawn).
+ *
+ * # Safety
+ * `request` is NULL or a live DshTerminalRequest that no thread frees
+ * during this call.
+ */
+enum DshStatus dsh_terminal_request_set_size(const struct DshTerminalRequest *request,
+                                             uint64_t rows,
+                                             uint64_t cols);
+
+/**
+ * The SIGTERM-to-SIGKILL grace of dsh_terminal_terminate, in milliseconds.
+ *
+ * # Safety
+ * `request` is NULL or a live DshTerminalRequest that no thread frees
+ * during this call.
+ */
+enum DshStatus dsh_terminal_request_set_grace_ms(const struct DshTerminalRequest *request,
+                                                 uint64_t grace_ms);
+
+/**
+ * Adds an `env` entry (merged over the scrubbed host environment; TERM is
+ * xterm-256color unless set here), or with `managed` a `dsh_env` entry
+ * (key must start with DSH_).
+ *
+ * # Safety
+ * `request` is NULL or a live DshTerminalRequest that no thread frees
+ * during this call. `key` and `value` are each NULL or a NUL-terminated
+ * string readable for the whole call.
+ */
+enum DshStatus dsh_terminal_request_set_env(const struct DshTerminalRequest *request,
+                                            const char *key,
+                                            const char *value,
+                                            bool managed);
+
+/**
+ * Starts a terminal session (docs/terminals.md): the program leads a new
+ * session whose controlling terminal is a fresh pseudo-terminal. Blocks
+ * until it runs. A bad field is DSH_INVALID_ARGUMENT naming it
+ * ("request.rows must be …"); a program that cannot start is
+ * DSH_SPAWN_FAILED with dsh_last_errno. Free the handle with
+ * dsh_terminal_free.
+ *
+ * # Safety
+ * `executor` is NULL or a live DshExecutor and `request` NULL or a live
+ * DshTerminalRequest, neither freed by any thread during this call. `out`
+ * is NULL or valid and aligned for writing one `DshTerminal *`.
+ */
+enum DshStatus dsh_executor_spawn_terminal(const struct DshExecutor *executor,
+                                           const struct DshTerminalRequest *request,
+                                           struct DshTerminal **out);
+
+/**
+ * Frees the handle; NULL is a no-op. The session goes on until
+ * dsh_terminal_terminate (on another handle) or dsh_executor_dispose.
+ *
+ * # Safety
+ * `terminal` is NULL or a DshTerminal from dsh_executor_spawn_terminal, not
+ * freed before, and not in use by any other thread during or after this
+ * call.
+ */
+void dsh_terminal_free(struct DshTerminal *terminal);
+
+/**
+ * The program's pid (the session's leader, and its group id); -1 for NULL.
+ *
+ * # Safety
+ * `terminal` is NULL or a live DshTerminal that no thread frees during this
+ * call.
+ */
+int32_t dsh_terminal_pid(const struct DshTerminal *terminal);
+
+/**
+ * Waits until there is output, it has ended, or `timeout_ms` passed
+ * (negative: no limit; 0: never waits), and takes what there is: the text
+ * since the previous read, never split inside a UTF-8 character. Free the
+ * read with dsh_terminal_read_free. DSH_WOULD_BLOCK from a dsh callback
+ * unless `timeout_ms` is 0.
+ *
+ * # Safety
+ * `terminal` is NULL or a live DshTerminal that no thread frees during this
+ * call. `out` is NULL or valid and aligned for writing one
+ * `DshTerminalRead *`.
+ */
+enum DshStatus dsh_terminal_read(const struct DshTerminal *terminal,
+                                 int64_t timeout_ms,
+                                 struct DshTerminalRead **out);
+
+/**
+ * The text of a read (possibly empty).
+ *
+ * # Safety
+ * `read` is NULL or a live DshTerminalRead that no thread frees during this
+ * call.
+ */
+struct DshStr dsh_terminal_read_text(const struct DshTerminalRead *read);
+
+/**
+ * True once the output has ended and everything was read.
+ *
+ * # Safety
+ * `read` is NULL or a live DshTerminalRead that no thread frees during this
+ * call.
+ */
+bool dsh_terminal_read_ended(const struct DshTerminalRead *read);
+
+/**
+ * Frees a DshTerminalRead; NULL is a no-op.
+ *
+ * # Safety
+ * `read` is NULL or a DshTerminalRead from dsh_terminal_read, not freed
+ * before, and not in use by any other thread during or after this call.
+ */
+void dsh_terminal_read_free(struct DshTerminalRead *read);
+
+/**
+ * Writes `len` bytes to the terminal's input, as typed, and returns once
+ * the terminal took all of them (a program that does not read makes this
+ * wait). DSH_TERMINAL_CLOSED once the program has exited.
+ *
+ * # Safety
+ * `terminal` is NULL or a live DshTerminal that no thread frees during this
+ * call. `data` is NULL (only with `len` 0) or readable for `len` bytes.
+ */
+enum DshStatus dsh_terminal_write(const struct DshTerminal *terminal,
+                                  const uint8_t *data,
+                                  size_t len);
+
+/**
+ * Changes the window size (each from 1 to 65535); the foreground group
+ * gets SIGWINCH.
+ *
+ * # Safety
+ * `terminal` is NULL or a live DshTerminal that no thread frees during this
+ * call.
+ */
+enum DshStatus dsh_terminal_resize(const struct DshTerminal *terminal,
+                                   uint64_t rows,
+                                   uint64_t cols);
+
+/**
+ * The terminal's foreground process group: writes its id to `group` and
+ * whether the kernel shows it waiting for input to `input_waiting`
+ * (either may be NULL), and returns true; false when there is none (the
+ * program has exited).
+ *
+ * # Safety
+ * `terminal` is NULL or a live DshTerminal that no thread frees during this
+ * call. `group` and `input_waiting` are each NULL or valid and aligned for
+ * writing one value.
+ */
+bool dsh_terminal_inspect_foreground(const struct DshTerminal *terminal,
+                                     int32_t *group,
+                                     bool *input_waiting);
+
+/**
+ * Sends `signal` ("SIGINT", "SIGTERM", "SIGKILL", "SIGTSTP" or "SIGHUP")
+ * to the foreground process group and writes that group's id to `group`
+ * (may be NULL). DSH_TERMINAL_CLOSED when there is none.
+ *
+ * # Safety
+ * `terminal` is NULL or a live DshTerminal that no thread frees during this
+ * call. `signal` is NULL or a NUL-terminated string readable for the whole
+ * call. `group` is NULL or valid and aligned for writing one `int32_t`.
+ */
+enum DshStatus dsh_terminal_signal_foreground(const struct DshTerminal *terminal,
+                                              const char *signal,
+                                              int32_t *group);
+
+/**
+ * Ends every member of the session (SIGHUP and SIGTERM, SIGKILL after the
+ * grace period) and returns once none is left; writes how many the last
+ * scan still found alive to `survivors` (may be NULL; expected 0).
+ * Idempotent. DSH_WOULD_BLOCK from a dsh callback.
+ *
+ * # Safety
+ * `terminal` is NULL or a live DshTerminal that no thread frees during this
+ * call. `survivors` is NULL or valid and aligned for writing one
+ * `uint32_t`.
+ */
+enum DshStatus dsh_terminal_terminate(const struct DshTerminal *terminal, uint32_t *survivors);
+
+/**
+ * Waits until the program exits: DSH_OK, or DSH_TIMED_OUT if it still runs
+ * after `timeout_ms` (negative: no limit).
+ *
+ * # Safety
+ * `terminal` is NULL or a live DshTerminal that no thread frees during this
+ * call.
+ */
+enum DshStatus dsh_terminal_wait(const struct DshTerminal *terminal, int64_t timeout_ms);
+
+/**
+ * Once the program has exited by itself: writes its exit code to `code`
+ * (may be NULL) and returns true; false while it runs or when a signal
+ * ended it.
+ *
+ * # Safety
+ * `terminal` is NULL or a live DshTerminal that no thread frees during this
+ * call. `code` is NULL or valid and aligned for writing one `int32_t`.
+ */
+bool dsh_terminal_exit_code(const struct DshTerminal *terminal, int32_t *code);
+
+/**
+ * The signal that ended the program ("SIGHUP"); absent while it runs or
+ * when it exited by itself. Borrowed from the handle.
+ *
+ * # Safety
+ * `terminal` is NULL or a live DshTerminal that no thread frees during this
+ * call or while the string is used.
+ */
+struct DshStr dsh_terminal_exit_signal(const struct DshTerminal *terminal);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -27,6 +27,7 @@ pub(crate) fn error_parts(e: &DshError) -> (String, String) {
         DshError::StillRunning(_) => "STILL_RUNNING".to_owned(),
         DshError::StdinClosed { .. } => "STDIN_CLOSED".to_owned(),
         DshError::LimitUnavailable { .. } => "LIMIT_UNAVAILABLE".to_owned(),
+        DshError::TerminalClosed(_) => "TERMINAL_CLOSED".to_owned(),
     };
     (code, e.message(NameStyle::Camel))
 }
@@ -277,6 +278,40 @@ impl<'e> Fields<'e> {
         }
     }
 
+    /// A list of strings (`argv`).
+    fn strings(&self, key: &str) -> InputResult<Option<Vec<String>>> {
+        let Some((v, t)) = self.get(key)? else {
+            return Ok(None);
+        };
+        let path = self.path(key);
+        if !v.is_array().unwrap_or(false) {
+            return shape(path, format!("must be an array of strings, got {}", type_name(t)));
+        }
+        // SAFETY: the value was just checked to be an array (an object).
+        let arr = unsafe { v.cast::<Object<'e>>() }.map_err(napi_failure(self.scope))?;
+        let len: u32 = arr
+            .get_named_property("length")
+            .map_err(napi_failure(self.scope))?;
+        let mut out = Vec::with_capacity(len as usize);
+        for i in 0..len {
+            let item: Unknown<'e> = arr.get_element(i).map_err(napi_failure(self.scope))?;
+            match item.get_type().map_err(napi_failure(self.scope))? {
+                ValueType::String => {
+                    // SAFETY: the value was just checked to be a string.
+                    let s = unsafe { item.cast::<String>() }.map_err(napi_failure(self.scope))?;
+                    out.push(s)
+                }
+                t => {
+                    return shape(
+                        format!("{path}[{i}]"),
+                        format!("must be a string, got {}", type_name(t)),
+                    )
+                }
+            }
+        }
+        Ok(Some(out))
+    }
+
     fn policy(&self, f: Field) -> InputResult<Option<SandboxPolicyInput>> {
         let Some((v, _)) = self.get("sandboxPolicy")? else {
             return Ok(None);
@@ -309,6 +344,7 @@ impl<'e> Fields<'e> {
             Scope::Config => "config.limits",
             Scope::Request => "request.limits",
             Scope::Spec => "spec.limits",
+            Scope::Terminal => "terminal.limits",
         };
         let keys: Vec<&str> = LimitKind::ALL.iter().map(|k| limit_key(*k)).collect();
         let l = Fields::new(v, path, &keys)?;
@@ -354,6 +390,43 @@ fn napi_failure(scope: &'static str) -> impl Fn(Error) -> InputError {
         path: scope.to_owned(),
         problem: format!("could not be read: {}", e.reason),
     }
+}
+
+/// A terminal request: the published `SubprocessTerminalSpawnSpec`'s keys
+/// (`argv`, `cwd`, `env`, `rows`, `cols`, `graceMs`, `signal`) and ours
+/// (`command`, `dshEnv`, `sandboxPolicy`). `signal` is read by the JS layer.
+const TERMINAL_KEYS: &[&str] = &[
+    "argv",
+    "command",
+    "cwd",
+    "env",
+    "dshEnv",
+    "rows",
+    "cols",
+    "graceMs",
+    "signal",
+    "sandboxPolicy",
+];
+
+pub(crate) fn terminal_request(r: Unknown<'_>) -> InputResult<dsh_core::TerminalRequest> {
+    let r = Fields::new(r, "request", TERMINAL_KEYS)?;
+    let f = |name| Field::new(Scope::Request, name);
+    let program = match (r.strings("argv")?, r.string("command")?) {
+        (Some(argv), None) => dsh_core::TerminalProgram::Argv(argv),
+        (None, Some(command)) => dsh_core::TerminalProgram::Command(command),
+        (Some(_), Some(_)) => return shape("request", "must give argv or command, not both"),
+        (None, None) => return shape("request.argv", "is required (or command, a line for bash)"),
+    };
+    Ok(dsh_core::TerminalRequest {
+        program,
+        cwd: r.string("cwd")?.map(Into::into),
+        env: r.record("env")?,
+        dsh_env: r.record("dshEnv")?,
+        rows: r.number("rows", f(FieldName::Rows))?,
+        cols: r.number("cols", f(FieldName::Cols))?,
+        grace_ms: r.number("graceMs", f(FieldName::GraceMs))?,
+        sandbox_policy: r.policy(f(FieldName::SandboxPolicy))?,
+    })
 }
 
 const CONFIG_KEYS: &[&str] = &[

@@ -172,6 +172,181 @@ impl NativeProcess {
     }
 }
 
+/// A terminal's foreground, turned into a JS object on the JS thread.
+struct ForegroundValue(dsh_core::Foreground);
+
+impl ToNapiValue for ForegroundValue {
+    unsafe fn to_napi_value(raw_env: sys::napi_env, val: Self) -> Result<sys::napi_value> {
+        let env = Env::from_raw(raw_env);
+        let mut o = Object::new(&env)?;
+        o.set_named_property("processGroupId", val.0.process_group_id)?;
+        o.set_named_property("inputWaiting", val.0.input_waiting)?;
+        // SAFETY: `o` was just created in `raw_env`.
+        unsafe { Object::to_napi_value(raw_env, o) }
+    }
+}
+
+/// A terminal session (docs/terminals.md); `index.js` wraps it in the
+/// published `SubprocessTerminalHandle` shape.
+#[napi]
+pub struct NativeTerminal {
+    inner: dsh_core::Terminal,
+}
+
+fn terminal_field(name: dsh_core::FieldName) -> dsh_core::Field {
+    dsh_core::Field::new(dsh_core::Scope::Terminal, name)
+}
+
+#[napi]
+impl NativeTerminal {
+    #[napi(getter)]
+    pub fn pid(&self) -> i32 {
+        self.inner.pid()
+    }
+
+    #[napi(getter)]
+    pub fn exited(&self) -> bool {
+        self.inner.has_exited()
+    }
+
+    #[napi(getter)]
+    pub fn exit_code(&self) -> Option<i32> {
+        self.inner.exit_code()
+    }
+
+    #[napi(getter)]
+    pub fn signal(&self) -> Option<String> {
+        self.inner.signal()
+    }
+
+    #[napi(getter)]
+    pub fn exit_status_unavailable(&self) -> bool {
+        self.inner.exit_status_unavailable()
+    }
+
+    #[napi(getter)]
+    pub fn survivors(&self) -> u32 {
+        self.inner.survivors()
+    }
+
+    /// Consuming read: `{ text, ended }`.
+    #[napi]
+    pub fn read_output<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        let read = self.inner.read_output();
+        let mut o = Object::new(env)?;
+        o.set_named_property("text", read.text)?;
+        o.set_named_property("ended", read.ended)?;
+        Ok(o)
+    }
+
+    /// Resolves with the next output (a string), or null once it has ended.
+    #[napi]
+    pub fn next_output<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        let (deferred, promise) = env.create_deferred::<Option<String>, _>()?;
+        self.inner
+            .next_output_with(move |out| deferred.resolve(move |_| Ok(out)));
+        Ok(promise)
+    }
+
+    /// Writes what the terminal takes now (a string is UTF-8): undefined
+    /// when it took everything, else a promise that resolves once it took
+    /// the rest (queued in order).
+    #[napi]
+    pub fn write<'e>(&self, env: &'e Env, data: Unknown<'_>) -> Result<Option<Object<'e>>> {
+        let bytes = match data.get_type()? {
+            ValueType::String => {
+                // SAFETY: the value was just checked to be a string.
+                unsafe { data.cast::<String>() }?.into_bytes()
+            }
+            _ if data.is_buffer().unwrap_or(false) => {
+                // SAFETY: the value was just checked to be a Buffer.
+                unsafe { data.cast::<BufferSlice>() }?.to_vec()
+            }
+            t => {
+                let e = DshError::InvalidArgument {
+                    field: terminal_field(dsh_core::FieldName::Data),
+                    problem: format!(
+                        "must be a string or a Buffer, got {}",
+                        format!("{t:?}").to_lowercase()
+                    ),
+                };
+                return Err(js_error(env, &e));
+            }
+        };
+        let Some(rest) = throw(env, self.inner.write_now(&bytes))? else {
+            return Ok(None);
+        };
+        let (deferred, promise) = env.create_deferred::<(), _>()?;
+        rest.then(move |r| deferred.resolve(move |env| r.map_err(|e| js_error(&env, &e))));
+        Ok(Some(promise))
+    }
+
+    #[napi]
+    pub fn resize(&self, env: &Env, rows: Unknown<'_>, cols: Unknown<'_>) -> Result<()> {
+        let num = |v: Unknown<'_>, name| -> std::result::Result<dsh_core::Num, DshError> {
+            match v.get_type() {
+                // SAFETY: the value was just checked to be a number.
+                Ok(ValueType::Number) => Ok(dsh_core::Num(unsafe { v.cast::<f64>() }.unwrap_or(f64::NAN))),
+                Ok(t) => Err(DshError::InvalidArgument {
+                    field: terminal_field(name),
+                    problem: format!("must be a number, got {}", format!("{t:?}").to_lowercase()),
+                }),
+                Err(e) => Err(DshError::Internal(e.reason)),
+            }
+        };
+        let rows = throw(env, num(rows, dsh_core::FieldName::Rows))?;
+        let cols = throw(env, num(cols, dsh_core::FieldName::Cols))?;
+        throw(env, self.inner.resize(rows, cols))
+    }
+
+    /// Resolves with `{ processGroupId, inputWaiting }`, or undefined when
+    /// there is no foreground group; `/proc` is read off the JS thread.
+    #[napi]
+    pub fn inspect_foreground<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        let (deferred, promise) = env.create_deferred::<Option<ForegroundValue>, _>()?;
+        self.inner
+            .inspect_foreground_with(move |fg| deferred.resolve(move |_| Ok(fg.map(ForegroundValue))));
+        Ok(promise)
+    }
+
+    /// The id of the group signalled.
+    #[napi]
+    pub fn signal_foreground(&self, env: &Env, signal: Unknown<'_>) -> Result<i32> {
+        let field = terminal_field(dsh_core::FieldName::Signal);
+        let name = match signal.get_type()? {
+            // SAFETY: the value was just checked to be a string.
+            ValueType::String => unsafe { signal.cast::<String>() }?,
+            t => {
+                let e = DshError::InvalidArgument {
+                    field,
+                    problem: format!("must be a string, got {}", format!("{t:?}").to_lowercase()),
+                };
+                return Err(js_error(env, &e));
+            }
+        };
+        let sig = throw(env, dsh_core::TerminalSignal::parse(field, &name))?;
+        throw(env, self.inner.signal_foreground(sig))
+    }
+
+    /// Resolves with the number of survivors once nothing of the session
+    /// is left.
+    #[napi]
+    pub fn terminate<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        let (deferred, promise) = env.create_deferred::<u32, _>()?;
+        self.inner
+            .terminate_with(move |n| deferred.resolve(move |_| Ok(n)));
+        Ok(promise)
+    }
+
+    /// Resolves (with undefined) once the program has exited.
+    #[napi]
+    pub fn done<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        let (deferred, promise) = env.create_deferred::<(), _>()?;
+        self.inner.when_exited(move || deferred.resolve(|_| Ok(())));
+        Ok(promise)
+    }
+}
+
 #[napi]
 pub struct NativeExecutor {
     inner: dsh_core::Executor,
@@ -300,6 +475,31 @@ impl NativeExecutor {
     #[napi]
     pub fn off_task_done(&self, id: f64) -> bool {
         self.inner.off_task_done(ListenerId::from_u64(id as u64))
+    }
+
+    /// Resolves a terminal request and starts the session off the JS
+    /// thread; the promise settles with the handle once it runs. A token
+    /// already cancelled refuses it (ABORT_ERR).
+    #[napi]
+    pub fn spawn_terminal<'e>(
+        &self,
+        env: &'e Env,
+        request: Unknown<'_>,
+        cancel: Option<&NativeCancelToken>,
+    ) -> Result<Object<'e>> {
+        let req = throw_input(env, convert::terminal_request(request))?;
+        let spec = throw(env, self.inner.resolve_terminal(req))?;
+        if cancel.is_some_and(|c| c.inner.is_cancelled()) {
+            return Err(js_error(env, &DshError::AlreadyCancelled));
+        }
+        let (deferred, promise) = env.create_deferred::<NativeTerminal, _>()?;
+        self.inner.spawn_terminal_with(&spec, move |outcome| {
+            deferred.resolve(move |env| match outcome {
+                Ok(inner) => Ok(NativeTerminal { inner }),
+                Err(e) => Err(js_error(&env, &e)),
+            })
+        });
+        Ok(promise)
     }
 
     /// Kills everything and resolves once all of it has exited.

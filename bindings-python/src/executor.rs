@@ -871,6 +871,100 @@ impl Executor {
         })
     }
 
+    /// Starts a terminal session (docs/terminals.md) and returns its
+    /// Terminal once the program runs: ``argv`` (a list: the program and its
+    /// arguments) or ``command`` (a line for ``bash -c``), exactly one.
+    ///
+    /// - ``cwd``: the working directory (default: the executor's ``cwd``;
+    ///   a relative one is relative to it).
+    /// - ``env`` / ``dsh_env``: as for commands; ``TERM`` is
+    ///   ``xterm-256color`` unless given.
+    /// - ``rows`` / ``cols``: the initial size (default 24 × 80).
+    /// - ``grace_ms``: SIGTERM-to-SIGKILL grace of ``terminate()`` (default:
+    ///   the executor's).
+    /// - ``sandbox_policy``: as for ``resolve``.
+    ///
+    /// Raises InvalidArgumentError naming a bad field, SpawnError when the
+    /// program cannot start.
+    #[pyo3(signature = (argv=None, *, command=None, cwd=None, env=None, dsh_env=None, rows=None, cols=None, grace_ms=None, sandbox_policy=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn spawn_terminal(
+        &self,
+        py: Python<'_>,
+        argv: Option<&Bound<'_, PyAny>>,
+        command: Option<&Bound<'_, PyAny>>,
+        cwd: Option<&Bound<'_, PyAny>>,
+        env: Option<&Bound<'_, PyAny>>,
+        dsh_env: Option<&Bound<'_, PyAny>>,
+        rows: Option<&Bound<'_, PyAny>>,
+        cols: Option<&Bound<'_, PyAny>>,
+        grace_ms: Option<&Bound<'_, PyAny>>,
+        sandbox_policy: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<crate::terminal::Terminal> {
+        let f = |name| Field::new(Scope::Request, name);
+        let argv = argv.filter(|a| !a.is_none());
+        let command = command.filter(|c| !c.is_none());
+        let program = match (argv, command) {
+            (Some(a), None) => {
+                if a.is_instance_of::<PyString>() {
+                    return Err(type_error(
+                        py,
+                        f(FieldName::Argv),
+                        "must be a list of str, got a str",
+                    ));
+                }
+                let argv: Vec<String> = a
+                    .extract()
+                    .map_err(|_| type_error(py, f(FieldName::Argv), "must be a list of str"))?;
+                dsh_core::TerminalProgram::Argv(argv)
+            }
+            (None, Some(c)) => dsh_core::TerminalProgram::Command(
+                c.extract()
+                    .map_err(|_| type_error(py, f(FieldName::Command), "must be a str"))?,
+            ),
+            (Some(_), Some(_)) => {
+                return Err(type_error(
+                    py,
+                    f(FieldName::Argv),
+                    "and command cannot both be given",
+                ))
+            }
+            (None, None) => {
+                return Err(type_error(
+                    py,
+                    f(FieldName::Argv),
+                    "is required (or command, a line for bash)",
+                ))
+            }
+        };
+        let request = dsh_core::TerminalRequest {
+            program,
+            cwd: optional_path(cwd, f(FieldName::Cwd), "")?,
+            env: string_map(env, f(FieldName::Env))?,
+            dsh_env: string_map(dsh_env, f(FieldName::DshEnv))?,
+            rows: number(rows, Scope::Request, FieldName::Rows)?,
+            cols: number(cols, Scope::Request, FieldName::Cols)?,
+            grace_ms: number(grace_ms, Scope::Request, FieldName::GraceMs)?,
+            sandbox_policy: policy_input(sandbox_policy)?,
+        };
+        let spec = self
+            .inner
+            .resolve_terminal(request)
+            .map_err(|e| to_pyerr(py, e))?;
+        // Waiting below for the callback thread would deadlock on it.
+        dsh_core::refuse_blocking().map_err(|e| to_pyerr(py, e))?;
+        // The environment is taken here, on the calling thread, with the GIL.
+        let (tx, rx) = mpsc::channel();
+        self.inner.spawn_terminal_with(&spec, move |r| {
+            let _ = tx.send(r);
+        });
+        let inner = py
+            .detach(move || rx.recv())
+            .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("the spawn was lost"))?
+            .map_err(|e| to_pyerr(py, e))?;
+        Ok(crate::terminal::Terminal { inner })
+    }
+
     /// Disposes the executor: kills every running process and everything
     /// its commands left behind (SIGTERM, SIGKILL after ``grace_ms``),
     /// waits for all of them, drops every listener and removes the spill

@@ -4,6 +4,7 @@
 
 mod executor;
 mod results;
+mod terminal;
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -61,6 +62,9 @@ pub(crate) fn to_pyerr(py: Python<'_>, e: DshError) -> PyErr {
                 exc.setattr("id", id)?;
                 exc.setattr("reason", why.as_str())?;
                 exc
+            }
+            DshError::TerminalClosed(_) => {
+                error_class(py, "TerminalClosedError")?.call1((message.clone(),))?
             }
         };
         Ok(PyErr::from_value(exc))
@@ -127,6 +131,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<executor::Process>()?;
     m.add_class::<executor::CancelToken>()?;
     m.add_class::<executor::Unsubscribe>()?;
+    m.add_class::<terminal::Terminal>()?;
+    m.add_class::<terminal::Foreground>()?;
     m.add_class::<results::Spec>()?;
     m.add_class::<results::RunResult>()?;
     m.add_class::<results::CollectedOutput>()?;

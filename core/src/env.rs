@@ -57,19 +57,48 @@ impl HostEnv {
 /// settings, the caller's `env`, the caller's `dsh_env`, and last the
 /// executor's own tag (later wins).
 pub(crate) fn child_environment(host: HostEnv, spec: &Spec, tag: &str) -> Vec<CString> {
+    build(host, &FORCED, spec.env.as_ref(), spec.dsh_env.as_ref(), tag)
+}
+
+/// What a terminal session forces instead: the same, except that it is a
+/// terminal (`TERM=xterm-256color`, which the caller's `env` may change).
+const TERMINAL_FORCED: [(&str, &str); 4] = [
+    ("NO_COLOR", "1"),
+    ("TERM", "xterm-256color"),
+    ("PAGER", "cat"),
+    ("GIT_PAGER", "cat"),
+];
+
+/// [`child_environment`] for a terminal session (docs/terminals.md): the
+/// same layers and rules, with [`TERMINAL_FORCED`].
+pub(crate) fn terminal_environment(
+    host: HostEnv,
+    env: Option<&BTreeMap<String, String>>,
+    dsh_env: Option<&BTreeMap<String, String>>,
+    tag: &str,
+) -> Vec<CString> {
+    build(host, &TERMINAL_FORCED, env, dsh_env, tag)
+}
+
+fn build(
+    host: HostEnv,
+    forced: &[(&str, &str)],
+    env: Option<&BTreeMap<String, String>>,
+    dsh_env: Option<&BTreeMap<String, String>>,
+    tag: &str,
+) -> Vec<CString> {
     let mut vars = host.0;
-    let layers = FORCED
+    let layers = forced
         .iter()
         .map(|(k, v)| (k.as_bytes(), v.as_bytes()))
         .chain(
-            spec.env
-                .iter()
+            env.into_iter()
                 .flatten()
                 .map(|(k, v)| (k.as_bytes(), v.as_bytes())),
         )
         .chain(
-            spec.dsh_env
-                .iter()
+            dsh_env
+                .into_iter()
                 .flatten()
                 .map(|(k, v)| (k.as_bytes(), v.as_bytes())),
         )

@@ -12,6 +12,9 @@ pub enum Scope {
     Request,
     /// `spec.*`: a spec given to `run` or `start`.
     Spec,
+    /// `terminal.*`: an argument of a terminal session's call (`resize`,
+    /// `signal_foreground`).
+    Terminal,
 }
 
 /// Every field a caller can get wrong.
@@ -65,6 +68,16 @@ pub enum FieldName {
     LimitsFileSizeBytes,
     /// `limits.open_files` / `limits.openFiles` (config, request, spec).
     LimitsOpenFiles,
+    /// `argv` (terminal request, spec).
+    Argv,
+    /// `rows` (terminal request, spec, resize).
+    Rows,
+    /// `cols` (terminal request, spec, resize).
+    Cols,
+    /// `signal` (a terminal's `signal_foreground`).
+    Signal,
+    /// `data` (a terminal's `write`).
+    Data,
 }
 
 /// How a face spells field names: Rust, C and Python use snake_case, Node
@@ -106,6 +119,11 @@ impl FieldName {
             LimitsCpuSeconds => ("limits.cpu_seconds", "limits.cpuSeconds"),
             LimitsFileSizeBytes => ("limits.file_size_bytes", "limits.fileSizeBytes"),
             LimitsOpenFiles => ("limits.open_files", "limits.openFiles"),
+            Argv => ("argv", "argv"),
+            Rows => ("rows", "rows"),
+            Cols => ("cols", "cols"),
+            Signal => ("signal", "signal"),
+            Data => ("data", "data"),
         };
         match style {
             NameStyle::Snake => snake,
@@ -143,6 +161,8 @@ pub enum SpawnFailure {
     Workdir,
     /// No `bash` on the command's PATH.
     NoShell,
+    /// A terminal session's program (`argv[0]`) is not on its PATH.
+    NoProgram,
     /// Anything else the kernel refused (EAGAIN, EMFILE, ENOMEM, ...).
     Os,
     /// The executor's supervisor could not be started (see
@@ -213,6 +233,12 @@ pub enum DshError {
     #[error("internal error: {0}")]
     Internal(String),
 
+    /// A terminal session cannot take this call any more: its program has
+    /// exited (input, signals), or the session has ended (resize). The
+    /// message says which.
+    #[error("{0}")]
+    TerminalClosed(String),
+
     /// A confined sandbox mode was asked for and cannot be enforced here;
     /// nothing was run (fail closed).
     #[error("sandbox unavailable: {0}")]
@@ -280,6 +306,7 @@ impl fmt::Display for Scope {
             Scope::Config => "config",
             Scope::Request => "request",
             Scope::Spec => "spec",
+            Scope::Terminal => "terminal",
         })
     }
 }

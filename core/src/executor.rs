@@ -18,9 +18,10 @@ use crate::env::HostEnv;
 use crate::error::{DshError, Field, FieldName, Result, Scope};
 use crate::forked::current_pid;
 use crate::governor;
-use crate::launch::launch;
+use crate::launch::{launch, launch_terminal, spawn_error};
 use crate::output::StreamBuffer;
 use crate::process::{lock, Process, ProcessRead, ProcessShared, State, Status};
+use crate::pty;
 use crate::request::{resolve, OnExpiry, Request, Spec};
 use crate::run::{ExitFields, RunFuture, RunFutureInner, RunResult};
 use crate::runtime;
@@ -29,6 +30,7 @@ use crate::spill::{random_hex, SpillDir};
 use crate::stdin::{StdinEnd, StdinPipe};
 use crate::supervise::{supervise, Outcome, StdinSource, Stop, Streams};
 use crate::supervisor::Slot;
+use crate::terminal::{self, resolve_terminal, Started, Terminal, TerminalRequest, TerminalSpec};
 use crate::tree::{sweep_counted, Spare, TagMatch};
 
 /// Identifies a task-done listener for [`Executor::off_task_done`].
@@ -877,6 +879,74 @@ impl Executor {
     /// The owner token stored at `start` (never interpreted).
     pub fn owner_of(&self, id: &str) -> Result<Option<String>> {
         Ok(self.known(id)?.owner().map(str::to_owned))
+    }
+
+    /// Terminal request → spec (docs/terminals.md); the only place its
+    /// defaults are applied.
+    pub fn resolve_terminal(&self, request: TerminalRequest) -> Result<TerminalSpec> {
+        resolve_terminal(&self.shared().config(), request)
+    }
+
+    /// Starts a terminal session (docs/terminals.md): the program leads a
+    /// new session whose controlling terminal is a fresh pseudo-terminal,
+    /// started by the executor's supervisor like every command (the host
+    /// never forks). Returns once it has started; its handle reads, writes,
+    /// resizes, inspects and signals it, and `terminate()` ends the whole
+    /// session. Dispose ends it too.
+    pub fn spawn_terminal(&self, spec: &TerminalSpec) -> Result<Terminal> {
+        self.spawn_terminal_in(spec, HostEnv::capture())
+    }
+
+    /// [`Executor::spawn_terminal`] for hosts with their own event loop: the
+    /// environment is taken now, the spawn happens on the core's threads,
+    /// and `on_done` gets the outcome on the callback thread.
+    pub fn spawn_terminal_with(
+        &self,
+        spec: &TerminalSpec,
+        on_done: impl FnOnce(Result<Terminal>) + Send + 'static,
+    ) {
+        let (this, spec, env) = (self.clone(), spec.clone(), HostEnv::capture());
+        runtime::handle().spawn_blocking(move || {
+            let outcome = this.spawn_terminal_in(&spec, env);
+            callbacks::dispatch(move || on_done(outcome));
+        });
+    }
+
+    fn spawn_terminal_in(&self, spec: &TerminalSpec, host_env: HostEnv) -> Result<Terminal> {
+        let shared = self.shared();
+        shared.active_runs.send_modify(|n| *n += 1);
+        let active = ActiveRun(shared.clone());
+        shared.check_here()?;
+        if !shared.is_open() {
+            return Err(DshError::Disposed);
+        }
+        spec.check()?;
+        confine::check(spec.sandbox_policy.as_ref())?;
+        let tag = shared.next_tag();
+        let os_error = |e: std::io::Error| spawn_error(e, &spec.cwd);
+        let pty = pty::open(spec.rows, spec.cols).map_err(os_error)?;
+        crate::spawn::set_nonblocking(&pty.master).map_err(os_error)?;
+        let control = pty.master.try_clone().map_err(os_error)?;
+        let leader = launch_terminal(spec, host_env, &tag, &shared.supervisors, &pty)?;
+        let pty::Pty { master, rdev, .. } = pty; // the slave is closed here
+        let disposing = {
+            let shared = shared.clone();
+            async move { shared.disposing().await }
+        };
+        Ok(terminal::start(
+            Started {
+                pid: leader.pid,
+                report: leader.report,
+                master,
+                control,
+                rdev,
+                tag,
+                grace: Duration::from_millis(spec.grace_ms),
+                max_output_bytes: shared.config().max_output_bytes,
+            },
+            disposing,
+            active,
+        ))
     }
 
     /// Every process started, in start order.

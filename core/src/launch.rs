@@ -6,12 +6,16 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use crate::confine;
-use crate::env::{child_environment, path_of, HostEnv};
+use crate::env::{child_environment, path_of, terminal_environment, HostEnv};
 use crate::error::{errno_name, DshError, Result, SpawnFailure};
 use crate::governor::{self, CommandGroup};
+use crate::pty::Pty;
 use crate::request::Spec;
-use crate::spawn::{find_shell, Pipes, Spawned};
-use crate::supervisor::{Program, Slot, SpawnError, StartFailed, Step};
+use crate::sandbox::{NetworkPolicy, SandboxPolicy};
+use crate::spawn::{find_program, find_shell, Pipes, Spawned};
+use crate::supervisor::{ChildFds, Leader, Program, Slot, SpawnError, StartFailed, Step};
+use crate::terminal::{TerminalProgram, TerminalSpec};
+use std::os::fd::AsRawFd;
 
 /// Turns a spawn error into the error a caller can act on: a missing or
 /// unusable workdir names the path; anything else names the errno.
@@ -52,11 +56,7 @@ pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str, supervisors: &Sl
         .map_err(|_| DshError::Internal("NUL in checked workdir".into()))?;
     let ruleset = confine::ruleset(spec.sandbox_policy.as_ref())?;
     let envp = child_environment(host_env, spec, tag);
-    let shell = find_shell(path_of(&envp)).ok_or_else(|| DshError::Spawn {
-        kind: SpawnFailure::NoShell,
-        errno: libc::ENOENT,
-        message: "ENOENT: no bash found on the command's PATH".to_owned(),
-    })?;
+    let shell = find_shell(path_of(&envp)).ok_or_else(no_shell)?;
     // `--`: a command that starts with `-` is a command, not bash options.
     let argv = [c"bash", c"-c", c"--", command.as_c_str()];
     let program = Program {
@@ -89,32 +89,118 @@ pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str, supervisors: &Sl
         }
         other => other,
     }
-    .map_err(|e| failed(e, spec, group.as_ref()))?;
+    .map_err(|e| failed(e, &spec.workdir, spec.sandbox_policy.as_ref(), group.as_ref()))?;
     pipes.started(leader, group).map_err(os_error)
 }
 
+fn no_shell() -> DshError {
+    DshError::Spawn {
+        kind: SpawnFailure::NoShell,
+        errno: libc::ENOENT,
+        message: "ENOENT: no bash found on the command's PATH".to_owned(),
+    }
+}
+
+/// Starts a terminal session's program (docs/terminals.md) in the
+/// executor's supervisor, with `pty`'s slave as its controlling terminal
+/// and its stdin, stdout and stderr.
+pub(crate) fn launch_terminal(
+    spec: &TerminalSpec,
+    host_env: HostEnv,
+    tag: &str,
+    supervisors: &Slot,
+    pty: &Pty,
+) -> Result<Leader> {
+    let nul = || DshError::Internal("NUL in a checked terminal spec".into());
+    let workdir = CString::new(spec.cwd.as_os_str().as_bytes()).map_err(|_| nul())?;
+    let policy = spec.sandbox_policy.as_ref();
+    let ruleset = confine::ruleset(policy)?;
+    if policy.is_some_and(|p| p.network == NetworkPolicy::Loopback) {
+        // Loopback needs a cgroup of the session's own, which terminal
+        // sessions do not make: refused rather than silently weaker.
+        return Err(DshError::SandboxUnavailable(
+            "network loopback is not available for terminal sessions (use deny or allow)".into(),
+        ));
+    }
+    let slave = pty.slave.as_raw_fd();
+    let fds = ChildFds {
+        stdin: Some(slave),
+        stdout: slave,
+        stderr: slave,
+        ruleset: ruleset.as_ref().map(|r| r.fd()),
+        cgroups: Vec::new(),
+        rlimits: None,
+        seccomp: confine::network_filter(policy)?,
+        terminal: true,
+    };
+    let envp = terminal_environment(host_env, spec.env.as_ref(), spec.dsh_env.as_ref(), tag);
+    let (path, argv): (CString, Vec<CString>) = match &spec.program {
+        TerminalProgram::Command(command) => {
+            let shell = find_shell(path_of(&envp)).ok_or_else(no_shell)?;
+            let command = CString::new(command.as_str()).map_err(|_| nul())?;
+            (shell, vec![c"bash".into(), c"-c".into(), c"--".into(), command])
+        }
+        TerminalProgram::Argv(argv) => {
+            let argv: Vec<CString> = argv
+                .iter()
+                .map(|a| CString::new(a.as_str()))
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|_| nul())?;
+            let name = argv.first().ok_or_else(nul)?;
+            let path = find_program(name.as_bytes(), path_of(&envp)).ok_or_else(|| DshError::Spawn {
+                kind: SpawnFailure::NoProgram,
+                errno: libc::ENOENT,
+                message: format!(
+                    "ENOENT: no {} found on the terminal's PATH",
+                    name.to_string_lossy()
+                ),
+            })?;
+            (path, argv)
+        }
+    };
+    let argv: Vec<&std::ffi::CStr> = argv.iter().map(CString::as_c_str).collect();
+    let program = Program {
+        path: &path,
+        argv: &argv,
+        envp: &envp,
+        workdir: &workdir,
+    };
+    let supervisor = supervisors.get().map_err(supervisor_error)?;
+    match supervisor.spawn(&fds, &program) {
+        Err(SpawnError::Unreachable(_)) => supervisors
+            .renew(&supervisor)
+            .map_err(supervisor_error)?
+            .spawn(&fds, &program),
+        other => other,
+    }
+    .map_err(|e| failed(e, &spec.cwd, policy, None))
+}
+
 /// The error for a command the supervisor could not start.
-fn failed(e: SpawnError, spec: &Spec, group: Option<&CommandGroup>) -> DshError {
+fn failed(
+    e: SpawnError,
+    workdir: &Path,
+    policy: Option<&SandboxPolicy>,
+    group: Option<&CommandGroup>,
+) -> DshError {
     match e {
-        SpawnError::Unreachable(e) | SpawnError::Io(e) => spawn_error(e, &spec.workdir),
+        SpawnError::Unreachable(e) | SpawnError::Io(e) => spawn_error(e, workdir),
         SpawnError::Failed {
             step: Step::Confine,
             errno,
             ..
-        } => confine::restrict_failed(spec.sandbox_policy.as_ref(), errno),
+        } => confine::restrict_failed(policy, errno),
         SpawnError::Failed {
             step: Step::Network,
             errno,
             ..
-        } => confine::network_failed(spec.sandbox_policy.as_ref(), errno),
+        } => confine::network_failed(policy, errno),
         SpawnError::Failed {
             step: Step::Limits,
             errno,
             detail,
         } => governor::apply_failed(detail, errno, group),
-        SpawnError::Failed { errno, .. } => {
-            spawn_error(std::io::Error::from_raw_os_error(errno), &spec.workdir)
-        }
+        SpawnError::Failed { errno, .. } => spawn_error(std::io::Error::from_raw_os_error(errno), workdir),
     }
 }
 

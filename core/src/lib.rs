@@ -22,6 +22,7 @@ mod confine;
 mod env;
 mod error;
 mod executor;
+mod foreground;
 mod forked;
 mod governor;
 mod landlock;
@@ -30,6 +31,7 @@ mod limits;
 mod netfilter;
 mod output;
 mod process;
+mod pty;
 mod request;
 mod run;
 mod runtime;
@@ -39,6 +41,7 @@ mod spill;
 mod stdin;
 mod supervise;
 mod supervisor;
+mod terminal;
 mod tree;
 
 pub use cancel::CancelToken;
@@ -58,6 +61,10 @@ pub use run::{RunFuture, RunResult};
 pub use runtime::refuse_blocking;
 pub use sandbox::{Enforcement, NetworkPolicy, SandboxInfo, SandboxMode, SandboxPolicy};
 pub use stdin::{StdinEnd, STDIN_BUFFER_BYTES};
+pub use terminal::{
+    dimension, resolve_terminal, Foreground, PendingWrite, Terminal, TerminalProgram, TerminalRead,
+    TerminalRequest, TerminalSignal, TerminalSpec, DEFAULT_COLS, DEFAULT_ROWS,
+};
 
 /// The Rust examples of README.md and docs/ are doctests: `cargo test --doc`
 /// compiles and runs each as written. (`scripts/run-doc-examples` runs the
@@ -69,4 +76,6 @@ mod doc_examples {
     mod readme {}
     #[doc = include_str!("../../docs/requests.md")]
     mod requests {}
+    #[doc = include_str!("../../docs/terminals.md")]
+    mod terminals {}
 }

@@ -52,7 +52,7 @@ fn is_continuation(b: u8) -> bool {
 
 /// Length of an incomplete UTF-8 sequence at the end of `bytes` (0 to 3):
 /// bytes that may still become a character when more arrive.
-fn incomplete_suffix(bytes: &[u8]) -> usize {
+pub(crate) fn incomplete_suffix(bytes: &[u8]) -> usize {
     let n = bytes.len();
     for back in 1..=3.min(n) {
         let b = bytes[n - back];

@@ -151,28 +151,7 @@ pub struct Spec {
 pub fn resolve(config: &Config, request: Request) -> Result<Spec> {
     let f = |name| Field::new(Scope::Request, name);
     check_command(f(FieldName::Command), &request.command)?;
-    let base = match &config.cwd {
-        Some(cwd) => cwd.clone(),
-        None => std::env::current_dir().map_err(|e| {
-            DshError::invalid(
-                f(FieldName::Workdir),
-                format!("no workdir given and the process cwd is unreadable: {e}"),
-            )
-        })?,
-    };
-    let workdir = match request.workdir.as_deref() {
-        Some(w) => {
-            let p = path_field(f(FieldName::Workdir), w)?;
-            // path_field made a relative path absolute against the process cwd;
-            // a relative workdir means relative to the configured base.
-            if w.is_relative() {
-                base.join(w)
-            } else {
-                p
-            }
-        }
-        None => base,
-    };
+    let workdir = resolve_workdir(config, f(FieldName::Workdir), request.workdir.as_deref())?;
     let timeout_ms = match request.timeout_ms {
         Some(t) => timeout_request_ms(f(FieldName::TimeoutMs), t)?.min(config.max_timeout_ms),
         None => config.timeout_ms,
@@ -192,23 +171,12 @@ pub fn resolve(config: &Config, request: Request) -> Result<Spec> {
     if let Some(env) = &request.dsh_env {
         check_env(f(FieldName::DshEnv), env, true)?;
     }
-    let sandbox_policy = match request.sandbox_policy {
-        Some(p) => Some(SandboxPolicy {
-            mode: p.mode,
-            workspace_root: match p.workspace_root.as_deref() {
-                Some(root) => path_field(f(FieldName::SandboxPolicy), root)?,
-                None => workdir.clone(),
-            },
-            session_id: p.session_id,
-            network: p.network.unwrap_or_default(),
-        }),
-        None => config.sandbox_mode.map(|mode| SandboxPolicy {
-            mode,
-            workspace_root: workdir.clone(),
-            session_id: None,
-            network: NetworkPolicy::Allow,
-        }),
-    };
+    let sandbox_policy = resolve_policy(
+        config,
+        f(FieldName::SandboxPolicy),
+        request.sandbox_policy,
+        &workdir,
+    )?;
     let limits = match &request.limits {
         Some(l) => l.validate(Scope::Request)?.clamped_by(&config.limits),
         None => config.limits,
@@ -226,6 +194,60 @@ pub fn resolve(config: &Config, request: Request) -> Result<Spec> {
         owner: request.owner,
         sandbox_policy,
         limits,
+    })
+}
+
+/// A request's workdir: relative to the configured `cwd` (else the process
+/// cwd); absent, that base itself.
+pub(crate) fn resolve_workdir(config: &Config, field: Field, workdir: Option<&Path>) -> Result<PathBuf> {
+    let base = match &config.cwd {
+        Some(cwd) => cwd.clone(),
+        None => std::env::current_dir().map_err(|e| {
+            DshError::invalid(
+                field,
+                format!("no workdir given and the process cwd is unreadable: {e}"),
+            )
+        })?,
+    };
+    Ok(match workdir {
+        Some(w) => {
+            let p = path_field(field, w)?;
+            // path_field made a relative path absolute against the process cwd;
+            // a relative workdir means relative to the configured base.
+            if w.is_relative() {
+                base.join(w)
+            } else {
+                p
+            }
+        }
+        None => base,
+    })
+}
+
+/// A request's sandbox policy; absent, the configured `sandbox_mode` over
+/// the workdir.
+pub(crate) fn resolve_policy(
+    config: &Config,
+    field: Field,
+    policy: Option<SandboxPolicyInput>,
+    workdir: &Path,
+) -> Result<Option<SandboxPolicy>> {
+    Ok(match policy {
+        Some(p) => Some(SandboxPolicy {
+            mode: p.mode,
+            workspace_root: match p.workspace_root.as_deref() {
+                Some(root) => path_field(field, root)?,
+                None => workdir.to_path_buf(),
+            },
+            session_id: p.session_id,
+            network: p.network.unwrap_or_default(),
+        }),
+        None => config.sandbox_mode.map(|mode| SandboxPolicy {
+            mode,
+            workspace_root: workdir.to_path_buf(),
+            session_id: None,
+            network: NetworkPolicy::Allow,
+        }),
     })
 }
 
@@ -300,7 +322,7 @@ fn check_stdin(field: Field, bytes: bool, pipe: bool) -> Result<()> {
     Ok(())
 }
 
-fn check_command(field: Field, command: &str) -> Result<()> {
+pub(crate) fn check_command(field: Field, command: &str) -> Result<()> {
     if command.contains('\0') {
         return Err(DshError::invalid(field, "contains a NUL byte"));
     }
@@ -309,11 +331,11 @@ fn check_command(field: Field, command: &str) -> Result<()> {
 
 /// What a spec's paths must be: the kernel takes them as NUL-terminated
 /// bytes, and nothing may depend on the cwd at run time.
-fn absolute_without_nul(p: &Path) -> bool {
+pub(crate) fn absolute_without_nul(p: &Path) -> bool {
     p.is_absolute() && !p.as_os_str().as_bytes().contains(&0)
 }
 
-fn check_env(field: Field, env: &BTreeMap<String, String>, managed: bool) -> Result<()> {
+pub(crate) fn check_env(field: Field, env: &BTreeMap<String, String>, managed: bool) -> Result<()> {
     for (key, value) in env {
         if key.is_empty() {
             return Err(DshError::invalid(field, "has an empty key"));

@@ -170,6 +170,7 @@ impl Pipes {
             cgroups: Vec::new(),
             rlimits: None,
             seccomp: None,
+            terminal: false,
         }
     }
 
@@ -196,4 +197,26 @@ impl Pipes {
             group,
         })
     }
+}
+
+/// Finds a terminal session's program as `execvp` would: a name with a `/`
+/// is used as it is (relative to the workdir); any other is looked up on
+/// `path` (default `/usr/local/bin:/usr/bin:/bin`) for an executable file.
+pub(crate) fn find_program(name: &[u8], path: Option<&[u8]>) -> Option<CString> {
+    if name.contains(&b'/') {
+        return CString::new(name).ok();
+    }
+    let path = path.unwrap_or(b"/usr/local/bin:/usr/bin:/bin");
+    path.split(|&b| b == b':')
+        .filter(|dir| !dir.is_empty())
+        .find_map(|dir| {
+            let mut p = dir.to_vec();
+            p.push(b'/');
+            p.extend_from_slice(name);
+            let c = CString::new(p).ok()?;
+            // SAFETY: `c` is a valid NUL-terminated path.
+            let executable = unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0;
+            let file = Path::new(std::ffi::OsStr::from_bytes(c.as_bytes())).is_file();
+            (executable && file).then_some(c)
+        })
 }

@@ -59,7 +59,7 @@ fn lock(streams: &Mutex<Streams>) -> std::sync::MutexGuard<'_, Streams> {
 }
 
 /// Registers an fd with the core's reactor.
-fn watch(fd: OwnedFd, interest: Interest) -> io::Result<AsyncFd<OwnedFd>> {
+pub(crate) fn watch(fd: OwnedFd, interest: Interest) -> io::Result<AsyncFd<OwnedFd>> {
     // SAFETY: an OwnedFd is open and always returns the same raw fd, and the
     // AsyncFd owns it until it is dropped.
     unsafe { AsyncFd::register_with_interest(fd, interest) }.map_err(|e| e.into_parts().1)
@@ -129,14 +129,14 @@ async fn write_chunk(fd: Option<&AsyncFd<OwnedFd>>, bytes: &[u8]) -> io::Result<
 
 /// The command's tree for a sweep: its tag, and its session (its leader
 /// `pid` is unreaped while this is used, so the session id is its own).
-fn tree(pid: libc::pid_t, tag: &str) -> TagMatch {
+pub(crate) fn tree(pid: libc::pid_t, tag: &str) -> TagMatch {
     TagMatch::command(tag).in_session(pid)
 }
 
 /// Signals the command's tree, each process once: the group (the leader
 /// is never reaped before this, so its id cannot have been reused), and
 /// with `with_sweep` the processes of the tree that left the group.
-fn signal_tree(pid: libc::pid_t, tag: &str, sig: libc::c_int, with_sweep: bool) {
+pub(crate) fn signal_tree(pid: libc::pid_t, tag: &str, sig: libc::c_int, with_sweep: bool) {
     if !signal_group(pid, sig) {
         // SAFETY: kill(2) takes integers; `pid` is the leader, unreaped
         // until it is released, so the id is still its.
@@ -175,7 +175,7 @@ enum Event {
 }
 
 /// Reads the supervisor's report of the leader's exit from its socket.
-async fn read_exit(fd: &AsyncFd<OwnedFd>, report: &mut ExitReport) -> ExitStatus {
+pub(crate) async fn read_exit(fd: &AsyncFd<OwnedFd>, report: &mut ExitReport) -> ExitStatus {
     loop {
         let Ok(mut guard) = fd.readable().await else {
             return report.wait(fd.as_raw_fd());
@@ -450,7 +450,7 @@ async fn supervise_inner(
 /// is left of the tree gets the rest of its grace period, then SIGKILL,
 /// repeated until a scan finds nobody. Returns how many processes of the
 /// tree that last scan still found alive: the survivors (expected: 0).
-async fn finish_stop(pid: libc::pid_t, tag: &str, kill_at: Option<Instant>, killed: bool) -> u32 {
+pub(crate) async fn finish_stop(pid: libc::pid_t, tag: &str, kill_at: Option<Instant>, killed: bool) -> u32 {
     if !killed {
         // Usually the SIGTERM ended everything: one scan says so.
         if sweep_counted(tree(pid, tag), 0).await.total == 0 {

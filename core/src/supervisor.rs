@@ -56,6 +56,9 @@ const FLAG_RLIMITS: u32 = 32;
 const FLAG_SECCOMP: u32 = 64;
 /// The largest payload sent in the request's own message (MAX_INLINE).
 const MAX_INLINE: usize = 32 << 10;
+/// The stdin is a pseudo-terminal's slave, which the command makes its
+/// controlling terminal (a terminal session).
+const FLAG_TERMINAL: u32 = 256;
 const R_SPAWNED: i32 = 1;
 const R_FAILED: i32 = 2;
 const R_EXITED: i32 = 3;
@@ -96,6 +99,8 @@ pub(crate) enum Step {
     Limits,
     /// Installing the network filter.
     Network,
+    /// Making the pseudo-terminal the controlling terminal.
+    Terminal,
     Unknown,
 }
 
@@ -111,6 +116,7 @@ impl Step {
             7 => Step::Clone,
             8 => Step::Limits,
             9 => Step::Network,
+            10 => Step::Terminal,
             _ => Step::Unknown,
         }
     }
@@ -342,6 +348,9 @@ pub(crate) struct ChildFds {
     pub rlimits: Option<crate::governor::Rlimits>,
     /// A compiled seccomp filter: BPF instructions, 8 bytes each.
     pub seccomp: Option<Vec<u8>>,
+    /// `stdin` is a pseudo-terminal's slave, to become the command's
+    /// controlling terminal (a terminal session).
+    pub terminal: bool,
 }
 
 /// What to run: `path` with `argv` and `envp`, in `workdir`; the strings go
@@ -430,6 +439,9 @@ impl Supervisor {
         if let Some(fd) = fds.ruleset {
             flags |= FLAG_RULESET;
             passed.push(fd);
+        }
+        if fds.terminal {
+            flags |= FLAG_TERMINAL;
         }
         debug_assert!(fds.cgroups.len() <= 3);
         for (fd, flag) in fds.cgroups.iter().zip([FLAG_CGROUP1, FLAG_CGROUP2, FLAG_CGROUP3]) {

@@ -36,6 +36,9 @@
  *            With FLAG_INLINE it follows the request in the same message
  *            (one wake-up here per command); a larger one goes on the
  *            command socket (SOCK_STREAM, one per command) instead.
+ *            FLAG_TERMINAL (with FLAG_STDIN): stdin is a pseudo-terminal's
+ *            slave, which the child makes its controlling terminal
+ *            (TIOCSCTTY) right after setsid: a terminal session.
  *            The reply goes back on the command socket: SPAWNED(pid) or
  *            FAILED(step, errno, detail); later EXITED(si_code, si_status) when the
  *            leader has exited (it stays an unreaped zombie, so its pid and
@@ -66,6 +69,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -121,7 +125,8 @@ enum {
     FLAG_CGROUP2 = 16,
     FLAG_RLIMITS = 32,
     FLAG_SECCOMP = 64,
-    FLAG_CGROUP3 = 128
+    FLAG_CGROUP3 = 128,
+    FLAG_TERMINAL = 256
 };
 enum { R_SPAWNED = 1, R_FAILED = 2, R_EXITED = 3 };
 enum {
@@ -133,7 +138,8 @@ enum {
     STEP_REQUEST,
     STEP_CLONE,
     STEP_LIMITS,
-    STEP_NETWORK
+    STEP_NETWORK,
+    STEP_TERMINAL
 };
 /* The failure detail of STEP_LIMITS: which limit, or which group
  * (LIMIT_GROUP + its index among the groups passed). */
@@ -397,6 +403,7 @@ struct plan {
     int groups[3]; /* cgroup.procs to enter, or -1 */
     const struct limits *limits;       /* NULL: none */
     const struct sock_fprog *filter;   /* NULL: none */
+    int terminal; /* fd 0 becomes the controlling terminal */
     int step, err, detail;
 };
 
@@ -435,6 +442,9 @@ static int child(void *arg) {
         FAIL(STEP_STDIO);
     }
     if (dup2(p->stdio[1], 1) < 0 || dup2(p->stdio[2], 2) < 0) FAIL(STEP_STDIO);
+    /* A new session has no controlling terminal: the first terminal its
+     * leader asks for becomes it. */
+    if (p->terminal && ioctl(0, TIOCSCTTY, 0) < 0) FAIL(STEP_TERMINAL);
     if (chdir(p->workdir) < 0) FAIL(STEP_WORKDIR);
     if (p->ruleset >= 0) {
         /* Landlock: the domain is the child's, inherited by everything it
@@ -599,6 +609,7 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
         close(sock);
         free(a);
     } else {
+        int terminal = (req->flags & FLAG_TERMINAL) && in >= 0;
         struct plan plan = {path,
                             workdir,
                             argv,
@@ -608,6 +619,7 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
                             {group1, group2, group3},
                             (req->flags & FLAG_RLIMITS) ? &limits : NULL,
                             (req->flags & FLAG_SECCOMP) ? &filter : NULL,
+                            terminal,
                             0,
                             0,
                             0};

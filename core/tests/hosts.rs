@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dsh_core::{ConfigInput, DshError, Executor, Num, Request, Status};
+use dsh_core::{ConfigInput, DshError, Executor, Num, Request, Status, TerminalRequest};
 
 const LIMIT: Duration = Duration::from_secs(90);
 
@@ -433,7 +433,8 @@ fn marked(mark: &str) -> Vec<i32> {
 /// The host that dies: run as `--scenario death_host` with
 /// `HOST_DEATH_DIR` and `HOST_DEATH_MARK` set. It plants every escape route
 /// from a running background process, from a foreground run in progress,
-/// and from a command that already exited (its daemons left behind), says
+/// from a terminal session, and from a command that already exited (its
+/// daemons left behind), says
 /// `ready`, then ends as its stdin says: `exit` (a normal exit without
 /// dispose), `thread-exit` (`exit()` from another thread), or nothing (it
 /// waits to be SIGKILLed).
@@ -460,6 +461,14 @@ fn death_host() {
         d
     };
     let (bg, fg, done) = (sub("background"), sub("foreground"), sub("finished"));
+    // And a terminal session (docs/terminals.md), planting the same routes.
+    let tm = sub("terminal");
+    let session = e
+        .spawn_terminal(
+            &e.resolve_terminal(TerminalRequest::command(planting_script(&tm, "exec sleep 300")))
+                .unwrap(),
+        )
+        .unwrap();
     let r = run(&e, &planting_script(&done, "exit 0"));
     assert_eq!(r.exit_code, Some(0));
     e.start(
@@ -472,7 +481,7 @@ fn death_host() {
         let _ = run(&foreground, &script);
     });
     let all_planted = || {
-        [&bg, &fg, &done]
+        [&bg, &fg, &done, &tm]
             .iter()
             .all(|d| ROUTES.iter().all(|r| read_pid(&d.join(r)).is_some()))
     };
@@ -484,6 +493,8 @@ fn death_host() {
     std::io::stdout().flush().unwrap();
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).unwrap();
+    // Held to the end: the session runs until the host dies.
+    let _session = session;
     match line.trim() {
         // A normal exit: no destructor runs for the executor (it is still
         // referenced), and nobody calls dispose().
@@ -583,7 +594,7 @@ fn host_death(ending: &str) {
         .into_iter()
         .filter(|(what, _)| what != "finished/leader")
         .collect();
-    assert_eq!(left.pids.len(), 3 * ROUTES.len() - 1, "{:?}", left.pids);
+    assert_eq!(left.pids.len(), 4 * ROUTES.len() - 1, "{:?}", left.pids);
     assert!(
         left.pids.iter().all(|(_, pid)| common::alive(*pid)),
         "{:?}",

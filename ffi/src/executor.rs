@@ -19,6 +19,12 @@ pub struct DshExecutor {
     inner: Executor,
 }
 
+impl DshExecutor {
+    pub(crate) fn executor(&self) -> &Executor {
+        &self.inner
+    }
+}
+
 /// A fully resolved spec (docs/requests.md), made by dsh_executor_resolve.
 pub struct DshSpec {
     pub(crate) spec: Spec,

@@ -51,6 +51,9 @@ pub enum DshStatus {
     DSH_AGAIN = 14,
     /// A limit was asked for that this host cannot enforce; nothing ran.
     DSH_LIMIT_UNAVAILABLE = 15,
+    /// A terminal session cannot take the call: its program has exited
+    /// (write, signal) or the session has ended (resize).
+    DSH_TERMINAL_CLOSED = 16,
 }
 
 /// A borrowed string handed out by the library: `len` bytes at `ptr`, plus a
@@ -107,6 +110,7 @@ pub(crate) enum FfiError {
     WaitTimedOut,
     StdinFull,
     StdinWaitTimedOut,
+    TerminalRunning,
 }
 
 impl From<DshError> for FfiError {
@@ -123,7 +127,7 @@ impl FfiError {
         use DshStatus::*;
         match self {
             FfiError::Null(_) | FfiError::Utf8(_) | FfiError::NotEnum(..) => DSH_INVALID_ARGUMENT,
-            FfiError::WaitTimedOut | FfiError::StdinWaitTimedOut => DSH_TIMED_OUT,
+            FfiError::WaitTimedOut | FfiError::StdinWaitTimedOut | FfiError::TerminalRunning => DSH_TIMED_OUT,
             FfiError::StdinFull => DSH_AGAIN,
             FfiError::Core(e) => match e {
                 DshError::InvalidArgument { .. } => DSH_INVALID_ARGUMENT,
@@ -138,6 +142,7 @@ impl FfiError {
                 DshError::StillRunning(_) => DSH_STILL_RUNNING,
                 DshError::StdinClosed { .. } => DSH_STDIN_CLOSED,
                 DshError::LimitUnavailable { .. } => DSH_LIMIT_UNAVAILABLE,
+                DshError::TerminalClosed(_) => DSH_TERMINAL_CLOSED,
             },
         }
     }
@@ -154,6 +159,9 @@ impl FfiError {
                     .into()
             }
             FfiError::StdinWaitTimedOut => "stdin was still full when the wait ended".into(),
+            FfiError::TerminalRunning => {
+                "the terminal's program was still running when the wait ended".into()
+            }
         }
     }
 
@@ -363,6 +371,7 @@ pub extern "C" fn dsh_status_name(status: c_int) -> *const c_char {
         DSH_STDIN_CLOSED,
         DSH_AGAIN,
         DSH_LIMIT_UNAVAILABLE,
+        DSH_TERMINAL_CLOSED,
     ];
     let Some(&status) = all.iter().find(|s| **s as c_int == status) else {
         return c"DSH_UNKNOWN".as_ptr();
@@ -384,6 +393,7 @@ pub extern "C" fn dsh_status_name(status: c_int) -> *const c_char {
         DSH_STDIN_CLOSED => c"DSH_STDIN_CLOSED",
         DSH_AGAIN => c"DSH_AGAIN",
         DSH_LIMIT_UNAVAILABLE => c"DSH_LIMIT_UNAVAILABLE",
+        DSH_TERMINAL_CLOSED => c"DSH_TERMINAL_CLOSED",
     };
     name.as_ptr()
 }

@@ -14,12 +14,14 @@ mod executor;
 mod governor;
 mod guard;
 mod results;
+mod terminal;
 
 pub use builders::*;
 pub use executor::*;
 pub use governor::*;
 pub use guard::{dsh_last_errno, dsh_last_error, dsh_status_name, DshStatus, DshStr};
 pub use results::*;
+pub use terminal::*;
 
 use std::ffi::c_char;
 

@@ -1597,6 +1597,121 @@ static void test_on_expiry_background(void) {
     dsh_executor_free(exec);
 }
 
+/* Reads a terminal until `want` appears in what it printed (appended to
+ * `seen`, of size `cap`), or 30 s pass. */
+static int term_expect(DshTerminal *t, char *seen, size_t cap, const char *want) {
+    for (int i = 0; i < 300 && !strstr(seen, want); i++) {
+        DshTerminalRead *r = NULL;
+        if (dsh_terminal_read(t, 100, &r) != DSH_OK) return 0;
+        DshStr text = dsh_terminal_read_text(r);
+        size_t len = strlen(seen);
+        if (text.ptr && len + text.len < cap) memcpy(seen + len, text.ptr, text.len + 1);
+        int ended = dsh_terminal_read_ended(r);
+        dsh_terminal_read_free(r);
+        if (ended) break;
+    }
+    return strstr(seen, want) != NULL;
+}
+
+/* Waits (30 s at most) until the kernel shows the foreground group waiting
+ * for input; returns the group, or -1. */
+static int32_t term_waiting(DshTerminal *t) {
+    for (int i = 0; i < 3000; i++) {
+        int32_t group = 0;
+        bool waiting = false;
+        if (dsh_terminal_inspect_foreground(t, &group, &waiting) && waiting) return group;
+        struct timespec ms = {0, 10000000};
+        nanosleep(&ms, NULL);
+    }
+    return -1;
+}
+
+static void test_terminal_session(void) {
+    /* A grace period a loaded machine cannot outrun: bash must end on the
+     * hangup, not on the SIGKILL that follows the grace. */
+    DshExecutor *exec = new_executor(10000, 0);
+    const char *argv[] = {"bash", "--norc", "--noprofile", "-i"};
+    DshTerminalRequest *req = NULL;
+    OK(dsh_terminal_request_new_argv(argv, 4, &req));
+    OK(dsh_terminal_request_set_env(req, "PS1", "$ ", false));
+    OK(dsh_terminal_request_set_env(req, "HISTFILE", "", false));
+    OK(dsh_terminal_request_set_size(req, 30, 100));
+    DshTerminal *t = NULL;
+    OK(dsh_executor_spawn_terminal(exec, req, &t));
+    dsh_terminal_request_free(req);
+    if (!t) return;
+    static char seen[1 << 16];
+    seen[0] = 0;
+    int32_t pid = dsh_terminal_pid(t);
+    CHECK(term_waiting(t) == pid);
+    const char *line = "echo size=$(stty size) term=$TERM\n";
+    OK(dsh_terminal_write(t, (const uint8_t *)line, strlen(line)));
+    CHECK(term_expect(t, seen, sizeof seen, "size=30 100 term=xterm-256color"));
+    OK(dsh_terminal_resize(t, 40, 120));
+    CHECK(term_waiting(t) == pid);
+    line = "sleep 100\n";
+    OK(dsh_terminal_write(t, (const uint8_t *)line, strlen(line)));
+    int32_t job = -1;
+    for (int i = 0; i < 3000 && (job == -1 || job == pid); i++) {
+        dsh_terminal_inspect_foreground(t, &job, NULL);
+        struct timespec ms = {0, 10000000};
+        nanosleep(&ms, NULL);
+    }
+    CHECK(job != pid && job > 0);
+    int32_t signalled = 0;
+    OK(dsh_terminal_signal_foreground(t, "SIGINT", &signalled));
+    CHECK(signalled == job);
+    CHECK(dsh_terminal_signal_foreground(t, "SIGUSR1", NULL) == DSH_INVALID_ARGUMENT);
+    CHECK(strstr(dsh_last_error(), "terminal.signal") != NULL);
+    CHECK(term_waiting(t) == pid);
+    line = "echo st=$? $(stty size)\n";
+    OK(dsh_terminal_write(t, (const uint8_t *)line, strlen(line)));
+    CHECK(term_expect(t, seen, sizeof seen, "st=130 40 120"));
+    CHECK(dsh_terminal_wait(t, 0) == DSH_TIMED_OUT);
+    uint32_t survivors = 99;
+    OK(dsh_terminal_terminate(t, &survivors));
+    CHECK(survivors == 0);
+    CHECK(!pid_alive(pid));
+    OK(dsh_terminal_wait(t, -1));
+    CHECK(str_eq(dsh_terminal_exit_signal(t), "SIGHUP"));
+    CHECK(!dsh_terminal_exit_code(t, NULL));
+    CHECK(dsh_terminal_write(t, (const uint8_t *)"x", 1) == DSH_TERMINAL_CLOSED);
+    CHECK(!dsh_terminal_inspect_foreground(t, NULL, NULL));
+    dsh_terminal_free(t);
+
+    /* A command line, a bad size, a program that is not there. */
+    OK(dsh_terminal_request_new_command("read -r -p 'ok? ' a; exit 7", &req));
+    OK(dsh_executor_spawn_terminal(exec, req, &t));
+    dsh_terminal_request_free(req);
+    CHECK(term_waiting(t) > 0);
+    OK(dsh_terminal_write(t, (const uint8_t *)"y\n", 2));
+    OK(dsh_terminal_wait(t, 30000));
+    int32_t code = 0;
+    CHECK(dsh_terminal_exit_code(t, &code) && code == 7);
+    dsh_terminal_free(t);
+    OK(dsh_terminal_request_new_argv(argv, 1, &req));
+    OK(dsh_terminal_request_set_size(req, 0, 80));
+    CHECK(dsh_executor_spawn_terminal(exec, req, &t) == DSH_INVALID_ARGUMENT);
+    CHECK(strstr(dsh_last_error(), "request.rows") != NULL);
+    dsh_terminal_request_free(req);
+    const char *missing[] = {"no-such-program-dsh"};
+    OK(dsh_terminal_request_new_argv(missing, 1, &req));
+    CHECK(dsh_executor_spawn_terminal(exec, req, &t) == DSH_SPAWN_FAILED);
+    CHECK(dsh_last_errno() == ENOENT);
+    dsh_terminal_request_free(req);
+
+    /* Dispose ends a session nobody terminated. */
+    OK(dsh_terminal_request_new_argv(argv, 4, &req));
+    OK(dsh_executor_spawn_terminal(exec, req, &t));
+    dsh_terminal_request_free(req);
+    pid = dsh_terminal_pid(t);
+    CHECK(term_waiting(t) == pid);
+    OK(dsh_executor_dispose(exec));
+    CHECK(!pid_alive(pid));
+    dsh_terminal_free(t);
+    dsh_executor_free(exec);
+}
+
 int main(void) {
     run_test("version_and_status_names", test_version_and_status_names);
     run_test("exit_codes_and_streams", test_exit_codes_and_streams);
@@ -1621,6 +1736,7 @@ int main(void) {
     run_test("stdin_pipe", test_stdin_pipe);
     run_test("stdin_misuse", test_stdin_misuse);
     run_test("on_expiry_background", test_on_expiry_background);
+    run_test("terminal_session", test_terminal_session);
     run_test("host_death_sigkill", test_host_death_sigkill);
     run_test("host_death_exit_without_dispose", test_host_death_exit_without_dispose);
     run_test("host_death_exit_from_another_thread", test_host_death_exit_from_another_thread);

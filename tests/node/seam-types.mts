@@ -16,12 +16,24 @@ import type {
   ShellSandboxInfo as SeamSandboxInfo,
 } from '@deepseek-ai/dsh-shell'
 import type { SandboxExecutionPolicy as SeamPolicy } from '@deepseek-ai/dsh-sandbox'
+import type {
+  SubprocessOutcome,
+  SubprocessTerminalForeground,
+  SubprocessTerminalHandle,
+  SubprocessTerminalSignal,
+  SubprocessTerminalSpawnSpec,
+} from '@deepseek-ai/dsh-subprocess'
 import {
   NativeBashExecutor,
   NativeShellExecutor,
   type CollectedOutput,
   type DshEnvironment,
   type NativeShellProcess,
+  type NativeTerminalHandle,
+  type TerminalForeground,
+  type TerminalOutcome,
+  type TerminalRequest,
+  type TerminalSignal,
   type SandboxExecutionPolicy,
   type ShellExecRequest,
   type ShellExecSpec,
@@ -52,7 +64,26 @@ export type Checks = [
   Assignable<SeamSpec, ShellExecSpec>,
   Assignable<SeamRequest, ShellExecRequest>,
   Assignable<SeamPolicy, SandboxExecutionPolicy>,
+  // Terminal sessions: our handle is the published one (with more), a
+  // published terminal spawn spec is a request of ours.
+  Assignable<NativeTerminalHandle, SubprocessTerminalHandle>,
+  Assignable<SubprocessTerminalSpawnSpec, TerminalRequest>,
+  BothWays<TerminalSignal, SubprocessTerminalSignal>,
+  BothWays<TerminalForeground, SubprocessTerminalForeground>,
+  BothWays<TerminalOutcome, SubprocessOutcome>,
 ]
+
+/** A published terminal consumer drives our handle as it is. */
+export async function terminalSeam(ex: NativeShellExecutor, spec: SubprocessTerminalSpawnSpec): Promise<void> {
+  const handle: SubprocessTerminalHandle = await ex.spawnTerminal(spec)
+  handle.output.on('data', (chunk: Buffer) => chunk.length)
+  await handle.write('echo hi\r')
+  const fg = await handle.inspectForeground()
+  if (fg?.inputWaiting) await handle.signalForeground('SIGINT')
+  await handle.terminate()
+  const outcome: SubprocessOutcome = await handle.done
+  void outcome
+}
 
 export async function bothWays(seam: ShellExecutor, harnessSpec: SeamSpec, harnessRequest: SeamRequest): Promise<void> {
   const ex = new NativeShellExecutor({ cwd: '/tmp', timeoutMs: 1000 })

@@ -90,6 +90,21 @@ def use_everything() -> None:
             return await ex.run_async(spec)
 
         r3: RunResult = asyncio.run(main())
+        term: dsh_native.Terminal = ex.spawn_terminal(["cat"], cwd="/tmp", env={"A": "1"}, rows=24, cols=80, grace_ms=500)
+        term.write("typed\n")
+        term.resize(30, 100)
+        fg: Optional[dsh_native.Foreground] = term.inspect_foreground()
+        group: int = term.signal_foreground("SIGINT") if fg is not None else 0
+        chunk: str = term.read(timeout=1) + term.read_output()
+        left: int = term.terminate()
+
+        async def drive(t: dsh_native.Terminal) -> str:
+            parts = [part async for part in t]
+            await t.wait_async()
+            return "".join(parts) + str(await t.terminate_async())
+
+        tail: str = asyncio.run(drive(ex.spawn_terminal(command="echo done")))
+        print(group, chunk, left, tail, term.exit_code, term.signal, term.survivors)
         print(mode, policy, code, sig, info, flags, path, text, lossy, again, owner, procs, killed,
               removed, status, r2, r3, dsh_native.__version__)
     with Executor(limits={"processes": 64}) as limited:

@@ -1,10 +1,10 @@
 //! `dsh-bench latency ITER HOST_MB` | `dsh-bench confined ITER` | `dsh-bench throughput BYTES`
-//! | `dsh-bench supervisor ITER` | `dsh-bench host-death ROUNDS COMMANDS`
+//! | `dsh-bench supervisor ITER` | `dsh-bench host-death ROUNDS COMMANDS` | `dsh-bench terminal-spawn ITER`
 //! Prints one JSON line per measurement (see bench/report.py).
 
 use std::time::Instant;
 
-use dsh_core::{ConfigInput, Executor, Num, Request, SandboxMode, SandboxPolicyInput};
+use dsh_core::{ConfigInput, Executor, Num, Request, SandboxMode, SandboxPolicyInput, TerminalRequest};
 
 fn report(bench: &str, host_mb: u64, samples: Vec<f64>, extra: &str) {
     report_as(bench, "dsh (Rust)", host_mb, samples, extra)
@@ -66,6 +66,95 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let exec = Executor::new(ConfigInput::default())?;
             let spec = exec.resolve(Request::new("true"))?;
             report("run_true", mb, time_runs(&exec, &spec, iter)?, "");
+            exec.dispose_blocking()?;
+        }
+        Some("terminal-spawn") => {
+            // A terminal session of `true`, from the spawn until its output
+            // has ended, against `run` of `true` on the same executor.
+            // `bash -c true` as the floor and `run` do, and `true` itself.
+            let iter: usize = args[2].parse()?;
+            let exec = Executor::new(ConfigInput::default())?;
+            for (label, request) in [
+                ("dsh (Rust, bash -c true)", TerminalRequest::command("true")),
+                ("dsh (Rust, argv true)", TerminalRequest::argv(["true"])),
+            ] {
+                let spec = exec.resolve_terminal(request)?;
+                let once = || -> Result<f64, dsh_core::DshError> {
+                    let t = Instant::now();
+                    let term = exec.spawn_terminal(&spec)?;
+                    while !term.read_output_timeout(None)?.ended {}
+                    Ok(t.elapsed().as_secs_f64() * 1e6)
+                };
+                for _ in 0..5 {
+                    once()?;
+                }
+                let samples = (0..iter).map(|_| once()).collect::<Result<Vec<_>, _>>()?;
+                report_as("terminal_spawn", label, 0, samples, "");
+            }
+            exec.dispose_blocking()?;
+        }
+        Some("terminal-echo") => {
+            // Keystroke -> echo through a raw-mode `cat`, blocking calls.
+            let iter: usize = args[2].parse()?;
+            let exec = Executor::new(ConfigInput::default())?;
+            let spec = exec.resolve_terminal(TerminalRequest::argv([
+                "bash",
+                "-c",
+                "stty raw -echo; printf ready; exec cat",
+            ]))?;
+            let term = exec.spawn_terminal(&spec)?;
+            let mut seen = String::new();
+            while !seen.contains("ready") {
+                seen += &term.read_output_timeout(None)?.text;
+            }
+            let mut samples = Vec::new();
+            for i in 0..iter + 5 {
+                let key = [b'a' + (i % 26) as u8];
+                let t = Instant::now();
+                term.write_blocking(&key)?;
+                let mut got = String::new();
+                while !got.as_bytes().contains(&key[0]) {
+                    got += &term.read_output_timeout(None)?.text;
+                }
+                if i >= 5 {
+                    samples.push(t.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+            report("terminal_echo", 0, samples, "");
+            term.terminate_blocking()?;
+            exec.dispose_blocking()?;
+        }
+        Some("terminal-throughput") => {
+            // `head -c BYTES /dev/zero` through a terminal, read until the end.
+            let bytes: usize = args[2].parse()?;
+            let exec = Executor::new(ConfigInput::default())?;
+            let spec = exec.resolve_terminal(TerminalRequest::argv([
+                "head",
+                "-c",
+                &bytes.to_string(),
+                "/dev/zero",
+            ]))?;
+            let mut samples = Vec::new();
+            for _ in 0..3 {
+                let t = Instant::now();
+                let term = exec.spawn_terminal(&spec)?;
+                let mut got = 0;
+                loop {
+                    let read = term.read_output_timeout(None)?;
+                    got += read.text.len();
+                    if read.ended {
+                        break;
+                    }
+                }
+                samples.push(t.elapsed().as_secs_f64() * 1e6);
+                assert_eq!(got, bytes, "every byte arrives");
+            }
+            report(
+                "terminal_throughput",
+                0,
+                samples,
+                &format!(",\"bytes\":{bytes},\"lost_bytes\":0"),
+            );
             exec.dispose_blocking()?;
         }
         Some("confined") => {

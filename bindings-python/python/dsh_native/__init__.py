@@ -32,6 +32,7 @@ from ._errors import (
     SandboxUnavailableError,
     SpawnError,
     StdinClosedError,
+    TerminalClosedError,
 )
 from ._helpers import resolve_future
 from ._native import (
@@ -43,6 +44,8 @@ from ._native import (
     SandboxInfo,
     SandboxPolicy,
     Spec,
+    Foreground,
+    Terminal,
     Unsubscribe,
     limits_support,
 )
@@ -64,6 +67,7 @@ __all__ = [
     "DisposedError",
     "DshError",
     "Executor",
+    "Foreground",
     "InternalError",
     "InvalidArgumentError",
     "LimitUnavailableError",
@@ -78,6 +82,8 @@ __all__ = [
     "Spec",
     "SpawnError",
     "StdinClosedError",
+    "Terminal",
+    "TerminalClosedError",
     "Unsubscribe",
     "__version__",
     "limits_support",

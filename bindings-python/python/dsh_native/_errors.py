@@ -81,6 +81,11 @@ class StdinClosedError(DshError, BrokenPipeError):
     id: Optional[str] = None
     reason: Optional[str] = None
 
+class TerminalClosedError(DshError, RuntimeError):
+    """A terminal session cannot take this call any more: its program has
+    exited (``write``, ``signal_foreground``) or the session has ended
+    (``resize``)."""
+
 
 class InternalError(DshError, RuntimeError):
     """A bug in dsh_native."""

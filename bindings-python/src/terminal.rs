@@ -1,0 +1,327 @@
+//! Terminal sessions for Python (docs/terminals.md): blocking calls release
+//! the GIL and wake up regularly for Ctrl-C; the async ones settle asyncio
+//! futures from a core thread; the output is an async iterator.
+
+use std::time::{Duration, Instant};
+
+use pyo3::exceptions::{PyStopAsyncIteration, PyTimeoutError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyString};
+
+use dsh_core::{Field, FieldName, Scope, TerminalSignal};
+
+use crate::{number, to_pyerr, type_error};
+
+/// How often a blocking wait comes back to check for KeyboardInterrupt.
+const SIGNAL_POLL: Duration = Duration::from_millis(50);
+
+fn field(name: FieldName) -> Field {
+    Field::new(Scope::Terminal, name)
+}
+
+/// A deadline ``timeout`` seconds from now (None: none).
+fn deadline(timeout: Option<f64>) -> PyResult<Option<Instant>> {
+    match timeout {
+        Some(t) if !(t.is_finite() && t >= 0.0) => Err(PyValueError::new_err(format!(
+            "timeout must be a non-negative number of seconds, got {t}"
+        ))),
+        Some(t) => Ok(Duration::try_from_secs_f64(t)
+            .ok()
+            .and_then(|d| Instant::now().checked_add(d))),
+        None => Ok(None),
+    }
+}
+
+/// Settles one asyncio future from any thread, on its loop.
+struct Settle {
+    event_loop: Py<PyAny>,
+    future: Py<PyAny>,
+    resolve: Py<PyAny>,
+}
+
+impl Settle {
+    fn call(&self, result: Option<Py<PyAny>>, error: Option<PyErr>) {
+        Python::try_attach(|py| {
+            let result = result.unwrap_or_else(|| py.None());
+            let error = error.map_or_else(|| py.None(), |e| e.into_value(py).into_any());
+            let args = (
+                self.resolve.clone_ref(py),
+                self.future.clone_ref(py),
+                result,
+                error,
+            );
+            // A closed loop cannot be told; nothing is waiting on it then.
+            let _ = self.event_loop.call_method1(py, "call_soon_threadsafe", args);
+        });
+    }
+}
+
+/// A future on the running loop, and what settles it.
+fn future_pair(py: Python<'_>) -> PyResult<(Bound<'_, PyAny>, Settle)> {
+    let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
+    let future = event_loop.call_method0("create_future")?;
+    let resolve = py.import("dsh_native._helpers")?.getattr("resolve_future")?;
+    let settle = Settle {
+        event_loop: event_loop.unbind(),
+        future: future.clone().unbind(),
+        resolve: resolve.unbind(),
+    };
+    Ok((future, settle))
+}
+
+/// The foreground process group of a terminal.
+#[pyclass(frozen, module = "dsh_native")]
+pub struct Foreground {
+    /// The group the terminal driver publishes as its foreground.
+    #[pyo3(get)]
+    process_group_id: i32,
+    /// True only when the kernel shows that group blocked reading the
+    /// terminal (docs/terminals.md).
+    #[pyo3(get)]
+    input_waiting: bool,
+}
+
+#[pymethods]
+impl Foreground {
+    fn __repr__(&self) -> String {
+        format!(
+            "Foreground(process_group_id={}, input_waiting={})",
+            self.process_group_id,
+            if self.input_waiting { "True" } else { "False" }
+        )
+    }
+}
+
+/// A terminal session (``Executor.spawn_terminal``): a program leading a
+/// new session whose controlling terminal is a pseudo-terminal.
+///
+/// Output: ``read_output()`` (what is there), ``read(timeout)`` (waits for
+/// some), or ``async for chunk in terminal`` (until the output ends); all
+/// take from the same unread output, never the same text twice, never
+/// split inside a UTF-8 character. Unread output is bounded by
+/// ``max_output_bytes``: beyond it the program waits for a reader.
+#[pyclass(frozen, module = "dsh_native")]
+pub struct Terminal {
+    pub(crate) inner: dsh_core::Terminal,
+}
+
+fn bytes_of(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    if data.is_instance_of::<PyString>() {
+        return Ok(data.extract::<String>()?.into_bytes());
+    }
+    Ok(data
+        .cast::<PyBytes>()
+        .map_err(|_| type_error(py, field(FieldName::Data), "must be str or bytes"))?
+        .as_bytes()
+        .to_vec())
+}
+
+#[pymethods]
+impl Terminal {
+    /// The program's pid: the leader of the session, and its group id.
+    #[getter]
+    fn pid(&self) -> i32 {
+        self.inner.pid()
+    }
+
+    /// True once the program has exited.
+    #[getter]
+    fn exited(&self) -> bool {
+        self.inner.has_exited()
+    }
+
+    /// The program's exit code; None while it runs or when a signal ended it.
+    #[getter]
+    fn exit_code(&self) -> Option<i32> {
+        self.inner.exit_code()
+    }
+
+    /// The signal that ended the program (``'SIGHUP'``), if one did.
+    #[getter]
+    fn signal(&self) -> Option<String> {
+        self.inner.signal()
+    }
+
+    /// True when the program ended but nobody could say how.
+    #[getter]
+    fn exit_status_unavailable(&self) -> bool {
+        self.inner.exit_status_unavailable()
+    }
+
+    /// After ``terminate()`` or close: members of the session still alive
+    /// when the stop finished (expected: 0).
+    #[getter]
+    fn survivors(&self) -> u32 {
+        self.inner.survivors()
+    }
+
+    /// Consuming read: the output since the previous read ('' if none).
+    fn read_output(&self) -> String {
+        self.inner.read_output().text
+    }
+
+    /// True once the output has ended and everything was read.
+    #[getter]
+    fn output_ended(&self) -> bool {
+        self.inner.output_ended()
+    }
+
+    /// Waits (GIL released) until there is output, it has ended, or
+    /// ``timeout`` seconds passed (None: no limit), and takes what there is
+    /// ('' at the end or on timeout).
+    #[pyo3(signature = (timeout=None))]
+    fn read(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<String> {
+        let deadline = deadline(timeout)?;
+        loop {
+            let step = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()).min(SIGNAL_POLL),
+                None => SIGNAL_POLL,
+            };
+            let read = py
+                .detach(|| self.inner.read_output_timeout(Some(step)))
+                .map_err(|e| to_pyerr(py, e))?;
+            if !read.text.is_empty() || read.ended || deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(read.text);
+            }
+            py.check_signals()?;
+        }
+    }
+
+    fn __aiter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// The next chunk of output; StopAsyncIteration once it has ended.
+    fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let (future, settle) = future_pair(py)?;
+        self.inner.next_output_with(move |out| {
+            Python::try_attach(|py| match out {
+                Some(text) => settle.call(Some(PyString::new(py, &text).into_any().unbind()), None),
+                None => settle.call(None, Some(PyStopAsyncIteration::new_err(()))),
+            });
+        });
+        Ok(future)
+    }
+
+    /// Writes ``data`` (str as UTF-8, or bytes) to the terminal's input as
+    /// typed, and returns once the terminal took all of it (GIL released).
+    /// TerminalClosedError once the program has exited.
+    fn write(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let bytes = bytes_of(py, data)?;
+        py.detach(|| self.inner.write_blocking(&bytes))
+            .map_err(|e| to_pyerr(py, e))
+    }
+
+    /// ``write`` as an awaitable that never blocks the event loop.
+    fn write_async<'py>(&self, py: Python<'py>, data: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let bytes = bytes_of(py, data)?;
+        let (future, settle) = future_pair(py)?;
+        match self.inner.write_now(&bytes) {
+            // Taken at once: settled here, on the loop's own thread.
+            Ok(None) => {
+                future.call_method1("set_result", (py.None(),))?;
+            }
+            Ok(Some(rest)) => rest.then(move |r| {
+                Python::try_attach(|py| settle.call(None, r.err().map(|e| to_pyerr(py, e))));
+            }),
+            Err(e) => {
+                future.call_method1("set_exception", (to_pyerr(py, e).into_value(py),))?;
+            }
+        }
+        Ok(future)
+    }
+
+    /// Changes the window size (rows and columns, 1 to 65535); the
+    /// foreground group gets SIGWINCH.
+    fn resize(&self, py: Python<'_>, rows: &Bound<'_, PyAny>, cols: &Bound<'_, PyAny>) -> PyResult<()> {
+        let need = |v: &Bound<'_, PyAny>, name| -> PyResult<dsh_core::Num> {
+            number(Some(v), Scope::Terminal, name)?
+                .ok_or_else(|| type_error(py, field(name), "must be a number, got None"))
+        };
+        let (rows, cols) = (need(rows, FieldName::Rows)?, need(cols, FieldName::Cols)?);
+        self.inner.resize(rows, cols).map_err(|e| to_pyerr(py, e))
+    }
+
+    /// The foreground process group and whether the kernel shows it waiting
+    /// for input; None once the program has exited.
+    fn inspect_foreground(&self, py: Python<'_>) -> Option<Foreground> {
+        py.detach(|| self.inner.inspect_foreground())
+            .map(|fg| Foreground {
+                process_group_id: fg.process_group_id,
+                input_waiting: fg.input_waiting,
+            })
+    }
+
+    /// Sends ``signal`` (``'SIGINT'``, ``'SIGTERM'``, ``'SIGKILL'``,
+    /// ``'SIGTSTP'`` or ``'SIGHUP'``) to the foreground process group and
+    /// returns that group's id. TerminalClosedError when there is none.
+    fn signal_foreground(&self, py: Python<'_>, signal: &Bound<'_, PyAny>) -> PyResult<i32> {
+        let f = field(FieldName::Signal);
+        let name: String = signal.extract().map_err(|_| type_error(py, f, "must be a str"))?;
+        let sig = TerminalSignal::parse(f, &name).map_err(|e| to_pyerr(py, e))?;
+        self.inner.signal_foreground(sig).map_err(|e| to_pyerr(py, e))
+    }
+
+    /// Ends every member of the session (SIGHUP and SIGTERM, SIGKILL after
+    /// the grace period) and returns once none is left, with the number of
+    /// survivors (expected: 0). Idempotent.
+    fn terminate(&self, py: Python<'_>) -> PyResult<u32> {
+        py.detach(|| self.inner.terminate_blocking())
+            .map_err(|e| to_pyerr(py, e))
+    }
+
+    /// ``terminate`` as an awaitable that never blocks the event loop.
+    fn terminate_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let (future, settle) = future_pair(py)?;
+        self.inner.terminate_with(move |n| {
+            Python::try_attach(|py| match n.into_pyobject(py) {
+                Ok(n) => settle.call(Some(n.into_any().unbind()), None),
+                Err(e) => settle.call(None, Some(e.into())),
+            });
+        });
+        Ok(future)
+    }
+
+    /// Blocks until the program exits; TimeoutError after ``timeout``
+    /// seconds (None: no limit).
+    #[pyo3(signature = (timeout=None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        let deadline = deadline(timeout)?;
+        loop {
+            let step = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()).min(SIGNAL_POLL),
+                None => SIGNAL_POLL,
+            };
+            if py
+                .detach(|| self.inner.wait_timeout(Some(step)))
+                .map_err(|e| to_pyerr(py, e))?
+            {
+                return Ok(());
+            }
+            py.check_signals()?;
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(PyTimeoutError::new_err(format!(
+                    "terminal {} is still running",
+                    self.inner.pid()
+                )));
+            }
+        }
+    }
+
+    /// An asyncio future that completes (with None) when the program exits.
+    fn wait_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let (future, settle) = future_pair(py)?;
+        self.inner.when_exited(move || settle.call(None, None));
+        Ok(future)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Terminal(pid={}, exited={}, exit_code={}, signal={})",
+            self.inner.pid(),
+            if self.inner.has_exited() { "True" } else { "False" },
+            self.inner.exit_code().map_or("None".into(), |c| c.to_string()),
+            self.inner.signal().map_or("None".into(), |s| format!("'{s}'"))
+        )
+    }
+}

@@ -1,0 +1,845 @@
+//! Terminal sessions (docs/terminals.md) with real programs: a Python REPL,
+//! prompts answered through `write`, Ctrl-C and Ctrl-Z, window sizes, a
+//! full-screen program, job control; the kernel's input-waiting fact; and
+//! that nothing of a session survives `terminate()` or dispose. Every wait
+//! is on an event (output, a kernel fact), with generous bounds.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{alive, executor, executor_with, map, n};
+use dsh_core::{DshError, Executor, Foreground, Terminal, TerminalRequest, TerminalSignal, TerminalSpec};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// A session and everything it printed so far.
+struct Session {
+    term: Terminal,
+    seen: String,
+    /// Where the next `expect` starts looking.
+    mark: usize,
+}
+
+impl Session {
+    fn new(exec: &Executor, request: TerminalRequest) -> Session {
+        let spec = exec.resolve_terminal(request).unwrap();
+        Session {
+            term: exec.spawn_terminal(&spec).unwrap(),
+            seen: String::new(),
+            mark: 0,
+        }
+    }
+
+    /// An interactive bash without startup files, history or a fancy
+    /// prompt.
+    fn bash(exec: &Executor) -> Session {
+        let mut r = TerminalRequest::argv(["bash", "--norc", "--noprofile", "-i"]);
+        r.env = Some(map(&[("PS1", "$ "), ("HISTFILE", "")]));
+        let mut s = Session::new(exec, r);
+        s.ready();
+        s
+    }
+
+    /// Reads until `pattern` appears after the mark; moves the mark past it.
+    fn expect(&mut self, pattern: &str) -> String {
+        let end = Instant::now() + LIMIT;
+        loop {
+            if let Some(at) = self.seen[self.mark..].find(pattern) {
+                let from = self.mark;
+                self.mark += at + pattern.len();
+                return self.seen[from..self.mark].to_owned();
+            }
+            let left = end.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "{pattern:?} did not appear within {LIMIT:?}; output so far: {:?}",
+                &self.seen
+            );
+            let read = self
+                .term
+                .read_output_timeout(Some(left.min(Duration::from_millis(500))))
+                .unwrap();
+            self.seen.push_str(&read.text);
+            if read.ended && !self.seen[self.mark..].contains(pattern) {
+                panic!("output ended without {pattern:?}: {:?}", &self.seen);
+            }
+        }
+    }
+
+    /// Types `line` into the shell, then a marker command, and reads until
+    /// the marker's output (`@@42`, which the echoed input never shows);
+    /// returns what came meanwhile.
+    fn run(&mut self, line: &str) -> String {
+        self.write(&format!("{line}\necho @@$((40+2))\n"));
+        self.expect("@@42")
+    }
+
+    fn write(&self, text: &str) {
+        self.term.write_blocking(text.as_bytes()).unwrap();
+    }
+
+    fn foreground(&self) -> Foreground {
+        self.term.inspect_foreground().expect("a foreground group")
+    }
+
+    /// Waits until the kernel shows the foreground group waiting for input,
+    /// and returns it.
+    fn waiting(&self) -> Foreground {
+        let end = Instant::now() + LIMIT;
+        loop {
+            let fg = self.term.inspect_foreground();
+            if let Some(fg) = fg.filter(|f| f.input_waiting) {
+                return fg;
+            }
+            assert!(Instant::now() < end, "never waiting for input; last: {fg:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The shell is back at its prompt: its own group is in the
+    /// foreground, waiting for input.
+    fn ready(&mut self) {
+        let end = Instant::now() + LIMIT;
+        loop {
+            let fg = self.waiting();
+            if fg.process_group_id == self.term.pid() {
+                return;
+            }
+            assert!(
+                Instant::now() < end,
+                "the shell never got the terminal back: {fg:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits until a group other than the shell's is in the foreground.
+    fn job_in_foreground(&self) -> i32 {
+        let end = Instant::now() + LIMIT;
+        loop {
+            if let Some(fg) = self.term.inspect_foreground() {
+                if fg.process_group_id != self.term.pid() {
+                    return fg.process_group_id;
+                }
+            }
+            assert!(Instant::now() < end, "no job took the foreground");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn exit_code(&self) -> Option<i32> {
+        assert!(
+            self.term.wait_timeout(Some(LIMIT)).unwrap(),
+            "the program did not exit"
+        );
+        self.term.exit_code()
+    }
+
+    /// Reads until the output ends; returns all of it.
+    fn drain(&mut self) -> String {
+        let end = Instant::now() + LIMIT;
+        loop {
+            let read = self
+                .term
+                .read_output_timeout(Some(Duration::from_millis(500)))
+                .unwrap();
+            self.seen.push_str(&read.text);
+            if read.ended {
+                return self.seen.clone();
+            }
+            assert!(Instant::now() < end, "the output never ended: {:?}", self.seen);
+        }
+    }
+}
+
+/// Pids printed as `pid=N` lines.
+fn pids_in(text: &str) -> Vec<i32> {
+    text.split("pid=")
+        .skip(1)
+        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn the_program_leads_a_new_session_with_the_terminal_as_its_controlling_terminal() {
+    let exec = executor();
+    let mut s = Session::new(
+        &exec,
+        TerminalRequest::argv([
+            "python3",
+            "-c",
+            "import os; print('leader', os.getsid(0) == os.getpid(), 'fg', os.tcgetpgrp(0) == os.getpgrp(), \
+             'tty', os.isatty(0) and os.isatty(1) and os.isatty(2), os.ttyname(0) == os.ttyname(1), 'end')",
+        ]),
+    );
+    s.expect("leader True fg True tty True True end");
+    assert_eq!(s.exit_code(), Some(0));
+    s.drain();
+    assert!(
+        s.term.inspect_foreground().is_none(),
+        "no foreground once the program exited"
+    );
+}
+
+#[test]
+fn a_python_repl_answers_several_expressions() {
+    let exec = executor();
+    let mut s = Session::new(&exec, TerminalRequest::argv(["python3", "-i", "-q"]));
+    s.expect(">>> ");
+    let fg = s.waiting();
+    assert_eq!(fg.process_group_id, s.term.pid(), "python leads its own group");
+    s.write("6 * 7\n");
+    s.expect("42");
+    s.expect(">>> ");
+    s.write("'-'.join(['a', 'b', 'c'])\n");
+    s.expect("'a-b-c'");
+    s.expect(">>> ");
+    s.write("import sys; sys.stdin.isatty()\n");
+    s.expect("True");
+    s.expect(">>> ");
+    s.waiting();
+    s.write("exit(3)\n");
+    assert_eq!(s.exit_code(), Some(3));
+}
+
+#[test]
+fn a_confirmation_prompt_is_answered_through_write() {
+    let exec = executor();
+    let mut s = Session::new(
+        &exec,
+        TerminalRequest::command(
+            "read -r -p 'Delete everything? [y/N] ' a; [ \"$a\" = y ] && echo confirmed || echo refused",
+        ),
+    );
+    s.expect("Delete everything? [y/N] ");
+    s.waiting();
+    s.write("y\n");
+    s.expect("confirmed");
+    assert_eq!(s.exit_code(), Some(0));
+}
+
+#[test]
+fn ctrl_c_through_signal_foreground_interrupts_a_foreground_sleep_and_the_shell_survives() {
+    let exec = executor();
+    let mut s = Session::bash(&exec);
+    s.write("sleep 100\n");
+    let job = s.job_in_foreground();
+    assert!(common::eventually(LIMIT, || common::name_of(job) == "sleep"));
+    assert!(
+        !s.foreground().input_waiting,
+        "a sleeping job is not waiting for input"
+    );
+    let signalled = s.term.signal_foreground(TerminalSignal::Int).unwrap();
+    assert_eq!(signalled, job, "the exact group in the foreground was signalled");
+    s.ready();
+    assert!(!s.term.has_exited(), "the shell survived Ctrl-C");
+    s.write("echo status=$?\n");
+    s.expect("status=130");
+    // Ctrl-C typed as a byte does the same through the line discipline.
+    s.ready();
+    s.write("sleep 100\n");
+    s.job_in_foreground();
+    s.write("\x03");
+    s.ready();
+    s.write("echo again=$?\n");
+    s.expect("again=130");
+    assert_eq!(s.term.terminate_blocking().unwrap(), 0);
+}
+
+#[test]
+fn a_window_size_change_is_seen_by_stty_and_tput() {
+    let exec = executor();
+    let mut r = TerminalRequest::argv(["bash", "--norc", "--noprofile", "-i"]);
+    r.env = Some(map(&[("PS1", "$ "), ("HISTFILE", "")]));
+    r.rows = n(30);
+    r.cols = n(100);
+    let mut s = Session::new(&exec, r);
+    s.ready();
+    s.write("echo size=$(stty size) cols=$(tput cols) lines=$(tput lines)\n");
+    s.expect("size=30 100 cols=100 lines=30");
+    s.ready();
+    s.term.resize(n(40).unwrap(), n(132).unwrap()).unwrap();
+    s.write("echo size=$(stty size) cols=$(tput cols)\n");
+    s.expect("size=40 132 cols=132");
+    // A program in the foreground is told (SIGWINCH) while it runs.
+    s.ready();
+    s.write(
+        "python3 -c \"import os, signal, sys; signal.signal(signal.SIGWINCH, lambda *a: \
+         print('winch', os.get_terminal_size().columns, flush=True)); print('ar' + 'med', flush=True); \
+         sys.stdin.readline()\"\n",
+    );
+    s.expect("armed");
+    s.waiting();
+    s.term.resize(n(24).unwrap(), n(90).unwrap()).unwrap();
+    s.expect("winch 90");
+    let e = s.term.resize(n(0).unwrap(), n(80).unwrap()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "terminal.rows must be a positive finite number, got 0"
+    );
+    assert_eq!(s.term.terminate_blocking().unwrap(), 0);
+}
+
+#[test]
+fn full_screen_programs_start_and_quit() {
+    let exec = executor();
+    let dir = common::temp_dir("terminal-fullscreen");
+    let file = dir.join("lines.txt");
+    std::fs::write(
+        &file,
+        (1..=500).map(|i| format!("line {i}\n")).collect::<String>(),
+    )
+    .unwrap();
+    // less: the alternate screen, the first page, a key to scroll, q to quit.
+    let mut s = Session::new(&exec, TerminalRequest::argv(["less", file.to_str().unwrap()]));
+    s.expect("\x1b[?1049h");
+    s.expect("line 1");
+    s.waiting();
+    s.write(">");
+    s.expect("line 500");
+    s.waiting();
+    s.write("q");
+    assert_eq!(s.exit_code(), Some(0));
+    // vim without any configuration: insert text, write, quit.
+    let out = dir.join("written.txt");
+    let mut s = Session::new(
+        &exec,
+        TerminalRequest::argv(["vim", "-u", "NONE", "-N", out.to_str().unwrap()]),
+    );
+    s.expect("\x1b[?1049h");
+    s.waiting();
+    s.write("ihello from vim\x1b");
+    s.waiting();
+    s.write(":wq\r");
+    assert_eq!(s.exit_code(), Some(0));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "hello from vim\n");
+    // top: a program that redraws by itself, quit with q.
+    let mut s = Session::new(&exec, TerminalRequest::argv(["top", "-d", "0.5"]));
+    s.expect("PID");
+    s.write("q");
+    assert_eq!(s.exit_code(), Some(0));
+}
+
+#[test]
+fn job_control_background_then_fg_and_ctrl_z() {
+    let exec = executor();
+    let mut s = Session::bash(&exec);
+    s.write("sleep 100 &\n");
+    s.expect("[1]");
+    s.ready();
+    s.write("fg\n");
+    let job = s.job_in_foreground();
+    assert!(common::eventually(LIMIT, || common::name_of(job) == "sleep"));
+    assert_eq!(s.term.signal_foreground(TerminalSignal::Tstp).unwrap(), job);
+    s.expect("Stopped");
+    s.ready();
+    s.write("jobs -l\n");
+    s.expect("Stopped");
+    // Back in the foreground, then Ctrl-Z typed as a byte.
+    s.ready();
+    s.write("fg %1\n");
+    assert_eq!(s.job_in_foreground(), job);
+    s.write("\x1a");
+    s.expect("Stopped");
+    s.ready();
+    s.run("kill -9 %1; wait");
+    assert!(common::eventually(LIMIT, || !alive(job)));
+    assert_eq!(s.term.terminate_blocking().unwrap(), 0);
+}
+
+#[test]
+fn input_waiting_for_read_p_cat_and_a_program_that_sleeps_before_prompting() {
+    let exec = executor();
+    // read -p
+    let mut s = Session::new(
+        &exec,
+        TerminalRequest::command("read -r -p 'name? ' x; echo hi $x"),
+    );
+    s.expect("name? ");
+    s.waiting();
+    s.write("ann\n");
+    s.expect("hi ann");
+    assert_eq!(s.exit_code(), Some(0));
+    // cat
+    let mut s = Session::new(&exec, TerminalRequest::argv(["cat"]));
+    s.waiting();
+    s.write("echoed\n");
+    s.expect("echoed\r\necho");
+    s.waiting();
+    s.write("\x04");
+    assert_eq!(s.exit_code(), Some(0));
+    // Not waiting while it sleeps, waiting once it prompts.
+    let mut s = Session::new(
+        &exec,
+        TerminalRequest::argv([
+            "python3",
+            "-c",
+            "import time; time.sleep(1.5); print(input('now> '))",
+        ]),
+    );
+    let mut samples = 0;
+    loop {
+        let read = s
+            .term
+            .read_output_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
+        s.seen.push_str(&read.text);
+        if s.seen.contains("now> ") {
+            break;
+        }
+        if let Some(fg) = s.term.inspect_foreground() {
+            assert!(
+                !fg.input_waiting,
+                "waiting reported while the program sleeps ({} samples)",
+                samples
+            );
+            samples += 1;
+        }
+        assert!(samples < 10_000, "the prompt never came");
+    }
+    assert!(samples >= 5, "too few samples while it slept: {samples}");
+    s.waiting();
+    s.write("late\n");
+    s.expect("late\r\nlate");
+    assert_eq!(s.exit_code(), Some(0));
+}
+
+#[test]
+fn input_waiting_for_a_pipeline_in_the_foreground() {
+    let exec = executor();
+    let mut s = Session::bash(&exec);
+    // Every member blocked: cat on the terminal, tr on the pipe.
+    s.write("cat | tr a-z A-Z\n");
+    let job = s.job_in_foreground();
+    let fg = s.waiting();
+    assert_eq!(fg.process_group_id, job);
+    s.write("shout\n");
+    s.expect("SHOUT");
+    s.write("\x04");
+    s.ready();
+    // A member that sleeps makes progress without input: not waiting,
+    // though cat reads the pipe and nobody writes.
+    s.write("sleep 100 | cat\n");
+    let job = s.job_in_foreground();
+    let end = Instant::now() + LIMIT;
+    while dsh_members(s.term.pid(), job) < 2 {
+        assert!(Instant::now() < end);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for _ in 0..20 {
+        assert!(
+            !s.foreground().input_waiting,
+            "a pipeline with a sleeping member is not waiting"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(s.term.signal_foreground(TerminalSignal::Int).unwrap(), job);
+    s.ready();
+    assert_eq!(s.term.terminate_blocking().unwrap(), 0);
+}
+
+/// Live members of group `pgid` in session `sid`.
+fn dsh_members(sid: i32, pgid: i32) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            let rest: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+            rest.len() > 4 && rest[0] != "Z" && rest[2] == pgid.to_string() && rest[3] == sid.to_string()
+        })
+        .count()
+}
+
+#[test]
+fn input_waiting_for_a_raw_mode_program_and_not_for_a_busy_one() {
+    let exec = executor();
+    let mut s = Session::new(
+        &exec,
+        TerminalRequest::argv([
+            "python3",
+            "-c",
+            "import os, tty; tty.setraw(0); os.write(1, b'ready'); c = os.read(0, 1); os.write(1, b' got ' + c + b'.')",
+        ]),
+    );
+    s.expect("ready");
+    s.waiting();
+    // One key, no newline: raw mode delivers it at once.
+    s.write("x");
+    s.expect(" got x.");
+    assert_eq!(s.exit_code(), Some(0));
+    // A program that computes is never waiting.
+    let mut s = Session::new(
+        &exec,
+        TerminalRequest::argv(["python3", "-c", "print('spin', flush=True)\nwhile True: pass"]),
+    );
+    s.expect("spin");
+    for _ in 0..20 {
+        assert!(!s.foreground().input_waiting);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(s.term.terminate_blocking().unwrap(), 0);
+}
+
+#[test]
+fn input_waiting_for_a_program_that_waits_in_epoll_the_node_repl() {
+    let exec = executor();
+    let mut s = Session::new(&exec, TerminalRequest::argv(["node", "-i"]));
+    s.expect("> ");
+    // libuv waits in epoll_wait on the terminal; its other threads in
+    // futexes.
+    s.waiting();
+    s.write("6 * 7\r");
+    s.expect("42");
+    s.waiting();
+    s.write(".exit\r");
+    assert_eq!(s.exit_code(), Some(0));
+}
+
+#[test]
+fn nothing_of_the_session_survives_terminate() {
+    let exec = executor();
+    let mut s = Session::bash(&exec);
+    // A background job, a nohup one that ignores the hangup, one that left
+    // the session, and one that ignores SIGTERM too.
+    let mut text = s.run(
+        "sleep 1000 & echo pid=$!; nohup sleep 1000 >/dev/null 2>&1 & echo pid=$!; \
+         setsid sh -c 'echo pid=$$; exec sleep 1000' & (trap '' TERM HUP; exec sleep 1000) & echo pid=$!",
+    );
+    while pids_in(&text).len() < 4 {
+        text += &s.expect("pid=");
+        text += &s.expect("\n");
+    }
+    let pids = pids_in(&text);
+    assert_eq!(pids.len(), 4, "{text:?}");
+    assert!(pids.iter().all(|&p| alive(p)));
+    let leader = s.term.pid();
+    assert_eq!(s.term.terminate_blocking().unwrap(), 0, "no survivors");
+    for p in pids.iter().chain([&leader]) {
+        assert!(!alive(*p), "{p} survived terminate()");
+    }
+    assert!(s.term.has_exited());
+    assert_eq!(
+        s.term.signal().as_deref(),
+        Some("SIGHUP"),
+        "bash ends on the hangup"
+    );
+    // Idempotent, and the handle refuses what needs a live program.
+    assert_eq!(s.term.terminate_blocking().unwrap(), 0);
+    assert!(matches!(
+        s.term.write_blocking(b"x"),
+        Err(DshError::TerminalClosed(_))
+    ));
+    assert!(matches!(
+        s.term.signal_foreground(TerminalSignal::Int),
+        Err(DshError::TerminalClosed(_))
+    ));
+    assert!(s.term.inspect_foreground().is_none());
+    assert!(s.drain().len() >= text.len());
+}
+
+#[test]
+fn terminate_after_the_program_ended_still_ends_what_it_left() {
+    let exec = executor();
+    // The child says its pid once it ignores the hangup that the leader's
+    // exit sends; then the leader is let go.
+    let mut s = Session::new(
+        &exec,
+        TerminalRequest::command(
+            "python3 -c \"import os, signal, time; signal.signal(signal.SIGHUP, signal.SIG_IGN); \
+             print('pid=%d' % os.getpid(), flush=True); time.sleep(1000)\" & read -r x; exit 0",
+        ),
+    );
+    let text = s.expect("\n");
+    let pid = pids_in(&text)[0];
+    s.waiting();
+    s.write("\n");
+    assert_eq!(s.exit_code(), Some(0));
+    assert!(alive(pid), "the left-behind process runs until terminate()");
+    assert_eq!(s.term.terminate_blocking().unwrap(), 0);
+    assert!(!alive(pid));
+}
+
+#[test]
+fn the_terminal_hangs_up_when_the_session_ends_even_while_a_handle_is_held() {
+    let exec = executor();
+    let dir = common::temp_dir("terminal-hangup");
+    let marker = dir.join("hung-up");
+    // A reader the program leaves behind (it ignores the hangup signal;
+    // its input is the terminal, not bash's /dev/null for background jobs)
+    // sees the end of its input once the session ends, although the test
+    // still holds the handle.
+    let reader = format!(
+        "import os, signal\n\
+         signal.signal(signal.SIGHUP, signal.SIG_IGN)\n\
+         print('reading', flush=True)\n\
+         try:\n    while os.read(0, 1024): pass\n\
+         except OSError: pass\n\
+         open('{}', 'w').write('end')",
+        marker.display()
+    );
+    let mut r = TerminalRequest::command("python3 -c \"$READER\" </dev/tty & read -r go; exit 0");
+    r.env = Some(map(&[("READER", reader.as_str())]));
+    r.grace_ms = n(200);
+    let mut s = Session::new(&exec, r);
+    s.expect("reading");
+    s.waiting();
+    s.write("go\n");
+    assert_eq!(s.exit_code(), Some(0));
+    s.drain();
+    assert!(
+        common::eventually(LIMIT, || marker.exists()),
+        "the left-behind reader never saw the hangup"
+    );
+    assert!(matches!(
+        s.term.resize(n(30).unwrap(), n(90).unwrap()),
+        Err(DshError::TerminalClosed(_))
+    ));
+    assert_eq!(s.term.terminate_blocking().unwrap(), 0);
+}
+
+#[test]
+fn nothing_of_a_session_survives_dispose() {
+    let exec = executor();
+    let mut s = Session::bash(&exec);
+    s.write("sleep 1000 & echo pid=$!; setsid sleep 1000 & echo pid=$!; sleep 1000\n");
+    let text = s.expect("pid=");
+    let text = text + &s.expect("pid=") + &s.expect("\n");
+    let mut pids = pids_in(&text);
+    pids.push(s.term.pid());
+    s.job_in_foreground();
+    exec.dispose_blocking().unwrap();
+    for p in &pids {
+        assert!(!alive(*p), "{p} survived dispose");
+    }
+    assert!(s.term.has_exited());
+    let spec = exec.resolve_terminal(TerminalRequest::argv(["true"])).unwrap();
+    assert!(matches!(exec.spawn_terminal(&spec), Err(DshError::Disposed)));
+}
+
+#[test]
+fn output_is_bounded_and_the_program_waits_for_the_reader() {
+    let cap = 64 * 1024;
+    let exec = executor_with(|c| c.max_output_bytes = n(cap));
+    let total = 3_000_000;
+    let mut s = Session::new(
+        &exec,
+        TerminalRequest::command(format!("head -c {total} /dev/zero | tr '\\0' a; echo; echo END")),
+    );
+    // Nobody reads: the program is held (the buffer is full, so the session
+    // stops reading the terminal), and nothing is lost.
+    let end = Instant::now() + LIMIT;
+    while s.term.inspect_foreground().is_some() && Instant::now() < end {
+        let held = s.term.read_output_timeout(Some(Duration::ZERO)).unwrap();
+        s.seen.push_str(&held.text);
+        assert!(
+            held.text.len() <= cap as usize,
+            "a read never holds more than the cap"
+        );
+        if s.seen.len() > cap as usize * 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !s.term.has_exited(),
+        "the program waits for its output to be read"
+    );
+    assert!(
+        !s.foreground().input_waiting,
+        "a program blocked writing is not waiting for input"
+    );
+    let all = s.drain();
+    assert_eq!(all.matches('a').count(), total, "nothing lost");
+    assert!(all.ends_with("END\r\n"));
+}
+
+#[test]
+fn writes_the_program_does_not_read_wait_in_order_without_blocking_the_caller() {
+    let exec = executor();
+    // Raw mode (no line limit); nothing is read until SIGUSR1.
+    let mut s = Session::new(
+        &exec,
+        TerminalRequest::argv([
+            "python3",
+            "-c",
+            "import os, signal, sys, tty\n\
+             tty.setraw(0)\n\
+             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})\n\
+             os.write(1, b'paused pid=%d\\r\\n' % os.getpid())\n\
+             signal.sigwait({signal.SIGUSR1})\n\
+             got = b''\n\
+             while not got.endswith(b'END'):\n    got += os.read(0, 65536)\n\
+             os.write(1, b'len=%d ok=%d\\r\\n' % (len(got), got == b'x' * 1000000 + b'tail END'))",
+        ]),
+    );
+    let text = s.expect("\r\n");
+    let pid = pids_in(&text)[0];
+    let first = s.term.write_now(&[b'x'; 1_000_000]).unwrap();
+    let first = first.expect("a program that does not read cannot take a megabyte at once");
+    // A later write queues behind the first, however small.
+    let second = s
+        .term
+        .write_now(b"tail END")
+        .unwrap()
+        .expect("queued behind the first");
+    // SAFETY: kill(2) with integers; `pid` is the session's live program.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGUSR1) }, 0);
+    first.wait_blocking().unwrap();
+    second.wait_blocking().unwrap();
+    s.expect("len=1000008 ok=1");
+    assert_eq!(s.exit_code(), Some(0));
+}
+
+#[test]
+fn utf8_is_never_split_at_a_read_boundary() {
+    let exec = executor_with(|c| c.max_output_bytes = n(7));
+    let mut s = Session::new(
+        &exec,
+        TerminalRequest::argv(["python3", "-c", "import sys; sys.stdout.write('é€😀' * 3000)"]),
+    );
+    let mut reads = 0;
+    let end = Instant::now() + LIMIT;
+    loop {
+        let read = s
+            .term
+            .read_output_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        assert!(
+            !read.text.contains('\u{FFFD}'),
+            "a character was split: {:?}",
+            read.text
+        );
+        assert!(read.text.len() <= 7);
+        s.seen.push_str(&read.text);
+        reads += 1;
+        if read.ended {
+            break;
+        }
+        assert!(Instant::now() < end);
+    }
+    assert_eq!(s.seen, "é€😀".repeat(3000));
+    assert!(reads > 1000, "the small cap made many reads: {reads}");
+}
+
+#[test]
+fn environment_follows_the_command_rules_with_a_real_term() {
+    let exec = executor();
+    let mut r = TerminalRequest::command("echo term=$TERM tag=${DSH_EXEC_TAG:+set} pager=$PAGER x=$X");
+    r.env = Some(map(&[("X", "given")]));
+    let mut s = Session::new(&exec, r);
+    s.expect("term=xterm-256color tag=set pager=cat x=given");
+    let mut r = TerminalRequest::command("echo term=$TERM; pwd");
+    r.env = Some(map(&[("TERM", "vt100")]));
+    r.cwd = Some("/tmp".into());
+    let mut s = Session::new(&exec, r);
+    s.expect("term=vt100\r\n/tmp");
+}
+
+#[test]
+fn a_confined_session_keeps_its_terminal_and_loses_the_filesystem() {
+    if common::skip_without_landlock() {
+        return;
+    }
+    let exec = executor();
+    let dir = common::temp_dir("terminal-sandbox");
+    let mut r = TerminalRequest::command(
+        "if echo x > \"$OUT/escaped\" 2>/dev/null; then echo wrote; else echo refused; fi; \
+         tty >/dev/null && echo has-tty; read -r -p 'ok? ' a; echo got-$a",
+    );
+    r.env = Some(map(&[("OUT", dir.to_str().unwrap())]));
+    r.cwd = Some("/".into());
+    r.sandbox_policy = Some(dsh_core::SandboxPolicyInput {
+        mode: dsh_core::SandboxMode::ReadOnly,
+        workspace_root: None,
+        session_id: None,
+        network: None,
+    });
+    let mut s = Session::new(&exec, r);
+    s.expect("refused");
+    s.expect("has-tty");
+    s.expect("ok? ");
+    s.waiting();
+    s.write("yes\n");
+    s.expect("got-yes");
+    assert_eq!(s.exit_code(), Some(0));
+    assert!(!dir.join("escaped").exists());
+}
+
+#[test]
+fn requests_are_checked_and_failures_name_the_field() {
+    let exec = executor();
+    let err = |r: TerminalRequest| exec.resolve_terminal(r).unwrap_err().to_string();
+    let mut r = TerminalRequest::argv(["bash"]);
+    r.rows = n(0);
+    assert_eq!(err(r), "request.rows must be a positive finite number, got 0");
+    let mut r = TerminalRequest::argv(["bash"]);
+    r.cols = n(70000);
+    assert_eq!(err(r), "request.cols must be no greater than 65535, got 70000");
+    let mut r = TerminalRequest::argv(["bash"]);
+    r.grace_ms = n(1.5);
+    assert_eq!(err(r), "request.grace_ms must be a whole number, got 1.5");
+    assert_eq!(
+        err(TerminalRequest::argv(Vec::<String>::new())),
+        "request.argv must name a program, got an empty list"
+    );
+    let spec: TerminalSpec = exec.resolve_terminal(TerminalRequest::argv(["bash"])).unwrap();
+    assert_eq!((spec.rows, spec.cols), (24, 80));
+    assert_eq!(spec.grace_ms, exec.config().grace_ms);
+    let spec = exec
+        .resolve_terminal(TerminalRequest::argv(["no-such-program-dsh"]))
+        .unwrap();
+    match exec.spawn_terminal(&spec) {
+        Err(DshError::Spawn { errno, message, .. }) => {
+            assert_eq!(errno, libc::ENOENT);
+            assert!(message.contains("no-such-program-dsh"), "{message}");
+        }
+        other => panic!("expected a spawn failure, got {other:?}"),
+    }
+    let mut r = TerminalRequest::argv(["true"]);
+    r.cwd = Some("/no/such/dir".into());
+    let spec = exec.resolve_terminal(r).unwrap();
+    match exec.spawn_terminal(&spec) {
+        Err(DshError::Spawn { errno, message, .. }) => {
+            assert_eq!(errno, libc::ENOENT);
+            assert!(message.contains("/no/such/dir"), "{message}");
+        }
+        other => panic!("expected a spawn failure, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_session_under_network_deny_cannot_open_an_inet_socket_and_loopback_is_refused() {
+    // The session's program gets the same seccomp network filter as a
+    // command; `loopback` needs a cgroup of its own, which sessions do not
+    // make, so it is refused rather than silently weaker.
+    let exec = executor();
+    let policy = |network| dsh_core::SandboxPolicyInput {
+        mode: dsh_core::SandboxMode::DangerFullAccess,
+        workspace_root: None,
+        session_id: None,
+        network: Some(network),
+    };
+    let mut r = TerminalRequest::command(
+        "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_STREAM)' 2>/dev/null \
+         && echo inet-opened || echo inet-refused; \
+         python3 -c 'import socket; socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)' && echo unix-opened",
+    );
+    r.sandbox_policy = Some(policy(dsh_core::NetworkPolicy::Deny));
+    let mut s = Session::new(&exec, r);
+    s.expect("inet-refused");
+    s.expect("unix-opened");
+    assert_eq!(s.exit_code(), Some(0));
+
+    let mut r = TerminalRequest::argv(["true"]);
+    r.sandbox_policy = Some(policy(dsh_core::NetworkPolicy::Loopback));
+    let spec = exec.resolve_terminal(r).unwrap();
+    match exec.spawn_terminal(&spec) {
+        Err(DshError::SandboxUnavailable(why)) => assert!(why.contains("loopback"), "{why}"),
+        other => panic!("loopback in a terminal session must be refused, got {other:?}"),
+    }
+}

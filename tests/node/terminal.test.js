@@ -1,0 +1,142 @@
+'use strict'
+// Terminal sessions through JavaScript (docs/terminals.md): the published
+// SubprocessTerminalHandle shape with a real REPL, the `output` Readable,
+// the kernel's input-waiting fact, signals, resize, and that nothing of a
+// session survives terminate() or dispose.
+const test = require('node:test')
+const assert = require('node:assert/strict')
+
+const { executor, alive, eventually } = require('./helpers.js')
+
+/** Collects `handle.output` and waits for patterns in it. */
+function watch(handle) {
+  let seen = ''
+  let mark = 0
+  handle.output.on('data', (chunk) => {
+    seen += chunk.toString('utf8')
+  })
+  return {
+    get seen() {
+      return seen
+    },
+    async expect(pattern) {
+      const ok = await eventually(() => seen.indexOf(pattern, mark) >= 0, 30000)
+      if (!ok) throw new Error(`never saw ${JSON.stringify(pattern)}: ${JSON.stringify(seen)}`)
+      mark = seen.indexOf(pattern, mark) + pattern.length
+    },
+  }
+}
+
+async function waiting(handle) {
+  let last
+  const ok = await eventually(async () => {
+    last = await handle.inspectForeground()
+    return last?.inputWaiting === true
+  }, 30000)
+  assert.ok(ok, `never waiting for input: ${JSON.stringify(last)}`)
+  return last
+}
+
+const bash = { argv: ['bash', '--norc', '--noprofile', '-i'], env: { PS1: '$ ', HISTFILE: '' } }
+
+test('a Python REPL answers through write, with output as a Readable', async () => {
+  const ex = executor()
+  try {
+    const t = await ex.spawnTerminal({ argv: ['python3', '-i', '-q'], cwd: '/tmp', rows: 24, cols: 80, graceMs: 1000 })
+    assert.equal(typeof t.pid, 'number')
+    const out = watch(t)
+    await out.expect('>>> ')
+    const fg = await waiting(t)
+    assert.equal(fg.processGroupId, t.pid)
+    await t.write('6 * 7\n')
+    await out.expect('42')
+    await t.write(Buffer.from("'\u00e9' * 3\n"))
+    await out.expect("'\u00e9\u00e9\u00e9'")
+    await waiting(t)
+    await t.write('exit(4)\n')
+    assert.deepEqual(await t.done, { exitCode: 4, signal: null })
+    await new Promise((resolve) => t.output.on('end', resolve))
+    await assert.rejects(t.write('x'), (e) => e.code === 'TERMINAL_CLOSED')
+    assert.equal(await t.inspectForeground(), undefined)
+  } finally {
+    await ex.dispose()
+  }
+})
+
+test('signalForeground interrupts the foreground job and resolves with its group; the shell survives', async () => {
+  const ex = executor()
+  try {
+    const t = await ex.spawnTerminal(bash)
+    const out = watch(t)
+    await waiting(t)
+    await t.write('sleep 100\n')
+    let job
+    assert.ok(await eventually(async () => (job = (await t.inspectForeground())?.processGroupId) !== t.pid))
+    assert.equal((await t.inspectForeground()).inputWaiting, false)
+    assert.equal(await t.signalForeground('SIGINT'), job)
+    assert.ok(await eventually(async () => (await t.inspectForeground())?.processGroupId === t.pid))
+    await t.write('echo st=$?\n')
+    await out.expect('st=130')
+    await assert.rejects(t.signalForeground('SIGUSR1'), (e) => e.code === 'INVALID_ARGUMENT' && e.field === 'terminal.signal')
+    assert.equal(t.exited, false)
+    await t.terminate()
+    assert.equal(t.exited, true)
+    assert.equal(t.survivors, undefined)
+  } finally {
+    await ex.dispose()
+  }
+})
+
+test('resize is seen by stty; bad sizes name the field', async () => {
+  const ex = executor()
+  try {
+    const t = await ex.spawnTerminal({ ...bash, rows: 30, cols: 100 })
+    const out = watch(t)
+    await waiting(t)
+    t.resize(50, 120)
+    await t.write('echo size=$(stty size)\n')
+    await out.expect('size=50 120')
+    assert.throws(() => t.resize(0, 80), (e) => e.code === 'INVALID_ARGUMENT' && e.field === 'terminal.rows')
+    assert.throws(() => t.resize(24, '80'), (e) => e.code === 'INVALID_ARGUMENT' && e.field === 'terminal.cols')
+    await t.terminate()
+  } finally {
+    await ex.dispose()
+  }
+})
+
+test('requests are read strictly', async () => {
+  const ex = executor()
+  try {
+    await assert.rejects(ex.spawnTerminal({ argv: ['true'], colums: 80 }), (e) => e.field === 'request.colums')
+    await assert.rejects(ex.spawnTerminal({ argv: ['true'], command: 'true' }), (e) => e.code === 'INVALID_ARGUMENT')
+    await assert.rejects(ex.spawnTerminal({ argv: [] }), (e) => e.field === 'request.argv')
+    await assert.rejects(ex.spawnTerminal({ argv: ['true'], rows: 1.5 }), (e) => e.field === 'request.rows')
+    await assert.rejects(ex.spawnTerminal({ argv: ['no-such-program-dsh'] }), (e) => e.code === 'ENOENT')
+    await assert.rejects(ex.spawnTerminal({ argv: ['true'], signal: AbortSignal.abort() }), (e) => e.code === 'ABORT_ERR')
+  } finally {
+    await ex.dispose()
+  }
+})
+
+test('nothing of a session survives terminate() or dispose', async () => {
+  const ex = executor()
+  const pidsOf = (text) => [...text.matchAll(/pid=(\d+)/g)].map((m) => Number(m[1]))
+  const one = await ex.spawnTerminal(bash)
+  const out = watch(one)
+  await waiting(one)
+  await one.write("nohup sleep 1000 >/dev/null 2>&1 & echo pid=$!; (trap '' TERM HUP; exec sleep 1000) & echo pid=$!\n")
+  assert.ok(await eventually(() => pidsOf(out.seen).length === 2))
+  const pids = pidsOf(out.seen).concat(one.pid)
+  await one.terminate()
+  for (const p of pids) assert.equal(alive(p), false, `${p} survived terminate()`)
+
+  const two = await ex.spawnTerminal(bash)
+  const out2 = watch(two)
+  await waiting(two)
+  await two.write("setsid sh -c 'echo pid=$$; exec sleep 1000' & sleep 1000\n")
+  assert.ok(await eventually(() => pidsOf(out2.seen).length === 1))
+  const more = pidsOf(out2.seen).concat(two.pid)
+  await ex.dispose()
+  for (const p of more) assert.equal(alive(p), false, `${p} survived dispose`)
+  await assert.rejects(ex.spawnTerminal(bash), (e) => e.code === 'DISPOSED')
+})

@@ -1,0 +1,171 @@
+"""Terminal sessions through Python (docs/terminals.md): a REPL driven by
+write, the output as an async iterator, the kernel's input-waiting fact,
+signals, resize, and that nothing of a session survives terminate() or
+close()."""
+
+import asyncio
+import re
+import time
+from typing import List
+
+import pytest
+
+import dsh_native
+from conftest import alive, eventually
+
+BASH = ["bash", "--norc", "--noprofile", "-i"]
+QUIET = {"PS1": "$ ", "HISTFILE": ""}
+
+
+class Screen:
+    """Everything a terminal printed, and a cursor for `expect`."""
+
+    def __init__(self, term: dsh_native.Terminal) -> None:
+        self.term = term
+        self.seen = ""
+        self.mark = 0
+
+    def expect(self, pattern: str, limit: float = 30.0) -> None:
+        end = time.monotonic() + limit
+        while pattern not in self.seen[self.mark :]:
+            assert time.monotonic() < end, f"never saw {pattern!r}: {self.seen!r}"
+            self.seen += self.term.read(timeout=0.5)
+        self.mark = self.seen.index(pattern, self.mark) + len(pattern)
+
+    def pids(self, count: int, limit: float = 30.0) -> List[int]:
+        """Waits for `count` lines `pid=N` (the echoed input shows `pid=$!`)."""
+        end = time.monotonic() + limit
+        while len(re.findall(r"pid=(\d+)\r?\n", self.seen)) < count:
+            assert time.monotonic() < end, f"never saw {count} pids: {self.seen!r}"
+            self.seen += self.term.read(timeout=0.5)
+        return [int(p) for p in re.findall(r"pid=(\d+)\r?\n", self.seen)]
+
+
+def waiting(term: dsh_native.Terminal) -> dsh_native.Foreground:
+    found: List[dsh_native.Foreground] = []
+
+    def check() -> bool:
+        fg = term.inspect_foreground()
+        if fg is not None and fg.input_waiting:
+            found.append(fg)
+            return True
+        return False
+
+    assert eventually(check, 30.0), f"never waiting: {term.inspect_foreground()!r}"
+    return found[0]
+
+
+def test_a_python_repl_answers_through_write(ex: dsh_native.Executor) -> None:
+    term = ex.spawn_terminal(["python3", "-i", "-q"])
+    screen = Screen(term)
+    screen.expect(">>> ")
+    assert waiting(term).process_group_id == term.pid
+    term.write("6 * 7\n")
+    screen.expect("42")
+    term.write(b"'\xc3\xa9' * 2\n")
+    screen.expect("'\u00e9\u00e9'")
+    waiting(term)
+    term.write("exit(5)\n")
+    term.wait(timeout=30)
+    assert term.exit_code == 5
+    with pytest.raises(dsh_native.TerminalClosedError):
+        term.write("x")
+    assert term.inspect_foreground() is None
+
+
+def test_output_is_an_async_iterator_and_calls_have_async_forms(ex: dsh_native.Executor) -> None:
+    term = ex.spawn_terminal(command="read -r -p 'go? ' a; echo got-$a")
+
+    async def main() -> str:
+        chunks: List[str] = []
+        it = term.__aiter__()
+        while "go? " not in "".join(chunks):
+            chunks.append(await it.__anext__())
+        await term.write_async("yes\n")
+        async for chunk in term:
+            chunks.append(chunk)
+        await term.wait_async()
+        assert await term.terminate_async() == 0
+        return "".join(chunks)
+
+    text = asyncio.run(asyncio.wait_for(main(), 30))
+    assert "got-yes" in text
+    assert term.exit_code == 0
+    assert term.output_ended
+
+
+def test_asking_whether_the_output_ended_takes_nothing(ex: dsh_native.Executor) -> None:
+    term = ex.spawn_terminal(command="echo kept-for-the-reader")
+    term.wait(timeout=30)
+    assert not term.output_ended, "unread output: not ended"
+    text = ""
+    while not term.output_ended:
+        text += term.read(timeout=1)
+    assert "kept-for-the-reader" in text
+
+
+def test_signal_foreground_interrupts_the_job_and_the_shell_survives(ex: dsh_native.Executor) -> None:
+    term = ex.spawn_terminal(BASH, env=QUIET)
+    screen = Screen(term)
+    waiting(term)
+    term.write("sleep 100\n")
+    assert eventually(lambda: (term.inspect_foreground() or waiting(term)).process_group_id != term.pid, 30.0)
+    fg = term.inspect_foreground()
+    assert fg is not None and not fg.input_waiting
+    assert term.signal_foreground("SIGINT") == fg.process_group_id
+    assert waiting(term).process_group_id == term.pid
+    term.write("echo st=$?\n")
+    screen.expect("st=130")
+    with pytest.raises(dsh_native.InvalidArgumentError) as e:
+        term.signal_foreground("SIGUSR1")  # type: ignore[arg-type]
+    assert e.value.field == "terminal.signal"
+    assert term.terminate() == 0
+    assert not alive(term.pid)
+
+
+def test_resize_is_seen_by_stty(ex: dsh_native.Executor) -> None:
+    term = ex.spawn_terminal(BASH, env=QUIET, rows=30, cols=100)
+    screen = Screen(term)
+    waiting(term)
+    term.resize(45, 123)
+    term.write("echo size=$(stty size)\n")
+    screen.expect("size=45 123")
+    with pytest.raises(dsh_native.InvalidArgumentError) as e:
+        term.resize(0, 80)
+    assert e.value.field == "terminal.rows"
+    term.terminate()
+
+
+def test_requests_are_checked(ex: dsh_native.Executor) -> None:
+    with pytest.raises(dsh_native.InvalidArgumentError) as e:
+        ex.spawn_terminal(["bash"], rows=0)
+    assert e.value.field == "request.rows"
+    with pytest.raises(dsh_native.InvalidArgumentError):
+        ex.spawn_terminal("bash")
+    with pytest.raises(dsh_native.InvalidArgumentError):
+        ex.spawn_terminal(["true"], command="true")
+    with pytest.raises(dsh_native.SpawnError) as s:
+        ex.spawn_terminal(["no-such-program-dsh"])
+    assert s.value.errno == 2
+
+
+def test_nothing_survives_terminate_or_close() -> None:
+    ex = dsh_native.Executor(grace_ms=300)
+    term = ex.spawn_terminal(BASH, env=QUIET)
+    screen = Screen(term)
+    waiting(term)
+    term.write("nohup sleep 1000 >/dev/null 2>&1 & echo pid=$!; (trap '' TERM HUP; exec sleep 1000) & echo pid=$!\n")
+    pids = screen.pids(2) + [term.pid]
+    assert term.terminate() == 0
+    for p in pids:
+        assert not alive(p), f"{p} survived terminate()"
+    other = ex.spawn_terminal(BASH, env=QUIET)
+    screen = Screen(other)
+    waiting(other)
+    other.write("setsid sh -c 'echo pid=$$; exec sleep 1000' & sleep 1000\n")
+    pids = screen.pids(1) + [other.pid]
+    ex.close()
+    for p in pids:
+        assert not alive(p), f"{p} survived close()"
+    with pytest.raises(dsh_native.DisposedError):
+        ex.spawn_terminal(["true"])
