@@ -597,8 +597,9 @@ fn run_result(spec: &Spec, outcome: Outcome, streams: &Mutex<Streams>) -> RunRes
         stop,
         survivors,
         group,
+        leader_cpu,
     } = outcome;
-    let ending = governed(ExitFields::from(status), spec, stop, status, group);
+    let ending = governed(ExitFields::from(status), spec, stop, status, group, leader_cpu);
     let streams = lock(streams);
     let stderr = streams.stderr.collected();
     let sandbox = confine::facts(spec.sandbox_policy.as_ref(), ending.exit_code, &stderr.text);
@@ -631,6 +632,7 @@ fn background_ending(
         outcome.stop,
         outcome.status,
         outcome.group,
+        outcome.leader_cpu,
     );
     let stderr = lock(&process.shared.streams).stderr.collected().text;
     let sandbox = confine::facts(spec.sandbox_policy.as_ref(), ending.exit_code, &stderr);
@@ -1002,6 +1004,7 @@ fn governed(
     stop: Option<Stop>,
     status: crate::spawn::ExitStatus,
     group: Option<crate::governor::CommandGroup>,
+    leader_cpu: Option<Duration>,
 ) -> ExitFields {
     let signal = match status {
         crate::spawn::ExitStatus::Signal(s) => Some(s),
@@ -1009,7 +1012,7 @@ fn governed(
     };
     ending.limit = match stop {
         Some(Stop::Limit(kind)) => Some(kind),
-        None => governor::cause(&spec.limits, group.as_ref(), signal),
+        None => governor::cause(&spec.limits, group.as_ref(), signal, leader_cpu),
         Some(_) => None,
     };
     ending.limits_enforcement = governor::check(&spec.limits).unwrap_or_default();

@@ -467,15 +467,52 @@ pub(crate) fn rlimits(limits: &Limits) -> Option<Rlimits> {
     (r != Rlimits::default()).then_some(r)
 }
 
+/// The own CPU time (user and system, every thread, not its children's)
+/// of the process `pid`, read from `/proc/<pid>/stat`; the caller makes sure
+/// the pid is still the command's leader (an unreaped zombie).
+pub(crate) fn own_cpu_time(pid: libc::pid_t) -> Option<std::time::Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name (which may hold spaces and parentheses):
+    // state is field 3, utime and stime fields 14 and 15.
+    let mut fields = stat.get(stat.rfind(')')? + 2..)?.split(' ');
+    let utime: u64 = fields.nth(11)?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+        .ok()
+        .filter(|&h| h > 0)?;
+    Some(std::time::Duration::from_nanos(
+        (utime + stime).saturating_mul(1_000_000_000 / hz),
+    ))
+}
+
 /// Which limit ended a command that was not stopped by the executor: the
 /// group's counters, else the leader's death signal for a per-process
-/// limit that was set.
-pub(crate) fn cause(limits: &Limits, group: Option<&CommandGroup>, signal: Option<i32>) -> Option<LimitKind> {
+/// limit that was set. A SIGXCPU is the CPU limit only when the leader's
+/// own CPU time (`leader_cpu`) had reached it, and a SIGKILL only when it
+/// had reached the hard limit one second past it (the kernel's answer to a
+/// process that ignores SIGXCPU): a signal sent by `kill` is not a limit.
+pub(crate) fn cause(
+    limits: &Limits,
+    group: Option<&CommandGroup>,
+    signal: Option<i32>,
+    leader_cpu: Option<std::time::Duration>,
+) -> Option<LimitKind> {
     if let Some(kind) = group.and_then(CommandGroup::reached) {
         return Some(kind);
     }
+    // /proc counts in clock ticks (truncated): one tick of slack.
+    let reached = |seconds: u64| {
+        leader_cpu.is_some_and(|t| {
+            t + std::time::Duration::from_millis(10) >= std::time::Duration::from_secs(seconds)
+        })
+    };
+    match (signal, limits.cpu_seconds) {
+        (Some(libc::SIGXCPU), Some(s)) if reached(s) => return Some(LimitKind::Cpu),
+        (Some(libc::SIGKILL), Some(s)) if reached(s.saturating_add(1)) => return Some(LimitKind::Cpu),
+        _ => {}
+    }
     match signal {
-        Some(libc::SIGXCPU) if limits.cpu_seconds.is_some() => Some(LimitKind::Cpu),
         Some(libc::SIGXFSZ) if limits.file_size_bytes.is_some() => Some(LimitKind::FileSize),
         _ => None,
     }
@@ -537,15 +574,38 @@ mod tests {
     #[test]
     fn a_signal_is_a_cause_only_for_a_limit_that_was_set() {
         let none = Limits::default();
-        assert_eq!(cause(&none, None, Some(libc::SIGXCPU)), None);
+        let secs = |s: u64| Some(std::time::Duration::from_secs(s));
+        assert_eq!(cause(&none, None, Some(libc::SIGXCPU), secs(5)), None);
         let set = Limits {
             cpu_seconds: Some(1),
             file_size_bytes: Some(1),
             ..Limits::default()
         };
-        assert_eq!(cause(&set, None, Some(libc::SIGXCPU)), Some(LimitKind::Cpu));
-        assert_eq!(cause(&set, None, Some(libc::SIGXFSZ)), Some(LimitKind::FileSize));
-        assert_eq!(cause(&set, None, Some(libc::SIGKILL)), None);
-        assert_eq!(cause(&set, None, None), None);
+        assert_eq!(
+            cause(&set, None, Some(libc::SIGXCPU), secs(1)),
+            Some(LimitKind::Cpu)
+        );
+        assert_eq!(
+            cause(
+                &set,
+                None,
+                Some(libc::SIGXCPU),
+                Some(std::time::Duration::from_millis(200))
+            ),
+            None,
+            "a SIGXCPU before the CPU time reached the limit was sent by someone"
+        );
+        assert_eq!(cause(&set, None, Some(libc::SIGXCPU), None), None);
+        assert_eq!(
+            cause(&set, None, Some(libc::SIGKILL), secs(2)),
+            Some(LimitKind::Cpu)
+        );
+        assert_eq!(cause(&set, None, Some(libc::SIGKILL), secs(1)), None);
+        assert_eq!(
+            cause(&set, None, Some(libc::SIGXFSZ), None),
+            Some(LimitKind::FileSize)
+        );
+        assert_eq!(cause(&set, None, Some(libc::SIGKILL), None), None);
+        assert_eq!(cause(&set, None, None, secs(9)), None);
     }
 }

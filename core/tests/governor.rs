@@ -375,6 +375,42 @@ fn a_cpu_spin_past_the_cpu_limit_ends_with_cpu() {
 }
 
 #[test]
+fn a_cpu_signal_sent_by_kill_is_not_the_cpu_limit() {
+    // The command's own SIGXCPU, long before its CPU time reached the
+    // limit: the kernel did not stop it, so no limit is reported.
+    let exec = executor();
+    let r = limited(
+        &exec,
+        "kill -XCPU $$",
+        LimitsInput {
+            cpu_seconds: n(30),
+            ..limits()
+        },
+    );
+    assert_eq!(r.signal.as_deref(), Some("SIGXCPU"));
+    assert_eq!(r.limit, None, "{r:?}");
+}
+
+#[test]
+fn a_process_that_ignores_sigxcpu_is_ended_by_the_cpu_limit_and_says_so() {
+    // Past the soft limit the kernel sends SIGXCPU, which this spin ignores;
+    // at the hard limit (one second later) it sends SIGKILL: still the
+    // cpu limit, and the result must say so.
+    let exec = executor();
+    let r = limited(
+        &exec,
+        "trap '' XCPU; while :; do :; done",
+        LimitsInput {
+            cpu_seconds: n(1),
+            ..limits()
+        },
+    );
+    assert_eq!(r.signal.as_deref(), Some("SIGKILL"), "{r:?}");
+    assert_eq!(r.limit, Some(LimitKind::Cpu), "{r:?}");
+    assert!(!r.timed_out);
+}
+
+#[test]
 fn open_files_are_refused_past_the_limit_and_never_reported_as_a_cause() {
     if !has("python3") {
         return;
