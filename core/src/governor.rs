@@ -488,10 +488,13 @@ pub(crate) fn own_cpu_time(pid: libc::pid_t) -> Option<std::time::Duration> {
 
 /// Which limit ended a command that was not stopped by the executor: the
 /// group's counters, else the leader's death signal for a per-process
-/// limit that was set. A SIGXCPU is the CPU limit only when the leader's
-/// own CPU time (`leader_cpu`) had reached it, and a SIGKILL only when it
-/// had reached the hard limit one second past it (the kernel's answer to a
-/// process that ignores SIGXCPU): a signal sent by `kill` is not a limit.
+/// limit that was set. The leader's own CPU time (`leader_cpu`) backs a
+/// CPU-limit signal: a SIGXCPU counts only when it had used at least half
+/// the limit, a SIGKILL only when it had used the limit (so it had had its
+/// SIGXCPU and survived it: the kernel's SIGKILL at the hard limit). The
+/// margins are the kernel's: the limit is checked against tick-sampled CPU
+/// time, which runs ahead of the time `/proc` reports by a few percent on a
+/// busy machine. A SIGXCPU sent by `kill` early on is not a limit.
 pub(crate) fn cause(
     limits: &Limits,
     group: Option<&CommandGroup>,
@@ -501,15 +504,14 @@ pub(crate) fn cause(
     if let Some(kind) = group.and_then(CommandGroup::reached) {
         return Some(kind);
     }
-    // /proc counts in clock ticks (truncated): one tick of slack.
-    let reached = |seconds: u64| {
-        leader_cpu.is_some_and(|t| {
-            t + std::time::Duration::from_millis(10) >= std::time::Duration::from_secs(seconds)
-        })
-    };
+    let used = |share: std::time::Duration| leader_cpu.is_some_and(|t| t >= share);
     match (signal, limits.cpu_seconds) {
-        (Some(libc::SIGXCPU), Some(s)) if reached(s) => return Some(LimitKind::Cpu),
-        (Some(libc::SIGKILL), Some(s)) if reached(s.saturating_add(1)) => return Some(LimitKind::Cpu),
+        (Some(libc::SIGXCPU), Some(s)) if used(std::time::Duration::from_secs(s) / 2) => {
+            return Some(LimitKind::Cpu)
+        }
+        (Some(libc::SIGKILL), Some(s)) if used(std::time::Duration::from_secs(s)) => {
+            return Some(LimitKind::Cpu)
+        }
         _ => {}
     }
     match signal {
@@ -590,17 +592,25 @@ mod tests {
                 &set,
                 None,
                 Some(libc::SIGXCPU),
-                Some(std::time::Duration::from_millis(200))
+                Some(std::time::Duration::from_millis(400))
             ),
             None,
             "a SIGXCPU before the CPU time reached the limit was sent by someone"
         );
         assert_eq!(cause(&set, None, Some(libc::SIGXCPU), None), None);
         assert_eq!(
-            cause(&set, None, Some(libc::SIGKILL), secs(2)),
+            cause(&set, None, Some(libc::SIGKILL), secs(1)),
             Some(LimitKind::Cpu)
         );
-        assert_eq!(cause(&set, None, Some(libc::SIGKILL), secs(1)), None);
+        assert_eq!(
+            cause(
+                &set,
+                None,
+                Some(libc::SIGKILL),
+                Some(std::time::Duration::from_millis(900))
+            ),
+            None
+        );
         assert_eq!(
             cause(&set, None, Some(libc::SIGXFSZ), None),
             Some(LimitKind::FileSize)
