@@ -585,6 +585,8 @@ impl Shared {
         }
         // Whatever is left of the supervisor's subtree dies with it.
         self.supervisors.shutdown().await;
+        // Groups a dead supervisor could not remove (emptied by the sweeps).
+        governor::remove_leftovers();
         self.spill.remove();
         self.lifecycle.send_replace(Lifecycle::Disposed);
     }

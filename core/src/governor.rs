@@ -256,6 +256,14 @@ fn remove_dirs(dirs: impl IntoIterator<Item = PathBuf>) {
     left.extend(dirs.into_iter().filter(|d| !removed(d)));
 }
 
+/// Removes every kept group that is empty now: at `dispose()`, after the
+/// executor's sweeps, so that a group whose supervisor died (a command may
+/// SIGKILL it) and could not remove it is not left behind. A group still
+/// held by a live process (another executor's job) stays kept.
+pub(crate) fn remove_leftovers() {
+    remove_dirs([]);
+}
+
 static NEXT_GROUP: AtomicU64 = AtomicU64::new(1);
 
 fn write_file(path: &Path, value: &str) -> io::Result<()> {

@@ -655,6 +655,62 @@ fn a_killed_host_leaves_no_group_behind() {
     );
 }
 
+/// A command may SIGKILL its own supervisor (a process of the same user)
+/// while it is being started; whatever the run then reports, the dead
+/// supervisor cannot remove the groups, and `dispose()` must: nothing of
+/// the executor's is left behind. (The loopback group makes the start slow
+/// enough for the kill to land before the supervisor's answer.)
+#[test]
+fn no_group_is_left_after_dispose_when_a_command_killed_its_supervisor() {
+    if !supported(LimitKind::Processes) {
+        return;
+    }
+    // SAFETY: geteuid cannot fail.
+    let loopback = unsafe { libc::geteuid() } == 0
+        && std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.contains(" - cgroup2 ") && l.split(' ').nth(5).is_some_and(|o| o.starts_with("rw")));
+    for i in 0..8 {
+        let exec = executor();
+        warm_up(&exec);
+        let sup = exec.supervisor_pid().unwrap();
+        let mut req = request(
+            if i % 2 == 0 {
+                "sleep 300 >/dev/null 2>&1 & kill -9 $PPID; exec sleep 301"
+            } else {
+                "kill -9 $PPID; sleep 300 >/dev/null 2>&1 & exec sleep 301"
+            },
+            LimitsInput {
+                processes: n(20),
+                memory_bytes: n(256 << 20),
+                ..limits()
+            },
+        );
+        if loopback {
+            req.sandbox_policy = Some(SandboxPolicyInput {
+                mode: SandboxMode::DangerFullAccess,
+                workspace_root: None,
+                session_id: None,
+                network: Some(NetworkPolicy::Loopback),
+            });
+        }
+        req.timeout_ms = n(20_000);
+        // A result (exit status unavailable) or a spawn error: both happen.
+        let _ = exec.run_blocking(&exec.resolve(req).unwrap(), None);
+        exec.dispose_blocking().unwrap();
+        let left = groups_of(sup);
+        for dir in &left {
+            let _ = std::fs::remove_dir(dir);
+            // Its loopback group too (best effort: a failing run cleans up).
+            for v2 in ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"] {
+                let _ = std::fs::remove_dir(Path::new(v2).join(dir.file_name().unwrap()));
+            }
+        }
+        assert!(left.is_empty(), "round {i}: {left:?}");
+    }
+}
+
 #[test]
 fn a_reached_limit_ends_even_a_process_that_left_the_tree() {
     if !supported(LimitKind::Processes) {
