@@ -587,6 +587,8 @@ impl Shared {
         }
         // Whatever is left of the supervisor's subtree dies with it.
         self.supervisors.shutdown().await;
+        // Groups a dead supervisor could not remove (emptied by the sweeps).
+        governor::remove_leftovers();
         self.spill.remove();
         self.lifecycle.send_replace(Lifecycle::Disposed);
     }
@@ -599,8 +601,9 @@ fn run_result(spec: &Spec, outcome: Outcome, streams: &Mutex<Streams>) -> RunRes
         stop,
         survivors,
         group,
+        leader_cpu,
     } = outcome;
-    let ending = governed(ExitFields::from(status), spec, stop, status, group);
+    let ending = governed(ExitFields::from(status), spec, stop, status, group, leader_cpu);
     let streams = lock(streams);
     let stderr = streams.stderr.collected();
     let sandbox = confine::facts(spec.sandbox_policy.as_ref(), ending.exit_code, &stderr.text);
@@ -633,6 +636,7 @@ fn background_ending(
         outcome.stop,
         outcome.status,
         outcome.group,
+        outcome.leader_cpu,
     );
     let stderr = lock(&process.shared.streams).stderr.collected().text;
     let sandbox = confine::facts(spec.sandbox_policy.as_ref(), ending.exit_code, &stderr);
@@ -1072,6 +1076,7 @@ fn governed(
     stop: Option<Stop>,
     status: crate::spawn::ExitStatus,
     group: Option<crate::governor::CommandGroup>,
+    leader_cpu: Option<Duration>,
 ) -> ExitFields {
     let signal = match status {
         crate::spawn::ExitStatus::Signal(s) => Some(s),
@@ -1079,7 +1084,7 @@ fn governed(
     };
     ending.limit = match stop {
         Some(Stop::Limit(kind)) => Some(kind),
-        None => governor::cause(&spec.limits, group.as_ref(), signal),
+        None => governor::cause(&spec.limits, group.as_ref(), signal, leader_cpu),
         Some(_) => None,
     };
     ending.limits_enforcement = governor::check(&spec.limits).unwrap_or_default();

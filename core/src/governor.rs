@@ -256,6 +256,14 @@ fn remove_dirs(dirs: impl IntoIterator<Item = PathBuf>) {
     left.extend(dirs.into_iter().filter(|d| !removed(d)));
 }
 
+/// Removes every kept group that is empty now: at `dispose()`, after the
+/// executor's sweeps, so that a group whose supervisor died (a command may
+/// SIGKILL it) and could not remove it is not left behind. A group still
+/// held by a live process (another executor's job) stays kept.
+pub(crate) fn remove_leftovers() {
+    remove_dirs([]);
+}
+
 static NEXT_GROUP: AtomicU64 = AtomicU64::new(1);
 
 fn write_file(path: &Path, value: &str) -> io::Result<()> {
@@ -467,15 +475,54 @@ pub(crate) fn rlimits(limits: &Limits) -> Option<Rlimits> {
     (r != Rlimits::default()).then_some(r)
 }
 
+/// The own CPU time (user and system, every thread, not its children's)
+/// of the process `pid`, read from `/proc/<pid>/stat`; the caller makes sure
+/// the pid is still the command's leader (an unreaped zombie).
+pub(crate) fn own_cpu_time(pid: libc::pid_t) -> Option<std::time::Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name (which may hold spaces and parentheses):
+    // state is field 3, utime and stime fields 14 and 15.
+    let mut fields = stat.get(stat.rfind(')')? + 2..)?.split(' ');
+    let utime: u64 = fields.nth(11)?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+        .ok()
+        .filter(|&h| h > 0)?;
+    Some(std::time::Duration::from_nanos(
+        (utime + stime).saturating_mul(1_000_000_000 / hz),
+    ))
+}
+
 /// Which limit ended a command that was not stopped by the executor: the
 /// group's counters, else the leader's death signal for a per-process
-/// limit that was set.
-pub(crate) fn cause(limits: &Limits, group: Option<&CommandGroup>, signal: Option<i32>) -> Option<LimitKind> {
+/// limit that was set. The leader's own CPU time (`leader_cpu`) backs a
+/// CPU-limit signal: a SIGXCPU counts only when it had used at least half
+/// the limit, a SIGKILL only when it had used the limit (so it had had its
+/// SIGXCPU and survived it: the kernel's SIGKILL at the hard limit). The
+/// margins are the kernel's: the limit is checked against tick-sampled CPU
+/// time, which runs ahead of the time `/proc` reports by a few percent on a
+/// busy machine. A SIGXCPU sent by `kill` early on is not a limit.
+pub(crate) fn cause(
+    limits: &Limits,
+    group: Option<&CommandGroup>,
+    signal: Option<i32>,
+    leader_cpu: Option<std::time::Duration>,
+) -> Option<LimitKind> {
     if let Some(kind) = group.and_then(CommandGroup::reached) {
         return Some(kind);
     }
+    let used = |share: std::time::Duration| leader_cpu.is_some_and(|t| t >= share);
+    match (signal, limits.cpu_seconds) {
+        (Some(libc::SIGXCPU), Some(s)) if used(std::time::Duration::from_secs(s) / 2) => {
+            return Some(LimitKind::Cpu)
+        }
+        (Some(libc::SIGKILL), Some(s)) if used(std::time::Duration::from_secs(s)) => {
+            return Some(LimitKind::Cpu)
+        }
+        _ => {}
+    }
     match signal {
-        Some(libc::SIGXCPU) if limits.cpu_seconds.is_some() => Some(LimitKind::Cpu),
         Some(libc::SIGXFSZ) if limits.file_size_bytes.is_some() => Some(LimitKind::FileSize),
         _ => None,
     }
@@ -537,15 +584,46 @@ mod tests {
     #[test]
     fn a_signal_is_a_cause_only_for_a_limit_that_was_set() {
         let none = Limits::default();
-        assert_eq!(cause(&none, None, Some(libc::SIGXCPU)), None);
+        let secs = |s: u64| Some(std::time::Duration::from_secs(s));
+        assert_eq!(cause(&none, None, Some(libc::SIGXCPU), secs(5)), None);
         let set = Limits {
             cpu_seconds: Some(1),
             file_size_bytes: Some(1),
             ..Limits::default()
         };
-        assert_eq!(cause(&set, None, Some(libc::SIGXCPU)), Some(LimitKind::Cpu));
-        assert_eq!(cause(&set, None, Some(libc::SIGXFSZ)), Some(LimitKind::FileSize));
-        assert_eq!(cause(&set, None, Some(libc::SIGKILL)), None);
-        assert_eq!(cause(&set, None, None), None);
+        assert_eq!(
+            cause(&set, None, Some(libc::SIGXCPU), secs(1)),
+            Some(LimitKind::Cpu)
+        );
+        assert_eq!(
+            cause(
+                &set,
+                None,
+                Some(libc::SIGXCPU),
+                Some(std::time::Duration::from_millis(400))
+            ),
+            None,
+            "a SIGXCPU before the CPU time reached the limit was sent by someone"
+        );
+        assert_eq!(cause(&set, None, Some(libc::SIGXCPU), None), None);
+        assert_eq!(
+            cause(&set, None, Some(libc::SIGKILL), secs(1)),
+            Some(LimitKind::Cpu)
+        );
+        assert_eq!(
+            cause(
+                &set,
+                None,
+                Some(libc::SIGKILL),
+                Some(std::time::Duration::from_millis(900))
+            ),
+            None
+        );
+        assert_eq!(
+            cause(&set, None, Some(libc::SIGXFSZ), None),
+            Some(LimitKind::FileSize)
+        );
+        assert_eq!(cause(&set, None, Some(libc::SIGKILL), None), None);
+        assert_eq!(cause(&set, None, None, secs(9)), None);
     }
 }

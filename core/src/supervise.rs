@@ -52,6 +52,9 @@ pub(crate) struct Outcome {
     pub survivors: u32,
     /// The command's cgroups, for the facts and then removal.
     pub group: Option<crate::governor::CommandGroup>,
+    /// The leader's own CPU time when it died of a signal, read while it
+    /// was still unreaped: the fact behind a CPU-limit signal.
+    pub leader_cpu: Option<Duration>,
 }
 
 fn lock(streams: &Mutex<Streams>) -> std::sync::MutexGuard<'_, Streams> {
@@ -437,12 +440,19 @@ async fn supervise_inner(
     } else {
         0
     };
+    // Still unreaped until `release` (its pid cannot be reused): its own
+    // CPU time says whether a SIGXCPU or SIGKILL came from the CPU limit.
+    let leader_cpu = match status {
+        ExitStatus::Signal(_) if !lost => crate::governor::own_cpu_time(pid),
+        _ => None,
+    };
     release(report_fd.into_inner());
     Ok(Outcome {
         status,
         stop: stopped,
         survivors,
         group,
+        leader_cpu,
     })
 }
 

@@ -375,6 +375,42 @@ fn a_cpu_spin_past_the_cpu_limit_ends_with_cpu() {
 }
 
 #[test]
+fn a_cpu_signal_sent_by_kill_is_not_the_cpu_limit() {
+    // The command's own SIGXCPU, long before its CPU time reached the
+    // limit: the kernel did not stop it, so no limit is reported.
+    let exec = executor();
+    let r = limited(
+        &exec,
+        "kill -XCPU $$",
+        LimitsInput {
+            cpu_seconds: n(30),
+            ..limits()
+        },
+    );
+    assert_eq!(r.signal.as_deref(), Some("SIGXCPU"));
+    assert_eq!(r.limit, None, "{r:?}");
+}
+
+#[test]
+fn a_process_that_ignores_sigxcpu_is_ended_by_the_cpu_limit_and_says_so() {
+    // Past the soft limit the kernel sends SIGXCPU, which this spin ignores;
+    // at the hard limit (one second later) it sends SIGKILL: still the
+    // cpu limit, and the result must say so.
+    let exec = executor();
+    let r = limited(
+        &exec,
+        "trap '' XCPU; while :; do :; done",
+        LimitsInput {
+            cpu_seconds: n(1),
+            ..limits()
+        },
+    );
+    assert_eq!(r.signal.as_deref(), Some("SIGKILL"), "{r:?}");
+    assert_eq!(r.limit, Some(LimitKind::Cpu), "{r:?}");
+    assert!(!r.timed_out);
+}
+
+#[test]
 fn open_files_are_refused_past_the_limit_and_never_reported_as_a_cause() {
     if !has("python3") {
         return;
@@ -617,6 +653,62 @@ fn a_killed_host_leaves_no_group_behind() {
         "{:?}",
         groups_of(sup)
     );
+}
+
+/// A command may SIGKILL its own supervisor (a process of the same user)
+/// while it is being started; whatever the run then reports, the dead
+/// supervisor cannot remove the groups, and `dispose()` must: nothing of
+/// the executor's is left behind. (The loopback group makes the start slow
+/// enough for the kill to land before the supervisor's answer.)
+#[test]
+fn no_group_is_left_after_dispose_when_a_command_killed_its_supervisor() {
+    if !supported(LimitKind::Processes) {
+        return;
+    }
+    // SAFETY: geteuid cannot fail.
+    let loopback = unsafe { libc::geteuid() } == 0
+        && std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.contains(" - cgroup2 ") && l.split(' ').nth(5).is_some_and(|o| o.starts_with("rw")));
+    for i in 0..8 {
+        let exec = executor();
+        warm_up(&exec);
+        let sup = exec.supervisor_pid().unwrap();
+        let mut req = request(
+            if i % 2 == 0 {
+                "sleep 300 >/dev/null 2>&1 & kill -9 $PPID; exec sleep 301"
+            } else {
+                "kill -9 $PPID; sleep 300 >/dev/null 2>&1 & exec sleep 301"
+            },
+            LimitsInput {
+                processes: n(20),
+                memory_bytes: n(256 << 20),
+                ..limits()
+            },
+        );
+        if loopback {
+            req.sandbox_policy = Some(SandboxPolicyInput {
+                mode: SandboxMode::DangerFullAccess,
+                workspace_root: None,
+                session_id: None,
+                network: Some(NetworkPolicy::Loopback),
+            });
+        }
+        req.timeout_ms = n(20_000);
+        // A result (exit status unavailable) or a spawn error: both happen.
+        let _ = exec.run_blocking(&exec.resolve(req).unwrap(), None);
+        exec.dispose_blocking().unwrap();
+        let left = groups_of(sup);
+        for dir in &left {
+            let _ = std::fs::remove_dir(dir);
+            // Its loopback group too (best effort: a failing run cleans up).
+            for v2 in ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"] {
+                let _ = std::fs::remove_dir(Path::new(v2).join(dir.file_name().unwrap()));
+            }
+        }
+        assert!(left.is_empty(), "round {i}: {left:?}");
+    }
 }
 
 #[test]

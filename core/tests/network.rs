@@ -441,3 +441,51 @@ fn a_confined_command_cannot_leave_its_loopback_group() {
     .unwrap();
     assert_eq!(r.stdout.text, "refused\nstayed\n", "{}", r.stderr.text);
 }
+
+/// A host's own TCP connection must not be reachable from a confined
+/// command: taking a descriptor of another process (`pidfd_getfd`, which a
+/// same-user process, or root, could otherwise do) is refused by the
+/// Landlock domain that `deny` (ABI 4+) and a confined mode install. The
+/// command prints `EPERM` or the descriptor it got.
+#[test]
+fn a_confined_command_cannot_take_a_socket_of_the_host() {
+    if !has_python() || skip_without_landlock() {
+        return;
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let conn = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&conn);
+    let cmd = format!(
+        r#"python3 -c '
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+pidfd = libc.syscall(434, {pid}, 0)
+got = libc.syscall(438, pidfd, {fd}, 0) if pidfd >= 0 else -1
+print(errno.errorcode.get(ctypes.get_errno(), "?") if got < 0 else "took %d" % got)
+'"#,
+        pid = std::process::id()
+    );
+    let exec = executor();
+    let mut cases = vec![policy(SandboxMode::WorkspaceWrite, NetworkPolicy::Allow)];
+    // SAFETY: a NULL attribute with size 0 and the VERSION flag (1) only
+    // asks for the Landlock ABI version.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1u32,
+        )
+    };
+    if abi >= 4 {
+        cases.push(policy(SandboxMode::DangerFullAccess, NetworkPolicy::Deny));
+    }
+    if loopback_missing().is_none() {
+        cases.push(policy(SandboxMode::ReadOnly, NetworkPolicy::Loopback));
+    }
+    for p in cases {
+        let r = run_with(&exec, &cmd, p.clone()).unwrap();
+        assert_eq!(r.stdout.text, "EPERM\n", "{p:?}: {}", r.stderr.text);
+    }
+    drop(conn);
+}
