@@ -15,6 +15,7 @@ use crate::sandbox::{NetworkPolicy, SandboxPolicy};
 use crate::spawn::{find_program, find_shell, Pipes, Spawned};
 use crate::supervisor::{ChildFds, Leader, Program, Slot, SpawnError, StartFailed, Step};
 use crate::terminal::{TerminalProgram, TerminalSpec};
+use crate::tree::{sweep, TagMatch};
 use std::os::fd::AsRawFd;
 
 /// Turns a spawn error into the error a caller can act on: a missing or
@@ -89,7 +90,10 @@ pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str, supervisors: &Sl
         }
         other => other,
     }
-    .map_err(|e| failed(e, &spec.workdir, spec.sandbox_policy.as_ref(), group.as_ref()))?;
+    .map_err(|e| {
+        end_if_started(&e, tag);
+        failed(e, &spec.workdir, spec.sandbox_policy.as_ref(), group.as_ref())
+    })?;
     pipes.started(leader, group).map_err(os_error)
 }
 
@@ -173,7 +177,20 @@ pub(crate) fn launch_terminal(
             .spawn(&fds, &program),
         other => other,
     }
-    .map_err(|e| failed(e, &spec.cwd, policy, None))
+    .map_err(|e| {
+        end_if_started(&e, tag);
+        failed(e, &spec.cwd, policy, None)
+    })
+}
+
+/// A supervisor that ended after it took the request may have started the
+/// command first (a command can kill its own supervisor before its pid is
+/// reported): whatever carries the command's tag is killed, so a start
+/// that fails leaves nothing running.
+fn end_if_started(e: &SpawnError, tag: &str) {
+    if matches!(e, SpawnError::Io(_)) {
+        sweep(TagMatch::command(tag), libc::SIGKILL);
+    }
 }
 
 /// The error for a command the supervisor could not start.

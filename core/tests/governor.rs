@@ -818,3 +818,74 @@ fn limits_and_the_network_filter_travel_with_a_program_too_large_to_go_inline() 
         .unwrap();
     assert!(r.stderr.text.contains("Permission denied"), "{}", r.stderr.text);
 }
+
+/// Whether `network: loopback` can run here (root and a writable cgroup v2).
+fn loopback_here() -> bool {
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    root && std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.contains(" - cgroup2 ") && l.split(' ').nth(5).is_some_and(|o| o.starts_with("rw")))
+}
+
+/// Live processes whose command line is exactly `sleep <arg>`.
+fn sleeps(arg: &str) -> Vec<i32> {
+    let want = format!("sleep\0{arg}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want.as_bytes()))
+        .filter(|pid| alive(*pid))
+        .collect()
+}
+
+#[test]
+fn a_command_that_kills_its_supervisor_while_starting_leaves_nothing_running() {
+    // The supervisor can die between starting the command and reporting
+    // its pid (the command killed it). Whether the run then says "the
+    // supervisor ended while starting" or gives a result, nothing of the
+    // command may keep running once it returns. Limits (and loopback, where
+    // available) make the start slower, so the race is met more often.
+    let groups = supported(LimitKind::Processes) && supported(LimitKind::Memory);
+    for round in 0..12 {
+        let exec = executor();
+        warm_up(&exec);
+        let (a, b) = (
+            format!("{}", 40_000 + round * 2),
+            format!("{}", 40_001 + round * 2),
+        );
+        let command = format!("sleep {a} >/dev/null 2>&1 & kill -9 $PPID; exec sleep {b}");
+        let mut req = if groups {
+            request(
+                &command,
+                LimitsInput {
+                    processes: n(20),
+                    memory_bytes: n(256 << 20),
+                    ..limits()
+                },
+            )
+        } else {
+            Request::new(command)
+        };
+        if groups && loopback_here() {
+            req.sandbox_policy = Some(SandboxPolicyInput {
+                mode: SandboxMode::DangerFullAccess,
+                workspace_root: None,
+                session_id: None,
+                network: Some(NetworkPolicy::Loopback),
+            });
+        }
+        req.timeout_ms = n(20_000);
+        let outcome = exec.run_blocking(&exec.resolve(req).unwrap(), None);
+        assert!(
+            eventually(Duration::from_secs(10), || sleeps(&a).is_empty()
+                && sleeps(&b).is_empty()),
+            "round {round}: {:?} / {:?} still run after {outcome:?}",
+            sleeps(&a),
+            sleeps(&b)
+        );
+        exec.dispose_blocking().unwrap();
+    }
+}
