@@ -1092,6 +1092,9 @@ impl Terminal {
         tokio::pin!(stop);
         while !exited || open {
             let room = lock(&self.shared.output).room();
+            if exited && drain_until.is_none() && (room > 0 || stopped.is_some()) {
+                drain_until = Some(Instant::now() + grace);
+            }
             let event = tokio::select! {
                 biased;
                 s = &mut stop, if stopped.is_none() => Event::Stop(s),
@@ -1151,6 +1154,10 @@ impl Terminal {
                     killed = true;
                     self.signal_session(lost, libc::SIGKILL, stopped != Some(Stop::Dispose));
                 }
+                // While the unread output is full, the session does not read
+                // the terminal: what the program left in it waits for the
+                // reader, and the grace counts again once there is room.
+                Event::DrainOver if room == 0 && stopped.is_none() => drain_until = None,
                 Event::DrainOver => break,
             }
         }

@@ -843,3 +843,24 @@ fn a_session_under_network_deny_cannot_open_an_inet_socket_and_loopback_is_refus
         other => panic!("loopback in a terminal session must be refused, got {other:?}"),
     }
 }
+
+#[test]
+fn output_left_in_the_terminal_when_the_program_exits_unread_is_not_lost() {
+    // The program writes a little more than the cap and exits while nobody
+    // reads: the cap is held by the session, the rest waits in the kernel's
+    // terminal buffer. Reading later, even long after the grace period,
+    // returns every byte.
+    let cap = 16 * 1024;
+    let exec = executor_with(|c| c.max_output_bytes = n(cap));
+    let total = cap as usize + 2000;
+    let mut r = TerminalRequest::command(format!("head -c {total} /dev/zero | tr '\\0' a; echo END"));
+    r.grace_ms = n(100);
+    let mut s = Session::new(&exec, r);
+    assert_eq!(s.exit_code(), Some(0));
+    // Nobody reads for a while after the exit: longer than the grace.
+    std::thread::sleep(Duration::from_millis(1000));
+    let all = s.drain();
+    assert_eq!(all.matches('a').count(), total, "nothing lost");
+    assert!(all.ends_with("END\r\n"), "{:?}", &all[all.len().saturating_sub(20)..]);
+    assert_eq!(s.term.terminate_blocking().unwrap(), 0);
+}
