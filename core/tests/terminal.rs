@@ -861,6 +861,10 @@ fn output_left_in_the_terminal_when_the_program_exits_unread_is_not_lost() {
     std::thread::sleep(Duration::from_millis(1000));
     let all = s.drain();
     assert_eq!(all.matches('a').count(), total, "nothing lost");
-    assert!(all.ends_with("END\r\n"), "{:?}", &all[all.len().saturating_sub(20)..]);
+    assert!(
+        all.ends_with("END\r\n"),
+        "{:?}",
+        &all[all.len().saturating_sub(20)..]
+    );
     assert_eq!(s.term.terminate_blocking().unwrap(), 0);
 }
