@@ -24,7 +24,8 @@
 //! Each thread's state comes from `/proc/PID/task/TID/stat` and its current
 //! system call and arguments from `/proc/PID/task/TID/syscall`; a descriptor
 //! is this terminal when `stat` of `/proc/PID/fd/N` gives its device
-//! number; `select` and `poll` sets are read from `/proc/PID/mem`, epoll
+//! number, or is `/dev/tty` in a process whose controlling terminal is this
+//! one (password prompts read it); `select` and `poll` sets are read from `/proc/PID/mem`, epoll
 //! interest lists from `/proc/PID/fdinfo/EPFD`. Whatever cannot be read
 //! (another user's process, a kernel without these files) proves nothing:
 //! the answer is then `false`.
@@ -93,13 +94,23 @@ struct Member {
     known: HashMap<u64, bool>,
 }
 
+/// `/dev/tty`'s device number: a descriptor of it is the controlling
+/// terminal of the process that opened it.
+const DEV_TTY: (u32, u32) = (5, 0);
+
 impl Member {
     fn is_tty(&mut self, fd: u64) -> bool {
         let (pid, tty) = (self.pid, self.tty);
         *self.known.entry(fd).or_insert_with(|| {
-            fs::metadata(format!("/proc/{pid}/fd/{fd}"))
-                .map(|m| m.rdev() == tty && (m.mode() & libc::S_IFMT) == libc::S_IFCHR)
-                .unwrap_or(false)
+            let Ok(m) = fs::metadata(format!("/proc/{pid}/fd/{fd}")) else {
+                return false;
+            };
+            if (m.mode() & libc::S_IFMT) != libc::S_IFCHR {
+                return false;
+            }
+            m.rdev() == tty
+                || ((libc::major(m.rdev()), libc::minor(m.rdev())) == DEV_TTY
+                    && controlling_terminal(pid) == Some(encode_dev(tty)))
         })
     }
 
@@ -212,6 +223,26 @@ impl Member {
             Activity::WaitsElsewhere
         }
     }
+}
+
+/// The kernel's encoding of a device number in `/proc/…/stat`'s `tty_nr`.
+fn encode_dev(dev: libc::dev_t) -> u64 {
+    let (major, minor) = (libc::major(dev) as u64, libc::minor(dev) as u64);
+    (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
+}
+
+/// The controlling terminal of `pid` (`tty_nr` of its `stat`), encoded as
+/// [`encode_dev`] does.
+fn controlling_terminal(pid: libc::pid_t) -> Option<u64> {
+    let stat = fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let tty_nr: i64 = std::str::from_utf8(&stat[close + 1..])
+        .ok()?
+        .split_whitespace()
+        .nth(4)?
+        .parse()
+        .ok()?;
+    u64::try_from(tty_nr).ok().filter(|&t| t != 0)
 }
 
 /// The state letter of a `/proc/…/stat` line.

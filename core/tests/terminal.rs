@@ -868,3 +868,32 @@ fn output_left_in_the_terminal_when_the_program_exits_unread_is_not_lost() {
     );
     assert_eq!(s.term.terminate_blocking().unwrap(), 0);
 }
+
+#[test]
+fn input_waiting_for_a_password_prompt_that_reads_dev_tty() {
+    // Password prompts (getpass, sudo, ssh) read /dev/tty, whose descriptor
+    // is the controlling terminal under another device number (5, 0).
+    let exec = executor();
+    let mut s = Session::new(
+        &exec,
+        TerminalRequest::argv([
+            "python3",
+            "-c",
+            "import getpass; print('got=' + getpass.getpass('pw: '))",
+        ]),
+    );
+    s.expect("pw: ");
+    let fg = s.waiting();
+    assert_eq!(fg.process_group_id, s.term.pid());
+    s.write("secret\n");
+    s.expect("got=secret");
+    assert_eq!(s.exit_code(), Some(0));
+    let mut r = TerminalRequest::command("printf 'name? '; read -r x </dev/tty; echo got=$x");
+    r.grace_ms = n(100);
+    let mut s = Session::new(&exec, r);
+    s.expect("name? ");
+    s.waiting();
+    s.write("bob\n");
+    s.expect("got=bob");
+    assert_eq!(s.exit_code(), Some(0));
+}
