@@ -239,7 +239,10 @@ fn ctrl_c_through_signal_foreground_interrupts_a_foreground_sleep_and_the_shell_
     // Ctrl-C typed as a byte does the same through the line discipline.
     s.ready();
     s.write("sleep 100\n");
-    s.job_in_foreground();
+    let job = s.job_in_foreground();
+    // Until the job has exec'd, bash's own SIGINT handler would take the
+    // byte's signal in the forked child and `sleep` would still run.
+    assert!(common::eventually(LIMIT, || common::name_of(job) == "sleep"));
     s.write("\x03");
     s.ready();
     s.write("echo again=$?\n");
