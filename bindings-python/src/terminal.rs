@@ -205,35 +205,11 @@ impl Terminal {
 
     /// Writes ``data`` (str as UTF-8, or bytes) to the terminal's input as
     /// typed, and returns once the terminal took all of it (GIL released).
-    /// TerminalClosedError once the program has exited. Ctrl-C interrupts
-    /// the wait (KeyboardInterrupt); what was not taken yet stays queued.
+    /// TerminalClosedError once the program has exited.
     fn write(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
         let bytes = bytes_of(py, data)?;
-        let Some(rest) = self.inner.write_now(&bytes).map_err(|e| to_pyerr(py, e))? else {
-            return Ok(());
-        };
-        let (tx, rx) = std::sync::mpsc::channel();
-        rest.then(move |r| {
-            let _ = tx.send(r);
-        });
-        // Receiver is not Sync; the mutex lets the GIL-free closure borrow it.
-        let rx = std::sync::Mutex::new(rx);
-        loop {
-            let got = py.detach(|| {
-                let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
-                rx.recv_timeout(SIGNAL_POLL)
-            });
-            match got {
-                Ok(r) => return r.map_err(|e| to_pyerr(py, e)),
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => py.check_signals()?,
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(to_pyerr(
-                        py,
-                        dsh_core::DshError::Internal("a terminal write ended without an outcome".into()),
-                    ))
-                }
-            }
-        }
+        py.detach(|| self.inner.write_blocking(&bytes))
+            .map_err(|e| to_pyerr(py, e))
     }
 
     /// ``write`` as an awaitable that never blocks the event loop.
