@@ -1002,8 +1002,15 @@ async fn write_some(fd: &AsyncFd<OwnedFd>, bytes: &[u8]) -> io::Result<usize> {
             }
         }) {
             Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // Nothing taken is "not now", not a result: a pty master can
+            // report itself writable while its program reads nothing.
+            Ok(Ok(0)) | Err(_) => {
+                // Back to the session's loop, which looks at a stop first:
+                // a write the program never reads must not keep it deaf.
+                tokio::task::yield_now().await;
+                return Ok(0);
+            }
             Ok(r) => return r,
-            Err(_would_block) => continue,
         }
     }
 }

@@ -900,3 +900,32 @@ fn input_waiting_for_a_password_prompt_that_reads_dev_tty() {
     s.expect("got=bob");
     assert_eq!(s.exit_code(), Some(0));
 }
+
+#[test]
+fn terminate_settles_while_a_write_the_program_never_reads_is_pending() {
+    // The program is in raw mode and never reads: the write stays pending,
+    // and terminate() must still end the session and fail the write.
+    let exec = executor();
+    for round in 0..12 {
+        let mut s = Session::new(
+            &exec,
+            TerminalRequest::argv(["bash", "-c", "stty raw -echo; echo ready; exec sleep 60"]),
+        );
+        s.expect("ready");
+        let pending = s.term.write_now(&vec![b'x'; 8 << 20]).unwrap();
+        assert!(pending.is_some(), "round {round}: the write should wait");
+        let (tx, rx) = std::sync::mpsc::channel();
+        pending.unwrap().then(move |r| {
+            let _ = tx.send(r.is_ok());
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let term = s.term.clone();
+        let (dtx, drx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = dtx.send(term.terminate_blocking());
+        });
+        let done = drx.recv_timeout(Duration::from_secs(10));
+        assert!(done.is_ok(), "round {round}: terminate hung with a write pending");
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(false));
+    }
+}
