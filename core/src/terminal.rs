@@ -997,13 +997,16 @@ async fn write_some(fd: &AsyncFd<OwnedFd>, bytes: &[u8]) -> io::Result<usize> {
             let n = unsafe { libc::write(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
             if n < 0 {
                 Err(io::Error::last_os_error())
+            } else if n == 0 && !bytes.is_empty() {
+                // Nothing taken is "not now": a pty master can report
+                // itself writable while its program reads nothing. As
+                // WouldBlock, the readiness is cleared until the next edge.
+                Err(io::ErrorKind::WouldBlock.into())
             } else {
                 Ok(n as usize)
             }
         }) {
             Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-            // Nothing taken is "not now", not a result: a pty master can
-            // report itself writable while its program reads nothing.
             Ok(Ok(0)) | Err(_) => {
                 // Back to the session's loop, which looks at a stop first:
                 // a write the program never reads must not keep it deaf.
