@@ -665,12 +665,7 @@ fn no_group_is_left_after_dispose_when_a_command_killed_its_supervisor() {
     if !supported(LimitKind::Processes) {
         return;
     }
-    // SAFETY: geteuid cannot fail.
-    let loopback = unsafe { libc::geteuid() } == 0
-        && std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .any(|l| l.contains(" - cgroup2 ") && l.split(' ').nth(5).is_some_and(|o| o.starts_with("rw")));
+    let loopback = loopback_here();
     for i in 0..8 {
         let exec = executor();
         warm_up(&exec);
