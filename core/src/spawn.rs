@@ -118,8 +118,16 @@ pub(crate) fn find_shell(path: Option<&[u8]>) -> Option<CString> {
         // SAFETY: `c` is a valid NUL-terminated path.
         unsafe { libc::access(c.as_ptr(), libc::X_OK) == 0 }
     };
-    {
-        let last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    // `try_lock`, never `lock`: a host that forks while another of its
+    // threads is in here leaves the child this lock held forever, and a
+    // forked child that then runs a command must not hang (it searches the
+    // PATH instead). The same for a contended call.
+    let lock = || match LAST.try_lock() {
+        Ok(guard) => Some(guard),
+        Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    };
+    if let Some(last) = lock() {
         if let Some((p, shell)) = last.as_ref() {
             if p.as_slice() == path && usable(shell) {
                 return Some(shell.clone());
@@ -139,7 +147,9 @@ pub(crate) fn find_shell(path: Option<&[u8]>) -> Option<CString> {
             let ok = usable(&c) && Path::new(std::ffi::OsStr::from_bytes(c.as_bytes())).is_file();
             ok.then_some(c)
         })?;
-    *LAST.lock().unwrap_or_else(|e| e.into_inner()) = Some((path.to_vec(), found.clone()));
+    if let Some(mut last) = lock() {
+        *last = Some((path.to_vec(), found.clone()));
+    }
     Some(found)
 }
 
