@@ -1,8 +1,8 @@
 //! The environment a command gets (docs/environment.md).
 
 use std::collections::BTreeMap;
-use std::ffi::{CString, OsString};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::ffi::CStr;
+use std::sync::{Arc, Mutex};
 
 use crate::request::Spec;
 
@@ -20,14 +20,15 @@ const FORCED: [(&str, &str); 4] = [
 /// True for an inherited name that must not reach a command: anything that
 /// looks like a credential, and every ambient managed `DSH_*` name.
 pub fn is_scrubbed(name: &[u8]) -> bool {
-    let upper = name.to_ascii_uppercase();
-    let contains = |needle: &[u8]| upper.windows(needle.len()).any(|w| w == needle);
-    upper.starts_with(b"DSH_")
+    let contains = |needle: &[u8]| name.windows(needle.len()).any(|w| w.eq_ignore_ascii_case(needle));
+    name.get(..4).is_some_and(|p| p.eq_ignore_ascii_case(b"DSH_"))
         || contains(b"KEY")
         || contains(b"PASSWORD")
         || contains(b"SECRET")
         || contains(b"TOKEN")
 }
+
+type Vars = BTreeMap<Vec<u8>, Vec<u8>>;
 
 /// The host's environment as it was when a command was asked for, already
 /// scrubbed. Taken on the calling thread, inside the call: a host mutates
@@ -35,28 +36,127 @@ pub fn is_scrubbed(name: &[u8]) -> bool {
 /// GIL, Node's `process.env` on the JS thread), never concurrently with its
 /// own call into dsh, whereas reading it later from a core thread would race
 /// with the host's `setenv` (which reallocates `environ` under our feet).
-pub(crate) struct HostEnv(BTreeMap<Vec<u8>, Vec<u8>>);
+#[derive(Clone)]
+pub(crate) struct HostEnv(Arc<Vars>);
+
+/// The last environment taken, byte for byte as `environ` held it, and its
+/// scrubbed form: a host whose environment did not change since (nearly
+/// every call) costs one comparison instead of a copy and a scrub.
+static LAST: Mutex<Option<(Vec<u8>, HostEnv)>> = Mutex::new(None);
+
+extern "C" {
+    static environ: *const *const libc::c_char;
+}
+
+/// Every entry of the process's environment, each with its NUL, in order.
+///
+/// # Safety
+/// Nothing may change the environment while the iterator lives. That is
+/// the contract of every reader of `environ` (C's `getenv`, and why Rust's
+/// `set_var` is `unsafe`); see [`HostEnv`] for why the caller's thread
+/// keeps it.
+unsafe fn environ_entries() -> impl Iterator<Item = &'static [u8]> {
+    // SAFETY: `environ` is NULL or a NULL-terminated array of pointers to
+    // NUL-terminated strings, unchanged while we read (the caller's promise).
+    let mut at = unsafe { environ };
+    std::iter::from_fn(move || {
+        if at.is_null() {
+            return None;
+        }
+        // SAFETY: `at` points into the array, at or before its NULL end.
+        let entry = unsafe { *at };
+        if entry.is_null() {
+            return None;
+        }
+        // SAFETY: see above; the next slot exists because this one was not
+        // the terminating NULL.
+        at = unsafe { at.add(1) };
+        // SAFETY: every non-NULL entry is a NUL-terminated string.
+        Some(unsafe { CStr::from_ptr(entry) }.to_bytes_with_nul())
+    })
+}
+
+/// An `environ` entry (with its NUL) as (name, value). As
+/// `std::env::vars_os` reads it: the name is everything before the first
+/// `=` after the first byte; an entry without one is no variable.
+fn variable(entry: &[u8]) -> Option<(&[u8], &[u8])> {
+    let e = entry.strip_suffix(b"\0").unwrap_or(entry);
+    let eq = e.iter().skip(1).position(|&b| b == b'=')? + 1;
+    Some((&e[..eq], &e[eq + 1..]))
+}
 
 impl HostEnv {
     pub(crate) fn capture() -> Self {
-        HostEnv::scrubbed(std::env::vars_os())
+        // SAFETY: we are on the caller's thread, inside its call (above).
+        let entries = || unsafe { environ_entries() };
+        // `try_lock`: a thread that forked while holding it leaves it held
+        // in the child forever, and a contended call can afford the copy.
+        let mut last = LAST.try_lock().ok();
+        if let Some(Some((raw, env))) = last.as_deref() {
+            let mut rest = raw.as_slice();
+            let same = entries().all(|e| match rest.strip_prefix(e) {
+                Some(r) => {
+                    rest = r;
+                    true
+                }
+                None => false,
+            }) && rest.is_empty();
+            if same {
+                return env.clone();
+            }
+        }
+        let raw: Vec<u8> = entries().flatten().copied().collect();
+        let env = HostEnv::scrubbed(entries().filter_map(variable));
+        if let Some(last) = last.as_deref_mut() {
+            *last = Some((raw, env.clone()));
+        }
+        env
     }
 
-    /// The scrub itself, on any list of variables.
-    fn scrubbed(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Self {
-        HostEnv(
+    /// The scrub itself, on any list of variables (a later duplicate wins).
+    fn scrubbed<'a>(vars: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> Self {
+        HostEnv(Arc::new(
             vars.into_iter()
-                .filter(|(k, _)| !is_scrubbed(k.as_bytes()))
-                .map(|(k, v)| (k.into_vec(), v.into_vec()))
+                .filter(|(k, _)| !is_scrubbed(k))
+                .map(|(k, v)| (k.to_vec(), v.to_vec()))
                 .collect(),
-        )
+        ))
+    }
+}
+
+/// A command's environment as `execve` takes it: `NAME=value` entries in
+/// name order, one per name, each ending in NUL, in one buffer.
+pub(crate) struct Envp {
+    bytes: Vec<u8>,
+    count: usize,
+}
+
+impl Envp {
+    /// Every entry, each with its NUL, back to back.
+    pub(crate) fn as_bytes_with_nuls(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.count
+    }
+
+    /// The entries, without their NULs.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = &[u8]> {
+        self.bytes.split(|&b| b == 0).take(self.count)
+    }
+
+    /// The value of `name`, if set.
+    pub(crate) fn get(&self, name: &[u8]) -> Option<&[u8]> {
+        self.entries()
+            .find_map(|e| e.strip_prefix(name)?.strip_prefix(b"="))
     }
 }
 
 /// Builds `envp` for a command: scrubbed host env, forced terminal
 /// settings, the caller's `env`, the caller's `dsh_env`, and last the
 /// executor's own tag (later wins).
-pub(crate) fn child_environment(host: HostEnv, spec: &Spec, tag: &str) -> Vec<CString> {
+pub(crate) fn child_environment(host: HostEnv, spec: &Spec, tag: &str) -> Envp {
     build(host, &FORCED, spec.env.as_ref(), spec.dsh_env.as_ref(), tag)
 }
 
@@ -76,7 +176,7 @@ pub(crate) fn terminal_environment(
     env: Option<&BTreeMap<String, String>>,
     dsh_env: Option<&BTreeMap<String, String>>,
     tag: &str,
-) -> Vec<CString> {
+) -> Envp {
     build(host, &TERMINAL_FORCED, env, dsh_env, tag)
 }
 
@@ -86,9 +186,8 @@ fn build(
     env: Option<&BTreeMap<String, String>>,
     dsh_env: Option<&BTreeMap<String, String>>,
     tag: &str,
-) -> Vec<CString> {
-    let mut vars = host.0;
-    let layers = forced
+) -> Envp {
+    let layers: BTreeMap<&[u8], &[u8]> = forced
         .iter()
         .map(|(k, v)| (k.as_bytes(), v.as_bytes()))
         .chain(
@@ -102,25 +201,53 @@ fn build(
                 .flatten()
                 .map(|(k, v)| (k.as_bytes(), v.as_bytes())),
         )
-        .chain(std::iter::once((EXEC_TAG_VAR.as_bytes(), tag.as_bytes())));
-    for (k, v) in layers {
-        vars.insert(k.to_vec(), v.to_vec());
+        .chain(std::iter::once((EXEC_TAG_VAR.as_bytes(), tag.as_bytes())))
+        .collect();
+    // Both are in name order: merge them, the layers winning a tie.
+    let mut host_vars = host
+        .0
+        .iter()
+        .map(|(k, v)| (k.as_slice(), v.as_slice()))
+        .peekable();
+    let mut layer_vars = layers.into_iter().peekable();
+    let mut envp = Envp {
+        bytes: Vec::with_capacity(4096),
+        count: 0,
+    };
+    loop {
+        let (k, v) = match (host_vars.peek(), layer_vars.peek()) {
+            (None, None) => break,
+            (Some(_), None) => host_vars.next(),
+            (None, Some(_)) => layer_vars.next(),
+            (Some(h), Some(l)) => match h.0.cmp(l.0) {
+                std::cmp::Ordering::Less => host_vars.next(),
+                std::cmp::Ordering::Greater => layer_vars.next(),
+                std::cmp::Ordering::Equal => {
+                    host_vars.next();
+                    layer_vars.next()
+                }
+            },
+        }
+        .expect("peeked");
+        // Parent entries cannot hold NUL; spec entries were checked by
+        // resolve/check. Dropping rather than panicking keeps this total
+        // (and the entries NUL-separated).
+        if k.contains(&0) || v.contains(&0) {
+            continue;
+        }
+        envp.bytes.extend_from_slice(k);
+        envp.bytes.push(b'=');
+        envp.bytes.extend_from_slice(v);
+        envp.bytes.push(0);
+        envp.count += 1;
     }
-    vars.into_iter()
-        .filter_map(|(mut k, v)| {
-            k.push(b'=');
-            k.extend_from_slice(&v);
-            // Parent entries cannot hold NUL; spec entries were checked by
-            // resolve/check. Dropping rather than panicking keeps this total.
-            CString::new(k).ok()
-        })
-        .collect()
+    envp
 }
 
 /// The PATH a command will see, for finding its shell the way `execvp` in
 /// the child would.
-pub(crate) fn path_of(envp: &[CString]) -> Option<&[u8]> {
-    envp.iter().find_map(|e| e.as_bytes().strip_prefix(b"PATH="))
+pub(crate) fn path_of(envp: &Envp) -> Option<&[u8]> {
+    envp.get(b"PATH")
 }
 
 #[cfg(test)]
@@ -153,27 +280,21 @@ mod tests {
     }
 
     fn host(pairs: &[(&[u8], &[u8])]) -> HostEnv {
-        HostEnv::scrubbed(
-            pairs
-                .iter()
-                .map(|(k, v)| (OsString::from_vec(k.to_vec()), OsString::from_vec(v.to_vec()))),
-        )
+        HostEnv::scrubbed(pairs.iter().copied())
     }
 
     /// `envp` as (name, value) pairs, in order.
-    fn pairs(envp: &[CString]) -> Vec<(Vec<u8>, Vec<u8>)> {
-        envp.iter()
-            .map(|e| {
-                let b = e.as_bytes();
+    fn pairs(envp: &Envp) -> Vec<(Vec<u8>, Vec<u8>)> {
+        envp.entries()
+            .map(|b| {
                 let eq = b.iter().position(|&c| c == b'=').expect("NAME=VALUE");
                 (b[..eq].to_vec(), b[eq + 1..].to_vec())
             })
             .collect()
     }
 
-    fn get<'a>(envp: &'a [CString], name: &str) -> Option<&'a [u8]> {
-        envp.iter()
-            .find_map(|e| e.as_bytes().strip_prefix(name.as_bytes())?.strip_prefix(b"="))
+    fn get<'a>(envp: &'a Envp, name: &str) -> Option<&'a [u8]> {
+        envp.get(name.as_bytes())
     }
 
     #[test]
@@ -307,9 +428,8 @@ mod tests {
 
     #[test]
     fn one_entry_per_name_sorted_and_nothing_that_could_not_be_passed() {
-        let mut h = host(&[(b"B", b"1"), (b"A", b"2")]);
         // Not from a real environment (which cannot hold NUL): dropped, not a panic.
-        h.0.insert(b"BROKEN".to_vec(), b"a\0b".to_vec());
+        let h = host(&[(b"B", b"1"), (b"A", b"2"), (b"BROKEN", b"a\0b")]);
         let envp = child_environment(h, &spec(&[("B", "3"), ("TERM", "vt100")], &[]), "t");
         let names: Vec<Vec<u8>> = pairs(&envp).into_iter().map(|(k, _)| k).collect();
         let mut sorted = names.clone();
@@ -319,6 +439,22 @@ mod tests {
         assert_eq!(get(&envp, "B"), Some(&b"3"[..]));
         assert_eq!(get(&envp, "TERM"), Some(&b"vt100"[..]));
         assert_eq!(get(&envp, "BROKEN"), None);
+        assert_eq!(envp.len(), names.len(), "the count sent with the entries");
+    }
+
+    #[test]
+    fn environ_entries_are_read_as_std_reads_them() {
+        assert_eq!(variable(b"A=1\0"), Some((&b"A"[..], &b"1"[..])));
+        assert_eq!(variable(b"A=b=c\0"), Some((&b"A"[..], &b"b=c"[..])));
+        assert_eq!(variable(b"A=\0"), Some((&b"A"[..], &b""[..])));
+        assert_eq!(
+            variable(b"=C:=x\0"),
+            Some((&b"=C:"[..], &b"x"[..])),
+            "a name may start with ="
+        );
+        assert_eq!(variable(b"NOVALUE\0"), None);
+        assert_eq!(variable(b"=\0"), None);
+        assert_eq!(variable(b"\0"), None);
     }
 
     #[test]

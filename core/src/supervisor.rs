@@ -31,6 +31,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
 use crate::clone_exec::clone_exec_fd;
+use crate::env::Envp;
 use crate::forked::{current_pid, PerProcess};
 use crate::spawn::{set_nonblocking, ExitStatus};
 
@@ -358,7 +359,7 @@ pub(crate) struct ChildFds {
 pub(crate) struct Program<'a> {
     pub path: &'a CStr,
     pub argv: &'a [&'a CStr],
-    pub envp: &'a [CString],
+    pub envp: &'a Envp,
     pub workdir: &'a CStr,
 }
 
@@ -369,9 +370,8 @@ impl Program<'_> {
     fn payload(&self, extra: &[u8]) -> Vec<u8> {
         let strings = [self.path, self.workdir]
             .into_iter()
-            .chain(self.argv.iter().copied())
-            .chain(self.envp.iter().map(CString::as_c_str));
-        let mut payload = Vec::with_capacity(4096);
+            .chain(self.argv.iter().copied());
+        let mut payload = Vec::with_capacity(4096 + self.envp.as_bytes_with_nuls().len());
         payload.extend_from_slice(&(self.argv.len() as u32).to_ne_bytes());
         payload.extend_from_slice(&(self.envp.len() as u32).to_ne_bytes());
         payload.extend_from_slice(&[0; 8]);
@@ -379,6 +379,7 @@ impl Program<'_> {
         for s in strings {
             payload.extend_from_slice(s.to_bytes_with_nul());
         }
+        payload.extend_from_slice(self.envp.as_bytes_with_nuls());
         let len = (payload.len() - 16) as u64;
         payload[8..16].copy_from_slice(&len.to_ne_bytes());
         payload

@@ -298,6 +298,23 @@ fn environment_changes_between_calls() {
             p.id()
         );
     }
+    // A string given to `putenv` is the environment: changed in place (same
+    // pointer, same length), the next command must see the new value.
+    let entry: &'static mut [u8] = Box::leak(b"HOST_INPLACE=a\0".to_vec().into_boxed_slice());
+    let at = entry.len() - 2;
+    // SAFETY: `entry` is NUL-terminated and leaked, so it outlives its use
+    // as part of the environment; only this thread touches the environment.
+    unsafe { libc::putenv(entry.as_mut_ptr().cast()) };
+    for value in [b'a', b'b', b'c'] {
+        // SAFETY: as above; `at` is inside the string, before its NUL.
+        unsafe { entry.as_mut_ptr().add(at).write(value) };
+        let r = run(&e, "echo $HOST_INPLACE");
+        assert_eq!(
+            r.stdout.text,
+            format!("{}\n", value as char),
+            "a change in place was missed"
+        );
+    }
     e.dispose_blocking().unwrap();
 }
 
