@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::ffi::CStr;
 use std::sync::{Arc, Mutex};
 
+use crate::forked::PerProcess;
 use crate::request::Spec;
 
 /// The managed variable that tags every process of a command so a kill can
@@ -41,8 +42,11 @@ pub(crate) struct HostEnv(Arc<Vars>);
 
 /// The last environment taken, byte for byte as `environ` held it, and its
 /// scrubbed form: a host whose environment did not change since (nearly
-/// every call) costs one comparison instead of a copy and a scrub.
-static LAST: Mutex<Option<(Vec<u8>, HostEnv)>> = Mutex::new(None);
+/// every call) costs one comparison instead of a copy and a scrub. Per
+/// process: a child forked while another thread held the lock gets one of
+/// its own.
+static LAST: PerProcess<Mutex<Option<RawAndScrubbed>>> = PerProcess::new();
+type RawAndScrubbed = (Vec<u8>, HostEnv);
 
 extern "C" {
     static environ: *const *const libc::c_char;
@@ -89,10 +93,11 @@ impl HostEnv {
     pub(crate) fn capture() -> Self {
         // SAFETY: we are on the caller's thread, inside its call (above).
         let entries = || unsafe { environ_entries() };
-        // `try_lock`: a thread that forked while holding it leaves it held
-        // in the child forever, and a contended call can afford the copy.
-        let mut last = LAST.try_lock().ok();
-        if let Some(Some((raw, env))) = last.as_deref() {
+        let mut last = LAST
+            .get(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some((raw, env)) = last.as_ref() {
             let mut rest = raw.as_slice();
             let same = entries().all(|e| match rest.strip_prefix(e) {
                 Some(r) => {
@@ -107,9 +112,7 @@ impl HostEnv {
         }
         let raw: Vec<u8> = entries().flatten().copied().collect();
         let env = HostEnv::scrubbed(entries().filter_map(variable));
-        if let Some(last) = last.as_deref_mut() {
-            *last = Some((raw, env.clone()));
-        }
+        *last = Some((raw, env.clone()));
         env
     }
 

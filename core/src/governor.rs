@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use crate::error::{DshError, Result};
+use crate::forked::PerProcess;
 use crate::limits::{unavailable, LimitKind, Limits, LimitsEnforcement, Mechanism};
 
 /// The host's own group in the writable v1 hierarchies that the governor
@@ -237,8 +238,10 @@ pub(crate) enum GroupKind {
 /// Groups that still held a process (a background job the command left on
 /// purpose) when their command's tree was done with: removed by a later
 /// command's cleanup once empty, so a long-lived executor does not collect
-/// them; the supervisor removes whatever is left when it ends.
-static LEFTOVER: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+/// them; the supervisor removes whatever is left when it ends. Per process:
+/// a child forked while another thread held the list starts a list of its
+/// own (the parent's groups are the parent's supervisor's to remove).
+static LEFTOVER: PerProcess<std::sync::Mutex<Vec<PathBuf>>> = PerProcess::new();
 
 /// Removes `dir`; true when it is gone (or was already).
 fn removed(dir: &Path) -> bool {
@@ -251,7 +254,10 @@ fn removed(dir: &Path) -> bool {
 /// Removes `dirs`, keeping the busy ones for later, and retries the ones
 /// kept before.
 fn remove_dirs(dirs: impl IntoIterator<Item = PathBuf>) {
-    let mut left = LEFTOVER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut left = LEFTOVER
+        .get(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     left.retain(|d| !removed(d));
     left.extend(dirs.into_iter().filter(|d| !removed(d)));
 }

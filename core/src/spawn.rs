@@ -9,6 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::ptr;
 
+use crate::forked::PerProcess;
 use crate::supervisor::{ChildFds, Leader};
 
 /// A started command: the leader's pid, the socket on which the supervisor
@@ -112,22 +113,19 @@ pub(crate) enum ExitStatus {
 /// PATH value and re-checked with one `access` call, so a shell removed or
 /// installed meanwhile is noticed when the cached one stops being usable.
 pub(crate) fn find_shell(path: Option<&[u8]>) -> Option<CString> {
-    static LAST: std::sync::Mutex<Option<(Vec<u8>, CString)>> = std::sync::Mutex::new(None);
+    // Per process: a child forked while another thread held the lock gets
+    // a cache of its own instead of a lock held forever.
+    type PathAndShell = (Vec<u8>, CString);
+    static LAST: PerProcess<std::sync::Mutex<Option<PathAndShell>>> = PerProcess::new();
     let path = path.unwrap_or(b"/usr/local/bin:/usr/bin:/bin");
     let usable = |c: &CString| {
         // SAFETY: `c` is a valid NUL-terminated path.
         unsafe { libc::access(c.as_ptr(), libc::X_OK) == 0 }
     };
-    // `try_lock`, never `lock`: a host that forks while another of its
-    // threads is in here leaves the child this lock held forever, and a
-    // forked child that then runs a command must not hang (it searches the
-    // PATH instead). The same for a contended call.
-    let lock = || match LAST.try_lock() {
-        Ok(guard) => Some(guard),
-        Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
-        Err(std::sync::TryLockError::WouldBlock) => None,
-    };
-    if let Some(last) = lock() {
+    let last = LAST.get(Default::default);
+    let lock = || last.lock().unwrap_or_else(|e| e.into_inner());
+    {
+        let last = lock();
         if let Some((p, shell)) = last.as_ref() {
             if p.as_slice() == path && usable(shell) {
                 return Some(shell.clone());
@@ -147,9 +145,7 @@ pub(crate) fn find_shell(path: Option<&[u8]>) -> Option<CString> {
             let ok = usable(&c) && Path::new(std::ffi::OsStr::from_bytes(c.as_bytes())).is_file();
             ok.then_some(c)
         })?;
-    if let Some(mut last) = lock() {
-        *last = Some((path.to_vec(), found.clone()));
-    }
+    *lock() = Some((path.to_vec(), found.clone()));
     Some(found)
 }
 
