@@ -941,6 +941,7 @@ impl Executor {
             Started {
                 pid: leader.pid,
                 report: leader.report,
+                releaser: leader.releaser,
                 master,
                 control,
                 rdev,

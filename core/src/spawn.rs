@@ -18,6 +18,8 @@ use crate::supervisor::{ChildFds, Leader};
 pub(crate) struct Spawned {
     pub pid: libc::pid_t,
     pub report: OwnedFd,
+    /// Releases the leader once its report has been read.
+    pub releaser: crate::supervisor::Releaser,
     pub stdin: Option<OwnedFd>,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
@@ -197,6 +199,7 @@ impl Pipes {
         Ok(Spawned {
             pid: leader.pid,
             report: leader.report,
+            releaser: leader.releaser,
             stdin,
             stdout,
             stderr,

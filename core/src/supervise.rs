@@ -16,7 +16,7 @@ use tokio::time::{sleep_until, Instant};
 use crate::output::StreamBuffer;
 use crate::spawn::{ExitStatus, Spawned};
 use crate::stdin::{PipeWork, StdinEnd, StdinPipe};
-use crate::supervisor::{release, ExitReport};
+use crate::supervisor::ExitReport;
 use crate::tree::{signal_group, sweep, sweep_counted, Spare, TagMatch};
 
 const CHUNK: usize = 64 * 1024;
@@ -235,6 +235,7 @@ async fn supervise_inner(
     let Spawned {
         pid,
         report: report_fd,
+        releaser,
         stdin: stdin_fd,
         stdout,
         stderr,
@@ -253,7 +254,7 @@ async fn supervise_inner(
             // Cannot watch it, so do not leave it running.
             signal_tree(pid, tag, libc::SIGKILL, true);
             ExitReport::default().wait(report_fd.as_raw_fd());
-            release(report_fd);
+            releaser.release(report_fd);
             return Err(e);
         }
     };
@@ -266,7 +267,7 @@ async fn supervise_inner(
             let (report_fd, e) = e.into_parts();
             signal_tree(pid, tag, libc::SIGKILL, true);
             ExitReport::default().wait(report_fd.as_raw_fd());
-            release(report_fd);
+            releaser.release(report_fd);
             return Err(e);
         }
     };
@@ -446,7 +447,7 @@ async fn supervise_inner(
         ExitStatus::Signal(_) if !lost => crate::governor::own_cpu_time(pid),
         _ => None,
     };
-    release(report_fd.into_inner());
+    releaser.release(report_fd.into_inner());
     Ok(Outcome {
         status,
         stop: stopped,

@@ -11,10 +11,12 @@
 //! Spawning happens in the supervisor: the host sends one request over a
 //! unix socket with the pipe ends, a Landlock ruleset and the program
 //! (path, argv, environment, workdir), and gets back the leader's pid, or
-//! the step and errno that failed. Each command has a socket of its own to
+//! the step and errno that failed. Each command has a pipe of its own from
 //! the supervisor, on which its leader's exit status arrives; the leader stays
-//! an unreaped zombie until the host releases it, so its pid and process
-//! group id cannot be reused while the host may still signal them.
+//! an unreaped zombie until the host releases it (its pid on the executor's
+//! release pipe), so its pid and process group id cannot be reused while
+//! the host may still signal them. Only pipes, files and memfds travel to
+//! the supervisor, never a unix socket (see supervisor.c).
 //!
 //! The supervisor is started by one thread of the host (`dsh-supervise`)
 //! that lives as long as the process: the supervisor's parent-death signal
@@ -41,6 +43,7 @@ static PROGRAM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/dsh-supervisor
 // The wire protocol; keep in step with supervisor.c.
 const OP_SPAWN: u32 = 1;
 const OP_SHUTDOWN: u32 = 2;
+const OP_RELEASES: u32 = 3;
 const FLAG_STDIN: u32 = 1;
 const FLAG_RULESET: u32 = 2;
 const FLAG_INLINE: u32 = 4;
@@ -63,8 +66,8 @@ const FLAG_TERMINAL: u32 = 256;
 const R_SPAWNED: i32 = 1;
 const R_FAILED: i32 = 2;
 const R_EXITED: i32 = 3;
-/// At most eight descriptors travel with a request.
-const MAX_FDS: usize = 8;
+/// At most nine descriptors travel with a request.
+const MAX_FDS: usize = 9;
 
 /// A request on the control socket.
 #[repr(C)]
@@ -78,7 +81,7 @@ const SHUTDOWN: Header = Header {
     flags: 0,
 };
 
-/// A reply on a command's socket: four native-endian i32s.
+/// A reply on a command's report pipe: four native-endian i32s.
 const REPLY: usize = 16;
 
 fn decode(bytes: &[u8; REPLY]) -> [i32; 4] {
@@ -153,32 +156,29 @@ fn socketpair(kind: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// `send(2)` without SIGPIPE; returns how much was sent.
-fn send(fd: &OwnedFd, bytes: &[u8], flags: libc::c_int) -> io::Result<usize> {
-    loop {
-        // SAFETY: `bytes` is valid for reads of its length.
-        let n = unsafe {
-            libc::send(
-                fd.as_raw_fd(),
-                bytes.as_ptr().cast(),
-                bytes.len(),
-                flags | libc::MSG_NOSIGNAL,
-            )
-        };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
+/// A close-on-exec pipe: (read end, write end), with `flags` (O_NONBLOCK)
+/// on both.
+fn pipe(flags: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | flags) })?;
+    // SAFETY: pipe2 succeeded: both descriptors are fresh and ours.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-fn send_all(fd: &OwnedFd, mut bytes: &[u8]) -> io::Result<()> {
+/// `write(2)` of all of `bytes`, retried on EINTR.
+fn write_all(fd: &OwnedFd, mut bytes: &[u8]) -> io::Result<()> {
     while !bytes.is_empty() {
-        let n = send(fd, bytes, 0)?;
-        bytes = &bytes[n..];
+        // SAFETY: `bytes` is valid for reads of its length.
+        let n = unsafe { libc::write(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        bytes = &bytes[n as usize..];
     }
     Ok(())
 }
@@ -239,7 +239,7 @@ fn recv_reply(fd: &OwnedFd) -> io::Result<Option<[i32; 4]>> {
     let mut got = 0;
     while got < REPLY {
         // SAFETY: the range written is inside `buf`.
-        let n = unsafe { libc::recv(fd.as_raw_fd(), buf[got..].as_mut_ptr().cast(), REPLY - got, 0) };
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf[got..].as_mut_ptr().cast(), REPLY - got) };
         match n {
             0 => return Ok(None),
             n if n > 0 => got += n as usize,
@@ -254,14 +254,43 @@ fn recv_reply(fd: &OwnedFd) -> io::Result<Option<[i32; 4]>> {
     Ok(Some(decode(&buf)))
 }
 
-/// A command's leader, started by the supervisor: its pid, and the socket
-/// on which the supervisor reports its exit and which releases it.
+/// A command's leader, started by the supervisor: its pid, the pipe on
+/// which the supervisor reports its exit, and what releases it.
 pub(crate) struct Leader {
     pub pid: libc::pid_t,
     pub report: OwnedFd,
+    pub releaser: Releaser,
 }
 
-/// What the supervisor reported on a command's socket.
+/// An executor's release pipe: the supervisor reads the pids of released
+/// leaders from it. The host keeps a copy of the read end as long as it
+/// can write, so a write never meets a pipe without readers (which would
+/// be SIGPIPE to a host that did not ignore it), even after the
+/// supervisor died.
+struct ReleasePipe {
+    _read: OwnedFd,
+    write: OwnedFd,
+}
+
+/// Releases one leader (see [`Releaser::release`]).
+pub(crate) struct Releaser {
+    pid: libc::pid_t,
+    pipe: Arc<ReleasePipe>,
+}
+
+impl Releaser {
+    /// Lets the supervisor reap the leader: after this, its pid and group
+    /// id may be reused, so nothing may signal them. Closing the report
+    /// pipe alone does the same, but a forked copy of the host could keep
+    /// it open.
+    pub(crate) fn release(self, report: OwnedFd) {
+        // A full pipe (the supervisor is gone or stalled) leaves the close.
+        let _ = write_all(&self.pipe.write, &self.pid.to_ne_bytes());
+        drop(report);
+    }
+}
+
+/// What the supervisor reported on a command's report pipe.
 fn exit_status(code: i32, status: i32) -> ExitStatus {
     match code {
         libc::CLD_EXITED => ExitStatus::Code(status),
@@ -271,7 +300,7 @@ fn exit_status(code: i32, status: i32) -> ExitStatus {
 }
 
 /// The exit report of a leader, read as it arrives on its (non-blocking)
-/// socket.
+/// report pipe.
 #[derive(Default)]
 pub(crate) struct ExitReport {
     buf: [u8; REPLY],
@@ -285,7 +314,7 @@ impl ExitReport {
     pub(crate) fn read(&mut self, fd: RawFd) -> io::Result<Option<ExitStatus>> {
         loop {
             // SAFETY: the range written is inside `self.buf`.
-            let n = unsafe { libc::recv(fd, self.buf[self.got..].as_mut_ptr().cast(), REPLY - self.got, 0) };
+            let n = unsafe { libc::read(fd, self.buf[self.got..].as_mut_ptr().cast(), REPLY - self.got) };
             if n == 0 {
                 return Ok(Some(ExitStatus::Unavailable));
             }
@@ -327,13 +356,6 @@ impl ExitReport {
             }
         }
     }
-}
-
-/// Lets the supervisor reap the leader: after this, its pid and group id
-/// may be reused, so nothing may signal them. Closing the socket does the
-/// same, but a forked copy of the host could keep it open.
-pub(crate) fn release(report: OwnedFd) {
-    let _ = send(&report, b"R", libc::MSG_DONTWAIT);
 }
 
 /// The descriptors a command gets: its pipe ends and, to confine it, a
@@ -393,12 +415,20 @@ fn ended() -> SpawnError {
     ))
 }
 
-/// Waits for the supervisor's answer to a spawn on the command's socket.
-fn spawned(sock: OwnedFd) -> Result<Leader, SpawnError> {
-    match recv_reply(&sock).map_err(SpawnError::Io)? {
+/// Waits for the supervisor's answer to a spawn on the command's report
+/// pipe.
+fn spawned(report: OwnedFd, releases: &Arc<ReleasePipe>) -> Result<Leader, SpawnError> {
+    match recv_reply(&report).map_err(SpawnError::Io)? {
         Some([R_SPAWNED, pid, ..]) => {
-            set_nonblocking(&sock).map_err(SpawnError::Io)?;
-            Ok(Leader { pid, report: sock })
+            set_nonblocking(&report).map_err(SpawnError::Io)?;
+            Ok(Leader {
+                pid,
+                report,
+                releaser: Releaser {
+                    pid,
+                    pipe: releases.clone(),
+                },
+            })
         }
         Some([R_FAILED, step, errno, detail]) => Err(SpawnError::Failed {
             step: Step::from_wire(step),
@@ -417,6 +447,7 @@ pub(crate) struct Supervisor {
     pid: libc::pid_t,
     pidfd: Option<OwnedFd>,
     control: OwnedFd,
+    releases: Arc<ReleasePipe>,
     /// The process that started it; a forked child must not shut it down.
     host_pid: libc::pid_t,
 }
@@ -428,11 +459,34 @@ impl Supervisor {
 
     /// Starts `program` with `fds` and returns once it has exec'd, or
     /// failed to. The usual program travels in the request's own message;
-    /// a larger one follows on the command's socket.
+    /// a larger one in a memfd. (No unix socket is ever passed: see
+    /// supervisor.c.)
     pub(crate) fn spawn(&self, fds: &ChildFds, program: &Program<'_>) -> Result<Leader, SpawnError> {
-        let (mine, theirs) = socketpair(libc::SOCK_STREAM).map_err(SpawnError::Io)?;
+        let (mine, theirs) = pipe(0).map_err(SpawnError::Io)?;
         let mut flags = 0;
-        let mut passed = vec![theirs.as_raw_fd(), fds.stdout, fds.stderr];
+        let mut passed = vec![theirs.as_raw_fd()];
+        let mut extra = Vec::new();
+        if let Some(r) = &fds.rlimits {
+            flags |= FLAG_RLIMITS;
+            extra.extend_from_slice(&r.wire());
+        }
+        if let Some(bpf) = &fds.seccomp {
+            flags |= FLAG_SECCOMP;
+            extra.extend_from_slice(&((bpf.len() / 8) as u32).to_ne_bytes());
+            extra.extend_from_slice(&[0; 4]);
+            extra.extend_from_slice(bpf);
+        }
+        let payload = program.payload(&extra);
+        let inline = payload.len() <= MAX_INLINE;
+        let memfd = if inline {
+            flags |= FLAG_INLINE;
+            None
+        } else {
+            let memfd = payload_memfd(&payload).map_err(SpawnError::Io)?;
+            passed.push(memfd.as_raw_fd());
+            Some(memfd)
+        };
+        passed.extend([fds.stdout, fds.stderr]);
         if let Some(fd) = fds.stdin {
             flags |= FLAG_STDIN;
             passed.push(fd);
@@ -449,22 +503,6 @@ impl Supervisor {
             flags |= flag;
             passed.push(*fd);
         }
-        let mut extra = Vec::new();
-        if let Some(r) = &fds.rlimits {
-            flags |= FLAG_RLIMITS;
-            extra.extend_from_slice(&r.wire());
-        }
-        if let Some(bpf) = &fds.seccomp {
-            flags |= FLAG_SECCOMP;
-            extra.extend_from_slice(&((bpf.len() / 8) as u32).to_ne_bytes());
-            extra.extend_from_slice(&[0; 4]);
-            extra.extend_from_slice(bpf);
-        }
-        let payload = program.payload(&extra);
-        let inline = payload.len() <= MAX_INLINE;
-        if inline {
-            flags |= FLAG_INLINE;
-        }
         let header = Header { op: OP_SPAWN, flags };
         let rest: &[u8] = if inline { &payload } else { &[] };
         send_with_fds(&self.control, &header, rest, &passed).map_err(|e| match e.raw_os_error() {
@@ -473,11 +511,11 @@ impl Supervisor {
             }
             _ => SpawnError::Io(e),
         })?;
+        // Ours gone, the supervisor's end is the only writer: its end of
+        // file means the supervisor ended.
         drop(theirs);
-        if !inline {
-            send_all(&mine, &payload).map_err(|_| ended())?;
-        }
-        spawned(mine)
+        drop(memfd);
+        spawned(mine, &self.releases)
     }
 
     /// Asks the supervisor to kill whatever is left of its subtree and
@@ -541,6 +579,21 @@ const MFD_ALLOW_SEALING: libc::c_uint = 0x2;
 /// with EINVAL, and their memfds are executable).
 const MFD_EXEC: libc::c_uint = 0x10;
 
+/// A memfd holding a program too large to travel inline: its head and
+/// payload, as the supervisor reads them (from offset 0).
+fn payload_memfd(payload: &[u8]) -> io::Result<OwnedFd> {
+    // SAFETY: memfd_create takes a C string and flags (the raw call: see
+    // `program_memfd`).
+    let fd = unsafe { libc::syscall(libc::SYS_memfd_create, c"dsh-program".as_ptr(), MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a non-negative return is a fresh descriptor, ours alone.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    write_all(&fd, payload)?;
+    Ok(fd)
+}
+
 /// A sealed, executable memfd holding the program.
 fn program_memfd() -> io::Result<OwnedFd> {
     let create = |flags: libc::c_uint| {
@@ -586,6 +639,7 @@ fn program_memfd() -> io::Result<OwnedFd> {
 fn start_here() -> io::Result<Supervisor> {
     let program = program_memfd()?;
     let (control, theirs) = socketpair(libc::SOCK_SEQPACKET)?;
+    let (read, write) = pipe(libc::O_NONBLOCK)?;
     let host_pid = current_pid();
     let pid_arg = CString::new(host_pid.to_string()).expect("digits have no NUL");
     // The directories its commands' cgroups are made in: it removes what
@@ -597,10 +651,18 @@ fn start_here() -> io::Result<Supervisor> {
     let mut argv: Vec<&CStr> = vec![c"dsh-supervisor", &pid_arg];
     argv.extend(groups.iter().map(CString::as_c_str));
     let child = clone_exec_fd(program.as_raw_fd(), &argv, &[], theirs.as_raw_fd())?;
+    let releases = Header {
+        op: OP_RELEASES,
+        flags: 0,
+    };
+    // Queued before any request, so read first. Should it fail, the
+    // supervisor is already gone: the first spawn finds that out.
+    let _ = send_with_fds(&control, &releases, &[], &[read.as_raw_fd()]);
     Ok(Supervisor {
         pid: child.pid,
         pidfd: Some(child.pidfd),
         control,
+        releases: Arc::new(ReleasePipe { _read: read, write }),
         host_pid,
     })
 }

@@ -31,7 +31,7 @@ use crate::runtime;
 use crate::sandbox::SandboxPolicy;
 use crate::spawn::{pidfd_open, ExitStatus};
 use crate::supervise::{finish_stop, read_exit, signal_tree, watch as register, Stop};
-use crate::supervisor::{release, ExitReport};
+use crate::supervisor::{ExitReport, Releaser};
 use crate::tree::{group_in_stat, session_in_stat, sweep, sweep_counted, TagMatch};
 
 const CHUNK: usize = 64 * 1024;
@@ -891,6 +891,7 @@ async fn end_leftovers(tag: &str, grace: Duration) -> u32 {
 pub(crate) struct Started {
     pub pid: libc::pid_t,
     pub report: OwnedFd,
+    pub releaser: Releaser,
     pub master: OwnedFd,
     /// A copy of `master`, made before the spawn (so that nothing can fail
     /// once the program runs).
@@ -945,10 +946,10 @@ pub(crate) fn start<G: Send + 'static>(
     });
     let terminal = Terminal { shared };
     let task = terminal.clone();
-    let (master, report) = (started.master, started.report);
+    let (master, report, releaser) = (started.master, started.report, started.releaser);
     runtime::handle().spawn(async move {
         let _guard = guard;
-        task.run(master, report, write_rx, disposing).await;
+        task.run(master, report, releaser, write_rx, disposing).await;
     });
     terminal
 }
@@ -1057,29 +1058,31 @@ impl Terminal {
         self,
         master: OwnedFd,
         report_fd: OwnedFd,
+        releaser: Releaser,
         mut write_rx: mpsc::UnboundedReceiver<WriteRequest>,
         disposing: impl std::future::Future<Output = ()>,
     ) {
         let pid = self.shared.pid;
         let tag = self.shared.tag.clone();
         let grace = self.shared.grace;
-        let fds = register(master, Interest::READABLE | Interest::WRITABLE).and_then(|m| {
-            // SAFETY: as in supervise::watch.
-            let r = unsafe { AsyncFd::register_with_interest(report_fd, Interest::READABLE) };
-            r.map(|r| (m, r)).map_err(|e| {
-                let (fd, e) = e.into_parts();
+        let master = register(master, Interest::READABLE | Interest::WRITABLE);
+        // SAFETY: as in supervise::watch.
+        let report = unsafe { AsyncFd::register_with_interest(report_fd, Interest::READABLE) };
+        let (master, report_fd) = match (master, report) {
+            (Ok(m), Ok(r)) => (m, r),
+            (_, report) => {
+                // Cannot be watched: killed and released here.
+                let fd = match report {
+                    Ok(r) => r.into_inner(),
+                    Err(e) => e.into_parts().0,
+                };
                 signal_tree(pid, &tag, libc::SIGKILL, true);
                 ExitReport::default().wait(fd.as_raw_fd());
-                release(fd);
-                e
-            })
-        });
-        let Ok((master, report_fd)) = fds else {
-            // Cannot be watched: it was killed (or the master is unusable,
-            // and the session ends on its own hangup).
-            self.on_exit(ExitStatus::Unavailable);
-            self.finish(0, false);
-            return;
+                releaser.release(fd);
+                self.on_exit(ExitStatus::Unavailable);
+                self.finish(0, false);
+                return;
+            }
         };
         let mut report = ExitReport::default();
         let mut lost = false;
@@ -1184,7 +1187,7 @@ impl Terminal {
         } else {
             0
         };
-        release(report_fd.into_inner());
+        releaser.release(report_fd.into_inner());
         drop(master);
         self.finish(survivors, stopped.is_some());
     }

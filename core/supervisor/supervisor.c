@@ -25,8 +25,12 @@
  *
  * Protocol (host -> supervisor on the control socket, SOCK_SEQPACKET):
  *   struct request { op, flags }
- *   SPAWN    fds (SCM_RIGHTS): command socket, stdout, stderr,
- *            [stdin if FLAG_STDIN], [Landlock ruleset if FLAG_RULESET],
+ *   RELEASES fd (SCM_RIGHTS): the read end of the executor's release pipe
+ *            (non-blocking; sent once, first): the host writes a leader's
+ *            pid (a native-endian int32) there to release it.
+ *   SPAWN    fds (SCM_RIGHTS): the write end of the command's report pipe,
+ *            [a memfd holding the program unless FLAG_INLINE], stdout,
+ *            stderr, [stdin if FLAG_STDIN], [Landlock ruleset if FLAG_RULESET],
  *            [cgroup.procs if FLAG_CGROUP1], [cgroup.procs if FLAG_CGROUP2],
  *            [cgroup.procs if FLAG_CGROUP3]
  *            The program: struct payload { argc, envc, len } and `len`
@@ -34,17 +38,21 @@
  *            FLAG_SECCOMP (u32 count, u32 pad, count BPF instructions),
  *            then NUL-terminated path, workdir, argv[argc], envp[envc].
  *            With FLAG_INLINE it follows the request in the same message
- *            (one wake-up here per command); a larger one goes on the
- *            command socket (SOCK_STREAM, one per command) instead.
+ *            (one wake-up here per command); a larger one comes in a memfd.
+ *            No unix socket ever travels: one in flight makes every later
+ *            close of a unix socket, anywhere, schedule the kernel's unix
+ *            garbage collector (a kernel worker that preempts us).
  *            FLAG_TERMINAL (with FLAG_STDIN): stdin is a pseudo-terminal's
  *            slave, which the child makes its controlling terminal
  *            (TIOCSCTTY) right after setsid: a terminal session.
- *            The reply goes back on the command socket: SPAWNED(pid) or
+ *            The replies go back on the report pipe: SPAWNED(pid) or
  *            FAILED(step, errno, detail); later EXITED(si_code, si_status) when the
  *            leader has exited (it stays an unreaped zombie, so its pid and
- *            process group id cannot be reused), until the host writes 'R'
- *            (release) or closes its end; then the leader is reaped. A
- *            release wakes nobody: the sockets of exited leaders are
+ *            process group id cannot be reused), until the host writes its
+ *            pid on the release pipe or closes its end of the report pipe
+ *            (a forked copy of the host may keep that open, hence the
+ *            pid); then the leader is reaped. A release wakes nobody: the
+ *            release pipe and the report pipes of exited leaders are
  *            checked whenever the supervisor wakes anyway, and at least
  *            once a second while any leader awaits its release.
  *   SHUTDOWN the executor is disposed: kill the subtree and exit.
@@ -73,6 +81,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <linux/filter.h>
 #include <sys/syscall.h>
@@ -116,7 +125,7 @@
 #endif
 
 /* Keep in step with core/src/supervisor.rs. */
-enum { OP_SPAWN = 1, OP_SHUTDOWN = 2 };
+enum { OP_SPAWN = 1, OP_SHUTDOWN = 2, OP_RELEASES = 3 };
 enum {
     FLAG_STDIN = 1,
     FLAG_RULESET = 2,
@@ -168,15 +177,15 @@ struct limits {
 
 #define CONTROL 3
 #define MAX_PAYLOAD (256u << 20)
-#define MAX_FDS 8
+#define MAX_FDS 9
 /* The largest payload sent inline with its request. */
 #define MAX_INLINE (32u << 10)
 
 /* One running command: its leader (a child of ours, kept unreaped until
- * released) and the socket to its host. */
+ * released) and the write end of its report pipe to the host. */
 struct command {
     pid_t pid;
-    int pidfd, sock;
+    int pidfd, report;
     int exited, released;
     struct command *prev, *next; /* every command not yet reaped */
 };
@@ -217,6 +226,8 @@ struct command_alloc {
 };
 
 static int epfd = -1;
+/* The read end of the host's release pipe (RELEASES), or -1. */
+static int release_fd = -1;
 static char **group_dirs;
 static int ngroup_dirs;
 static struct rlimit original_nofile;
@@ -225,7 +236,8 @@ static int raised_nofile;
 static void write_all(int fd, const void *buf, size_t len) {
     const char *p = buf;
     while (len > 0) {
-        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        /* SIGPIPE is ignored here: a host that closed its end is EPIPE. */
+        ssize_t n = write(fd, p, len);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) return; /* the host is gone: nobody to tell */
         p += n;
@@ -242,12 +254,14 @@ static void send_reply(int fd, int32_t kind, int32_t a, int32_t b) {
     send_reply3(fd, kind, a, b, 0);
 }
 
-static int read_all(int fd, char *buf, size_t len) {
-    while (len > 0) {
-        ssize_t n = read(fd, buf, len);
+/* Reads `len` bytes at offset 0 of a memfd the host filled. */
+static int read_memfd(int fd, char *buf, size_t len) {
+    for (off_t at = 0; len > 0;) {
+        ssize_t n = pread(fd, buf, len, at);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) return -1;
         buf += n;
+        at += n;
         len -= (size_t)n;
     }
     return 0;
@@ -513,7 +527,7 @@ static void maybe_finish(struct command *c) {
     while (waitid(P_PIDFD, (id_t)c->pidfd, &si, WEXITED | __WALL) < 0 && errno == EINTR) {
     }
     close(c->pidfd);
-    close(c->sock);
+    close(c->report);
     if (c->prev) c->prev->next = c->next;
     else commands = c->next;
     if (c->next) c->next->prev = c->prev;
@@ -523,18 +537,19 @@ static void maybe_finish(struct command *c) {
 
 /* `inline_bytes` holds what followed the request in its message. */
 static void on_spawn(const struct request *req, int *fds, int nfds, const char *inline_bytes, size_t inline_len) {
-    int want = 3 + !!(req->flags & FLAG_STDIN) + !!(req->flags & FLAG_RULESET) + !!(req->flags & FLAG_CGROUP1) +
-               !!(req->flags & FLAG_CGROUP2) + !!(req->flags & FLAG_CGROUP3);
     int is_inline = !!(req->flags & FLAG_INLINE);
+    int want = 3 + !is_inline + !!(req->flags & FLAG_STDIN) + !!(req->flags & FLAG_RULESET) +
+               !!(req->flags & FLAG_CGROUP1) + !!(req->flags & FLAG_CGROUP2) + !!(req->flags & FLAG_CGROUP3);
     if (nfds < 1) return;
     int sock = fds[0];
+    int memfd = !is_inline && nfds > 1 ? fds[1] : -1;
     struct payload head, *rq = &head;
     int got_head;
     if (is_inline) {
         got_head = inline_len >= sizeof head;
         if (got_head) memcpy(&head, inline_bytes, sizeof head);
     } else {
-        got_head = inline_len == 0 && read_all(sock, (char *)&head, sizeof head) == 0;
+        got_head = inline_len == 0 && memfd >= 0 && read_memfd(memfd, (char *)&head, sizeof head) == 0;
     }
     /* A host that gave up (no shell on the PATH) closes its end instead. */
     if (nfds != want || !got_head || rq->len > MAX_PAYLOAD ||
@@ -544,7 +559,7 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
         for (int i = 0; i < nfds; i++) close(fds[i]);
         return;
     }
-    int k = 1;
+    int k = 1 + !is_inline;
     int out = fds[k++], err = fds[k++];
     int in = (req->flags & FLAG_STDIN) ? fds[k++] : -1;
     int ruleset = (req->flags & FLAG_RULESET) ? fds[k++] : -1;
@@ -560,8 +575,15 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
     char **envp = calloc((size_t)rq->envc + 1, sizeof *envp);
     struct command_alloc *a = calloc(1, sizeof *a);
     int ok = payload && argv && envp && a;
-    if (ok && is_inline) memcpy(payload, inline_bytes + sizeof head, (size_t)rq->len);
-    else if (ok) ok = read_all(sock, payload, (size_t)rq->len) == 0;
+    if (ok && is_inline) {
+        memcpy(payload, inline_bytes + sizeof head, (size_t)rq->len);
+    } else if (ok) {
+        /* The memfd holds the head, then the payload. */
+        char *whole = malloc(sizeof head + rq->len);
+        ok = whole && read_memfd(memfd, whole, sizeof head + rq->len) == 0;
+        if (ok) memcpy(payload, whole + sizeof head, (size_t)rq->len);
+        free(whole);
+    }
     /* Split the payload: the limits and the filter its flags announce,
      * then path, workdir, argv..., envp..., each ending in NUL. */
     const char *path = NULL, *workdir = NULL;
@@ -641,7 +663,7 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
         } else {
             a->cmd.pid = pid;
             a->cmd.pidfd = pidfd;
-            a->cmd.sock = sock;
+            a->cmd.report = sock;
             a->cmd.next = commands;
             if (commands) commands->prev = &a->cmd;
             commands = &a->cmd;
@@ -693,6 +715,8 @@ static void on_control(void) {
     }
     if (rq.op == OP_SPAWN) {
         on_spawn(&rq, fds, nfds, rest, (size_t)n - sizeof rq);
+    } else if (rq.op == OP_RELEASES && nfds == 1 && release_fd < 0) {
+        release_fd = fds[0];
     } else {
         for (int i = 0; i < nfds; i++) close(fds[i]);
         if (rq.op == OP_SHUTDOWN) end_everything();
@@ -708,21 +732,37 @@ static void on_exit_of(struct command *c) {
     }
     epoll_ctl(epfd, EPOLL_CTL_DEL, c->pidfd, NULL);
     c->exited = 1;
-    send_reply(c->sock, R_EXITED, si.si_code, si.si_status);
+    send_reply(c->report, R_EXITED, si.si_code, si.si_status);
 }
 
-/* Whether the host has released an exited leader: 'R' or end of file
- * (its end closed) on the command's socket. */
+/* Marks every leader whose pid the host wrote on the release pipe. Runs
+ * before any report pipe is looked at: the host writes the pid before it
+ * closes its end, so a pid read here is never one a later command got
+ * after the earlier one was reaped on the strength of the close. */
+static void read_releases(void) {
+    int32_t pids[256];
+    ssize_t n;
+    while (release_fd >= 0 && ((n = read(release_fd, pids, sizeof pids)) > 0 || (n < 0 && errno == EINTR))) {
+        for (ssize_t i = 0; i < n / (ssize_t)sizeof *pids; i++) {
+            struct command *c = leader(pids[i]);
+            if (c) c->released = 1;
+        }
+    }
+}
+
+/* Whether the host has released an exited leader: its pid on the release
+ * pipe, or nobody left to read its report pipe. */
 static int released(struct command *c) {
-    char buf[16];
-    ssize_t n = recv(c->sock, buf, sizeof buf, MSG_DONTWAIT);
-    return n >= 0 || (errno != EAGAIN && errno != EINTR);
+    if (c->released) return 1;
+    struct pollfd p = {c->report, POLLOUT, 0};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLERR | POLLHUP | POLLNVAL));
 }
 
 /* Reaps every exited leader the host has released; returns how many
  * still wait for their release. */
 static int collect_releases(void) {
     int waiting = 0;
+    read_releases();
     for (struct command *c = commands, *next; c; c = next) {
         next = c->next;
         if (!c->exited) continue;

@@ -99,10 +99,11 @@ fn no_descriptor_is_left_behind() {
         open_fds()
     );
     exec.dispose_blocking().unwrap();
-    // Dispose also ends the executor's supervisor, whose control socket
-    // and pidfd the host held since the first command.
+    // Dispose also ends the executor's supervisor, whose control socket,
+    // pidfd and release pipe (both ends) the host held since the first
+    // command.
     assert!(
-        eventually(Duration::from_secs(10), || open_fds() == before - 2),
+        eventually(Duration::from_secs(10), || open_fds() == before - 4),
         "after dispose: {} → {}",
         before,
         open_fds()

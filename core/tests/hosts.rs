@@ -682,6 +682,11 @@ fn supervisors() -> Vec<i32> {
 /// started is killed by the tag sweep, and the next command gets a new
 /// supervisor. After dispose no supervisor is left.
 fn supervisor_killed() {
+    // As a C host has it: the release of a command whose supervisor died
+    // must not raise SIGPIPE (the host keeps a reader on the release pipe).
+    // SAFETY: resetting a disposition to its default, before any thread of
+    // ours could be writing.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let e = exec();
     let p = e
         .start(&e.resolve(Request::new("echo $$; exec sleep 300")).unwrap())
@@ -702,6 +707,11 @@ fn supervisor_killed() {
         common::eventually(Duration::from_secs(15), || !common::alive(leader)),
         "the command outlived its supervisor"
     );
+    assert_eq!(run(&e, "echo again").stdout.text, "again\n");
+    // A foreground run (released on this thread) whose command kills its
+    // own supervisor: it settles, and its release raises no SIGPIPE.
+    let r = run(&e, "kill -9 $PPID; exit 0");
+    assert!(r.exit_status_unavailable, "{r:?}");
     assert_eq!(run(&e, "echo again").stdout.text, "again\n");
     let second = supervisors();
     assert_eq!(second.len(), 1);
