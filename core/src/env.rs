@@ -135,6 +135,15 @@ pub(crate) struct Envp {
 }
 
 impl Envp {
+    /// No variable at all.
+    #[cfg(test)]
+    pub(crate) fn empty() -> Envp {
+        Envp {
+            bytes: Vec::new(),
+            count: 0,
+        }
+    }
+
     /// Every entry, each with its NUL, back to back.
     pub(crate) fn as_bytes_with_nuls(&self) -> &[u8] {
         &self.bytes

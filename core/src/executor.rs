@@ -28,7 +28,7 @@ use crate::runtime;
 use crate::sandbox::{SandboxInfo, SandboxMode};
 use crate::spill::{random_hex, SpillDir};
 use crate::stdin::{StdinEnd, StdinPipe};
-use crate::supervise::{supervise, Outcome, StdinSource, Stop, Streams};
+use crate::supervise::{supervise, Outcome, StdinSource, Stop, Streams, SuperviseError};
 use crate::supervisor::Slot;
 use crate::terminal::{self, resolve_terminal, Started, Terminal, TerminalRequest, TerminalSpec};
 use crate::tree::{sweep_counted, Spare, TagMatch};
@@ -122,12 +122,6 @@ impl std::fmt::Debug for Executor {
 
 /// A command that started but could not be watched was killed at once; it
 /// is not a spawn failure (it ran), so a caller never retries it as one.
-fn unwatchable(e: std::io::Error) -> DshError {
-    DshError::Internal(format!(
-        "the command started but could not be supervised ({e}); it was killed"
-    ))
-}
-
 /// Counts a foreground run for `dispose` to wait on.
 struct ActiveRun(Arc<Shared>);
 
@@ -254,7 +248,7 @@ impl Shared {
             stop,
         )
         .await
-        .map_err(unwatchable)?;
+        .map_err(DshError::from)?;
         Ok(run_result(&spec, outcome, &streams))
     }
 
@@ -356,12 +350,12 @@ impl Shared {
             if handed(&process) {
                 let (ending, sandbox, survivors) = match outcome {
                     Ok(outcome) => background_ending(&spec, &process, outcome),
-                    Err(e) => failed_ending(&process, unwatchable(e).to_string(), None),
+                    Err(e) => failed_ending(&process, DshError::from(e).to_string(), None),
                 };
                 shared.settle_background(&process, ending, sandbox, survivors);
             } else if let Some(tx) = tx.take() {
                 let result = outcome
-                    .map_err(unwatchable)
+                    .map_err(DshError::from)
                     .map(|o| run_result(&spec, o, &process.shared.streams));
                 let _ = tx.send(result);
             }
@@ -415,19 +409,22 @@ impl Shared {
         let launched = confine::check(spec.sandbox_policy.as_ref())
             .and_then(|_| governor::check(&spec.limits))
             .and_then(|_| launch(&spec, host_env, &tag, &self.supervisors));
-        let (ending, sandbox, survivors) = match launched {
-            Err(e) => {
-                if let Some(pipe) = &shared.stdin {
-                    pipe.end(StdinEnd::Exited);
-                }
-                let reason = match &e {
-                    DshError::Spawn { message, .. } => message.clone(),
-                    other => other.message(crate::NameStyle::Snake),
-                };
-                let runner_failed = matches!(e, DshError::SandboxUnavailable(_));
-                let sandbox = confine::runner_failed_facts(spec.sandbox_policy.as_ref(), runner_failed);
-                failed_ending(&process, format!("spawn failed: {reason}"), sandbox)
+        // A start that failed, whether the request was refused or the
+        // supervisor said so afterwards.
+        let spawn_failed = |e: DshError| {
+            if let Some(pipe) = &shared.stdin {
+                pipe.end(StdinEnd::Exited);
             }
+            let reason = match &e {
+                DshError::Spawn { message, .. } => message.clone(),
+                other => other.message(crate::NameStyle::Snake),
+            };
+            let runner_failed = matches!(e, DshError::SandboxUnavailable(_));
+            let sandbox = confine::runner_failed_facts(spec.sandbox_policy.as_ref(), runner_failed);
+            failed_ending(&process, format!("spawn failed: {reason}"), sandbox)
+        };
+        let (ending, sandbox, survivors) = match launched {
+            Err(e) => spawn_failed(e),
             Ok(spawned) => {
                 let mut stop_rx = shared.stop_tx.subscribe();
                 let cancelled = async {
@@ -465,7 +462,8 @@ impl Shared {
                 .await
                 {
                     Ok(outcome) => background_ending(&spec, &process, outcome),
-                    Err(e) => failed_ending(&process, unwatchable(e).to_string(), None),
+                    Err(SuperviseError::NotStarted(e)) => spawn_failed(e),
+                    Err(e) => failed_ending(&process, DshError::from(e).to_string(), None),
                 }
             }
         };

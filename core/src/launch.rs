@@ -80,21 +80,41 @@ pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str, supervisors: &Sl
     // left of them when it ends.
     let mut group = CommandGroup::new(&spec.limits, loopback, supervisor.pid())?;
     fds.cgroups = group.as_ref().map(CommandGroup::procs).unwrap_or_default();
-    let leader = match supervisor.spawn(&fds, &program) {
+    let start = StartContext {
+        workdir: spec.workdir.clone(),
+        policy: spec.sandbox_policy.clone(),
+    };
+    let asked = match supervisor.start_deferred(&fds, &program) {
         Err(SpawnError::Unreachable(_)) => {
             supervisor = supervisors.renew(&supervisor).map_err(supervisor_error)?;
             drop(group.take());
             group = CommandGroup::new(&spec.limits, loopback, supervisor.pid())?;
             fds.cgroups = group.as_ref().map(CommandGroup::procs).unwrap_or_default();
-            supervisor.spawn(&fds, &program)
+            supervisor.start_deferred(&fds, &program)
         }
         other => other,
     }
-    .map_err(|e| {
-        end_if_started(&e, tag);
-        failed(e, &spec.workdir, spec.sandbox_policy.as_ref(), group.as_ref())
-    })?;
-    pipes.started(leader, group).map_err(os_error)
+    .map_err(|e| not_started(e, tag, &start, group.as_ref()))?;
+    pipes.started(asked, group, start).map_err(os_error)
+}
+
+/// What names the error of a command that did not start, when that comes
+/// after the request (see [`Deferred`](crate::supervisor::Deferred)).
+pub(crate) struct StartContext {
+    workdir: std::path::PathBuf,
+    policy: Option<SandboxPolicy>,
+}
+
+/// The error of a command that did not start; whatever carries its tag is
+/// killed first when the supervisor may have started it.
+pub(crate) fn not_started(
+    e: SpawnError,
+    tag: &str,
+    start: &StartContext,
+    group: Option<&CommandGroup>,
+) -> DshError {
+    end_if_started(&e, tag);
+    failed(e, &start.workdir, start.policy.as_ref(), group)
 }
 
 fn no_shell() -> DshError {

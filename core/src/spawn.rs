@@ -10,13 +10,13 @@ use std::path::Path;
 use std::ptr;
 
 use crate::forked::PerProcess;
-use crate::supervisor::{ChildFds, Leader};
+use crate::supervisor::{ChildFds, Deferred};
 
-/// A started command: the leader's pid, the socket on which the supervisor
-/// reports its exit (see [`Leader`]), and the parent ends of its pipes
-/// (close-on-exec, non-blocking).
+/// A command asked for: the pipe on which the supervisor reports whether
+/// it started (its leader's pid, which comes late: see
+/// [`Deferred`](crate::supervisor::Deferred)) and how it ended, and the
+/// parent ends of its pipes (close-on-exec, non-blocking).
 pub(crate) struct Spawned {
-    pub pid: libc::pid_t,
     pub report: OwnedFd,
     /// Releases the leader once its report has been read.
     pub releaser: crate::supervisor::Releaser,
@@ -25,6 +25,8 @@ pub(crate) struct Spawned {
     pub stderr: OwnedFd,
     /// The command's cgroups, when a limit needs them.
     pub group: Option<crate::governor::CommandGroup>,
+    /// What names the error if it turns out not to have started.
+    pub start: crate::launch::StartContext,
 }
 
 fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -182,11 +184,12 @@ impl Pipes {
         }
     }
 
-    /// Ours, with the started leader: the child's ends are closed here.
+    /// Ours, once the start is asked for: the child's ends are closed here.
     pub(crate) fn started(
         self,
-        leader: Leader,
+        leader: Deferred,
         group: Option<crate::governor::CommandGroup>,
+        start: crate::launch::StartContext,
     ) -> io::Result<Spawned> {
         let stdin = self.stdin.map(|(_, w)| w);
         let (stdout, stderr) = (self.stdout.0, self.stderr.0);
@@ -197,13 +200,13 @@ impl Pipes {
             set_nonblocking(fd)?;
         }
         Ok(Spawned {
-            pid: leader.pid,
             report: leader.report,
             releaser: leader.releaser,
             stdin,
             stdout,
             stderr,
             group,
+            start,
         })
     }
 }

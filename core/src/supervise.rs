@@ -13,10 +13,11 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::time::{sleep_until, Instant};
 
+use crate::error::DshError;
 use crate::output::StreamBuffer;
 use crate::spawn::{ExitStatus, Spawned};
 use crate::stdin::{PipeWork, StdinEnd, StdinPipe};
-use crate::supervisor::ExitReport;
+use crate::supervisor::{Report, ReportReader};
 use crate::tree::{signal_group, sweep, sweep_counted, Spare, TagMatch};
 
 const CHUNK: usize = 64 * 1024;
@@ -170,25 +171,70 @@ enum Event {
     Stderr(io::Result<usize>),
     Stdin(io::Result<usize>),
     Pipe(PipeWork),
-    Exited(ExitStatus),
+    Report(Report),
     Stop(Stop),
     KillNow,
     DrainOver,
     Tick,
 }
 
-/// Reads the supervisor's report of the leader's exit from its socket.
-pub(crate) async fn read_exit(fd: &AsyncFd<OwnedFd>, report: &mut ExitReport) -> ExitStatus {
+/// Reads the next message of the supervisor's report pipe.
+pub(crate) async fn read_report(fd: &AsyncFd<OwnedFd>, reader: &mut ReportReader) -> Report {
     loop {
         let Ok(mut guard) = fd.readable().await else {
-            return report.wait(fd.as_raw_fd());
+            return match reader.wait(fd.as_raw_fd(), |_| {}) {
+                ExitStatus::Unavailable => Report::Ended,
+                status => Report::Exited(status),
+            };
         };
-        match guard.try_io(|fd| report.read(fd.as_raw_fd())) {
-            Ok(Ok(Some(status))) => return status,
-            Ok(Ok(None)) => continue,
-            Ok(Err(_)) => return ExitStatus::Unavailable,
+        match guard.try_io(|fd| reader.read(fd.as_raw_fd())) {
+            Ok(Ok(report)) => return report,
+            Ok(Err(_)) => return Report::Ended,
             Err(_would_block) => continue,
         }
+    }
+}
+
+/// Reads the supervisor's report of the leader's exit, for a leader whose
+/// pid is known already (a terminal session's).
+pub(crate) async fn read_exit(fd: &AsyncFd<OwnedFd>, reader: &mut ReportReader) -> ExitStatus {
+    loop {
+        match read_report(fd, reader).await {
+            Report::Spawned(_) => continue,
+            Report::Exited(status) => return status,
+            Report::Failed(_) | Report::Ended => return ExitStatus::Unavailable,
+        }
+    }
+}
+
+/// Why a command could not be supervised to its end.
+#[derive(Debug)]
+pub(crate) enum SuperviseError {
+    /// It started but could not be watched: it was killed and released.
+    Unwatchable(io::Error),
+    /// It never started (the supervisor says so after the request: see
+    /// [`Deferred`](crate::supervisor::Deferred)); nothing runs.
+    NotStarted(DshError),
+}
+
+impl From<SuperviseError> for DshError {
+    fn from(e: SuperviseError) -> DshError {
+        match e {
+            SuperviseError::Unwatchable(e) => DshError::Internal(format!(
+                "the command started but could not be supervised ({e}); it was killed"
+            )),
+            SuperviseError::NotStarted(e) => e,
+        }
+    }
+}
+
+/// Signals the tree of the leader `pid`, or, while its pid has not come,
+/// everything carrying the command's tag (the group and the session,
+/// which need the pid, follow when it comes: see `deferred`).
+fn signal_known(pid: Option<libc::pid_t>, tag: &str, sig: libc::c_int, with_sweep: bool) {
+    match pid {
+        Some(pid) => signal_tree(pid, tag, sig, with_sweep),
+        None => sweep(TagMatch::command(tag), sig),
     }
 }
 
@@ -208,7 +254,7 @@ pub(crate) async fn supervise(
     mut handover: Option<Handover<'_>>,
     grace: Duration,
     stop: impl Future<Output = Stop>,
-) -> io::Result<Outcome> {
+) -> Result<Outcome, SuperviseError> {
     let pipe = match stdin {
         StdinSource::Pipe(p) => Some(p),
         StdinSource::Bytes(_) => None,
@@ -231,16 +277,20 @@ async fn supervise_inner(
     handover: &mut Option<Handover<'_>>,
     grace: Duration,
     stop: impl Future<Output = Stop>,
-) -> io::Result<Outcome> {
+) -> Result<Outcome, SuperviseError> {
     let Spawned {
-        pid,
         report: report_fd,
         releaser,
         stdin: stdin_fd,
         stdout,
         stderr,
         group,
+        start,
     } = spawned;
+    // The leader's pid: it comes on the report pipe, late (see `Deferred`).
+    let mut pid: Option<libc::pid_t> = None;
+    // A signal for the leader's group, held until its pid comes.
+    let mut deferred: Option<(libc::c_int, bool)> = None;
     let registered = (|| {
         Ok::<_, io::Error>((
             watch(stdout, Interest::READABLE)?,
@@ -252,10 +302,13 @@ async fn supervise_inner(
         Ok(fds) => fds,
         Err(e) => {
             // Cannot watch it, so do not leave it running.
-            signal_tree(pid, tag, libc::SIGKILL, true);
-            ExitReport::default().wait(report_fd.as_raw_fd());
-            releaser.release(report_fd);
-            return Err(e);
+            sweep(TagMatch::command(tag), libc::SIGKILL);
+            ReportReader::default().wait(report_fd.as_raw_fd(), |p| {
+                pid = Some(p);
+                signal_tree(p, tag, libc::SIGKILL, true);
+            });
+            releaser.release(pid, report_fd);
+            return Err(SuperviseError::Unwatchable(e));
         }
     };
     // Registered last: on failure the pipes above are already owned (and
@@ -265,13 +318,16 @@ async fn supervise_inner(
         Ok(fd) => fd,
         Err(e) => {
             let (report_fd, e) = e.into_parts();
-            signal_tree(pid, tag, libc::SIGKILL, true);
-            ExitReport::default().wait(report_fd.as_raw_fd());
-            releaser.release(report_fd);
-            return Err(e);
+            sweep(TagMatch::command(tag), libc::SIGKILL);
+            ReportReader::default().wait(report_fd.as_raw_fd(), |p| {
+                pid = Some(p);
+                signal_tree(p, tag, libc::SIGKILL, true);
+            });
+            releaser.release(pid, report_fd);
+            return Err(SuperviseError::Unwatchable(e));
         }
     };
-    let mut report = ExitReport::default();
+    let mut report = ReportReader::default();
     let mut status = ExitStatus::Unavailable;
     // The supervisor was killed: the leader's pid and group are no longer
     // held for us, so only pid-safe tag sweeps may signal the tree.
@@ -315,7 +371,7 @@ async fn supervise_inner(
             r = read_chunk(&err, |b| lock(streams).stderr.push(b)), if err_open => Event::Stderr(r),
             r = write_chunk(stdin_fd.as_ref(), &stdin[stdin_pos..]), if stdin_fd.is_some() && pipe.is_none() => Event::Stdin(r),
             w = pump(pipe, stdin_fd.as_ref()), if stdin_fd.is_some() && pipe.is_some() => Event::Pipe(w),
-            s = read_exit(&report_fd, &mut report), if !exited => Event::Exited(s),
+            r = read_report(&report_fd, &mut report), if !exited => Event::Report(r),
             _ = sleep_until(drain_until.unwrap_or(never)), if drain_until.is_some() => Event::DrainOver,
         };
         match event {
@@ -350,7 +406,28 @@ async fn supervise_inner(
                     p.end(StdinEnd::Broken);
                 }
             }
-            Event::Exited(s) => {
+            Event::Report(Report::Spawned(p)) => {
+                pid = Some(p);
+                if let Some((sig, with_sweep)) = deferred.take() {
+                    signal_tree(p, tag, sig, with_sweep);
+                }
+            }
+            Event::Report(Report::Failed(e)) => {
+                // Nothing runs; the supervisor has closed its ends of the
+                // pipes and of the report pipe.
+                releaser.release(None, report_fd.into_inner());
+                return Err(SuperviseError::NotStarted(crate::launch::not_started(
+                    e,
+                    tag,
+                    &start,
+                    group.as_ref(),
+                )));
+            }
+            Event::Report(report) => {
+                let s = match report {
+                    Report::Exited(s) => s,
+                    _ => ExitStatus::Unavailable,
+                };
                 // A command that has exited takes no more input.
                 if let Some(p) = pipe {
                     p.end(StdinEnd::Exited);
@@ -359,6 +436,9 @@ async fn supervise_inner(
                 if s == ExitStatus::Unavailable {
                     // The supervisor itself was killed: the leader may still
                     // run, re-parented to someone else (docs/host-death.md).
+                    // So too when it died before saying the leader's pid:
+                    // the command may have run, so it is a run whose ending
+                    // nobody knows, not a failed start.
                     lost = true;
                     sweep(TagMatch::command(tag), libc::SIGKILL);
                 }
@@ -381,7 +461,8 @@ async fn supervise_inner(
                 if lost {
                     sweep(TagMatch::command(tag), libc::SIGKILL);
                 } else {
-                    signal_tree(pid, tag, libc::SIGKILL, true);
+                    signal_known(pid, tag, libc::SIGKILL, true);
+                    deferred = pid.is_none().then_some((libc::SIGKILL, true));
                 }
             }
             Event::Stop(reason) => {
@@ -389,7 +470,8 @@ async fn supervise_inner(
                 if lost {
                     sweep(TagMatch::command(tag), libc::SIGTERM);
                 } else {
-                    signal_tree(pid, tag, libc::SIGTERM, reason != Stop::Dispose);
+                    signal_known(pid, tag, libc::SIGTERM, reason != Stop::Dispose);
+                    deferred = pid.is_none().then_some((libc::SIGTERM, reason != Stop::Dispose));
                 }
                 kill_at = Some(Instant::now() + grace);
             }
@@ -398,22 +480,27 @@ async fn supervise_inner(
                 if lost {
                     sweep(TagMatch::command(tag), libc::SIGKILL);
                 } else {
-                    signal_tree(pid, tag, libc::SIGKILL, stopped != Some(Stop::Dispose));
+                    let with_sweep = stopped != Some(Stop::Dispose);
+                    signal_known(pid, tag, libc::SIGKILL, with_sweep);
+                    deferred = pid.is_none().then_some((libc::SIGKILL, with_sweep));
                 }
             }
             Event::DrainOver => break,
         }
     }
+    // The pid has come by now (SPAWNED precedes EXITED), unless the
+    // supervisor was lost: then only tag sweeps are safe.
+    let leader = pid.filter(|_| !lost);
     // A limit reached by what the leader left behind (a fork bomb's
     // processes after their shell exited) ends them too.
-    if stopped.is_none() && !lost {
+    if let (None, Some(leader)) = (stopped, leader) {
         if let Some(kind) = group.as_ref().and_then(|g| g.reached()) {
             stopped = Some(Stop::Limit(kind));
             killed = true;
             if let Some(g) = &group {
                 g.kill_members();
             }
-            signal_tree(pid, tag, libc::SIGKILL, true);
+            signal_tree(leader, tag, libc::SIGKILL, true);
         }
     }
     {
@@ -434,20 +521,18 @@ async fn supervise_inner(
             }
         }
     }
-    let survivors = if lost {
-        sweep_counted(TagMatch::command(tag), libc::SIGKILL).await.last as u32
-    } else if stopped.is_some() {
-        finish_stop(pid, tag, kill_at, killed).await
-    } else {
-        0
+    let survivors = match leader {
+        None => sweep_counted(TagMatch::command(tag), libc::SIGKILL).await.last as u32,
+        Some(leader) if stopped.is_some() => finish_stop(leader, tag, kill_at, killed).await,
+        Some(_) => 0,
     };
     // Still unreaped until `release` (its pid cannot be reused): its own
     // CPU time says whether a SIGXCPU or SIGKILL came from the CPU limit.
-    let leader_cpu = match status {
-        ExitStatus::Signal(_) if !lost => crate::governor::own_cpu_time(pid),
+    let leader_cpu = match (status, leader) {
+        (ExitStatus::Signal(_), Some(leader)) => crate::governor::own_cpu_time(leader),
         _ => None,
     };
-    releaser.release(report_fd.into_inner());
+    releaser.release(pid, report_fd.into_inner());
     Ok(Outcome {
         status,
         stop: stopped,

@@ -63,6 +63,8 @@ const MAX_INLINE: usize = 32 << 10;
 /// The stdin is a pseudo-terminal's slave, which the command makes its
 /// controlling terminal (a terminal session).
 const FLAG_TERMINAL: u32 = 256;
+/// SPAWNED is held back until just before EXITED, or a few milliseconds.
+const FLAG_DEFER_SPAWNED: u32 = 512;
 const R_SPAWNED: i32 = 1;
 const R_FAILED: i32 = 2;
 const R_EXITED: i32 = 3;
@@ -274,18 +276,19 @@ struct ReleasePipe {
 
 /// Releases one leader (see [`Releaser::release`]).
 pub(crate) struct Releaser {
-    pid: libc::pid_t,
     pipe: Arc<ReleasePipe>,
 }
 
 impl Releaser {
-    /// Lets the supervisor reap the leader: after this, its pid and group
-    /// id may be reused, so nothing may signal them. Closing the report
-    /// pipe alone does the same, but a forked copy of the host could keep
-    /// it open.
-    pub(crate) fn release(self, report: OwnedFd) {
-        // A full pipe (the supervisor is gone or stalled) leaves the close.
-        let _ = write_all(&self.pipe.write, &self.pid.to_ne_bytes());
+    /// Lets the supervisor reap the leader `pid`: after this, its pid and
+    /// group id may be reused, so nothing may signal them. Closing the
+    /// report pipe alone does the same (all there is to do when the pid
+    /// never came), but a forked copy of the host could keep it open.
+    pub(crate) fn release(self, pid: Option<libc::pid_t>, report: OwnedFd) {
+        if let Some(pid) = pid {
+            // A full pipe (the supervisor is gone or stalled) leaves the close.
+            let _ = write_all(&self.pipe.write, &pid.to_ne_bytes());
+        }
         drop(report);
     }
 }
@@ -299,24 +302,35 @@ fn exit_status(code: i32, status: i32) -> ExitStatus {
     }
 }
 
-/// The exit report of a leader, read as it arrives on its (non-blocking)
-/// report pipe.
+/// One message of a command's report pipe.
+#[derive(Debug)]
+pub(crate) enum Report {
+    /// The leader runs: its pid.
+    Spawned(libc::pid_t),
+    /// It did not start (nothing runs).
+    Failed(SpawnError),
+    /// The leader exited (it stays unreaped until released).
+    Exited(ExitStatus),
+    /// End of file before the leader's exit was reported: the supervisor
+    /// itself was killed.
+    Ended,
+}
+
+/// The messages of a report pipe, read as they arrive (non-blocking).
 #[derive(Default)]
-pub(crate) struct ExitReport {
+pub(crate) struct ReportReader {
     buf: [u8; REPLY],
     got: usize,
 }
 
-impl ExitReport {
-    /// Reads what is there. `Ok(Some(_))` once the report is complete, or
-    /// at end of file without one (the supervisor itself was killed: the
-    /// status is `Unavailable`); `WouldBlock` while it has not come.
-    pub(crate) fn read(&mut self, fd: RawFd) -> io::Result<Option<ExitStatus>> {
+impl ReportReader {
+    /// Reads the next message; `WouldBlock` while it has not come whole.
+    pub(crate) fn read(&mut self, fd: RawFd) -> io::Result<Report> {
         loop {
             // SAFETY: the range written is inside `self.buf`.
             let n = unsafe { libc::read(fd, self.buf[self.got..].as_mut_ptr().cast(), REPLY - self.got) };
             if n == 0 {
-                return Ok(Some(ExitStatus::Unavailable));
+                return Ok(Report::Ended);
             }
             if n < 0 {
                 let e = io::Error::last_os_error();
@@ -327,22 +341,20 @@ impl ExitReport {
             }
             self.got += n as usize;
             if self.got == REPLY {
-                let [kind, code, status, _] = decode(&self.buf);
-                return Ok(Some(if kind == R_EXITED {
-                    exit_status(code, status)
-                } else {
-                    ExitStatus::Unavailable
-                }));
+                self.got = 0;
+                return Ok(decode_report(decode(&self.buf)));
             }
         }
     }
 
-    /// Blocks (in `poll`) until the report has come.
-    pub(crate) fn wait(&mut self, fd: RawFd) -> ExitStatus {
+    /// Blocks (in `poll`) until the leader's exit has been reported; calls
+    /// `on_spawned` with its pid if that comes first.
+    pub(crate) fn wait(&mut self, fd: RawFd, mut on_spawned: impl FnMut(libc::pid_t)) -> ExitStatus {
         loop {
             match self.read(fd) {
-                Ok(Some(status)) => return status,
-                Ok(None) => {}
+                Ok(Report::Spawned(pid)) => on_spawned(pid),
+                Ok(Report::Exited(status)) => return status,
+                Ok(Report::Failed(_) | Report::Ended) => return ExitStatus::Unavailable,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     let mut pfd = libc::pollfd {
                         fd,
@@ -355,6 +367,21 @@ impl ExitReport {
                 Err(_) => return ExitStatus::Unavailable,
             }
         }
+    }
+}
+
+fn decode_report(words: [i32; 4]) -> Report {
+    match words {
+        [R_SPAWNED, pid, ..] => Report::Spawned(pid),
+        [R_FAILED, step, errno, detail] => Report::Failed(SpawnError::Failed {
+            step: Step::from_wire(step),
+            errno,
+            detail,
+        }),
+        [R_EXITED, code, status, _] => Report::Exited(exit_status(code, status)),
+        _ => Report::Failed(SpawnError::Io(io::Error::other(
+            "unexpected reply from the dsh supervisor",
+        ))),
     }
 }
 
@@ -417,29 +444,32 @@ fn ended() -> SpawnError {
 
 /// Waits for the supervisor's answer to a spawn on the command's report
 /// pipe.
-fn spawned(report: OwnedFd, releases: &Arc<ReleasePipe>) -> Result<Leader, SpawnError> {
+fn spawned(report: OwnedFd, releaser: Releaser) -> Result<Leader, SpawnError> {
     match recv_reply(&report).map_err(SpawnError::Io)? {
-        Some([R_SPAWNED, pid, ..]) => {
-            set_nonblocking(&report).map_err(SpawnError::Io)?;
-            Ok(Leader {
-                pid,
-                report,
-                releaser: Releaser {
-                    pid,
-                    pipe: releases.clone(),
-                },
-            })
-        }
-        Some([R_FAILED, step, errno, detail]) => Err(SpawnError::Failed {
-            step: Step::from_wire(step),
-            errno,
-            detail,
-        }),
-        Some(_) => Err(SpawnError::Io(io::Error::other(
-            "unexpected reply from the dsh supervisor",
-        ))),
         None => Err(ended()),
+        Some(words) => match decode_report(words) {
+            Report::Spawned(pid) => {
+                set_nonblocking(&report).map_err(SpawnError::Io)?;
+                Ok(Leader {
+                    pid,
+                    report,
+                    releaser,
+                })
+            }
+            Report::Failed(e) => Err(e),
+            Report::Exited(_) | Report::Ended => Err(SpawnError::Io(io::Error::other(
+                "unexpected reply from the dsh supervisor",
+            ))),
+        },
     }
+}
+
+/// A command whose start was asked for with its SPAWNED deferred
+/// ([`Supervisor::start_deferred`]): its report pipe (non-blocking) says
+/// how the start went, and then how the leader ended.
+pub(crate) struct Deferred {
+    pub report: OwnedFd,
+    pub releaser: Releaser,
 }
 
 /// One executor's supervisor process.
@@ -458,12 +488,42 @@ impl Supervisor {
     }
 
     /// Starts `program` with `fds` and returns once it has exec'd, or
-    /// failed to. The usual program travels in the request's own message;
-    /// a larger one in a memfd. (No unix socket is ever passed: see
-    /// supervisor.c.)
+    /// failed to.
     pub(crate) fn spawn(&self, fds: &ChildFds, program: &Program<'_>) -> Result<Leader, SpawnError> {
+        let report = self.request(fds, program, 0)?;
+        spawned(report, self.releaser())
+    }
+
+    /// Asks for `program` to be started with `fds` and returns at once:
+    /// the pid comes on the report pipe just before the exit report, or
+    /// once the command has run a few milliseconds (supervisor.c,
+    /// FLAG_DEFER_SPAWNED); a failure to start comes at once.
+    pub(crate) fn start_deferred(
+        &self,
+        fds: &ChildFds,
+        program: &Program<'_>,
+    ) -> Result<Deferred, SpawnError> {
+        let report = self.request(fds, program, FLAG_DEFER_SPAWNED)?;
+        set_nonblocking(&report).map_err(SpawnError::Io)?;
+        Ok(Deferred {
+            report,
+            releaser: self.releaser(),
+        })
+    }
+
+    fn releaser(&self) -> Releaser {
+        Releaser {
+            pipe: self.releases.clone(),
+        }
+    }
+
+    /// Sends the request; returns the read end of the command's report
+    /// pipe. The usual program travels in the request's own message; a
+    /// larger one in a memfd. (No unix socket is ever passed: see
+    /// supervisor.c.)
+    fn request(&self, fds: &ChildFds, program: &Program<'_>, flags: u32) -> Result<OwnedFd, SpawnError> {
         let (mine, theirs) = pipe(0).map_err(SpawnError::Io)?;
-        let mut flags = 0;
+        let mut flags = flags;
         let mut passed = vec![theirs.as_raw_fd()];
         let mut extra = Vec::new();
         if let Some(r) = &fds.rlimits {
@@ -515,7 +575,7 @@ impl Supervisor {
         // file means the supervisor ended.
         drop(theirs);
         drop(memfd);
-        spawned(mine, &self.releases)
+        Ok(mine)
     }
 
     /// Asks the supervisor to kill whatever is left of its subtree and
@@ -791,5 +851,117 @@ impl Slot {
         if let Some(s) = current.and_then(|s| Arc::try_unwrap(s).ok()) {
             s.shutdown().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// Waits up to `ms` for `fd` to be readable.
+    fn readable(fd: &OwnedFd, ms: i32) -> bool {
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
+    }
+
+    fn next(fd: &OwnedFd, reader: &mut ReportReader) -> Report {
+        loop {
+            match reader.read(fd.as_raw_fd()) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    assert!(readable(fd, 30_000), "no report within 30 s");
+                }
+                other => return other.expect("report pipe readable"),
+            }
+        }
+    }
+
+    /// Starts `argv` (an absolute path first) with its SPAWNED deferred.
+    fn start(sup: &Supervisor, argv: &[&CStr]) -> Deferred {
+        let null = std::fs::OpenOptions::new().write(true).open("/dev/null").unwrap();
+        let fds = ChildFds {
+            stdin: None,
+            stdout: null.as_raw_fd(),
+            stderr: null.as_raw_fd(),
+            ruleset: None,
+            cgroups: Vec::new(),
+            rlimits: None,
+            seccomp: None,
+            terminal: false,
+        };
+        let envp = Envp::empty();
+        let program = Program {
+            path: argv[0],
+            argv,
+            envp: &envp,
+            workdir: c"/",
+        };
+        sup.start_deferred(&fds, &program).unwrap()
+    }
+
+    #[test]
+    fn a_short_command_reports_its_pid_with_its_exit_and_nothing_before() {
+        let sup = super::start().unwrap();
+        let started = Instant::now();
+        let d = start(&sup, &[c"/bin/true"]);
+        let mut reader = ReportReader::default();
+        let Report::Spawned(pid) = next(&d.report, &mut reader) else {
+            panic!("SPAWNED first");
+        };
+        assert!(pid > 0);
+        assert!(
+            readable(&d.report, 0),
+            "the exit report is written right behind the pid"
+        );
+        assert!(matches!(
+            next(&d.report, &mut reader),
+            Report::Exited(ExitStatus::Code(0))
+        ));
+        assert!(started.elapsed() < Duration::from_secs(30));
+        d.releaser.release(Some(pid), d.report);
+    }
+
+    #[test]
+    fn a_long_command_reports_its_pid_after_a_few_milliseconds_not_at_once() {
+        let sup = super::start().unwrap();
+        let d = start(&sup, &[c"/bin/sleep", c"2"]);
+        // Absent, whatever the load: a pid sent at once is the bug.
+        assert!(!readable(&d.report, 2), "SPAWNED was not deferred");
+        let mut reader = ReportReader::default();
+        let Report::Spawned(pid) = next(&d.report, &mut reader) else {
+            panic!("SPAWNED first");
+        };
+        assert!(
+            !readable(&d.report, 0),
+            "the pid came with the exit, not while the command runs"
+        );
+        // SAFETY: kill(2) of the leader, unreaped until released below.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        assert!(matches!(
+            next(&d.report, &mut reader),
+            Report::Exited(ExitStatus::Signal(libc::SIGKILL))
+        ));
+        d.releaser.release(Some(pid), d.report);
+    }
+
+    #[test]
+    fn a_start_that_fails_is_reported_at_once() {
+        let sup = super::start().unwrap();
+        let d = start(&sup, &[c"/nonexistent/program"]);
+        let mut reader = ReportReader::default();
+        assert!(matches!(
+            next(&d.report, &mut reader),
+            Report::Failed(SpawnError::Failed {
+                step: Step::Exec,
+                errno: libc::ENOENT,
+                ..
+            })
+        ));
+        assert!(matches!(next(&d.report, &mut reader), Report::Ended));
     }
 }

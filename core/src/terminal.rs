@@ -31,7 +31,7 @@ use crate::runtime;
 use crate::sandbox::SandboxPolicy;
 use crate::spawn::{pidfd_open, ExitStatus};
 use crate::supervise::{finish_stop, read_exit, signal_tree, watch as register, Stop};
-use crate::supervisor::{ExitReport, Releaser};
+use crate::supervisor::{Releaser, ReportReader};
 use crate::tree::{group_in_stat, session_in_stat, sweep, sweep_counted, TagMatch};
 
 const CHUNK: usize = 64 * 1024;
@@ -1077,14 +1077,14 @@ impl Terminal {
                     Err(e) => e.into_parts().0,
                 };
                 signal_tree(pid, &tag, libc::SIGKILL, true);
-                ExitReport::default().wait(fd.as_raw_fd());
-                releaser.release(fd);
+                ReportReader::default().wait(fd.as_raw_fd(), |_| {});
+                releaser.release(Some(pid), fd);
                 self.on_exit(ExitStatus::Unavailable);
                 self.finish(0, false);
                 return;
             }
         };
-        let mut report = ExitReport::default();
+        let mut report = ReportReader::default();
         let mut lost = false;
         let mut open = true;
         let mut exited = false;
@@ -1187,7 +1187,7 @@ impl Terminal {
         } else {
             0
         };
-        releaser.release(report_fd.into_inner());
+        releaser.release(Some(pid), report_fd.into_inner());
         drop(master);
         self.finish(survivors, stopped.is_some());
     }

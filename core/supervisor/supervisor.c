@@ -55,6 +55,11 @@
  *            release pipe and the report pipes of exited leaders are
  *            checked whenever the supervisor wakes anyway, and at least
  *            once a second while any leader awaits its release.
+ *            FLAG_DEFER_SPAWNED: SPAWNED is held back, and sent just before
+ *            EXITED or once the command has run DEFER_MS, whichever comes
+ *            first: a short command costs one wake-up of the host, not two,
+ *            and no write to the host between its exec and its first
+ *            instructions. A failure is still reported at once.
  *   SHUTDOWN the executor is disposed: kill the subtree and exit.
  *
  * Adopted orphans are reaped as soon as they die; leaders only on release.
@@ -135,7 +140,8 @@ enum {
     FLAG_RLIMITS = 32,
     FLAG_SECCOMP = 64,
     FLAG_CGROUP3 = 128,
-    FLAG_TERMINAL = 256
+    FLAG_TERMINAL = 256,
+    FLAG_DEFER_SPAWNED = 512
 };
 enum { R_SPAWNED = 1, R_FAILED = 2, R_EXITED = 3 };
 enum {
@@ -180,6 +186,8 @@ struct limits {
 #define MAX_FDS 9
 /* The largest payload sent inline with its request. */
 #define MAX_INLINE (32u << 10)
+/* How long SPAWNED may be held back (FLAG_DEFER_SPAWNED). */
+#define DEFER_MS 5
 
 /* One running command: its leader (a child of ours, kept unreaped until
  * released) and the write end of its report pipe to the host. */
@@ -187,6 +195,9 @@ struct command {
     pid_t pid;
     int pidfd, report;
     int exited, released;
+    /* FLAG_DEFER_SPAWNED: SPAWNED not sent yet; due at `spawned_due`. */
+    int spawned_deferred;
+    struct timespec spawned_due;
     struct command *prev, *next; /* every command not yet reaped */
 };
 
@@ -669,7 +680,17 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
             commands = &a->cmd;
             a->exit_w.kind = W_EXIT;
             a->exit_w.cmd = &a->cmd;
-            send_reply(sock, R_SPAWNED, pid, 0);
+            if (req->flags & FLAG_DEFER_SPAWNED) {
+                a->cmd.spawned_deferred = 1;
+                clock_gettime(CLOCK_MONOTONIC, &a->cmd.spawned_due);
+                a->cmd.spawned_due.tv_nsec += DEFER_MS * 1000000L;
+                if (a->cmd.spawned_due.tv_nsec >= 1000000000L) {
+                    a->cmd.spawned_due.tv_sec++;
+                    a->cmd.spawned_due.tv_nsec -= 1000000000L;
+                }
+            } else {
+                send_reply(sock, R_SPAWNED, pid, 0);
+            }
             watch_fd(pidfd, &a->exit_w);
         }
     }
@@ -732,6 +753,10 @@ static void on_exit_of(struct command *c) {
     }
     epoll_ctl(epfd, EPOLL_CTL_DEL, c->pidfd, NULL);
     c->exited = 1;
+    if (c->spawned_deferred) {
+        c->spawned_deferred = 0;
+        send_reply(c->report, R_SPAWNED, c->pid, 0);
+    }
     send_reply(c->report, R_EXITED, si.si_code, si.si_status);
 }
 
@@ -776,6 +801,25 @@ static int collect_releases(void) {
     return waiting;
 }
 
+/* Sends the deferred SPAWNED of every command that has run DEFER_MS;
+ * returns the milliseconds until the next one is due, or -1. */
+static int send_due_spawned(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long next = -1;
+    for (struct command *c = commands; c; c = c->next) {
+        if (!c->spawned_deferred) continue;
+        long ms = (c->spawned_due.tv_sec - now.tv_sec) * 1000L + (c->spawned_due.tv_nsec - now.tv_nsec) / 1000000L;
+        if (ms <= 0) {
+            c->spawned_deferred = 0;
+            send_reply(c->report, R_SPAWNED, c->pid, 0);
+        } else if (next < 0 || ms < next) {
+            next = ms;
+        }
+    }
+    return (int)next;
+}
+
 static void on_signals(int sigfd) {
     struct signalfd_siginfo si;
     while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
@@ -818,9 +862,11 @@ int main(int argc, char **argv) {
     static struct watch control_w = {W_CONTROL, NULL}, signals_w = {W_SIGNALS, NULL};
     watch_fd(CONTROL, &control_w);
     watch_fd(sigfd, &signals_w);
-    for (int waiting = 0;;) {
+    for (int waiting = 0, due = -1;;) {
         struct epoll_event evs[64];
-        int n = epoll_wait(epfd, evs, 64, waiting ? 1000 : -1);
+        int timeout = waiting ? 1000 : -1;
+        if (due >= 0 && (timeout < 0 || due < timeout)) timeout = due + 1;
+        int n = epoll_wait(epfd, evs, 64, timeout);
         if (n < 0) {
             if (errno == EINTR) continue;
             end_everything();
@@ -834,5 +880,6 @@ int main(int argc, char **argv) {
             }
         }
         waiting = collect_releases();
+        due = send_due_spawned();
     }
 }

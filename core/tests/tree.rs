@@ -310,3 +310,41 @@ fn every_process_gets_sigterm_exactly_once_on_kill_timeout_and_dispose() {
     exec.dispose_blocking().unwrap();
     assert_eq!(term_counts(&log), once_each(), "dispose");
 }
+
+/// A stop that comes before the supervisor has said the leader's pid
+/// (it holds it back a few milliseconds, docs/host-death.md): here the
+/// supervisor is stopped (SIGSTOP), so the command is not even started
+/// when its timeout fires. It starts on SIGCONT, and its group is killed as
+/// soon as its pid comes, the leader included though it dropped the tag at
+/// once (`exec env -i`, ignoring SIGTERM).
+#[test]
+fn a_stop_before_the_leaders_pid_came_ends_the_group_when_it_comes() {
+    let dir = temp_dir("tree-early-stop");
+    let exec = executor_with(|c| c.grace_ms = n(50));
+    warm_up(&exec);
+    let sup = exec.supervisor_pid().unwrap();
+    let d = dir.display();
+    let mut req = Request::new(format!(
+        "trap '' TERM; echo $$ > {d}/leader; exec env -i /bin/sleep 300"
+    ));
+    req.timeout_ms = n(100);
+    let spec = exec.resolve(req).unwrap();
+    // SAFETY: kill(2) of our executor's supervisor (our child).
+    unsafe { libc::kill(sup, libc::SIGSTOP) };
+    let run = {
+        let exec = exec.clone();
+        std::thread::spawn(move || exec.run_blocking(&spec, None))
+    };
+    // Past the timeout and the grace: both stop signals found nothing yet.
+    std::thread::sleep(Duration::from_millis(400));
+    // SAFETY: as above.
+    unsafe { libc::kill(sup, libc::SIGCONT) };
+    let r = run.join().unwrap().unwrap();
+    assert!(r.timed_out, "{r:?}");
+    assert_eq!(r.survivors, 0, "{r:?}");
+    let leader: i32 = std::fs::read_to_string(dir.join("leader"))
+        .map(|s| s.trim().parse().unwrap())
+        .unwrap_or(0);
+    assert!(leader == 0 || !alive(leader), "the leader outlived its stop");
+    exec.dispose_blocking().unwrap();
+}
