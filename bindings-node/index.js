@@ -325,7 +325,9 @@ class NativeShellExecutor {
   async run(spec) {
     checkObject(spec, 'spec')
     const signal = checkSignal(spec.signal, 'spec.signal')
-    const token = new NativeCancelToken()
+    // A native token only when there is a signal to follow: each one is a
+    // native object with a finalizer, which a plain run need not pay for.
+    const token = signal ? new NativeCancelToken() : undefined
     const onAbort = () => token.cancel()
     if (signal) {
       if (signal.aborted) token.cancel()
@@ -355,7 +357,7 @@ class NativeShellExecutor {
     const signal = checkSignal(spec.signal, 'spec.signal')
     // The core refuses a start whose signal already fired (nothing runs) and
     // stops the process when it fires later.
-    const token = new NativeCancelToken()
+    const token = signal ? new NativeCancelToken() : undefined
     if (signal?.aborted) token.cancel()
     const task = this.#wrap(this.#native.start(spec, token))
     if (signal && !signal.aborted) {
