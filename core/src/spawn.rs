@@ -60,16 +60,13 @@ fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(new) })
 }
 
+/// Makes `fd` non-blocking. Only for a descriptor this library opened with
+/// no other status flag (a fresh pipe end, a pty master): F_SETFL replaces
+/// them, and reading them first would cost a system call per descriptor on
+/// every spawn.
 pub(crate) fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
     // SAFETY: plain fcntl flag manipulation on a descriptor we own.
-    unsafe {
-        let flags = cvt(libc::fcntl(fd.as_raw_fd(), libc::F_GETFL))?;
-        cvt(libc::fcntl(
-            fd.as_raw_fd(),
-            libc::F_SETFL,
-            flags | libc::O_NONBLOCK,
-        ))?;
-    }
+    cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) })?;
     Ok(())
 }
 

@@ -753,11 +753,14 @@ static void on_exit_of(struct command *c) {
     }
     epoll_ctl(epfd, EPOLL_CTL_DEL, c->pidfd, NULL);
     c->exited = 1;
+    struct reply r[2] = {{R_SPAWNED, c->pid, 0, 0}, {R_EXITED, si.si_code, si.si_status, 0}};
+    /* One write: two would wake the host twice. */
     if (c->spawned_deferred) {
         c->spawned_deferred = 0;
-        send_reply(c->report, R_SPAWNED, c->pid, 0);
+        write_all(c->report, r, sizeof r);
+    } else {
+        write_all(c->report, &r[1], sizeof r[1]);
     }
-    send_reply(c->report, R_EXITED, si.si_code, si.si_status);
 }
 
 /* Marks every leader whose pid the host wrote on the release pipe. Runs
