@@ -731,40 +731,26 @@ impl Executor {
     /// (BlockingCallError).
     #[pyo3(signature = (spec, cancel=None))]
     fn run(&self, py: Python<'_>, spec: &Spec, cancel: Option<&CancelToken>) -> PyResult<RunResult> {
-        dsh_core::refuse_blocking().map_err(|e| to_pyerr(py, e))?;
-        let token = cancel.map(|c| c.inner.clone()).unwrap_or_default();
-        let (tx, rx) = mpsc::channel();
-        // Receiver is not Sync; the mutex lets the GIL-free closure borrow it.
-        let rx = std::sync::Mutex::new(rx);
-        let recv = |limit: Option<Duration>| {
-            let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
-            match limit {
-                Some(l) => rx.recv_timeout(l),
-                None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
-            }
-        };
-        // Sending on a channel never blocks: straight from the I/O thread.
-        self.inner.run_then(&spec.inner, Some(&token), move |outcome| {
-            let _ = tx.send(outcome);
+        // Waits on this thread without the GIL, taking it back every
+        // SIGNAL_POLL to look for Ctrl-C: the run is then stopped as a
+        // cancellation, waited for, and the interrupt raised.
+        let mut interrupt: Option<PyErr> = None;
+        let outcome = py.detach(|| {
+            self.inner
+                .run_blocking_checked(&spec.inner, cancel.map(|c| &c.inner), SIGNAL_POLL, || {
+                    interrupt.is_some()
+                        || Python::attach(|py| match py.check_signals() {
+                            Ok(()) => false,
+                            Err(e) => {
+                                interrupt = Some(e);
+                                true
+                            }
+                        })
+                })
         });
-        let outcome = loop {
-            match py.detach(|| recv(Some(SIGNAL_POLL))) {
-                Ok(outcome) => break outcome,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    if let Err(interrupt) = py.check_signals() {
-                        token.cancel();
-                        let _ = py.detach(|| recv(None));
-                        return Err(interrupt);
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(to_pyerr(
-                        py,
-                        dsh_core::DshError::Internal("run ended without a result".into()),
-                    ))
-                }
-            }
-        };
+        if let Some(interrupt) = interrupt {
+            return Err(interrupt);
+        }
         let result = outcome.map_err(|e| to_pyerr(py, e))?;
         RunResult::new(py, result)
     }

@@ -122,6 +122,31 @@ impl std::fmt::Debug for Executor {
 
 /// A command that started but could not be watched was killed at once; it
 /// is not a spawn failure (it ran), so a caller never retries it as one.
+/// Drives `run` while calling `check`'s function every its period (see
+/// [`Executor::run_blocking_checked`]); `interrupt` stops the run.
+async fn checked<F: std::future::Future<Output = Result<RunResult>>>(
+    run: F,
+    check: Option<(Duration, &mut dyn FnMut() -> bool)>,
+    interrupt: CancelToken,
+) -> Result<RunResult> {
+    let Some((every, interrupted)) = check else {
+        return run.await;
+    };
+    tokio::pin!(run);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    loop {
+        tokio::select! {
+            biased;
+            r = &mut run => return r,
+            _ = tick.tick() => {
+                if interrupted() {
+                    interrupt.cancel();
+                }
+            }
+        }
+    }
+}
+
 /// Counts a foreground run for `dispose` to wait on.
 struct ActiveRun(Arc<Shared>);
 
@@ -822,19 +847,49 @@ impl Executor {
 
     /// [`Executor::run`] for threads that are not in an async runtime.
     pub fn run_blocking(&self, spec: &Spec, cancel: Option<&CancelToken>) -> Result<RunResult> {
+        self.run_blocking_inner(spec, cancel, None)
+    }
+
+    /// [`Executor::run_blocking`] for a host that must look at something of
+    /// its own while it waits (Python's Ctrl-C): `interrupted` is called on
+    /// the calling thread every `every`, and once it returns true the run
+    /// is stopped as a cancellation would stop it, and still waited for.
+    pub fn run_blocking_checked(
+        &self,
+        spec: &Spec,
+        cancel: Option<&CancelToken>,
+        every: Duration,
+        mut interrupted: impl FnMut() -> bool,
+    ) -> Result<RunResult> {
+        self.run_blocking_inner(spec, cancel, Some((every, &mut interrupted)))
+    }
+
+    fn run_blocking_inner(
+        &self,
+        spec: &Spec,
+        cancel: Option<&CancelToken>,
+        check: Option<(Duration, &mut dyn FnMut() -> bool)>,
+    ) -> Result<RunResult> {
         let active = self.admit_run(spec, cancel)?;
+        let interrupt = CancelToken::new();
         let task = self.shared().clone().run_task(
             spec.clone(),
             HostEnv::capture(),
             cancel.cloned(),
-            CancelToken::new(),
+            interrupt.clone(),
             active,
         );
         if spec.stdin.is_some() || spec.stdin_pipe {
             // Writing stdin may raise SIGPIPE: do it on the core's threads.
-            runtime::block_on(task)?
+            let task = runtime::handle().spawn(task);
+            let run = async move {
+                task.await
+                    .unwrap_or_else(|e| Err(DshError::Internal(format!("executor task failed: {e}"))))
+            };
+            runtime::block_on_here(checked(run, check, interrupt))?
         } else {
-            runtime::block_on_here(task)?
+            // No pipe written: the calling thread's own reactor drives it.
+            runtime::block_on_here(checked(task, check, interrupt))?
         }
     }
 
