@@ -518,3 +518,46 @@ fn a_bad_spill_dir_is_refused_at_construction_and_a_missing_one_is_made_private(
     small.dispose_blocking().unwrap();
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// A blocking run whose host check says "interrupted" (Python's Ctrl-C) is
+/// stopped as a cancellation, waited for, and reported as aborted; the
+/// check runs on the calling thread, every period, only while it waits.
+#[test]
+fn run_blocking_checked_stops_the_run_when_the_check_says_so() {
+    let dir = temp_dir("checked-run");
+    let exec = executor();
+    let pidfile = dir.join("pid");
+    let s = spec(&exec, &format!("echo $$ > {}; exec sleep 30", pidfile.display()));
+    let caller = std::thread::current().id();
+    let mut calls = 0;
+    let started = Instant::now();
+    let r = exec
+        .run_blocking_checked(&s, None, Duration::from_millis(10), || {
+            assert_eq!(
+                std::thread::current().id(),
+                caller,
+                "the check runs on the caller"
+            );
+            calls += 1;
+            std::fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n'))
+        })
+        .unwrap();
+    assert!(r.aborted && !r.timed_out, "{r:?}");
+    assert!(calls >= 1);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "it was stopped, not waited out"
+    );
+    let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    assert!(eventually(Duration::from_secs(10), || !alive(pid)));
+    // A check that never fires changes nothing.
+    let r = exec
+        .run_blocking_checked(
+            &common::spec(&exec, "echo ok"),
+            None,
+            Duration::from_millis(1),
+            || false,
+        )
+        .unwrap();
+    assert_eq!((r.stdout.text.as_str(), r.aborted), ("ok\n", false));
+}
