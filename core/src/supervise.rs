@@ -151,6 +151,19 @@ pub(crate) fn signal_tree(pid: libc::pid_t, tag: &str, sig: libc::c_int, with_sw
     }
 }
 
+/// Kills a command that cannot be watched, waits (blocking) for its
+/// leader's exit, and releases it: its tag at once, its group when its pid
+/// comes.
+fn kill_unwatched(report_fd: OwnedFd, releaser: crate::supervisor::Releaser, tag: &str) {
+    sweep(TagMatch::command(tag), libc::SIGKILL);
+    let mut pid = None;
+    ReportReader::default().wait(report_fd.as_raw_fd(), |p| {
+        pid = Some(p);
+        signal_tree(p, tag, libc::SIGKILL, true);
+    });
+    releaser.release(pid, report_fd);
+}
+
 /// What the command's stdin is fed from.
 #[derive(Clone, Copy)]
 pub(crate) enum StdinSource<'a> {
@@ -302,12 +315,7 @@ async fn supervise_inner(
         Ok(fds) => fds,
         Err(e) => {
             // Cannot watch it, so do not leave it running.
-            sweep(TagMatch::command(tag), libc::SIGKILL);
-            ReportReader::default().wait(report_fd.as_raw_fd(), |p| {
-                pid = Some(p);
-                signal_tree(p, tag, libc::SIGKILL, true);
-            });
-            releaser.release(pid, report_fd);
+            kill_unwatched(report_fd, releaser, tag);
             return Err(SuperviseError::Unwatchable(e));
         }
     };
@@ -318,12 +326,7 @@ async fn supervise_inner(
         Ok(fd) => fd,
         Err(e) => {
             let (report_fd, e) = e.into_parts();
-            sweep(TagMatch::command(tag), libc::SIGKILL);
-            ReportReader::default().wait(report_fd.as_raw_fd(), |p| {
-                pid = Some(p);
-                signal_tree(p, tag, libc::SIGKILL, true);
-            });
-            releaser.release(pid, report_fd);
+            kill_unwatched(report_fd, releaser, tag);
             return Err(SuperviseError::Unwatchable(e));
         }
     };
