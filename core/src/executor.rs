@@ -3,6 +3,7 @@
 //! (docs/registry.md).
 
 use std::collections::HashMap;
+use std::os::fd::AsRawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
@@ -18,6 +19,7 @@ use crate::env::HostEnv;
 use crate::error::{DshError, Field, FieldName, Result, Scope};
 use crate::forked::current_pid;
 use crate::governor;
+use crate::host_loop::{HostLoop, HostRun};
 use crate::launch::{launch, launch_terminal, spawn_error};
 use crate::output::StreamBuffer;
 use crate::process::{lock, Process, ProcessRead, ProcessShared, State, Status};
@@ -26,6 +28,7 @@ use crate::request::{resolve, OnExpiry, Request, Spec};
 use crate::run::{ExitFields, RunFuture, RunFutureInner, RunResult};
 use crate::runtime;
 use crate::sandbox::{SandboxInfo, SandboxMode};
+use crate::spawn::Spawned;
 use crate::spill::{random_hex, SpillDir};
 use crate::stdin::{StdinEnd, StdinPipe};
 use crate::supervise::{supervise, Outcome, StdinSource, Stop, Streams, SuperviseError};
@@ -245,8 +248,29 @@ impl Shared {
                 .run_handing_over(spec, host_env, cancel, on_drop, active)
                 .await;
         }
+        let (tag, spawned) = self.launch_run(&spec, host_env)?;
+        self.supervise_run(spec, tag, spawned, cancel, on_drop, active)
+            .await
+    }
+
+    /// The synchronous half of a foreground run: the command is asked for.
+    fn launch_run(&self, spec: &Spec, host_env: HostEnv) -> Result<(String, Spawned)> {
         let tag = self.next_tag();
-        let spawned = launch(&spec, host_env, &tag, &self.supervisors)?;
+        let spawned = launch(spec, host_env, &tag, &self.supervisors)?;
+        Ok((tag, spawned))
+    }
+
+    /// The rest of a foreground run, from the launched command to its result.
+    async fn supervise_run(
+        self: Arc<Self>,
+        spec: Spec,
+        tag: String,
+        spawned: Spawned,
+        cancel: Option<CancelToken>,
+        on_drop: CancelToken,
+        active: ActiveRun,
+    ) -> Result<RunResult> {
+        let _active = active;
         let streams = self.streams(spec.stdout_max_bytes);
         let stop = async {
             let caller = async {
@@ -841,8 +865,64 @@ impl Executor {
         cancel: Option<&CancelToken>,
         on_done: impl FnOnce(Result<RunResult>) + Send + 'static,
     ) {
-        let run = self.run(spec, cancel);
+        // One task, not `run` plus a task awaiting it: each task spawned
+        // from outside the runtime may wake a worker.
+        let active = match self.admit_run(spec, cancel) {
+            Ok(a) => a,
+            Err(e) => {
+                runtime::handle().spawn(async move { on_done(Err(e)) });
+                return;
+            }
+        };
+        let run = self.shared().clone().run_task(
+            spec.clone(),
+            HostEnv::capture(),
+            cancel.cloned(),
+            CancelToken::new(),
+            active,
+        );
         runtime::handle().spawn(async move { on_done(run.await) });
+    }
+
+    /// [`Executor::run`] on a host's own event loop (see [`HostLoop`]): the
+    /// command is asked for on the calling thread, and its events are read
+    /// there, by [`HostLoop::poll`], whenever `host.fd()` is readable.
+    /// Only for specs that [`Spec::runs_on_host_loop`]; the others go
+    /// through [`Executor::run_then`].
+    pub fn run_on(&self, host: &HostLoop, spec: &Spec, cancel: Option<&CancelToken>) -> Result<HostRun> {
+        if !spec.runs_on_host_loop() {
+            return Err(DshError::Internal(
+                "run_on was given a spec that writes stdin or hands over at its timeout".into(),
+            ));
+        }
+        let active = self.admit_run(spec, cancel)?;
+        let shared = self.shared().clone();
+        let (tag, spawned) = shared.launch_run(spec, HostEnv::capture())?;
+        let watched = host.watch(&[
+            spawned.report.as_raw_fd(),
+            spawned.stdout.as_raw_fd(),
+            spawned.stderr.as_raw_fd(),
+        ]);
+        let on_drop = CancelToken::new();
+        let run = shared.supervise_run(
+            spec.clone(),
+            tag,
+            spawned,
+            cancel.cloned(),
+            on_drop.clone(),
+            active,
+        );
+        if watched.is_err() {
+            // The host's loop would not hear of it: the core's threads
+            // watch it instead (nothing has registered its descriptors yet).
+            let task = runtime::handle().spawn(run);
+            let joined = async move {
+                task.await
+                    .unwrap_or_else(|e| Err(DshError::Internal(format!("executor task failed: {e}"))))
+            };
+            return Ok(HostRun::new(host, joined, on_drop));
+        }
+        Ok(HostRun::new(host, run, on_drop))
     }
 
     /// [`Executor::run`] for threads that are not in an async runtime.

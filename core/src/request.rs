@@ -252,6 +252,14 @@ pub(crate) fn resolve_policy(
 }
 
 impl Spec {
+    /// Whether [`Executor::run_on`](crate::Executor::run_on) can run it on
+    /// the host's loop: not when bytes are written to its stdin (a write
+    /// that may raise SIGPIPE happens only on the core's threads), nor when
+    /// it may be handed over to the registry at its timeout.
+    pub fn runs_on_host_loop(&self) -> bool {
+        self.stdin.is_none() && !self.stdin_pipe && self.on_expiry == OnExpiry::Kill
+    }
+
     /// The invariants `resolve` guarantees, for specs that did not come from
     /// it. Nothing is defaulted or clamped here.
     pub fn check(&self, config: &Config) -> Result<()> {

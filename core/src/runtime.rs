@@ -113,3 +113,36 @@ where
     rt.block_on(rt.spawn(fut))
         .map_err(|e| DshError::Internal(format!("executor task failed: {e}")))
 }
+
+thread_local! {
+    /// Set while a [`HostLoop`](crate::HostLoop) polls a run: that thread's
+    /// reactor reads the run's descriptors, but only the core's runtime
+    /// keeps time for it (the host turns its reactor when a descriptor is
+    /// ready, not when a deadline passes).
+    static TIMEKEEPER: std::cell::RefCell<Option<Handle>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Makes the core's runtime keep the time of the timers this thread makes,
+/// until the guard is dropped.
+pub(crate) fn timers_on_core() -> impl Drop {
+    struct Restore(Option<Handle>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            TIMEKEEPER.with(|t| *t.borrow_mut() = self.0.take());
+        }
+    }
+    Restore(TIMEKEEPER.with(|t| t.borrow_mut().replace(handle().clone())))
+}
+
+/// A timer on the runtime that keeps time for this thread: its own (or the
+/// one it runs on), or the core's inside [`timers_on_core`]. Every timer of
+/// a foreground run is made here.
+pub(crate) fn timer<T>(make: impl FnOnce() -> T) -> T {
+    TIMEKEEPER.with(|t| match t.borrow().as_ref() {
+        Some(core) => {
+            let _core = core.enter();
+            make()
+        }
+        None => make(),
+    })
+}

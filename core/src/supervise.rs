@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
-use tokio::time::{sleep_until, Instant};
+use tokio::time::Instant;
+
+use crate::runtime::timer;
 
 use crate::error::DshError;
 use crate::output::StreamBuffer;
@@ -353,7 +355,7 @@ async fn supervise_inner(
     // A reached cgroup limit does not end a tree by itself (a refused fork
     // leaves shells retrying, the OOM killer ends one process): its
     // counters are read every LIMIT_TICK, and the tree ended when one moves.
-    let mut limit_tick = tokio::time::interval(LIMIT_TICK);
+    let mut limit_tick = timer(|| tokio::time::interval(LIMIT_TICK));
     limit_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let never = Instant::now() + Duration::from_secs(100 * 365 * 86_400);
     tokio::pin!(stop);
@@ -368,14 +370,14 @@ async fn supervise_inner(
                 Some(kind) => Event::Stop(Stop::Limit(kind)),
                 None => Event::Tick,
             },
-            _ = sleep_until(timeout_at.unwrap_or(never)), if timeout_at.is_some() && stopped.is_none() && !exited => Event::Stop(Stop::Timeout),
-            _ = sleep_until(kill_at.unwrap_or(never)), if kill_at.is_some() && !killed => Event::KillNow,
+            _ = timer(|| tokio::time::sleep_until(timeout_at.unwrap_or(never))), if timeout_at.is_some() && stopped.is_none() && !exited => Event::Stop(Stop::Timeout),
+            _ = timer(|| tokio::time::sleep_until(kill_at.unwrap_or(never))), if kill_at.is_some() && !killed => Event::KillNow,
             r = read_chunk(&out, |b| lock(streams).stdout.push(b)), if out_open => Event::Stdout(r),
             r = read_chunk(&err, |b| lock(streams).stderr.push(b)), if err_open => Event::Stderr(r),
             r = write_chunk(stdin_fd.as_ref(), &stdin[stdin_pos..]), if stdin_fd.is_some() && pipe.is_none() => Event::Stdin(r),
             w = pump(pipe, stdin_fd.as_ref()), if stdin_fd.is_some() && pipe.is_some() => Event::Pipe(w),
             r = read_report(&report_fd, &mut report), if !exited => Event::Report(r),
-            _ = sleep_until(drain_until.unwrap_or(never)), if drain_until.is_some() => Event::DrainOver,
+            _ = timer(|| tokio::time::sleep_until(drain_until.unwrap_or(never))), if drain_until.is_some() => Event::DrainOver,
         };
         match event {
             Event::Stdout(Ok(n)) if n > 0 => {}
@@ -520,7 +522,7 @@ async fn supervise_inner(
                 if g.kill_members() == 0 {
                     break;
                 }
-                tokio::time::sleep(Duration::from_millis(1)).await;
+                timer(|| tokio::time::sleep(Duration::from_millis(1))).await;
             }
         }
     }
@@ -556,7 +558,7 @@ pub(crate) async fn finish_stop(pid: libc::pid_t, tag: &str, kill_at: Option<Ins
             return 0;
         }
         if let Some(at) = kill_at {
-            sleep_until(at).await;
+            timer(|| tokio::time::sleep_until(at)).await;
         }
         signal_group(pid, libc::SIGKILL);
     }

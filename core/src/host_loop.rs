@@ -1,0 +1,181 @@
+//! Foreground runs driven by the host's own event loop (Node's libuv).
+//!
+//! Such a host's thread cannot block while a command runs, and handing the
+//! run to the core's threads costs two thread hand-offs per command: the
+//! request to an I/O thread, and the result back to the host's loop. Here
+//! the host's thread does what the core's I/O thread would: it asks the
+//! supervisor for the command itself, and reads the command's events with
+//! a reactor of its own whose descriptors the host's loop watches through
+//! one descriptor, [`HostLoop::fd`]. The supervisor's report then wakes the
+//! host's thread directly, as it wakes a blocking caller
+//! (docs/host-death.md, "Cost on the spawn path").
+//!
+//! Timers (the timeout, the grace period) are kept by the core's runtime,
+//! whose I/O thread wakes the run's waker when one fires: the host's loop
+//! only learns of descriptors.
+
+use std::future::Future;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::runtime::{Builder, Handle, Runtime};
+
+use crate::cancel::CancelToken;
+use crate::error::{DshError, Result};
+use crate::forked::current_pid;
+use crate::run::RunResult;
+use crate::runtime;
+
+/// One host thread's reactor. Made and used on that thread only.
+pub struct HostLoop {
+    reactor: Arc<Runtime>,
+    /// Readable when a watched descriptor has news: the host's loop
+    /// watches it and then calls [`HostLoop::dispatch`].
+    ready: OwnedFd,
+    /// A forked child must not use its parent's epoll instances.
+    owner: libc::pid_t,
+}
+
+/// A foreground run on a [`HostLoop`]: poll it with [`HostLoop::poll`]
+/// until it is ready.
+pub struct HostRun {
+    /// None once it has given its result.
+    run: Option<Pin<Box<dyn Future<Output = Result<RunResult>> + Send>>>,
+    /// Stops the command when the run is dropped before its end.
+    on_drop: CancelToken,
+    reactor: Arc<Runtime>,
+    owner: libc::pid_t,
+}
+
+impl HostLoop {
+    /// A reactor for the calling thread (one per host thread is enough).
+    pub fn new() -> Result<HostLoop> {
+        let reactor = Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .map_err(|e| DshError::Internal(format!("cannot create a reactor for the host's loop: {e}")))?;
+        // SAFETY: epoll_create1 takes only a flag.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(DshError::Internal(format!(
+                "cannot create an epoll instance for the host's loop: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(HostLoop {
+            reactor: Arc::new(reactor),
+            // SAFETY: a descriptor epoll_create1 just returned, owned by no one else.
+            ready: unsafe { OwnedFd::from_raw_fd(fd) },
+            owner: current_pid(),
+        })
+    }
+
+    /// The descriptor the host's loop watches for readability.
+    pub fn fd(&self) -> RawFd {
+        self.ready.as_raw_fd()
+    }
+
+    /// Reads what made [`HostLoop::fd`] readable and wakes the runs it
+    /// concerns; then poll them. Never blocks.
+    pub fn dispatch(&self) -> Result<()> {
+        self.check()?;
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 32];
+        loop {
+            // SAFETY: `events` has room for the 32 entries asked for.
+            let n = unsafe { libc::epoll_wait(self.ready.as_raw_fd(), events.as_mut_ptr(), 32, 0) };
+            if n < 32 {
+                break;
+            }
+        }
+        // One turn of the reactor with no wait: yield_now lets it look for
+        // events before it polls again.
+        self.reactor.block_on(tokio::task::yield_now());
+        Ok(())
+    }
+
+    /// Polls `run` on this thread; `cx`'s waker is woken (from any thread)
+    /// when it should be polled again other than after [`HostLoop::fd`]
+    /// became readable: a timer fired, the caller cancelled, the executor
+    /// is being disposed.
+    pub fn poll(&self, run: &mut HostRun, cx: &mut Context<'_>) -> Poll<Result<RunResult>> {
+        if let Err(e) = self.check() {
+            return Poll::Ready(Err(e));
+        }
+        let Some(fut) = run.run.as_mut() else {
+            return Poll::Ready(Err(DshError::Internal(
+                "a run was polled after its result".into(),
+            )));
+        };
+        let _reactor = self.reactor.enter();
+        let _timers = runtime::timers_on_core();
+        let outcome = fut.as_mut().poll(cx);
+        if outcome.is_ready() {
+            run.run = None;
+        }
+        outcome
+    }
+
+    /// Watches `fds` (edge-triggered: an event is news once).
+    pub(crate) fn watch(&self, fds: &[RawFd]) -> std::io::Result<()> {
+        for &fd in fds {
+            let mut event = libc::epoll_event {
+                events: (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
+                u64: fd as u64,
+            };
+            // SAFETY: `event` outlives the call; both descriptors are open.
+            // A watched descriptor leaves the set when it is closed.
+            if unsafe { libc::epoll_ctl(self.ready.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut event) } < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+
+    fn check(&self) -> Result<()> {
+        crate::forked::check_host(self.owner)
+    }
+}
+
+impl HostRun {
+    /// `run` must stop its command when `on_drop` fires.
+    pub(crate) fn new(
+        host: &HostLoop,
+        run: impl Future<Output = Result<RunResult>> + Send + 'static,
+        on_drop: CancelToken,
+    ) -> HostRun {
+        HostRun {
+            run: Some(Box::pin(run)),
+            on_drop,
+            reactor: host.reactor.clone(),
+            owner: host.owner,
+        }
+    }
+}
+
+impl Drop for HostRun {
+    /// Dropped before its end (the host's environment is going away): the
+    /// command is stopped as a cancellation stops it, and waited for here,
+    /// since only this thread's reactor reads its events.
+    fn drop(&mut self) {
+        let Some(run) = self.run.take() else { return };
+        self.on_drop.cancel();
+        if self.owner != current_pid() || Handle::try_current().is_ok() {
+            // A forked child, or inside a runtime, where it cannot be waited
+            // for: dispose's sweep finds what is left by its tag.
+            return;
+        }
+        let _timers = runtime::timers_on_core();
+        let _ = self.reactor.block_on(run);
+    }
+}
+
+impl Drop for HostLoop {
+    fn drop(&mut self) {
+        if self.owner != current_pid() {
+            // The parent's reactor, inherited through fork: leave it alone.
+            std::mem::forget(self.reactor.clone());
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! Foreground runs on a host's own event loop (`HostLoop`): this test is
+//! the host, a `poll(2)` loop on the host loop's descriptor and on a pipe
+//! its waker writes to, as Node's libuv is.
+mod common;
+use common::*;
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use dsh_core::*;
+
+/// A waker that writes to a pipe the loop watches, from any thread.
+struct PipeWaker {
+    write: OwnedFd,
+    wakes: AtomicUsize,
+}
+
+impl Wake for PipeWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.wakes.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: one byte from a live buffer to an open pipe.
+        unsafe { libc::write(self.write.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
+    }
+}
+
+struct Host {
+    host: HostLoop,
+    read: OwnedFd,
+    waker: Arc<PipeWaker>,
+}
+
+impl Host {
+    fn new() -> Host {
+        let mut fds = [0; 2];
+        assert_eq!(
+            // SAFETY: room for the two descriptors pipe2 writes.
+            unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) },
+            0
+        );
+        // SAFETY: fresh descriptors, owned by nothing else.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        Host {
+            host: HostLoop::new().unwrap(),
+            read,
+            waker: Arc::new(PipeWaker {
+                write,
+                wakes: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// Drives `run` the way a host's loop does: poll it, then sleep until
+    /// the host loop's descriptor or the waker's pipe says to poll again.
+    /// Returns the result and how many times the loop slept.
+    fn drive(&self, mut run: HostRun, limit: Duration) -> (Result<RunResult>, usize) {
+        let waker = Waker::from(self.waker.clone());
+        let mut cx = Context::from_waker(&waker);
+        let deadline = Instant::now() + limit;
+        let mut sleeps = 0;
+        loop {
+            self.host.dispatch().unwrap();
+            if let Poll::Ready(r) = self.host.poll(&mut run, &mut cx) {
+                return (r, sleeps);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "the run did not end within {limit:?}");
+            let mut fds = [
+                libc::pollfd {
+                    fd: self.host.fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.read.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: two valid pollfd entries.
+            unsafe { libc::poll(fds.as_mut_ptr(), 2, left.as_millis() as i32) };
+            let mut buf = [0u8; 64];
+            // SAFETY: reads into a live buffer from our non-blocking pipe.
+            while unsafe { libc::read(self.read.as_raw_fd(), buf.as_mut_ptr().cast(), 64) } > 0 {}
+            sleeps += 1;
+        }
+    }
+}
+
+#[test]
+fn a_run_on_the_hosts_loop_gives_the_result_a_blocking_run_gives() {
+    let exec = executor();
+    let host = Host::new();
+    let s = spec(&exec, "echo out; echo err >&2; exit 7");
+    assert!(s.runs_on_host_loop());
+    let (r, _) = host.drive(
+        exec.run_on(&host.host, &s, None).unwrap(),
+        Duration::from_secs(30),
+    );
+    let r = r.unwrap();
+    assert_eq!(r.exit_code, Some(7));
+    assert_eq!(
+        (r.stdout.text.as_str(), r.stderr.text.as_str()),
+        ("out\n", "err\n")
+    );
+    assert!(!r.timed_out && !r.aborted);
+}
+
+#[test]
+fn the_timeout_fires_though_nothing_is_readable() {
+    // Only the core's runtime keeps time for a host-loop run: its firing
+    // must wake the host (the descriptor stays quiet while `sleep` runs).
+    let exec = executor_with(|c| c.grace_ms = n(300));
+    let host = Host::new();
+    let mut req = Request::new("sleep 30");
+    req.timeout_ms = n(300);
+    let s = exec.resolve(req).unwrap();
+    let started = Instant::now();
+    let (r, _) = host.drive(
+        exec.run_on(&host.host, &s, None).unwrap(),
+        Duration::from_secs(20),
+    );
+    let r = r.unwrap();
+    assert!(r.timed_out, "{r:?}");
+    assert_eq!(r.signal.as_deref(), Some("SIGTERM"));
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(
+        host.waker.wakes.load(Ordering::Relaxed) > 0,
+        "the timer woke the host"
+    );
+}
+
+#[test]
+fn a_cancellation_from_another_thread_wakes_the_host_and_stops_the_run() {
+    let exec = executor();
+    let host = Host::new();
+    let token = CancelToken::new();
+    let run = exec
+        .run_on(&host.host, &spec(&exec, "sleep 30"), Some(&token))
+        .unwrap();
+    let canceller = {
+        let token = token.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            token.cancel();
+        })
+    };
+    let (r, _) = host.drive(run, Duration::from_secs(20));
+    canceller.join().unwrap();
+    let r = r.unwrap();
+    assert!(r.aborted && !r.timed_out, "{r:?}");
+}
+
+#[test]
+fn runs_that_cannot_run_on_the_hosts_loop_are_refused_and_say_so() {
+    let exec = executor();
+    let host = Host::new();
+    let mut req = Request::new("cat");
+    req.stdin = Some(b"x".to_vec());
+    let s = exec.resolve(req).unwrap();
+    assert!(!s.runs_on_host_loop());
+    assert!(exec.run_on(&host.host, &s, None).is_err());
+    let mut req = Request::new("true");
+    req.on_expiry = Some(OnExpiry::Background);
+    assert!(!exec.resolve(req).unwrap().runs_on_host_loop());
+}
+
+#[test]
+fn a_run_dropped_before_its_end_leaves_nothing_running() {
+    let exec = executor_with(|c| c.grace_ms = n(300));
+    let host = Host::new();
+    let marker = format!("hostloop-drop-{}", std::process::id());
+    let mut run = exec
+        .run_on(
+            &host.host,
+            &spec(&exec, &format!("sleep 30; echo {marker}")),
+            None,
+        )
+        .unwrap();
+    let waker = Waker::from(host.waker.clone());
+    assert!(host
+        .host
+        .poll(&mut run, &mut Context::from_waker(&waker))
+        .is_pending());
+    assert!(
+        eventually(Duration::from_secs(10), || pgrep(&marker) > 0),
+        "the command started"
+    );
+    drop(run);
+    assert_eq!(pgrep(&marker), 0, "the command ended with its run");
+}
+
+#[test]
+fn many_runs_share_one_host_loop() {
+    let exec = executor();
+    let host = Host::new();
+    let waker = Waker::from(host.waker.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut runs: Vec<(usize, HostRun)> = (0..8)
+        .map(|i| {
+            (
+                i,
+                exec.run_on(&host.host, &spec(&exec, &format!("sleep 0.{i}; echo {i}")), None)
+                    .unwrap(),
+            )
+        })
+        .collect();
+    let mut done = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !runs.is_empty() {
+        assert!(Instant::now() < deadline, "runs still pending: {}", runs.len());
+        host.host.dispatch().unwrap();
+        runs.retain_mut(|(i, run)| match host.host.poll(run, &mut cx) {
+            Poll::Ready(r) => {
+                done.push((*i, r.unwrap().stdout.text));
+                false
+            }
+            Poll::Pending => true,
+        });
+        let mut fds = [libc::pollfd {
+            fd: host.host.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        // SAFETY: one valid pollfd entry.
+        unsafe { libc::poll(fds.as_mut_ptr(), 1, 100) };
+    }
+    done.sort();
+    let want: Vec<(usize, String)> = (0..8).map(|i| (i, format!("{i}\n"))).collect();
+    assert_eq!(done, want);
+}
+
+/// How many processes have `marker` in their command line.
+fn pgrep(marker: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(marker))
+                .unwrap_or(false)
+        })
+        .count()
+}
