@@ -5,7 +5,13 @@
 // The harness plugin (`dsh-native/harness`) is in harness.mjs.
 
 const { Readable } = require('node:stream')
-const { NativeExecutor, NativeCancelToken, checkConfig, limitsSupport: nativeLimitsSupport } = require('./loader.js')
+const {
+  NativeExecutor,
+  NativeCancelToken,
+  checkConfig,
+  limitsSupport: nativeLimitsSupport,
+  specKeys,
+} = require('./loader.js')
 
 /** An INVALID_ARGUMENT error shaped like the native ones. */
 function invalid(field, problem) {
@@ -34,6 +40,46 @@ function checkSignal(signal, field) {
 
 function checkObject(value, field) {
   if (value === null || typeof value !== 'object') throw invalid(field, `must be an object, got ${describe(value)}`)
+}
+
+const SPEC_KEYS = specKeys()
+const KNOWN_SPEC_KEYS = new Set(SPEC_KEYS)
+
+/**
+ * A spec as the addon takes it: its values in `specKeys()` order, read here
+ * (several times cheaper than key by key through napi), or the first key
+ * the addon does not know, for it to refuse. The addon checks every value.
+ */
+function specArgs(spec) {
+  for (const key in spec) {
+    if (!KNOWN_SPEC_KEYS.has(key)) return [undefined, key]
+  }
+  return [SPEC_KEYS.map((key) => spec[key]), undefined]
+}
+
+/** The optional fields are present only when they have a value. */
+function collected(text, truncated, spillPath, spillError) {
+  const output = { text, truncated }
+  if (spillPath !== null) output.spillPath = spillPath
+  if (spillError !== null) output.spillError = spillError
+  return output
+}
+
+/** The harness's result object from the addon's flat list (`run_result_values` in src/convert.rs). */
+function runResult(v) {
+  const result = { exitCode: v[0], signal: v[1] }
+  if (v[2]) result.exitStatusUnavailable = true
+  result.timedOut = v[3]
+  result.aborted = v[4]
+  result.timeoutMs = v[5]
+  result.stdout = collected(v[6], v[7], v[8], v[9])
+  result.stderr = collected(v[10], v[11], v[12], v[13])
+  if (v[14] !== null) result.sandbox = v[14]
+  if (v[15] > 0) result.survivors = v[15]
+  if (v[16] !== null) result.backgroundId = v[16]
+  if (v[17] !== null) result.limit = v[17]
+  if (v[18] !== null) result.limitsEnforcement = v[18]
+  return result
 }
 
 /** A background process handle (the harness's ShellProcess). */
@@ -335,7 +381,8 @@ class NativeShellExecutor {
     }
     let result
     try {
-      result = await this.#native.run(spec, token)
+      const [values, unknownKey] = specArgs(spec)
+      result = runResult(await this.#native.run(values, unknownKey, token))
     } finally {
       signal?.removeEventListener('abort', onAbort)
     }
@@ -359,7 +406,8 @@ class NativeShellExecutor {
     // stops the process when it fires later.
     const token = signal ? new NativeCancelToken() : undefined
     if (signal?.aborted) token.cancel()
-    const task = this.#wrap(this.#native.start(spec, token))
+    const [values, unknownKey] = specArgs(spec)
+    const task = this.#wrap(this.#native.start(values, unknownKey, token))
     if (signal && !signal.aborted) {
       const onAbort = () => token.cancel()
       signal.addEventListener('abort', onAbort, { once: true })

@@ -115,8 +115,23 @@ fn type_name(t: ValueType) -> &'static str {
 /// One JS object read field by field. Every key must be one the shape
 /// knows: a misspelt `timeout_ms` or `work_dir` is an error, never ignored.
 struct Fields<'e> {
-    obj: Object<'e>,
+    src: Source<'e>,
     scope: &'static str,
+}
+
+/// Where a shape's fields are read from.
+enum Source<'e> {
+    Object(Object<'e>),
+    /// A spec's values, read by `index.js` in [`SPEC_KEYS`] order (reading
+    /// them there is several times cheaper than key by key through napi).
+    SpecValues(Vec<Unknown<'e>>),
+}
+
+fn unknown_field<T>(scope: &str, key: &str, known: &[&str]) -> InputResult<T> {
+    shape(
+        format!("{scope}.{key}"),
+        format!("is not a known field (expected one of: {})", known.join(", ")),
+    )
 }
 
 impl<'e> Fields<'e> {
@@ -129,13 +144,13 @@ impl<'e> Fields<'e> {
         let obj = unsafe { value.cast::<Object<'e>>() }.map_err(napi_failure(scope))?;
         for key in Object::keys(&obj).map_err(napi_failure(scope))? {
             if !known.contains(&key.as_str()) {
-                return shape(
-                    format!("{scope}.{key}"),
-                    format!("is not a known field (expected one of: {})", known.join(", ")),
-                );
+                return unknown_field(scope, &key, known);
             }
         }
-        Ok(Fields { obj, scope })
+        Ok(Fields {
+            src: Source::Object(obj),
+            scope,
+        })
     }
 
     fn path(&self, key: &str) -> String {
@@ -144,7 +159,13 @@ impl<'e> Fields<'e> {
 
     /// The value at `key`; absent and `undefined` are the same.
     fn get(&self, key: &str) -> InputResult<Option<(Unknown<'e>, ValueType)>> {
-        let v: Option<Unknown<'e>> = self.obj.get(key).map_err(napi_failure(self.scope))?;
+        let v: Option<Unknown<'e>> = match &self.src {
+            Source::Object(obj) => obj.get(key).map_err(napi_failure(self.scope))?,
+            Source::SpecValues(values) => SPEC_KEYS
+                .iter()
+                .position(|k| *k == key)
+                .and_then(|i| values.get(i).copied()),
+        };
         match v {
             None => Ok(None),
             Some(v) => match v.get_type().map_err(napi_failure(self.scope))? {
@@ -204,12 +225,13 @@ impl<'e> Fields<'e> {
         }
         // SAFETY: the value was just checked to be an object.
         let obj = unsafe { v.cast::<Object<'e>>() }.map_err(napi_failure(self.scope))?;
+        let keys = Object::keys(&obj).map_err(napi_failure(self.scope))?;
         let inner = Fields {
-            obj,
+            src: Source::Object(obj),
             scope: self.scope,
         };
         let mut out = BTreeMap::new();
-        for k in Object::keys(&inner.obj).map_err(napi_failure(self.scope))? {
+        for k in keys {
             match inner.get(&k)? {
                 None => {}
                 Some((v, ValueType::String)) => {
@@ -444,7 +466,7 @@ const CONFIG_KEYS: &[&str] = &[
 
 /// The request and the spec share their keys; `signal` is read by the JS
 /// layer (it is an AbortSignal, not data).
-const CALL_KEYS: &[&str] = &[
+pub(crate) const SPEC_KEYS: &[&str] = &[
     "command",
     "workdir",
     "timeoutMs",
@@ -483,7 +505,7 @@ pub(crate) fn config_input(c: Option<Unknown<'_>>) -> InputResult<dsh_core::Conf
 }
 
 pub(crate) fn request(r: Unknown<'_>) -> InputResult<dsh_core::Request> {
-    let r = Fields::new(r, "request", CALL_KEYS)?;
+    let r = Fields::new(r, "request", SPEC_KEYS)?;
     let f = |name| Field::new(Scope::Request, name);
     let (stdin, stdin_pipe) = r.stdin()?;
     Ok(dsh_core::Request {
@@ -502,10 +524,24 @@ pub(crate) fn request(r: Unknown<'_>) -> InputResult<dsh_core::Request> {
     })
 }
 
-/// A spec as JS holds it: built by `resolve()` (ours or the harness's)
-/// and possibly extended with `signal`.
-pub(crate) fn spec(s: Unknown<'_>) -> InputResult<dsh_core::Spec> {
-    let s = Fields::new(s, "spec", CALL_KEYS)?;
+/// A spec as JS holds it (built by `resolve()`, ours or the harness's, and
+/// possibly extended with `signal`), read by `index.js`: its values in
+/// [`SPEC_KEYS`] order, or the first of its keys that is not one of them.
+pub(crate) fn spec_values(
+    values: Option<Vec<Unknown<'_>>>,
+    unknown: Option<String>,
+) -> InputResult<dsh_core::Spec> {
+    match (values, unknown) {
+        (_, Some(key)) => unknown_field("spec", &key, SPEC_KEYS),
+        (Some(values), None) if values.len() == SPEC_KEYS.len() => spec_from(Fields {
+            src: Source::SpecValues(values),
+            scope: "spec",
+        }),
+        _ => shape("spec", "was passed to the addon in a shape it does not know (index.js and the addon are from different builds)".to_owned()),
+    }
+}
+
+fn spec_from(s: Fields<'_>) -> InputResult<dsh_core::Spec> {
     let f = |name| Field::new(Scope::Spec, name);
     const UNRESOLVED: &str = " (a spec comes from resolve(); pass the request through it first)";
     let required_number = |key, name| -> InputResult<u64> {
@@ -647,15 +683,6 @@ pub(crate) fn spec_object<'e>(env: &'e Env, s: &dsh_core::Spec) -> Result<Object
     Ok(o)
 }
 
-fn collected<'e>(env: &'e Env, c: &dsh_core::CollectedOutput) -> Result<Object<'e>> {
-    let mut o = Object::new(env)?;
-    o.set_named_property("text", c.text.as_str())?;
-    o.set_named_property("truncated", c.truncated)?;
-    set_some(&mut o, "spillPath", c.spill_path.as_deref())?;
-    set_some(&mut o, "spillError", c.spill_error.as_deref())?;
-    Ok(o)
-}
-
 pub(crate) fn sandbox_object<'e>(env: &'e Env, s: &dsh_core::SandboxInfo) -> Result<Object<'e>> {
     let mut o = Object::new(env)?;
     o.set_named_property("mode", s.mode.as_str())?;
@@ -673,33 +700,42 @@ pub(crate) fn sandbox_object<'e>(env: &'e Env, s: &dsh_core::SandboxInfo) -> Res
     Ok(o)
 }
 
-pub(crate) fn run_result<'e>(env: &'e Env, r: &dsh_core::RunResult) -> Result<Object<'e>> {
-    let mut o = Object::new(env)?;
-    o.set_named_property("exitCode", r.exit_code)?;
-    o.set_named_property("signal", r.signal.as_deref())?;
-    if r.exit_status_unavailable {
-        o.set_named_property("exitStatusUnavailable", true)?;
+/// A run's result as the flat list `runResult` in `index.js` turns into
+/// the harness's object (one napi call per value instead of a property
+/// set, and no key strings):
+/// `[exitCode, signal, exitStatusUnavailable, timedOut, aborted, timeoutMs,
+///   stdout.text, stdout.truncated, stdout.spillPath, stdout.spillError,
+///   stderr.text, stderr.truncated, stderr.spillPath, stderr.spillError,
+///   sandbox, survivors, backgroundId, limit, limitsEnforcement]`,
+/// with `null` for what is absent.
+pub(crate) fn run_result_values<'e>(env: &'e Env, r: &dsh_core::RunResult) -> Result<Array<'e>> {
+    let mut a = env.create_array(19)?;
+    a.set(0, r.exit_code)?;
+    a.set(1, r.signal.as_deref())?;
+    a.set(2, r.exit_status_unavailable)?;
+    a.set(3, r.timed_out)?;
+    a.set(4, r.aborted)?;
+    a.set(5, r.timeout_ms as f64)?;
+    for (at, c) in [(6, &r.stdout), (10, &r.stderr)] {
+        a.set(at, c.text.as_str())?;
+        a.set(at + 1, c.truncated)?;
+        a.set(at + 2, c.spill_path.as_deref())?;
+        a.set(at + 3, c.spill_error.as_deref())?;
     }
-    o.set_named_property("timedOut", r.timed_out)?;
-    o.set_named_property("aborted", r.aborted)?;
-    o.set_named_property("timeoutMs", r.timeout_ms as f64)?;
-    o.set_named_property("stdout", collected(env, &r.stdout)?)?;
-    o.set_named_property("stderr", collected(env, &r.stderr)?)?;
-    if let Some(s) = &r.sandbox {
-        o.set_named_property("sandbox", sandbox_object(env, s)?)?;
-    }
-    if r.survivors > 0 {
-        o.set_named_property("survivors", r.survivors)?;
-    }
-    set_some(&mut o, "backgroundId", r.background_id.as_deref())?;
-    set_some(&mut o, "limit", limit_str(r.limit))?;
-    if !r.limits_enforcement.is_empty() {
-        o.set_named_property(
-            "limitsEnforcement",
-            enforcement_object(env, &r.limits_enforcement)?,
-        )?;
-    }
-    Ok(o)
+    a.set(
+        14,
+        r.sandbox.as_ref().map(|s| sandbox_object(env, s)).transpose()?,
+    )?;
+    a.set(15, r.survivors)?;
+    a.set(16, r.background_id.as_deref())?;
+    a.set(17, limit_str(r.limit))?;
+    a.set(
+        18,
+        (!r.limits_enforcement.is_empty())
+            .then(|| enforcement_object(env, &r.limits_enforcement))
+            .transpose()?,
+    )?;
+    Ok(a)
 }
 
 pub(crate) fn read_object<'e>(env: &'e Env, r: &dsh_core::ProcessRead) -> Result<Object<'e>> {

@@ -11,16 +11,19 @@ use napi_derive::napi;
 use dsh_core::{DshError, ListenerId};
 
 use crate::convert::{self, input_error, js_error, InputResult};
+use crate::foreground;
+use crate::settle;
 
-/// A run's outcome, turned into a JS object on the JS thread.
-struct RunValue(dsh_core::RunResult);
+/// A run's outcome, turned into JS values on the JS thread (`runResult`
+/// in `index.js` makes the harness's object of them).
+pub(crate) struct RunValue(pub(crate) dsh_core::RunResult);
 
 impl ToNapiValue for RunValue {
     unsafe fn to_napi_value(raw_env: sys::napi_env, val: Self) -> Result<sys::napi_value> {
         let env = Env::from_raw(raw_env);
-        let obj = convert::run_result(&env, &val.0)?;
-        // SAFETY: `obj` was just created in `raw_env`.
-        unsafe { Object::to_napi_value(raw_env, obj) }
+        let values = convert::run_result_values(&env, &val.0)?;
+        // SAFETY: `values` was just created in `raw_env`.
+        unsafe { Array::to_napi_value(raw_env, values) }
     }
 }
 
@@ -382,23 +385,31 @@ impl NativeExecutor {
     }
 
     /// Runs off the JS thread; the promise settles from a core I/O thread
-    /// (resolving a deferred only queues its settlement on the JS thread).
+    /// (which only queues its settlement on the JS thread). The spec comes
+    /// as `index.js` reads it: its values in `specKeys()` order, or the
+    /// first key that is not one of them.
     #[napi]
     pub fn run<'e>(
         &self,
         env: &'e Env,
-        spec: Unknown<'_>,
+        values: Option<Vec<Unknown<'_>>>,
+        unknown_key: Option<String>,
         cancel: Option<&NativeCancelToken>,
     ) -> Result<Object<'e>> {
-        let spec = throw_input(env, convert::spec(spec))?;
-        let (deferred, promise) = env.create_deferred::<RunValue, _>()?;
-        self.inner
-            .run_then(&spec, cancel.map(|c| &c.inner), move |outcome| {
-                deferred.resolve(move |env| match outcome {
-                    Ok(r) => Ok(RunValue(r)),
-                    Err(e) => Err(js_error(&env, &e)),
-                })
-            });
+        let spec = throw_input(env, convert::spec_values(values, unknown_key))?;
+        let cancel = cancel.map(|c| &c.inner);
+        if spec.runs_on_host_loop() {
+            if let Some(promise) = foreground::run(env, &self.inner, &spec, cancel)? {
+                return Ok(promise);
+            }
+        }
+        let (deferred, promise) = settle::promise(env)?;
+        self.inner.run_then(&spec, cancel, move |outcome| {
+            deferred.resolve(move |env| match outcome {
+                Ok(r) => Ok(RunValue(r)),
+                Err(e) => Err(js_error(&env, &e)),
+            })
+        });
         Ok(promise)
     }
 
@@ -409,10 +420,11 @@ impl NativeExecutor {
     pub fn start(
         &self,
         env: &Env,
-        spec: Unknown<'_>,
+        values: Option<Vec<Unknown<'_>>>,
+        unknown_key: Option<String>,
         cancel: Option<&NativeCancelToken>,
     ) -> Result<NativeProcess> {
-        let spec = throw_input(env, convert::spec(spec))?;
+        let spec = throw_input(env, convert::spec_values(values, unknown_key))?;
         let inner = throw(env, self.inner.start_cancellable(&spec, cancel.map(|c| &c.inner)))?;
         Ok(NativeProcess { inner })
     }
@@ -518,6 +530,12 @@ impl NativeExecutor {
 pub fn check_config(env: Env, config: Option<Unknown<'_>>) -> Result<()> {
     let input = throw_input(&env, convert::config_input(config))?;
     throw(&env, dsh_core::Config::new(input).map(drop))
+}
+
+/// The keys of a spec, in the order `run` and `start` take their values.
+#[napi]
+pub fn spec_keys() -> Vec<&'static str> {
+    convert::SPEC_KEYS.to_vec()
 }
 
 /// How this host would enforce each limit: limit name → mechanism

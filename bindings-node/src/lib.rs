@@ -5,5 +5,7 @@
 
 mod convert;
 mod executor;
+mod foreground;
+mod settle;
 
 pub use executor::*;

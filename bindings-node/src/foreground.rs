@@ -1,0 +1,278 @@
+//! Foreground runs on the JS thread's own event loop (the core's
+//! `HostLoop`): the command is asked for on the JS thread, and libuv wakes
+//! that thread when the supervisor reports, as the supervisor's report
+//! wakes a blocking caller. Without this, each run cost two hand-offs
+//! between threads (JS thread → core I/O thread → JS thread).
+//!
+//! libuv is node's, found at run time: under a runtime that has napi but
+//! not libuv's symbols, every run takes the core's threads instead.
+
+use std::cell::{Cell, RefCell};
+use std::ffi::{c_int, c_void, CStr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::ThreadId;
+
+use dsh_core::{HostLoop, HostRun};
+use napi::bindgen_prelude::*;
+use napi::{sys, Env};
+
+use crate::convert::js_error;
+use crate::executor::RunValue;
+use crate::settle::{self, Channel, Settle};
+
+/// The few libuv functions used, looked up in the running process.
+struct Uv {
+    handle_size: unsafe extern "C" fn(c_int) -> usize,
+    poll_init: unsafe extern "C" fn(*mut sys::uv_loop_s, *mut c_void, c_int) -> c_int,
+    poll_start: unsafe extern "C" fn(*mut c_void, c_int, PollCallback) -> c_int,
+    poll_stop: unsafe extern "C" fn(*mut c_void) -> c_int,
+    close: unsafe extern "C" fn(*mut c_void, CloseCallback),
+    unref: unsafe extern "C" fn(*mut c_void),
+}
+
+type PollCallback = unsafe extern "C" fn(*mut c_void, c_int, c_int);
+type CloseCallback = unsafe extern "C" fn(*mut c_void);
+
+const UV_POLL: c_int = 8;
+const UV_READABLE: c_int = 1;
+
+fn uv() -> Option<&'static Uv> {
+    static UV: OnceLock<Option<Uv>> = OnceLock::new();
+    UV.get_or_init(|| {
+        // SAFETY: each name is libuv's function whose C signature the
+        // field's type spells out (uv.h, stable since libuv 1.0).
+        unsafe {
+            Some(Uv {
+                handle_size: function(c"uv_handle_size")?,
+                poll_init: function(c"uv_poll_init")?,
+                poll_start: function(c"uv_poll_start")?,
+                poll_stop: function(c"uv_poll_stop")?,
+                close: function(c"uv_close")?,
+                unref: function(c"uv_unref")?,
+            })
+        }
+    })
+    .as_ref()
+}
+
+/// The function `name` in the running process, as an `F`.
+///
+/// # Safety
+/// `F` must be a function pointer type with the C signature of `name`.
+unsafe fn function<F: Copy>(name: &CStr) -> Option<F> {
+    assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<*mut c_void>());
+    // SAFETY: dlsym with RTLD_DEFAULT only reads the name.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    // SAFETY: a non-null symbol address, read as the pointer type the caller
+    // vouches for (same size, checked above).
+    (!p.is_null()).then(|| unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+}
+
+/// One JS thread's foreground runs.
+struct Driver {
+    env: sys::napi_env,
+    host: HostLoop,
+    /// libuv's poll handle on `host.fd()`; closed with the environment.
+    handle: Cell<*mut c_void>,
+    runs: RefCell<Vec<(HostRun, Settle)>>,
+    waker: Arc<TurnWaker>,
+}
+
+/// Asks the JS thread for a turn: from libuv's callback when the host
+/// loop's descriptor is readable, and from any thread when a run's timer
+/// fires or its run is cancelled.
+struct TurnWaker {
+    requested: AtomicBool,
+    /// A wake during a turn, on its own thread: the turn goes round again.
+    again: AtomicBool,
+    thread: ThreadId,
+    channel: Arc<Channel>,
+}
+
+thread_local! {
+    static DRIVER: Cell<Option<&'static Driver>> = const { Cell::new(None) };
+    static IN_TURN: Cell<bool> = const { Cell::new(false) };
+}
+
+impl Wake for TurnWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if IN_TURN.with(Cell::get) && std::thread::current().id() == self.thread {
+            self.again.store(true, Ordering::Release);
+        } else if !self.requested.swap(true, Ordering::AcqRel) {
+            settle::send(
+                &self.channel,
+                Box::new(|env| {
+                    if let Some(env) = env {
+                        turn(env)
+                    }
+                }),
+            );
+        }
+    }
+}
+
+/// Runs `spec` on this JS thread's loop, or returns `None` when this
+/// runtime has no libuv (the caller then takes the core's threads).
+pub(crate) fn run<'e>(
+    env: &'e Env,
+    executor: &dsh_core::Executor,
+    spec: &dsh_core::Spec,
+    cancel: Option<&dsh_core::CancelToken>,
+) -> Result<Option<Object<'e>>> {
+    let Some(driver) = driver(env)? else {
+        return Ok(None);
+    };
+    let (settle, promise) = settle::promise(env)?;
+    match executor.run_on(&driver.host, spec, cancel) {
+        Ok(run) => {
+            driver.runs.borrow_mut().push((run, settle));
+            // Polled at once, here: it registers its descriptors and timers.
+            turn(*env);
+        }
+        Err(e) => settle.resolve_here(*env, Err::<RunValue, _>(js_error(env, &e))),
+    }
+    Ok(Some(promise))
+}
+
+/// Polls every run of this thread; those that ended settle their promise.
+fn turn(env: Env) {
+    let Some(driver) = DRIVER.with(Cell::get).filter(|d| d.env == env.raw()) else {
+        return;
+    };
+    driver.waker.requested.store(false, Ordering::Release);
+    IN_TURN.with(|t| t.set(true));
+    let waker = Waker::from(driver.waker.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut ended = Vec::new();
+    loop {
+        // Wakes from the events dispatch hands out are answered by the polls
+        // that follow; only those that come after them need another round.
+        let _ = driver.host.dispatch();
+        driver.waker.again.store(false, Ordering::Release);
+        let mut runs = driver.runs.borrow_mut();
+        let mut i = 0;
+        while i < runs.len() {
+            match driver.host.poll(&mut runs[i].0, &mut cx) {
+                Poll::Pending => i += 1,
+                Poll::Ready(outcome) => {
+                    let (_, settle) = runs.swap_remove(i);
+                    ended.push((settle, outcome));
+                }
+            }
+        }
+        drop(runs);
+        if !driver.waker.again.load(Ordering::Acquire) {
+            break;
+        }
+    }
+    IN_TURN.with(|t| t.set(false));
+    for (settle, outcome) in ended {
+        let value = outcome.map(RunValue).map_err(|e| js_error(&env, &e));
+        settle.resolve_here(env, value);
+    }
+}
+
+/// This JS thread's driver, made on first use; `None` without libuv.
+fn driver(env: &Env) -> Result<Option<&'static Driver>> {
+    if let Some(d) = DRIVER.with(Cell::get).filter(|d| d.env == env.raw()) {
+        return Ok(Some(d));
+    }
+    let Some(uv) = uv() else { return Ok(None) };
+    let channel = settle::channel(env)?;
+    let host = HostLoop::new().map_err(|e| js_error(env, &e))?;
+    let mut uv_loop = std::ptr::null_mut();
+    // SAFETY: a live env on its JS thread.
+    if unsafe { sys::napi_get_uv_event_loop(env.raw(), &mut uv_loop) } != sys::Status::napi_ok
+        || uv_loop.is_null()
+    {
+        return Ok(None);
+    }
+    // SAFETY: libuv's own size for a poll handle; the memory is 8-aligned
+    // (u64s) and lives until `freed` frees it.
+    let handle = unsafe {
+        let words = (uv.handle_size)(UV_POLL).div_ceil(8);
+        Box::into_raw(vec![0u64; words].into_boxed_slice()) as *mut c_void
+    };
+    // SAFETY: `handle` is fresh memory of the size libuv asked for, on the
+    // loop of this thread; `host.fd()` stays open as long as the driver.
+    // A handle that failed to initialise is not libuv's; one that failed to
+    // start is closed, and its memory freed once libuv lets go of it.
+    unsafe {
+        if (uv.poll_init)(uv_loop, handle, host.fd()) != 0 {
+            freed(handle);
+            return Ok(None);
+        }
+        if (uv.poll_start)(handle, UV_READABLE, on_readable) != 0 {
+            (uv.close)(handle, freed);
+            return Ok(None);
+        }
+    }
+    // SAFETY: an initialised handle. Pending runs keep the loop alive
+    // through their promises, not through this handle.
+    unsafe { (uv.unref)(handle) };
+    let driver: &'static Driver = Box::leak(Box::new(Driver {
+        env: env.raw(),
+        host,
+        handle: Cell::new(handle),
+        runs: RefCell::new(Vec::new()),
+        waker: Arc::new(TurnWaker {
+            requested: AtomicBool::new(false),
+            again: AtomicBool::new(false),
+            thread: std::thread::current().id(),
+            channel,
+        }),
+    }));
+    // SAFETY: the hook runs on this JS thread at its environment's teardown.
+    unsafe { sys::napi_add_env_cleanup_hook(env.raw(), Some(torn_down), std::ptr::null_mut()) };
+    DRIVER.with(|d| d.set(Some(driver)));
+    Ok(Some(driver))
+}
+
+/// libuv: the host loop's descriptor is readable. The turn comes through
+/// the threadsafe function, whose callback node runs in the scopes a call
+/// into JS needs (a turn settles promises).
+unsafe extern "C" fn on_readable(_handle: *mut c_void, _status: c_int, _events: c_int) {
+    if let Some(driver) = DRIVER.with(Cell::get) {
+        driver.waker.wake_by_ref();
+    }
+}
+
+/// The environment is going away: runs still pending stop their commands
+/// (a `HostRun` dropped before its end does), and the poll handle closes.
+unsafe extern "C" fn torn_down(_arg: *mut c_void) {
+    let Some(driver) = DRIVER.with(|d| d.take()) else {
+        return;
+    };
+    let runs = std::mem::take(&mut *driver.runs.borrow_mut());
+    drop(runs);
+    let handle = driver.handle.replace(std::ptr::null_mut());
+    if let (Some(uv), false) = (uv(), handle.is_null()) {
+        // SAFETY: the handle started in `driver`; libuv frees nothing of
+        // ours, and `freed` returns the memory once it is closed.
+        unsafe {
+            (uv.poll_stop)(handle);
+            (uv.close)(handle, freed);
+        }
+    }
+}
+
+/// libuv: the poll handle is closed; its memory is ours again.
+unsafe extern "C" fn freed(handle: *mut c_void) {
+    if let Some(uv) = uv() {
+        // SAFETY: the memory `driver` boxed, with its length computed the
+        // same way; libuv no longer uses it.
+        unsafe {
+            let words = (uv.handle_size)(UV_POLL).div_ceil(8);
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                handle as *mut u64,
+                words,
+            )));
+        }
+    }
+}
