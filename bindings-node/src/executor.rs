@@ -1,5 +1,6 @@
-//! Native classes behind `index.js`: every promise is settled from a core
-//! thread through a napi deferred; nothing here blocks the JS thread.
+//! Native classes behind `index.js`: every promise is settled on the JS
+//! thread, from a core thread through `settle` or by `foreground`'s turn;
+//! nothing here blocks the JS thread.
 
 use std::sync::Arc;
 
@@ -153,7 +154,7 @@ impl NativeProcess {
     /// buffer; the event loop never waits.
     #[napi]
     pub fn write_stdin<'e>(&self, env: &'e Env, data: Buffer) -> Result<Object<'e>> {
-        let (deferred, promise) = env.create_deferred::<(), _>()?;
+        let (deferred, promise) = settle::promise(env)?;
         self.inner.write_stdin_with(data.to_vec(), move |outcome| {
             deferred.resolve(move |env| outcome.map_err(|e| js_error(&env, &e)))
         });
@@ -167,7 +168,7 @@ impl NativeProcess {
 
     #[napi]
     pub fn done<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
-        let (deferred, promise) = env.create_deferred::<(), _>()?;
+        let (deferred, promise) = settle::promise(env)?;
         self.inner
             .when_settled(move || deferred.resolve(|_| Ok(())))
             .map_err(|e| convert::js_error(env, &e))?;
@@ -245,7 +246,7 @@ impl NativeTerminal {
     /// Resolves with the next output (a string), or null once it has ended.
     #[napi]
     pub fn next_output<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
-        let (deferred, promise) = env.create_deferred::<Option<String>, _>()?;
+        let (deferred, promise) = settle::promise(env)?;
         self.inner
             .next_output_with(move |out| deferred.resolve(move |_| Ok(out)));
         Ok(promise)
@@ -279,7 +280,7 @@ impl NativeTerminal {
         let Some(rest) = throw(env, self.inner.write_now(&bytes))? else {
             return Ok(None);
         };
-        let (deferred, promise) = env.create_deferred::<(), _>()?;
+        let (deferred, promise) = settle::promise(env)?;
         rest.then(move |r| deferred.resolve(move |env| r.map_err(|e| js_error(&env, &e))));
         Ok(Some(promise))
     }
@@ -306,7 +307,7 @@ impl NativeTerminal {
     /// there is no foreground group; `/proc` is read off the JS thread.
     #[napi]
     pub fn inspect_foreground<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
-        let (deferred, promise) = env.create_deferred::<Option<ForegroundValue>, _>()?;
+        let (deferred, promise) = settle::promise(env)?;
         self.inner
             .inspect_foreground_with(move |fg| deferred.resolve(move |_| Ok(fg.map(ForegroundValue))));
         Ok(promise)
@@ -335,7 +336,7 @@ impl NativeTerminal {
     /// is left.
     #[napi]
     pub fn terminate<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
-        let (deferred, promise) = env.create_deferred::<u32, _>()?;
+        let (deferred, promise) = settle::promise(env)?;
         self.inner
             .terminate_with(move |n| deferred.resolve(move |_| Ok(n)));
         Ok(promise)
@@ -344,7 +345,7 @@ impl NativeTerminal {
     /// Resolves (with undefined) once the program has exited.
     #[napi]
     pub fn done<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
-        let (deferred, promise) = env.create_deferred::<(), _>()?;
+        let (deferred, promise) = settle::promise(env)?;
         self.inner.when_exited(move || deferred.resolve(|_| Ok(())));
         Ok(promise)
     }
@@ -504,7 +505,7 @@ impl NativeExecutor {
         if cancel.is_some_and(|c| c.inner.is_cancelled()) {
             return Err(js_error(env, &DshError::AlreadyCancelled));
         }
-        let (deferred, promise) = env.create_deferred::<NativeTerminal, _>()?;
+        let (deferred, promise) = settle::promise(env)?;
         self.inner.spawn_terminal_with(&spec, move |outcome| {
             deferred.resolve(move |env| match outcome {
                 Ok(inner) => Ok(NativeTerminal { inner }),
@@ -517,7 +518,7 @@ impl NativeExecutor {
     /// Kills everything and resolves once all of it has exited.
     #[napi]
     pub fn dispose<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
-        let (deferred, promise) = env.create_deferred::<(), _>()?;
+        let (deferred, promise) = settle::promise(env)?;
         self.inner.start_dispose(move || deferred.resolve(|_| Ok(())));
         Ok(promise)
     }
