@@ -1526,8 +1526,13 @@ static void test_stdin_misuse(void) {
      * on the full stdin wakes (at the latest) when the process is killed. */
     size_t len = 1 << 20;
     unsigned char *data = calloc(1, len);
-    while (dsh_process_write_stdin(p, data, len, &n) == DSH_OK) {
-    }
+    /* Full means the buffer and the pipe behind it: the I/O thread moves
+     * bytes from one to the other, so fill until no room comes back for a
+     * while (one AGAIN alone can come before the pipe filled). */
+    do {
+        while (dsh_process_write_stdin(p, data, len, &n) == DSH_OK) {
+        }
+    } while (dsh_process_wait_stdin_writable(p, 300) == DSH_OK);
     CHECK(dsh_process_write_stdin(p, data, len, &n) == DSH_AGAIN);
     DshStr id = dsh_process_id(p);
     char *idc = strndup(id.ptr, id.len);
