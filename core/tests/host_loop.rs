@@ -86,7 +86,10 @@ impl Host {
             let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, left.as_millis().max(1) as i32) };
             // Nothing woke the host before the limit: the run was left
             // waiting (one more dispatch would hide a lost wakeup).
-            assert!(ready != 0, "the run did not end within {limit:?}: nothing woke the host");
+            assert!(
+                ready != 0,
+                "the run did not end within {limit:?}: nothing woke the host"
+            );
             let mut buf = [0u8; 64];
             // SAFETY: reads into a live buffer from our non-blocking pipe.
             while unsafe { libc::read(self.read.as_raw_fd(), buf.as_mut_ptr().cast(), 64) } > 0 {}
