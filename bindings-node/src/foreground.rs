@@ -244,7 +244,8 @@ unsafe extern "C" fn on_readable(_handle: *mut c_void, _status: c_int, _events: 
 }
 
 /// The environment is going away: runs still pending stop their commands
-/// (a `HostRun` dropped before its end does), and the poll handle closes.
+/// (a `HostRun` dropped before its end does), the poll handle closes, and
+/// the driver (its reactor, its descriptors) is freed.
 unsafe extern "C" fn torn_down(_arg: *mut c_void) {
     let Some(driver) = DRIVER.with(|d| d.take()) else {
         return;
@@ -260,6 +261,12 @@ unsafe extern "C" fn torn_down(_arg: *mut c_void) {
             (uv.close)(handle, freed);
         }
     }
+    // SAFETY: `driver` is the box `driver()` leaked for this environment,
+    // and nothing names it any more: DRIVER no longer does, libuv has let
+    // go of the handle on its descriptor (stopped and closed above, and
+    // `on_readable` reads DRIVER), and no turn runs after teardown. Its
+    // reactor and descriptors would otherwise outlive each worker.
+    drop(unsafe { Box::from_raw(driver as *const Driver as *mut Driver) });
 }
 
 /// libuv: the poll handle is closed; its memory is ours again.

@@ -45,6 +45,9 @@ pub struct HostRun {
     run: Option<Pin<Box<dyn Future<Output = Result<RunResult>> + Send>>>,
     /// Stops the command when the run is dropped before its end.
     on_drop: CancelToken,
+    /// Whether it has been polled: its first poll registers its
+    /// descriptors with the reactor.
+    polled: bool,
     reactor: Arc<Runtime>,
     owner: libc::pid_t,
 }
@@ -108,11 +111,21 @@ impl HostLoop {
                 "a run was polled after its result".into(),
             )));
         };
-        let _reactor = self.reactor.enter();
-        let _timers = runtime::timers_on_core();
-        let outcome = fut.as_mut().poll(cx);
+        let outcome = {
+            let _reactor = self.reactor.enter();
+            let _timers = runtime::timers_on_core();
+            fut.as_mut().poll(cx)
+        };
         if outcome.is_ready() {
             run.run = None;
+        } else if !std::mem::replace(&mut run.polled, true) {
+            // The first poll registered the run's descriptors with the
+            // reactor; the host's descriptor has watched them since
+            // `run_on`, and news they had before now may already have been
+            // read from it (a dispatch before this poll): a command that
+            // ended that fast would never be heard of. One turn of the
+            // reactor hands out what they hold; it wakes `cx`'s waker.
+            self.reactor.block_on(tokio::task::yield_now());
         }
         outcome
     }
@@ -148,6 +161,7 @@ impl HostRun {
         HostRun {
             run: Some(Box::pin(run)),
             on_drop,
+            polled: false,
             reactor: host.reactor.clone(),
             owner: host.owner,
         }

@@ -83,7 +83,13 @@ impl Host {
                 },
             ];
             // SAFETY: two valid pollfd entries.
-            unsafe { libc::poll(fds.as_mut_ptr(), 2, left.as_millis() as i32) };
+            let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, left.as_millis().max(1) as i32) };
+            // Nothing woke the host before the limit: the run was left
+            // waiting (one more dispatch would hide a lost wakeup).
+            assert!(
+                ready != 0,
+                "the run did not end within {limit:?}: nothing woke the host"
+            );
             let mut buf = [0u8; 64];
             // SAFETY: reads into a live buffer from our non-blocking pipe.
             while unsafe { libc::read(self.read.as_raw_fd(), buf.as_mut_ptr().cast(), 64) } > 0 {}
@@ -233,6 +239,37 @@ fn many_runs_share_one_host_loop() {
     done.sort();
     let want: Vec<(usize, String)> = (0..8).map(|i| (i, format!("{i}\n"))).collect();
     assert_eq!(done, want);
+}
+
+#[test]
+fn a_run_whose_command_ended_before_its_first_poll_still_ends() {
+    // The host loop's descriptor watches the command's descriptors from
+    // `run_on`; the reactor that reads them registers them at the first
+    // poll. A command that has already reported by then: the host drains
+    // its descriptor (dispatch) before that poll, and the poll must not
+    // leave the events it registered unheard.
+    let exec = executor();
+    let host = Host::new();
+    let s = spec(&exec, "echo done");
+    let run = exec.run_on(&host.host, &s, None).unwrap();
+    // Long enough for `echo` to have ended and its report to be readable.
+    std::thread::sleep(Duration::from_millis(300));
+    let (r, _) = host.drive(run, Duration::from_secs(10));
+    let r = r.unwrap();
+    assert_eq!(r.exit_code, Some(0));
+    assert_eq!(r.stdout.text, "done\n");
+}
+
+#[test]
+fn a_thousand_short_runs_in_a_row_each_end() {
+    let exec = executor();
+    let host = Host::new();
+    for i in 0..1000 {
+        let command = ["true", "echo x", "echo e >&2"][i % 3];
+        let run = exec.run_on(&host.host, &spec(&exec, command), None).unwrap();
+        let (r, _) = host.drive(run, Duration::from_secs(10));
+        assert_eq!(r.unwrap().exit_code, Some(0), "run {i}: {command}");
+    }
 }
 
 /// How many processes have `marker` in their command line.
