@@ -17,8 +17,9 @@
 use std::future::Future;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::ThreadId;
 
 use tokio::runtime::{Builder, Handle, Runtime};
 
@@ -41,8 +42,9 @@ pub struct HostLoop {
 /// A foreground run on a [`HostLoop`]: poll it with [`HostLoop::poll`]
 /// until it is ready.
 pub struct HostRun {
-    /// None once it has given its result.
-    run: Option<Pin<Box<dyn Future<Output = Result<RunResult>> + Send>>>,
+    shared: Arc<RunShared>,
+    /// Wakes the run's host, or has a core thread poll it (see [`RunWaker`]).
+    waker: Waker,
     /// Stops the command when the run is dropped before its end.
     on_drop: CancelToken,
     /// Whether it has been polled: its first poll registers its
@@ -50,6 +52,72 @@ pub struct HostRun {
     polled: bool,
     reactor: Arc<Runtime>,
     owner: libc::pid_t,
+}
+
+type RunFuture = Pin<Box<dyn Future<Output = Result<RunResult>> + Send>>;
+
+/// What the host's thread and the core's threads share of a run.
+struct RunShared {
+    state: Mutex<RunState>,
+    /// The waker of the host's last poll: woken when the run has news for
+    /// it (kept apart from `state`: a poll holding `state` may wake it).
+    host: Mutex<Option<Waker>>,
+    host_thread: ThreadId,
+}
+
+struct RunState {
+    /// None once it has ended (or was taken by a drop).
+    run: Option<RunFuture>,
+    /// What it ended with, when a core thread's poll ended it.
+    ended: Option<Result<RunResult>>,
+}
+
+/// The waker the run's future is polled with. A wake on the host's thread
+/// (its reactor handing out descriptor news) asks the host for a poll. A
+/// wake from anywhere else (a timer kept by the core's runtime, a
+/// cancellation, dispose) is answered by a core thread polling the run at
+/// once: a host thread that is busy then delays no signal, grace period or
+/// limit (docs/hosts.md); the host's next poll takes the result.
+struct RunWaker(Weak<RunShared>);
+
+impl Wake for RunWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let Some(shared) = self.0.upgrade() else { return };
+        if std::thread::current().id() == shared.host_thread {
+            shared.wake_host();
+            return;
+        }
+        let waker = Waker::from(self.clone());
+        runtime::handle().spawn(async move { shared.poll_here(&waker) });
+    }
+}
+
+impl RunShared {
+    fn wake_host(&self) {
+        if let Some(w) = lock(&self.host).as_ref() {
+            w.wake_by_ref();
+        }
+    }
+
+    /// A core thread's poll: its timers are the core runtime's own.
+    fn poll_here(&self, waker: &Waker) {
+        let mut state = lock(&self.state);
+        let Some(run) = state.run.as_mut() else { return };
+        if let Poll::Ready(outcome) = run.as_mut().poll(&mut Context::from_waker(waker)) {
+            state.run = None;
+            state.ended = Some(outcome);
+            drop(state);
+            self.wake_host();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl HostLoop {
@@ -106,7 +174,17 @@ impl HostLoop {
         if let Err(e) = self.check() {
             return Poll::Ready(Err(e));
         }
-        let Some(fut) = run.run.as_mut() else {
+        {
+            let mut host = lock(&run.shared.host);
+            if !host.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *host = Some(cx.waker().clone());
+            }
+        }
+        let mut state = lock(&run.shared.state);
+        if let Some(outcome) = state.ended.take() {
+            return Poll::Ready(outcome);
+        }
+        let Some(fut) = state.run.as_mut() else {
             return Poll::Ready(Err(DshError::Internal(
                 "a run was polled after its result".into(),
             )));
@@ -114,11 +192,13 @@ impl HostLoop {
         let outcome = {
             let _reactor = self.reactor.enter();
             let _timers = runtime::timers_on_core();
-            fut.as_mut().poll(cx)
+            fut.as_mut().poll(&mut Context::from_waker(&run.waker))
         };
         if outcome.is_ready() {
-            run.run = None;
-        } else if !std::mem::replace(&mut run.polled, true) {
+            state.run = None;
+        }
+        drop(state);
+        if outcome.is_pending() && !std::mem::replace(&mut run.polled, true) {
             // The first poll registered the run's descriptors with the
             // reactor; the host's descriptor has watched them since
             // `run_on`, and news they had before now may already have been
@@ -158,8 +238,17 @@ impl HostRun {
         run: impl Future<Output = Result<RunResult>> + Send + 'static,
         on_drop: CancelToken,
     ) -> HostRun {
+        let shared = Arc::new(RunShared {
+            state: Mutex::new(RunState {
+                run: Some(Box::pin(run)),
+                ended: None,
+            }),
+            host: Mutex::new(None),
+            host_thread: std::thread::current().id(),
+        });
         HostRun {
-            run: Some(Box::pin(run)),
+            waker: Waker::from(Arc::new(RunWaker(Arc::downgrade(&shared)))),
+            shared,
             on_drop,
             polled: false,
             reactor: host.reactor.clone(),
@@ -173,7 +262,9 @@ impl Drop for HostRun {
     /// command is stopped as a cancellation stops it, and waited for here,
     /// since only this thread's reactor reads its events.
     fn drop(&mut self) {
-        let Some(run) = self.run.take() else { return };
+        let Some(run) = lock(&self.shared.state).run.take() else {
+            return;
+        };
         self.on_drop.cancel();
         if self.owner != current_pid() || Handle::try_current().is_ok() {
             // A forked child, or inside a runtime, where it cannot be waited

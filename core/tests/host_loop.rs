@@ -290,3 +290,36 @@ fn pgrep(marker: &str) -> usize {
         })
         .count()
 }
+
+#[test]
+fn the_timeout_stops_the_command_while_the_host_thread_is_busy() {
+    // The host polls once, then does not look at its loop for seconds: the
+    // command must still end at its timeout (a core thread polls the run
+    // when the timer fires), and the host's next poll has the result.
+    let exec = executor_with(|c| c.grace_ms = n(300));
+    let host = Host::new();
+    let marker = format!("hostloop-busy-{}", std::process::id());
+    let mut req = Request::new(format!("trap '' TERM; sleep 30; echo {marker}"));
+    req.timeout_ms = n(300);
+    let mut run = exec
+        .run_on(&host.host, &exec.resolve(req).unwrap(), None)
+        .unwrap();
+    let waker = Waker::from(host.waker.clone());
+    assert!(host
+        .host
+        .poll(&mut run, &mut Context::from_waker(&waker))
+        .is_pending());
+    assert!(
+        eventually(Duration::from_secs(10), || pgrep(&marker) > 0),
+        "the command started"
+    );
+    // Busy: no dispatch, no poll. Timeout 300 ms, then SIGKILL 300 ms later.
+    assert!(
+        eventually(Duration::from_secs(5), || pgrep(&marker) == 0),
+        "the command outlived its timeout and grace while the host was busy"
+    );
+    let (r, _) = host.drive(run, Duration::from_secs(10));
+    let r = r.unwrap();
+    assert!(r.timed_out, "{r:?}");
+    assert_eq!(r.signal.as_deref(), Some("SIGKILL"), "it ignored SIGTERM: {r:?}");
+}

@@ -88,12 +88,9 @@ test('thousands of short runs in a row each settle: no wakeup is lost', () => {
   )
 })
 
-// Known to fail (review of the host-loop commits): the core's timer only
-// wakes the JS thread, and the signal is sent by the run's poll there. Kept
-// as a todo so the suite stays green while it is reported on every run.
-test('the timeout stops the command on time though the JS thread is busy', {
-  todo: 'a host-loop run is signalled at its timeout only when the JS thread next turns',
-}, () => {
+// The timer is the core runtime's, and a wake from another thread has a
+// core thread poll the run: the signal does not wait for the JS thread.
+test('the timeout stops the command on time though the JS thread is busy', () => {
   // docs/hosts.md: nothing on the host's side delays a command's timeout or
   // kill. The JS thread spins for 4 s; the command's timeout is 300 ms.
   const out = child(`
