@@ -188,15 +188,7 @@ fn a_run_dropped_before_its_end_leaves_nothing_running() {
             None,
         )
         .unwrap();
-    let waker = Waker::from(host.waker.clone());
-    assert!(host
-        .host
-        .poll(&mut run, &mut Context::from_waker(&waker))
-        .is_pending());
-    assert!(
-        eventually(Duration::from_secs(10), || pgrep(&marker) > 0),
-        "the command started"
-    );
+    polled_until_started(&host, &mut run, &marker);
     drop(run);
     assert_eq!(pgrep(&marker), 0, "the command ended with its run");
 }
@@ -272,6 +264,17 @@ fn a_thousand_short_runs_in_a_row_each_end() {
     }
 }
 
+/// Polls `run` once (it registers its descriptors and timers), then waits
+/// until its command, which has `marker` in its command line, runs.
+fn polled_until_started(host: &Host, run: &mut HostRun, marker: &str) {
+    let waker = Waker::from(host.waker.clone());
+    assert!(host.host.poll(run, &mut Context::from_waker(&waker)).is_pending());
+    assert!(
+        eventually(Duration::from_secs(10), || pgrep(marker) > 0),
+        "the command started"
+    );
+}
+
 /// How many processes have `marker` in their command line.
 fn pgrep(marker: &str) -> usize {
     std::fs::read_dir("/proc")
@@ -304,15 +307,7 @@ fn the_timeout_stops_the_command_while_the_host_thread_is_busy() {
     let mut run = exec
         .run_on(&host.host, &exec.resolve(req).unwrap(), None)
         .unwrap();
-    let waker = Waker::from(host.waker.clone());
-    assert!(host
-        .host
-        .poll(&mut run, &mut Context::from_waker(&waker))
-        .is_pending());
-    assert!(
-        eventually(Duration::from_secs(10), || pgrep(&marker) > 0),
-        "the command started"
-    );
+    polled_until_started(&host, &mut run, &marker);
     // Busy: no dispatch, no poll. Timeout 300 ms, then SIGKILL 300 ms later.
     assert!(
         eventually(Duration::from_secs(5), || pgrep(&marker) == 0),

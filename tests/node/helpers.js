@@ -77,4 +77,18 @@ async function landlockMissing() {
   return landlockProbe
 }
 
-module.exports = { executor, alive, eventually, readUntil, tmpdir, landlockMissing, NativeBashExecutor, NativeShellExecutor }
+/** Processes whose command line contains `marker`. */
+function withMarker(marker) {
+  let n = 0
+  for (const pid of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(pid)) continue
+    try {
+      if (fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(marker)) n++
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return n
+}
+
+module.exports = { executor, alive, eventually, readUntil, tmpdir, landlockMissing, withMarker, NativeBashExecutor, NativeShellExecutor }

@@ -8,10 +8,9 @@
 // runs in a child process with a timeout, so a hang fails.
 const test = require('node:test')
 const assert = require('node:assert/strict')
-const fs = require('node:fs')
 const { spawnSync } = require('node:child_process')
 
-const { executor, eventually } = require('./helpers.js')
+const { executor, eventually, withMarker } = require('./helpers.js')
 
 const ADDON = JSON.stringify(require.resolve('../../bindings-node'))
 
@@ -27,20 +26,6 @@ function child(body, { timeout = 60000, config = '{ graceMs: 300 }' } = {}) {
   assert.equal(r.signal, null, `the child was killed (a hang?): ${r.stdout}${r.stderr}`)
   assert.equal(r.status, 0, `${r.stdout}${r.stderr}`)
   return r.stdout
-}
-
-/** Processes whose command line contains `marker`. */
-function withMarker(marker) {
-  let n = 0
-  for (const pid of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(pid)) continue
-    try {
-      if (fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(marker)) n++
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return n
 }
 
 test('thousands of short runs in a row each settle: no wakeup is lost', () => {

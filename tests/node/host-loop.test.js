@@ -6,27 +6,12 @@
 // leaves nothing running.
 const test = require('node:test')
 const assert = require('node:assert/strict')
-const fs = require('node:fs')
 const { spawnSync } = require('node:child_process')
 const { Worker } = require('node:worker_threads')
 
-const { executor, eventually } = require('./helpers.js')
+const { executor, eventually, withMarker } = require('./helpers.js')
 
 const ADDON = JSON.stringify(require.resolve('../../bindings-node'))
-
-/** Processes whose command line contains `marker`. */
-function withMarker(marker) {
-  let n = 0
-  for (const pid of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(pid)) continue
-    try {
-      if (fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(marker)) n++
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return n
-}
 
 test('a pending run keeps the process alive until it ends, and then nothing does', () => {
   const script = `
