@@ -76,8 +76,33 @@ struct Driver {
     host: HostLoop,
     /// libuv's poll handle on `host.fd()`; closed with the environment.
     handle: Cell<*mut c_void>,
-    runs: RefCell<Vec<(HostRun, Settle)>>,
+    runs: RefCell<Vec<Pending>>,
     waker: Arc<TurnWaker>,
+}
+
+/// A run not ended yet, and its promise.
+struct Pending {
+    run: HostRun,
+    settle: Settle,
+    /// Set when it has news: a turn polls only the runs that do.
+    news: Arc<News>,
+}
+
+/// A run's waker: marks the run and asks for a turn.
+struct News {
+    woken: AtomicBool,
+    turn: Arc<TurnWaker>,
+}
+
+impl Wake for News {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        self.turn.wake_by_ref();
+    }
 }
 
 /// Asks the JS thread for a turn: from libuv's callback when the host
@@ -131,7 +156,11 @@ pub(crate) fn run<'e>(
     let (settle, promise) = settle::promise(env)?;
     match executor.run_on(&driver.host, spec, cancel) {
         Ok(run) => {
-            driver.runs.borrow_mut().push((run, settle));
+            let news = Arc::new(News {
+                woken: AtomicBool::new(true),
+                turn: driver.waker.clone(),
+            });
+            driver.runs.borrow_mut().push(Pending { run, settle, news });
             // Polled at once, here: it registers its descriptors and timers.
             turn(*env);
         }
@@ -140,15 +169,14 @@ pub(crate) fn run<'e>(
     Ok(Some(promise))
 }
 
-/// Polls every run of this thread; those that ended settle their promise.
+/// Polls the runs of this thread that have news; those that ended settle
+/// their promise.
 fn turn(env: Env) {
     let Some(driver) = DRIVER.with(Cell::get).filter(|d| d.env == env.raw()) else {
         return;
     };
     driver.waker.requested.store(false, Ordering::Release);
     IN_TURN.with(|t| t.set(true));
-    let waker = Waker::from(driver.waker.clone());
-    let mut cx = Context::from_waker(&waker);
     let mut ended = Vec::new();
     loop {
         // Wakes from the events dispatch hands out are answered by the polls
@@ -158,10 +186,19 @@ fn turn(env: Env) {
         let mut runs = driver.runs.borrow_mut();
         let mut i = 0;
         while i < runs.len() {
-            match driver.host.poll(&mut runs[i].0, &mut cx) {
+            let pending = &mut runs[i];
+            if !pending.news.woken.swap(false, Ordering::AcqRel) {
+                i += 1;
+                continue;
+            }
+            let waker = Waker::from(pending.news.clone());
+            match driver
+                .host
+                .poll(&mut pending.run, &mut Context::from_waker(&waker))
+            {
                 Poll::Pending => i += 1,
                 Poll::Ready(outcome) => {
-                    let (_, settle) = runs.swap_remove(i);
+                    let Pending { settle, .. } = runs.swap_remove(i);
                     ended.push((settle, outcome));
                 }
             }
