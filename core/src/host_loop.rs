@@ -10,9 +10,11 @@
 //! host's thread directly, as it wakes a blocking caller
 //! (docs/host-death.md, "Cost on the spawn path").
 //!
-//! Timers (the timeout, the grace period) are kept by the core's runtime,
-//! whose I/O thread wakes the run's waker when one fires: the host's loop
-//! only learns of descriptors.
+//! Timers (the timeout, the grace period, the limit checks) are kept by the
+//! core's runtime: the host's loop only learns of descriptors. When one
+//! fires, or the run is cancelled or its executor disposed from another
+//! thread, a core thread polls the run at once (see `RunWaker`), so what
+//! the stop does never waits for a busy host thread.
 
 use std::future::Future;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
