@@ -70,13 +70,14 @@ pub(crate) fn promise<'e>(env: &'e Env) -> Result<(Settle, Object<'e>)> {
     let mut promise = ptr::null_mut();
     // SAFETY: a live env on its own JS thread (napi-rs passed it to us).
     check(unsafe { sys::napi_create_promise(env.raw(), &mut deferred, &mut promise) })?;
+    // SAFETY: `promise` was just created in this env.
+    let promise = unsafe { Object::from_napi_value(env.raw(), promise) }?;
+    // Owed from here on: nothing below can fail and leave the loop held.
     if hub.owed.get() == 0 {
         // SAFETY: the JS thread that owns `hub.tsfn` (a thread-local).
         check(unsafe { sys::napi_ref_threadsafe_function(hub.env, hub.tsfn) })?;
     }
     hub.owed.set(hub.owed.get() + 1);
-    // SAFETY: `promise` was just created in this env.
-    let promise = unsafe { Object::from_napi_value(env.raw(), promise) }?;
     Ok((
         Settle {
             job: Some((RawDeferred(deferred), hub.channel.clone())),
