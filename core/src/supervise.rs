@@ -474,9 +474,14 @@ async fn supervise_inner(
                 stopped = Some(reason);
                 if lost {
                     sweep(TagMatch::command(tag), libc::SIGTERM);
+                } else if let Some(pid) = pid {
+                    signal_tree(pid, tag, libc::SIGTERM, reason != Stop::Dispose);
                 } else {
-                    signal_known(pid, tag, libc::SIGTERM, reason != Stop::Dispose);
-                    deferred = pid.is_none().then_some((libc::SIGTERM, reason != Stop::Dispose));
+                    // Held until the pid comes (within DEFER_MS of the
+                    // start, or with the exit): a sweep by tag now and the
+                    // group's signal then would give a TERM trap two
+                    // SIGTERMs. A SIGKILL at the grace is not held.
+                    deferred = Some((libc::SIGTERM, reason != Stop::Dispose));
                 }
                 kill_at = Some(Instant::now() + grace);
             }

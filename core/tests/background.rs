@@ -118,6 +118,32 @@ fn kill_escalates_to_sigkill_for_a_term_trapping_process() {
 }
 
 #[test]
+fn a_kill_right_after_the_start_sends_one_sigterm() {
+    // A stop that comes before the supervisor has said the leader's pid
+    // (it says it 5 ms after the start): the command gets its SIGTERM once,
+    // as from the harness's own executor, not once by its tag and again by
+    // its group when the pid comes (a TERM trap would run twice).
+    let exec = executor_with(|c| c.grace_ms = n(300));
+    for round in 0..20 {
+        let p = start(
+            &exec,
+            "trap 'echo got-term' TERM; echo armed; while :; do sleep 0.05; done",
+        );
+        // Spinning, not sleeping: the stop must come within those 5 ms.
+        let mut seen = String::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !seen.contains("armed") {
+            assert!(std::time::Instant::now() < deadline, "never armed: {seen:?}");
+            seen.push_str(&p.read_output().delta);
+        }
+        assert!(p.kill());
+        settled(&p);
+        seen.push_str(&p.read_output().delta);
+        assert_eq!(seen.matches("got-term").count(), 1, "round {round}: {seen:?}");
+    }
+}
+
+#[test]
 fn reads_are_consuming_and_mark_stderr() {
     let exec = executor();
     let p = start(&exec, "echo one; echo err >&2");
