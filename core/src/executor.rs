@@ -915,12 +915,8 @@ impl Executor {
         if watched.is_err() {
             // The host's loop would not hear of it: the core's threads
             // watch it instead (nothing has registered its descriptors yet).
-            let task = runtime::handle().spawn(run);
-            let joined = async move {
-                task.await
-                    .unwrap_or_else(|e| Err(DshError::Internal(format!("executor task failed: {e}"))))
-            };
-            return Ok(HostRun::new(host, joined, on_drop));
+            let joined = runtime::spawned(run);
+            return Ok(HostRun::new(host, async move { joined.await? }, on_drop));
         }
         Ok(HostRun::new(host, run, on_drop))
     }
@@ -961,12 +957,8 @@ impl Executor {
         );
         if spec.stdin.is_some() || spec.stdin_pipe {
             // Writing stdin may raise SIGPIPE: do it on the core's threads.
-            let task = runtime::handle().spawn(task);
-            let run = async move {
-                task.await
-                    .unwrap_or_else(|e| Err(DshError::Internal(format!("executor task failed: {e}"))))
-            };
-            runtime::block_on_here(checked(run, check, interrupt))?
+            let joined = runtime::spawned(task);
+            runtime::block_on_here(checked(async move { joined.await? }, check, interrupt))?
         } else {
             // No pipe written: the calling thread's own reactor drives it.
             runtime::block_on_here(checked(task, check, interrupt))?

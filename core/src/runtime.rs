@@ -109,9 +109,21 @@ where
     F::Output: Send + 'static,
 {
     refuse_blocking()?;
-    let rt = handle();
-    rt.block_on(rt.spawn(fut))
-        .map_err(|e| DshError::Internal(format!("executor task failed: {e}")))
+    handle().block_on(spawned(fut))
+}
+
+/// Spawns `fut` on the core's threads; the returned future gives its output
+/// (a task that panicked is an internal error).
+pub(crate) fn spawned<F>(fut: F) -> impl Future<Output = Result<F::Output>>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let task = handle().spawn(fut);
+    async move {
+        task.await
+            .map_err(|e| DshError::Internal(format!("executor task failed: {e}")))
+    }
 }
 
 thread_local! {

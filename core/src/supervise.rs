@@ -13,10 +13,9 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::time::Instant;
 
-use crate::runtime::timer;
-
 use crate::error::DshError;
 use crate::output::StreamBuffer;
+use crate::runtime::timer;
 use crate::spawn::{ExitStatus, Spawned};
 use crate::stdin::{PipeWork, StdinEnd, StdinPipe};
 use crate::supervisor::{Report, ReportReader};
