@@ -17,7 +17,14 @@ use crate::settle;
 
 /// A run's outcome, turned into JS values on the JS thread (`runResult`
 /// in `index.js` makes the harness's object of them).
-pub(crate) struct RunValue(pub(crate) dsh_core::RunResult);
+pub(crate) struct RunValue(dsh_core::RunResult);
+
+impl RunValue {
+    /// What a run's promise settles with: its result, or its error.
+    pub(crate) fn of(env: &Env, outcome: dsh_core::Result<dsh_core::RunResult>) -> Result<RunValue> {
+        outcome.map(RunValue).map_err(|e| js_error(env, &e))
+    }
+}
 
 impl ToNapiValue for RunValue {
     unsafe fn to_napi_value(raw_env: sys::napi_env, val: Self) -> Result<sys::napi_value> {
@@ -406,10 +413,7 @@ impl NativeExecutor {
         }
         let (deferred, promise) = settle::promise(env)?;
         self.inner.run_then(&spec, cancel, move |outcome| {
-            deferred.resolve(move |env| match outcome {
-                Ok(r) => Ok(RunValue(r)),
-                Err(e) => Err(js_error(&env, &e)),
-            })
+            deferred.resolve(move |env| RunValue::of(&env, outcome))
         });
         Ok(promise)
     }

@@ -164,7 +164,7 @@ pub(crate) fn run<'e>(
             // Polled at once, here: it registers its descriptors and timers.
             turn(*env);
         }
-        Err(e) => settle.resolve_here(*env, Err::<RunValue, _>(js_error(env, &e))),
+        Err(e) => settle.resolve_here(*env, RunValue::of(env, Err(e))),
     }
     Ok(Some(promise))
 }
@@ -210,8 +210,7 @@ fn turn(env: Env) {
     }
     IN_TURN.with(|t| t.set(false));
     for (settle, outcome) in ended {
-        let value = outcome.map(RunValue).map_err(|e| js_error(&env, &e));
-        settle.resolve_here(env, value);
+        settle.resolve_here(env, RunValue::of(&env, outcome));
     }
 }
 
