@@ -638,8 +638,9 @@ impl Executor {
     ///   rounded up, a value above ``max_timeout_ms`` clamped to it (default:
     ///   the executor's ``timeout_ms``). Foreground runs only.
     /// - ``stdout_max_bytes``: the in-memory stdout window in bytes, a
-    ///   positive whole number, clamped to ``max_output_bytes`` (the
-    ///   default). Foreground runs only.
+    ///   positive whole number up to 2**53-1, which may raise stdout above
+    ///   ``max_output_bytes`` (the default; stderr keeps it). Foreground
+    ///   runs only.
     /// - ``stdin``: ``str`` or ``bytes`` written to stdin, then closed
     ///   (default: ``/dev/null``); or ``PIPE`` (``subprocess.PIPE``): a
     ///   pipe that stays open for ``Process.write_stdin`` (``start``, or

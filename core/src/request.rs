@@ -157,11 +157,10 @@ pub fn resolve(config: &Config, request: Request) -> Result<Spec> {
         None => config.timeout_ms,
     };
     let stdout_max_bytes = match request.stdout_max_bytes {
-        // Clamped like the timeout: a request never buffers more than the
-        // executor allows.
-        Some(n) => {
-            whole_number(f(FieldName::StdoutMaxBytes), n, MAX_SAFE_INTEGER)?.min(config.max_output_bytes)
-        }
+        // Not clamped to `max_output_bytes`: the seam lets a trusted
+        // foreground caller that parses complete stdout raise its budget
+        // (stderr keeps `max_output_bytes`).
+        Some(n) => whole_number(f(FieldName::StdoutMaxBytes), n, MAX_SAFE_INTEGER)?,
         None => config.max_output_bytes,
     };
     check_stdin(f(FieldName::Stdin), request.stdin.is_some(), request.stdin_pipe)?;
@@ -282,7 +281,7 @@ impl Spec {
         whole_number(
             f(FieldName::StdoutMaxBytes),
             Num(self.stdout_max_bytes as f64),
-            config.max_output_bytes,
+            MAX_SAFE_INTEGER,
         )?;
         check_stdin(f(FieldName::Stdin), self.stdin.is_some(), self.stdin_pipe)?;
         if let Some(env) = &self.env {

@@ -298,24 +298,35 @@ fn sandbox_policy_is_stamped_from_config_or_request() {
 }
 
 #[test]
-fn stdout_max_bytes_is_capped_by_max_output_bytes_like_the_timeout() {
+fn stdout_max_bytes_raises_the_stdout_budget_above_max_output_bytes_and_stderr_keeps_it() {
+    // The seam's contract: a trusted foreground caller that parses complete
+    // stdout may raise its budget above the executor's in-memory cap;
+    // stderr keeps `max_output_bytes`.
     let exec = executor_with(|c| c.max_output_bytes = n(1_000));
-    let mut req = Request::new("head -c 5000 /dev/zero | tr '\\0' a");
-    req.stdout_max_bytes = n(500_000_000);
+    let mut req = Request::new("head -c 5000 /dev/zero | tr '\\0' a; head -c 3000 /dev/zero | tr '\\0' b >&2");
+    req.stdout_max_bytes = n(6_000);
     let s = exec.resolve(req).unwrap();
-    assert_eq!(
-        s.stdout_max_bytes, 1_000,
-        "clamped, never above the executor's cap"
-    );
+    assert_eq!(s.stdout_max_bytes, 6_000, "not clamped to max_output_bytes");
     let r = exec.run_blocking(&s, None).unwrap();
-    assert_eq!(r.stdout.text.len(), 1_000);
-    assert!(r.stdout.truncated);
-    // A hand-built spec that asks for more is refused, not obeyed.
-    let mut big = s.clone();
-    big.stdout_max_bytes = 500_000_000;
-    let e = exec.run_blocking(&big, None).unwrap_err();
+    assert_eq!(r.stdout.text, "a".repeat(5_000));
+    assert!(!r.stdout.truncated && r.stdout.spill_path.is_none());
+    assert_eq!(r.stderr.text, "b".repeat(1_000), "stderr keeps max_output_bytes");
+    assert!(r.stderr.truncated);
+    // Any whole number up to 2^53-1, as the seam accepts it, resolves; a
+    // hand-built spec with it is accepted too.
+    let mut req = Request::new("true");
+    req.stdout_max_bytes = n(9_007_199_254_740_991.0);
+    let huge = exec.resolve(req).unwrap();
+    assert_eq!(huge.stdout_max_bytes, 9_007_199_254_740_991);
+    assert_eq!(exec.run_blocking(&huge, None).unwrap().exit_code, Some(0));
+    let mut req = Request::new("true");
+    req.stdout_max_bytes = n(9_007_199_254_740_992.0);
+    let e = exec.resolve(req).unwrap_err();
+    assert!(e.to_string().contains("request.stdout_max_bytes"), "{e}");
+    let mut bad = s.clone();
+    bad.stdout_max_bytes = 0;
+    let e = exec.run_blocking(&bad, None).unwrap_err();
     assert!(e.to_string().contains("spec.stdout_max_bytes"), "{e}");
-    // The run spilled; dispose removes the spill directory with it.
     exec.dispose_blocking().unwrap();
 }
 

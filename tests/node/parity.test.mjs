@@ -222,16 +222,17 @@ add({
   request: { command: aaa(5001) },
   extras: ['spillError'],
 })
+// The seam lets a foreground caller raise stdout's budget, not stderr's.
 add({
-  name: 'stdoutMaxBytes above maxOutputBytes',
+  name: 'stdoutMaxBytes above maxOutputBytes raises stdout only',
   config: CAP,
-  request: { command: aaa(1500), stdoutMaxBytes: 2000 },
-  differs: {
-    id: 'stdout-cap',
-    published: (r) => assert.deepEqual(r.stdout, { text: 'a'.repeat(1500), truncated: false }),
-    native: (r) => assert.deepEqual(r.stdout, { text: 'a'.repeat(1000), truncated: true, spillPath: { spillContents: 'a'.repeat(1500) } }),
+  exec: async ({ shell }) => {
+    const r = await shell.run(shell.resolve({ command: `${aaa(1500)}; seq 1 1000 >&2`, stdoutMaxBytes: 2000 }))
+    return { stdout: r.stdout, stderr: { length: r.stderr.text.length, truncated: r.stderr.truncated } }
   },
+  expect: { stdout: { text: 'a'.repeat(1500), truncated: false }, stderr: { length: 1000, truncated: true } },
 })
+add({ name: 'stdoutMaxBytes above maxOutputBytes, still exceeded: tail + spill file', config: CAP, request: { command: aaa(2500), stdoutMaxBytes: 2000 } })
 add({
   name: 'UTF-8 at the truncation boundary (foreground tail)',
   request: { command: "for i in $(seq 400); do printf '\\303\\251'; done", stdoutMaxBytes: 11 },
