@@ -209,6 +209,30 @@ pub(crate) async fn read_report(fd: &AsyncFd<OwnedFd>, reader: &mut ReportReader
     }
 }
 
+/// How long a settle waits for the supervisor to confirm the reap of a
+/// released leader. It takes microseconds; the bound is for a supervisor
+/// that cannot answer (stopped, or too busy), whose run settles anyway.
+pub(crate) const REAP_WAIT: Duration = Duration::from_secs(2);
+
+/// Releases an exited leader and waits until the supervisor has reaped it
+/// (it closes the report pipe right after the reap), at most [`REAP_WAIT`]:
+/// whoever hears of the settlement next may rely on the pid being free
+/// (`kill(pid, 0)` is ESRCH), as a harness checks that a cancelled hook was
+/// reaped. Nothing may signal the leader's pid or group after this.
+pub(crate) async fn release_reaped(
+    releaser: crate::supervisor::Releaser,
+    pid: Option<libc::pid_t>,
+    report_fd: AsyncFd<OwnedFd>,
+    reader: &mut ReportReader,
+) {
+    releaser.announce(pid);
+    if pid.is_some() {
+        let reaped = async { while !matches!(read_report(&report_fd, reader).await, Report::Ended) {} };
+        let _ = timer(|| tokio::time::timeout(REAP_WAIT, reaped)).await;
+    }
+    releaser.release(None, report_fd.into_inner());
+}
+
 /// Reads the supervisor's report of the leader's exit, for a leader whose
 /// pid is known already (a terminal session's).
 pub(crate) async fn read_exit(fd: &AsyncFd<OwnedFd>, reader: &mut ReportReader) -> ExitStatus {
@@ -541,7 +565,7 @@ async fn supervise_inner(
         (ExitStatus::Signal(_), Some(leader)) => crate::governor::own_cpu_time(leader),
         _ => None,
     };
-    releaser.release(pid, report_fd.into_inner());
+    release_reaped(releaser, pid, report_fd, &mut report).await;
     Ok(Outcome {
         status,
         stop: stopped,

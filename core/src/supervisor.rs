@@ -285,11 +285,18 @@ impl Releaser {
     /// report pipe alone does the same (all there is to do when the pid
     /// never came), but a forked copy of the host could keep it open.
     pub(crate) fn release(self, pid: Option<libc::pid_t>, report: OwnedFd) {
+        self.announce(pid);
+        drop(report);
+    }
+
+    /// Writes `pid` on the release pipe, which wakes the supervisor: it
+    /// reaps the leader, then closes its end of the leader's report pipe
+    /// (the end of file there is the proof that the pid is free).
+    pub(crate) fn announce(&self, pid: Option<libc::pid_t>) {
         if let Some(pid) = pid {
             // A full pipe (the supervisor is gone or stalled) leaves the close.
             let _ = write_all(&self.pipe.write, &pid.to_ne_bytes());
         }
-        drop(report);
     }
 }
 

@@ -1187,7 +1187,7 @@ impl Terminal {
         } else {
             0
         };
-        releaser.release(Some(pid), report_fd.into_inner());
+        crate::supervise::release_reaped(releaser, Some(pid), report_fd, &mut report).await;
         drop(master);
         self.finish(survivors, stopped.is_some());
     }

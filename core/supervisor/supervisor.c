@@ -51,10 +51,12 @@
  *            process group id cannot be reused), until the host writes its
  *            pid on the release pipe or closes its end of the report pipe
  *            (a forked copy of the host may keep that open, hence the
- *            pid); then the leader is reaped. A release wakes nobody: the
- *            release pipe and the report pipes of exited leaders are
- *            checked whenever the supervisor wakes anyway, and at least
- *            once a second while any leader awaits its release.
+ *            pid); then the leader is reaped, and only then is its report
+ *            pipe closed: the end of file there tells the host that the pid
+ *            is free, so a settled run has reaped its command. The release
+ *            pipe wakes the supervisor; the report pipes of exited leaders
+ *            are checked whenever it wakes anyway, and at least once a
+ *            second while any leader awaits its release.
  *            FLAG_DEFER_SPAWNED: SPAWNED is held back, and sent just before
  *            EXITED or once the command has run DEFER_MS, whichever comes
  *            first: a short command costs one wake-up of the host, not two,
@@ -222,7 +224,7 @@ static void reap_orphans(void) {
 }
 
 /* What an epoll event points at. */
-enum { W_CONTROL = 1, W_SIGNALS, W_EXIT };
+enum { W_CONTROL = 1, W_SIGNALS, W_EXIT, W_RELEASES };
 struct watch {
     int kind;
     struct command *cmd;
@@ -737,7 +739,11 @@ static void on_control(void) {
     if (rq.op == OP_SPAWN) {
         on_spawn(&rq, fds, nfds, rest, (size_t)n - sizeof rq);
     } else if (rq.op == OP_RELEASES && nfds == 1 && release_fd < 0) {
+        /* Watched: a release is acted on at once (collect_releases runs
+         * after every batch of events), so the host can wait for it. */
+        static struct watch releases_w = {W_RELEASES, NULL};
         release_fd = fds[0];
+        watch_fd(release_fd, &releases_w);
     } else {
         for (int i = 0; i < nfds; i++) close(fds[i]);
         if (rq.op == OP_SHUTDOWN) end_everything();
@@ -880,6 +886,7 @@ int main(int argc, char **argv) {
             case W_CONTROL: on_control(); break;
             case W_SIGNALS: on_signals(sigfd); break;
             case W_EXIT: on_exit_of(w->cmd); break;
+            case W_RELEASES: break; /* read by collect_releases below */
             }
         }
         waiting = collect_releases();

@@ -306,3 +306,57 @@ fn callback_style_hooks_for_hosts_with_their_own_loop() {
     rx.recv_timeout(Duration::from_secs(30)).unwrap();
     assert!(running.is_settled() && exec.is_disposed());
 }
+
+/// A settled background process has reaped its leader: when `wait` returns
+/// (and when a listener hears of it, and when dispose returns) the pid is
+/// free, whether it exited, was killed or was disposed of.
+#[test]
+fn a_settled_process_has_reaped_its_leader() {
+    let exec = executor_with(|c| c.grace_ms = n(300));
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    // What a listener saw: the process and whether its leader was reaped.
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    // The pids of the processes whose output the test read itself.
+    let known: Arc<Mutex<HashMap<String, i32>>> = Arc::default();
+    {
+        let (heard, known) = (heard.clone(), known.clone());
+        exec.on_task_done(Arc::new(move |p: &Process| {
+            let delta = p.read_output().delta;
+            let pid = match known.lock().unwrap().get(p.id()) {
+                Some(&pid) => pid,
+                None => first_pid(&delta),
+            };
+            heard.lock().unwrap().push((p.id().to_string(), pid_is_free(pid)));
+        }));
+    }
+    for round in 0..5 {
+        let p = start(&exec, "echo $$");
+        settled(&p);
+        let exited = p.id().to_string();
+
+        let p = start(&exec, "echo $$; trap '' TERM; sleep 30");
+        let pid = first_pid(&read_until(&p, "\n"));
+        known.lock().unwrap().insert(p.id().to_string(), pid);
+        assert!(p.kill());
+        settled(&p);
+        assert!(pid_is_free(pid), "round {round}: kill left its leader");
+        // The listener of the killed one may run just after `wait` returns.
+        assert!(eventually(Duration::from_secs(10), || heard
+            .lock()
+            .unwrap()
+            .len()
+            == 2 * (round + 1)));
+        let heard = heard.lock().unwrap();
+        for (id, free) in heard.iter() {
+            assert!(
+                free,
+                "round {round}: {id} ({exited}) was heard of with its leader unreaped"
+            );
+        }
+    }
+    let p = start(&exec, "echo $$; exec sleep 30");
+    let pid = first_pid(&read_until(&p, "\n"));
+    exec.dispose_blocking().unwrap();
+    assert!(pid_is_free(pid), "dispose returned with a leader unreaped");
+}

@@ -212,3 +212,19 @@ pub fn warm_up(exec: &Executor) {
         .wait_timeout(Some(Duration::from_secs(30)))
         .unwrap());
 }
+
+/// True when no process, not even a zombie, holds `pid`: what a caller
+/// that settled a run may rely on (`kill(pid, 0)` fails with ESRCH).
+pub fn pid_is_free(pid: i32) -> bool {
+    // SAFETY: kill(2) with signal 0 only checks for existence.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// The first line of `text` as a pid (a command that starts with `echo $$`).
+pub fn first_pid(text: &str) -> i32 {
+    text.lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {text:?}"))
+}

@@ -561,3 +561,73 @@ fn run_blocking_checked_stops_the_run_when_the_check_says_so() {
         .unwrap();
     assert_eq!((r.stdout.text.as_str(), r.aborted), ("ok\n", false));
 }
+
+/// A settled run has reaped its command: when `run` returns, the leader's
+/// pid is free (`kill(pid, 0)` is ESRCH), however the run ended and
+/// whichever way it was driven. A harness checks exactly this ("reaps a
+/// running hook before idle").
+#[test]
+fn a_settled_run_has_reaped_its_leader_however_it_ended() {
+    let exec = fast_grace();
+    // Several rounds: a release the supervisor acts on later than the
+    // result would show up in one of them.
+    for round in 0..5 {
+        let r = run(&exec, "echo $$");
+        assert!(
+            pid_is_free(first_pid(&r.stdout.text)),
+            "round {round}: exit 0 left its leader"
+        );
+
+        let r = run(&exec, "echo $$; exit 3");
+        assert!(
+            pid_is_free(first_pid(&r.stdout.text)),
+            "round {round}: exit 3 left its leader"
+        );
+
+        let mut req = Request::new("echo $$; trap '' TERM; sleep 30");
+        req.timeout_ms = n(200);
+        let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
+        assert!(r.timed_out, "{r:?}");
+        assert!(
+            pid_is_free(first_pid(&r.stdout.text)),
+            "round {round}: a timeout left its leader"
+        );
+
+        let token = CancelToken::new();
+        let s = spec(&exec, "echo $$; exec sleep 30");
+        let mut checks = 0;
+        let r = exec
+            .run_blocking_checked(&s, Some(&token), Duration::from_millis(5), || {
+                checks += 1;
+                checks > 20
+            })
+            .unwrap();
+        assert!(r.aborted, "{r:?}");
+        assert!(
+            pid_is_free(first_pid(&r.stdout.text)),
+            "round {round}: an abort left its leader"
+        );
+
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let token = CancelToken::new();
+        let canceller = token.clone();
+        let r = rt
+            .block_on(async {
+                let fut = exec.run(&spec(&exec, "echo $$; exec sleep 30"), Some(&token));
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    canceller.cancel();
+                });
+                fut.await
+            })
+            .unwrap();
+        assert!(r.aborted, "{r:?}");
+        assert!(
+            pid_is_free(first_pid(&r.stdout.text)),
+            "round {round}: an async abort left its leader"
+        );
+    }
+}

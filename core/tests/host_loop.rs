@@ -318,3 +318,54 @@ fn the_timeout_stops_the_command_while_the_host_thread_is_busy() {
     assert!(r.timed_out, "{r:?}");
     assert_eq!(r.signal.as_deref(), Some("SIGKILL"), "it ignored SIGTERM: {r:?}");
 }
+
+#[test]
+fn a_run_on_the_hosts_loop_has_reaped_its_leader_when_it_settles() {
+    let exec = executor_with(|c| c.grace_ms = n(300));
+    let host = Host::new();
+    for round in 0..5 {
+        let (r, _) = host.drive(
+            exec.run_on(&host.host, &spec(&exec, "echo $$"), None).unwrap(),
+            Duration::from_secs(30),
+        );
+        let r = r.unwrap();
+        assert!(
+            pid_is_free(first_pid(&r.stdout.text)),
+            "round {round}: exit left its leader"
+        );
+
+        let mut req = Request::new("echo $$; exec sleep 30");
+        req.timeout_ms = n(200);
+        let s = exec.resolve(req).unwrap();
+        let (r, _) = host.drive(
+            exec.run_on(&host.host, &s, None).unwrap(),
+            Duration::from_secs(30),
+        );
+        let r = r.unwrap();
+        assert!(r.timed_out, "{r:?}");
+        assert!(
+            pid_is_free(first_pid(&r.stdout.text)),
+            "round {round}: a timeout left its leader"
+        );
+
+        let token = CancelToken::new();
+        let run = exec
+            .run_on(&host.host, &spec(&exec, "echo $$; exec sleep 30"), Some(&token))
+            .unwrap();
+        let canceller = {
+            let token = token.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                token.cancel();
+            })
+        };
+        let (r, _) = host.drive(run, Duration::from_secs(30));
+        canceller.join().unwrap();
+        let r = r.unwrap();
+        assert!(r.aborted, "{r:?}");
+        assert!(
+            pid_is_free(first_pid(&r.stdout.text)),
+            "round {round}: an abort left its leader"
+        );
+    }
+}

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{alive, executor, executor_with, map, n};
+use common::{alive, executor, executor_with, map, n, pid_is_free};
 use dsh_core::{DshError, Executor, Foreground, Terminal, TerminalRequest, TerminalSignal, TerminalSpec};
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -937,5 +937,32 @@ fn terminate_settles_while_a_write_the_program_never_reads_is_pending() {
         let done = drx.recv_timeout(Duration::from_secs(10));
         assert!(done.is_ok(), "round {round}: terminate hung with a write pending");
         assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(false));
+    }
+}
+
+/// A session has reaped its leader when it has ended: once `terminate()`
+/// returns, the leader's pid is free (`kill(pid, 0)` is ESRCH), whether the
+/// program was stopped or had ended by itself.
+#[test]
+fn an_ended_session_has_reaped_its_leader() {
+    let exec = executor_with(|c| c.grace_ms = n(300));
+    for round in 0..3 {
+        let s = Session::bash(&exec);
+        let leader = s.term.pid();
+        assert_eq!(s.term.terminate_blocking().unwrap(), 0);
+        assert!(
+            pid_is_free(leader),
+            "round {round}: terminate() returned with the leader unreaped"
+        );
+
+        let mut s = Session::new(&exec, TerminalRequest::command("echo ready; exit 4"));
+        s.expect("ready");
+        let leader = s.term.pid();
+        assert_eq!(s.exit_code(), Some(4));
+        assert_eq!(s.term.terminate_blocking().unwrap(), 0);
+        assert!(
+            pid_is_free(leader),
+            "round {round}: an ended session left its leader unreaped"
+        );
     }
 }

@@ -148,6 +148,49 @@ test('run: timeout, AbortSignal and self-kill are told apart', async () => {
   assert.deepEqual([k.timedOut, k.aborted, k.signal, k.exitCode], [false, false, 'SIGKILL', null])
 })
 
+/** No process, not even a zombie, holds `pid`: kill(pid, 0) fails with ESRCH. */
+function pidIsFree(pid) {
+  try {
+    process.kill(pid, 0)
+    return false
+  } catch (e) {
+    return e.code === 'ESRCH'
+  }
+}
+
+test('settled runs, processes and sessions have reaped their leaders', async () => {
+  // A harness checks that a cancelled hook was reaped ("reaps a running
+  // hook before idle"): when a result, `done` or `terminate()` settles, the
+  // leader's pid is free, however it ended and on either run path.
+  const ex = new NativeBashExecutor({ graceMs: 300 })
+  for (let round = 0; round < 3; round++) {
+    for (const stdin of [undefined, 'x']) {
+      // Without stdin a run goes on the JS thread's loop; with it, on the core's threads.
+      const extra = stdin === undefined ? {} : { stdin }
+      const r = await ex.run(ex.resolve({ command: 'echo $$', ...extra }))
+      assert.ok(pidIsFree(Number(r.stdout.text)), `round ${round}: an exit left its leader`)
+      const t = await ex.run(ex.resolve({ command: 'echo $$; exec sleep 30', timeoutMs: 200, ...extra }))
+      assert.ok(t.timedOut && pidIsFree(Number(t.stdout.text)), `round ${round}: a timeout left its leader`)
+      const ac = new AbortController()
+      setTimeout(() => ac.abort(), 100)
+      const a = await ex.run(ex.resolve({ command: 'echo $$; exec sleep 30', signal: ac.signal, ...extra }))
+      assert.ok(a.aborted && pidIsFree(Number(a.stdout.text)), `round ${round}: an abort left its leader`)
+    }
+    const p = ex.start(ex.resolve({ command: 'echo $$; exec sleep 30' }))
+    const pid = Number(await readUntil(p, '\n'))
+    assert.equal(p.kill(), true)
+    await p.done
+    assert.ok(pidIsFree(pid), `round ${round}: kill left its leader`)
+    const term = await ex.spawnTerminal({ argv: ['sleep', '30'], rows: 24, cols: 80 })
+    await term.terminate()
+    assert.ok(pidIsFree(term.pid), `round ${round}: terminate() left the session's leader`)
+  }
+  const p = ex.start(ex.resolve({ command: 'echo $$; exec sleep 30' }))
+  const pid = Number(await readUntil(p, '\n'))
+  await ex.dispose()
+  assert.ok(pidIsFree(pid), 'dispose left a leader unreaped')
+})
+
 test('run: a TERM-trapping command dies by SIGKILL after graceMs', async () => {
   const ex = executor()
   const r = await ex.run(ex.resolve({ command: "trap 'echo got-term' TERM; while :; do sleep 0.05; done", timeoutMs: 200 }))

@@ -232,6 +232,42 @@ def test_timeout_cancel_and_self_kill_are_told_apart(ex, tmp):
     assert (r.timed_out, r.aborted, r.signal, r.exit_code) == (False, False, "SIGKILL", None)
 
 
+def _pid_is_free(pid: int) -> bool:
+    """No process, not even a zombie, holds `pid` (kill(pid, 0) is ESRCH)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_a_settled_run_or_process_has_reaped_its_leader(ex):
+    # A harness checks that a cancelled hook was reaped: when a result, a
+    # wait or close returns, the leader's pid is free, however it ended.
+    for _ in range(3):
+        r = ex.run(ex.resolve("echo $$"))
+        assert _pid_is_free(int(r.stdout.text)), "exit left its leader"
+        r = ex.run(ex.resolve("echo $$; exec sleep 30", timeout_ms=200))
+        assert r.timed_out and _pid_is_free(int(r.stdout.text)), "a timeout left its leader"
+        token = CancelToken()
+        threading.Timer(0.1, token.cancel).start()
+        r = ex.run(ex.resolve("echo $$; exec sleep 30"), cancel=token)
+        assert r.aborted and _pid_is_free(int(r.stdout.text)), "an abort left its leader"
+
+        p = ex.start(ex.resolve("echo $$; exec sleep 30"))
+        pid = int(read_until(p, "\n"))
+        assert p.kill()
+        p.wait(timeout=30)
+        assert _pid_is_free(pid), "kill left its leader"
+        p = ex.start(ex.resolve("echo $$"))
+        p.wait(timeout=30)
+        assert _pid_is_free(int(p.read_output().delta)), "an exit left its leader"
+    p = ex.start(ex.resolve("echo $$; exec sleep 30"))
+    pid = int(read_until(p, "\n"))
+    ex.close()
+    assert _pid_is_free(pid), "close left a leader unreaped"
+
+
 def test_term_trapping_command_dies_by_sigkill_after_grace(ex):
     r = ex.run(ex.resolve("trap 'echo got-term' TERM; while :; do sleep 0.05; done", timeout_ms=200))
     assert r.timed_out and r.signal == "SIGKILL" and "got-term" in r.stdout.text
