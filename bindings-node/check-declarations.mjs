@@ -11,6 +11,10 @@
 //    uses on a native executor, process or cancel token — exists in the
 //    loaded addon and is declared in native.d.ts, which `npm run build`
 //    generates from the Rust source.
+// 4. Every name the installed seam (@deepseek-ai/dsh-shell) exports is
+//    exported by index.d.ts and by harness.d.mts too, unless listed in
+//    NOT_MIRRORED with its reason; the values mirrored from the seam are
+//    the seam's at run time. (tests/node/seam-types.mts checks the types.)
 //
 // Usage: node check-declarations.mjs (from bindings-node/).
 
@@ -56,6 +60,7 @@ function checkJsDoc(file) {
   for (const st of source.statements) {
     if (ts.isImportDeclaration(st)) continue
     if (ts.isExportAssignment(st)) need(st, 'the default export')
+    else if (ts.isExportDeclaration(st)) need(st, `the export of ${st.exportClause?.getText() ?? '*'}`)
     else if (ts.isVariableStatement(st)) need(st, st.declarationList.declarations.map((d) => d.name.getText()).join(', '))
     else if (st.name) need(st, st.name.getText())
     else problem(`${file}:${line(st)}: an unexpected statement`)
@@ -74,6 +79,10 @@ function declaredValues(file) {
   const names = new Set()
   for (const st of parse(file).statements) {
     if (ts.isExportAssignment(st)) names.add('default')
+    // `export { A }` exports a value (harness.d.mts re-exports the seam's class); `export type { … }` does not.
+    if (ts.isExportDeclaration(st) && !st.isTypeOnly && st.exportClause && ts.isNamedExports(st.exportClause)) {
+      st.exportClause.elements.filter((e) => !e.isTypeOnly).forEach((e) => names.add(e.name.getText()))
+    }
     if (!isExported(st)) continue
     if (ts.isClassDeclaration(st) || ts.isFunctionDeclaration(st)) names.add(st.name.getText())
     if (ts.isVariableStatement(st)) st.declarationList.declarations.forEach((d) => names.add(d.name.getText()))
@@ -154,15 +163,90 @@ function checkNative() {
   return { imports: imports.length, members: seen.size }
 }
 
+// 4. The seam's names ------------------------------------------------------------
+
+const SEAM = '@deepseek-ai/dsh-shell'
+
+// Seam names an entry point does not export, each with its reason. A name
+// listed here that the entry point exports, or that the seam no longer
+// exports, is a problem too, so the list stays true.
+const TOOLS = "the shell tools' helper for their rendered result text, not the executor's"
+const SETTINGS = "the seam's settings namespace, for the harness's settings layer; the plugin registers it"
+const NOT_MIRRORED = {
+  'index.d.ts': {
+    parseExitStatus: TOOLS,
+    ParsedExitStatus: TOOLS,
+    SHELL_SETTINGS_NAMESPACE: SETTINGS,
+  },
+  'harness.d.mts': {
+    parseExitStatus: TOOLS,
+    ParsedExitStatus: TOOLS,
+    SHELL_SETTINGS_NAMESPACE: SETTINGS,
+    DSH_ENV_PREFIX: "a constant, not the plugin's vocabulary; `dsh-native` and the seam export it",
+  },
+}
+
+// Values the entry points take over from the seam: the seam's at run time.
+const MIRRORED_VALUES = { 'index.js': ['DSH_ENV_PREFIX'], 'harness.mjs': ['ShellExecutor'] }
+
+function moduleExports() {
+  const config = ts.getParsedCommandLineOfConfigFile('tsconfig.json', {}, { ...ts.sys, onUnRecoverableConfigFileDiagnostic: () => {} })
+  const seamFile = config.options.paths?.[SEAM]?.[0]
+  if (config.errors.length || !seamFile) {
+    problem(`tsconfig.json: cannot find the seam's declarations (paths["${SEAM}"])`)
+    return undefined
+  }
+  const files = { seam: ts.sys.resolvePath(seamFile), 'index.d.ts': ts.sys.resolvePath('index.d.ts'), 'harness.d.mts': ts.sys.resolvePath('harness.d.mts') }
+  const program = ts.createProgram(Object.values(files), config.options)
+  const checker = program.getTypeChecker()
+  const names = {}
+  for (const [key, file] of Object.entries(files)) {
+    const source = program.getSourceFile(file)
+    const symbol = source && checker.getSymbolAtLocation(source)
+    if (!symbol) {
+      problem(`${key}: not a module the checker can read (${file})`)
+      return undefined
+    }
+    names[key] = new Set(checker.getExportsOfModule(symbol).map((s) => s.getName()))
+  }
+  return names
+}
+
+async function checkSeamNames() {
+  const names = moduleExports()
+  if (!names) return 0
+  const seamNames = [...names.seam].filter((n) => n !== 'default')
+  for (const file of ['index.d.ts', 'harness.d.mts']) {
+    const skip = NOT_MIRRORED[file]
+    for (const name of seamNames) {
+      if (!names[file].has(name) && !(name in skip)) problem(`${file} does not export ${name}, which ${SEAM} exports`)
+    }
+    for (const name of Object.keys(skip)) {
+      if (names[file].has(name)) problem(`${file} exports ${name}, listed in NOT_MIRRORED as not exported`)
+      if (!names.seam.has(name)) problem(`NOT_MIRRORED lists ${name}, which ${SEAM} no longer exports`)
+    }
+  }
+  const seam = await import(SEAM)
+  const modules = { 'index.js': require('./index.js'), 'harness.mjs': await import('./harness.mjs') }
+  for (const [file, values] of Object.entries(MIRRORED_VALUES)) {
+    for (const name of values) {
+      if (modules[file][name] !== seam[name]) problem(`${file}'s ${name} is not ${SEAM}'s`)
+    }
+  }
+  return seamNames.length
+}
+
 const jsdoc = checkJsDoc('index.d.ts') + checkJsDoc('harness.d.mts')
 compareExports('index.js', Object.keys(require('./index.js')), 'index.d.ts')
 compareExports('harness.mjs', Object.keys(await import('./harness.mjs')), 'harness.d.mts')
 const uses = checkNative()
+const seamNames = await checkSeamNames()
 
 for (const p of problems) console.error(`check-declarations: ${p}`)
 console.log(
   `check-declarations: checked JSDoc on ${jsdoc} declarations, the exports of index.js and harness.mjs, ` +
-    `and ${uses.imports} names and ${uses.members} members index.js takes from the addon: ` +
+    `${uses.imports} names and ${uses.members} members index.js takes from the addon, ` +
+    `and ${seamNames} names of ${SEAM} in both entry points: ` +
     (problems.length ? `${problems.length} problems` : 'ok'),
 )
 process.exit(problems.length ? 1 : 0)

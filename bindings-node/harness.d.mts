@@ -1,5 +1,10 @@
 // dsh-native/harness: the native executor as the harness's `ctx.shell`
 // provider. Load it where `@deepseek-ai/dsh-bash-local` was loaded.
+//
+// The plugin is the seam's `ShellExecutor` and is declared with the seam's
+// types, so the seam's names exported here are the seam's own (re-exported,
+// not ours): `ShellProcess` here is what `ctx.shell.start` returns, where
+// `dsh-native`'s `ShellProcess` is its wider `NativeShellProcess`.
 
 import type { Context } from '@deepseek-ai/cordis'
 import type z from '@deepseek-ai/schemastery'
@@ -79,6 +84,26 @@ export declare class NativeShellPlugin extends ShellExecutor {
    */
   get(id: string): ShellProcess | undefined
 }
+
+/** The seam's abstract `ctx.shell` service, which {@link NativeShellPlugin} extends: the seam's own class. */
+export { ShellExecutor }
+
+/**
+ * The seam's vocabulary, as the plugin's methods take and return it: the
+ * seam's own types (`dsh-native` has the same names for its wider ones).
+ */
+export type {
+  CollectedOutput,
+  DshEnvironment,
+  DshEnvironmentKey,
+  ShellExecRequest,
+  ShellExecSpec,
+  ShellProcess,
+  ShellProcessRead,
+  ShellProcessStatus,
+  ShellRunResult,
+  ShellSandboxInfo,
+} from '@deepseek-ai/dsh-shell'
 
 /** The plugin, as the module's default export. */
 export default NativeShellPlugin

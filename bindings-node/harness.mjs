@@ -151,3 +151,5 @@ export class NativeShellPlugin extends ShellExecutor {
 
 export default NativeShellPlugin
 export { Config }
+// The seam's class the plugin extends, under its own name (harness.d.mts).
+export { ShellExecutor }

@@ -2,7 +2,12 @@
 // (`ShellExecutor`, `ctx.shell`) implemented natively. Names and shapes are
 // the seam's own, so values flow both ways between these types and the
 // published `@deepseek-ai/dsh-shell` ones (checked under `strict` and
-// `exactOptionalPropertyTypes`). The cordis plugin is `dsh-native/harness`.
+// `exactOptionalPropertyTypes` by tests/node/seam-types.mts). Every name a
+// user imports from the seam is exported here too, for our type: results,
+// reads, processes and sandbox facts are the seam's in both directions (a
+// read, a process or a request may carry more); check-declarations.mjs
+// fails when the seam exports a name this file lacks. The cordis plugin is
+// `dsh-native/harness`.
 
 /** What a confined command may change on the filesystem (docs/sandbox.md). */
 export type SandboxMode = 'read-only' | 'workspace-write' | 'danger-full-access'
@@ -42,6 +47,8 @@ export type ShellProcessId = string
 /** An opaque token stored with a background process; never interpreted. */
 export type OwnerToken = string
 
+/** The prefix of every managed variable: each `dshEnv` key starts with it (the seam's `DSH_ENV_PREFIX`). */
+export declare const DSH_ENV_PREFIX: 'DSH_'
 /** One environment key inside the managed `DSH_` namespace. */
 export type DshEnvironmentKey = `DSH_${string}`
 /** Trusted harness variables for one execution (the seam's `DshEnvironment`). */
@@ -344,6 +351,9 @@ export declare class NativeShellProcess {
   closeStdin(): boolean
 }
 
+/** The seam's name for a background process: a {@link NativeShellProcess}. */
+export type ShellProcess = NativeShellProcess
+
 /** The signals a terminal's foreground group can be sent (the published `SubprocessTerminalSignal`). */
 export type TerminalSignal = 'SIGINT' | 'SIGTERM' | 'SIGKILL' | 'SIGTSTP' | 'SIGHUP'
 
@@ -514,6 +524,14 @@ export declare class NativeShellExecutor {
    */
   dispose(): Promise<void>
 }
+
+/**
+ * The seam's name for the executor: a {@link NativeShellExecutor}, whose
+ * `sandboxMode`, `resolve`, `run` and `start` are the seam's. A type only:
+ * the seam's `ShellExecutor` is also the abstract cordis service a plugin
+ * extends, which `dsh-native/harness` exports (its plugin is one).
+ */
+export type ShellExecutor = NativeShellExecutor
 
 /**
  * Validates a configuration the way `new NativeShellExecutor(config)` would,

@@ -505,6 +505,9 @@ function limitsSupport() {
   return nativeLimitsSupport()
 }
 
+/** The prefix of every managed variable (`dshEnv` keys): the seam's DSH_ENV_PREFIX. */
+const DSH_ENV_PREFIX = 'DSH_'
+
 module.exports = {
   NativeShellExecutor,
   NativeShellProcess,
@@ -513,4 +516,5 @@ module.exports = {
   NativeTerminalHandle,
   NativeBashExecutor,
   NativeBashTask,
+  DSH_ENV_PREFIX,
 }

@@ -4,17 +4,15 @@
 // mismatch is a compile error.
 
 import type {
-  CollectedOutput as SeamCollectedOutput,
-  DshEnvironment as SeamDshEnvironment,
   ShellExecRequest as SeamRequest,
   ShellExecSpec as SeamSpec,
   ShellExecutor,
   ShellProcess as SeamProcess,
   ShellProcessRead as SeamRead,
-  ShellProcessStatus as SeamStatus,
   ShellRunResult as SeamRunResult,
   ShellSandboxInfo as SeamSandboxInfo,
 } from '@deepseek-ai/dsh-shell'
+import type * as Seam from '@deepseek-ai/dsh-shell'
 import type { SandboxExecutionPolicy as SeamPolicy } from '@deepseek-ai/dsh-sandbox'
 import type {
   SubprocessOutcome,
@@ -26,8 +24,6 @@ import type {
 import {
   NativeBashExecutor,
   NativeShellExecutor,
-  type CollectedOutput,
-  type DshEnvironment,
   type NativeShellProcess,
   type NativeTerminalHandle,
   type TerminalForeground,
@@ -35,34 +31,77 @@ import {
   type TerminalRequest,
   type TerminalSignal,
   type SandboxExecutionPolicy,
-  type ShellExecRequest,
-  type ShellExecSpec,
-  type ShellProcessRead,
-  type ShellProcessStatus,
   type ShellRunResult,
-  type ShellSandboxInfo,
 } from 'dsh-native'
+import type * as Native from 'dsh-native'
 import NativeShellPlugin, { type Config } from 'dsh-native/harness'
+import type * as Harness from 'dsh-native/harness'
 
 /** Compiles only when `A` is assignable to `B`. */
 type Assignable<A extends B, B> = A
 /** Compiles only when each is assignable to the other. */
 type BothWays<A extends B, B extends C, C = A> = [A, B, C]
 
-// The vocabulary, both ways.
+/** The members of `Ours` that the seam's `Seam` also has (a compile error if `Ours` lacks one). */
+type SeamPart<Ours, Seam> = Pick<Ours, keyof Seam & keyof Ours> & { [K in Exclude<keyof Seam, keyof Ours>]: never }
+/** What a process's `readOutput()` returns. */
+type ReadOf<P extends { readOutput(): unknown }> = ReturnType<P['readOutput']>
+/** The seam's `ShellExecutor` methods (the cordis `Service` members aside). */
+type ExecutorMethods = 'sandboxMode' | 'resolve' | 'run' | 'start'
+
+// Every name of the seam a user imports, from each entry point
+// (check-declarations.mjs fails when the seam exports a name that one of
+// them lacks, except the tools' and settings' helpers it lists).
+//
+// dsh-native: the names are ours. Results, sandbox facts, statuses,
+// outputs and environments are the seam's both ways. A read and a process
+// carry more (a read's `task`; a process's id, command and stdin pipe):
+// ours are the seam's, and what the seam defines of them is ours too. A
+// request or a spec may be wider (stdin bytes or a pipe, limits, onExpiry,
+// owner): the seam's are ours. The executor has the seam's methods.
+export type NativeNames = [
+  BothWays<Native.CollectedOutput, Seam.CollectedOutput>,
+  BothWays<Native.DshEnvironment, Seam.DshEnvironment>,
+  BothWays<Native.DshEnvironmentKey, Seam.DshEnvironmentKey>,
+  BothWays<typeof Native.DSH_ENV_PREFIX, typeof Seam.DSH_ENV_PREFIX>,
+  BothWays<Native.ShellSandboxInfo, Seam.ShellSandboxInfo>,
+  BothWays<Native.ShellProcessStatus, Seam.ShellProcessStatus>,
+  BothWays<Native.ShellRunResult, Seam.ShellRunResult>,
+  Assignable<Native.ShellProcessRead, Seam.ShellProcessRead>,
+  BothWays<SeamPart<Native.ShellProcessRead, Seam.ShellProcessRead>, Seam.ShellProcessRead>,
+  Assignable<Native.ShellProcess, Seam.ShellProcess>,
+  BothWays<Native.ShellProcess, NativeShellProcess>,
+  BothWays<SeamPart<Omit<Native.ShellProcess, 'readOutput'>, Omit<Seam.ShellProcess, 'readOutput'>>, Omit<Seam.ShellProcess, 'readOutput'>>,
+  BothWays<SeamPart<ReadOf<Native.ShellProcess>, ReadOf<Seam.ShellProcess>>, ReadOf<Seam.ShellProcess>>,
+  Assignable<Seam.ShellExecRequest, Native.ShellExecRequest>,
+  Assignable<Seam.ShellExecSpec, Native.ShellExecSpec>,
+  BothWays<Native.ShellExecutor, NativeShellExecutor>,
+  Assignable<Pick<Native.ShellExecutor, ExecutorMethods>, Pick<Seam.ShellExecutor, ExecutorMethods>>,
+]
+
+// dsh-native/harness: the plugin is declared with the seam's types, so its
+// names are the seam's own; they meet dsh-native's as the seam's do.
+export type HarnessNames = [
+  BothWays<Harness.CollectedOutput, Seam.CollectedOutput>,
+  BothWays<Harness.DshEnvironment, Seam.DshEnvironment>,
+  BothWays<Harness.DshEnvironmentKey, Seam.DshEnvironmentKey>,
+  BothWays<Harness.ShellSandboxInfo, Seam.ShellSandboxInfo>,
+  BothWays<Harness.ShellProcessStatus, Seam.ShellProcessStatus>,
+  BothWays<Harness.ShellRunResult, Seam.ShellRunResult>,
+  BothWays<Harness.ShellProcessRead, Seam.ShellProcessRead>,
+  BothWays<Harness.ShellProcess, Seam.ShellProcess>,
+  BothWays<Harness.ShellExecRequest, Seam.ShellExecRequest>,
+  BothWays<Harness.ShellExecSpec, Seam.ShellExecSpec>,
+  BothWays<Harness.ShellExecutor, Seam.ShellExecutor>,
+  BothWays<typeof Harness.ShellExecutor, typeof Seam.ShellExecutor>,
+  Assignable<NativeShellPlugin, Harness.ShellExecutor>,
+  BothWays<Harness.ShellRunResult, Native.ShellRunResult>,
+  Assignable<Native.ShellProcess, Harness.ShellProcess>,
+]
+
+// Beyond dsh-shell's names.
 export type Checks = [
-  BothWays<DshEnvironment, SeamDshEnvironment>,
-  BothWays<CollectedOutput, SeamCollectedOutput>,
-  BothWays<ShellSandboxInfo, SeamSandboxInfo>,
-  BothWays<ShellProcessStatus, SeamStatus>,
-  // Our extra result fields are optional, so theirs are ours and ours are theirs.
-  BothWays<ShellRunResult, SeamRunResult>,
-  // A read carries `task` in addition; the harness's read has no such field.
-  Assignable<ShellProcessRead, SeamRead>,
-  Assignable<NativeShellProcess, SeamProcess>,
-  // A spec the harness built (no owner, a branded sessionId) is ours...
-  Assignable<SeamSpec, ShellExecSpec>,
-  Assignable<SeamRequest, ShellExecRequest>,
+  // A policy the harness built (a branded sessionId) is ours; ours may also carry `network`.
   Assignable<SeamPolicy, SandboxExecutionPolicy>,
   // Terminal sessions: our handle is the published one (with more), a
   // published terminal spawn spec is a request of ours.
@@ -88,7 +127,7 @@ export async function terminalSeam(ex: NativeShellExecutor, spec: SubprocessTerm
 export async function bothWays(seam: ShellExecutor, harnessSpec: SeamSpec, harnessRequest: SeamRequest): Promise<void> {
   const ex = new NativeShellExecutor({ cwd: '/tmp', timeoutMs: 1000 })
 
-  // ...run and start take it as it is,
+  // A spec the harness built (no owner, a branded sessionId): run and start take it as it is,
   const result: SeamRunResult = await ex.run(harnessSpec)
   const proc: SeamProcess = ex.start(harnessSpec)
   const read: SeamRead = proc.readOutput()
