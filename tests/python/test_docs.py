@@ -43,3 +43,26 @@ def test_help_shows_every_executor_keyword_with_its_default() -> None:
     for keyword in inspect.signature(dsh_native.Executor.resolve).parameters:
         if keyword != "self":
             assert f"``{keyword}``" in resolve, f"help(Executor.resolve) does not describe {keyword}"
+
+
+def test_help_shows_one_clean_executor_class() -> None:
+    """The Python Executor wraps the native one rather than subclassing a
+    class of the same name: help() shows one class, every method its own."""
+    text = pydoc.render_doc(dsh_native.Executor, renderer=pydoc.plaintext)
+    assert "class Executor(builtins.object)" in text, text.splitlines()[:4]
+    assert "inherited from" not in text
+    for name in ("resolve", "run", "run_async", "start", "on_task_done", "spawn_terminal", "close"):
+        assert f"{name}(" in text, f"help(Executor) does not list {name}"
+
+
+def test_the_constructor_keywords_are_reconfigures() -> None:
+    """On CPython 3.9 the abi3 class carries no text signature, and
+    Executor's comes from reconfigure(): the two take the same keywords."""
+    native = dsh_native._native.Executor
+    reconfigure = list(inspect.signature(native.reconfigure).parameters)[1:]
+    assert list(inspect.signature(dsh_native.Executor).parameters) == reconfigure
+    try:
+        constructor = list(inspect.signature(native).parameters)
+    except ValueError:  # CPython 3.9
+        return
+    assert constructor == reconfigure

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import functools
 import inspect
 import subprocess
 import weakref
 from types import TracebackType
-from typing import Optional, Type
+from typing import TYPE_CHECKING, Any, Optional, Type
 
 from . import _native
 from ._errors import (
@@ -103,7 +104,25 @@ def _close_all() -> None:
             pass
 
 
-class Executor(_native.Executor):
+def _native_keywords() -> "list[inspect.Parameter]":
+    """The constructor's keywords, as the native module declares them."""
+    try:
+        return list(inspect.signature(_native.Executor).parameters.values())
+    except ValueError:
+        # CPython 3.9: a class of an abi3 module has no text signature before
+        # 3.10. Its reconfigure() takes the same keywords (one list in Rust).
+        return list(inspect.signature(_native.Executor.reconfigure).parameters.values())[1:]
+
+
+if TYPE_CHECKING:
+    # For a type checker an Executor has the native executor's methods, as
+    # declared in _native.pyi; at run time they are delegated (see below).
+    _ExecutorBase = _native.Executor
+else:
+    _ExecutorBase = object
+
+
+class Executor(_ExecutorBase):
     """A bash executor: resolves, runs and starts commands.
 
     Every keyword is optional; None (or leaving it out) means the default
@@ -139,15 +158,28 @@ class Executor(_native.Executor):
     Executors still open at interpreter exit are closed then.
     """
 
-    # help() and inspect show the native keyword signature, not **config.
-    __signature__ = inspect.signature(_native.Executor)
+    # The native executor this one wraps (not a base class, so that help()
+    # shows one Executor); __weakref__ for the set closed at exit.
+    __slots__ = ("_executor", "__weakref__")
 
-    def __init__(self, **config: object) -> None:
-        """Registers the executor to be closed at interpreter exit."""
-        # The native __new__ has already validated and applied ``config``.
-        _open_executors.add(self)
+    _executor: _native.Executor
 
-    def __enter__(self) -> "Executor":
+    if not TYPE_CHECKING:  # a type checker takes the keywords from _native.pyi
+
+        def __new__(cls, **config):
+            """Makes the executor from the keywords above (validated by the
+            native constructor); registers it to be closed at interpreter exit."""
+            self = super().__new__(cls)
+            self._executor = _native.Executor(**config)
+            _open_executors.add(self)
+            return self
+
+        # help() and inspect show the native keywords, not **config.
+        __new__.__signature__ = inspect.Signature(
+            [inspect.Parameter("cls", inspect.Parameter.POSITIONAL_OR_KEYWORD), *_native_keywords()]
+        )
+
+    def __enter__(self) -> Executor:
         """Returns the executor itself."""
         return self
 
@@ -189,3 +221,24 @@ class Executor(_native.Executor):
             except Exception:
                 pass
             raise
+
+
+def _delegate(member: Any) -> Any:
+    """``member`` of the native executor as a member of Executor, applied to
+    the wrapped native executor; with the native docstring and signature."""
+    if not callable(member):  # a native property (a getset descriptor)
+        return property(lambda self: member.__get__(self._executor), doc=member.__doc__)
+
+    @functools.wraps(member)
+    def method(self: Executor, *args: Any, **kwargs: Any) -> Any:
+        return member(self._executor, *args, **kwargs)
+
+    return method
+
+
+# Every method and property of the native executor, and its repr; a new
+# native method appears here without a line of Python.
+for _name, _member in vars(_native.Executor).items():
+    if (_name == "__repr__" or not _name.startswith("__")) and _name not in vars(Executor):
+        setattr(Executor, _name, _delegate(_member))
+del _name, _member, _ExecutorBase
