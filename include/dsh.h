@@ -921,8 +921,9 @@ void dsh_cancel_token_free(struct DshCancelToken *token);
 const char *dsh_limit_name(int limit);
 
 /**
- * The mechanism's name: "cgroup-v1", "rlimit", "unsupported"; NULL for
- * DSH_MECHANISM_NONE or an unknown value. Static.
+ * The mechanism's name: "none" (DSH_MECHANISM_NONE: no such limit was
+ * set), "cgroup-v1", "rlimit", "unsupported"; NULL only for a value that is
+ * not a DshLimitMechanism. Static.
  */
 const char *dsh_mechanism_name(int mechanism);
 

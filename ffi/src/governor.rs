@@ -114,11 +114,13 @@ pub extern "C" fn dsh_limit_name(limit: c_int) -> *const c_char {
     }
 }
 
-/// The mechanism's name: "cgroup-v1", "rlimit", "unsupported"; NULL for
-/// DSH_MECHANISM_NONE or an unknown value. Static.
+/// The mechanism's name: "none" (DSH_MECHANISM_NONE: no such limit was
+/// set), "cgroup-v1", "rlimit", "unsupported"; NULL only for a value that is
+/// not a DshLimitMechanism. Static.
 #[no_mangle]
 pub extern "C" fn dsh_mechanism_name(mechanism: c_int) -> *const c_char {
     let s: Option<&'static CStr> = match mechanism {
+        0 => Some(c"none"),
         1 => Some(c"cgroup-v1"),
         2 => Some(c"rlimit"),
         3 => Some(c"unsupported"),

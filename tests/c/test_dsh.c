@@ -1189,6 +1189,9 @@ static DshRunResult *run_limited(DshExecutor *exec, const char *command, int lim
 }
 
 static void test_limits(void) {
+    /* A result without a limit reports DSH_MECHANISM_NONE: its name prints. */
+    CHECK(dsh_mechanism_name(DSH_MECHANISM_NONE) != NULL && strcmp(dsh_mechanism_name(DSH_MECHANISM_NONE), "none") == 0);
+    CHECK(strcmp(dsh_mechanism_name(DSH_MECHANISM_UNSUPPORTED), "unsupported") == 0 && dsh_mechanism_name(99) == NULL);
     if (dsh_limits_support(DSH_LIMIT_PROCESSES) == DSH_MECHANISM_UNSUPPORTED ||
         dsh_limits_support(DSH_LIMIT_MEMORY) == DSH_MECHANISM_UNSUPPORTED) {
         skip("limits", "this host cannot enforce the memory or processes limit");
