@@ -472,6 +472,40 @@ add({
     return pending
   },
 })
+// What a harness checks after cancelling a hook: the settled run has
+// reaped its command (the pid answers ESRCH), on an abort, a timeout and an
+// ordinary exit, and a killed background process's `done` the same.
+const pidIsFree = (pid) => {
+  try {
+    process.kill(pid, 0)
+    return false
+  } catch (e) {
+    return e.code === 'ESRCH'
+  }
+}
+add({
+  name: 'a settled run or process has reaped its command',
+  exec: async ({ shell, dir }) => {
+    const ac = new AbortController()
+    const started = path.join(dir, 'started')
+    const pending = shell.run(shell.resolve({ command: `echo $$; touch ${started}; exec sleep 30`, signal: ac.signal }))
+    await fileAppears(started)
+    ac.abort()
+    const aborted = await pending
+    const timedOut = await shell.run(shell.resolve({ command: 'echo $$; exec sleep 30', timeoutMs: 200 }))
+    const exited = await shell.run(shell.resolve({ command: 'echo $$' }))
+    const p = shell.start(shell.resolve({ command: 'echo $$; exec sleep 30' }))
+    let seen = ''
+    while (!seen.includes('\n')) {
+      seen += p.readOutput().delta
+      await new Promise((r) => setTimeout(r, 10))
+    }
+    p.kill()
+    await p.done
+    return [aborted, timedOut, exited].map((r) => pidIsFree(Number(r.stdout.text))).concat(pidIsFree(Number(seen)))
+  },
+  expect: [true, true, true, true],
+})
 add({
   name: 'abort after the run changes nothing',
   exec: async ({ shell }) => {
