@@ -303,7 +303,8 @@ fn stdout_max_bytes_raises_the_stdout_budget_above_max_output_bytes_and_stderr_k
     // stdout may raise its budget above the executor's in-memory cap;
     // stderr keeps `max_output_bytes`.
     let exec = executor_with(|c| c.max_output_bytes = n(1_000));
-    let mut req = Request::new("head -c 5000 /dev/zero | tr '\\0' a; head -c 3000 /dev/zero | tr '\\0' b >&2");
+    let mut req =
+        Request::new("head -c 5000 /dev/zero | tr '\\0' a; head -c 3000 /dev/zero | tr '\\0' b >&2");
     req.stdout_max_bytes = n(6_000);
     let s = exec.resolve(req).unwrap();
     assert_eq!(s.stdout_max_bytes, 6_000, "not clamped to max_output_bytes");
