@@ -1,6 +1,6 @@
 //! Compiles the supervisor program (`supervisor/supervisor.c`) with the
 //! target's C compiler; the library embeds the result (`include_bytes!` in
-//! `src/supervisor.rs`), so no package ships a separate executable.
+//! `src/launch/supervisor.rs`), so no package ships a separate executable.
 //!
 //! The compiler is the one the `cc` crate would pick: `CC_<target>`,
 //! `TARGET_CC`, `CC`, else `cc` — the compiler Rust already links with.

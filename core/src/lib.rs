@@ -14,59 +14,40 @@
 
 #![deny(missing_docs)]
 
-mod callbacks;
-mod cancel;
-mod clone_exec;
-mod config;
+// One command's life, folder by folder; each folder uses only the ones
+// above it in this list (CONTRIBUTING.md draws it).
 mod confine;
-mod env;
-mod error;
 mod executor;
-mod foreground;
-mod forked;
-mod governor;
-mod host_loop;
-mod landlock;
+mod host;
 mod launch;
-mod limits;
-mod netfilter;
-mod output;
-mod process;
-mod pty;
-mod request;
-mod run;
-mod runtime;
-mod sandbox;
-mod spawn;
-mod spill;
-mod stdin;
-mod supervise;
-mod supervisor;
+mod spec;
+mod sys;
 mod terminal;
-mod tree;
+mod watch;
 
-pub use cancel::CancelToken;
-pub use config::{
+pub use confine::governor::limits_support;
+pub use executor::host_loop::{HostLoop, HostRun};
+pub use executor::process::{Process, ProcessRead, Status, WaiterId};
+pub use executor::run::{RunFuture, RunResult};
+pub use executor::{Executor, ListenerId, TaskListener};
+pub use host::cancel::CancelToken;
+pub use host::runtime::refuse_blocking;
+pub use launch::env::is_scrubbed;
+pub use spec::config::{
     whole_number, Config, ConfigInput, Num, DEFAULT_GRACE_MS, DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MAX_SPILL_BYTES, DEFAULT_MAX_TIMEOUT_MS, DEFAULT_TIMEOUT_MS, MAX_GRACE_MS, MAX_SAFE_INTEGER,
 };
-pub use env::is_scrubbed;
-pub use error::{errno_name, DshError, Field, FieldName, NameStyle, Result, Scope, SpawnFailure};
-pub use executor::{Executor, ListenerId, TaskListener};
-pub use governor::limits_support;
-pub use host_loop::{HostLoop, HostRun};
-pub use limits::{LimitKind, Limits, LimitsEnforcement, LimitsInput, Mechanism};
-pub use output::CollectedOutput;
-pub use process::{Process, ProcessRead, Status, WaiterId};
-pub use request::{resolve, OnExpiry, Request, SandboxPolicyInput, Spec, DSH_ENV_PREFIX};
-pub use run::{RunFuture, RunResult};
-pub use runtime::refuse_blocking;
-pub use sandbox::{Enforcement, NetworkPolicy, SandboxInfo, SandboxMode, SandboxPolicy};
-pub use stdin::{StdinEnd, STDIN_BUFFER_BYTES};
-pub use terminal::{
-    dimension, resolve_terminal, Foreground, PendingWrite, Terminal, TerminalProgram, TerminalRead,
-    TerminalRequest, TerminalSignal, TerminalSpec, DEFAULT_COLS, DEFAULT_ROWS,
+pub use spec::error::{errno_name, DshError, Field, FieldName, NameStyle, Result, Scope, SpawnFailure};
+pub use spec::limits::{LimitKind, Limits, LimitsEnforcement, LimitsInput, Mechanism};
+pub use spec::request::{resolve, OnExpiry, Request, SandboxPolicyInput, Spec, DSH_ENV_PREFIX};
+pub use spec::sandbox::{Enforcement, NetworkPolicy, SandboxInfo, SandboxMode, SandboxPolicy};
+pub use spec::terminal::{
+    dimension, resolve_terminal, TerminalProgram, TerminalRequest, TerminalSignal, TerminalSpec,
+    DEFAULT_COLS, DEFAULT_ROWS,
 };
+pub use terminal::{Foreground, PendingWrite, Terminal, TerminalRead};
+pub use watch::output::CollectedOutput;
+pub use watch::stdin::{StdinEnd, STDIN_BUFFER_BYTES};
 
 /// The Rust examples of README.md and docs/ are doctests: `cargo test --doc`
 /// compiles and runs each as written. (`scripts/run-doc-examples` runs the

@@ -8,7 +8,7 @@
  * is re-parented here, not to init. When the host dies — SIGKILL, a crash,
  * an exit without dispose, an exec — it kills that whole subtree and
  * exits. docs/host-death.md describes the design; the host side is
- * core/src/supervisor.rs.
+ * core/src/launch/supervisor.rs.
  *
  *   argv: dsh-supervisor HOST_PID [GROUP_DIR...]   fd 3: the control socket
  *   GROUP_DIRs are where the host makes its commands' cgroups
@@ -131,7 +131,7 @@
 #define SECCOMP_SET_MODE_FILTER 1
 #endif
 
-/* Keep in step with core/src/supervisor.rs. */
+/* Keep in step with core/src/launch/supervisor.rs. */
 enum { OP_SPAWN = 1, OP_SHUTDOWN = 2, OP_RELEASES = 3 };
 enum {
     FLAG_STDIN = 1,

@@ -1,0 +1,635 @@
+//! The governor at run time (docs/limits.md): which mechanism enforces each
+//! limit on this host, the per-command cgroups (made before the spawn,
+//! entered by the command's own process before exec, removed after its
+//! tree has ended), the resource limits the supervisor's child sets, and
+//! the kernel's facts that say which limit ended a command.
+//!
+//! Mechanisms, chosen per limit:
+//! - `memory` and `processes` cover a whole tree, so they need a cgroup:
+//!   a group of the command's own under the host's group in the writable
+//!   v1 `memory` and `pids` hierarchies. The kernel's counters are the facts
+//!   (`oom_kill` in `memory.oom_control`, `max` in `pids.events`).
+//! - `cpu`, `file_size` and `open_files` are per-process resource limits
+//!   (`setrlimit` in the child before exec, inherited by every descendant).
+//!   The facts are the leader's death signal (SIGXCPU, SIGXFSZ); the kernel
+//!   reports no fact for `open_files` (an open fails with EMFILE).
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use crate::host::forked::PerProcess;
+use crate::spec::error::{DshError, Result};
+use crate::spec::limits::{unavailable, LimitKind, Limits, LimitsEnforcement, Mechanism};
+
+/// The host's own group in the writable v1 hierarchies that the governor
+/// uses, or why there is none.
+#[derive(Debug, Clone)]
+struct Hierarchies {
+    memory: std::result::Result<PathBuf, String>,
+    pids: std::result::Result<PathBuf, String>,
+}
+
+fn hierarchies() -> &'static Hierarchies {
+    static H: OnceLock<Hierarchies> = OnceLock::new();
+    H.get_or_init(|| {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let unified = mountinfo.lines().any(|l| l.contains(" - cgroup2 "));
+        let find = |controller: &str| own_group(&mountinfo, &cgroups, controller, unified);
+        Hierarchies {
+            memory: find("memory"),
+            pids: find("pids"),
+        }
+    })
+}
+
+/// The directory of this process's group in the v1 hierarchy of
+/// `controller`, if it is mounted read-write and writable by us.
+fn own_group(
+    mountinfo: &str,
+    cgroups: &str,
+    controller: &str,
+    unified: bool,
+) -> std::result::Result<PathBuf, String> {
+    let none = || {
+        if unified {
+            format!(
+                "no writable cgroup v1 {controller} hierarchy (cgroup v2 delegation is not supported yet)"
+            )
+        } else {
+            format!("no cgroup v1 {controller} hierarchy is mounted")
+        }
+    };
+    // mountinfo: id parent maj:min root mountpoint options ... - fstype source superoptions
+    let mount = mountinfo.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let mut r = right.split(' ');
+        let (fstype, _source, opts) = (r.next()?, r.next()?, r.next()?);
+        if fstype != "cgroup" || !opts.split(',').any(|o| o == controller) {
+            return None;
+        }
+        let l: Vec<&str> = left.split(' ').collect();
+        let writable = l.get(5)?.split(',').any(|o| o == "rw");
+        Some((l.get(3)?.to_string(), unescape(l.get(4)?), writable))
+    });
+    let (root, mountpoint, writable) = mount.ok_or_else(none)?;
+    if !writable {
+        return Err(format!(
+            "the cgroup v1 {controller} hierarchy is mounted read-only"
+        ));
+    }
+    // /proc/self/cgroup: id:controllers:path
+    let path = cgroups
+        .lines()
+        .find_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == controller)
+                .then(|| path.to_owned())
+        })
+        .ok_or_else(none)?;
+    let relative = path
+        .strip_prefix(root.as_str())
+        .unwrap_or(&path)
+        .trim_start_matches('/');
+    let dir = Path::new(&mountpoint).join(relative);
+    let c = CString::new(dir.as_os_str().as_bytes()).map_err(|_| none())?;
+    // SAFETY: `c` is a valid C string.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+        return Err(format!(
+            "cannot create groups under {}: {}",
+            dir.display(),
+            io::Error::last_os_error()
+        ));
+    }
+    Ok(dir)
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// How this host enforces `kind`, or why it cannot.
+fn mechanism_or_why(kind: LimitKind) -> std::result::Result<Mechanism, String> {
+    let h = hierarchies();
+    match kind {
+        LimitKind::Memory => h
+            .memory
+            .as_ref()
+            .map(|_| Mechanism::CgroupV1)
+            .map_err(Clone::clone),
+        LimitKind::Processes => h.pids.as_ref().map(|_| Mechanism::CgroupV1).map_err(Clone::clone),
+        LimitKind::Cpu | LimitKind::FileSize | LimitKind::OpenFiles => Ok(Mechanism::Rlimit),
+    }
+}
+
+/// How this host would enforce each limit: its mechanism, or
+/// [`Mechanism::Unsupported`] (a command asking for it fails closed with
+/// [`DshError::LimitUnavailable`]).
+pub fn limits_support() -> LimitsEnforcement {
+    let mut e = LimitsEnforcement::default();
+    for kind in LimitKind::ALL {
+        e.set(kind, mechanism_or_why(kind).unwrap_or(Mechanism::Unsupported));
+    }
+    e
+}
+
+/// Fail closed: every limit of `limits` must be enforceable here.
+pub(crate) fn check(limits: &Limits) -> Result<LimitsEnforcement> {
+    let mut e = LimitsEnforcement::default();
+    for (kind, _) in limits.set() {
+        e.set(
+            kind,
+            mechanism_or_why(kind).map_err(|why| unavailable(kind, why))?,
+        );
+    }
+    Ok(e)
+}
+
+/// The directories under which a supervisor's command groups are made;
+/// the supervisor removes what is left of its own (`dsh.<its pid>.*`) when
+/// it ends.
+pub(crate) fn group_parents() -> Vec<PathBuf> {
+    let h = hierarchies();
+    [&h.memory, &h.pids]
+        .into_iter()
+        .filter_map(|d| d.as_ref().ok().cloned())
+        .chain(crate::confine::netfilter::group_parent())
+        .collect()
+}
+
+/// Resource limits the command's process sets before exec; the wire form
+/// is `struct limits` of supervisor.c.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Rlimits {
+    pub cpu: Option<u64>,
+    pub fsize: Option<u64>,
+    pub nofile: Option<u64>,
+}
+
+impl Rlimits {
+    /// `{ u32 set; u32 pad; u64 cpu, fsize, nofile; }`, native-endian.
+    pub(crate) fn wire(&self) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        let mut set = 0u32;
+        for (i, v) in [self.cpu, self.fsize, self.nofile].into_iter().enumerate() {
+            if let Some(v) = v {
+                set |= 1 << i;
+                out[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_ne_bytes());
+            }
+        }
+        out[..4].copy_from_slice(&set.to_ne_bytes());
+        out
+    }
+}
+
+/// The limit a resource-limit failure detail of the supervisor (1–3)
+/// stands for.
+pub(crate) fn rlimit_kind(detail: i32) -> Option<LimitKind> {
+    match detail {
+        1 => Some(LimitKind::Cpu),
+        2 => Some(LimitKind::FileSize),
+        3 => Some(LimitKind::OpenFiles),
+        _ => None,
+    }
+}
+
+/// One command's groups: made before its spawn, entered by its process
+/// (through the `cgroup.procs` descriptors) before exec.
+pub(crate) struct CommandGroup {
+    /// `dsh.<supervisor pid>.<n>`, the same in each hierarchy.
+    name: String,
+    memory: Option<PathBuf>,
+    pids: Option<PathBuf>,
+    /// The cgroup v2 group that carries the `loopback` network filter.
+    net: Option<PathBuf>,
+    procs: Vec<OwnedFd>,
+    /// What each of `procs` is for, in the same order.
+    kinds: Vec<GroupKind>,
+}
+
+/// What a group of a command is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GroupKind {
+    Limit(LimitKind),
+    Loopback,
+}
+
+/// Groups that still held a process (a background job the command left on
+/// purpose) when their command's tree was done with: removed by a later
+/// command's cleanup once empty, so a long-lived executor does not collect
+/// them; the supervisor removes whatever is left when it ends. Per process:
+/// a child forked while another thread held the list starts a list of its
+/// own (the parent's groups are the parent's supervisor's to remove).
+static LEFTOVER: PerProcess<std::sync::Mutex<Vec<PathBuf>>> = PerProcess::new();
+
+/// Removes `dir`; true when it is gone (or was already).
+fn removed(dir: &Path) -> bool {
+    match std::fs::remove_dir(dir) {
+        Ok(()) => true,
+        Err(e) => e.kind() == io::ErrorKind::NotFound,
+    }
+}
+
+/// Removes `dirs`, keeping the busy ones for later, and retries the ones
+/// kept before.
+fn remove_dirs(dirs: impl IntoIterator<Item = PathBuf>) {
+    let mut left = LEFTOVER
+        .get(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    left.retain(|d| !removed(d));
+    left.extend(dirs.into_iter().filter(|d| !removed(d)));
+}
+
+/// Removes every kept group that is empty now: at `dispose()`, after the
+/// executor's sweeps, so that a group whose supervisor died (a command may
+/// SIGKILL it) and could not remove it is not left behind. A group still
+/// held by a live process (another executor's job) stays kept.
+pub(crate) fn remove_leftovers() {
+    remove_dirs([]);
+}
+
+static NEXT_GROUP: AtomicU64 = AtomicU64::new(1);
+
+fn write_file(path: &Path, value: &str) -> io::Result<()> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|mut f| io::Write::write_all(&mut f, value.as_bytes()))
+}
+
+fn open_procs(dir: &Path) -> io::Result<OwnedFd> {
+    let c = CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: `c` is a valid C string.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: open succeeded: a fresh descriptor, ours alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn make_group(parent: &Path, name: &str) -> io::Result<PathBuf> {
+    let dir = parent.join(name);
+    std::fs::create_dir(&dir)?;
+    Ok(dir)
+}
+
+impl CommandGroup {
+    /// Makes the groups `limits` needs, for a command of the supervisor
+    /// `supervisor_pid`; `None` when no limit needs a cgroup.
+    pub(crate) fn new(
+        limits: &Limits,
+        loopback: bool,
+        supervisor_pid: libc::pid_t,
+    ) -> Result<Option<CommandGroup>> {
+        if limits.memory_bytes.is_none() && limits.processes.is_none() && !loopback {
+            return Ok(None);
+        }
+        let name = format!(
+            "dsh.{supervisor_pid}.{}",
+            NEXT_GROUP.fetch_add(1, Ordering::Relaxed)
+        );
+        let h = hierarchies();
+        let mut group = CommandGroup {
+            name: name.clone(),
+            memory: None,
+            pids: None,
+            net: None,
+            procs: Vec::new(),
+            kinds: Vec::new(),
+        };
+        if let Some(bytes) = limits.memory_bytes {
+            let kind = LimitKind::Memory;
+            let parent = h.memory.as_ref().map_err(|why| unavailable(kind, why))?;
+            let dir = make_group(parent, &name).map_err(|e| {
+                unavailable(
+                    kind,
+                    format!("cannot create {}: {e}", parent.join(&name).display()),
+                )
+            })?;
+            group.memory = Some(dir.clone());
+            write_file(&dir.join("memory.limit_in_bytes"), &bytes.to_string())
+                .map_err(|e| unavailable(kind, format!("cannot set memory.limit_in_bytes: {e}")))?;
+            // Swap counts too, where the kernel accounts it: a limit that
+            // swapping could evade is no limit.
+            match write_file(&dir.join("memory.memsw.limit_in_bytes"), &bytes.to_string()) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(unavailable(
+                        kind,
+                        format!("cannot set memory.memsw.limit_in_bytes: {e}"),
+                    ))
+                }
+                _ => {}
+            }
+            group.procs.push(
+                open_procs(&dir).map_err(|e| unavailable(kind, format!("cannot open cgroup.procs: {e}")))?,
+            );
+            group.kinds.push(GroupKind::Limit(kind));
+        }
+        if let Some(n) = limits.processes {
+            let kind = LimitKind::Processes;
+            let parent = h.pids.as_ref().map_err(|why| unavailable(kind, why))?;
+            let dir = make_group(parent, &name).map_err(|e| {
+                unavailable(
+                    kind,
+                    format!("cannot create {}: {e}", parent.join(&name).display()),
+                )
+            })?;
+            group.pids = Some(dir.clone());
+            write_file(&dir.join("pids.max"), &n.to_string())
+                .map_err(|e| unavailable(kind, format!("cannot set pids.max: {e}")))?;
+            group.procs.push(
+                open_procs(&dir).map_err(|e| unavailable(kind, format!("cannot open cgroup.procs: {e}")))?,
+            );
+            group.kinds.push(GroupKind::Limit(kind));
+        }
+        if loopback {
+            let why = |w: String| {
+                DshError::SandboxUnavailable(format!("network loopback cannot be enforced here: {w}"))
+            };
+            let dir = crate::confine::netfilter::make_group(&name).map_err(why)?;
+            group.net = Some(dir.clone());
+            group
+                .procs
+                .push(open_procs(&dir).map_err(|e| why(format!("cannot open cgroup.procs: {e}")))?);
+            group.kinds.push(GroupKind::Loopback);
+        }
+        Ok(Some(group))
+    }
+
+    /// What the `index`th `cgroup.procs` descriptor is for.
+    pub(crate) fn kind_at(&self, index: usize) -> Option<GroupKind> {
+        self.kinds.get(index).copied()
+    }
+
+    /// The `cgroup.procs` descriptors the command's process writes itself
+    /// into, at most three.
+    pub(crate) fn procs(&self) -> Vec<RawFd> {
+        self.procs.iter().map(AsRawFd::as_raw_fd).collect()
+    }
+
+    /// The kernel's facts: the first limit of the group that was reached
+    /// (the OOM killer acted, or a fork was refused).
+    pub(crate) fn reached(&self) -> Option<LimitKind> {
+        if let Some(dir) = &self.memory {
+            if counter(&dir.join("memory.oom_control"), "oom_kill") > 0 {
+                return Some(LimitKind::Memory);
+            }
+        }
+        if let Some(dir) = &self.pids {
+            if counter(&dir.join("pids.events"), "max") > 0 {
+                return Some(LimitKind::Processes);
+            }
+        }
+        None
+    }
+
+    /// Removes the groups once the command's tree has ended. A group still
+    /// holding processes (a background job the command left on purpose)
+    /// stays, and the supervisor removes it when it ends.
+    pub(crate) fn remove(mut self) {
+        self.procs.clear();
+        remove_dirs(
+            [self.memory.take(), self.pids.take(), self.net.take()]
+                .into_iter()
+                .flatten(),
+        );
+    }
+
+    /// SIGKILLs every process the kernel counts in the group (once the
+    /// limit was reached): the exact membership, whatever the processes
+    /// did to their session, environment or parent. Each is pinned with a
+    /// pidfd and re-checked to be in the group before it is signalled.
+    /// Returns how many were signalled.
+    pub(crate) fn kill_members(&self) -> usize {
+        let Some(dir) = self.pids.as_ref().or(self.memory.as_ref()).or(self.net.as_ref()) else {
+            return 0;
+        };
+        let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
+            return 0;
+        };
+        let suffix = format!("/{}", self.name);
+        let mut hit = 0;
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<libc::pid_t>().ok()) {
+            let Ok(pidfd) = crate::sys::pidfd_open(pid) else {
+                continue;
+            };
+            let member = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                .is_ok_and(|c| c.lines().any(|l| l.ends_with(&suffix)));
+            if member && crate::sys::pidfd_send_signal(&pidfd, libc::SIGKILL).is_ok() {
+                hit += 1;
+            }
+        }
+        hit
+    }
+}
+
+impl Drop for CommandGroup {
+    /// A group whose command never started (a spawn failure) is removed.
+    fn drop(&mut self) {
+        remove_dirs(
+            [self.memory.take(), self.pids.take(), self.net.take()]
+                .into_iter()
+                .flatten(),
+        );
+    }
+}
+
+/// A `name value` line of a cgroup's flat keyed file; 0 when absent.
+fn counter(path: &Path, name: &str) -> u64 {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|l| {
+                let (k, v) = l.split_once(' ')?;
+                (k == name).then(|| v.trim().parse().ok()).flatten()
+            })
+        })
+        .unwrap_or(0)
+}
+
+/// The per-process limits of `limits`, for the supervisor's child.
+pub(crate) fn rlimits(limits: &Limits) -> Option<Rlimits> {
+    let r = Rlimits {
+        cpu: limits.cpu_seconds,
+        fsize: limits.file_size_bytes,
+        nofile: limits.open_files,
+    };
+    (r != Rlimits::default()).then_some(r)
+}
+
+/// The own CPU time (user and system, every thread, not its children's)
+/// of the process `pid`, read from `/proc/<pid>/stat`; the caller makes sure
+/// the pid is still the command's leader (an unreaped zombie).
+pub(crate) fn own_cpu_time(pid: libc::pid_t) -> Option<std::time::Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name (which may hold spaces and parentheses):
+    // state is field 3, utime and stime fields 14 and 15.
+    let mut fields = stat.get(stat.rfind(')')? + 2..)?.split(' ');
+    let utime: u64 = fields.nth(11)?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+        .ok()
+        .filter(|&h| h > 0)?;
+    Some(std::time::Duration::from_nanos(
+        (utime + stime).saturating_mul(1_000_000_000 / hz),
+    ))
+}
+
+/// Which limit ended a command that was not stopped by the executor: the
+/// group's counters, else the leader's death signal for a per-process
+/// limit that was set. The leader's own CPU time (`leader_cpu`) backs a
+/// CPU-limit signal: a SIGXCPU counts only when it had used at least half
+/// the limit, a SIGKILL only when it had used the limit (so it had had its
+/// SIGXCPU and survived it: the kernel's SIGKILL at the hard limit). The
+/// margins are the kernel's: the limit is checked against tick-sampled CPU
+/// time, which runs ahead of the time `/proc` reports by a few percent on a
+/// busy machine. A SIGXCPU sent by `kill` early on is not a limit.
+pub(crate) fn cause(
+    limits: &Limits,
+    group: Option<&CommandGroup>,
+    signal: Option<i32>,
+    leader_cpu: Option<std::time::Duration>,
+) -> Option<LimitKind> {
+    if let Some(kind) = group.and_then(CommandGroup::reached) {
+        return Some(kind);
+    }
+    let used = |share: std::time::Duration| leader_cpu.is_some_and(|t| t >= share);
+    match (signal, limits.cpu_seconds) {
+        (Some(libc::SIGXCPU), Some(s)) if used(std::time::Duration::from_secs(s) / 2) => {
+            return Some(LimitKind::Cpu)
+        }
+        (Some(libc::SIGKILL), Some(s)) if used(std::time::Duration::from_secs(s)) => {
+            return Some(LimitKind::Cpu)
+        }
+        _ => {}
+    }
+    match signal {
+        Some(libc::SIGXFSZ) if limits.file_size_bytes.is_some() => Some(LimitKind::FileSize),
+        _ => None,
+    }
+}
+
+/// The error for a limit (or the loopback group) the command's own
+/// process could not apply: `detail` is the supervisor's (1–3 a resource
+/// limit, 4 and up the `detail - 4`th group it was handed).
+pub(crate) fn apply_failed(detail: i32, errno: i32, group: Option<&CommandGroup>) -> DshError {
+    let err = io::Error::from_raw_os_error(errno);
+    let why = format!("the command's process could not apply it: {err}");
+    let kind = match detail {
+        1..=3 => rlimit_kind(detail).map(GroupKind::Limit),
+        d if d >= 4 => group.and_then(|g| g.kind_at((d - 4) as usize)),
+        _ => None,
+    };
+    match kind {
+        Some(GroupKind::Limit(kind)) => unavailable(kind, why),
+        Some(GroupKind::Loopback) => DshError::SandboxUnavailable(format!(
+            "network loopback cannot be enforced here: cannot enter its group: {err}"
+        )),
+        None => DshError::Internal(format!("a limit could not be applied: {why}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_own_group_of_a_v1_hierarchy() {
+        let mountinfo = "30 25 0:26 / /sys/fs/cgroup/memory rw,relatime shared:9 - cgroup cgroup rw,memory\n\
+                         31 25 0:27 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids\n";
+        let cgroups = "8:pids:/\n4:memory:/a/b\n0::/\n";
+        // The directories do not exist here, so the writability check
+        // explains itself rather than succeeding.
+        let e = own_group(mountinfo, cgroups, "memory", false).unwrap_err();
+        assert!(e.contains("/sys/fs/cgroup/memory/a/b"), "{e}");
+        let e = own_group(mountinfo, cgroups, "cpu", true).unwrap_err();
+        assert!(e.contains("cgroup v2 delegation is not supported"), "{e}");
+        let ro = mountinfo.replace("rw,relatime shared:9", "ro,relatime shared:9");
+        let e = own_group(&ro, cgroups, "memory", false).unwrap_err();
+        assert!(e.contains("read-only"), "{e}");
+    }
+
+    #[test]
+    fn the_rlimit_wire_form_marks_what_is_set() {
+        let w = Rlimits {
+            cpu: Some(2),
+            fsize: None,
+            nofile: Some(64),
+        }
+        .wire();
+        assert_eq!(u32::from_ne_bytes(w[..4].try_into().unwrap()), 0b101);
+        assert_eq!(u64::from_ne_bytes(w[8..16].try_into().unwrap()), 2);
+        assert_eq!(u64::from_ne_bytes(w[24..32].try_into().unwrap()), 64);
+    }
+
+    #[test]
+    fn a_signal_is_a_cause_only_for_a_limit_that_was_set() {
+        let none = Limits::default();
+        let secs = |s: u64| Some(std::time::Duration::from_secs(s));
+        assert_eq!(cause(&none, None, Some(libc::SIGXCPU), secs(5)), None);
+        let set = Limits {
+            cpu_seconds: Some(1),
+            file_size_bytes: Some(1),
+            ..Limits::default()
+        };
+        assert_eq!(
+            cause(&set, None, Some(libc::SIGXCPU), secs(1)),
+            Some(LimitKind::Cpu)
+        );
+        assert_eq!(
+            cause(
+                &set,
+                None,
+                Some(libc::SIGXCPU),
+                Some(std::time::Duration::from_millis(400))
+            ),
+            None,
+            "a SIGXCPU before the CPU time reached the limit was sent by someone"
+        );
+        assert_eq!(cause(&set, None, Some(libc::SIGXCPU), None), None);
+        assert_eq!(
+            cause(&set, None, Some(libc::SIGKILL), secs(1)),
+            Some(LimitKind::Cpu)
+        );
+        assert_eq!(
+            cause(
+                &set,
+                None,
+                Some(libc::SIGKILL),
+                Some(std::time::Duration::from_millis(900))
+            ),
+            None
+        );
+        assert_eq!(
+            cause(&set, None, Some(libc::SIGXFSZ), None),
+            Some(LimitKind::FileSize)
+        );
+        assert_eq!(cause(&set, None, Some(libc::SIGKILL), None), None);
+        assert_eq!(cause(&set, None, None, secs(9)), None);
+    }
+}

@@ -1,0 +1,173 @@
+//! Native Landlock confinement (no external runner). A ruleset is built in
+//! the host and passed to the executor's supervisor with the spawn request;
+//! the command's process restricts *itself* with it (no_new_privs, then
+//! `landlock_restrict_self`) between fork and exec, so the command and
+//! every descendant are confined — a domain cannot be left — while neither
+//! the host's threads nor the supervisor ever are.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::OnceLock;
+
+use landlock::{
+    AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, PathFdError,
+    Ruleset as Builder, RulesetAttr, RulesetCreatedAttr,
+};
+
+use crate::spec::sandbox::{Enforcement, SandboxMode, SandboxPolicy};
+
+/// The Landlock ABI version query (include/uapi/linux/landlock.h): the
+/// one call the `landlock` crate does not expose.
+const CREATE_RULESET_VERSION: u32 = 1 << 0;
+
+/// The first ABI that governs every file effect a mode promises (writes,
+/// creations, removals, cross-directory links and truncation).
+const FULL_ABI: u32 = 3;
+/// The first ABI with network rules (TCP bind and connect, by port).
+pub(crate) const NET_ABI: u32 = 4;
+
+/// The kernel's Landlock ABI version, or why there is none.
+pub(crate) fn abi() -> Result<u32, String> {
+    static ABI: OnceLock<Result<u32, String>> = OnceLock::new();
+    ABI.get_or_init(|| {
+        // SAFETY: a NULL attr with size 0 and the VERSION flag only queries.
+        let v = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_create_ruleset,
+                std::ptr::null::<u64>(),
+                0usize,
+                CREATE_RULESET_VERSION,
+            )
+        };
+        if v < 0 {
+            let e = io::Error::last_os_error();
+            Err(match e.raw_os_error() {
+                Some(libc::ENOSYS) => "this kernel has no Landlock (ENOSYS)".to_owned(),
+                Some(libc::EOPNOTSUPP) => "Landlock is disabled on this kernel (EOPNOTSUPP)".to_owned(),
+                _ => format!("Landlock is unavailable: {e}"),
+            })
+        } else {
+            Ok(v as u32)
+        }
+    })
+    .clone()
+}
+
+/// How completely this kernel can enforce the confined modes.
+pub(crate) fn enforcement() -> Option<Enforcement> {
+    abi().ok().map(|v| {
+        if v >= FULL_ABI {
+            Enforcement::Full
+        } else {
+            Enforcement::Partial
+        }
+    })
+}
+
+/// What the confined modes govern at this ABI (docs/sandbox.md): every
+/// write, creation and removal; cross-directory links (ABI 2) and
+/// truncation (ABI 3). Not `AccessFs::from_write`, which from ABI 5 also
+/// governs device ioctls, which no mode promises.
+fn write_rights(abi: u32) -> BitFlags<AccessFs> {
+    let mut rights = AccessFs::WriteFile
+        | AccessFs::RemoveDir
+        | AccessFs::RemoveFile
+        | AccessFs::MakeChar
+        | AccessFs::MakeDir
+        | AccessFs::MakeReg
+        | AccessFs::MakeSock
+        | AccessFs::MakeFifo
+        | AccessFs::MakeBlock
+        | AccessFs::MakeSym;
+    if abi >= 2 {
+        rights |= AccessFs::Refer;
+    }
+    if abi >= 3 {
+        rights |= AccessFs::Truncate;
+    }
+    rights
+}
+
+/// Character devices that swallow or produce bytes: writing to them changes
+/// no file, and shell redirections to them are everywhere.
+const SINKS: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
+
+/// A ready ruleset for one policy: its descriptor.
+pub(crate) struct Ruleset {
+    fd: OwnedFd,
+}
+
+/// The directories a mode may write under.
+fn writable_dirs(policy: &SandboxPolicy) -> Vec<std::path::PathBuf> {
+    match policy.mode {
+        SandboxMode::WorkspaceWrite => {
+            let mut dirs = vec![policy.workspace_root.clone(), "/tmp".into(), std::env::temp_dir()];
+            dirs.dedup();
+            dirs
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Builds the ruleset for a policy: with `files`, reads and execution stay
+/// unrestricted and every file write is denied except under the writable
+/// directories and to the sinks; with `deny_tcp` (ABI 4+ only), every TCP
+/// bind and connect is denied. Built with the `landlock` crate as a hard
+/// requirement (nothing silently dropped: the rights asked for are exactly
+/// those this ABI has), and handed over as a descriptor: the command's
+/// process restricts itself with it. An error means confinement cannot be
+/// applied (the caller fails closed).
+pub(crate) fn ruleset(policy: &SandboxPolicy, files: bool, deny_tcp: bool) -> Result<Ruleset, String> {
+    let v = abi()?;
+    let net = deny_tcp && v >= NET_ABI;
+    if !files && !net {
+        return Err("nothing to confine".to_owned());
+    }
+    let handled = write_rights(v);
+    let cannot = |e: landlock::RulesetError| format!("cannot create a Landlock ruleset: {e}");
+    let mut rs = Builder::default().set_compatibility(CompatLevel::HardRequirement);
+    if files {
+        rs = rs.handle_access(handled).map_err(cannot)?;
+    }
+    if net {
+        rs = rs
+            .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
+            .map_err(cannot)?;
+    }
+    let mut created = rs.create().map_err(cannot)?;
+    if files {
+        for dir in writable_dirs(policy) {
+            let fd =
+                PathFd::new(&dir).map_err(|e| format!("cannot allow writes under {}: {e}", dir.display()))?;
+            created = created
+                .add_rule(PathBeneath::new(fd, handled))
+                .map_err(|e| format!("cannot allow writes under {}: {e}", dir.display()))?;
+        }
+        let file_rights = handled & (AccessFs::WriteFile | AccessFs::Truncate);
+        for sink in SINKS {
+            let fd = match PathFd::new(sink) {
+                Ok(fd) => fd,
+                // A host without /dev/tty (no controlling terminal) is fine.
+                Err(PathFdError::OpenCall { source, .. })
+                    if matches!(source.raw_os_error(), Some(libc::ENOENT | libc::ENXIO)) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(format!("cannot allow writes to {sink}: {e}")),
+            };
+            created = created
+                .add_rule(PathBeneath::new(fd, file_rights))
+                .map_err(|e| format!("cannot allow writes to {sink}: {e}"))?;
+        }
+    }
+    let fd: Option<OwnedFd> = created.into();
+    fd.map(|fd| Ruleset { fd })
+        .ok_or_else(|| "Landlock is unavailable: no ruleset was created".to_owned())
+}
+
+impl Ruleset {
+    /// The ruleset's descriptor, for the supervisor's `landlock_restrict_self`.
+    pub(crate) fn fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+}

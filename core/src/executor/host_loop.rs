@@ -1,0 +1,288 @@
+//! Foreground runs driven by the host's own event loop (Node's libuv).
+//!
+//! Such a host's thread cannot block while a command runs, and handing the
+//! run to the core's threads costs two thread hand-offs per command: the
+//! request to an I/O thread, and the result back to the host's loop. Here
+//! the host's thread does what the core's I/O thread would: it asks the
+//! supervisor for the command itself, and reads the command's events with
+//! a reactor of its own whose descriptors the host's loop watches through
+//! one descriptor, [`HostLoop::fd`]. The supervisor's report then wakes the
+//! host's thread directly, as it wakes a blocking caller
+//! (docs/host-death.md, "Cost on the spawn path").
+//!
+//! Timers (the timeout, the grace period, the limit checks) are kept by the
+//! core's runtime: the host's loop only learns of descriptors. When one
+//! fires, or the run is cancelled or its executor disposed from another
+//! thread, a core thread polls the run at once (see `RunWaker`), so what
+//! the stop does never waits for a busy host thread.
+
+use std::future::Future;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::ThreadId;
+
+use tokio::runtime::{Builder, Handle, Runtime};
+
+use crate::executor::run::RunResult;
+use crate::host::cancel::CancelToken;
+use crate::host::forked::current_pid;
+use crate::host::runtime;
+use crate::spec::error::{DshError, Result};
+
+/// One host thread's reactor. Made and used on that thread only.
+pub struct HostLoop {
+    reactor: Arc<Runtime>,
+    /// Readable when a watched descriptor has news: the host's loop
+    /// watches it and then calls [`HostLoop::dispatch`].
+    ready: OwnedFd,
+    /// A forked child must not use its parent's epoll instances.
+    owner: libc::pid_t,
+}
+
+/// A foreground run on a [`HostLoop`]: poll it with [`HostLoop::poll`]
+/// until it is ready.
+pub struct HostRun {
+    shared: Arc<RunShared>,
+    /// Wakes the run's host, or has a core thread poll it (see [`RunWaker`]).
+    waker: Waker,
+    /// Stops the command when the run is dropped before its end.
+    on_drop: CancelToken,
+    /// Whether it has been polled: its first poll registers its
+    /// descriptors with the reactor.
+    polled: bool,
+    reactor: Arc<Runtime>,
+    owner: libc::pid_t,
+}
+
+type RunFuture = Pin<Box<dyn Future<Output = Result<RunResult>> + Send>>;
+
+/// What the host's thread and the core's threads share of a run.
+struct RunShared {
+    state: Mutex<RunState>,
+    /// The waker of the host's last poll: woken when the run has news for
+    /// it (kept apart from `state`: a poll holding `state` may wake it).
+    host: Mutex<Option<Waker>>,
+    host_thread: ThreadId,
+}
+
+struct RunState {
+    /// None once it has ended (or was taken by a drop).
+    run: Option<RunFuture>,
+    /// What it ended with, when a core thread's poll ended it.
+    ended: Option<Result<RunResult>>,
+}
+
+/// The waker the run's future is polled with. A wake on the host's thread
+/// (its reactor handing out descriptor news) asks the host for a poll. A
+/// wake from anywhere else (a timer kept by the core's runtime, a
+/// cancellation, dispose) is answered by a core thread polling the run at
+/// once: a host thread that is busy then delays no signal, grace period or
+/// limit (docs/hosts.md); the host's next poll takes the result.
+struct RunWaker(Weak<RunShared>);
+
+impl Wake for RunWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let Some(shared) = self.0.upgrade() else { return };
+        if std::thread::current().id() == shared.host_thread {
+            shared.wake_host();
+            return;
+        }
+        let waker = Waker::from(self.clone());
+        runtime::handle().spawn(async move { shared.poll_here(&waker) });
+    }
+}
+
+impl RunShared {
+    fn wake_host(&self) {
+        if let Some(w) = lock(&self.host).as_ref() {
+            w.wake_by_ref();
+        }
+    }
+
+    /// A core thread's poll: its timers are the core runtime's own.
+    fn poll_here(&self, waker: &Waker) {
+        let mut state = lock(&self.state);
+        let Some(run) = state.run.as_mut() else { return };
+        if let Poll::Ready(outcome) = run.as_mut().poll(&mut Context::from_waker(waker)) {
+            state.run = None;
+            state.ended = Some(outcome);
+            drop(state);
+            self.wake_host();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl HostLoop {
+    /// A reactor for the calling thread (one per host thread is enough).
+    pub fn new() -> Result<HostLoop> {
+        let reactor = Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .map_err(|e| DshError::Internal(format!("cannot create a reactor for the host's loop: {e}")))?;
+        // SAFETY: epoll_create1 takes only a flag.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(DshError::Internal(format!(
+                "cannot create an epoll instance for the host's loop: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(HostLoop {
+            reactor: Arc::new(reactor),
+            // SAFETY: a descriptor epoll_create1 just returned, owned by no one else.
+            ready: unsafe { OwnedFd::from_raw_fd(fd) },
+            owner: current_pid(),
+        })
+    }
+
+    /// The descriptor the host's loop watches for readability.
+    pub fn fd(&self) -> RawFd {
+        self.ready.as_raw_fd()
+    }
+
+    /// Reads what made [`HostLoop::fd`] readable and wakes the runs it
+    /// concerns; then poll them. Never blocks.
+    pub fn dispatch(&self) -> Result<()> {
+        self.check()?;
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 32];
+        loop {
+            // SAFETY: `events` has room for the 32 entries asked for.
+            let n = unsafe { libc::epoll_wait(self.ready.as_raw_fd(), events.as_mut_ptr(), 32, 0) };
+            if n < 32 {
+                break;
+            }
+        }
+        // One turn of the reactor with no wait: yield_now lets it look for
+        // events before it polls again.
+        self.reactor.block_on(tokio::task::yield_now());
+        Ok(())
+    }
+
+    /// Polls `run` on this thread; `cx`'s waker is woken (from any thread)
+    /// when it should be polled again other than after [`HostLoop::fd`]
+    /// became readable: a timer fired, the caller cancelled, the executor
+    /// is being disposed.
+    pub fn poll(&self, run: &mut HostRun, cx: &mut Context<'_>) -> Poll<Result<RunResult>> {
+        if let Err(e) = self.check() {
+            return Poll::Ready(Err(e));
+        }
+        {
+            let mut host = lock(&run.shared.host);
+            if !host.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *host = Some(cx.waker().clone());
+            }
+        }
+        let mut state = lock(&run.shared.state);
+        if let Some(outcome) = state.ended.take() {
+            return Poll::Ready(outcome);
+        }
+        let Some(fut) = state.run.as_mut() else {
+            return Poll::Ready(Err(DshError::Internal(
+                "a run was polled after its result".into(),
+            )));
+        };
+        let outcome = {
+            let _reactor = self.reactor.enter();
+            let _timers = runtime::timers_on_core();
+            fut.as_mut().poll(&mut Context::from_waker(&run.waker))
+        };
+        if outcome.is_ready() {
+            state.run = None;
+        }
+        drop(state);
+        if outcome.is_pending() && !std::mem::replace(&mut run.polled, true) {
+            // The first poll registered the run's descriptors with the
+            // reactor; the host's descriptor has watched them since
+            // `run_on`, and news they had before now may already have been
+            // read from it (a dispatch before this poll): a command that
+            // ended that fast would never be heard of. One turn of the
+            // reactor hands out what they hold; it wakes `cx`'s waker.
+            self.reactor.block_on(tokio::task::yield_now());
+        }
+        outcome
+    }
+
+    /// Watches `fds` (edge-triggered: an event is news once).
+    pub(crate) fn watch(&self, fds: &[RawFd]) -> std::io::Result<()> {
+        for &fd in fds {
+            let mut event = libc::epoll_event {
+                events: (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
+                u64: fd as u64,
+            };
+            // SAFETY: `event` outlives the call; both descriptors are open.
+            // A watched descriptor leaves the set when it is closed.
+            if unsafe { libc::epoll_ctl(self.ready.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut event) } < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+
+    fn check(&self) -> Result<()> {
+        crate::host::forked::check_host(self.owner)
+    }
+}
+
+impl HostRun {
+    /// `run` must stop its command when `on_drop` fires.
+    pub(crate) fn new(
+        host: &HostLoop,
+        run: impl Future<Output = Result<RunResult>> + Send + 'static,
+        on_drop: CancelToken,
+    ) -> HostRun {
+        let shared = Arc::new(RunShared {
+            state: Mutex::new(RunState {
+                run: Some(Box::pin(run)),
+                ended: None,
+            }),
+            host: Mutex::new(None),
+            host_thread: std::thread::current().id(),
+        });
+        HostRun {
+            waker: Waker::from(Arc::new(RunWaker(Arc::downgrade(&shared)))),
+            shared,
+            on_drop,
+            polled: false,
+            reactor: host.reactor.clone(),
+            owner: host.owner,
+        }
+    }
+}
+
+impl Drop for HostRun {
+    /// Dropped before its end (the host's environment is going away): the
+    /// command is stopped as a cancellation stops it, and waited for here,
+    /// since only this thread's reactor reads its events.
+    fn drop(&mut self) {
+        let Some(run) = lock(&self.shared.state).run.take() else {
+            return;
+        };
+        self.on_drop.cancel();
+        if self.owner != current_pid() || Handle::try_current().is_ok() {
+            // A forked child, or inside a runtime, where it cannot be waited
+            // for: dispose's sweep finds what is left by its tag.
+            return;
+        }
+        let _timers = runtime::timers_on_core();
+        let _ = self.reactor.block_on(run);
+    }
+}
+
+impl Drop for HostLoop {
+    fn drop(&mut self) {
+        if self.owner != current_pid() {
+            // The parent's reactor, inherited through fork: leave it alone.
+            std::mem::forget(self.reactor.clone());
+        }
+    }
+}

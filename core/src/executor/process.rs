@@ -1,0 +1,480 @@
+//! A background process handle (docs/running.md): live status, consuming
+//! reads, kill, and a completion that settles exactly once and never fails.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::host::callbacks;
+use crate::host::forked;
+use crate::host::runtime;
+use crate::launch::ending::ExitFields;
+use crate::spec::error::Result;
+use crate::spec::limits::{LimitKind, LimitsEnforcement};
+use crate::spec::sandbox::SandboxInfo;
+use crate::sys::lock;
+use crate::watch::stdin::{not_piped, Enqueued, StdinPipe};
+use crate::watch::supervise::{Stop, Streams};
+
+/// Where a background process stands (docs/running.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// Not settled, and no stop requested.
+    Running,
+    /// Settled: exited by itself (or its exit status was taken by someone
+    /// else) with no stop requested.
+    Completed,
+    /// A stop was requested (at once, before it has exited), or it died from
+    /// a signal, or it never started.
+    Killed,
+}
+
+impl Status {
+    /// `"running"`, `"completed"` or `"killed"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Running => "running",
+            Status::Completed => "completed",
+            Status::Killed => "killed",
+        }
+    }
+}
+
+/// What one `read_output` call returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessRead {
+    /// Output since the previous read: stdout, then a marked stderr section.
+    pub delta: String,
+    /// Unread bytes slid out of the in-memory window before this read.
+    pub lossy: bool,
+    /// The file holding the complete stdout, once it outgrew its window.
+    pub stdout_spill_path: Option<String>,
+    /// The file holding the complete stderr, once it outgrew its window.
+    pub stderr_spill_path: Option<String>,
+    /// Why a stream that outgrew its window has no spill path (see
+    /// [`CollectedOutput::spill_error`](crate::CollectedOutput)).
+    pub stdout_spill_error: Option<String>,
+    /// As `stdout_spill_error`, for stderr.
+    pub stderr_spill_error: Option<String>,
+}
+
+pub(crate) struct State {
+    pub status: Status,
+    pub ending: ExitFields,
+    pub sandbox: Option<SandboxInfo>,
+    pub survivors: u32,
+    pub settled: bool,
+    /// Callbacks of `when_settled`, until the process settles.
+    pub waiters: Vec<(u64, Box<dyn FnOnce() + Send>)>,
+    pub next_waiter: u64,
+}
+
+impl State {
+    pub(crate) fn running() -> Self {
+        State {
+            status: Status::Running,
+            ending: ExitFields::default(),
+            sandbox: None,
+            survivors: 0,
+            settled: false,
+            waiters: Vec::new(),
+            next_waiter: 1,
+        }
+    }
+}
+
+/// Identifies a [`Process::when_settled`] callback, to withdraw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WaiterId(u64);
+
+pub(crate) struct ProcessShared {
+    /// The host process that started it; a forked child cannot wait for it.
+    pub host_pid: libc::pid_t,
+    /// Set once, at registration: at `start`, or when a foreground run is
+    /// handed over at its timeout.
+    pub id: std::sync::OnceLock<String>,
+    pub command: String,
+    pub owner: Option<String>,
+    pub state: Mutex<State>,
+    /// Signalled (with `state`) when the process settles, for blocking waiters.
+    pub settled_cv: Condvar,
+    /// The same event for async waiters.
+    pub settled_tx: watch::Sender<bool>,
+    pub streams: Mutex<Streams>,
+    /// Set once, by the first stop request.
+    pub stop_tx: watch::Sender<Option<Stop>>,
+    /// The writable stdin, when started with a stdin pipe.
+    pub stdin: Option<StdinPipe>,
+}
+
+impl ProcessShared {
+    pub(crate) fn id(&self) -> &str {
+        self.id.get().map_or("", String::as_str)
+    }
+}
+
+/// A cheap, cloneable handle to one background process.
+#[derive(Clone)]
+pub struct Process {
+    pub(crate) shared: Arc<ProcessShared>,
+}
+
+impl std::fmt::Debug for Process {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.state();
+        f.debug_struct("Process")
+            .field("id", &self.shared.id())
+            .field("status", &s.status)
+            .field("exit_code", &s.ending.exit_code)
+            .field("signal", &s.ending.signal)
+            .finish()
+    }
+}
+
+/// `delta` (docs/running.md, "Reading output"): stdout part, then — only when the stderr part is
+/// non-empty — a newline if the stdout part lacks one, `[stderr]\n`, stderr.
+pub(crate) fn compose_delta(stdout: String, stderr: &str) -> String {
+    let mut delta = stdout;
+    if !stderr.is_empty() {
+        if !delta.is_empty() && !delta.ends_with('\n') {
+            delta.push('\n');
+        }
+        delta.push_str("[stderr]\n");
+        delta.push_str(stderr);
+    }
+    delta
+}
+
+impl Process {
+    fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.shared.state)
+    }
+
+    /// The registry id: `bash-1`, `bash-2`, …
+    pub fn id(&self) -> &str {
+        self.shared.id()
+    }
+
+    /// The command as started.
+    pub fn command(&self) -> &str {
+        &self.shared.command
+    }
+
+    /// The owner token of the request (never interpreted).
+    pub fn owner(&self) -> Option<&str> {
+        self.shared.owner.as_deref()
+    }
+
+    /// The live status: `Killed` as soon as a stop is requested.
+    pub fn status(&self) -> Status {
+        self.state().status
+    }
+
+    /// `None` while running and when ended by a signal.
+    pub fn exit_code(&self) -> Option<i32> {
+        self.state().ending.exit_code
+    }
+
+    /// The terminating signal's name (`SIGTERM`), when ended by one.
+    pub fn signal(&self) -> Option<String> {
+        self.state().ending.signal.clone()
+    }
+
+    /// True when the process ended but nobody could say how (see
+    /// [`RunResult::exit_status_unavailable`](crate::RunResult)):
+    /// `exit_code` and `signal` are then both `None`, and the status is
+    /// `completed` unless a stop was requested.
+    pub fn exit_status_unavailable(&self) -> bool {
+        self.state().ending.unavailable
+    }
+
+    /// Sandbox facts, stamped at settlement (absent while running and when
+    /// the process ran unconfined without a policy).
+    pub fn sandbox(&self) -> Option<SandboxInfo> {
+        self.state().sandbox.clone()
+    }
+
+    /// After `kill()`, a cancellation or disposal: how many processes of its
+    /// tree were still alive when the stop finished (see
+    /// [`RunResult::survivors`](crate::RunResult)). 0 while running and
+    /// when it ended by itself.
+    pub fn survivors(&self) -> u32 {
+        self.state().survivors
+    }
+
+    /// The limit that ended it, as the kernel reported it (see
+    /// [`RunResult::limit`](crate::RunResult)); `None` while running.
+    pub fn limit(&self) -> Option<LimitKind> {
+        self.state().ending.limit
+    }
+
+    /// The mechanism of each limit it ran with (empty while running and
+    /// when it had none).
+    pub fn limits_enforcement(&self) -> LimitsEnforcement {
+        self.state().ending.limits_enforcement
+    }
+
+    /// True once the process has settled (`done`).
+    pub fn is_settled(&self) -> bool {
+        self.state().settled
+    }
+
+    /// Consuming read: what arrived since the previous call, never the same
+    /// bytes twice; keeps working after exit.
+    pub fn read_output(&self) -> ProcessRead {
+        let settled = self.is_settled();
+        let mut s = lock(&self.shared.streams);
+        let (out, out_lossy) = s.stdout.take_unread();
+        let (err, err_lossy) = s.stderr.take_unread();
+        if settled && s.stdout.fully_read() && s.stderr.fully_read() {
+            // The final output has been read: a settled process keeps no
+            // window (up to 2 × max_output_bytes) for the rest of its life.
+            s.stdout.release();
+            s.stderr.release();
+        }
+        ProcessRead {
+            delta: compose_delta(out, &err),
+            lossy: out_lossy || err_lossy,
+            stdout_spill_path: s.stdout.spill_path(),
+            stderr_spill_path: s.stderr.spill_path(),
+            stdout_spill_error: s.stdout.spill_error(),
+            stderr_spill_error: s.stderr.spill_error(),
+        }
+    }
+
+    /// Begins termination (SIGTERM, SIGKILL after the grace period). True when
+    /// the process was running and this call began it; false otherwise.
+    /// In a forked child, a process of the parent is not this process's to
+    /// stop: false, nothing is done.
+    pub fn kill(&self) -> bool {
+        self.check_host().is_ok() && self.request_stop(Stop::Kill)
+    }
+
+    fn stdin_pipe(&self) -> Result<&StdinPipe> {
+        self.check_host()?;
+        self.shared.stdin.as_ref().ok_or_else(|| not_piped(self.id()))
+    }
+
+    /// True when it was started with a stdin pipe (`stdin_pipe`).
+    pub fn has_stdin_pipe(&self) -> bool {
+        self.shared.stdin.is_some()
+    }
+
+    /// Non-blocking write to the command's stdin: takes what fits in its
+    /// buffer ([`STDIN_BUFFER_BYTES`](crate::STDIN_BUFFER_BYTES)) now and
+    /// returns how many bytes that was: 0 when the buffer is full or an
+    /// ordered write ([`Process::write_stdin`]) is waiting for its turn.
+    /// [`DshError::StdinClosed`](crate::DshError::StdinClosed) when it has
+    /// no stdin pipe, after `close_stdin`, and once the command exited or
+    /// closed its stdin.
+    pub fn try_write_stdin(&self, bytes: &[u8]) -> Result<usize> {
+        self.stdin_pipe()?.try_write(self.id(), bytes)
+    }
+
+    /// Writes all of `bytes` to the command's stdin, waiting for room as
+    /// the command reads (back-pressure): at most
+    /// [`STDIN_BUFFER_BYTES`](crate::STDIN_BUFFER_BYTES) are buffered,
+    /// however much is written. Writes complete in the order they were
+    /// made and are never interleaved. Completes when every byte was taken
+    /// (not when the command has read it). Errors as
+    /// [`Process::try_write_stdin`]; dropping the future stops the write
+    /// (bytes already taken stay taken).
+    pub async fn write_stdin(&self, bytes: &[u8]) -> Result<()> {
+        self.stdin_pipe()?.write_all(self.id(), bytes).await
+    }
+
+    /// [`Process::write_stdin`] for hosts with their own event loop:
+    /// returns at once and calls `on_done` on the callback thread. Writes
+    /// made this way are written in call order, each whole.
+    pub fn write_stdin_with(&self, bytes: Vec<u8>, on_done: impl FnOnce(Result<()>) + Send + 'static) {
+        let pipe = match self.stdin_pipe() {
+            Ok(pipe) => pipe,
+            Err(e) => return callbacks::dispatch(move || on_done(Err(e))),
+        };
+        match pipe.enqueue(self.id(), (bytes, Box::new(on_done))) {
+            Enqueued::Taken(on_done, outcome) => return callbacks::dispatch(move || on_done(outcome)),
+            Enqueued::Queued(false) => return, // the task writing the queue takes it in turn
+            Enqueued::Queued(true) => {}
+        }
+        let process = self.clone();
+        runtime::handle().spawn(async move {
+            let Some(pipe) = process.shared.stdin.as_ref() else {
+                return;
+            };
+            while let Some((bytes, on_done)) = pipe.next_queued() {
+                let outcome = pipe.write_all(process.id(), &bytes).await;
+                callbacks::dispatch(move || on_done(outcome));
+            }
+        });
+    }
+
+    /// Blocks until a write to stdin would take at least one byte (or fail,
+    /// the stdin having ended), or until `timeout` passes (`None`: no
+    /// limit); returns whether it is writable. A zero timeout only looks.
+    /// Refused where blocking is, as [`Process::wait_timeout`].
+    pub fn wait_stdin_writable(&self, timeout: Option<Duration>) -> Result<bool> {
+        let pipe = self.stdin_pipe()?;
+        if timeout != Some(Duration::ZERO) {
+            runtime::refuse_blocking()?;
+        }
+        Ok(pipe.wait_writable(timeout))
+    }
+
+    /// Closes the command's stdin once the bytes already written are
+    /// delivered, so it reads EOF; later writes fail. True when this call
+    /// closed it, false when it was already closed or ended.
+    /// [`DshError::StdinClosed`](crate::DshError::StdinClosed) when it has
+    /// no stdin pipe.
+    pub fn close_stdin(&self) -> Result<bool> {
+        Ok(self.stdin_pipe()?.close())
+    }
+
+    /// Bytes written to stdin and not yet taken by the pipe: never more than
+    /// [`STDIN_BUFFER_BYTES`](crate::STDIN_BUFFER_BYTES).
+    pub fn stdin_buffered(&self) -> usize {
+        self.shared.stdin.as_ref().map_or(0, StdinPipe::buffered)
+    }
+
+    /// Frees what a forgotten process holds: its windows and spill files.
+    pub(crate) fn discard_output(&self) {
+        let mut guard = lock(&self.shared.streams);
+        let streams = &mut *guard;
+        for stream in [&mut streams.stdout, &mut streams.stderr] {
+            stream.release();
+            stream.discard_spill();
+        }
+    }
+
+    pub(crate) fn request_stop(&self, reason: Stop) -> bool {
+        {
+            let mut s = self.state();
+            if s.status != Status::Running {
+                return false;
+            }
+            s.status = Status::Killed;
+        }
+        self.shared.stop_tx.send_replace(Some(reason));
+        true
+    }
+
+    /// Completes when the process has settled. Never fails.
+    pub async fn wait(&self) {
+        let mut rx = self.shared.settled_tx.subscribe();
+        // The sender lives in `shared`, which `self` keeps alive.
+        let _ = rx.wait_for(|settled| *settled).await;
+    }
+
+    /// Refuses to wait in a forked child for a process of the parent: its
+    /// supervisor lives in the parent, so it would never settle here.
+    fn check_host(&self) -> Result<()> {
+        forked::check_host(self.shared.host_pid)
+    }
+
+    /// Calls `f` on the callback thread once the process has settled (soon,
+    /// if it already has); for hosts with their own loop. The returned id
+    /// withdraws it ([`Process::cancel_when_settled`]), so a caller that
+    /// stops waiting leaves nothing behind.
+    pub fn when_settled(&self, f: impl FnOnce() + Send + 'static) -> Result<WaiterId> {
+        self.check_host()?;
+        let mut s = self.state();
+        let id = s.next_waiter;
+        s.next_waiter += 1;
+        if s.settled {
+            drop(s);
+            callbacks::dispatch(f);
+        } else {
+            s.waiters.push((id, Box::new(f)));
+        }
+        Ok(WaiterId(id))
+    }
+
+    /// Withdraws a `when_settled` callback that has not run; false if it
+    /// already ran (or was queued to run) or was withdrawn.
+    pub fn cancel_when_settled(&self, id: WaiterId) -> bool {
+        let mut s = self.state();
+        let before = s.waiters.len();
+        s.waiters.retain(|(w, _)| *w != id.0);
+        s.waiters.len() != before
+    }
+
+    /// Blocks until settled or until `timeout` passes (`None`: no limit).
+    /// Returns whether it settled. Never blocks where blocking is refused
+    /// (inside a callback or an async runtime): a settled process answers
+    /// `true` there, a running one is
+    /// [`DshError::BlockingInAsync`](crate::DshError::BlockingInAsync)
+    /// unless `timeout` is zero. In a forked child, waiting for the parent's
+    /// process is [`DshError::ForkedChild`](crate::DshError::ForkedChild).
+    pub fn wait_timeout(&self, timeout: Option<Duration>) -> Result<bool> {
+        let guard = self.state();
+        if guard.settled {
+            return Ok(true);
+        }
+        if timeout == Some(Duration::ZERO) {
+            return Ok(false);
+        }
+        drop(guard);
+        self.check_host()?;
+        runtime::refuse_blocking()?;
+        let guard = self.state();
+        Ok(match timeout {
+            None => {
+                let _g = self
+                    .shared
+                    .settled_cv
+                    .wait_while(guard, |s| !s.settled)
+                    .unwrap_or_else(|e| e.into_inner());
+                true
+            }
+            Some(t) => {
+                let (g, _) = self
+                    .shared
+                    .settled_cv
+                    .wait_timeout_while(guard, t, |s| !s.settled)
+                    .unwrap_or_else(|e| e.into_inner());
+                g.settled
+            }
+        })
+    }
+
+    /// Records the end exactly once. `status` stays `killed` if a stop was
+    /// requested; any signal death is `killed` too. The process is settled
+    /// (`done`, waits return) before any callback hears of it: `listeners`
+    /// queues the task-done listeners, then the `when_settled` callbacks
+    /// are queued, in that order.
+    pub(crate) fn settle(
+        &self,
+        ending: ExitFields,
+        sandbox: Option<SandboxInfo>,
+        survivors: u32,
+        listeners: impl FnOnce(&Process),
+    ) {
+        let waiters = {
+            let mut s = self.state();
+            if s.settled {
+                return;
+            }
+            if ending.signal.is_some() {
+                s.status = Status::Killed;
+            } else if s.status == Status::Running {
+                s.status = Status::Completed;
+            }
+            s.ending = ending;
+            s.sandbox = sandbox;
+            s.survivors = survivors;
+            s.settled = true;
+            std::mem::take(&mut s.waiters)
+        };
+        {
+            let mut streams = lock(&self.shared.streams);
+            streams.stdout.shrink();
+            streams.stderr.shrink();
+        }
+        self.shared.settled_cv.notify_all();
+        listeners(self);
+        for (_, f) in waiters {
+            callbacks::dispatch(f);
+        }
+        self.shared.settled_tx.send_replace(true);
+    }
+}

@@ -1,0 +1,4 @@
+pub(crate) mod callbacks;
+pub(crate) mod cancel;
+pub(crate) mod forked;
+pub(crate) mod runtime;

@@ -1,0 +1,265 @@
+//! Preparing and spawning one command: its environment, its shell, its
+//! confinement, and the error a caller can act on when it cannot start.
+
+pub(crate) mod clone_exec;
+pub(crate) mod ending;
+pub(crate) mod env;
+pub(crate) mod pty;
+pub(crate) mod spawn;
+pub(crate) mod supervisor;
+pub(crate) mod tree;
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use crate::confine;
+use crate::confine::governor::{self, CommandGroup};
+use crate::launch::env::{child_environment, path_of, terminal_environment, HostEnv};
+use crate::launch::pty::Pty;
+use crate::launch::spawn::{find_program, find_shell, Pipes, Spawned};
+use crate::launch::supervisor::{ChildFds, Leader, Program, Slot, SpawnError, StartFailed, Step};
+use crate::launch::tree::{sweep, TagMatch};
+use crate::spec::error::{errno_name, DshError, Result, SpawnFailure};
+use crate::spec::request::Spec;
+use crate::spec::sandbox::{NetworkPolicy, SandboxPolicy};
+use crate::spec::terminal::{TerminalProgram, TerminalSpec};
+use std::os::fd::AsRawFd;
+
+/// Turns a spawn error into the error a caller can act on: a missing or
+/// unusable workdir names the path; anything else names the errno.
+pub(crate) fn spawn_error(err: std::io::Error, workdir: &Path) -> DshError {
+    let shown = workdir.display();
+    let errno = err.raw_os_error().unwrap_or(libc::EIO);
+    match std::fs::metadata(workdir) {
+        Err(e) => {
+            let errno = e.raw_os_error().unwrap_or(errno);
+            DshError::Spawn {
+                kind: SpawnFailure::Workdir,
+                errno,
+                message: format!("{}: cannot use workdir {shown}: {e}", errno_name(errno)),
+            }
+        }
+        Ok(m) if !m.is_dir() => DshError::Spawn {
+            kind: SpawnFailure::Workdir,
+            errno: libc::ENOTDIR,
+            message: format!("ENOTDIR: workdir {shown} is not a directory"),
+        },
+        Ok(_) => DshError::Spawn {
+            kind: SpawnFailure::Os,
+            errno,
+            message: format!("{}: {err}", errno_name(errno)),
+        },
+    }
+}
+
+/// Environment, shell lookup, confinement and the spawn, in the executor's
+/// supervisor (`supervisors`), of one command. A supervisor that was killed
+/// is replaced once, transparently: the request never reached it, so
+/// nothing ran.
+pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str, supervisors: &Slot) -> Result<Spawned> {
+    // Both were checked for NUL bytes by resolve / Spec::check.
+    let command = CString::new(spec.command.as_str())
+        .map_err(|_| DshError::Internal("NUL in checked command".into()))?;
+    let workdir = CString::new(spec.workdir.as_os_str().as_bytes())
+        .map_err(|_| DshError::Internal("NUL in checked workdir".into()))?;
+    let ruleset = confine::ruleset(spec.sandbox_policy.as_ref())?;
+    let envp = child_environment(host_env, spec, tag);
+    let shell = find_shell(path_of(&envp)).ok_or_else(no_shell)?;
+    // `--`: a command that starts with `-` is a command, not bash options.
+    let argv = [c"bash", c"-c", c"--", command.as_c_str()];
+    let program = Program {
+        path: &shell,
+        argv: &argv,
+        envp: &envp,
+        workdir: &workdir,
+    };
+    let os_error = |e: std::io::Error| spawn_error(e, &spec.workdir);
+    let pipes = Pipes::new(spec.stdin.is_some() || spec.stdin_pipe).map_err(os_error)?;
+    let mut fds = pipes.child_fds(ruleset.as_ref().map(|r| r.fd()));
+    fds.rlimits = governor::rlimits(&spec.limits);
+    fds.seccomp = confine::network_filter(spec.sandbox_policy.as_ref())?;
+    let loopback = spec
+        .sandbox_policy
+        .as_ref()
+        .is_some_and(|p| p.network == crate::spec::sandbox::NetworkPolicy::Loopback);
+    let mut supervisor = supervisors.get().map_err(supervisor_error)?;
+    // The groups are named after the supervisor, which removes what is
+    // left of them when it ends.
+    let mut group = CommandGroup::new(&spec.limits, loopback, supervisor.pid())?;
+    fds.cgroups = group.as_ref().map(CommandGroup::procs).unwrap_or_default();
+    let start = StartContext {
+        workdir: spec.workdir.clone(),
+        policy: spec.sandbox_policy.clone(),
+    };
+    let asked = match supervisor.start_deferred(&fds, &program) {
+        Err(SpawnError::Unreachable(_)) => {
+            supervisor = supervisors.renew(&supervisor).map_err(supervisor_error)?;
+            drop(group.take());
+            group = CommandGroup::new(&spec.limits, loopback, supervisor.pid())?;
+            fds.cgroups = group.as_ref().map(CommandGroup::procs).unwrap_or_default();
+            supervisor.start_deferred(&fds, &program)
+        }
+        other => other,
+    }
+    .map_err(|e| not_started(e, tag, &start, group.as_ref()))?;
+    pipes.started(asked, group, start).map_err(os_error)
+}
+
+/// What names the error of a command that did not start, when that comes
+/// after the request (see [`Deferred`](crate::launch::supervisor::Deferred)).
+pub(crate) struct StartContext {
+    workdir: std::path::PathBuf,
+    policy: Option<SandboxPolicy>,
+}
+
+/// The error of a command that did not start; whatever carries its tag is
+/// killed first when the supervisor may have started it.
+pub(crate) fn not_started(
+    e: SpawnError,
+    tag: &str,
+    start: &StartContext,
+    group: Option<&CommandGroup>,
+) -> DshError {
+    end_if_started(&e, tag);
+    failed(e, &start.workdir, start.policy.as_ref(), group)
+}
+
+fn no_shell() -> DshError {
+    DshError::Spawn {
+        kind: SpawnFailure::NoShell,
+        errno: libc::ENOENT,
+        message: "ENOENT: no bash found on the command's PATH".to_owned(),
+    }
+}
+
+/// Starts a terminal session's program (docs/terminals.md) in the
+/// executor's supervisor, with `pty`'s slave as its controlling terminal
+/// and its stdin, stdout and stderr.
+pub(crate) fn launch_terminal(
+    spec: &TerminalSpec,
+    host_env: HostEnv,
+    tag: &str,
+    supervisors: &Slot,
+    pty: &Pty,
+) -> Result<Leader> {
+    let nul = || DshError::Internal("NUL in a checked terminal spec".into());
+    let workdir = CString::new(spec.cwd.as_os_str().as_bytes()).map_err(|_| nul())?;
+    let policy = spec.sandbox_policy.as_ref();
+    let ruleset = confine::ruleset(policy)?;
+    if policy.is_some_and(|p| p.network == NetworkPolicy::Loopback) {
+        // Loopback needs a cgroup of the session's own, which terminal
+        // sessions do not make: refused rather than silently weaker.
+        return Err(DshError::SandboxUnavailable(
+            "network loopback is not available for terminal sessions (use deny or allow)".into(),
+        ));
+    }
+    let slave = pty.slave.as_raw_fd();
+    let fds = ChildFds {
+        stdin: Some(slave),
+        stdout: slave,
+        stderr: slave,
+        ruleset: ruleset.as_ref().map(|r| r.fd()),
+        cgroups: Vec::new(),
+        rlimits: None,
+        seccomp: confine::network_filter(policy)?,
+        terminal: true,
+    };
+    let envp = terminal_environment(host_env, spec.env.as_ref(), spec.dsh_env.as_ref(), tag);
+    let (path, argv): (CString, Vec<CString>) = match &spec.program {
+        TerminalProgram::Command(command) => {
+            let shell = find_shell(path_of(&envp)).ok_or_else(no_shell)?;
+            let command = CString::new(command.as_str()).map_err(|_| nul())?;
+            (shell, vec![c"bash".into(), c"-c".into(), c"--".into(), command])
+        }
+        TerminalProgram::Argv(argv) => {
+            let argv: Vec<CString> = argv
+                .iter()
+                .map(|a| CString::new(a.as_str()))
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|_| nul())?;
+            let name = argv.first().ok_or_else(nul)?;
+            let path = find_program(name.as_bytes(), path_of(&envp)).ok_or_else(|| DshError::Spawn {
+                kind: SpawnFailure::NoProgram,
+                errno: libc::ENOENT,
+                message: format!(
+                    "ENOENT: no {} found on the terminal's PATH",
+                    name.to_string_lossy()
+                ),
+            })?;
+            (path, argv)
+        }
+    };
+    let argv: Vec<&std::ffi::CStr> = argv.iter().map(CString::as_c_str).collect();
+    let program = Program {
+        path: &path,
+        argv: &argv,
+        envp: &envp,
+        workdir: &workdir,
+    };
+    let supervisor = supervisors.get().map_err(supervisor_error)?;
+    match supervisor.spawn(&fds, &program) {
+        Err(SpawnError::Unreachable(_)) => supervisors
+            .renew(&supervisor)
+            .map_err(supervisor_error)?
+            .spawn(&fds, &program),
+        other => other,
+    }
+    .map_err(|e| {
+        end_if_started(&e, tag);
+        failed(e, &spec.cwd, policy, None)
+    })
+}
+
+/// A supervisor that ended after it took the request may have started the
+/// command first (a command can kill its own supervisor before its pid is
+/// reported): whatever carries the command's tag is killed, so a start
+/// that fails leaves nothing running.
+fn end_if_started(e: &SpawnError, tag: &str) {
+    if matches!(e, SpawnError::Io(_)) {
+        sweep(TagMatch::command(tag), libc::SIGKILL);
+    }
+}
+
+/// The error for a command the supervisor could not start.
+fn failed(
+    e: SpawnError,
+    workdir: &Path,
+    policy: Option<&SandboxPolicy>,
+    group: Option<&CommandGroup>,
+) -> DshError {
+    match e {
+        SpawnError::Unreachable(e) | SpawnError::Io(e) => spawn_error(e, workdir),
+        SpawnError::Failed {
+            step: Step::Confine,
+            errno,
+            ..
+        } => confine::restrict_failed(policy, errno),
+        SpawnError::Failed {
+            step: Step::Network,
+            errno,
+            ..
+        } => confine::network_failed(policy, errno),
+        SpawnError::Failed {
+            step: Step::Limits,
+            errno,
+            detail,
+        } => governor::apply_failed(detail, errno, group),
+        SpawnError::Failed { errno, .. } => spawn_error(std::io::Error::from_raw_os_error(errno), workdir),
+    }
+}
+
+/// The supervisor could not be started: nothing can run.
+fn supervisor_error(e: std::io::Error) -> DshError {
+    let errno = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<StartFailed>())
+        .map(|s| s.errno)
+        .or(e.raw_os_error())
+        .unwrap_or(libc::EIO);
+    DshError::Spawn {
+        kind: SpawnFailure::Supervisor,
+        errno,
+        message: format!("{}: {e}", errno_name(errno)),
+    }
+}

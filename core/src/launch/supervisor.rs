@@ -1,0 +1,948 @@
+//! The host's side of the per-executor supervisor (`docs/host-death.md`).
+//!
+//! The supervisor is a small C program (`core/supervisor/supervisor.c`),
+//! compiled by `build.rs` and embedded here, so nothing is shipped or
+//! looked up at run time: it is written to a sealed memfd and executed from
+//! it. Each executor starts one on its first command; it is a child
+//! subreaper and the parent of every command of that executor, so whatever
+//! a command starts stays in its subtree. When the host dies by any cause
+//! it kills that subtree; `dispose()` shuts it down the same way.
+//!
+//! Spawning happens in the supervisor: the host sends one request over a
+//! unix socket with the pipe ends, a Landlock ruleset and the program
+//! (path, argv, environment, workdir), and gets back the leader's pid, or
+//! the step and errno that failed. Each command has a pipe of its own from
+//! the supervisor, on which its leader's exit status arrives; the leader stays
+//! an unreaped zombie until the host releases it (its pid on the executor's
+//! release pipe), so its pid and process group id cannot be reused while
+//! the host may still signal them. Only pipes, files and memfds travel to
+//! the supervisor, never a unix socket (see supervisor.c).
+//!
+//! The supervisor is started by one thread of the host (`dsh-supervise`)
+//! that lives as long as the process: the supervisor's parent-death signal
+//! fires when the thread that created it ends, which is then only when the
+//! host ends.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::mem::size_of;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::{mpsc, Arc, Mutex};
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+
+use crate::host::forked::{current_pid, PerProcess};
+use crate::launch::clone_exec::clone_exec_fd;
+use crate::launch::ending::ExitStatus;
+use crate::launch::env::Envp;
+use crate::sys::{cvt, pipe, set_nonblocking};
+
+/// The supervisor program, compiled by `build.rs`.
+static PROGRAM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/dsh-supervisor"));
+
+// The wire protocol; keep in step with supervisor.c.
+const OP_SPAWN: u32 = 1;
+const OP_SHUTDOWN: u32 = 2;
+const OP_RELEASES: u32 = 3;
+const FLAG_STDIN: u32 = 1;
+const FLAG_RULESET: u32 = 2;
+const FLAG_INLINE: u32 = 4;
+/// A `cgroup.procs` descriptor the command writes itself into: up to three
+/// groups (the v1 `memory` and `pids` ones of its limits, the v2 one of
+/// `network: loopback`), in that order.
+const FLAG_CGROUP1: u32 = 8;
+const FLAG_CGROUP2: u32 = 16;
+const FLAG_CGROUP3: u32 = 128;
+/// `struct limits` opens the payload's body.
+const FLAG_RLIMITS: u32 = 32;
+/// A seccomp filter (`u32 count, u32 pad`, then `count` BPF instructions)
+/// comes next in the payload's body (after the limits).
+const FLAG_SECCOMP: u32 = 64;
+/// The largest payload sent in the request's own message (MAX_INLINE).
+const MAX_INLINE: usize = 32 << 10;
+/// The stdin is a pseudo-terminal's slave, which the command makes its
+/// controlling terminal (a terminal session).
+const FLAG_TERMINAL: u32 = 256;
+/// SPAWNED is held back until just before EXITED, or a few milliseconds.
+const FLAG_DEFER_SPAWNED: u32 = 512;
+const R_SPAWNED: i32 = 1;
+const R_FAILED: i32 = 2;
+const R_EXITED: i32 = 3;
+/// At most nine descriptors travel with a request.
+const MAX_FDS: usize = 9;
+
+/// A request on the control socket.
+#[repr(C)]
+struct Header {
+    op: u32,
+    flags: u32,
+}
+
+const SHUTDOWN: Header = Header {
+    op: OP_SHUTDOWN,
+    flags: 0,
+};
+
+/// A reply on a command's report pipe: four native-endian i32s.
+const REPLY: usize = 16;
+
+fn decode(bytes: &[u8; REPLY]) -> [i32; 4] {
+    let word = |i: usize| i32::from_ne_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+    [word(0), word(4), word(8), word(12)]
+}
+
+/// Which step of starting a command failed in the supervisor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    Session,
+    Stdio,
+    Workdir,
+    Confine,
+    Exec,
+    Request,
+    Clone,
+    /// Entering the command's cgroups or setting its resource limits.
+    Limits,
+    /// Installing the network filter.
+    Network,
+    /// Making the pseudo-terminal the controlling terminal.
+    Terminal,
+    Unknown,
+}
+
+impl Step {
+    fn from_wire(step: i32) -> Step {
+        match step {
+            1 => Step::Session,
+            2 => Step::Stdio,
+            3 => Step::Workdir,
+            4 => Step::Confine,
+            5 => Step::Exec,
+            6 => Step::Request,
+            7 => Step::Clone,
+            8 => Step::Limits,
+            9 => Step::Network,
+            10 => Step::Terminal,
+            _ => Step::Unknown,
+        }
+    }
+}
+
+/// Why a command did not start.
+#[derive(Debug)]
+pub(crate) enum SpawnError {
+    /// The supervisor tried: `step` failed with `errno` (`detail`: which
+    /// limit, for [`Step::Limits`]). Nothing runs.
+    Failed { step: Step, errno: i32, detail: i32 },
+    /// The request never reached the supervisor (it has ended): nothing
+    /// runs, and a new supervisor may be asked.
+    Unreachable(io::Error),
+    /// Anything else: a local resource, or the supervisor ended while
+    /// starting the command.
+    Io(io::Error),
+}
+
+fn socketpair(kind: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: `fds` has room for the two descriptors socketpair writes.
+    cvt(unsafe { libc::socketpair(libc::AF_UNIX, kind | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) })?;
+    // SAFETY: socketpair succeeded: both descriptors are fresh and ours.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// `write(2)` of all of `bytes`, retried on EINTR.
+fn write_all(fd: &OwnedFd, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        // SAFETY: `bytes` is valid for reads of its length.
+        let n = unsafe { libc::write(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        bytes = &bytes[n as usize..];
+    }
+    Ok(())
+}
+
+/// Sends `header`, then `rest`, with `fds` attached (SCM_RIGHTS) as one
+/// message.
+fn send_with_fds(fd: &OwnedFd, header: &Header, rest: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    debug_assert!(fds.len() <= MAX_FDS);
+    // Room for MAX_FDS descriptors, aligned for a cmsghdr.
+    let mut control = [0u64; 8];
+    const _: () = assert!(MAX_FDS * 4 + 16 <= 64, "control has room for MAX_FDS descriptors");
+    let fd_bytes = std::mem::size_of_val(fds);
+    let mut iov = [
+        libc::iovec {
+            iov_base: (header as *const Header).cast_mut().cast(),
+            iov_len: size_of::<Header>(),
+        },
+        libc::iovec {
+            iov_base: rest.as_ptr().cast_mut().cast(),
+            iov_len: rest.len(),
+        },
+    ];
+    // SAFETY: a zeroed msghdr is valid (null pointers, zero lengths); the
+    // CMSG_* macros compute sizes and walk `control`, which is big enough
+    // for one cmsghdr carrying MAX_FDS ints (CMSG_SPACE(20) = 40 bytes
+    // here, `control` has 64) and 8-byte aligned; `iov`, `header` and
+    // `rest` live across the call; sendmsg only reads them.
+    let r = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = iov.len() as _;
+        if !fds.is_empty() {
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(fd_bytes as u32) as _;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes as u32) as _;
+            std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(cmsg), fd_bytes);
+        }
+        loop {
+            let r = libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
+            if r >= 0 || *libc::__errno_location() != libc::EINTR {
+                break r;
+            }
+        }
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Reads one reply, blocking; `None` at end of file (the supervisor ended).
+fn recv_reply(fd: &OwnedFd) -> io::Result<Option<[i32; 4]>> {
+    let mut buf = [0u8; REPLY];
+    let mut got = 0;
+    while got < REPLY {
+        // SAFETY: the range written is inside `buf`.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf[got..].as_mut_ptr().cast(), REPLY - got) };
+        match n {
+            0 => return Ok(None),
+            n if n > 0 => got += n as usize,
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(Some(decode(&buf)))
+}
+
+/// A command's leader, started by the supervisor: its pid, the pipe on
+/// which the supervisor reports its exit, and what releases it.
+pub(crate) struct Leader {
+    pub pid: libc::pid_t,
+    pub report: OwnedFd,
+    pub releaser: Releaser,
+}
+
+/// An executor's release pipe: the supervisor reads the pids of released
+/// leaders from it. The host keeps a copy of the read end as long as it
+/// can write, so a write never meets a pipe without readers (which would
+/// be SIGPIPE to a host that did not ignore it), even after the
+/// supervisor died.
+struct ReleasePipe {
+    _read: OwnedFd,
+    write: OwnedFd,
+}
+
+/// Releases one leader (see [`Releaser::release`]).
+pub(crate) struct Releaser {
+    pipe: Arc<ReleasePipe>,
+}
+
+impl Releaser {
+    /// Lets the supervisor reap the leader `pid`: after this, its pid and
+    /// group id may be reused, so nothing may signal them. Closing the
+    /// report pipe alone does the same (all there is to do when the pid
+    /// never came), but a forked copy of the host could keep it open.
+    pub(crate) fn release(self, pid: Option<libc::pid_t>, report: OwnedFd) {
+        self.announce(pid);
+        drop(report);
+    }
+
+    /// Writes `pid` on the release pipe, which wakes the supervisor: it
+    /// reaps the leader, then closes its end of the leader's report pipe
+    /// (the end of file there is the proof that the pid is free).
+    pub(crate) fn announce(&self, pid: Option<libc::pid_t>) {
+        if let Some(pid) = pid {
+            // A full pipe (the supervisor is gone or stalled) leaves the close.
+            let _ = write_all(&self.pipe.write, &pid.to_ne_bytes());
+        }
+    }
+}
+
+/// What the supervisor reported on a command's report pipe.
+fn exit_status(code: i32, status: i32) -> ExitStatus {
+    match code {
+        libc::CLD_EXITED => ExitStatus::Code(status),
+        libc::CLD_KILLED | libc::CLD_DUMPED => ExitStatus::Signal(status),
+        _ => ExitStatus::Unavailable,
+    }
+}
+
+/// One message of a command's report pipe.
+#[derive(Debug)]
+pub(crate) enum Report {
+    /// The leader runs: its pid.
+    Spawned(libc::pid_t),
+    /// It did not start (nothing runs).
+    Failed(SpawnError),
+    /// The leader exited (it stays unreaped until released).
+    Exited(ExitStatus),
+    /// End of file before the leader's exit was reported: the supervisor
+    /// itself was killed.
+    Ended,
+}
+
+/// The messages of a report pipe, read as they arrive (non-blocking).
+#[derive(Default)]
+pub(crate) struct ReportReader {
+    buf: [u8; REPLY],
+    got: usize,
+}
+
+impl ReportReader {
+    /// Reads the next message; `WouldBlock` while it has not come whole.
+    pub(crate) fn read(&mut self, fd: RawFd) -> io::Result<Report> {
+        loop {
+            // SAFETY: the range written is inside `self.buf`.
+            let n = unsafe { libc::read(fd, self.buf[self.got..].as_mut_ptr().cast(), REPLY - self.got) };
+            if n == 0 {
+                return Ok(Report::Ended);
+            }
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            self.got += n as usize;
+            if self.got == REPLY {
+                self.got = 0;
+                return Ok(decode_report(decode(&self.buf)));
+            }
+        }
+    }
+
+    /// Blocks (in `poll`) until the leader's exit has been reported; calls
+    /// `on_spawned` with its pid if that comes first.
+    pub(crate) fn wait(&mut self, fd: RawFd, mut on_spawned: impl FnMut(libc::pid_t)) -> ExitStatus {
+        loop {
+            match self.read(fd) {
+                Ok(Report::Spawned(pid)) => on_spawned(pid),
+                Ok(Report::Exited(status)) => return status,
+                Ok(Report::Failed(_) | Report::Ended) => return ExitStatus::Unavailable,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let mut pfd = libc::pollfd {
+                        fd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    // SAFETY: one valid pollfd.
+                    unsafe { libc::poll(&mut pfd, 1, -1) };
+                }
+                Err(_) => return ExitStatus::Unavailable,
+            }
+        }
+    }
+}
+
+fn decode_report(words: [i32; 4]) -> Report {
+    match words {
+        [R_SPAWNED, pid, ..] => Report::Spawned(pid),
+        [R_FAILED, step, errno, detail] => Report::Failed(SpawnError::Failed {
+            step: Step::from_wire(step),
+            errno,
+            detail,
+        }),
+        [R_EXITED, code, status, _] => Report::Exited(exit_status(code, status)),
+        _ => Report::Failed(SpawnError::Io(io::Error::other(
+            "unexpected reply from the dsh supervisor",
+        ))),
+    }
+}
+
+/// The descriptors a command gets: its pipe ends and, to confine it, a
+/// Landlock ruleset it restricts itself with before exec; to govern it,
+/// the `cgroup.procs` files of its groups, its resource limits and its
+/// network filter.
+pub(crate) struct ChildFds {
+    pub stdin: Option<RawFd>,
+    pub stdout: RawFd,
+    pub stderr: RawFd,
+    pub ruleset: Option<RawFd>,
+    pub cgroups: Vec<RawFd>,
+    pub rlimits: Option<crate::confine::governor::Rlimits>,
+    /// A compiled seccomp filter: BPF instructions, 8 bytes each.
+    pub seccomp: Option<Vec<u8>>,
+    /// `stdin` is a pseudo-terminal's slave, to become the command's
+    /// controlling terminal (a terminal session).
+    pub terminal: bool,
+}
+
+/// What to run: `path` with `argv` and `envp`, in `workdir`; the strings go
+/// as they are to `execve`.
+pub(crate) struct Program<'a> {
+    pub path: &'a CStr,
+    pub argv: &'a [&'a CStr],
+    pub envp: &'a Envp,
+    pub workdir: &'a CStr,
+}
+
+impl Program<'_> {
+    /// The wire form: struct payload { argc, envc, len } and `len` bytes:
+    /// `extra` (the limits and the filter its flags announce), then the
+    /// strings.
+    fn payload(&self, extra: &[u8]) -> Vec<u8> {
+        let strings = [self.path, self.workdir]
+            .into_iter()
+            .chain(self.argv.iter().copied());
+        let mut payload = Vec::with_capacity(4096 + self.envp.as_bytes_with_nuls().len());
+        payload.extend_from_slice(&(self.argv.len() as u32).to_ne_bytes());
+        payload.extend_from_slice(&(self.envp.len() as u32).to_ne_bytes());
+        payload.extend_from_slice(&[0; 8]);
+        payload.extend_from_slice(extra);
+        for s in strings {
+            payload.extend_from_slice(s.to_bytes_with_nul());
+        }
+        payload.extend_from_slice(self.envp.as_bytes_with_nuls());
+        let len = (payload.len() - 16) as u64;
+        payload[8..16].copy_from_slice(&len.to_ne_bytes());
+        payload
+    }
+}
+
+fn ended() -> SpawnError {
+    SpawnError::Io(io::Error::new(
+        io::ErrorKind::BrokenPipe,
+        "the dsh supervisor ended while starting the command",
+    ))
+}
+
+/// Waits for the supervisor's answer to a spawn on the command's report
+/// pipe.
+fn spawned(report: OwnedFd, releaser: Releaser) -> Result<Leader, SpawnError> {
+    match recv_reply(&report).map_err(SpawnError::Io)? {
+        None => Err(ended()),
+        Some(words) => match decode_report(words) {
+            Report::Spawned(pid) => {
+                set_nonblocking(&report).map_err(SpawnError::Io)?;
+                Ok(Leader {
+                    pid,
+                    report,
+                    releaser,
+                })
+            }
+            Report::Failed(e) => Err(e),
+            Report::Exited(_) | Report::Ended => Err(SpawnError::Io(io::Error::other(
+                "unexpected reply from the dsh supervisor",
+            ))),
+        },
+    }
+}
+
+/// A command whose start was asked for with its SPAWNED deferred
+/// ([`Supervisor::start_deferred`]): its report pipe (non-blocking) says
+/// how the start went, and then how the leader ended.
+pub(crate) struct Deferred {
+    pub report: OwnedFd,
+    pub releaser: Releaser,
+}
+
+/// One executor's supervisor process.
+pub(crate) struct Supervisor {
+    pid: libc::pid_t,
+    pidfd: Option<OwnedFd>,
+    control: OwnedFd,
+    releases: Arc<ReleasePipe>,
+    /// The process that started it; a forked child must not shut it down.
+    host_pid: libc::pid_t,
+}
+
+impl Supervisor {
+    pub(crate) fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+
+    /// Starts `program` with `fds` and returns once it has exec'd, or
+    /// failed to.
+    pub(crate) fn spawn(&self, fds: &ChildFds, program: &Program<'_>) -> Result<Leader, SpawnError> {
+        let report = self.request(fds, program, 0)?;
+        spawned(report, self.releaser())
+    }
+
+    /// Asks for `program` to be started with `fds` and returns at once:
+    /// the pid comes on the report pipe just before the exit report, or
+    /// once the command has run a few milliseconds (supervisor.c,
+    /// FLAG_DEFER_SPAWNED); a failure to start comes at once.
+    pub(crate) fn start_deferred(
+        &self,
+        fds: &ChildFds,
+        program: &Program<'_>,
+    ) -> Result<Deferred, SpawnError> {
+        let report = self.request(fds, program, FLAG_DEFER_SPAWNED)?;
+        set_nonblocking(&report).map_err(SpawnError::Io)?;
+        Ok(Deferred {
+            report,
+            releaser: self.releaser(),
+        })
+    }
+
+    fn releaser(&self) -> Releaser {
+        Releaser {
+            pipe: self.releases.clone(),
+        }
+    }
+
+    /// Sends the request; returns the read end of the command's report
+    /// pipe. The usual program travels in the request's own message; a
+    /// larger one in a memfd. (No unix socket is ever passed: see
+    /// supervisor.c.)
+    fn request(&self, fds: &ChildFds, program: &Program<'_>, flags: u32) -> Result<OwnedFd, SpawnError> {
+        let (mine, theirs) = pipe(0).map_err(SpawnError::Io)?;
+        let mut flags = flags;
+        let mut passed = vec![theirs.as_raw_fd()];
+        let mut extra = Vec::new();
+        if let Some(r) = &fds.rlimits {
+            flags |= FLAG_RLIMITS;
+            extra.extend_from_slice(&r.wire());
+        }
+        if let Some(bpf) = &fds.seccomp {
+            flags |= FLAG_SECCOMP;
+            extra.extend_from_slice(&((bpf.len() / 8) as u32).to_ne_bytes());
+            extra.extend_from_slice(&[0; 4]);
+            extra.extend_from_slice(bpf);
+        }
+        let payload = program.payload(&extra);
+        let inline = payload.len() <= MAX_INLINE;
+        let memfd = if inline {
+            flags |= FLAG_INLINE;
+            None
+        } else {
+            let memfd = payload_memfd(&payload).map_err(SpawnError::Io)?;
+            passed.push(memfd.as_raw_fd());
+            Some(memfd)
+        };
+        passed.extend([fds.stdout, fds.stderr]);
+        if let Some(fd) = fds.stdin {
+            flags |= FLAG_STDIN;
+            passed.push(fd);
+        }
+        if let Some(fd) = fds.ruleset {
+            flags |= FLAG_RULESET;
+            passed.push(fd);
+        }
+        if fds.terminal {
+            flags |= FLAG_TERMINAL;
+        }
+        debug_assert!(fds.cgroups.len() <= 3);
+        for (fd, flag) in fds.cgroups.iter().zip([FLAG_CGROUP1, FLAG_CGROUP2, FLAG_CGROUP3]) {
+            flags |= flag;
+            passed.push(*fd);
+        }
+        let header = Header { op: OP_SPAWN, flags };
+        let rest: &[u8] = if inline { &payload } else { &[] };
+        send_with_fds(&self.control, &header, rest, &passed).map_err(|e| match e.raw_os_error() {
+            Some(libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN | libc::ECONNREFUSED) => {
+                SpawnError::Unreachable(e)
+            }
+            _ => SpawnError::Io(e),
+        })?;
+        // Ours gone, the supervisor's end is the only writer: its end of
+        // file means the supervisor ended.
+        drop(theirs);
+        drop(memfd);
+        Ok(mine)
+    }
+
+    /// Asks the supervisor to kill whatever is left of its subtree and
+    /// exit, waits until it has, and reaps it.
+    pub(crate) async fn shutdown(mut self) {
+        let _ = send_with_fds(&self.control, &SHUTDOWN, &[], &[]);
+        let Some(pidfd) = self.pidfd.take() else {
+            return;
+        };
+        // SAFETY: an OwnedFd is open and always returns the same raw fd,
+        // and the AsyncFd owns it until it is dropped.
+        match unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) } {
+            Ok(fd) => {
+                let _ = fd.readable().await;
+                reap(fd.get_ref());
+            }
+            Err(e) => {
+                let (pidfd, _) = e.into_parts();
+                reap(&pidfd);
+            }
+        }
+    }
+}
+
+/// Reaps the supervisor (blocking until it has exited); ECHILD (a host
+/// that reaps every child, or ignores SIGCHLD, took it) is fine.
+fn reap(pidfd: &OwnedFd) {
+    let mut info = std::mem::MaybeUninit::<libc::siginfo_t>::zeroed();
+    // SAFETY: `info` is a valid siginfo_t buffer; P_PIDFD takes the fd as id.
+    while unsafe {
+        libc::waitid(
+            libc::P_PIDFD,
+            pidfd.as_raw_fd() as libc::id_t,
+            info.as_mut_ptr(),
+            libc::WEXITED,
+        )
+    } < 0
+        && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+    {}
+}
+
+impl Drop for Supervisor {
+    /// Only when an executor goes without `dispose()` having shut its
+    /// supervisor down (it always does, so this is a safety net): ask it to
+    /// end, and reap it on the core's threads. Never in a forked child:
+    /// the supervisor is the parent's.
+    fn drop(&mut self) {
+        if self.host_pid != current_pid() {
+            return;
+        }
+        if let Some(pidfd) = self.pidfd.take() {
+            let _ = send_with_fds(&self.control, &SHUTDOWN, &[], &[]);
+            crate::host::runtime::handle().spawn_blocking(move || reap(&pidfd));
+        }
+    }
+}
+
+const MFD_CLOEXEC: libc::c_uint = 0x1;
+const MFD_ALLOW_SEALING: libc::c_uint = 0x2;
+/// Linux 6.3+: ask for an executable memfd (older kernels refuse the flag
+/// with EINVAL, and their memfds are executable).
+const MFD_EXEC: libc::c_uint = 0x10;
+
+/// A memfd holding a program too large to travel inline: its head and
+/// payload, as the supervisor reads them (from offset 0).
+fn payload_memfd(payload: &[u8]) -> io::Result<OwnedFd> {
+    // SAFETY: memfd_create takes a C string and flags (the raw call: see
+    // `program_memfd`).
+    let fd = unsafe { libc::syscall(libc::SYS_memfd_create, c"dsh-program".as_ptr(), MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a non-negative return is a fresh descriptor, ours alone.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    write_all(&fd, payload)?;
+    Ok(fd)
+}
+
+/// A sealed, executable memfd holding the program.
+fn program_memfd() -> io::Result<OwnedFd> {
+    let create = |flags: libc::c_uint| {
+        // SAFETY: memfd_create takes a C string and flags; the raw call
+        // because glibc's wrapper needs 2.27 and the library targets 2.17.
+        unsafe { libc::syscall(libc::SYS_memfd_create, c"dsh-supervisor".as_ptr(), flags) }
+    };
+    let mut fd = create(MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_EXEC);
+    if fd < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+        fd = create(MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    }
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a non-negative return is a fresh descriptor, ours alone.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    write_all(&fd, PROGRAM)?;
+    // Nobody can change the program once it is written.
+    // SAFETY: fcntl with integer arguments on a descriptor we own.
+    unsafe {
+        libc::fcntl(
+            fd.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE,
+        )
+    };
+    Ok(fd)
+}
+
+/// Runs on the `dsh-supervise` thread: the supervisor's parent.
+fn start_here() -> io::Result<Supervisor> {
+    let program = program_memfd()?;
+    let (control, theirs) = socketpair(libc::SOCK_SEQPACKET)?;
+    let (read, write) = pipe(libc::O_NONBLOCK)?;
+    let host_pid = current_pid();
+    let pid_arg = CString::new(host_pid.to_string()).expect("digits have no NUL");
+    // The directories its commands' cgroups are made in: it removes what
+    // is left of them when it ends.
+    let groups: Vec<CString> = crate::confine::governor::group_parents()
+        .into_iter()
+        .filter_map(|d| CString::new(std::os::unix::ffi::OsStrExt::as_bytes(d.as_os_str())).ok())
+        .collect();
+    let mut argv: Vec<&CStr> = vec![c"dsh-supervisor", &pid_arg];
+    argv.extend(groups.iter().map(CString::as_c_str));
+    let child = clone_exec_fd(program.as_raw_fd(), &argv, &[], theirs.as_raw_fd())?;
+    let releases = Header {
+        op: OP_RELEASES,
+        flags: 0,
+    };
+    // Queued before any request, so read first. Should it fail, the
+    // supervisor is already gone: the first spawn finds that out.
+    let _ = send_with_fds(&control, &releases, &[], &[read.as_raw_fd()]);
+    Ok(Supervisor {
+        pid: child.pid,
+        pidfd: Some(child.pidfd),
+        control,
+        releases: Arc::new(ReleasePipe { _read: read, write }),
+        host_pid,
+    })
+}
+
+type StartReply = mpsc::SyncSender<io::Result<Supervisor>>;
+
+/// The thread that starts supervisors, one per host process (rebuilt in a
+/// forked child). It never ends while the process lives.
+static STARTER: PerProcess<mpsc::Sender<StartReply>> = PerProcess::new();
+
+/// Why a supervisor could not start: the errno, and words a user can act on.
+#[derive(Debug)]
+pub(crate) struct StartFailed {
+    pub errno: i32,
+    message: String,
+}
+
+impl std::fmt::Display for StartFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for StartFailed {}
+
+fn explain(e: io::Error) -> io::Error {
+    let noexec = std::fs::read_to_string("/proc/sys/vm/memfd_noexec")
+        .map(|v| v.trim() == "2")
+        .unwrap_or(false);
+    let hint = match e.raw_os_error() {
+        Some(libc::EACCES | libc::EPERM) if noexec => {
+            " (executable memfds are forbidden here: vm.memfd_noexec = 2; set it to 0 or 1)"
+        }
+        Some(libc::EACCES | libc::EPERM) => {
+            " (executing it from a memfd was refused: a security policy such as SELinux may forbid it)"
+        }
+        _ => "",
+    };
+    io::Error::new(
+        e.kind(),
+        StartFailed {
+            errno: e.raw_os_error().unwrap_or(libc::EIO),
+            message: format!("cannot start the dsh supervisor: {e}{hint}"),
+        },
+    )
+}
+
+/// Starts a supervisor (on the `dsh-supervise` thread) and returns it.
+fn start() -> io::Result<Supervisor> {
+    let tx = STARTER.get(|| {
+        let (tx, rx) = mpsc::channel::<StartReply>();
+        std::thread::Builder::new()
+            .name("dsh-supervise".into())
+            .spawn(move || {
+                for reply in rx {
+                    let _ = reply.send(start_here().map_err(explain));
+                }
+            })
+            .expect("cannot start the dsh-supervise thread");
+        tx
+    });
+    let gone = || io::Error::other("the dsh-supervise thread is gone");
+    let (reply, answer) = mpsc::sync_channel(1);
+    tx.send(reply).map_err(|_| gone())?;
+    answer.recv().map_err(|_| gone())?
+}
+
+/// An executor's supervisor: started on first use, replaced if it was
+/// killed, shut down by `dispose()`.
+#[derive(Default)]
+pub(crate) struct Slot {
+    state: Mutex<SlotState>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    current: Option<Arc<Supervisor>>,
+    closed: bool,
+}
+
+impl Slot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The supervisor, started if there is none yet.
+    pub(crate) fn get(&self) -> io::Result<Arc<Supervisor>> {
+        let mut state = self.lock();
+        if state.closed {
+            return Err(io::Error::other("the executor's supervisor is shut down"));
+        }
+        if let Some(s) = &state.current {
+            return Ok(s.clone());
+        }
+        let fresh = Arc::new(start()?);
+        state.current = Some(fresh.clone());
+        Ok(fresh)
+    }
+
+    /// A new supervisor in place of `dead`, which could not be reached (it
+    /// was killed); its commands are gone with it.
+    pub(crate) fn renew(&self, dead: &Arc<Supervisor>) -> io::Result<Arc<Supervisor>> {
+        {
+            let mut state = self.lock();
+            if state.current.as_ref().is_some_and(|s| Arc::ptr_eq(s, dead)) {
+                state.current = None;
+            }
+        }
+        self.get()
+    }
+
+    /// The supervisor's pid, if one runs.
+    pub(crate) fn pid(&self) -> Option<libc::pid_t> {
+        self.lock().current.as_ref().map(|s| s.pid())
+    }
+
+    /// Closes the slot for good and shuts its supervisor down.
+    pub(crate) async fn shutdown(&self) {
+        let current = {
+            let mut state = self.lock();
+            state.closed = true;
+            state.current.take()
+        };
+        // Spawns hold a clone only for the length of a spawn, and none run
+        // once the executor is disposing.
+        if let Some(s) = current.and_then(|s| Arc::try_unwrap(s).ok()) {
+            s.shutdown().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// Waits up to `ms` for `fd` to be readable.
+    fn readable(fd: &OwnedFd, ms: i32) -> bool {
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
+    }
+
+    fn next(fd: &OwnedFd, reader: &mut ReportReader) -> Report {
+        loop {
+            match reader.read(fd.as_raw_fd()) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    assert!(readable(fd, 30_000), "no report within 30 s");
+                }
+                other => return other.expect("report pipe readable"),
+            }
+        }
+    }
+
+    /// Starts `argv` (an absolute path first) with its SPAWNED deferred.
+    fn start(sup: &Supervisor, argv: &[&CStr]) -> Deferred {
+        let null = std::fs::OpenOptions::new().write(true).open("/dev/null").unwrap();
+        let fds = ChildFds {
+            stdin: None,
+            stdout: null.as_raw_fd(),
+            stderr: null.as_raw_fd(),
+            ruleset: None,
+            cgroups: Vec::new(),
+            rlimits: None,
+            seccomp: None,
+            terminal: false,
+        };
+        let envp = Envp::empty();
+        let program = Program {
+            path: argv[0],
+            argv,
+            envp: &envp,
+            workdir: c"/",
+        };
+        sup.start_deferred(&fds, &program).unwrap()
+    }
+
+    #[test]
+    fn a_short_command_reports_its_pid_with_its_exit() {
+        let sup = super::start().unwrap();
+        let started = Instant::now();
+        let d = start(&sup, &[c"/bin/true"]);
+        let mut reader = ReportReader::default();
+        let Report::Spawned(pid) = next(&d.report, &mut reader) else {
+            panic!("SPAWNED first");
+        };
+        assert!(pid > 0);
+        // Sent before the 5 ms are up, the pid can only have come with the
+        // exit report (in the same write); a loaded machine may run `true`
+        // longer, and the pid then comes alone at 5 ms.
+        assert!(
+            readable(&d.report, 0) || started.elapsed() >= Duration::from_millis(5),
+            "the pid came alone before the exit and before 5 ms"
+        );
+        assert!(matches!(
+            next(&d.report, &mut reader),
+            Report::Exited(ExitStatus::Code(0))
+        ));
+        assert!(started.elapsed() < Duration::from_secs(30));
+        d.releaser.release(Some(pid), d.report);
+    }
+
+    #[test]
+    fn a_long_command_reports_its_pid_after_a_few_milliseconds_not_at_once() {
+        let sup = super::start().unwrap();
+        let d = start(&sup, &[c"/bin/sleep", c"30"]);
+        // Absent, whatever the load: a pid sent at once is the bug.
+        assert!(!readable(&d.report, 2), "SPAWNED was not deferred");
+        let mut reader = ReportReader::default();
+        let Report::Spawned(pid) = next(&d.report, &mut reader) else {
+            panic!("SPAWNED first");
+        };
+        assert!(
+            !readable(&d.report, 0),
+            "the pid came with the exit, not while the command runs"
+        );
+        // SAFETY: kill(2) of the leader, unreaped until released below.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        assert!(matches!(
+            next(&d.report, &mut reader),
+            Report::Exited(ExitStatus::Signal(libc::SIGKILL))
+        ));
+        d.releaser.release(Some(pid), d.report);
+    }
+
+    #[test]
+    fn a_start_that_fails_is_reported_at_once() {
+        let sup = super::start().unwrap();
+        let d = start(&sup, &[c"/nonexistent/program"]);
+        let mut reader = ReportReader::default();
+        assert!(matches!(
+            next(&d.report, &mut reader),
+            Report::Failed(SpawnError::Failed {
+                step: Step::Exec,
+                errno: libc::ENOENT,
+                ..
+            })
+        ));
+        assert!(matches!(next(&d.report, &mut reader), Report::Ended));
+    }
+}

@@ -1,0 +1,546 @@
+//! Signalling a command's whole tree: its process group while the leader is
+//! unreaped, plus every process carrying the command's `DSH_EXEC_TAG`,
+//! every process still in the command's session (its leader is a session
+//! leader, unreaped while it can be signalled, so no other session can have
+//! its id), and every descendant of one of those (by parent pid). That
+//! catches descendants that left the group (`setsid`, double forks,
+//! `nohup`), children that replaced their environment (`env -i`) while
+//! their parent lives, and ones that did so and were orphaned but stayed in
+//! the session.
+//!
+//! For an executor (dispose), every descendant of its supervisor is
+//! selected as well: the supervisor is a subreaper and the parent of every
+//! command, so nothing its commands started leaves its subtree, whatever it
+//! did to its environment, session or parent.
+//!
+//! Not attributable to one command (`kill()`, a timeout, a cancellation):
+//! a process that dropped the tag (exec with a new environment) *and* left
+//! the session (`setsid`) *and* was orphaned before the sweep — it is then
+//! the supervisor's child, like the orphans of every other command of the
+//! executor, and nothing says which command it came from. Dispose and the
+//! host's death end it. Processes of another user are not seen (their
+//! environ is unreadable). The tag is read from `/proc/<pid>/environ`, the
+//! environment at exec time, so a process that merely unsets the variable
+//! keeps it there.
+//!
+//! A sweep reads all of `/proc`, so sweeps run on one thread of their own
+//! (never on the I/O threads that carry other commands' output), and every
+//! request that arrives while a scan is under way is served by the next
+//! scan together: stopping N commands at once costs a few scans, not N.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::io::Read;
+use std::sync::mpsc::{channel, Receiver, Sender};
+
+use tokio::sync::oneshot;
+
+use crate::host::forked::{current_pid, PerProcess};
+use crate::sys::{pidfd_open, pidfd_send_signal};
+
+/// Signals the process group `pgid`. Only sound while its leader is our
+/// unreaped child: until then no other process can be given that id.
+/// True when the group took the signal (false: no such group).
+pub(crate) fn signal_group(pgid: libc::pid_t, sig: libc::c_int) -> bool {
+    // SAFETY: killpg takes only integers and touches no memory of ours.
+    // (Hitting the right group is the caller's invariant, not a
+    // memory-safety one.)
+    unsafe { libc::killpg(pgid, sig) == 0 }
+}
+
+/// Which processes a sweep leaves alone because their command's group
+/// signal reaches them. SIGTERM must arrive once: a trap would run twice,
+/// and many servers take a second SIGTERM as "quit now, skip the cleanup".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Spare {
+    Nobody,
+    /// Members of this process group (a command whose group was signalled).
+    Group(libc::pid_t),
+    /// Members of any group led by a live command of the sweep, that is a
+    /// tagged child of the executor's supervisor leading its group
+    /// (dispose: every running command signals its own group).
+    CommandGroups,
+}
+
+/// Which tags a sweep is for: one command's exact tag, or every tag
+/// starting with an executor's prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TagMatch {
+    tag: Vec<u8>,
+    exact: bool,
+    spare: Spare,
+    /// The executor's supervisor, the parent of every command leader; for
+    /// an executor's sweep, its whole subtree is selected.
+    supervisor: Option<libc::pid_t>,
+    /// A command's session (its leader's pid): its untagged members are
+    /// selected too.
+    session: Option<libc::pid_t>,
+}
+
+impl TagMatch {
+    /// Processes of one command.
+    pub(crate) fn command(tag: &str) -> Self {
+        TagMatch {
+            tag: tag.as_bytes().to_vec(),
+            exact: true,
+            spare: Spare::Nobody,
+            supervisor: None,
+            session: None,
+        }
+    }
+
+    /// Processes of every command of an executor.
+    pub(crate) fn executor(prefix: &str) -> Self {
+        TagMatch {
+            tag: prefix.as_bytes().to_vec(),
+            exact: false,
+            spare: Spare::Nobody,
+            supervisor: None,
+            session: None,
+        }
+    }
+
+    pub(crate) fn sparing(self, spare: Spare) -> Self {
+        TagMatch { spare, ..self }
+    }
+
+    /// Processes of an executor whose supervisor is `supervisor`: with
+    /// [`TagMatch::executor`], everything in its subtree.
+    pub(crate) fn under(self, supervisor: Option<libc::pid_t>) -> Self {
+        TagMatch { supervisor, ..self }
+    }
+
+    /// Processes of the command whose leader is `leader` (unreaped): the
+    /// members of its session too.
+    pub(crate) fn in_session(self, leader: libc::pid_t) -> Self {
+        TagMatch {
+            session: Some(leader),
+            ..self
+        }
+    }
+
+    /// Whose descendants are selected without being selected themselves:
+    /// an executor's supervisor.
+    fn root(&self) -> Option<libc::pid_t> {
+        self.supervisor.filter(|_| !self.exact)
+    }
+
+    /// Whether a target in process group `group` is left to its group
+    /// signal; `leaders` are the targets that lead their command's group.
+    fn spares(&self, group: Option<libc::pid_t>, leaders: &HashSet<libc::pid_t>) -> bool {
+        match (self.spare, group) {
+            (Spare::Nobody, _) | (_, None) => false,
+            (Spare::Group(g), Some(group)) => group == g,
+            (Spare::CommandGroups, Some(group)) => leaders.contains(&group),
+        }
+    }
+
+    fn matches(&self, value: &[u8]) -> bool {
+        if self.exact {
+            value == self.tag.as_slice()
+        } else {
+            value.starts_with(&self.tag)
+        }
+    }
+}
+
+/// The value of `DSH_EXEC_TAG` in a NUL-separated environ block.
+pub(crate) fn tag_in(environ: &[u8]) -> Option<&[u8]> {
+    let name = crate::launch::env::EXEC_TAG_VAR.as_bytes();
+    environ
+        .split(|&b| b == 0)
+        .find_map(|entry| entry.strip_prefix(name).and_then(|rest| rest.strip_prefix(b"=")))
+}
+
+/// The parent pid in a `/proc/<pid>/stat` line; `None` for a zombie or a
+/// dead process (its children are already re-parented) or a malformed
+/// line. State and ppid follow the last ')': the command name may itself
+/// contain one.
+pub(crate) fn parent_in_stat(stat: &[u8]) -> Option<libc::pid_t> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
+    let mut fields = rest.split_whitespace();
+    if matches!(fields.next(), Some("Z" | "X")) {
+        return None;
+    }
+    fields.next()?.parse().ok()
+}
+
+/// The process group in a `/proc/<pid>/stat` line (zombies have one too).
+pub(crate) fn group_in_stat(stat: &[u8]) -> Option<libc::pid_t> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
+    rest.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// What a scan of `/proc` found about a process without the tag: its parent
+/// and its session (`None` for a zombie, whose children are re-parented
+/// already and which cannot be signalled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Untagged {
+    pub parent: libc::pid_t,
+    pub session: libc::pid_t,
+}
+
+/// The processes a batch of requests selects: for each request, those
+/// whose tag it matches, the untagged members of its command's session,
+/// and all their descendants and the descendants of its root (by parent
+/// pid). Pure, so the attribution rule is tested on its own.
+pub(crate) fn select(
+    requests: &[&TagMatch],
+    tags: &HashMap<libc::pid_t, Vec<u8>>,
+    untagged: &HashMap<libc::pid_t, Untagged>,
+) -> Vec<HashSet<libc::pid_t>> {
+    let mut children: HashMap<libc::pid_t, Vec<libc::pid_t>> = HashMap::new();
+    for (&pid, u) in untagged {
+        children.entry(u.parent).or_default().push(pid);
+    }
+    requests
+        .iter()
+        .map(|m| {
+            let mut selected: HashSet<libc::pid_t> = tags
+                .iter()
+                .filter(|(_, t)| m.matches(t))
+                .map(|(&p, _)| p)
+                .chain(
+                    untagged
+                        .iter()
+                        .filter(|(_, u)| m.session == Some(u.session))
+                        .map(|(&p, _)| p),
+                )
+                .collect();
+            let mut frontier: Vec<libc::pid_t> = selected.iter().copied().chain(m.root()).collect();
+            while let Some(pid) = frontier.pop() {
+                for &child in children.get(&pid).into_iter().flatten() {
+                    if selected.insert(child) {
+                        frontier.push(child);
+                    }
+                }
+            }
+            selected
+        })
+        .collect()
+}
+
+fn read_file(path: &str, buf: &mut Vec<u8>) -> bool {
+    buf.clear();
+    match fs::File::open(path) {
+        Ok(mut f) => f.read_to_end(buf).is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// The session in a `/proc/<pid>/stat` line.
+pub(crate) fn session_in_stat(stat: &[u8]) -> Option<libc::pid_t> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
+    rest.split_whitespace().nth(3)?.parse().ok()
+}
+
+fn untagged_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> Option<Untagged> {
+    if !read_file(&format!("/proc/{pid}/stat"), buf) {
+        return None;
+    }
+    Some(Untagged {
+        parent: parent_in_stat(buf)?,
+        session: session_in_stat(buf)?,
+    })
+}
+
+fn tag_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
+    if !read_file(&format!("/proc/{pid}/environ"), buf) {
+        return None;
+    }
+    tag_in(buf).map(<[u8]>::to_vec)
+}
+
+/// One scan of `/proc` for a batch of requests; returns how many processes
+/// each signalled. Each target is pinned with a pidfd and re-checked before
+/// the signal, so a pid recycled between the scan and the kill is never hit.
+fn scan_and_signal(requests: &[(&TagMatch, libc::c_int)]) -> Vec<usize> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return vec![0; requests.len()];
+    };
+    let me = current_pid();
+    let mut buf = Vec::with_capacity(4096);
+    let mut tags = HashMap::new();
+    let mut untagged = HashMap::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        match tag_of(pid, &mut buf) {
+            Some(tag) => {
+                tags.insert(pid, tag);
+            }
+            None => {
+                if let Some(u) = untagged_of(pid, &mut buf) {
+                    untagged.insert(pid, u);
+                }
+            }
+        }
+    }
+    let matchers: Vec<&TagMatch> = requests.iter().map(|(m, _)| *m).collect();
+    let selections = select(&matchers, &tags, &untagged);
+    let targets: HashSet<libc::pid_t> = selections.iter().flatten().copied().collect();
+    // Pin each target with a pidfd, then re-read what decides it, so a pid
+    // recycled since the scan is never signalled.
+    struct Target {
+        pid: libc::pid_t,
+        pidfd: std::os::fd::OwnedFd,
+        tag: Option<Vec<u8>>,
+        parent: Option<libc::pid_t>,
+        group: Option<libc::pid_t>,
+        session: Option<libc::pid_t>,
+    }
+    let pinned: Vec<Target> = targets
+        .into_iter()
+        .filter_map(|pid| {
+            let pidfd = pidfd_open(pid).ok()?;
+            let tag = tag_of(pid, &mut buf);
+            let stat = read_file(&format!("/proc/{pid}/stat"), &mut buf).then(|| buf.clone());
+            let parent = stat.as_deref().and_then(parent_in_stat);
+            let group = stat.as_deref().and_then(group_in_stat);
+            let session = stat.as_deref().and_then(session_in_stat);
+            Some(Target {
+                pid,
+                pidfd,
+                tag,
+                parent,
+                group,
+                session,
+            })
+        })
+        .collect();
+    let mut hits = vec![0; requests.len()];
+    for (i, ((m, sig), selected)) in requests.iter().zip(&selections).enumerate() {
+        let mine = |t: &Target| t.tag.as_deref().is_some_and(|tag| m.matches(tag));
+        // A command's leader is the supervisor's child and leads its own
+        // group (a descendant that called setsid leads a group too, but is
+        // not the supervisor's child, and nobody signals its group for it).
+        let leaders: HashSet<libc::pid_t> = pinned
+            .iter()
+            .filter(|t| mine(t) && t.group == Some(t.pid) && t.parent.is_some() && t.parent == m.supervisor)
+            .map(|t| t.pid)
+            .collect();
+        for t in &pinned {
+            // Re-checked on the pinned process: a recycled pid fails every
+            // one of these (a live parent or session is unique to its id).
+            let still = selected.contains(&t.pid)
+                && (mine(t)
+                    || t.parent
+                        .is_some_and(|pp| selected.contains(&pp) || Some(pp) == m.root())
+                    || (m.session.is_some() && t.session == m.session));
+            let spared = *sig != libc::SIGKILL && m.spares(t.group, &leaders);
+            if still && !spared && pidfd_send_signal(&t.pidfd, *sig).is_ok() {
+                hits[i] += 1;
+            }
+        }
+    }
+    hits
+}
+
+/// How many SIGKILL rescans a request gets while they keep finding someone:
+/// a process forked while a scan was reading `/proc` is caught by the next.
+/// (A SIGKILLed process is a zombie at once, with an empty environ.)
+const KILL_RESCANS: u32 = 16;
+
+/// What a sweep did: how many processes it signalled in all, and how many
+/// its last scan still found (for SIGKILL: alive after every rescan).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Swept {
+    pub total: usize,
+    pub last: usize,
+}
+
+struct Request {
+    matcher: TagMatch,
+    sig: libc::c_int,
+    swept: Swept,
+    rescans: u32,
+    reply: Option<oneshot::Sender<Swept>>,
+}
+
+fn sweeper(rx: Receiver<Request>) {
+    let mut pending: Vec<Request> = Vec::new();
+    loop {
+        if pending.is_empty() {
+            match rx.recv() {
+                Ok(r) => pending.push(r),
+                Err(_) => return,
+            }
+        }
+        pending.extend(rx.try_iter());
+        let batch: Vec<(&TagMatch, libc::c_int)> = pending.iter().map(|r| (&r.matcher, r.sig)).collect();
+        let hits = scan_and_signal(&batch);
+        let mut again = Vec::new();
+        for (mut r, hit) in pending.drain(..).zip(hits) {
+            r.swept.total += hit;
+            r.swept.last = hit;
+            if r.sig == libc::SIGKILL && hit > 0 && r.rescans < KILL_RESCANS {
+                r.rescans += 1;
+                again.push(r);
+            } else if let Some(reply) = r.reply.take() {
+                let _ = reply.send(r.swept);
+            }
+        }
+        pending = again;
+    }
+}
+
+static SWEEPER: PerProcess<Sender<Request>> = PerProcess::new();
+
+fn submit(matcher: TagMatch, sig: libc::c_int, reply: Option<oneshot::Sender<Swept>>) {
+    let tx = SWEEPER.get(|| {
+        let (tx, rx) = channel();
+        std::thread::Builder::new()
+            .name("dsh-sweep".into())
+            .spawn(move || sweeper(rx))
+            .expect("cannot start the dsh sweep thread");
+        tx
+    });
+    let _ = tx.send(Request {
+        matcher,
+        sig,
+        swept: Swept::default(),
+        rescans: 0,
+        reply,
+    });
+}
+
+/// Queues a sweep: `sig` to every live process the matcher selects (for
+/// SIGKILL, again until a scan finds nobody; signal 0 only counts them).
+/// Returns at once.
+pub(crate) fn sweep(matcher: TagMatch, sig: libc::c_int) {
+    submit(matcher, sig, None);
+}
+
+/// [`sweep`], completing with what it did.
+pub(crate) async fn sweep_counted(matcher: TagMatch, sig: libc::c_int) -> Swept {
+    let (tx, rx) = oneshot::channel();
+    submit(matcher, sig, Some(tx));
+    rx.await.unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_is_found_only_as_a_whole_variable() {
+        assert_eq!(tag_in(b"A=1\0DSH_EXEC_TAG=ab.3\0B=2\0"), Some(&b"ab.3"[..]));
+        assert_eq!(tag_in(b"XDSH_EXEC_TAG=ab\0"), None);
+        assert_eq!(tag_in(b"DSH_EXEC_TAGS=ab\0"), None);
+        assert_eq!(tag_in(b""), None);
+        assert_eq!(tag_in(b"DSH_EXEC_TAG="), Some(&b""[..]));
+    }
+
+    #[test]
+    fn exact_and_prefix_matches() {
+        let one = TagMatch::command("ab.3");
+        assert!(one.matches(b"ab.3"));
+        assert!(
+            !one.matches(b"ab.30"),
+            "a command's tag is not a prefix of another's"
+        );
+        let all = TagMatch::executor("ab.");
+        assert!(all.matches(b"ab.3") && all.matches(b"ab.30"));
+        assert!(!all.matches(b"abc.3"));
+    }
+
+    #[test]
+    fn parent_pid_survives_parentheses_in_the_name_and_zombies_have_none() {
+        assert_eq!(parent_in_stat(b"42 (a) b) S 7 42 42 0"), Some(7));
+        assert_eq!(parent_in_stat(b"42 (x) Z 7 42 42 0"), None);
+        assert_eq!(parent_in_stat(b"garbage"), None);
+    }
+
+    #[test]
+    fn process_group_is_read_after_the_name_and_from_zombies_too() {
+        assert_eq!(group_in_stat(b"42 (a) b) S 7 40 40 0"), Some(40));
+        assert_eq!(group_in_stat(b"42 (x) Z 7 42 42 0"), Some(42));
+        assert_eq!(group_in_stat(b"42 (x) S"), None);
+    }
+
+    #[test]
+    fn a_term_sweep_spares_only_groups_whose_signal_reaches_them() {
+        let leaders = HashSet::from([100]);
+        let plain = TagMatch::command("x.1");
+        assert!(!plain.spares(Some(100), &leaders));
+        let one = TagMatch::command("x.1").sparing(Spare::Group(100));
+        assert!(one.spares(Some(100), &leaders));
+        assert!(
+            !one.spares(Some(200), &leaders),
+            "a member that left the group is swept"
+        );
+        assert!(!one.spares(None, &leaders), "an unknown group is swept");
+        let all = TagMatch::executor("x.").sparing(Spare::CommandGroups);
+        assert!(all.spares(Some(100), &leaders));
+        assert!(
+            !all.spares(Some(300), &leaders),
+            "a group whose leader is gone is swept"
+        );
+    }
+
+    fn untagged(pairs: &[(libc::pid_t, libc::pid_t, libc::pid_t)]) -> HashMap<libc::pid_t, Untagged> {
+        pairs
+            .iter()
+            .map(|&(pid, parent, session)| (pid, Untagged { parent, session }))
+            .collect()
+    }
+
+    #[test]
+    fn descendants_are_selected_through_untagged_parents() {
+        // 10 tagged → 11 (untagged child) → 12; 20 tagged with another
+        // command's tag; 30 unrelated; 13 child of 12.
+        let tags: HashMap<_, _> = [(10, b"x.1".to_vec()), (20, b"x.2".to_vec())].into();
+        let others = untagged(&[(11, 10, 10), (12, 11, 10), (13, 12, 10), (30, 1, 1), (21, 20, 20)]);
+        let one = TagMatch::command("x.1");
+        let all = TagMatch::executor("x.");
+        let other = TagMatch::command("y.1");
+        let sel = select(&[&one, &all, &other], &tags, &others);
+        assert_eq!(sel[0], HashSet::from([10, 11, 12, 13]));
+        assert_eq!(sel[1], HashSet::from([10, 11, 12, 13, 20, 21]));
+        assert!(sel[2].is_empty());
+    }
+
+    #[test]
+    fn an_orphan_without_the_tag_is_the_commands_while_in_its_session() {
+        // Supervisor 5 leads nothing; command x.1's leader 10 (tagged),
+        // x.2's leader 20. 11: `env -i` child of 10, orphaned (now the
+        // supervisor's child) but still in session 10. 12: its child. 13:
+        // `env -i` + setsid + orphaned: session 13, parent 5 — x.1 cannot
+        // claim it, nobody else either. 99 is unrelated (parent 1).
+        let tags: HashMap<_, _> = [(10, b"x.1".to_vec()), (20, b"x.2".to_vec())].into();
+        let others = untagged(&[(11, 5, 10), (12, 11, 10), (13, 5, 13), (99, 1, 99)]);
+        let one = TagMatch::command("x.1").in_session(10);
+        let two = TagMatch::command("x.2").in_session(20);
+        let sel = select(&[&one, &two], &tags, &others);
+        assert_eq!(sel[0], HashSet::from([10, 11, 12]));
+        assert_eq!(sel[1], HashSet::from([20]));
+        // The executor's sweep takes the supervisor's whole subtree (not
+        // the supervisor itself), 13 included, and nothing else.
+        let all = TagMatch::executor("x.").under(Some(5));
+        let sel = select(&[&all], &tags, &others);
+        assert_eq!(sel[0], HashSet::from([10, 11, 12, 13, 20]));
+        // A command's supervisor is not a root of its sweep.
+        let one_under = TagMatch::command("x.1").in_session(10).under(Some(5));
+        assert_eq!(
+            select(&[&one_under], &tags, &others)[0],
+            HashSet::from([10, 11, 12])
+        );
+    }
+
+    #[test]
+    fn the_session_is_read_after_the_name() {
+        assert_eq!(session_in_stat(b"42 (a) b) S 7 40 39 0"), Some(39));
+        assert_eq!(session_in_stat(b"42 (x) S 7 40"), None);
+    }
+}

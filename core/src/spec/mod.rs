@@ -1,0 +1,6 @@
+pub(crate) mod config;
+pub(crate) mod error;
+pub(crate) mod limits;
+pub(crate) mod request;
+pub(crate) mod sandbox;
+pub(crate) mod terminal;

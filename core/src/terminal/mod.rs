@@ -1,0 +1,1011 @@
+//! Terminal sessions (docs/terminals.md): a program started by the
+//! executor's supervisor as the leader of a new session whose controlling
+//! terminal is a pseudo-terminal the host holds the master of. Output is
+//! read from the master into a bounded buffer (when it is full, reading
+//! stops and the program waits, as on a real terminal), input is written
+//! to it, and the whole-tree guarantees of commands apply to the session.
+
+pub(crate) mod foreground;
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::time::{sleep_until, Instant};
+
+use crate::host::callbacks;
+use crate::host::forked;
+use crate::host::runtime;
+use crate::launch::ending::ExitFields;
+use crate::launch::ending::ExitStatus;
+use crate::launch::pty;
+use crate::launch::supervisor::{Releaser, ReportReader};
+use crate::launch::tree::{group_in_stat, session_in_stat, sweep, sweep_counted, TagMatch};
+use crate::spec::config::Num;
+use crate::spec::error::{DshError, Field, FieldName, Result, Scope};
+use crate::spec::terminal::{dimension, TerminalSignal};
+use crate::sys::pidfd_open;
+use crate::watch::output::incomplete_suffix;
+use crate::watch::supervise::{finish_stop, read_exit, signal_tree, watch as register, Stop};
+
+const CHUNK: usize = 64 * 1024;
+
+/// The terminal's foreground process group (see
+/// [`Terminal::inspect_foreground`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Foreground {
+    /// The group the terminal driver publishes as its foreground.
+    pub process_group_id: i32,
+    /// True only when the kernel shows that group blocked reading the
+    /// terminal (the rule is in docs/terminals.md).
+    pub input_waiting: bool,
+}
+
+/// What one [`Terminal::read_output`] returns.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TerminalRead {
+    /// Output since the previous read, never split inside a UTF-8
+    /// character (an incomplete one waits for the next read).
+    pub text: String,
+    /// True once the output has ended and every byte was read: no read
+    /// will return more.
+    pub ended: bool,
+}
+
+/// Unread output: at most `cap` bytes; the session stops reading the
+/// terminal while it is full.
+struct Output {
+    bytes: VecDeque<u8>,
+    cap: usize,
+    ended: bool,
+}
+
+impl Output {
+    fn room(&self) -> usize {
+        self.cap.saturating_sub(self.bytes.len())
+    }
+
+    fn take(&mut self) -> TerminalRead {
+        let mut bytes: Vec<u8> = self.bytes.drain(..).collect();
+        if !self.ended {
+            let hold = incomplete_suffix(&bytes);
+            let tail = bytes.split_off(bytes.len() - hold);
+            self.bytes.extend(tail);
+        }
+        TerminalRead {
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+            ended: self.ended && self.bytes.is_empty(),
+        }
+    }
+}
+
+/// A queued `write`: the bytes the terminal did not take at once, who waits
+/// for them, and its place in the count of queued writes (released when
+/// the request is done or dropped).
+struct WriteRequest {
+    bytes: Vec<u8>,
+    reply: oneshot::Sender<Result<()>>,
+    _queued: Queued,
+}
+
+/// One queued write in [`Shared::write_gate`].
+struct Queued(Arc<Mutex<usize>>);
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        *lock(&self.0) -= 1;
+    }
+}
+
+/// The part of a [`Terminal::write_now`] the terminal could not take at once:
+/// it is queued, in order, and written as the program reads.
+#[derive(Debug)]
+pub struct PendingWrite {
+    rx: oneshot::Receiver<Result<()>>,
+}
+
+fn input_gone() -> DshError {
+    closed("the terminal's program has exited: its input cannot be written")
+}
+
+impl PendingWrite {
+    /// Completes once the terminal took the rest.
+    pub async fn wait(self) -> Result<()> {
+        self.rx.await.map_err(|_| input_gone())?
+    }
+
+    /// [`PendingWrite::wait`] for threads outside an async runtime; refused
+    /// where blocking is (inside a callback or an async runtime).
+    pub fn wait_blocking(self) -> Result<()> {
+        runtime::refuse_blocking()?;
+        runtime::block_on(self.wait())?
+    }
+
+    /// Calls `on_done` on the callback thread once the terminal took the
+    /// rest (or could not).
+    pub fn then(self, on_done: impl FnOnce(Result<()>) + Send + 'static) {
+        runtime::handle().spawn(async move {
+            let r = self.wait().await;
+            callbacks::dispatch(move || on_done(r));
+        });
+    }
+}
+
+struct State {
+    exited: bool,
+    ending: ExitFields,
+    /// The session task has ended: output ended, leader released.
+    finished: bool,
+    /// The session task handled a stop (terminate or dispose).
+    stopped: bool,
+    survivors: u32,
+    exit_waiters: Vec<Box<dyn FnOnce() + Send>>,
+}
+
+struct Shared {
+    host_pid: libc::pid_t,
+    pid: libc::pid_t,
+    tag: String,
+    grace: Duration,
+    /// A copy of the master for writes on the caller's thread and `ioctl`s
+    /// (resize, foreground group); the session task reads and writes its
+    /// own. Closed when the session ends, so the terminal hangs up then,
+    /// whatever handles are still held.
+    control: Mutex<Option<OwnedFd>>,
+    rdev: libc::dev_t,
+    state: Mutex<State>,
+    exited_cv: Condvar,
+    exited_tx: watch::Sender<bool>,
+    finished_tx: watch::Sender<bool>,
+    output: Mutex<Output>,
+    output_cv: Condvar,
+    /// Bumped when output arrives or ends.
+    output_tx: watch::Sender<u64>,
+    /// Woken when a reader made room.
+    room: Notify,
+    writes: mpsc::UnboundedSender<WriteRequest>,
+    /// How many writes are queued: while any is, a new write queues behind
+    /// it instead of writing at once (order is kept).
+    write_gate: Arc<Mutex<usize>>,
+    stop_tx: watch::Sender<Option<Stop>>,
+    /// The survivors of the first `terminate()` that finished.
+    terminated: tokio::sync::Mutex<Option<u32>>,
+}
+
+/// A live terminal session. Cloning shares it.
+#[derive(Clone)]
+pub struct Terminal {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Terminal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Terminal").field("pid", &self.shared.pid).finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn closed(what: &str) -> DshError {
+    DshError::TerminalClosed(what.to_owned())
+}
+
+/// `pidfd_send_signal` flag (Linux 6.9+): signal the process group of the
+/// pinned process.
+const PIDFD_SIGNAL_PROCESS_GROUP: libc::c_uint = 1 << 2;
+
+impl Terminal {
+    fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.shared.state)
+    }
+
+    /// The session leader's pid (also its session id and the id of its
+    /// process group).
+    pub fn pid(&self) -> i32 {
+        self.shared.pid
+    }
+
+    /// True once the leader has exited (`exit_code` / `signal` are then
+    /// final).
+    pub fn has_exited(&self) -> bool {
+        self.state().exited
+    }
+
+    /// The leader's exit code; `None` while it runs or when a signal ended
+    /// it.
+    pub fn exit_code(&self) -> Option<i32> {
+        self.state().ending.exit_code
+    }
+
+    /// The signal that ended the leader (`"SIGHUP"`), if one did.
+    pub fn signal(&self) -> Option<String> {
+        self.state().ending.signal.clone()
+    }
+
+    /// True when the leader ended but nobody could say how (its supervisor
+    /// was killed).
+    pub fn exit_status_unavailable(&self) -> bool {
+        self.state().ending.unavailable
+    }
+
+    /// After `terminate()` or dispose: how many members of the session were
+    /// still alive when the stop finished (expected: 0).
+    pub fn survivors(&self) -> u32 {
+        self.state().survivors
+    }
+
+    /// Consuming read: the output since the previous read (of any kind),
+    /// never the same bytes twice. Reading makes room: while `max_output_bytes`
+    /// of output wait unread, the program's writes to the terminal block.
+    pub fn read_output(&self) -> TerminalRead {
+        let read = lock(&self.shared.output).take();
+        self.shared.room.notify_one();
+        read
+    }
+
+    /// True once the output has ended and every byte was read (takes
+    /// nothing).
+    pub fn output_ended(&self) -> bool {
+        let out = lock(&self.shared.output);
+        out.ended && out.bytes.is_empty()
+    }
+
+    /// Waits until there is output (or it has ended) and takes it: `None`
+    /// once the output has ended and everything was read.
+    pub async fn next_output(&self) -> Option<String> {
+        let mut rx = self.shared.output_tx.subscribe();
+        loop {
+            rx.borrow_and_update();
+            let read = self.read_output();
+            if !read.text.is_empty() {
+                return Some(read.text);
+            }
+            if read.ended {
+                return None;
+            }
+            if rx.changed().await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// [`Terminal::next_output`] for hosts with their own loop: `on_output`
+    /// runs on the callback thread.
+    pub fn next_output_with(&self, on_output: impl FnOnce(Option<String>) + Send + 'static) {
+        let this = self.clone();
+        runtime::handle().spawn(async move {
+            let out = this.next_output().await;
+            callbacks::dispatch(move || on_output(out));
+        });
+    }
+
+    /// [`Terminal::next_output_with`] for a face whose callback only hands
+    /// the value to its own event loop: `on_output` runs on the core's I/O
+    /// thread as soon as output arrives, saving the hop through the
+    /// callback thread. It must be quick, must not block, and must not call
+    /// back into dsh.
+    pub fn next_output_inline(&self, on_output: impl FnOnce(Option<String>) + Send + 'static) {
+        let this = self.clone();
+        runtime::handle().spawn(async move { on_output(this.next_output().await) });
+    }
+
+    /// Blocks until there is output, it has ended, or `timeout` passed
+    /// (`None`: no limit), and takes what there is. Refused where blocking
+    /// is (inside a callback or an async runtime) unless `timeout` is zero.
+    pub fn read_output_timeout(&self, timeout: Option<Duration>) -> Result<TerminalRead> {
+        if timeout != Some(Duration::ZERO) {
+            forked::check_host(self.shared.host_pid)?;
+            runtime::refuse_blocking()?;
+            let guard = lock(&self.shared.output);
+            let empty = |o: &mut Output| o.bytes.len() <= incomplete_suffix_len(o) && !o.ended;
+            let guard = match timeout {
+                None => self
+                    .shared
+                    .output_cv
+                    .wait_while(guard, empty)
+                    .unwrap_or_else(|e| e.into_inner()),
+                Some(t) => {
+                    self.shared
+                        .output_cv
+                        .wait_timeout_while(guard, t, empty)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
+            drop(guard);
+        }
+        Ok(self.read_output())
+    }
+
+    /// Writes `bytes` to the terminal's input, as typed (no newline is
+    /// added or translated). Completes once the terminal took all of them;
+    /// a program that does not read makes it wait (the terminal's input
+    /// queue is small), never buffers more than the caller's own bytes.
+    /// After the leader exited: [`DshError::TerminalClosed`].
+    pub async fn write(&self, bytes: &[u8]) -> Result<()> {
+        match self.write_now(bytes)? {
+            None => Ok(()),
+            Some(rest) => rest.wait().await,
+        }
+    }
+
+    /// Writes what the terminal takes now, without waiting, and queues the
+    /// rest (in order, behind any write still queued): `None` when all of
+    /// `bytes` was taken, else the queued rest to wait for. Never blocks.
+    pub fn write_now(&self, bytes: &[u8]) -> Result<Option<PendingWrite>> {
+        forked::check_host(self.shared.host_pid)?;
+        if self.has_exited() {
+            return Err(input_gone());
+        }
+        let mut queued = lock(&self.shared.write_gate);
+        let mut at = 0;
+        if *queued == 0 {
+            let control = lock(&self.shared.control);
+            let Some(fd) = control.as_ref().map(AsRawFd::as_raw_fd) else {
+                return Err(input_gone());
+            };
+            while at < bytes.len() {
+                let rest = &bytes[at..];
+                // SAFETY: `rest` is valid for reads of its length; `fd` (a
+                // non-blocking copy of the master) stays open while
+                // `control` is locked.
+                let n = unsafe { libc::write(fd, rest.as_ptr().cast(), rest.len()) };
+                if n >= 0 {
+                    at += n as usize;
+                    continue;
+                }
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::Interrupted => continue,
+                    io::ErrorKind::WouldBlock => break,
+                    _ => return Err(closed(&format!("cannot write to the terminal: {e}"))),
+                }
+            }
+            if at == bytes.len() {
+                return Ok(None);
+            }
+        }
+        *queued += 1;
+        let (reply, rx) = oneshot::channel();
+        let request = WriteRequest {
+            bytes: bytes[at..].to_vec(),
+            reply,
+            _queued: Queued(self.shared.write_gate.clone()),
+        };
+        // Sent under the gate, so queued writes keep the callers' order.
+        let sent = self.shared.writes.send(request);
+        drop(queued);
+        match sent {
+            Ok(()) => Ok(Some(PendingWrite { rx })),
+            Err(unsent) => {
+                drop(unsent); // releases its place in the gate
+                Err(input_gone())
+            }
+        }
+    }
+
+    /// [`Terminal::write`] for hosts with their own loop: `on_done` runs on
+    /// the callback thread.
+    pub fn write_with(&self, bytes: Vec<u8>, on_done: impl FnOnce(Result<()>) + Send + 'static) {
+        match self.write_now(&bytes) {
+            Ok(Some(rest)) => rest.then(on_done),
+            Ok(None) => callbacks::dispatch(move || on_done(Ok(()))),
+            Err(e) => callbacks::dispatch(move || on_done(Err(e))),
+        }
+    }
+
+    /// [`Terminal::write`] for threads outside an async runtime. Refused
+    /// where blocking is (inside a callback or an async runtime) when the
+    /// terminal does not take everything at once.
+    pub fn write_blocking(&self, bytes: &[u8]) -> Result<()> {
+        match self.write_now(bytes)? {
+            None => Ok(()),
+            Some(rest) => rest.wait_blocking(),
+        }
+    }
+
+    /// Changes the window size; the foreground group gets SIGWINCH. Each
+    /// must be a whole number from 1 to 65535.
+    pub fn resize(&self, rows: Num, cols: Num) -> Result<()> {
+        let rows = dimension(Field::new(Scope::Terminal, FieldName::Rows), rows)?;
+        let cols = dimension(Field::new(Scope::Terminal, FieldName::Cols), cols)?;
+        forked::check_host(self.shared.host_pid)?;
+        let ended = || closed("the terminal session has ended: it cannot be resized");
+        let control = lock(&self.shared.control);
+        let fd = control.as_ref().ok_or_else(ended)?;
+        pty::set_size(fd, rows, cols).map_err(|e| closed(&format!("cannot resize the terminal: {e}")))
+    }
+
+    /// The terminal's foreground process group and whether the kernel shows
+    /// it waiting for input (docs/terminals.md); `None` when there is none
+    /// (the program has exited).
+    pub fn inspect_foreground(&self) -> Option<Foreground> {
+        let pgid = self.foreground_group()?;
+        Some(Foreground {
+            process_group_id: pgid,
+            input_waiting: crate::terminal::foreground::input_waiting(
+                self.shared.pid,
+                pgid,
+                self.shared.rdev,
+            ),
+        })
+    }
+
+    /// [`Terminal::inspect_foreground`] off the caller's thread (it reads
+    /// `/proc`): `on_done` gets the answer on the callback thread.
+    pub fn inspect_foreground_with(&self, on_done: impl FnOnce(Option<Foreground>) + Send + 'static) {
+        let this = self.clone();
+        runtime::handle().spawn_blocking(move || {
+            let fg = this.inspect_foreground();
+            callbacks::dispatch(move || on_done(fg));
+        });
+    }
+
+    fn foreground_group(&self) -> Option<libc::pid_t> {
+        if forked::check_host(self.shared.host_pid).is_err() {
+            return None;
+        }
+        // The leader is unreaped until the session task ends, so the
+        // session id, and the groups in it, are still this session's.
+        let state = self.state();
+        if state.exited || state.finished {
+            return None;
+        }
+        let control = lock(&self.shared.control);
+        pty::foreground_group(control.as_ref()?.as_raw_fd())
+    }
+
+    /// Delivers `signal` to the terminal's foreground process group and
+    /// returns that group's id. The group is checked to belong to this
+    /// session and pinned (by a pidfd on its leader) before it is
+    /// signalled. No foreground group (the program has exited):
+    /// [`DshError::TerminalClosed`].
+    pub fn signal_foreground(&self, signal: TerminalSignal) -> Result<i32> {
+        forked::check_host(self.shared.host_pid)?;
+        let none = || closed("the terminal has no foreground process group (its program has exited)");
+        let pgid = self.foreground_group().ok_or_else(none)?;
+        let sig = signal.number();
+        let session = self.shared.pid;
+        let in_session = |pid: libc::pid_t| {
+            std::fs::read(format!("/proc/{pid}/stat"))
+                .ok()
+                .is_some_and(|s| group_in_stat(&s) == Some(pgid) && session_in_stat(&s) == Some(session))
+        };
+        if let Ok(pidfd) = pidfd_open(pgid) {
+            // Pinned: re-check that it still leads that group of ours.
+            if in_session(pgid) {
+                // SAFETY: pidfd_send_signal takes a descriptor, integers and a
+                // null siginfo.
+                let r = unsafe {
+                    libc::syscall(
+                        libc::SYS_pidfd_send_signal,
+                        pidfd.as_raw_fd(),
+                        sig,
+                        std::ptr::null::<libc::siginfo_t>(),
+                        PIDFD_SIGNAL_PROCESS_GROUP,
+                    )
+                };
+                if r == 0 {
+                    return Ok(pgid);
+                }
+            }
+        }
+        // The group's leader has gone (or the kernel predates group
+        // signalling by pidfd): a group id is not reused while any member
+        // has it, and a member of ours still does.
+        if crate::terminal::foreground::members(session, pgid).is_empty() {
+            return Err(none());
+        }
+        // SAFETY: killpg takes integers only.
+        if unsafe { libc::killpg(pgid, sig) } != 0 {
+            return Err(none());
+        }
+        Ok(pgid)
+    }
+
+    /// Completes once the leader has exited.
+    pub async fn wait(&self) {
+        let mut rx = self.shared.exited_tx.subscribe();
+        let _ = rx.wait_for(|e| *e).await;
+    }
+
+    /// Blocks until the leader has exited or `timeout` passed; whether it
+    /// has. Refused where blocking is, unless it has exited or `timeout` is
+    /// zero.
+    pub fn wait_timeout(&self, timeout: Option<Duration>) -> Result<bool> {
+        if self.has_exited() {
+            return Ok(true);
+        }
+        if timeout == Some(Duration::ZERO) {
+            return Ok(false);
+        }
+        forked::check_host(self.shared.host_pid)?;
+        runtime::refuse_blocking()?;
+        let guard = self.state();
+        Ok(match timeout {
+            None => {
+                let _g = self
+                    .shared
+                    .exited_cv
+                    .wait_while(guard, |s| !s.exited)
+                    .unwrap_or_else(|e| e.into_inner());
+                true
+            }
+            Some(t) => {
+                let (g, _) = self
+                    .shared
+                    .exited_cv
+                    .wait_timeout_while(guard, t, |s| !s.exited)
+                    .unwrap_or_else(|e| e.into_inner());
+                g.exited
+            }
+        })
+    }
+
+    /// Calls `f` on the callback thread once the leader has exited (soon,
+    /// if it has).
+    pub fn when_exited(&self, f: impl FnOnce() + Send + 'static) {
+        let mut s = self.state();
+        if s.exited {
+            drop(s);
+            callbacks::dispatch(f);
+        } else {
+            s.exit_waiters.push(Box::new(f));
+        }
+    }
+
+    async fn finished(&self) {
+        let mut rx = self.shared.finished_tx.subscribe();
+        let _ = rx.wait_for(|f| *f).await;
+    }
+
+    /// Ends every member of the session (SIGHUP and SIGTERM, SIGKILL after
+    /// the grace period) and completes only when none is left, with the
+    /// number the last scan still found alive (expected: 0). Idempotent:
+    /// later calls wait for the same end. After the program ended by itself,
+    /// it still ends whatever the session left behind (found by its tag).
+    /// Pending writes fail with [`DshError::TerminalClosed`].
+    pub async fn terminate(&self) -> u32 {
+        if forked::check_host(self.shared.host_pid).is_err() {
+            return 0;
+        }
+        self.shared.stop_tx.send_if_modified(|s| {
+            if s.is_none() {
+                *s = Some(Stop::Kill);
+                true
+            } else {
+                false
+            }
+        });
+        self.finished().await;
+        let mut done = self.shared.terminated.lock().await;
+        if let Some(s) = *done {
+            return s;
+        }
+        let (stopped, survivors) = {
+            let s = self.state();
+            (s.stopped, s.survivors)
+        };
+        let survivors = if stopped {
+            survivors
+        } else {
+            // Ended by itself before the stop: what its tag still marks.
+            let left = end_leftovers(&self.shared.tag, self.shared.grace).await;
+            self.state().survivors = left;
+            left
+        };
+        *done = Some(survivors);
+        survivors
+    }
+
+    /// [`Terminal::terminate`] for hosts with their own loop.
+    pub fn terminate_with(&self, on_done: impl FnOnce(u32) + Send + 'static) {
+        let this = self.clone();
+        runtime::handle().spawn(async move {
+            let n = this.terminate().await;
+            callbacks::dispatch(move || on_done(n));
+        });
+    }
+
+    /// [`Terminal::terminate`] for threads outside an async runtime.
+    pub fn terminate_blocking(&self) -> Result<u32> {
+        forked::check_host(self.shared.host_pid)?;
+        runtime::refuse_blocking()?;
+        let this = self.clone();
+        runtime::block_on(async move { this.terminate().await })
+    }
+}
+
+fn incomplete_suffix_len(o: &Output) -> usize {
+    if o.bytes.len() > 3 {
+        return 0;
+    }
+    let v: Vec<u8> = o.bytes.iter().copied().collect();
+    incomplete_suffix(&v)
+}
+
+/// SIGTERM to whatever carries `tag`, SIGKILL after `grace` to what is
+/// left; returns how many the last scan found alive.
+async fn end_leftovers(tag: &str, grace: Duration) -> u32 {
+    if sweep_counted(TagMatch::command(tag), libc::SIGTERM).await.total == 0 {
+        return 0;
+    }
+    let deadline = Instant::now() + grace;
+    while sweep_counted(TagMatch::command(tag), 0).await.total > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    sweep_counted(TagMatch::command(tag), libc::SIGKILL).await.last as u32
+}
+
+/// What [`start`] needs from the executor.
+pub(crate) struct Started {
+    pub pid: libc::pid_t,
+    pub report: OwnedFd,
+    pub releaser: Releaser,
+    pub master: OwnedFd,
+    /// A copy of `master`, made before the spawn (so that nothing can fail
+    /// once the program runs).
+    pub control: OwnedFd,
+    pub rdev: libc::dev_t,
+    pub tag: String,
+    pub grace: Duration,
+    pub max_output_bytes: u64,
+}
+
+/// Makes the handle of a started session and spawns its task on the core's
+/// runtime; `stop` completes when the executor is disposed, `guard` lives as
+/// long as the task (dispose waits for it).
+pub(crate) fn start<G: Send + 'static>(
+    started: Started,
+    disposing: impl std::future::Future<Output = ()> + Send + 'static,
+    guard: G,
+) -> Terminal {
+    let (writes, write_rx) = mpsc::unbounded_channel();
+    let shared = Arc::new(Shared {
+        host_pid: forked::current_pid(),
+        pid: started.pid,
+        tag: started.tag,
+        grace: started.grace,
+        control: Mutex::new(Some(started.control)),
+        rdev: started.rdev,
+        state: Mutex::new(State {
+            exited: false,
+            ending: ExitFields::default(),
+            finished: false,
+            stopped: false,
+            survivors: 0,
+            exit_waiters: Vec::new(),
+        }),
+        exited_cv: Condvar::new(),
+        exited_tx: watch::channel(false).0,
+        finished_tx: watch::channel(false).0,
+        output: Mutex::new(Output {
+            bytes: VecDeque::new(),
+            cap: usize::try_from(started.max_output_bytes)
+                .unwrap_or(usize::MAX)
+                .max(4),
+            ended: false,
+        }),
+        output_cv: Condvar::new(),
+        output_tx: watch::channel(0).0,
+        room: Notify::new(),
+        writes,
+        write_gate: Arc::new(Mutex::new(0)),
+        stop_tx: watch::channel(None).0,
+        terminated: tokio::sync::Mutex::new(None),
+    });
+    let terminal = Terminal { shared };
+    let task = terminal.clone();
+    let (master, report, releaser) = (started.master, started.report, started.releaser);
+    runtime::handle().spawn(async move {
+        let _guard = guard;
+        task.run(master, report, releaser, write_rx, disposing).await;
+    });
+    terminal
+}
+
+enum Event {
+    Read(io::Result<usize>),
+    Room,
+    Write(Option<WriteRequest>),
+    Wrote(io::Result<usize>),
+    Exited(ExitStatus),
+    Stop(Stop),
+    KillNow,
+    DrainOver,
+}
+
+/// Reads what is available into the output (at most its room).
+async fn read_some(fd: &AsyncFd<OwnedFd>, shared: &Shared, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        let mut guard = fd.readable().await?;
+        match guard.try_io(|fd| {
+            // SAFETY: `buf` is valid for writes of its length.
+            let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let n = n as usize;
+            if n > 0 {
+                lock(&shared.output).bytes.extend(&buf[..n]);
+                shared.output_cv.notify_all();
+                shared.output_tx.send_modify(|v| *v += 1);
+            }
+            Ok(n)
+        }) {
+            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Ok(r) => return r,
+            Err(_would_block) => continue,
+        }
+    }
+}
+
+async fn write_some(fd: &AsyncFd<OwnedFd>, bytes: &[u8]) -> io::Result<usize> {
+    loop {
+        let mut guard = fd.writable().await?;
+        match guard.try_io(|fd| {
+            // SAFETY: `bytes` is valid for reads of its length.
+            let n = unsafe { libc::write(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else if n == 0 && !bytes.is_empty() {
+                // Nothing taken is "not now": a pty master can report
+                // itself writable while its program reads nothing. As
+                // WouldBlock, the readiness is cleared until the next edge.
+                Err(io::ErrorKind::WouldBlock.into())
+            } else {
+                Ok(n as usize)
+            }
+        }) {
+            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Ok(Ok(0)) | Err(_) => {
+                // Back to the session's loop, which looks at a stop first:
+                // a write the program never reads must not keep it deaf.
+                tokio::task::yield_now().await;
+                return Ok(0);
+            }
+            Ok(r) => return r,
+        }
+    }
+}
+
+impl Terminal {
+    /// Signals the session: a hangup (what closing a terminal sends) and
+    /// SIGTERM, or SIGKILL.
+    fn signal_session(&self, lost: bool, sig: libc::c_int, with_sweep: bool) {
+        let (pid, tag) = (self.shared.pid, self.shared.tag.as_str());
+        let sigs: &[libc::c_int] = if sig == libc::SIGKILL {
+            &[libc::SIGKILL]
+        } else {
+            &[libc::SIGHUP, libc::SIGTERM]
+        };
+        for &s in sigs {
+            if lost {
+                sweep(TagMatch::command(tag), s);
+            } else {
+                signal_tree(pid, tag, s, with_sweep);
+            }
+        }
+    }
+
+    fn on_exit(&self, status: ExitStatus) {
+        let waiters = {
+            let mut s = self.state();
+            s.exited = true;
+            s.ending = ExitFields::from(status);
+            std::mem::take(&mut s.exit_waiters)
+        };
+        self.shared.exited_cv.notify_all();
+        self.shared.exited_tx.send_replace(true);
+        for f in waiters {
+            callbacks::dispatch(f);
+        }
+    }
+
+    /// The session's life: pump output and input, wait for the leader's
+    /// exit, stop it on request, then release it.
+    async fn run(
+        self,
+        master: OwnedFd,
+        report_fd: OwnedFd,
+        releaser: Releaser,
+        mut write_rx: mpsc::UnboundedReceiver<WriteRequest>,
+        disposing: impl std::future::Future<Output = ()>,
+    ) {
+        let pid = self.shared.pid;
+        let tag = self.shared.tag.clone();
+        let grace = self.shared.grace;
+        let master = register(master, Interest::READABLE | Interest::WRITABLE);
+        // SAFETY: as in supervise::watch.
+        let report = unsafe { AsyncFd::register_with_interest(report_fd, Interest::READABLE) };
+        let (master, report_fd) = match (master, report) {
+            (Ok(m), Ok(r)) => (m, r),
+            (_, report) => {
+                // Cannot be watched: killed and released here.
+                let fd = match report {
+                    Ok(r) => r.into_inner(),
+                    Err(e) => e.into_parts().0,
+                };
+                signal_tree(pid, &tag, libc::SIGKILL, true);
+                ReportReader::default().wait(fd.as_raw_fd(), |_| {});
+                releaser.release(Some(pid), fd);
+                self.on_exit(ExitStatus::Unavailable);
+                self.finish(0, false);
+                return;
+            }
+        };
+        let mut report = ReportReader::default();
+        let mut lost = false;
+        let mut open = true;
+        let mut exited = false;
+        let mut stopped: Option<Stop> = None;
+        let mut kill_at: Option<Instant> = None;
+        let mut killed = false;
+        let mut drain_until: Option<Instant> = None;
+        let mut current: Option<(WriteRequest, usize)> = None;
+        let never = Instant::now() + Duration::from_secs(100 * 365 * 86_400);
+        let mut buf = vec![0u8; CHUNK];
+        let mut stop_rx = self.shared.stop_tx.subscribe();
+        let stop = async {
+            tokio::select! {
+                r = stop_rx.wait_for(|s| s.is_some()) => r.ok().and_then(|s| *s).unwrap_or(Stop::Kill),
+                _ = disposing => Stop::Dispose,
+            }
+        };
+        tokio::pin!(stop);
+        while !exited || open {
+            let room = lock(&self.shared.output).room();
+            if exited && drain_until.is_none() && (room > 0 || stopped.is_some()) {
+                drain_until = Some(Instant::now() + grace);
+            }
+            let event = tokio::select! {
+                biased;
+                s = &mut stop, if stopped.is_none() => Event::Stop(s),
+                _ = sleep_until(kill_at.unwrap_or(never)), if kill_at.is_some() && !killed => Event::KillNow,
+                s = read_exit(&report_fd, &mut report), if !exited => Event::Exited(s),
+                r = read_some(&master, &self.shared, &mut buf[..room.min(CHUNK)]), if open && room > 0 => Event::Read(r),
+                _ = self.shared.room.notified(), if open && room == 0 => Event::Room,
+                r = write_some(&master, current.as_ref().map_or(&[][..], |(w, at)| &w.bytes[*at..])), if current.is_some() => Event::Wrote(r),
+                w = write_rx.recv(), if current.is_none() && !exited => Event::Write(w),
+                _ = sleep_until(drain_until.unwrap_or(never)), if drain_until.is_some() => Event::DrainOver,
+            };
+            match event {
+                Event::Read(Ok(n)) if n > 0 => {}
+                // EIO: nobody holds the terminal any more.
+                Event::Read(_) => open = false,
+                Event::Room => {}
+                Event::Write(Some(request)) => current = Some((request, 0)),
+                Event::Write(None) => {}
+                Event::Wrote(Ok(n)) => {
+                    if let Some((request, at)) = current.take() {
+                        if at + n >= request.bytes.len() {
+                            let _ = request.reply.send(Ok(()));
+                        } else {
+                            current = Some((request, at + n));
+                        }
+                    }
+                }
+                Event::Wrote(Err(e)) => {
+                    if let Some((request, _)) = current.take() {
+                        let _ = request
+                            .reply
+                            .send(Err(closed(&format!("cannot write to the terminal: {e}"))));
+                    }
+                }
+                Event::Exited(s) => {
+                    if s == ExitStatus::Unavailable {
+                        lost = true;
+                        sweep(TagMatch::command(&tag), libc::SIGKILL);
+                    }
+                    exited = true;
+                    self.on_exit(s);
+                    drain_until = Some(Instant::now() + grace);
+                    if let Some((request, _)) = current.take() {
+                        let _ = request.reply.send(Err(input_gone()));
+                    }
+                    write_rx.close();
+                    while let Ok(request) = write_rx.try_recv() {
+                        let _ = request.reply.send(Err(input_gone()));
+                    }
+                }
+                Event::Stop(reason) => {
+                    stopped = Some(reason);
+                    self.signal_session(lost, libc::SIGTERM, reason != Stop::Dispose);
+                    kill_at = Some(Instant::now() + grace);
+                }
+                Event::KillNow => {
+                    killed = true;
+                    self.signal_session(lost, libc::SIGKILL, stopped != Some(Stop::Dispose));
+                }
+                // While the unread output is full, the session does not read
+                // the terminal: what the program left in it waits for the
+                // reader, and the grace counts again once there is room.
+                Event::DrainOver if room == 0 && stopped.is_none() => drain_until = None,
+                Event::DrainOver => break,
+            }
+        }
+        {
+            let mut out = lock(&self.shared.output);
+            out.ended = true;
+        }
+        self.shared.output_cv.notify_all();
+        self.shared.output_tx.send_modify(|v| *v += 1);
+        let survivors = if lost {
+            sweep_counted(TagMatch::command(&tag), libc::SIGKILL).await.last as u32
+        } else if stopped.is_some() {
+            finish_stop(pid, &tag, kill_at, killed).await
+        } else {
+            0
+        };
+        crate::watch::supervise::release_reaped(releaser, Some(pid), report_fd, &mut report).await;
+        drop(master);
+        self.finish(survivors, stopped.is_some());
+    }
+
+    fn finish(&self, survivors: u32, stopped: bool) {
+        {
+            let mut s = self.state();
+            s.finished = true;
+            s.stopped = stopped;
+            s.survivors = survivors;
+        }
+        // The last copy of the master: the terminal hangs up.
+        drop(lock(&self.shared.control).take());
+        {
+            let mut out = lock(&self.shared.output);
+            out.ended = true;
+        }
+        self.shared.output_cv.notify_all();
+        self.shared.output_tx.send_modify(|v| *v += 1);
+        self.shared.finished_tx.send_replace(true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_holds_back_an_incomplete_character_until_the_end() {
+        let mut o = Output {
+            bytes: VecDeque::new(),
+            cap: 16,
+            ended: false,
+        };
+        let euro = "€".as_bytes();
+        o.bytes.extend(b"ab");
+        o.bytes.extend(&euro[..2]);
+        assert_eq!(
+            o.take(),
+            TerminalRead {
+                text: "ab".into(),
+                ended: false
+            }
+        );
+        o.bytes.extend(&euro[2..]);
+        assert_eq!(o.take().text, "€");
+        o.bytes.extend(&euro[..1]);
+        o.ended = true;
+        let last = o.take();
+        assert_eq!(
+            last.text, "\u{FFFD}",
+            "at the end, a broken character is replaced, not lost"
+        );
+        assert!(last.ended);
+    }
+
+    #[test]
+    fn signals_parse_by_name_only() {
+        let f = Field::new(Scope::Terminal, FieldName::Signal);
+        assert_eq!(TerminalSignal::parse(f, "SIGTSTP").unwrap(), TerminalSignal::Tstp);
+        let e = TerminalSignal::parse(f, "SIGUSR1").unwrap_err().to_string();
+        assert!(e.contains("must be one of SIGINT"), "{e}");
+    }
+}

@@ -1,0 +1,4 @@
+pub(crate) mod output;
+pub(crate) mod spill;
+pub(crate) mod stdin;
+pub(crate) mod supervise;

@@ -1,0 +1,274 @@
+//! One output stream: a bounded in-memory tail, an optional spill file with
+//! the complete stream, and a consuming read cursor (docs/running.md). Cuts
+//! never split a UTF-8 character.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::watch::spill::{SpillDir, SpillFile};
+
+/// Where a stream's complete copy stands.
+enum Spill {
+    /// Not needed yet: the stream fits in the tail.
+    None,
+    Active(SpillFile),
+    /// Passed `max_spill_bytes`, or could not be made or written: deleted,
+    /// no path, and this reason instead.
+    Abandoned(String),
+}
+
+pub(crate) struct StreamBuffer {
+    cap: usize,
+    max_spill: u64,
+    /// The last ≤ `cap` bytes, starting on a character boundary.
+    window: VecDeque<u8>,
+    /// Bytes received in all.
+    total: u64,
+    /// Absolute offset up to which `take_unread` has delivered.
+    read_pos: u64,
+    spill: Spill,
+    spill_dir: Arc<SpillDir>,
+    label: &'static str,
+    closed: bool,
+}
+
+/// What a run result reports for one stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollectedOutput {
+    /// The tail of the stream when truncated, else all of it.
+    pub text: String,
+    /// True when bytes were dropped from the start of the stream.
+    pub truncated: bool,
+    /// A file holding the complete stream, when truncated and available.
+    pub spill_path: Option<String>,
+    /// Why there is no spill path although the stream was truncated: past
+    /// `max_spill_bytes`, or the file could not be made or written.
+    pub spill_error: Option<String>,
+}
+
+fn is_continuation(b: u8) -> bool {
+    b & 0xC0 == 0x80
+}
+
+/// Length of an incomplete UTF-8 sequence at the end of `bytes` (0 to 3):
+/// bytes that may still become a character when more arrive.
+pub(crate) fn incomplete_suffix(bytes: &[u8]) -> usize {
+    let n = bytes.len();
+    for back in 1..=3.min(n) {
+        let b = bytes[n - back];
+        if is_continuation(b) {
+            continue;
+        }
+        let need = match b {
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            _ => return 0,
+        };
+        return if need > back { back } else { 0 };
+    }
+    0
+}
+
+impl StreamBuffer {
+    pub(crate) fn new(cap: u64, max_spill: u64, spill_dir: Arc<SpillDir>, label: &'static str) -> Self {
+        StreamBuffer {
+            cap: usize::try_from(cap).unwrap_or(usize::MAX),
+            max_spill,
+            window: VecDeque::new(),
+            total: 0,
+            read_pos: 0,
+            spill: Spill::None,
+            spill_dir,
+            label,
+            closed: false,
+        }
+    }
+
+    fn window_start(&self) -> u64 {
+        self.total - self.window.len() as u64
+    }
+
+    pub(crate) fn push(&mut self, chunk: &[u8]) {
+        if chunk.is_empty() {
+            return;
+        }
+        let before = self.total;
+        self.total += chunk.len() as u64;
+        self.feed_spill(before, chunk);
+        // Only the last `cap` bytes of a large chunk can survive anyway.
+        let keep = &chunk[chunk.len().saturating_sub(self.cap)..];
+        self.window.extend(keep);
+        if self.window.len() > self.cap {
+            let excess = self.window.len() - self.cap;
+            self.window.drain(..excess);
+        }
+        if self.window_start() > 0 {
+            // A cut landed inside a character: drop its continuation bytes.
+            let mut dropped = 0;
+            while dropped < 3 && self.window.front().is_some_and(|&b| is_continuation(b)) {
+                self.window.pop_front();
+                dropped += 1;
+            }
+        }
+    }
+
+    fn feed_spill(&mut self, before: u64, chunk: &[u8]) {
+        if matches!(self.spill, Spill::None) && self.total > self.cap as u64 {
+            // First time over the cap: the window still holds everything so
+            // far, so the spill file starts complete.
+            debug_assert_eq!(before, self.window.len() as u64);
+            self.spill = match self.spill_dir.create(self.label) {
+                Ok(mut file) => {
+                    let (a, b) = self.window.as_slices();
+                    match file.write(a).and_then(|()| file.write(b)) {
+                        Ok(()) => Spill::Active(file),
+                        Err(e) => {
+                            file.discard();
+                            Spill::Abandoned(e)
+                        }
+                    }
+                }
+                Err(e) => Spill::Abandoned(e),
+            };
+        }
+        if let Spill::Active(file) = &mut self.spill {
+            let outcome = if self.total > self.max_spill {
+                Err(format!("the stream passed max_spill_bytes ({})", self.max_spill))
+            } else {
+                file.write(chunk)
+            };
+            if let Err(why) = outcome {
+                if let Spill::Active(file) = std::mem::replace(&mut self.spill, Spill::Abandoned(why)) {
+                    file.discard();
+                }
+            }
+        }
+    }
+
+    /// True once closed and every byte received was delivered by reads (or
+    /// slid out of the window unread).
+    pub(crate) fn fully_read(&self) -> bool {
+        self.closed && self.read_pos >= self.total
+    }
+
+    /// Frees the window's memory (a settled, fully read stream needs none).
+    pub(crate) fn release(&mut self) {
+        self.window = VecDeque::new();
+        self.read_pos = self.total;
+    }
+
+    /// Gives back window capacity beyond what it holds.
+    pub(crate) fn shrink(&mut self) {
+        self.window.shrink_to_fit();
+    }
+
+    /// Deletes the spill file (the process is being forgotten).
+    pub(crate) fn discard_spill(&mut self) {
+        if let Spill::Active(file) = std::mem::replace(
+            &mut self.spill,
+            Spill::Abandoned("the process was forgotten".into()),
+        ) {
+            file.discard();
+        }
+    }
+
+    pub(crate) fn close(&mut self) {
+        self.closed = true;
+        if let Spill::Active(file) = &mut self.spill {
+            file.finish();
+        }
+    }
+
+    pub(crate) fn truncated(&self) -> bool {
+        self.window_start() > 0
+    }
+
+    pub(crate) fn spill_path(&self) -> Option<String> {
+        match &self.spill {
+            Spill::Active(file) => Some(file.path().to_owned()),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn spill_error(&self) -> Option<String> {
+        match &self.spill {
+            Spill::Abandoned(why) => Some(why.clone()),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn collected(&self) -> CollectedOutput {
+        let (a, b) = self.window.as_slices();
+        let mut bytes = Vec::with_capacity(self.window.len());
+        bytes.extend_from_slice(a);
+        bytes.extend_from_slice(b);
+        CollectedOutput {
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+            truncated: self.truncated(),
+            spill_path: self.spill_path(),
+            spill_error: self.spill_error(),
+        }
+    }
+
+    /// What a foreground run's result shows when it is handed over to the
+    /// registry at its timeout: the window, ending on a character boundary.
+    /// Consuming reads then start right after it (no byte lost, none
+    /// repeated), and the window grows to `cap`, a background process's.
+    pub(crate) fn hand_over(&mut self, cap: u64) -> CollectedOutput {
+        let (a, b) = self.window.as_slices();
+        let mut bytes = Vec::with_capacity(self.window.len());
+        bytes.extend_from_slice(a);
+        bytes.extend_from_slice(b);
+        if !self.closed {
+            let hold = incomplete_suffix(&bytes);
+            bytes.truncate(bytes.len() - hold);
+        }
+        self.read_pos = self.window_start() + bytes.len() as u64;
+        self.cap = self.cap.max(usize::try_from(cap).unwrap_or(usize::MAX));
+        CollectedOutput {
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+            truncated: self.truncated(),
+            spill_path: self.spill_path(),
+            spill_error: self.spill_error(),
+        }
+    }
+
+    /// Everything not yet delivered that is still in the window, and whether
+    /// unread bytes slid out first. While the stream is open, a trailing
+    /// incomplete character is held back for the next read.
+    pub(crate) fn take_unread(&mut self) -> (String, bool) {
+        let start = self.window_start();
+        let lossy = self.read_pos < start;
+        let from = self.read_pos.max(start);
+        let skip = (from - start) as usize;
+        let (a, b) = self.window.as_slices();
+        let mut bytes: Vec<u8> = if skip < a.len() {
+            a[skip..].iter().chain(b).copied().collect()
+        } else {
+            b[skip - a.len()..].to_vec()
+        };
+        if !self.closed {
+            let hold = incomplete_suffix(&bytes);
+            bytes.truncate(bytes.len() - hold);
+        }
+        self.read_pos = from + bytes.len() as u64;
+        (String::from_utf8_lossy(&bytes).into_owned(), lossy)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn incomplete_suffix_finds_only_unfinished_characters() {
+        assert_eq!(incomplete_suffix(b"abc"), 0);
+        assert_eq!(incomplete_suffix("é".as_bytes()), 0);
+        assert_eq!(incomplete_suffix(&"é".as_bytes()[..1]), 1);
+        assert_eq!(incomplete_suffix(&"€".as_bytes()[..2]), 2);
+        assert_eq!(incomplete_suffix(&"😀".as_bytes()[..3]), 3);
+        assert_eq!(incomplete_suffix("😀".as_bytes()), 0);
+        assert_eq!(incomplete_suffix(&[0xFF]), 0);
+    }
+}

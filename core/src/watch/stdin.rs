@@ -1,0 +1,312 @@
+//! The writable stdin of a process started with a stdin pipe
+//! (docs/running.md, "Writing to stdin"): a bounded buffer between the
+//! callers' writes and the pipe. Only the supervising task, on the core's
+//! I/O threads (whose signal mask blocks SIGPIPE), ever writes to the pipe,
+//! so a command that stops reading gives EPIPE there, never a SIGPIPE in a
+//! host thread.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::io::unix::AsyncFd;
+use tokio::sync::{watch, Notify};
+
+pub use crate::spec::error::StdinEnd;
+use crate::spec::error::{DshError, Result};
+
+/// The most bytes a process's stdin holds that the command has not taken
+/// yet, beyond what the kernel's pipe buffer holds. A writer waits (or a
+/// non-blocking write accepts less) once it is full.
+pub const STDIN_BUFFER_BYTES: usize = 64 * 1024;
+
+struct PipeState {
+    buf: VecDeque<u8>,
+    /// `close_stdin` was called: no more bytes are taken, and the pipe is
+    /// closed once `buf` is written.
+    closing: bool,
+    /// No more bytes are taken, and nothing buffered will be written.
+    ended: Option<StdinEnd>,
+}
+
+pub(crate) struct StdinPipe {
+    state: Mutex<PipeState>,
+    /// Wakes the supervising task: bytes or a close request arrived.
+    work: Notify,
+    /// Bumped whenever room is made or the stdin ends, for async writers.
+    room: watch::Sender<u64>,
+    /// The same event for blocking waiters.
+    room_cv: Condvar,
+    /// Ordered writers take turns (FIFO, cancel-safe): the bytes of one
+    /// write are never interleaved with another's.
+    turn: tokio::sync::Mutex<()>,
+    /// Callback-style writes, in call order, and whether a task is
+    /// writing them.
+    queued: Mutex<(VecDeque<QueuedWrite>, bool)>,
+}
+
+// The async turn lock guards no data (`()`), and the state behind the std
+// mutexes is consistent after every statement, so a panic elsewhere leaves
+// nothing half-done: handles to a process stay unwind-safe, as before.
+impl std::panic::RefUnwindSafe for StdinPipe {}
+impl std::panic::UnwindSafe for StdinPipe {}
+
+/// A write made through `write_stdin_with`, waiting for its turn.
+pub(crate) type QueuedWrite = (Vec<u8>, OnWritten);
+
+/// Called with a queued write's outcome.
+pub(crate) type OnWritten = Box<dyn FnOnce(Result<()>) + Send>;
+
+/// What [`StdinPipe::enqueue`] did with a write.
+pub(crate) enum Enqueued {
+    /// Taken whole at once, or refused: call back with the outcome.
+    Taken(OnWritten, Result<()>),
+    /// Queued; true when the task writing the queue must be started.
+    Queued(bool),
+}
+
+/// What the supervising task is asked to do next.
+pub(crate) enum PipeWork {
+    /// Bytes were written to the pipe.
+    Wrote,
+    /// Everything was written and `close_stdin` was called: close the pipe.
+    Close,
+    /// The write failed (EPIPE: the reader is gone).
+    Failed,
+}
+
+impl StdinPipe {
+    pub(crate) fn new() -> Self {
+        StdinPipe {
+            state: Mutex::new(PipeState {
+                buf: VecDeque::new(),
+                closing: false,
+                ended: None,
+            }),
+            work: Notify::new(),
+            room: watch::channel(0).0,
+            room_cv: Condvar::new(),
+            turn: tokio::sync::Mutex::new(()),
+            queued: Mutex::new((VecDeque::new(), false)),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, PipeState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn made_room(&self) {
+        self.room.send_modify(|n| *n = n.wrapping_add(1));
+        self.room_cv.notify_all();
+    }
+
+    /// Takes what fits of `bytes`; 0 when full.
+    fn push(&self, id: &str, bytes: &[u8]) -> Result<usize> {
+        let mut s = self.state();
+        if let Some(end) = s.ended {
+            return Err(closed(id, end));
+        }
+        if s.closing {
+            return Err(closed(id, StdinEnd::Closed));
+        }
+        let n = bytes.len().min(STDIN_BUFFER_BYTES - s.buf.len());
+        if n > 0 {
+            let was_empty = s.buf.is_empty();
+            s.buf.extend(&bytes[..n]);
+            drop(s);
+            if was_empty {
+                self.work.notify_one();
+            }
+        }
+        Ok(n)
+    }
+
+    /// Takes all of `bytes` if they fit now, else nothing (false).
+    fn push_whole(&self, id: &str, bytes: &[u8]) -> Result<bool> {
+        let fits = {
+            let s = self.state();
+            STDIN_BUFFER_BYTES - s.buf.len() >= bytes.len()
+        };
+        // Only the holder of the turn adds bytes, so the room seen above
+        // can only have grown.
+        if !fits {
+            self.push(id, &[])?;
+            return Ok(false);
+        }
+        self.push(id, bytes).map(|n| n == bytes.len())
+    }
+
+    /// Non-blocking write: takes what fits now, 0 when the buffer is full
+    /// or an ordered write is waiting for its turn.
+    pub(crate) fn try_write(&self, id: &str, bytes: &[u8]) -> Result<usize> {
+        let Ok(_turn) = self.turn.try_lock() else {
+            // Still refuse a write to a stdin that has ended.
+            self.push(id, &[])?;
+            return Ok(0);
+        };
+        self.push(id, bytes)
+    }
+
+    /// Ordered write of all of `bytes`: waits its turn, then for room as
+    /// the command reads. Cancel-safe: dropping it keeps what was taken.
+    pub(crate) async fn write_all(&self, id: &str, bytes: &[u8]) -> Result<()> {
+        let _turn = self.turn.lock().await;
+        let mut rx = self.room.subscribe();
+        let mut rest = bytes;
+        loop {
+            let n = self.push(id, rest)?;
+            rest = &rest[n..];
+            if rest.is_empty() {
+                return Ok(());
+            }
+            if rx.changed().await.is_err() {
+                return Err(DshError::Internal("stdin room channel closed".into()));
+            }
+        }
+    }
+
+    /// Queues a write in call order. When no earlier queued write waits
+    /// and the whole write fits, it is taken at once, so a write made
+    /// before [`StdinPipe::close`] is delivered whatever the threads'
+    /// timing. Never a part: the rest could be overtaken by another
+    /// writer's turn, splitting the write. `Taken` hands the write back
+    /// when it was taken (or refused); `Queued(true)` when the caller must
+    /// start the task that writes the queue ([`StdinPipe::next_queued`]).
+    pub(crate) fn enqueue(&self, id: &str, (bytes, on_done): QueuedWrite) -> Enqueued {
+        let mut q = self.queued.lock().unwrap_or_else(|e| e.into_inner());
+        if q.0.is_empty() && !q.1 {
+            if let Ok(_turn) = self.turn.try_lock() {
+                match self.push_whole(id, &bytes) {
+                    Ok(true) => return Enqueued::Taken(on_done, Ok(())),
+                    Ok(false) => {}
+                    Err(e) => return Enqueued::Taken(on_done, Err(e)),
+                }
+            }
+        }
+        q.0.push_back((bytes, on_done));
+        Enqueued::Queued(!std::mem::replace(&mut q.1, true))
+    }
+
+    /// The next queued write; `None` (and the task ends) when there is none.
+    pub(crate) fn next_queued(&self) -> Option<QueuedWrite> {
+        let mut q = self.queued.lock().unwrap_or_else(|e| e.into_inner());
+        let next = q.0.pop_front();
+        if next.is_none() {
+            q.1 = false;
+        }
+        next
+    }
+
+    /// Blocks until a write would take at least one byte or fail; false if
+    /// `timeout` passed first.
+    pub(crate) fn wait_writable(&self, timeout: Option<Duration>) -> bool {
+        let ready = |s: &mut PipeState| s.ended.is_some() || s.closing || s.buf.len() < STDIN_BUFFER_BYTES;
+        let guard = self.state();
+        match timeout {
+            None => {
+                let _g = self
+                    .room_cv
+                    .wait_while(guard, |s| !ready(s))
+                    .unwrap_or_else(|e| e.into_inner());
+                true
+            }
+            Some(t) => {
+                let (mut g, _) = self
+                    .room_cv
+                    .wait_timeout_while(guard, t, |s| !ready(s))
+                    .unwrap_or_else(|e| e.into_inner());
+                ready(&mut g)
+            }
+        }
+    }
+
+    /// Asks for the pipe to be closed once what was written is delivered;
+    /// later writes fail. True when this call did it.
+    pub(crate) fn close(&self) -> bool {
+        let mut s = self.state();
+        if s.closing || s.ended.is_some() {
+            return false;
+        }
+        s.closing = true;
+        drop(s);
+        self.work.notify_one();
+        self.made_room();
+        true
+    }
+
+    /// No more bytes will be taken or written; what is buffered is dropped.
+    pub(crate) fn end(&self, why: StdinEnd) {
+        {
+            let mut s = self.state();
+            if s.ended.is_none() {
+                s.ended = Some(why);
+            }
+            s.buf = VecDeque::new();
+        }
+        self.made_room();
+    }
+
+    /// Bytes taken and not yet written to the pipe.
+    pub(crate) fn buffered(&self) -> usize {
+        self.state().buf.len()
+    }
+
+    /// The supervising task's side: waits for work, then writes what the
+    /// pipe takes, within one poll (so dropping it in a select loses
+    /// nothing).
+    pub(crate) async fn pump(&self, fd: &AsyncFd<OwnedFd>) -> PipeWork {
+        loop {
+            let idle = {
+                let s = self.state();
+                if s.buf.is_empty() && s.closing {
+                    return PipeWork::Close;
+                }
+                s.buf.is_empty()
+            };
+            if idle {
+                self.work.notified().await;
+                continue;
+            }
+            let mut guard = match fd.writable().await {
+                Ok(g) => g,
+                Err(_) => return PipeWork::Failed,
+            };
+            match guard.try_io(|fd| {
+                let mut s = self.state();
+                let (front, _) = s.buf.as_slices();
+                // SAFETY: `front` is valid for reads of `front.len()` bytes.
+                let n = unsafe { libc::write(fd.as_raw_fd(), front.as_ptr().cast(), front.len()) };
+                if n < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                s.buf.drain(..n as usize);
+                if s.buf.is_empty() {
+                    // Give the memory back between bursts.
+                    s.buf.shrink_to(0);
+                }
+                Ok(())
+            }) {
+                Ok(Ok(())) => {
+                    self.made_room();
+                    return PipeWork::Wrote;
+                }
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Ok(Err(_)) => return PipeWork::Failed,
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+fn closed(id: &str, why: StdinEnd) -> DshError {
+    DshError::StdinClosed {
+        id: id.to_owned(),
+        why,
+    }
+}
+
+/// The error for a write to a process without a stdin pipe.
+pub(crate) fn not_piped(id: &str) -> DshError {
+    closed(id, StdinEnd::NotPiped)
+}

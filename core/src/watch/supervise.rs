@@ -1,0 +1,595 @@
+//! The life of one started command, shared by `run` and `start`: pump its
+//! pipes, feed its stdin, wait for the supervisor's report of its exit, and
+//! on a timeout or a stop request terminate its tree (SIGTERM, then SIGKILL
+//! after the grace period).
+
+use std::future::Future;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+use tokio::time::Instant;
+
+use crate::host::runtime::timer;
+use crate::launch::ending::ExitStatus;
+use crate::launch::spawn::Spawned;
+use crate::launch::supervisor::{Report, ReportReader};
+use crate::launch::tree::{signal_group, sweep, sweep_counted, Spare, TagMatch};
+use crate::spec::error::DshError;
+use crate::watch::output::StreamBuffer;
+use crate::watch::stdin::{PipeWork, StdinEnd, StdinPipe};
+
+const CHUNK: usize = 64 * 1024;
+/// How often a running command's cgroup counters are read.
+const LIMIT_TICK: Duration = Duration::from_millis(50);
+
+pub(crate) struct Streams {
+    pub stdout: StreamBuffer,
+    pub stderr: StreamBuffer,
+}
+
+/// Why termination began; the first one wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    Timeout,
+    /// The caller's cancellation.
+    Cancel,
+    /// `kill()` on a background process.
+    Kill,
+    /// The executor is being disposed; it sweeps every tag itself, so the
+    /// per-command `/proc` sweep is skipped.
+    Dispose,
+    /// The kernel says a limit of the command's cgroups was reached: the
+    /// tree is killed at once (SIGKILL, no grace), as the OOM killer would.
+    Limit(crate::spec::limits::LimitKind),
+}
+
+pub(crate) struct Outcome {
+    pub status: ExitStatus,
+    pub stop: Option<Stop>,
+    /// After a stop: processes of the tree still alive when it finished
+    /// (after the final SIGKILL sweep). 0 when nothing was stopped.
+    pub survivors: u32,
+    /// The command's cgroups, for the facts and then removal.
+    pub group: Option<crate::confine::governor::CommandGroup>,
+    /// The leader's own CPU time when it died of a signal, read while it
+    /// was still unreaped: the fact behind a CPU-limit signal.
+    pub leader_cpu: Option<Duration>,
+}
+
+fn lock(streams: &Mutex<Streams>) -> std::sync::MutexGuard<'_, Streams> {
+    streams.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Registers an fd with the core's reactor.
+pub(crate) fn watch(fd: OwnedFd, interest: Interest) -> io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: an OwnedFd is open and always returns the same raw fd, and the
+    // AsyncFd owns it until it is dropped.
+    unsafe { AsyncFd::register_with_interest(fd, interest) }.map_err(|e| e.into_parts().1)
+}
+
+thread_local! {
+    /// One read buffer per I/O thread, not per process: an idle background
+    /// process costs no buffer at all.
+    static SCRATCH: std::cell::RefCell<Box<[u8]>> = std::cell::RefCell::new(vec![0u8; CHUNK].into_boxed_slice());
+}
+
+/// Reads what is available and hands it to `sink` within the same poll, so
+/// dropping this future in a select never loses bytes. Returns the count
+/// (0 at EOF).
+async fn read_chunk(fd: &AsyncFd<OwnedFd>, mut sink: impl FnMut(&[u8])) -> io::Result<usize> {
+    loop {
+        let mut guard = fd.readable().await?;
+        match guard.try_io(|fd| {
+            SCRATCH.with(|scratch| {
+                let mut buf = scratch.borrow_mut();
+                // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
+                let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+                if n < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                sink(&buf[..n as usize]);
+                Ok(n as usize)
+            })
+        }) {
+            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Ok(r) => return r,
+            Err(_would_block) => continue,
+        }
+    }
+}
+
+/// `fd` is `None` once stdin is closed; select! builds this future even for
+/// a disabled branch, so that case just never completes.
+async fn pump(pipe: Option<&StdinPipe>, fd: Option<&AsyncFd<OwnedFd>>) -> PipeWork {
+    match (pipe, fd) {
+        (Some(pipe), Some(fd)) => pipe.pump(fd).await,
+        _ => std::future::pending().await,
+    }
+}
+
+async fn write_chunk(fd: Option<&AsyncFd<OwnedFd>>, bytes: &[u8]) -> io::Result<usize> {
+    let Some(fd) = fd else {
+        return std::future::pending().await;
+    };
+    loop {
+        let mut guard = fd.writable().await?;
+        match guard.try_io(|fd| {
+            // SAFETY: `bytes` is valid for reads of `bytes.len()` bytes.
+            let n = unsafe { libc::write(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        }) {
+            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Ok(r) => return r,
+            Err(_would_block) => continue,
+        }
+    }
+}
+
+/// The command's tree for a sweep: its tag, and its session (its leader
+/// `pid` is unreaped while this is used, so the session id is its own).
+pub(crate) fn tree(pid: libc::pid_t, tag: &str) -> TagMatch {
+    TagMatch::command(tag).in_session(pid)
+}
+
+/// Signals the command's tree, each process once: the group (the leader
+/// is never reaped before this, so its id cannot have been reused), and
+/// with `with_sweep` the processes of the tree that left the group.
+pub(crate) fn signal_tree(pid: libc::pid_t, tag: &str, sig: libc::c_int, with_sweep: bool) {
+    if !signal_group(pid, sig) {
+        // SAFETY: kill(2) takes integers; `pid` is the leader, unreaped
+        // until it is released, so the id is still its.
+        unsafe { libc::kill(pid, sig) };
+    }
+    if with_sweep {
+        sweep(tree(pid, tag).sparing(Spare::Group(pid)), sig);
+    }
+}
+
+/// Kills a command that cannot be watched, waits (blocking) for its
+/// leader's exit, and releases it: its tag at once, its group when its pid
+/// comes.
+fn kill_unwatched(report_fd: OwnedFd, releaser: crate::launch::supervisor::Releaser, tag: &str) {
+    sweep(TagMatch::command(tag), libc::SIGKILL);
+    let mut pid = None;
+    ReportReader::default().wait(report_fd.as_raw_fd(), |p| {
+        pid = Some(p);
+        signal_tree(p, tag, libc::SIGKILL, true);
+    });
+    releaser.release(pid, report_fd);
+}
+
+/// What the command's stdin is fed from.
+#[derive(Clone, Copy)]
+pub(crate) enum StdinSource<'a> {
+    /// `/dev/null`, or bytes written then closed (empty: closed at once).
+    Bytes(Option<&'a [u8]>),
+    /// A pipe the caller writes to while it runs (`stdin_pipe`).
+    Pipe(&'a StdinPipe),
+}
+
+/// A foreground run whose timeout hands the command over instead of
+/// stopping it: called once at the timeout; true when it was handed over
+/// (supervision then goes on without a timeout), false to stop it as
+/// usual.
+pub(crate) type Handover<'a> = &'a mut (dyn FnMut() -> bool + Send);
+
+enum Event {
+    Stdout(io::Result<usize>),
+    Stderr(io::Result<usize>),
+    Stdin(io::Result<usize>),
+    Pipe(PipeWork),
+    Report(Report),
+    Stop(Stop),
+    KillNow,
+    DrainOver,
+    Tick,
+}
+
+/// Reads the next message of the supervisor's report pipe.
+pub(crate) async fn read_report(fd: &AsyncFd<OwnedFd>, reader: &mut ReportReader) -> Report {
+    loop {
+        let Ok(mut guard) = fd.readable().await else {
+            return match reader.wait(fd.as_raw_fd(), |_| {}) {
+                ExitStatus::Unavailable => Report::Ended,
+                status => Report::Exited(status),
+            };
+        };
+        match guard.try_io(|fd| reader.read(fd.as_raw_fd())) {
+            Ok(Ok(report)) => return report,
+            Ok(Err(_)) => return Report::Ended,
+            Err(_would_block) => continue,
+        }
+    }
+}
+
+/// How long a settle waits for the supervisor to confirm the reap of a
+/// released leader. It takes microseconds; the bound is for a supervisor
+/// that cannot answer (stopped, or too busy), whose run settles anyway.
+pub(crate) const REAP_WAIT: Duration = Duration::from_secs(2);
+
+/// Releases an exited leader and waits until the supervisor has reaped it
+/// (it closes the report pipe right after the reap), at most [`REAP_WAIT`]:
+/// whoever hears of the settlement next may rely on the pid being free
+/// (`kill(pid, 0)` is ESRCH), as a harness checks that a cancelled hook was
+/// reaped. Nothing may signal the leader's pid or group after this.
+pub(crate) async fn release_reaped(
+    releaser: crate::launch::supervisor::Releaser,
+    pid: Option<libc::pid_t>,
+    report_fd: AsyncFd<OwnedFd>,
+    reader: &mut ReportReader,
+) {
+    releaser.announce(pid);
+    if pid.is_some() {
+        let reaped = async { while !matches!(read_report(&report_fd, reader).await, Report::Ended) {} };
+        let _ = timer(|| tokio::time::timeout(REAP_WAIT, reaped)).await;
+    }
+    releaser.release(None, report_fd.into_inner());
+}
+
+/// Reads the supervisor's report of the leader's exit, for a leader whose
+/// pid is known already (a terminal session's).
+pub(crate) async fn read_exit(fd: &AsyncFd<OwnedFd>, reader: &mut ReportReader) -> ExitStatus {
+    loop {
+        match read_report(fd, reader).await {
+            Report::Spawned(_) => continue,
+            Report::Exited(status) => return status,
+            Report::Failed(_) | Report::Ended => return ExitStatus::Unavailable,
+        }
+    }
+}
+
+/// Why a command could not be supervised to its end.
+#[derive(Debug)]
+pub(crate) enum SuperviseError {
+    /// It started but could not be watched: it was killed and released.
+    Unwatchable(io::Error),
+    /// It never started (the supervisor says so after the request: see
+    /// [`Deferred`](crate::launch::supervisor::Deferred)); nothing runs.
+    NotStarted(DshError),
+}
+
+impl From<SuperviseError> for DshError {
+    fn from(e: SuperviseError) -> DshError {
+        match e {
+            SuperviseError::Unwatchable(e) => DshError::Internal(format!(
+                "the command started but could not be supervised ({e}); it was killed"
+            )),
+            SuperviseError::NotStarted(e) => e,
+        }
+    }
+}
+
+/// Signals the tree of the leader `pid`, or, while its pid has not come,
+/// everything carrying the command's tag (the group and the session,
+/// which need the pid, follow when it comes: see `deferred`).
+fn signal_known(pid: Option<libc::pid_t>, tag: &str, sig: libc::c_int, with_sweep: bool) {
+    match pid {
+        Some(pid) => signal_tree(pid, tag, sig, with_sweep),
+        None => sweep(TagMatch::command(tag), sig),
+    }
+}
+
+/// Supervises `spawned` until its leader has exited and its pipes closed (or
+/// `grace` passed since the exit), then releases it to the supervisor,
+/// which reaps it. The leader stays an unreaped zombie until then, so
+/// signalling its group can never hit a recycled process group id. Fails
+/// only when the command cannot be watched at all; it is then killed and
+/// released before this returns.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn supervise(
+    spawned: Spawned,
+    tag: &str,
+    stdin: StdinSource<'_>,
+    streams: &Mutex<Streams>,
+    timeout: Option<Duration>,
+    mut handover: Option<Handover<'_>>,
+    grace: Duration,
+    stop: impl Future<Output = Stop>,
+) -> Result<Outcome, SuperviseError> {
+    let pipe = match stdin {
+        StdinSource::Pipe(p) => Some(p),
+        StdinSource::Bytes(_) => None,
+    };
+    let outcome = supervise_inner(spawned, tag, stdin, streams, timeout, &mut handover, grace, stop).await;
+    // However it ended, the stdin takes nothing more.
+    if let Some(p) = pipe {
+        p.end(StdinEnd::Exited);
+    }
+    outcome
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn supervise_inner(
+    spawned: Spawned,
+    tag: &str,
+    stdin: StdinSource<'_>,
+    streams: &Mutex<Streams>,
+    timeout: Option<Duration>,
+    handover: &mut Option<Handover<'_>>,
+    grace: Duration,
+    stop: impl Future<Output = Stop>,
+) -> Result<Outcome, SuperviseError> {
+    let Spawned {
+        report: report_fd,
+        releaser,
+        stdin: stdin_fd,
+        stdout,
+        stderr,
+        group,
+        start,
+    } = spawned;
+    // The leader's pid: it comes on the report pipe, late (see `Deferred`).
+    let mut pid: Option<libc::pid_t> = None;
+    // A signal for the leader's group, held until its pid comes.
+    let mut deferred: Option<(libc::c_int, bool)> = None;
+    let registered = (|| {
+        Ok::<_, io::Error>((
+            watch(stdout, Interest::READABLE)?,
+            watch(stderr, Interest::READABLE)?,
+            stdin_fd.map(|fd| watch(fd, Interest::WRITABLE)).transpose()?,
+        ))
+    })();
+    let (out, err, mut stdin_fd) = match registered {
+        Ok(fds) => fds,
+        Err(e) => {
+            // Cannot watch it, so do not leave it running.
+            kill_unwatched(report_fd, releaser, tag);
+            return Err(SuperviseError::Unwatchable(e));
+        }
+    };
+    // Registered last: on failure the pipes above are already owned (and
+    // closed on return), and the leader must still be killed and released.
+    // SAFETY: as in `watch`.
+    let report_fd = match unsafe { AsyncFd::register_with_interest(report_fd, Interest::READABLE) } {
+        Ok(fd) => fd,
+        Err(e) => {
+            let (report_fd, e) = e.into_parts();
+            kill_unwatched(report_fd, releaser, tag);
+            return Err(SuperviseError::Unwatchable(e));
+        }
+    };
+    let mut report = ReportReader::default();
+    let mut status = ExitStatus::Unavailable;
+    // The supervisor was killed: the leader's pid and group are no longer
+    // held for us, so only pid-safe tag sweeps may signal the tree.
+    let mut lost = false;
+    let (stdin, pipe) = match stdin {
+        StdinSource::Bytes(b) => (b.unwrap_or(&[]), None),
+        StdinSource::Pipe(p) => (&[][..], Some(p)),
+    };
+    let mut stdin_pos = 0;
+    if stdin.is_empty() && pipe.is_none() {
+        stdin_fd = None;
+    }
+    let mut timeout_at = timeout.map(|t| Instant::now() + t);
+
+    let (mut out_open, mut err_open, mut exited) = (true, true, false);
+    let mut stopped: Option<Stop> = None;
+    let mut kill_at: Option<Instant> = None;
+    let mut killed = false;
+    let mut drain_until: Option<Instant> = None;
+    // A reached cgroup limit does not end a tree by itself (a refused fork
+    // leaves shells retrying, the OOM killer ends one process): its
+    // counters are read every LIMIT_TICK, and the tree ended when one moves.
+    let mut limit_tick = timer(|| tokio::time::interval(LIMIT_TICK));
+    limit_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let never = Instant::now() + Duration::from_secs(100 * 365 * 86_400);
+    tokio::pin!(stop);
+
+    while !(exited && !out_open && !err_open) {
+        let event = tokio::select! {
+            // Biased, stop requests first: a stop that caused the exit (dispose
+            // signals the tree from outside) is seen before the exit it caused.
+            biased;
+            s = &mut stop, if stopped.is_none() => Event::Stop(s),
+            _ = limit_tick.tick(), if group.is_some() && stopped.is_none() => match group.as_ref().and_then(|g| g.reached()) {
+                Some(kind) => Event::Stop(Stop::Limit(kind)),
+                None => Event::Tick,
+            },
+            _ = timer(|| tokio::time::sleep_until(timeout_at.unwrap_or(never))), if timeout_at.is_some() && stopped.is_none() && !exited => Event::Stop(Stop::Timeout),
+            _ = timer(|| tokio::time::sleep_until(kill_at.unwrap_or(never))), if kill_at.is_some() && !killed => Event::KillNow,
+            r = read_chunk(&out, |b| lock(streams).stdout.push(b)), if out_open => Event::Stdout(r),
+            r = read_chunk(&err, |b| lock(streams).stderr.push(b)), if err_open => Event::Stderr(r),
+            r = write_chunk(stdin_fd.as_ref(), &stdin[stdin_pos..]), if stdin_fd.is_some() && pipe.is_none() => Event::Stdin(r),
+            w = pump(pipe, stdin_fd.as_ref()), if stdin_fd.is_some() && pipe.is_some() => Event::Pipe(w),
+            r = read_report(&report_fd, &mut report), if !exited => Event::Report(r),
+            _ = timer(|| tokio::time::sleep_until(drain_until.unwrap_or(never))), if drain_until.is_some() => Event::DrainOver,
+        };
+        match event {
+            Event::Stdout(Ok(n)) if n > 0 => {}
+            Event::Stdout(_) => {
+                out_open = false;
+                lock(streams).stdout.close();
+            }
+            Event::Stderr(Ok(n)) if n > 0 => {}
+            Event::Stderr(_) => {
+                err_open = false;
+                lock(streams).stderr.close();
+            }
+            Event::Stdin(Ok(n)) => {
+                stdin_pos += n;
+                if stdin_pos >= stdin.len() {
+                    stdin_fd = None; // EOF for the command
+                }
+            }
+            // EPIPE: the command stopped reading, which is its business.
+            Event::Stdin(Err(_)) => stdin_fd = None,
+            Event::Pipe(PipeWork::Wrote) => {}
+            Event::Pipe(PipeWork::Close) => {
+                stdin_fd = None; // EOF for the command
+                if let Some(p) = pipe {
+                    p.end(StdinEnd::Closed);
+                }
+            }
+            Event::Pipe(PipeWork::Failed) => {
+                stdin_fd = None;
+                if let Some(p) = pipe {
+                    p.end(StdinEnd::Broken);
+                }
+            }
+            Event::Report(Report::Spawned(p)) => {
+                pid = Some(p);
+                if let Some((sig, with_sweep)) = deferred.take() {
+                    signal_tree(p, tag, sig, with_sweep);
+                }
+            }
+            Event::Report(Report::Failed(e)) => {
+                // Nothing runs; the supervisor has closed its ends of the
+                // pipes and of the report pipe.
+                releaser.release(None, report_fd.into_inner());
+                return Err(SuperviseError::NotStarted(crate::launch::not_started(
+                    e,
+                    tag,
+                    &start,
+                    group.as_ref(),
+                )));
+            }
+            Event::Report(report) => {
+                let s = match report {
+                    Report::Exited(s) => s,
+                    _ => ExitStatus::Unavailable,
+                };
+                // A command that has exited takes no more input.
+                if let Some(p) = pipe {
+                    p.end(StdinEnd::Exited);
+                    stdin_fd = None;
+                }
+                if s == ExitStatus::Unavailable {
+                    // The supervisor itself was killed: the leader may still
+                    // run, re-parented to someone else (docs/host-death.md).
+                    // So too when it died before saying the leader's pid:
+                    // the command may have run, so it is a run whose ending
+                    // nobody knows, not a failed start.
+                    lost = true;
+                    sweep(TagMatch::command(tag), libc::SIGKILL);
+                }
+                status = s;
+                exited = true;
+                drain_until = Some(Instant::now() + grace);
+            }
+            Event::Stop(Stop::Timeout) if handover.as_mut().is_some_and(|h| h()) => {
+                // Handed over: from now on it runs like a started process.
+                timeout_at = None;
+                *handover = None;
+            }
+            Event::Tick => {}
+            Event::Stop(Stop::Limit(kind)) => {
+                stopped = Some(Stop::Limit(kind));
+                killed = true;
+                if let Some(g) = &group {
+                    g.kill_members();
+                }
+                if lost {
+                    sweep(TagMatch::command(tag), libc::SIGKILL);
+                } else {
+                    signal_known(pid, tag, libc::SIGKILL, true);
+                    deferred = pid.is_none().then_some((libc::SIGKILL, true));
+                }
+            }
+            Event::Stop(reason) => {
+                stopped = Some(reason);
+                if lost {
+                    sweep(TagMatch::command(tag), libc::SIGTERM);
+                } else if let Some(pid) = pid {
+                    signal_tree(pid, tag, libc::SIGTERM, reason != Stop::Dispose);
+                } else {
+                    // Held until the pid comes (within DEFER_MS of the
+                    // start, or with the exit): a sweep by tag now and the
+                    // group's signal then would give a TERM trap two
+                    // SIGTERMs. A SIGKILL at the grace is not held.
+                    deferred = Some((libc::SIGTERM, reason != Stop::Dispose));
+                }
+                kill_at = Some(Instant::now() + grace);
+            }
+            Event::KillNow => {
+                killed = true;
+                if lost {
+                    sweep(TagMatch::command(tag), libc::SIGKILL);
+                } else {
+                    let with_sweep = stopped != Some(Stop::Dispose);
+                    signal_known(pid, tag, libc::SIGKILL, with_sweep);
+                    deferred = pid.is_none().then_some((libc::SIGKILL, with_sweep));
+                }
+            }
+            Event::DrainOver => break,
+        }
+    }
+    // The pid has come by now (SPAWNED precedes EXITED), unless the
+    // supervisor was lost: then only tag sweeps are safe.
+    let leader = pid.filter(|_| !lost);
+    // A limit reached by what the leader left behind (a fork bomb's
+    // processes after their shell exited) ends them too.
+    if let (None, Some(leader)) = (stopped, leader) {
+        if let Some(kind) = group.as_ref().and_then(|g| g.reached()) {
+            stopped = Some(Stop::Limit(kind));
+            killed = true;
+            if let Some(g) = &group {
+                g.kill_members();
+            }
+            signal_tree(leader, tag, libc::SIGKILL, true);
+        }
+    }
+    {
+        let mut s = lock(streams);
+        s.stdout.close();
+        s.stderr.close();
+    }
+    // A reached limit ends every process the kernel counts in the group,
+    // whatever it did to leave the tree the sweeps follow; a fork loop is
+    // caught by the next pass, each pass after a millisecond.
+    if matches!(stopped, Some(Stop::Limit(_))) {
+        if let Some(g) = &group {
+            for _ in 0..200 {
+                if g.kill_members() == 0 {
+                    break;
+                }
+                timer(|| tokio::time::sleep(Duration::from_millis(1))).await;
+            }
+        }
+    }
+    let survivors = match leader {
+        None => sweep_counted(TagMatch::command(tag), libc::SIGKILL).await.last as u32,
+        Some(leader) if stopped.is_some() => finish_stop(leader, tag, kill_at, killed).await,
+        Some(_) => 0,
+    };
+    // Still unreaped until `release` (its pid cannot be reused): its own
+    // CPU time says whether a SIGXCPU or SIGKILL came from the CPU limit.
+    let leader_cpu = match (status, leader) {
+        (ExitStatus::Signal(_), Some(leader)) => crate::confine::governor::own_cpu_time(leader),
+        _ => None,
+    };
+    release_reaped(releaser, pid, report_fd, &mut report).await;
+    Ok(Outcome {
+        status,
+        stop: stopped,
+        survivors,
+        group,
+        leader_cpu,
+    })
+}
+
+/// Finishes a stop once the leader has exited (it is still unreaped): what
+/// is left of the tree gets the rest of its grace period, then SIGKILL,
+/// repeated until a scan finds nobody. Returns how many processes of the
+/// tree that last scan still found alive: the survivors (expected: 0).
+pub(crate) async fn finish_stop(pid: libc::pid_t, tag: &str, kill_at: Option<Instant>, killed: bool) -> u32 {
+    if !killed {
+        // Usually the SIGTERM ended everything: one scan says so.
+        if sweep_counted(tree(pid, tag), 0).await.total == 0 {
+            return 0;
+        }
+        if let Some(at) = kill_at {
+            timer(|| tokio::time::sleep_until(at)).await;
+        }
+        signal_group(pid, libc::SIGKILL);
+    }
+    sweep_counted(tree(pid, tag), libc::SIGKILL).await.last as u32
+}
