@@ -131,36 +131,10 @@
 #define SECCOMP_SET_MODE_FILTER 1
 #endif
 
-/* Keep in step with core/src/launch/supervisor.rs. */
-enum { OP_SPAWN = 1, OP_SHUTDOWN = 2, OP_RELEASES = 3 };
-enum {
-    FLAG_STDIN = 1,
-    FLAG_RULESET = 2,
-    FLAG_INLINE = 4,
-    FLAG_CGROUP1 = 8,
-    FLAG_CGROUP2 = 16,
-    FLAG_RLIMITS = 32,
-    FLAG_SECCOMP = 64,
-    FLAG_CGROUP3 = 128,
-    FLAG_TERMINAL = 256,
-    FLAG_DEFER_SPAWNED = 512
-};
-enum { R_SPAWNED = 1, R_FAILED = 2, R_EXITED = 3 };
-enum {
-    STEP_SESSION = 1,
-    STEP_STDIO,
-    STEP_WORKDIR,
-    STEP_CONFINE,
-    STEP_EXEC,
-    STEP_REQUEST,
-    STEP_CLONE,
-    STEP_LIMITS,
-    STEP_NETWORK,
-    STEP_TERMINAL
-};
-/* The failure detail of STEP_LIMITS: which limit, or which group
- * (LIMIT_GROUP + its index among the groups passed). */
-enum { LIMIT_CPU = 1, LIMIT_FSIZE = 2, LIMIT_NOFILE = 3, LIMIT_GROUP = 4 };
+/* Every code and size of the wire format, from core/src/launch/wire_codes.rs
+ * (core/build.rs writes it): OP_*, FLAG_*, R_*, STEP_*, LIMIT_*, MAX_FDS,
+ * MAX_INLINE, DEFER_MS and the *_SIZE of the structs below. */
+#include "wire.h"
 
 struct request {
     uint32_t op, flags;
@@ -181,15 +155,14 @@ struct limits {
     uint32_t set, pad;
     uint64_t cpu, fsize, nofile;
 };
+_Static_assert(sizeof(struct request) == REQUEST_SIZE, "struct request as wire_codes.rs says");
+_Static_assert(sizeof(struct payload) == PAYLOAD_SIZE, "struct payload as wire_codes.rs says");
+_Static_assert(sizeof(struct reply) == REPLY_SIZE, "struct reply as wire_codes.rs says");
+_Static_assert(sizeof(struct limits) == LIMITS_SIZE, "struct limits as wire_codes.rs says");
 #define MAX_FILTER 4096
 
 #define CONTROL 3
 #define MAX_PAYLOAD (256u << 20)
-#define MAX_FDS 9
-/* The largest payload sent inline with its request. */
-#define MAX_INLINE (32u << 10)
-/* How long SPAWNED may be held back (FLAG_DEFER_SPAWNED). */
-#define DEFER_MS 5
 
 /* One running command: its leader (a child of ours, kept unreaped until
  * released) and the write end of its report pipe to the host. */

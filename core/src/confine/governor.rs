@@ -187,33 +187,6 @@ pub(crate) struct Rlimits {
     pub nofile: Option<u64>,
 }
 
-impl Rlimits {
-    /// `{ u32 set; u32 pad; u64 cpu, fsize, nofile; }`, native-endian.
-    pub(crate) fn wire(&self) -> [u8; 32] {
-        let mut out = [0u8; 32];
-        let mut set = 0u32;
-        for (i, v) in [self.cpu, self.fsize, self.nofile].into_iter().enumerate() {
-            if let Some(v) = v {
-                set |= 1 << i;
-                out[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_ne_bytes());
-            }
-        }
-        out[..4].copy_from_slice(&set.to_ne_bytes());
-        out
-    }
-}
-
-/// The limit a resource-limit failure detail of the supervisor (1–3)
-/// stands for.
-pub(crate) fn rlimit_kind(detail: i32) -> Option<LimitKind> {
-    match detail {
-        1 => Some(LimitKind::Cpu),
-        2 => Some(LimitKind::FileSize),
-        3 => Some(LimitKind::OpenFiles),
-        _ => None,
-    }
-}
-
 /// One command's groups: made before its spawn, entered by its process
 /// (through the `cgroup.procs` descriptors) before exec.
 pub(crate) struct CommandGroup {
@@ -534,16 +507,25 @@ pub(crate) fn cause(
     }
 }
 
+/// What the supervisor says a command's process could not apply: one of
+/// its resource limits, or the group at this index among those it was
+/// handed (decoded from the wire by `launch::wire`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unapplied {
+    Rlimit(LimitKind),
+    Group(usize),
+    Unknown,
+}
+
 /// The error for a limit (or the loopback group) the command's own
-/// process could not apply: `detail` is the supervisor's (1–3 a resource
-/// limit, 4 and up the `detail - 4`th group it was handed).
-pub(crate) fn apply_failed(detail: i32, errno: i32, group: Option<&CommandGroup>) -> DshError {
+/// process could not apply.
+pub(crate) fn apply_failed(what: Unapplied, errno: i32, group: Option<&CommandGroup>) -> DshError {
     let err = io::Error::from_raw_os_error(errno);
     let why = format!("the command's process could not apply it: {err}");
-    let kind = match detail {
-        1..=3 => rlimit_kind(detail).map(GroupKind::Limit),
-        d if d >= 4 => group.and_then(|g| g.kind_at((d - 4) as usize)),
-        _ => None,
+    let kind = match what {
+        Unapplied::Rlimit(kind) => Some(GroupKind::Limit(kind)),
+        Unapplied::Group(i) => group.and_then(|g| g.kind_at(i)),
+        Unapplied::Unknown => None,
     };
     match kind {
         Some(GroupKind::Limit(kind)) => unavailable(kind, why),
@@ -572,19 +554,6 @@ mod tests {
         let ro = mountinfo.replace("rw,relatime shared:9", "ro,relatime shared:9");
         let e = own_group(&ro, cgroups, "memory", false).unwrap_err();
         assert!(e.contains("read-only"), "{e}");
-    }
-
-    #[test]
-    fn the_rlimit_wire_form_marks_what_is_set() {
-        let w = Rlimits {
-            cpu: Some(2),
-            fsize: None,
-            nofile: Some(64),
-        }
-        .wire();
-        assert_eq!(u32::from_ne_bytes(w[..4].try_into().unwrap()), 0b101);
-        assert_eq!(u64::from_ne_bytes(w[8..16].try_into().unwrap()), 2);
-        assert_eq!(u64::from_ne_bytes(w[24..32].try_into().unwrap()), 64);
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub(crate) mod pty;
 pub(crate) mod spawn;
 pub(crate) mod supervisor;
 pub(crate) mod tree;
+pub(crate) mod wire;
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -18,8 +19,9 @@ use crate::confine::governor::{self, CommandGroup};
 use crate::launch::env::{child_environment, path_of, terminal_environment, HostEnv};
 use crate::launch::pty::Pty;
 use crate::launch::spawn::{find_program, find_shell, Pipes, Spawned};
-use crate::launch::supervisor::{ChildFds, Leader, Program, Slot, SpawnError, StartFailed, Step};
+use crate::launch::supervisor::{ChildFds, Leader, Program, Slot, StartFailed};
 use crate::launch::tree::{sweep, TagMatch};
+use crate::launch::wire::{SpawnError, Step};
 use crate::spec::error::{errno_name, DshError, Result, SpawnFailure};
 use crate::spec::request::Spec;
 use crate::spec::sandbox::{NetworkPolicy, SandboxPolicy};
@@ -244,7 +246,7 @@ fn failed(
             step: Step::Limits,
             errno,
             detail,
-        } => governor::apply_failed(detail, errno, group),
+        } => governor::apply_failed(crate::launch::wire::unapplied(detail), errno, group),
         SpawnError::Failed { errno, .. } => spawn_error(std::io::Error::from_raw_os_error(errno), workdir),
     }
 }

@@ -34,114 +34,12 @@ use tokio::io::Interest;
 
 use crate::host::forked::{current_pid, PerProcess};
 use crate::launch::clone_exec::clone_exec_fd;
-use crate::launch::ending::ExitStatus;
 use crate::launch::env::Envp;
+use crate::launch::wire::*;
 use crate::sys::{cvt, pipe, set_nonblocking};
 
 /// The supervisor program, compiled by `build.rs`.
 static PROGRAM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/dsh-supervisor"));
-
-// The wire protocol; keep in step with supervisor.c.
-const OP_SPAWN: u32 = 1;
-const OP_SHUTDOWN: u32 = 2;
-const OP_RELEASES: u32 = 3;
-const FLAG_STDIN: u32 = 1;
-const FLAG_RULESET: u32 = 2;
-const FLAG_INLINE: u32 = 4;
-/// A `cgroup.procs` descriptor the command writes itself into: up to three
-/// groups (the v1 `memory` and `pids` ones of its limits, the v2 one of
-/// `network: loopback`), in that order.
-const FLAG_CGROUP1: u32 = 8;
-const FLAG_CGROUP2: u32 = 16;
-const FLAG_CGROUP3: u32 = 128;
-/// `struct limits` opens the payload's body.
-const FLAG_RLIMITS: u32 = 32;
-/// A seccomp filter (`u32 count, u32 pad`, then `count` BPF instructions)
-/// comes next in the payload's body (after the limits).
-const FLAG_SECCOMP: u32 = 64;
-/// The largest payload sent in the request's own message (MAX_INLINE).
-const MAX_INLINE: usize = 32 << 10;
-/// The stdin is a pseudo-terminal's slave, which the command makes its
-/// controlling terminal (a terminal session).
-const FLAG_TERMINAL: u32 = 256;
-/// SPAWNED is held back until just before EXITED, or a few milliseconds.
-const FLAG_DEFER_SPAWNED: u32 = 512;
-const R_SPAWNED: i32 = 1;
-const R_FAILED: i32 = 2;
-const R_EXITED: i32 = 3;
-/// At most nine descriptors travel with a request.
-const MAX_FDS: usize = 9;
-
-/// A request on the control socket.
-#[repr(C)]
-struct Header {
-    op: u32,
-    flags: u32,
-}
-
-const SHUTDOWN: Header = Header {
-    op: OP_SHUTDOWN,
-    flags: 0,
-};
-
-/// A reply on a command's report pipe: four native-endian i32s.
-const REPLY: usize = 16;
-
-fn decode(bytes: &[u8; REPLY]) -> [i32; 4] {
-    let word = |i: usize| i32::from_ne_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
-    [word(0), word(4), word(8), word(12)]
-}
-
-/// Which step of starting a command failed in the supervisor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Step {
-    Session,
-    Stdio,
-    Workdir,
-    Confine,
-    Exec,
-    Request,
-    Clone,
-    /// Entering the command's cgroups or setting its resource limits.
-    Limits,
-    /// Installing the network filter.
-    Network,
-    /// Making the pseudo-terminal the controlling terminal.
-    Terminal,
-    Unknown,
-}
-
-impl Step {
-    fn from_wire(step: i32) -> Step {
-        match step {
-            1 => Step::Session,
-            2 => Step::Stdio,
-            3 => Step::Workdir,
-            4 => Step::Confine,
-            5 => Step::Exec,
-            6 => Step::Request,
-            7 => Step::Clone,
-            8 => Step::Limits,
-            9 => Step::Network,
-            10 => Step::Terminal,
-            _ => Step::Unknown,
-        }
-    }
-}
-
-/// Why a command did not start.
-#[derive(Debug)]
-pub(crate) enum SpawnError {
-    /// The supervisor tried: `step` failed with `errno` (`detail`: which
-    /// limit, for [`Step::Limits`]). Nothing runs.
-    Failed { step: Step, errno: i32, detail: i32 },
-    /// The request never reached the supervisor (it has ended): nothing
-    /// runs, and a new supervisor may be asked.
-    Unreachable(io::Error),
-    /// Anything else: a local resource, or the supervisor ended while
-    /// starting the command.
-    Io(io::Error),
-}
 
 fn socketpair(kind: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as RawFd; 2];
@@ -280,98 +178,6 @@ impl Releaser {
             // A full pipe (the supervisor is gone or stalled) leaves the close.
             let _ = write_all(&self.pipe.write, &pid.to_ne_bytes());
         }
-    }
-}
-
-/// What the supervisor reported on a command's report pipe.
-fn exit_status(code: i32, status: i32) -> ExitStatus {
-    match code {
-        libc::CLD_EXITED => ExitStatus::Code(status),
-        libc::CLD_KILLED | libc::CLD_DUMPED => ExitStatus::Signal(status),
-        _ => ExitStatus::Unavailable,
-    }
-}
-
-/// One message of a command's report pipe.
-#[derive(Debug)]
-pub(crate) enum Report {
-    /// The leader runs: its pid.
-    Spawned(libc::pid_t),
-    /// It did not start (nothing runs).
-    Failed(SpawnError),
-    /// The leader exited (it stays unreaped until released).
-    Exited(ExitStatus),
-    /// End of file before the leader's exit was reported: the supervisor
-    /// itself was killed.
-    Ended,
-}
-
-/// The messages of a report pipe, read as they arrive (non-blocking).
-#[derive(Default)]
-pub(crate) struct ReportReader {
-    buf: [u8; REPLY],
-    got: usize,
-}
-
-impl ReportReader {
-    /// Reads the next message; `WouldBlock` while it has not come whole.
-    pub(crate) fn read(&mut self, fd: RawFd) -> io::Result<Report> {
-        loop {
-            // SAFETY: the range written is inside `self.buf`.
-            let n = unsafe { libc::read(fd, self.buf[self.got..].as_mut_ptr().cast(), REPLY - self.got) };
-            if n == 0 {
-                return Ok(Report::Ended);
-            }
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            self.got += n as usize;
-            if self.got == REPLY {
-                self.got = 0;
-                return Ok(decode_report(decode(&self.buf)));
-            }
-        }
-    }
-
-    /// Blocks (in `poll`) until the leader's exit has been reported; calls
-    /// `on_spawned` with its pid if that comes first.
-    pub(crate) fn wait(&mut self, fd: RawFd, mut on_spawned: impl FnMut(libc::pid_t)) -> ExitStatus {
-        loop {
-            match self.read(fd) {
-                Ok(Report::Spawned(pid)) => on_spawned(pid),
-                Ok(Report::Exited(status)) => return status,
-                Ok(Report::Failed(_) | Report::Ended) => return ExitStatus::Unavailable,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    let mut pfd = libc::pollfd {
-                        fd,
-                        events: libc::POLLIN,
-                        revents: 0,
-                    };
-                    // SAFETY: one valid pollfd.
-                    unsafe { libc::poll(&mut pfd, 1, -1) };
-                }
-                Err(_) => return ExitStatus::Unavailable,
-            }
-        }
-    }
-}
-
-fn decode_report(words: [i32; 4]) -> Report {
-    match words {
-        [R_SPAWNED, pid, ..] => Report::Spawned(pid),
-        [R_FAILED, step, errno, detail] => Report::Failed(SpawnError::Failed {
-            step: Step::from_wire(step),
-            errno,
-            detail,
-        }),
-        [R_EXITED, code, status, _] => Report::Exited(exit_status(code, status)),
-        _ => Report::Failed(SpawnError::Io(io::Error::other(
-            "unexpected reply from the dsh supervisor",
-        ))),
     }
 }
 
@@ -518,7 +324,7 @@ impl Supervisor {
         let mut extra = Vec::new();
         if let Some(r) = &fds.rlimits {
             flags |= FLAG_RLIMITS;
-            extra.extend_from_slice(&r.wire());
+            extra.extend_from_slice(&limits_bytes(r));
         }
         if let Some(bpf) = &fds.seccomp {
             flags |= FLAG_SECCOMP;
@@ -835,6 +641,7 @@ impl Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::launch::ending::ExitStatus;
     use std::time::{Duration, Instant};
 
     /// Waits up to `ms` for `fd` to be readable.

@@ -1,0 +1,235 @@
+//! The supervisor's wire format: requests on the control socket, the
+//! payload of a spawn, and the replies on a command's report pipe
+//! (core/supervisor/supervisor.c describes each message). Every code and
+//! size both sides use is defined once, in `wire_codes.rs`: `build.rs`
+//! writes them into `wire.h`, which the supervisor includes, and this
+//! module makes them constants, so the two cannot drift.
+
+use std::io;
+use std::os::fd::RawFd;
+
+use crate::confine::governor::{Rlimits, Unapplied};
+use crate::launch::ending::ExitStatus;
+use crate::spec::limits::LimitKind;
+
+macro_rules! wire {
+    ($($(#[$meta:meta])* $name:ident: $ty:ty = $value:expr;)*) => {
+        $($(#[$meta])* #[allow(dead_code)] pub(crate) const $name: $ty = $value;)*
+    };
+}
+include!("wire_codes.rs");
+
+/// A request on the control socket.
+#[repr(C)]
+pub(crate) struct Header {
+    pub op: u32,
+    pub flags: u32,
+}
+
+pub(crate) const SHUTDOWN: Header = Header {
+    op: OP_SHUTDOWN,
+    flags: 0,
+};
+
+/// A reply on a command's report pipe: four native-endian i32s.
+pub(crate) const REPLY: usize = REPLY_SIZE;
+
+pub(crate) fn decode(bytes: &[u8; REPLY]) -> [i32; 4] {
+    let word = |i: usize| i32::from_ne_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+    [word(0), word(4), word(8), word(12)]
+}
+
+/// Which step of starting a command failed in the supervisor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    Session,
+    Stdio,
+    Workdir,
+    Confine,
+    Exec,
+    Request,
+    Clone,
+    /// Entering the command's cgroups or setting its resource limits.
+    Limits,
+    /// Installing the network filter.
+    Network,
+    /// Making the pseudo-terminal the controlling terminal.
+    Terminal,
+    Unknown,
+}
+
+impl Step {
+    fn from_wire(step: i32) -> Step {
+        match step {
+            STEP_SESSION => Step::Session,
+            STEP_STDIO => Step::Stdio,
+            STEP_WORKDIR => Step::Workdir,
+            STEP_CONFINE => Step::Confine,
+            STEP_EXEC => Step::Exec,
+            STEP_REQUEST => Step::Request,
+            STEP_CLONE => Step::Clone,
+            STEP_LIMITS => Step::Limits,
+            STEP_NETWORK => Step::Network,
+            STEP_TERMINAL => Step::Terminal,
+            _ => Step::Unknown,
+        }
+    }
+}
+
+/// Why a command did not start.
+#[derive(Debug)]
+pub(crate) enum SpawnError {
+    /// The supervisor tried: `step` failed with `errno` (`detail`: which
+    /// limit, for [`Step::Limits`]). Nothing runs.
+    Failed { step: Step, errno: i32, detail: i32 },
+    /// The request never reached the supervisor (it has ended): nothing
+    /// runs, and a new supervisor may be asked.
+    Unreachable(io::Error),
+    /// Anything else: a local resource, or the supervisor ended while
+    /// starting the command.
+    Io(io::Error),
+}
+
+/// What the supervisor reported on a command's report pipe.
+pub(crate) fn exit_status(code: i32, status: i32) -> ExitStatus {
+    match code {
+        libc::CLD_EXITED => ExitStatus::Code(status),
+        libc::CLD_KILLED | libc::CLD_DUMPED => ExitStatus::Signal(status),
+        _ => ExitStatus::Unavailable,
+    }
+}
+
+/// One message of a command's report pipe.
+#[derive(Debug)]
+pub(crate) enum Report {
+    /// The leader runs: its pid.
+    Spawned(libc::pid_t),
+    /// It did not start (nothing runs).
+    Failed(SpawnError),
+    /// The leader exited (it stays unreaped until released).
+    Exited(ExitStatus),
+    /// End of file before the leader's exit was reported: the supervisor
+    /// itself was killed.
+    Ended,
+}
+
+/// The messages of a report pipe, read as they arrive (non-blocking).
+#[derive(Default)]
+pub(crate) struct ReportReader {
+    buf: [u8; REPLY],
+    got: usize,
+}
+
+impl ReportReader {
+    /// Reads the next message; `WouldBlock` while it has not come whole.
+    pub(crate) fn read(&mut self, fd: RawFd) -> io::Result<Report> {
+        loop {
+            // SAFETY: the range written is inside `self.buf`.
+            let n = unsafe { libc::read(fd, self.buf[self.got..].as_mut_ptr().cast(), REPLY - self.got) };
+            if n == 0 {
+                return Ok(Report::Ended);
+            }
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            self.got += n as usize;
+            if self.got == REPLY {
+                self.got = 0;
+                return Ok(decode_report(decode(&self.buf)));
+            }
+        }
+    }
+
+    /// Blocks (in `poll`) until the leader's exit has been reported; calls
+    /// `on_spawned` with its pid if that comes first.
+    pub(crate) fn wait(&mut self, fd: RawFd, mut on_spawned: impl FnMut(libc::pid_t)) -> ExitStatus {
+        loop {
+            match self.read(fd) {
+                Ok(Report::Spawned(pid)) => on_spawned(pid),
+                Ok(Report::Exited(status)) => return status,
+                Ok(Report::Failed(_) | Report::Ended) => return ExitStatus::Unavailable,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let mut pfd = libc::pollfd {
+                        fd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    // SAFETY: one valid pollfd.
+                    unsafe { libc::poll(&mut pfd, 1, -1) };
+                }
+                Err(_) => return ExitStatus::Unavailable,
+            }
+        }
+    }
+}
+
+pub(crate) fn decode_report(words: [i32; 4]) -> Report {
+    match words {
+        [R_SPAWNED, pid, ..] => Report::Spawned(pid),
+        [R_FAILED, step, errno, detail] => Report::Failed(SpawnError::Failed {
+            step: Step::from_wire(step),
+            errno,
+            detail,
+        }),
+        [R_EXITED, code, status, _] => Report::Exited(exit_status(code, status)),
+        _ => Report::Failed(SpawnError::Io(io::Error::other(
+            "unexpected reply from the dsh supervisor",
+        ))),
+    }
+}
+
+/// `struct limits` of a spawn's payload: `{ u32 set; u32 pad; u64 cpu,
+/// fsize, nofile; }`, native-endian; bit i of `set` marks field i.
+pub(crate) fn limits_bytes(limits: &Rlimits) -> [u8; LIMITS_SIZE] {
+    let mut out = [0u8; LIMITS_SIZE];
+    let mut set = 0u32;
+    for (i, v) in [limits.cpu, limits.fsize, limits.nofile].into_iter().enumerate() {
+        if let Some(v) = v {
+            set |= 1 << i;
+            out[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_ne_bytes());
+        }
+    }
+    out[..4].copy_from_slice(&set.to_ne_bytes());
+    out
+}
+
+/// The detail of a STEP_LIMITS failure: which resource limit, or which of
+/// the groups passed.
+pub(crate) fn unapplied(detail: i32) -> Unapplied {
+    match detail {
+        LIMIT_CPU => Unapplied::Rlimit(LimitKind::Cpu),
+        LIMIT_FSIZE => Unapplied::Rlimit(LimitKind::FileSize),
+        LIMIT_NOFILE => Unapplied::Rlimit(LimitKind::OpenFiles),
+        d if d >= LIMIT_GROUP => Unapplied::Group((d - LIMIT_GROUP) as usize),
+        _ => Unapplied::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rlimit_wire_form_marks_what_is_set() {
+        let w = limits_bytes(&Rlimits {
+            cpu: Some(2),
+            fsize: None,
+            nofile: Some(64),
+        });
+        assert_eq!(u32::from_ne_bytes(w[..4].try_into().unwrap()), 0b101);
+        assert_eq!(u64::from_ne_bytes(w[8..16].try_into().unwrap()), 2);
+        assert_eq!(u64::from_ne_bytes(w[24..32].try_into().unwrap()), 64);
+    }
+
+    #[test]
+    fn a_limits_failure_names_the_limit_or_the_group() {
+        assert_eq!(unapplied(LIMIT_CPU), Unapplied::Rlimit(LimitKind::Cpu));
+        assert_eq!(unapplied(LIMIT_NOFILE), Unapplied::Rlimit(LimitKind::OpenFiles));
+        assert_eq!(unapplied(LIMIT_GROUP + 2), Unapplied::Group(2));
+        assert_eq!(unapplied(0), Unapplied::Unknown);
+    }
+}

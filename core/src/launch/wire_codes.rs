@@ -1,0 +1,64 @@
+// The one definition of the supervisor's wire codes and sizes. It is
+// included twice: by launch/wire.rs (as Rust constants) and by build.rs,
+// which writes them as `#define`s into `wire.h` for supervisor.c. Each
+// entry is `NAME: rust_type = value;`; only whole numbers.
+wire! {
+    // Requests on the control socket (`struct request { op, flags }`).
+    OP_SPAWN: u32 = 1;
+    OP_SHUTDOWN: u32 = 2;
+    OP_RELEASES: u32 = 3;
+    // A spawn's flags.
+    FLAG_STDIN: u32 = 1;
+    FLAG_RULESET: u32 = 2;
+    /// The payload follows the request in the same message.
+    FLAG_INLINE: u32 = 4;
+    /// A `cgroup.procs` descriptor the command writes itself into: up to
+    /// three groups (the v1 `memory` and `pids` ones of its limits, the v2
+    /// one of `network: loopback`), in that order.
+    FLAG_CGROUP1: u32 = 8;
+    FLAG_CGROUP2: u32 = 16;
+    /// `struct limits` opens the payload's body.
+    FLAG_RLIMITS: u32 = 32;
+    /// A seccomp filter (`u32 count, u32 pad`, then `count` BPF
+    /// instructions) comes next in the payload's body (after the limits).
+    FLAG_SECCOMP: u32 = 64;
+    FLAG_CGROUP3: u32 = 128;
+    /// The stdin is a pseudo-terminal's slave, which the command makes its
+    /// controlling terminal (a terminal session).
+    FLAG_TERMINAL: u32 = 256;
+    /// SPAWNED is held back until just before EXITED, or DEFER_MS.
+    FLAG_DEFER_SPAWNED: u32 = 512;
+    // Replies on a command's report pipe (`struct reply { kind, a, b, c }`).
+    R_SPAWNED: i32 = 1;
+    R_FAILED: i32 = 2;
+    R_EXITED: i32 = 3;
+    // The step of a start that failed (R_FAILED's `a`).
+    STEP_SESSION: i32 = 1;
+    STEP_STDIO: i32 = 2;
+    STEP_WORKDIR: i32 = 3;
+    STEP_CONFINE: i32 = 4;
+    STEP_EXEC: i32 = 5;
+    STEP_REQUEST: i32 = 6;
+    STEP_CLONE: i32 = 7;
+    STEP_LIMITS: i32 = 8;
+    STEP_NETWORK: i32 = 9;
+    STEP_TERMINAL: i32 = 10;
+    // STEP_LIMITS's detail (R_FAILED's `c`): which resource limit, or which
+    // group (LIMIT_GROUP + its index among the groups passed).
+    LIMIT_CPU: i32 = 1;
+    LIMIT_FSIZE: i32 = 2;
+    LIMIT_NOFILE: i32 = 3;
+    LIMIT_GROUP: i32 = 4;
+    /// At most this many descriptors travel with a request.
+    MAX_FDS: usize = 9;
+    /// The largest payload sent in the request's own message.
+    MAX_INLINE: usize = 32768;
+    /// How long SPAWNED may be held back (FLAG_DEFER_SPAWNED), in ms.
+    DEFER_MS: u32 = 5;
+    // The sizes of the structs both sides lay out (checked by the C
+    // compiler against supervisor.c's structs).
+    REQUEST_SIZE: usize = 8;
+    PAYLOAD_SIZE: usize = 16;
+    REPLY_SIZE: usize = 16;
+    LIMITS_SIZE: usize = 32;
+}
