@@ -8,7 +8,8 @@ use std::path::PathBuf;
 /// What a program linking libdsh.a needs besides it: `rustc --print
 /// native-static-libs` for a staticlib on x86_64-unknown-linux-gnu, less the
 /// `-lc` every C compiler adds (scripts/install copies this line into the
-/// installed dsh.pc).
+/// installed dsh.pc; docs/requirements.md quotes it, which
+/// scripts/test-packages checks).
 const LIBS_PRIVATE: &str = "-lgcc_s -lutil -lrt -lpthread -lm -ldl";
 
 fn main() {
