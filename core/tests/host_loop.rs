@@ -369,3 +369,36 @@ fn a_run_on_the_hosts_loop_has_reaped_its_leader_when_it_settles() {
         );
     }
 }
+
+#[test]
+fn the_timeouts_sigterm_reaches_the_command_while_the_host_thread_is_busy() {
+    // The SIGTERM of a stop waits for the leader's pid, which comes on the
+    // report pipe: a busy host that never dispatches must not hold it back
+    // until the SIGKILL (a TERM trap would never run).
+    let exec = executor_with(|c| c.grace_ms = n(2_000));
+    let host = Host::new();
+    let marker = format!("hostloop-term-{}", std::process::id());
+    let mut req = Request::new(format!(
+        "trap 'echo got-term; exit 7' TERM; sleep 30 & wait; echo {marker}"
+    ));
+    req.timeout_ms = n(300);
+    let mut run = exec
+        .run_on(&host.host, &exec.resolve(req).unwrap(), None)
+        .unwrap();
+    polled_until_started(&host, &mut run, &marker);
+    // Busy for longer than the timeout: the trap ends the command.
+    assert!(
+        eventually(Duration::from_secs(1) + Duration::from_millis(800), || pgrep(
+            &marker
+        ) == 0),
+        "the timeout's SIGTERM did not reach the command while the host was busy"
+    );
+    let (r, _) = host.drive(run, Duration::from_secs(10));
+    let r = r.unwrap();
+    assert!(r.timed_out, "{r:?}");
+    assert_eq!(
+        (r.exit_code, r.stdout.text.as_str()),
+        (Some(7), "got-term\n"),
+        "{r:?}"
+    );
+}

@@ -30,6 +30,7 @@ use crate::host::cancel::CancelToken;
 use crate::host::forked::current_pid;
 use crate::host::runtime;
 use crate::spec::error::{DshError, Result};
+use crate::sys::lock;
 
 /// One host thread's reactor. Made and used on that thread only.
 pub struct HostLoop {
@@ -116,10 +117,6 @@ impl RunShared {
             self.wake_host();
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl HostLoop {

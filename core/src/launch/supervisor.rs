@@ -25,7 +25,6 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::mem::size_of;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{mpsc, Arc, Mutex};
 
@@ -36,106 +35,10 @@ use crate::host::forked::{current_pid, PerProcess};
 use crate::launch::clone_exec::clone_exec_fd;
 use crate::launch::env::Envp;
 use crate::launch::wire::*;
-use crate::sys::{cvt, pipe, set_nonblocking};
+use crate::sys::{pipe, set_nonblocking};
 
 /// The supervisor program, compiled by `build.rs`.
 static PROGRAM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/dsh-supervisor"));
-
-fn socketpair(kind: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: `fds` has room for the two descriptors socketpair writes.
-    cvt(unsafe { libc::socketpair(libc::AF_UNIX, kind | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) })?;
-    // SAFETY: socketpair succeeded: both descriptors are fresh and ours.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
-/// `write(2)` of all of `bytes`, retried on EINTR.
-fn write_all(fd: &OwnedFd, mut bytes: &[u8]) -> io::Result<()> {
-    while !bytes.is_empty() {
-        // SAFETY: `bytes` is valid for reads of its length.
-        let n = unsafe { libc::write(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        bytes = &bytes[n as usize..];
-    }
-    Ok(())
-}
-
-/// Sends `header`, then `rest`, with `fds` attached (SCM_RIGHTS) as one
-/// message.
-fn send_with_fds(fd: &OwnedFd, header: &Header, rest: &[u8], fds: &[RawFd]) -> io::Result<()> {
-    debug_assert!(fds.len() <= MAX_FDS);
-    // Room for MAX_FDS descriptors, aligned for a cmsghdr.
-    let mut control = [0u64; 8];
-    const _: () = assert!(MAX_FDS * 4 + 16 <= 64, "control has room for MAX_FDS descriptors");
-    let fd_bytes = std::mem::size_of_val(fds);
-    let mut iov = [
-        libc::iovec {
-            iov_base: (header as *const Header).cast_mut().cast(),
-            iov_len: size_of::<Header>(),
-        },
-        libc::iovec {
-            iov_base: rest.as_ptr().cast_mut().cast(),
-            iov_len: rest.len(),
-        },
-    ];
-    // SAFETY: a zeroed msghdr is valid (null pointers, zero lengths); the
-    // CMSG_* macros compute sizes and walk `control`, which is big enough
-    // for one cmsghdr carrying MAX_FDS ints (CMSG_SPACE(20) = 40 bytes
-    // here, `control` has 64) and 8-byte aligned; `iov`, `header` and
-    // `rest` live across the call; sendmsg only reads them.
-    let r = unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = iov.as_mut_ptr();
-        msg.msg_iovlen = iov.len() as _;
-        if !fds.is_empty() {
-            msg.msg_control = control.as_mut_ptr().cast();
-            msg.msg_controllen = libc::CMSG_SPACE(fd_bytes as u32) as _;
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            (*cmsg).cmsg_level = libc::SOL_SOCKET;
-            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes as u32) as _;
-            std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(cmsg), fd_bytes);
-        }
-        loop {
-            let r = libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
-            if r >= 0 || *libc::__errno_location() != libc::EINTR {
-                break r;
-            }
-        }
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-/// Reads one reply, blocking; `None` at end of file (the supervisor ended).
-fn recv_reply(fd: &OwnedFd) -> io::Result<Option<[i32; 4]>> {
-    let mut buf = [0u8; REPLY];
-    let mut got = 0;
-    while got < REPLY {
-        // SAFETY: the range written is inside `buf`.
-        let n = unsafe { libc::read(fd.as_raw_fd(), buf[got..].as_mut_ptr().cast(), REPLY - got) };
-        match n {
-            0 => return Ok(None),
-            n if n > 0 => got += n as usize,
-            _ => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-        }
-    }
-    Ok(Some(decode(&buf)))
-}
 
 /// A command's leader, started by the supervisor: its pid, the pipe on
 /// which the supervisor reports its exit, and what releases it.

@@ -319,6 +319,7 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int)]) -> Vec<usize> {
             })
         })
         .collect();
+    let pinned = ancestors_first(pinned, |t| t.pid, |t| t.parent);
     let mut hits = vec![0; requests.len()];
     for (i, ((m, sig), selected)) in requests.iter().zip(&selections).enumerate() {
         let mine = |t: &Target| t.tag.as_deref().is_some_and(|tag| m.matches(tag));
@@ -345,6 +346,32 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int)]) -> Vec<usize> {
         }
     }
     hits
+}
+
+/// `targets` with every process before its descendants among them: a
+/// parent signalled after its child could see the child die and go on (a
+/// shell runs its next command) before its own signal lands.
+fn ancestors_first<T>(
+    mut targets: Vec<T>,
+    pid: impl Fn(&T) -> libc::pid_t,
+    parent: impl Fn(&T) -> Option<libc::pid_t>,
+) -> Vec<T> {
+    let parents: HashMap<libc::pid_t, Option<libc::pid_t>> =
+        targets.iter().map(|t| (pid(t), parent(t))).collect();
+    let depth = |mut at: libc::pid_t| {
+        let mut depth = 0;
+        while let Some(&Some(up)) = parents.get(&at) {
+            // A loop in a racy snapshot must not loop here.
+            if !parents.contains_key(&up) || depth > parents.len() {
+                break;
+            }
+            depth += 1;
+            at = up;
+        }
+        depth
+    };
+    targets.sort_by_cached_key(|t| depth(pid(t)));
+    targets
 }
 
 /// How many SIGKILL rescans a request gets while they keep finding someone:
@@ -432,6 +459,27 @@ pub(crate) async fn sweep_counted(matcher: TagMatch, sig: libc::c_int) -> Swept 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_parent_is_signalled_before_its_descendants() {
+        // (pid, parent): 30 under 20 under 10; 40 under 30; 50 alone.
+        let targets = vec![
+            (40, Some(30)),
+            (30, Some(20)),
+            (50, Some(1)),
+            (20, Some(10)),
+            (10, Some(1)),
+        ];
+        let order: Vec<i32> = ancestors_first(targets, |t| t.0, |t| t.1)
+            .iter()
+            .map(|t| t.0)
+            .collect();
+        let at = |p: i32| order.iter().position(|&x| x == p).unwrap();
+        assert!(at(10) < at(20) && at(20) < at(30) && at(30) < at(40), "{order:?}");
+        // A cycle (a recycled pid in a racy snapshot) still ends.
+        let cycle = vec![(1, Some(2)), (2, Some(1))];
+        assert_eq!(ancestors_first(cycle, |t| t.0, |t| t.1).len(), 2);
+    }
 
     #[test]
     fn tag_is_found_only_as_a_whole_variable() {

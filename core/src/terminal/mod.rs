@@ -6,6 +6,9 @@
 //! to it, and the whole-tree guarantees of commands apply to the session.
 
 pub(crate) mod foreground;
+mod session;
+
+pub(crate) use session::{start, Started};
 
 use std::collections::VecDeque;
 use std::io;
@@ -13,26 +16,22 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::io::unix::AsyncFd;
-use tokio::io::Interest;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
-use tokio::time::{sleep_until, Instant};
+use tokio::time::Instant;
 
 use crate::host::callbacks;
 use crate::host::forked;
 use crate::host::runtime;
 use crate::launch::ending::ExitFields;
-use crate::launch::ending::ExitStatus;
 use crate::launch::pty;
-use crate::launch::supervisor::Releaser;
-use crate::launch::tree::{group_in_stat, session_in_stat, sweep, sweep_counted, TagMatch};
-use crate::launch::wire::ReportReader;
+use crate::launch::tree::{group_in_stat, session_in_stat, sweep_counted, TagMatch};
 use crate::spec::config::Num;
 use crate::spec::error::{DshError, Field, FieldName, Result, Scope};
 use crate::spec::terminal::{dimension, TerminalSignal};
+use crate::sys::lock;
 use crate::sys::pidfd_open;
 use crate::watch::output::incomplete_suffix;
-use crate::watch::supervise::{finish_stop, read_exit, signal_tree, watch as register, Stop};
+use crate::watch::supervise::Stop;
 
 const CHUNK: usize = 64 * 1024;
 
@@ -188,10 +187,6 @@ impl std::fmt::Debug for Terminal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Terminal").field("pid", &self.shared.pid).finish()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn closed(what: &str) -> DshError {
@@ -643,330 +638,6 @@ async fn end_leftovers(tag: &str, grace: Duration) -> u32 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     sweep_counted(TagMatch::command(tag), libc::SIGKILL).await.last as u32
-}
-
-/// What [`start`] needs from the executor.
-pub(crate) struct Started {
-    pub pid: libc::pid_t,
-    pub report: OwnedFd,
-    pub releaser: Releaser,
-    pub master: OwnedFd,
-    /// A copy of `master`, made before the spawn (so that nothing can fail
-    /// once the program runs).
-    pub control: OwnedFd,
-    pub rdev: libc::dev_t,
-    pub tag: String,
-    pub grace: Duration,
-    pub max_output_bytes: u64,
-}
-
-/// Makes the handle of a started session and spawns its task on the core's
-/// runtime; `stop` completes when the executor is disposed, `guard` lives as
-/// long as the task (dispose waits for it).
-pub(crate) fn start<G: Send + 'static>(
-    started: Started,
-    disposing: impl std::future::Future<Output = ()> + Send + 'static,
-    guard: G,
-) -> Terminal {
-    let (writes, write_rx) = mpsc::unbounded_channel();
-    let shared = Arc::new(Shared {
-        host_pid: forked::current_pid(),
-        pid: started.pid,
-        tag: started.tag,
-        grace: started.grace,
-        control: Mutex::new(Some(started.control)),
-        rdev: started.rdev,
-        state: Mutex::new(State {
-            exited: false,
-            ending: ExitFields::default(),
-            finished: false,
-            stopped: false,
-            survivors: 0,
-            exit_waiters: Vec::new(),
-        }),
-        exited_cv: Condvar::new(),
-        exited_tx: watch::channel(false).0,
-        finished_tx: watch::channel(false).0,
-        output: Mutex::new(Output {
-            bytes: VecDeque::new(),
-            cap: usize::try_from(started.max_output_bytes)
-                .unwrap_or(usize::MAX)
-                .max(4),
-            ended: false,
-        }),
-        output_cv: Condvar::new(),
-        output_tx: watch::channel(0).0,
-        room: Notify::new(),
-        writes,
-        write_gate: Arc::new(Mutex::new(0)),
-        stop_tx: watch::channel(None).0,
-        terminated: tokio::sync::Mutex::new(None),
-    });
-    let terminal = Terminal { shared };
-    let task = terminal.clone();
-    let (master, report, releaser) = (started.master, started.report, started.releaser);
-    runtime::handle().spawn(async move {
-        let _guard = guard;
-        task.run(master, report, releaser, write_rx, disposing).await;
-    });
-    terminal
-}
-
-enum Event {
-    Read(io::Result<usize>),
-    Room,
-    Write(Option<WriteRequest>),
-    Wrote(io::Result<usize>),
-    Exited(ExitStatus),
-    Stop(Stop),
-    KillNow,
-    DrainOver,
-}
-
-/// Reads what is available into the output (at most its room).
-async fn read_some(fd: &AsyncFd<OwnedFd>, shared: &Shared, buf: &mut [u8]) -> io::Result<usize> {
-    loop {
-        let mut guard = fd.readable().await?;
-        match guard.try_io(|fd| {
-            // SAFETY: `buf` is valid for writes of its length.
-            let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if n < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let n = n as usize;
-            if n > 0 {
-                lock(&shared.output).bytes.extend(&buf[..n]);
-                shared.output_cv.notify_all();
-                shared.output_tx.send_modify(|v| *v += 1);
-            }
-            Ok(n)
-        }) {
-            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Ok(r) => return r,
-            Err(_would_block) => continue,
-        }
-    }
-}
-
-async fn write_some(fd: &AsyncFd<OwnedFd>, bytes: &[u8]) -> io::Result<usize> {
-    loop {
-        let mut guard = fd.writable().await?;
-        match guard.try_io(|fd| {
-            // SAFETY: `bytes` is valid for reads of its length.
-            let n = unsafe { libc::write(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
-            if n < 0 {
-                Err(io::Error::last_os_error())
-            } else if n == 0 && !bytes.is_empty() {
-                // Nothing taken is "not now": a pty master can report
-                // itself writable while its program reads nothing. As
-                // WouldBlock, the readiness is cleared until the next edge.
-                Err(io::ErrorKind::WouldBlock.into())
-            } else {
-                Ok(n as usize)
-            }
-        }) {
-            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Ok(Ok(0)) | Err(_) => {
-                // Back to the session's loop, which looks at a stop first:
-                // a write the program never reads must not keep it deaf.
-                tokio::task::yield_now().await;
-                return Ok(0);
-            }
-            Ok(r) => return r,
-        }
-    }
-}
-
-impl Terminal {
-    /// Signals the session: a hangup (what closing a terminal sends) and
-    /// SIGTERM, or SIGKILL.
-    fn signal_session(&self, lost: bool, sig: libc::c_int, with_sweep: bool) {
-        let (pid, tag) = (self.shared.pid, self.shared.tag.as_str());
-        let sigs: &[libc::c_int] = if sig == libc::SIGKILL {
-            &[libc::SIGKILL]
-        } else {
-            &[libc::SIGHUP, libc::SIGTERM]
-        };
-        for &s in sigs {
-            if lost {
-                sweep(TagMatch::command(tag), s);
-            } else {
-                signal_tree(pid, tag, s, with_sweep);
-            }
-        }
-    }
-
-    fn on_exit(&self, status: ExitStatus) {
-        let waiters = {
-            let mut s = self.state();
-            s.exited = true;
-            s.ending = ExitFields::from(status);
-            std::mem::take(&mut s.exit_waiters)
-        };
-        self.shared.exited_cv.notify_all();
-        self.shared.exited_tx.send_replace(true);
-        for f in waiters {
-            callbacks::dispatch(f);
-        }
-    }
-
-    /// The session's life: pump output and input, wait for the leader's
-    /// exit, stop it on request, then release it.
-    async fn run(
-        self,
-        master: OwnedFd,
-        report_fd: OwnedFd,
-        releaser: Releaser,
-        mut write_rx: mpsc::UnboundedReceiver<WriteRequest>,
-        disposing: impl std::future::Future<Output = ()>,
-    ) {
-        let pid = self.shared.pid;
-        let tag = self.shared.tag.clone();
-        let grace = self.shared.grace;
-        let master = register(master, Interest::READABLE | Interest::WRITABLE);
-        // SAFETY: as in supervise::watch.
-        let report = unsafe { AsyncFd::register_with_interest(report_fd, Interest::READABLE) };
-        let (master, report_fd) = match (master, report) {
-            (Ok(m), Ok(r)) => (m, r),
-            (_, report) => {
-                // Cannot be watched: killed and released here.
-                let fd = match report {
-                    Ok(r) => r.into_inner(),
-                    Err(e) => e.into_parts().0,
-                };
-                signal_tree(pid, &tag, libc::SIGKILL, true);
-                ReportReader::default().wait(fd.as_raw_fd(), |_| {});
-                releaser.release(Some(pid), fd);
-                self.on_exit(ExitStatus::Unavailable);
-                self.finish(0, false);
-                return;
-            }
-        };
-        let mut report = ReportReader::default();
-        let mut lost = false;
-        let mut open = true;
-        let mut exited = false;
-        let mut stopped: Option<Stop> = None;
-        let mut kill_at: Option<Instant> = None;
-        let mut killed = false;
-        let mut drain_until: Option<Instant> = None;
-        let mut current: Option<(WriteRequest, usize)> = None;
-        let never = Instant::now() + Duration::from_secs(100 * 365 * 86_400);
-        let mut buf = vec![0u8; CHUNK];
-        let mut stop_rx = self.shared.stop_tx.subscribe();
-        let stop = async {
-            tokio::select! {
-                r = stop_rx.wait_for(|s| s.is_some()) => r.ok().and_then(|s| *s).unwrap_or(Stop::Kill),
-                _ = disposing => Stop::Dispose,
-            }
-        };
-        tokio::pin!(stop);
-        while !exited || open {
-            let room = lock(&self.shared.output).room();
-            if exited && drain_until.is_none() && (room > 0 || stopped.is_some()) {
-                drain_until = Some(Instant::now() + grace);
-            }
-            let event = tokio::select! {
-                biased;
-                s = &mut stop, if stopped.is_none() => Event::Stop(s),
-                _ = sleep_until(kill_at.unwrap_or(never)), if kill_at.is_some() && !killed => Event::KillNow,
-                s = read_exit(&report_fd, &mut report), if !exited => Event::Exited(s),
-                r = read_some(&master, &self.shared, &mut buf[..room.min(CHUNK)]), if open && room > 0 => Event::Read(r),
-                _ = self.shared.room.notified(), if open && room == 0 => Event::Room,
-                r = write_some(&master, current.as_ref().map_or(&[][..], |(w, at)| &w.bytes[*at..])), if current.is_some() => Event::Wrote(r),
-                w = write_rx.recv(), if current.is_none() && !exited => Event::Write(w),
-                _ = sleep_until(drain_until.unwrap_or(never)), if drain_until.is_some() => Event::DrainOver,
-            };
-            match event {
-                Event::Read(Ok(n)) if n > 0 => {}
-                // EIO: nobody holds the terminal any more.
-                Event::Read(_) => open = false,
-                Event::Room => {}
-                Event::Write(Some(request)) => current = Some((request, 0)),
-                Event::Write(None) => {}
-                Event::Wrote(Ok(n)) => {
-                    if let Some((request, at)) = current.take() {
-                        if at + n >= request.bytes.len() {
-                            let _ = request.reply.send(Ok(()));
-                        } else {
-                            current = Some((request, at + n));
-                        }
-                    }
-                }
-                Event::Wrote(Err(e)) => {
-                    if let Some((request, _)) = current.take() {
-                        let _ = request
-                            .reply
-                            .send(Err(closed(&format!("cannot write to the terminal: {e}"))));
-                    }
-                }
-                Event::Exited(s) => {
-                    if s == ExitStatus::Unavailable {
-                        lost = true;
-                        sweep(TagMatch::command(&tag), libc::SIGKILL);
-                    }
-                    exited = true;
-                    self.on_exit(s);
-                    drain_until = Some(Instant::now() + grace);
-                    if let Some((request, _)) = current.take() {
-                        let _ = request.reply.send(Err(input_gone()));
-                    }
-                    write_rx.close();
-                    while let Ok(request) = write_rx.try_recv() {
-                        let _ = request.reply.send(Err(input_gone()));
-                    }
-                }
-                Event::Stop(reason) => {
-                    stopped = Some(reason);
-                    self.signal_session(lost, libc::SIGTERM, reason != Stop::Dispose);
-                    kill_at = Some(Instant::now() + grace);
-                }
-                Event::KillNow => {
-                    killed = true;
-                    self.signal_session(lost, libc::SIGKILL, stopped != Some(Stop::Dispose));
-                }
-                // While the unread output is full, the session does not read
-                // the terminal: what the program left in it waits for the
-                // reader, and the grace counts again once there is room.
-                Event::DrainOver if room == 0 && stopped.is_none() => drain_until = None,
-                Event::DrainOver => break,
-            }
-        }
-        {
-            let mut out = lock(&self.shared.output);
-            out.ended = true;
-        }
-        self.shared.output_cv.notify_all();
-        self.shared.output_tx.send_modify(|v| *v += 1);
-        let survivors = if lost {
-            sweep_counted(TagMatch::command(&tag), libc::SIGKILL).await.last as u32
-        } else if stopped.is_some() {
-            finish_stop(pid, &tag, kill_at, killed).await
-        } else {
-            0
-        };
-        crate::watch::supervise::release_reaped(releaser, Some(pid), report_fd, &mut report).await;
-        drop(master);
-        self.finish(survivors, stopped.is_some());
-    }
-
-    fn finish(&self, survivors: u32, stopped: bool) {
-        {
-            let mut s = self.state();
-            s.finished = true;
-            s.stopped = stopped;
-            s.survivors = survivors;
-        }
-        // The last copy of the master: the terminal hangs up.
-        drop(lock(&self.shared.control).take());
-        {
-            let mut out = lock(&self.shared.output);
-            out.ended = true;
-        }
-        self.shared.output_cv.notify_all();
-        self.shared.output_tx.send_modify(|v| *v += 1);
-        self.shared.finished_tx.send_replace(true);
-    }
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ use crate::launch::spawn::Spawned;
 use crate::launch::tree::{signal_group, sweep, sweep_counted, Spare, TagMatch};
 use crate::launch::wire::{Report, ReportReader};
 use crate::spec::error::DshError;
+use crate::sys::lock;
 use crate::watch::output::StreamBuffer;
 use crate::watch::stdin::{PipeWork, StdinEnd, StdinPipe};
 
@@ -58,10 +59,6 @@ pub(crate) struct Outcome {
     /// The leader's own CPU time when it died of a signal, read while it
     /// was still unreaped: the fact behind a CPU-limit signal.
     pub leader_cpu: Option<Duration>,
-}
-
-fn lock(streams: &Mutex<Streams>) -> std::sync::MutexGuard<'_, Streams> {
-    streams.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Registers an fd with the core's reactor.
@@ -234,6 +231,15 @@ pub(crate) async fn release_reaped(
     releaser.release(None, report_fd.into_inner());
 }
 
+/// A report already waiting on the pipe, read without the reactor: a run on
+/// a host's loop is polled by a core thread when its timer fires, while the
+/// pipe's readiness is the host's to dispatch, and a busy host would hold
+/// back the leader's pid (and with it the SIGTERM of a stop) until the
+/// SIGKILL.
+fn report_waiting(fd: &AsyncFd<OwnedFd>, reader: &mut ReportReader) -> Option<Report> {
+    reader.read(fd.as_raw_fd()).ok()
+}
+
 /// Reads the supervisor's report of the leader's exit, for a leader whose
 /// pid is known already (a terminal session's).
 pub(crate) async fn read_exit(fd: &AsyncFd<OwnedFd>, reader: &mut ReportReader) -> ExitStatus {
@@ -384,8 +390,14 @@ async fn supervise_inner(
     let never = Instant::now() + Duration::from_secs(100 * 365 * 86_400);
     tokio::pin!(stop);
 
+    // A report read outside the select (see `report_waiting`): handled next.
+    let mut unhandled: Option<Report> = None;
+
     while !(exited && !out_open && !err_open) {
-        let event = tokio::select! {
+        let event = if let Some(r) = unhandled.take() {
+            Event::Report(r)
+        } else {
+            tokio::select! {
             // Biased, stop requests first: a stop that caused the exit (dispose
             // signals the tree from outside) is seen before the exit it caused.
             biased;
@@ -402,6 +414,7 @@ async fn supervise_inner(
             w = pump(pipe, stdin_fd.as_ref()), if stdin_fd.is_some() && pipe.is_some() => Event::Pipe(w),
             r = read_report(&report_fd, &mut report), if !exited => Event::Report(r),
             _ = timer(|| tokio::time::sleep_until(drain_until.unwrap_or(never))), if drain_until.is_some() => Event::DrainOver,
+            }
         };
         match event {
             Event::Stdout(Ok(n)) if n > 0 => {}
@@ -496,6 +509,12 @@ async fn supervise_inner(
             }
             Event::Stop(reason) => {
                 stopped = Some(reason);
+                if pid.is_none() && !exited {
+                    match report_waiting(&report_fd, &mut report) {
+                        Some(Report::Spawned(p)) => pid = Some(p),
+                        other => unhandled = other,
+                    }
+                }
                 if lost {
                     sweep(TagMatch::command(tag), libc::SIGTERM);
                 } else if let Some(pid) = pid {
@@ -511,6 +530,12 @@ async fn supervise_inner(
             }
             Event::KillNow => {
                 killed = true;
+                if pid.is_none() && !exited && unhandled.is_none() {
+                    match report_waiting(&report_fd, &mut report) {
+                        Some(Report::Spawned(p)) => pid = Some(p),
+                        other => unhandled = other,
+                    }
+                }
                 if lost {
                     sweep(TagMatch::command(tag), libc::SIGKILL);
                 } else {

@@ -1,0 +1,306 @@
+//! Background processes: the start, the process's task, its settlement,
+//! and the delivery to task-done listeners. docs/running.md, "Background".
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex};
+
+use tokio::sync::watch;
+
+use crate::confine;
+use crate::confine::governor;
+use crate::executor::process::{Process, ProcessShared, State, Status};
+use crate::host::callbacks;
+use crate::host::cancel::CancelToken;
+use crate::host::runtime;
+use crate::launch::ending::ExitFields;
+use crate::launch::env::HostEnv;
+use crate::launch::launch;
+use crate::spec::error::{DshError, Result};
+use crate::spec::request::Spec;
+use crate::spec::sandbox::SandboxInfo;
+use crate::sys::lock;
+use crate::watch::stdin::{StdinEnd, StdinPipe};
+use crate::watch::supervise::{supervise, Outcome, StdinSource, Stop, SuperviseError};
+
+use super::{governed, Executor, Shared, TaskListener};
+
+/// A background process that could not run (or be watched): `line` goes to
+/// its stderr and it settles as `killed`.
+pub(super) fn failed_ending(
+    process: &Process,
+    line: String,
+    sandbox: Option<SandboxInfo>,
+) -> (ExitFields, Option<SandboxInfo>, u32) {
+    let mut streams = lock(&process.shared.streams);
+    streams.stderr.push(format!("{line}\n").as_bytes());
+    streams.stdout.close();
+    streams.stderr.close();
+    lock(&process.shared.state).status = Status::Killed;
+    (ExitFields::default(), sandbox, 0)
+}
+
+/// How a supervised background process ended.
+pub(super) fn background_ending(
+    spec: &Spec,
+    process: &Process,
+    outcome: Outcome,
+) -> (ExitFields, Option<SandboxInfo>, u32) {
+    let ending = governed(
+        ExitFields::from(outcome.status),
+        spec,
+        outcome.stop,
+        outcome.status,
+        outcome.group,
+        outcome.leader_cpu,
+    );
+    let stderr = lock(&process.shared.streams).stderr.collected().text;
+    let sandbox = confine::facts(spec.sandbox_policy.as_ref(), ending.exit_code, &stderr);
+    (ending, sandbox, outcome.survivors)
+}
+
+impl Drop for Notification {
+    fn drop(&mut self) {
+        self.shared.pending_notifications.send_modify(|n| *n -= 1);
+    }
+}
+
+impl Notification {
+    pub(super) fn deliver(self, process: &Process) {
+        let process = process.clone();
+        callbacks::dispatch(move || {
+            for listener in &self.listeners {
+                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| listener(&process))) {
+                    eprintln!(
+                        "dsh: a task-done listener panicked ({}); other listeners still run",
+                        callbacks::panic_message(&*panic)
+                    );
+                }
+            }
+            drop(self);
+        });
+    }
+}
+
+/// A listener delivery counted in `pending_notifications` from before the
+/// process settled until every listener has run, or until it is dropped
+/// undelivered (the process had already settled), so dispose never waits
+/// for a delivery that will not come.
+pub(super) struct Notification {
+    shared: Arc<Shared>,
+    listeners: Vec<TaskListener>,
+}
+
+impl Shared {
+    /// A process not yet registered (no id), with its output windows and,
+    /// for `stdin_pipe`, its writable stdin.
+    pub(super) fn new_process(&self, spec: &Spec, stdout_cap: u64) -> Process {
+        Process {
+            shared: Arc::new(ProcessShared {
+                host_pid: self.host_pid,
+                id: std::sync::OnceLock::new(),
+                command: spec.command.clone(),
+                owner: spec.owner.clone(),
+                state: Mutex::new(State::running()),
+                settled_cv: Condvar::new(),
+                settled_tx: watch::channel(false).0,
+                streams: self.streams(stdout_cap),
+                stop_tx: watch::channel(None).0,
+                stdin: spec.stdin_pipe.then(StdinPipe::new),
+            }),
+        }
+    }
+
+    /// Registers `process` under the next id; false once disposal began.
+    pub(super) fn register(&self, process: &Process) -> bool {
+        let mut reg = lock(&self.registry);
+        if !self.is_open() {
+            return false;
+        }
+        reg.next_id += 1;
+        let id = format!("bash-{}", reg.next_id);
+        let _ = process.shared.id.set(id.clone());
+        reg.in_order.push(process.clone());
+        reg.by_id.insert(id, process.clone());
+        true
+    }
+
+    pub(super) async fn background_task(
+        self: Arc<Self>,
+        process: Process,
+        spec: Spec,
+        host_env: HostEnv,
+        cancel: Option<CancelToken>,
+    ) {
+        let tag = self.next_tag();
+        let shared = &process.shared;
+        let launched = confine::check(spec.sandbox_policy.as_ref())
+            .and_then(|_| governor::check(&spec.limits))
+            .and_then(|_| launch(&spec, host_env, &tag, &self.supervisors));
+        // A start that failed, whether the request was refused or the
+        // supervisor said so afterwards.
+        let spawn_failed = |e: DshError| {
+            if let Some(pipe) = &shared.stdin {
+                pipe.end(StdinEnd::Exited);
+            }
+            let reason = match &e {
+                DshError::Spawn { message, .. } => message.clone(),
+                other => other.message(crate::NameStyle::Snake),
+            };
+            let runner_failed = matches!(e, DshError::SandboxUnavailable(_));
+            let sandbox = confine::runner_failed_facts(spec.sandbox_policy.as_ref(), runner_failed);
+            failed_ending(&process, format!("spawn failed: {reason}"), sandbox)
+        };
+        let (ending, sandbox, survivors) = match launched {
+            Err(e) => spawn_failed(e),
+            Ok(spawned) => {
+                let mut stop_rx = shared.stop_tx.subscribe();
+                let cancelled = async {
+                    match &cancel {
+                        Some(token) => token.cancelled().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let stop = async {
+                    tokio::select! {
+                        r = stop_rx.wait_for(|s| s.is_some()) => r.ok().and_then(|s| *s).unwrap_or(Stop::Kill),
+                        _ = self.disposing() => Stop::Dispose,
+                        // The caller's cancellation is a kill(): the status
+                        // turns `killed` as the stop begins.
+                        _ = cancelled => {
+                            process.request_stop(Stop::Kill);
+                            Stop::Kill
+                        }
+                    }
+                };
+                let stdin = match &shared.stdin {
+                    Some(pipe) => StdinSource::Pipe(pipe),
+                    None => StdinSource::Bytes(spec.stdin.as_deref()),
+                };
+                match supervise(
+                    spawned,
+                    &tag,
+                    stdin,
+                    &shared.streams,
+                    None,
+                    None,
+                    self.grace(),
+                    stop,
+                )
+                .await
+                {
+                    Ok(outcome) => background_ending(&spec, &process, outcome),
+                    Err(SuperviseError::NotStarted(e)) => spawn_failed(e),
+                    Err(e) => failed_ending(&process, DshError::from(e).to_string(), None),
+                }
+            }
+        };
+        self.settle_background(&process, ending, sandbox, survivors);
+    }
+
+    /// Settles a registered background process and tells the listeners.
+    pub(super) fn settle_background(
+        self: &Arc<Self>,
+        process: &Process,
+        ending: ExitFields,
+        sandbox: Option<SandboxInfo>,
+        survivors: u32,
+    ) {
+        // Room is made before `process` settles, so a caller whose wait for
+        // it returns already sees the older one forgotten; the second pass
+        // covers `process` itself (retain_settled = 0) and a neighbour that
+        // settled at the same moment.
+        self.retire_oldest_settled(1);
+        let notification = self.reserve_notification();
+        process.settle(ending, sandbox, survivors, |p| {
+            if let Some(n) = notification {
+                n.deliver(p);
+            }
+        });
+        self.retire_oldest_settled(0);
+    }
+
+    /// The retention rule: at most `retain_settled` settled processes stay
+    /// registered; the oldest settled ones beyond that are forgotten.
+    /// `settling` counts processes about to settle, whose room is made now.
+    pub(super) fn retire_oldest_settled(&self, settling: u64) {
+        let retired: Vec<Process> = {
+            let mut reg = lock(&self.registry);
+            let settled = reg.in_order.iter().filter(|p| p.is_settled()).count() as u64 + settling;
+            let mut excess = settled.saturating_sub(self.config().retain_settled);
+            let mut retired = Vec::new();
+            reg.in_order.retain(|p| {
+                if excess > 0 && p.is_settled() {
+                    excess -= 1;
+                    retired.push(p.clone());
+                    false
+                } else {
+                    true
+                }
+            });
+            for p in &retired {
+                reg.by_id.remove(p.id());
+            }
+            retired
+        };
+        for p in retired {
+            p.discard_output();
+        }
+    }
+
+    /// Queues one delivery of `process` to the listeners registered now, on
+    /// the callback thread. A completion while the executor is open is
+    /// delivered even if disposal begins meanwhile (dispose waits for every
+    /// queued delivery, so none runs after it returns); completions caused by
+    /// disposal are not delivered.
+    /// Takes the listeners that will hear of a process about to settle, and
+    /// counts the delivery as pending *before* the process is seen settled:
+    /// a waiter that wakes on the settle and disposes at once still finds the
+    /// delivery pending, so dispose waits for it instead of dropping it.
+    pub(super) fn reserve_notification(self: &Arc<Self>) -> Option<Notification> {
+        if !self.is_open() {
+            return None;
+        }
+        let listeners: Vec<TaskListener> = lock(&self.listeners).iter().map(|(_, l)| l.clone()).collect();
+        if listeners.is_empty() {
+            return None;
+        }
+        self.pending_notifications.send_modify(|n| *n += 1);
+        Some(Notification {
+            shared: self.clone(),
+            listeners,
+        })
+    }
+}
+
+impl Executor {
+    /// Starts `spec` in the background (docs/running.md) and returns at once; spawning
+    /// happens on the executor's threads. A spawn failure settles the
+    /// process as `killed` with `spawn failed: …` in its output.
+    pub fn start(&self, spec: &Spec) -> Result<Process> {
+        self.start_cancellable(spec, None)
+    }
+
+    /// [`Executor::start`] with the caller's cancellation: a token that has
+    /// already fired is [`DshError::AlreadyCancelled`] and nothing runs (as
+    /// for [`Executor::run`]); one that fires later stops the process as
+    /// [`Process::kill`] does.
+    pub fn start_cancellable(&self, spec: &Spec, cancel: Option<&CancelToken>) -> Result<Process> {
+        let shared = self.shared();
+        shared.check_here()?;
+        spec.check(&shared.config())?;
+        if cancel.is_some_and(CancelToken::is_cancelled) {
+            return Err(DshError::AlreadyCancelled);
+        }
+        let process = shared.new_process(spec, shared.config().max_output_bytes);
+        if !shared.register(&process) {
+            return Err(DshError::Disposed);
+        }
+        runtime::handle().spawn(shared.clone().background_task(
+            process.clone(),
+            spec.clone(),
+            HostEnv::capture(),
+            cancel.cloned(),
+        ));
+        Ok(process)
+    }
+}

@@ -1,0 +1,447 @@
+//! Foreground runs: admission, the run's task, its result, and the ways a
+//! face drives one (a future, a callback, a host's own loop, a blocking
+//! call). docs/running.md, "Foreground".
+
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::confine;
+use crate::confine::governor;
+use crate::executor::host_loop::{HostLoop, HostRun};
+use crate::executor::process::Process;
+use crate::executor::run::{RunFuture, RunFutureInner, RunResult};
+use crate::host::callbacks;
+use crate::host::cancel::CancelToken;
+use crate::host::runtime;
+use crate::launch::ending::ExitFields;
+use crate::launch::env::HostEnv;
+use crate::launch::launch;
+use crate::launch::spawn::Spawned;
+use crate::spec::error::{DshError, Field, FieldName, Result, Scope};
+use crate::spec::request::{OnExpiry, Spec};
+use crate::sys::lock;
+use crate::watch::supervise::{supervise, Outcome, StdinSource, Stop, Streams};
+
+use super::background::{background_ending, failed_ending};
+use super::{governed, Executor, Shared};
+
+/// The result of a foreground run that ended (or was stopped).
+pub(super) fn run_result(spec: &Spec, outcome: Outcome, streams: &Mutex<Streams>) -> RunResult {
+    let Outcome {
+        status,
+        stop,
+        survivors,
+        group,
+        leader_cpu,
+    } = outcome;
+    let ending = governed(ExitFields::from(status), spec, stop, status, group, leader_cpu);
+    let streams = lock(streams);
+    let stderr = streams.stderr.collected();
+    let sandbox = confine::facts(spec.sandbox_policy.as_ref(), ending.exit_code, &stderr.text);
+    RunResult {
+        exit_code: ending.exit_code,
+        signal: ending.signal,
+        exit_status_unavailable: ending.unavailable,
+        timed_out: stop == Some(Stop::Timeout),
+        aborted: matches!(stop, Some(Stop::Cancel | Stop::Dispose)),
+        timeout_ms: spec.timeout_ms,
+        stdout: streams.stdout.collected(),
+        stderr,
+        sandbox,
+        survivors,
+        background_id: None,
+        limit: ending.limit,
+        limits_enforcement: ending.limits_enforcement,
+    }
+}
+
+impl Drop for ActiveRun {
+    fn drop(&mut self) {
+        self.0.active_runs.send_modify(|n| *n -= 1);
+    }
+}
+
+/// Counts a foreground run for `dispose` to wait on.
+pub(super) struct ActiveRun(pub(super) Arc<Shared>);
+
+/// A command that started but could not be watched was killed at once; it
+/// is not a spawn failure (it ran), so a caller never retries it as one.
+/// Drives `run` while calling `check`'s function every its period (see
+/// [`Executor::run_blocking_checked`]); `interrupt` stops the run.
+pub(super) async fn checked<F: std::future::Future<Output = Result<RunResult>>>(
+    run: F,
+    check: Option<(Duration, &mut dyn FnMut() -> bool)>,
+    interrupt: CancelToken,
+) -> Result<RunResult> {
+    let Some((every, interrupted)) = check else {
+        return run.await;
+    };
+    tokio::pin!(run);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    loop {
+        tokio::select! {
+            biased;
+            r = &mut run => return r,
+            _ = tick.tick() => {
+                if interrupted() {
+                    interrupt.cancel();
+                }
+            }
+        }
+    }
+}
+
+impl Shared {
+    pub(super) async fn run_task(
+        self: Arc<Self>,
+        spec: Spec,
+        host_env: HostEnv,
+        cancel: Option<CancelToken>,
+        on_drop: CancelToken,
+        active: ActiveRun,
+    ) -> Result<RunResult> {
+        if spec.on_expiry == OnExpiry::Background {
+            return self
+                .run_handing_over(spec, host_env, cancel, on_drop, active)
+                .await;
+        }
+        let (tag, spawned) = self.launch_run(&spec, host_env)?;
+        self.supervise_run(spec, tag, spawned, cancel, on_drop, active)
+            .await
+    }
+
+    /// The synchronous half of a foreground run: the command is asked for.
+    pub(super) fn launch_run(&self, spec: &Spec, host_env: HostEnv) -> Result<(String, Spawned)> {
+        let tag = self.next_tag();
+        let spawned = launch(spec, host_env, &tag, &self.supervisors)?;
+        Ok((tag, spawned))
+    }
+
+    /// The rest of a foreground run, from the launched command to its result.
+    pub(super) async fn supervise_run(
+        self: Arc<Self>,
+        spec: Spec,
+        tag: String,
+        spawned: Spawned,
+        cancel: Option<CancelToken>,
+        on_drop: CancelToken,
+        active: ActiveRun,
+    ) -> Result<RunResult> {
+        let _active = active;
+        let streams = self.streams(spec.stdout_max_bytes);
+        let stop = async {
+            let caller = async {
+                match &cancel {
+                    Some(c) => c.cancelled().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = caller => Stop::Cancel,
+                _ = on_drop.cancelled() => Stop::Cancel,
+                _ = self.disposing() => Stop::Dispose,
+            }
+        };
+        let timeout = Duration::from_millis(spec.timeout_ms);
+        let outcome = supervise(
+            spawned,
+            &tag,
+            StdinSource::Bytes(spec.stdin.as_deref()),
+            &streams,
+            Some(timeout),
+            None,
+            self.grace(),
+            stop,
+        )
+        .await
+        .map_err(DshError::from)?;
+        Ok(run_result(&spec, outcome, &streams))
+    }
+
+    /// A foreground run with `on_expiry` background: supervised on the
+    /// core's threads by a task that outlives the run when the timeout
+    /// hands the command over to the registry (docs/running.md).
+    pub(super) async fn run_handing_over(
+        self: Arc<Self>,
+        spec: Spec,
+        host_env: HostEnv,
+        cancel: Option<CancelToken>,
+        on_drop: CancelToken,
+        active: ActiveRun,
+    ) -> Result<RunResult> {
+        let tag = self.next_tag();
+        let spawned = launch(&spec, host_env, &tag, &self.supervisors)?;
+        let process = self.new_process(&spec, spec.stdout_max_bytes);
+        let (tx, rx) = tokio::sync::oneshot::channel::<Result<RunResult>>();
+        let shared = self;
+        runtime::handle().spawn(async move {
+            let _active = active;
+            let mut tx = Some(tx);
+            let handed = |p: &Process| p.shared.id.get().is_some();
+            let mut stop_rx = process.shared.stop_tx.subscribe();
+            let stop = async {
+                let caller = async {
+                    match &cancel {
+                        Some(c) => c.cancelled().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let dropped = async {
+                    on_drop.cancelled().await;
+                    if handed(&process) {
+                        // The run is over; the registry owns the process.
+                        std::future::pending::<()>().await;
+                    }
+                };
+                tokio::select! {
+                    r = stop_rx.wait_for(|s| s.is_some()) => r.ok().and_then(|s| *s).unwrap_or(Stop::Kill),
+                    _ = shared.disposing() => Stop::Dispose,
+                    _ = dropped => Stop::Cancel,
+                    // Before the hand-over the caller's cancellation aborts
+                    // the run; after it, it kills the process (as for start).
+                    _ = caller => if handed(&process) {
+                        process.request_stop(Stop::Kill);
+                        Stop::Kill
+                    } else {
+                        Stop::Cancel
+                    },
+                }
+            };
+            let config = shared.config();
+            let mut hand_over = || {
+                if !shared.register(&process) {
+                    return false;
+                }
+                let result = {
+                    let mut streams = lock(&process.shared.streams);
+                    let stdout = streams.stdout.hand_over(config.max_output_bytes);
+                    let stderr = streams.stderr.hand_over(config.max_output_bytes);
+                    RunResult {
+                        exit_code: None,
+                        signal: None,
+                        exit_status_unavailable: false,
+                        timed_out: true,
+                        aborted: false,
+                        timeout_ms: spec.timeout_ms,
+                        sandbox: confine::facts(spec.sandbox_policy.as_ref(), None, &stderr.text),
+                        stdout,
+                        stderr,
+                        survivors: 0,
+                        background_id: Some(process.id().to_owned()),
+                        // Still running: no limit has ended it.
+                        limit: None,
+                        limits_enforcement: governor::check(&spec.limits).unwrap_or_default(),
+                    }
+                };
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(Ok(result));
+                }
+                true
+            };
+            let stdin = match &process.shared.stdin {
+                Some(pipe) => StdinSource::Pipe(pipe),
+                None => StdinSource::Bytes(spec.stdin.as_deref()),
+            };
+            let outcome = supervise(
+                spawned,
+                &tag,
+                stdin,
+                &process.shared.streams,
+                Some(Duration::from_millis(spec.timeout_ms)),
+                Some(&mut hand_over),
+                Duration::from_millis(config.grace_ms),
+                stop,
+            )
+            .await;
+            if handed(&process) {
+                let (ending, sandbox, survivors) = match outcome {
+                    Ok(outcome) => background_ending(&spec, &process, outcome),
+                    Err(e) => failed_ending(&process, DshError::from(e).to_string(), None),
+                };
+                shared.settle_background(&process, ending, sandbox, survivors);
+            } else if let Some(tx) = tx.take() {
+                let result = outcome
+                    .map_err(DshError::from)
+                    .map(|o| run_result(&spec, o, &process.shared.streams));
+                let _ = tx.send(result);
+            }
+        });
+        rx.await
+            .unwrap_or_else(|_| Err(DshError::Internal("the run ended without a result".into())))
+    }
+}
+
+impl Executor {
+    pub(super) fn admit_run(&self, spec: &Spec, cancel: Option<&CancelToken>) -> Result<ActiveRun> {
+        let shared = self.shared();
+        shared.active_runs.send_modify(|n| *n += 1);
+        let active = ActiveRun(shared.clone());
+        shared.check_here()?;
+        if !shared.is_open() {
+            return Err(DshError::Disposed);
+        }
+        spec.check(&shared.config())?;
+        if cancel.is_some_and(CancelToken::is_cancelled) {
+            return Err(DshError::AlreadyCancelled);
+        }
+        if spec.stdin_pipe && spec.on_expiry == OnExpiry::Kill {
+            return Err(DshError::invalid(
+                Field::new(Scope::Spec, FieldName::Stdin),
+                "is a pipe, which a foreground run cannot write to: use start, or on_expiry background",
+            ));
+        }
+        confine::check(spec.sandbox_policy.as_ref())?;
+        governor::check(&spec.limits)?;
+        Ok(active)
+    }
+
+    /// Runs `spec` in the foreground (docs/running.md). Fails only when the command could
+    /// not be started; every ending of a started command is a result.
+    pub fn run(&self, spec: &Spec, cancel: Option<&CancelToken>) -> RunFuture {
+        let active = match self.admit_run(spec, cancel) {
+            Ok(a) => a,
+            Err(e) => {
+                return RunFuture {
+                    inner: RunFutureInner::Failed(Some(e)),
+                }
+            }
+        };
+        let on_drop = CancelToken::new();
+        let task = runtime::handle().spawn(self.shared().clone().run_task(
+            spec.clone(),
+            HostEnv::capture(),
+            cancel.cloned(),
+            on_drop.clone(),
+            active,
+        ));
+        RunFuture {
+            inner: RunFutureInner::Running { task, on_drop },
+        }
+    }
+
+    /// [`Executor::run`] for hosts with their own event loop (Python's
+    /// asyncio): returns at once and calls `on_done` with the outcome on
+    /// the callback thread.
+    pub fn run_with(
+        &self,
+        spec: &Spec,
+        cancel: Option<&CancelToken>,
+        on_done: impl FnOnce(Result<RunResult>) + Send + 'static,
+    ) {
+        self.run_then(spec, cancel, move |outcome| {
+            callbacks::dispatch(move || on_done(outcome))
+        });
+    }
+
+    /// [`Executor::run`] for a host whose hand-off to its own event loop
+    /// is thread-safe and never blocks (Node's promises): returns at once
+    /// and calls `on_done` with the outcome on one of the core's I/O
+    /// threads, with no hop through the callback thread. `on_done` must
+    /// return quickly and must not block.
+    pub fn run_then(
+        &self,
+        spec: &Spec,
+        cancel: Option<&CancelToken>,
+        on_done: impl FnOnce(Result<RunResult>) + Send + 'static,
+    ) {
+        // One task, not `run` plus a task awaiting it: each task spawned
+        // from outside the runtime may wake a worker.
+        let active = match self.admit_run(spec, cancel) {
+            Ok(a) => a,
+            Err(e) => {
+                runtime::handle().spawn(async move { on_done(Err(e)) });
+                return;
+            }
+        };
+        let run = self.shared().clone().run_task(
+            spec.clone(),
+            HostEnv::capture(),
+            cancel.cloned(),
+            CancelToken::new(),
+            active,
+        );
+        runtime::handle().spawn(async move { on_done(run.await) });
+    }
+
+    /// [`Executor::run`] on a host's own event loop (see [`HostLoop`]): the
+    /// command is asked for on the calling thread, and its events are read
+    /// there, by [`HostLoop::poll`], whenever `host.fd()` is readable.
+    /// Only for specs that [`Spec::runs_on_host_loop`]; the others go
+    /// through [`Executor::run_then`].
+    pub fn run_on(&self, host: &HostLoop, spec: &Spec, cancel: Option<&CancelToken>) -> Result<HostRun> {
+        if !spec.runs_on_host_loop() {
+            return Err(DshError::Internal(
+                "run_on was given a spec that writes stdin or hands over at its timeout".into(),
+            ));
+        }
+        let active = self.admit_run(spec, cancel)?;
+        let shared = self.shared().clone();
+        let (tag, spawned) = shared.launch_run(spec, HostEnv::capture())?;
+        let watched = host.watch(&[
+            spawned.report.as_raw_fd(),
+            spawned.stdout.as_raw_fd(),
+            spawned.stderr.as_raw_fd(),
+        ]);
+        let on_drop = CancelToken::new();
+        let run = shared.supervise_run(
+            spec.clone(),
+            tag,
+            spawned,
+            cancel.cloned(),
+            on_drop.clone(),
+            active,
+        );
+        if watched.is_err() {
+            // The host's loop would not hear of it: the core's threads
+            // watch it instead (nothing has registered its descriptors yet).
+            let joined = runtime::spawned(run);
+            return Ok(HostRun::new(host, async move { joined.await? }, on_drop));
+        }
+        Ok(HostRun::new(host, run, on_drop))
+    }
+
+    /// [`Executor::run`] for threads that are not in an async runtime.
+    pub fn run_blocking(&self, spec: &Spec, cancel: Option<&CancelToken>) -> Result<RunResult> {
+        self.run_blocking_inner(spec, cancel, None)
+    }
+
+    /// [`Executor::run_blocking`] for a host that must look at something of
+    /// its own while it waits (Python's Ctrl-C): `interrupted` is called on
+    /// the calling thread every `every`, and once it returns true the run
+    /// is stopped as a cancellation would stop it, and still waited for.
+    pub fn run_blocking_checked(
+        &self,
+        spec: &Spec,
+        cancel: Option<&CancelToken>,
+        every: Duration,
+        mut interrupted: impl FnMut() -> bool,
+    ) -> Result<RunResult> {
+        self.run_blocking_inner(spec, cancel, Some((every, &mut interrupted)))
+    }
+
+    pub(super) fn run_blocking_inner(
+        &self,
+        spec: &Spec,
+        cancel: Option<&CancelToken>,
+        check: Option<(Duration, &mut dyn FnMut() -> bool)>,
+    ) -> Result<RunResult> {
+        let active = self.admit_run(spec, cancel)?;
+        let interrupt = CancelToken::new();
+        let task = self.shared().clone().run_task(
+            spec.clone(),
+            HostEnv::capture(),
+            cancel.cloned(),
+            interrupt.clone(),
+            active,
+        );
+        if spec.stdin.is_some() || spec.stdin_pipe {
+            // Writing stdin may raise SIGPIPE: do it on the core's threads.
+            let joined = runtime::spawned(task);
+            runtime::block_on_here(checked(async move { joined.await? }, check, interrupt))?
+        } else {
+            // No pipe written: the calling thread's own reactor drives it.
+            runtime::block_on_here(checked(task, check, interrupt))?
+        }
+    }
+}

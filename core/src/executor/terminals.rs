@@ -1,0 +1,87 @@
+//! Terminal sessions started by the executor (docs/terminals.md).
+
+use std::time::Duration;
+
+use crate::confine;
+use crate::host::callbacks;
+use crate::host::runtime;
+use crate::launch::env::HostEnv;
+use crate::launch::pty;
+use crate::launch::{launch_terminal, spawn_error};
+use crate::spec::error::{DshError, Result};
+use crate::spec::terminal::{resolve_terminal, TerminalRequest, TerminalSpec};
+use crate::terminal::{self, Started, Terminal};
+
+use super::foreground::ActiveRun;
+use super::Executor;
+
+impl Executor {
+    /// Terminal request → spec (docs/terminals.md); the only place its
+    /// defaults are applied.
+    pub fn resolve_terminal(&self, request: TerminalRequest) -> Result<TerminalSpec> {
+        resolve_terminal(&self.shared().config(), request)
+    }
+
+    /// Starts a terminal session (docs/terminals.md): the program leads a
+    /// new session whose controlling terminal is a fresh pseudo-terminal,
+    /// started by the executor's supervisor like every command (the host
+    /// never forks). Returns once it has started; its handle reads, writes,
+    /// resizes, inspects and signals it, and `terminate()` ends the whole
+    /// session. Dispose ends it too.
+    pub fn spawn_terminal(&self, spec: &TerminalSpec) -> Result<Terminal> {
+        self.spawn_terminal_in(spec, HostEnv::capture())
+    }
+
+    /// [`Executor::spawn_terminal`] for hosts with their own event loop: the
+    /// environment is taken now, the spawn happens on the core's threads,
+    /// and `on_done` gets the outcome on the callback thread.
+    pub fn spawn_terminal_with(
+        &self,
+        spec: &TerminalSpec,
+        on_done: impl FnOnce(Result<Terminal>) + Send + 'static,
+    ) {
+        let (this, spec, env) = (self.clone(), spec.clone(), HostEnv::capture());
+        runtime::handle().spawn_blocking(move || {
+            let outcome = this.spawn_terminal_in(&spec, env);
+            callbacks::dispatch(move || on_done(outcome));
+        });
+    }
+
+    pub(super) fn spawn_terminal_in(&self, spec: &TerminalSpec, host_env: HostEnv) -> Result<Terminal> {
+        let shared = self.shared();
+        shared.active_runs.send_modify(|n| *n += 1);
+        let active = ActiveRun(shared.clone());
+        shared.check_here()?;
+        if !shared.is_open() {
+            return Err(DshError::Disposed);
+        }
+        spec.check()?;
+        confine::check(spec.sandbox_policy.as_ref())?;
+        let tag = shared.next_tag();
+        let os_error = |e: std::io::Error| spawn_error(e, &spec.cwd);
+        let pty = pty::open(spec.rows, spec.cols).map_err(os_error)?;
+        crate::sys::set_nonblocking(&pty.master).map_err(os_error)?;
+        let control = pty.master.try_clone().map_err(os_error)?;
+        let leader = launch_terminal(spec, host_env, &tag, &shared.supervisors, &pty)?;
+        let pty::Pty { master, rdev, .. } = pty; // the slave is closed here
+        let disposing = {
+            let shared = shared.clone();
+            async move { shared.disposing().await }
+        };
+        Ok(terminal::start(
+            Started {
+                pid: leader.pid,
+                report: leader.report,
+                releaser: leader.releaser,
+                master,
+                control,
+                rdev,
+                tag,
+                grace: Duration::from_millis(spec.grace_ms),
+                max_output_bytes: shared.config().max_output_bytes,
+            },
+            disposing,
+            active,
+        ))
+    }
+}
