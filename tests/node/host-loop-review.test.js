@@ -100,6 +100,30 @@ test('the timeout stops the command on time though the JS thread is busy', () =>
   assert.notEqual(diedAfter, null, 'the command was still running 4 s into the busy loop, its timeout being 300 ms')
 })
 
+// The stop's SIGTERM waits for the leader's pid, which comes on the report
+// pipe: a JS thread that is busy from run() on must not hold it back until
+// the SIGKILL (the TERM trap would never run). The same for a dispose()
+// that the busy thread calls half-way (the trap is armed by then).
+for (const [name, timeoutMs, dispose] of [
+  ['the timeout', 300, ''],
+  ['dispose()', 60000, 'ex.dispose()'],
+]) {
+  test(`${name}'s SIGTERM reaches a TERM trap though the JS thread is busy from run() on`, () => {
+    const out = child(
+      `
+      const pending = ex.run(ex.resolve({ command: "trap 'echo got-term; exit 7' TERM; sleep 30 & wait", timeoutMs: ${timeoutMs} }))
+      const busy = (ms) => { const start = Date.now(); while (Date.now() - start < ms) {} }
+      busy(700)
+      ${dispose}
+      busy(1500)
+      pending.then((r) => process.stdout.write(JSON.stringify({ exitCode: r.exitCode, text: r.stdout.text })))
+    `,
+      { config: '{ graceMs: 5000 }' },
+    )
+    assert.deepEqual(JSON.parse(out), { exitCode: 7, text: 'got-term\n' })
+  })
+}
+
 test('workers that run commands and go away leave no descriptors behind', () => {
   const out = child(`
     const { Worker } = require('node:worker_threads')
