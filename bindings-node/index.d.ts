@@ -94,7 +94,7 @@ export interface NativeShellExecutorConfig {
   timeoutMs?: number | undefined
   /** Cap for per-call timeouts, in milliseconds (default 600000). */
   maxTimeoutMs?: number | undefined
-  /** In-memory window per stream, in bytes, and the cap of `stdoutMaxBytes` (default 64000). */
+  /** In-memory window per stream, in bytes (default 64000); a foreground request's `stdoutMaxBytes` may raise stdout's. */
   maxOutputBytes?: number | undefined
   /** Cap of one spill file, in bytes (default 67108864, 64 MiB). */
   maxSpillBytes?: number | undefined
@@ -122,7 +122,7 @@ export interface ShellExecRequest {
   workdir?: string | undefined
   /** Any positive number of milliseconds; a fraction is rounded up; capped at `maxTimeoutMs`. */
   timeoutMs?: number | undefined
-  /** In-memory stdout window in bytes, a positive whole number; capped at `maxOutputBytes`. */
+  /** In-memory stdout window of a foreground run in bytes, a positive whole number up to 2^53-1; may be above `maxOutputBytes` (stderr keeps that). */
   stdoutMaxBytes?: number | undefined
   /** Aborts a `run` (the result says `aborted`) or kills a started process; copied onto the spec. Already aborted: ABORT_ERR. */
   signal?: AbortSignal | undefined

@@ -525,7 +525,7 @@ fn limits_input(value: Option<&Bound<'_, PyAny>>, scope: Scope) -> PyResult<Opti
     Ok(Some(out))
 }
 
-/// A bash executor (the native base of ``dsh_native.Executor``).
+/// A bash executor (what ``dsh_native.Executor`` wraps).
 ///
 /// Keywords, all optional (docs/configuration.md): ``cwd`` (default: the
 /// process cwd), ``timeout_ms`` (ms, 120000), ``max_timeout_ms`` (ms,

@@ -134,8 +134,9 @@ class Executor(_ExecutorBase):
       or ``max_timeout_ms`` if smaller).
     - ``max_timeout_ms``: cap a request's timeout is clamped to, in
       milliseconds (default 600000).
-    - ``max_output_bytes``: in-memory window of each stream in bytes; the
-      cap of a request's ``stdout_max_bytes`` (default 64000).
+    - ``max_output_bytes``: in-memory window of each stream in bytes
+      (default 64000); a foreground request's ``stdout_max_bytes`` may
+      raise stdout's.
     - ``max_spill_bytes``: largest spill file of one stream in bytes
       (default 67108864, 64 MiB).
     - ``grace_ms``: wait between SIGTERM and SIGKILL, and how long output is
