@@ -349,6 +349,69 @@ static void test_workdir_that_is_not_utf8(void) {
     CHECK(unlink(inside) == 0 && unlink(out) == 0 && rmdir(dir) == 0 && rmdir(base) == 0);
 }
 
+/* No process, not even a zombie, holds `pid`. */
+static int pid_is_free(pid_t pid) { return kill(pid, 0) == -1 && errno == ESRCH; }
+
+/* The pid a command printed first (it starts with `echo $$`). */
+static pid_t printed_pid(DshStr text) {
+    char buf[32] = "";
+    memcpy(buf, text.ptr, text.len < sizeof buf - 1 ? text.len : sizeof buf - 1);
+    return (pid_t)atoi(buf);
+}
+
+/* A harness checks that a cancelled hook was reaped: when a result or a
+   wait returns, the leader's pid is free, however the command ended. */
+static void test_settled_commands_are_reaped(void) {
+    DshExecutor *exec = new_executor(300, 0);
+    for (int round = 0; round < 3; round++) {
+        DshRunResult *r = run(exec, "echo $$", 0);
+        CHECK(pid_is_free(printed_pid(dsh_run_result_text(r, DSH_STDOUT))));
+        dsh_run_result_free(r);
+        r = run(exec, "echo $$; exec sleep 30", 200);
+        CHECK(dsh_run_result_timed_out(r));
+        CHECK(pid_is_free(printed_pid(dsh_run_result_text(r, DSH_STDOUT))));
+        dsh_run_result_free(r);
+
+        struct canceller c;
+        snprintf(c.mark, sizeof c.mark, "/tmp/dsh-c-reaped-%d", (int)getpid());
+        unlink(c.mark);
+        OK(dsh_cancel_token_new(&c.token));
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "echo $$; touch %s; exec sleep 30", c.mark);
+        DshSpec *spec = resolve(exec, cmd, 0);
+        pthread_t t;
+        pthread_create(&t, NULL, cancel_when_started, &c);
+        OK(dsh_executor_run(exec, spec, c.token, &r));
+        pthread_join(t, NULL);
+        CHECK(dsh_run_result_aborted(r));
+        CHECK(pid_is_free(printed_pid(dsh_run_result_text(r, DSH_STDOUT))));
+        dsh_run_result_free(r);
+        dsh_spec_free(spec);
+        dsh_cancel_token_free(c.token);
+        unlink(c.mark);
+
+        spec = resolve(exec, "echo $$; exec sleep 30", 0);
+        DshProcess *p = NULL;
+        OK(dsh_executor_start(exec, spec, &p));
+        char seen[64] = "";
+        for (int i = 0; i < 2000 && !strchr(seen, '\n'); i++) {
+            DshRead *read = NULL;
+            OK(dsh_process_read_output(p, &read));
+            DshStr d = dsh_read_delta(read);
+            strncat(seen, d.ptr, d.len < sizeof seen - strlen(seen) - 1 ? d.len : sizeof seen - strlen(seen) - 1);
+            dsh_read_free(read);
+            usleep(5000);
+        }
+        CHECK(dsh_process_kill(p));
+        OK(dsh_process_wait(p, -1));
+        CHECK(pid_is_free((pid_t)atoi(seen)));
+        dsh_process_free(p);
+        dsh_spec_free(spec);
+    }
+    OK(dsh_executor_dispose(exec));
+    dsh_executor_free(exec);
+}
+
 static void test_background_reads_and_kill_escalation(void) {
     DshExecutor *exec = new_executor(300, 0);
     DshSpec *spec = resolve(exec, "echo one; echo err >&2; trap 'echo got-term' TERM; while :; do sleep 0.05; done", 0);
@@ -1740,6 +1803,7 @@ int main(void) {
     run_test("spill_file_holds_everything", test_spill_file_holds_everything);
     run_test("spawn_failure_names_enoent_and_path", test_spawn_failure_names_enoent_and_path);
     run_test("workdir_that_is_not_utf8", test_workdir_that_is_not_utf8);
+    run_test("settled_commands_are_reaped", test_settled_commands_are_reaped);
     run_test("background_reads_and_kill_escalation", test_background_reads_and_kill_escalation);
     run_test("registry_and_callbacks", test_registry_and_callbacks);
     run_test("null_and_invalid_arguments", test_null_and_invalid_arguments);
