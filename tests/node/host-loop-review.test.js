@@ -101,9 +101,10 @@ test('the timeout stops the command on time though the JS thread is busy', () =>
 })
 
 // The stop's SIGTERM waits for the leader's pid, which comes on the report
-// pipe: a JS thread that is busy from run() on must not hold it back until
-// the SIGKILL (the TERM trap would never run). The same for a dispose()
-// that the busy thread calls half-way (the trap is armed by then).
+// pipe: a JS thread that is busy from run() on must not hold it back (the
+// TERM trap runs while the thread is still busy, not when it next turns).
+// The same for a dispose() that the busy thread calls half-way (the trap
+// is armed by then).
 for (const [name, timeoutMs, dispose] of [
   ['the timeout', 300, ''],
   ['dispose()', 60000, 'ex.dispose()'],
@@ -111,16 +112,21 @@ for (const [name, timeoutMs, dispose] of [
   test(`${name}'s SIGTERM reaches a TERM trap though the JS thread is busy from run() on`, () => {
     const out = child(
       `
-      const pending = ex.run(ex.resolve({ command: "trap 'echo got-term; exit 7' TERM; sleep 30 & wait", timeoutMs: ${timeoutMs} }))
-      const busy = (ms) => { const start = Date.now(); while (Date.now() - start < ms) {} }
+      const mark = require('node:path').join(require('node:os').tmpdir(), 'dsh-term-' + process.pid)
+      const pending = ex.run(ex.resolve({ command: "trap 'echo got-term; touch " + mark + "; exit 7' TERM; sleep 30 & wait", timeoutMs: ${timeoutMs} }))
+      const busy = (ms) => { const start = Date.now(); while (Date.now() - start < ms && !fs.existsSync(mark)) {} }
       busy(700)
       ${dispose}
-      busy(1500)
-      pending.then((r) => process.stdout.write(JSON.stringify({ exitCode: r.exitCode, text: r.stdout.text })))
+      busy(3000)
+      const trapRanWhileBusy = fs.existsSync(mark)
+      pending.then((r) => {
+        fs.rmSync(mark, { force: true })
+        process.stdout.write(JSON.stringify({ trapRanWhileBusy, exitCode: r.exitCode, text: r.stdout.text }))
+      })
     `,
-      { config: '{ graceMs: 5000 }' },
+      { config: '{ graceMs: 10000 }' },
     )
-    assert.deepEqual(JSON.parse(out), { exitCode: 7, text: 'got-term\n' })
+    assert.deepEqual(JSON.parse(out), { trapRanWhileBusy: true, exitCode: 7, text: 'got-term\n' })
   })
 }
 
