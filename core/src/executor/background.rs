@@ -2,7 +2,7 @@
 //! and the delivery to task-done listeners. docs/running.md, "Background".
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
@@ -11,6 +11,7 @@ use crate::confine::governor;
 use crate::executor::process::{Process, ProcessShared, State, Status};
 use crate::host::callbacks;
 use crate::host::cancel::CancelToken;
+use crate::host::latch::Latch;
 use crate::host::runtime;
 use crate::launch::ending::ExitFields;
 use crate::launch::env::HostEnv;
@@ -101,8 +102,7 @@ impl Shared {
                 command: spec.command.clone(),
                 owner: spec.owner.clone(),
                 state: Mutex::new(State::running()),
-                settled_cv: Condvar::new(),
-                settled_tx: watch::channel(false).0,
+                settled: Latch::default(),
                 streams: self.streams(stdout_cap),
                 stop_tx: watch::channel(None).0,
                 stdin: spec.stdin_pipe.then(StdinPipe::new),

@@ -1,13 +1,14 @@
 //! A background process handle (docs/running.md): live status, consuming
 //! reads, kill, and a completion that settles exactly once and never fails.
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::watch;
 
 use crate::host::callbacks;
 use crate::host::forked;
+use crate::host::latch::Latch;
 use crate::host::runtime;
 use crate::launch::ending::ExitFields;
 use crate::spec::error::Result;
@@ -64,10 +65,8 @@ pub(crate) struct State {
     pub ending: ExitFields,
     pub sandbox: Option<SandboxInfo>,
     pub survivors: u32,
-    pub settled: bool,
-    /// Callbacks of `when_settled`, until the process settles.
-    pub waiters: Vec<(u64, Box<dyn FnOnce() + Send>)>,
-    pub next_waiter: u64,
+    /// The end has been recorded (`settle` ran).
+    pub ended: bool,
 }
 
 impl State {
@@ -77,9 +76,7 @@ impl State {
             ending: ExitFields::default(),
             sandbox: None,
             survivors: 0,
-            settled: false,
-            waiters: Vec::new(),
-            next_waiter: 1,
+            ended: false,
         }
     }
 }
@@ -97,10 +94,8 @@ pub(crate) struct ProcessShared {
     pub command: String,
     pub owner: Option<String>,
     pub state: Mutex<State>,
-    /// Signalled (with `state`) when the process settles, for blocking waiters.
-    pub settled_cv: Condvar,
-    /// The same event for async waiters.
-    pub settled_tx: watch::Sender<bool>,
+    /// Set when the process settles, after `state` has its end.
+    pub settled: Latch,
     pub streams: Mutex<Streams>,
     /// Set once, by the first stop request.
     pub stop_tx: watch::Sender<Option<Stop>>,
@@ -217,7 +212,7 @@ impl Process {
 
     /// True once the process has settled (`done`).
     pub fn is_settled(&self) -> bool {
-        self.state().settled
+        self.shared.settled.is_set()
     }
 
     /// Consuming read: what arrived since the previous call, never the same
@@ -360,9 +355,7 @@ impl Process {
 
     /// Completes when the process has settled. Never fails.
     pub async fn wait(&self) {
-        let mut rx = self.shared.settled_tx.subscribe();
-        // The sender lives in `shared`, which `self` keeps alive.
-        let _ = rx.wait_for(|settled| *settled).await;
+        self.shared.settled.wait().await
     }
 
     /// Refuses to wait in a forked child for a process of the parent: its
@@ -377,25 +370,13 @@ impl Process {
     /// stops waiting leaves nothing behind.
     pub fn when_settled(&self, f: impl FnOnce() + Send + 'static) -> Result<WaiterId> {
         self.check_host()?;
-        let mut s = self.state();
-        let id = s.next_waiter;
-        s.next_waiter += 1;
-        if s.settled {
-            drop(s);
-            callbacks::dispatch(f);
-        } else {
-            s.waiters.push((id, Box::new(f)));
-        }
-        Ok(WaiterId(id))
+        Ok(WaiterId(self.shared.settled.when_set(f)))
     }
 
     /// Withdraws a `when_settled` callback that has not run; false if it
     /// already ran (or was queued to run) or was withdrawn.
     pub fn cancel_when_settled(&self, id: WaiterId) -> bool {
-        let mut s = self.state();
-        let before = s.waiters.len();
-        s.waiters.retain(|(w, _)| *w != id.0);
-        s.waiters.len() != before
+        self.shared.settled.withdraw(id.0)
     }
 
     /// Blocks until settled or until `timeout` passes (`None`: no limit).
@@ -406,35 +387,15 @@ impl Process {
     /// unless `timeout` is zero. In a forked child, waiting for the parent's
     /// process is [`DshError::ForkedChild`](crate::DshError::ForkedChild).
     pub fn wait_timeout(&self, timeout: Option<Duration>) -> Result<bool> {
-        let guard = self.state();
-        if guard.settled {
+        if self.is_settled() {
             return Ok(true);
         }
         if timeout == Some(Duration::ZERO) {
             return Ok(false);
         }
-        drop(guard);
         self.check_host()?;
         runtime::refuse_blocking()?;
-        let guard = self.state();
-        Ok(match timeout {
-            None => {
-                let _g = self
-                    .shared
-                    .settled_cv
-                    .wait_while(guard, |s| !s.settled)
-                    .unwrap_or_else(|e| e.into_inner());
-                true
-            }
-            Some(t) => {
-                let (g, _) = self
-                    .shared
-                    .settled_cv
-                    .wait_timeout_while(guard, t, |s| !s.settled)
-                    .unwrap_or_else(|e| e.into_inner());
-                g.settled
-            }
-        })
+        Ok(self.shared.settled.wait_timeout(timeout))
     }
 
     /// Records the end exactly once. `status` stays `killed` if a stop was
@@ -449,9 +410,9 @@ impl Process {
         survivors: u32,
         listeners: impl FnOnce(&Process),
     ) {
-        let waiters = {
+        {
             let mut s = self.state();
-            if s.settled {
+            if s.ended {
                 return;
             }
             if ending.signal.is_some() {
@@ -462,19 +423,13 @@ impl Process {
             s.ending = ending;
             s.sandbox = sandbox;
             s.survivors = survivors;
-            s.settled = true;
-            std::mem::take(&mut s.waiters)
-        };
+            s.ended = true;
+        }
         {
             let mut streams = lock(&self.shared.streams);
             streams.stdout.shrink();
             streams.stderr.shrink();
         }
-        self.shared.settled_cv.notify_all();
-        listeners(self);
-        for (_, f) in waiters {
-            callbacks::dispatch(f);
-        }
-        self.shared.settled_tx.send_replace(true);
+        self.shared.settled.set(|| listeners(self));
     }
 }

@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use crate::host::callbacks;
 use crate::host::forked;
+use crate::host::latch::Latch;
 use crate::host::runtime;
 use crate::launch::ending::ExitFields;
 use crate::launch::pty;
@@ -137,14 +138,12 @@ impl PendingWrite {
 }
 
 struct State {
-    exited: bool,
     ending: ExitFields,
     /// The session task has ended: output ended, leader released.
     finished: bool,
     /// The session task handled a stop (terminate or dispose).
     stopped: bool,
     survivors: u32,
-    exit_waiters: Vec<Box<dyn FnOnce() + Send>>,
 }
 
 struct Shared {
@@ -159,8 +158,8 @@ struct Shared {
     control: Mutex<Option<OwnedFd>>,
     rdev: libc::dev_t,
     state: Mutex<State>,
-    exited_cv: Condvar,
-    exited_tx: watch::Sender<bool>,
+    /// Set when the leader has exited, after `state` has its ending.
+    exited: Latch,
     finished_tx: watch::Sender<bool>,
     output: Mutex<Output>,
     output_cv: Condvar,
@@ -211,7 +210,7 @@ impl Terminal {
     /// True once the leader has exited (`exit_code` / `signal` are then
     /// final).
     pub fn has_exited(&self) -> bool {
-        self.state().exited
+        self.shared.exited.is_set()
     }
 
     /// The leader's exit code; `None` while it runs or when a signal ended
@@ -450,8 +449,7 @@ impl Terminal {
         }
         // The leader is unreaped until the session task ends, so the
         // session id, and the groups in it, are still this session's.
-        let state = self.state();
-        if state.exited || state.finished {
+        if self.has_exited() || self.state().finished {
             return None;
         }
         let control = lock(&self.shared.control);
@@ -508,8 +506,7 @@ impl Terminal {
 
     /// Completes once the leader has exited.
     pub async fn wait(&self) {
-        let mut rx = self.shared.exited_tx.subscribe();
-        let _ = rx.wait_for(|e| *e).await;
+        self.shared.exited.wait().await
     }
 
     /// Blocks until the leader has exited or `timeout` passed; whether it
@@ -524,37 +521,13 @@ impl Terminal {
         }
         forked::check_host(self.shared.host_pid)?;
         runtime::refuse_blocking()?;
-        let guard = self.state();
-        Ok(match timeout {
-            None => {
-                let _g = self
-                    .shared
-                    .exited_cv
-                    .wait_while(guard, |s| !s.exited)
-                    .unwrap_or_else(|e| e.into_inner());
-                true
-            }
-            Some(t) => {
-                let (g, _) = self
-                    .shared
-                    .exited_cv
-                    .wait_timeout_while(guard, t, |s| !s.exited)
-                    .unwrap_or_else(|e| e.into_inner());
-                g.exited
-            }
-        })
+        Ok(self.shared.exited.wait_timeout(timeout))
     }
 
     /// Calls `f` on the callback thread once the leader has exited (soon,
     /// if it has).
     pub fn when_exited(&self, f: impl FnOnce() + Send + 'static) {
-        let mut s = self.state();
-        if s.exited {
-            drop(s);
-            callbacks::dispatch(f);
-        } else {
-            s.exit_waiters.push(Box::new(f));
-        }
+        self.shared.exited.when_set(f);
     }
 
     async fn finished(&self) {

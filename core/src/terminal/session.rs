@@ -14,7 +14,6 @@ use tokio::io::Interest;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::{sleep_until, Instant};
 
-use crate::host::callbacks;
 use crate::host::forked;
 use crate::host::runtime;
 use crate::launch::ending::ExitFields;
@@ -58,15 +57,12 @@ pub(crate) fn start<G: Send + 'static>(
         control: Mutex::new(Some(started.control)),
         rdev: started.rdev,
         state: Mutex::new(State {
-            exited: false,
             ending: ExitFields::default(),
             finished: false,
             stopped: false,
             survivors: 0,
-            exit_waiters: Vec::new(),
         }),
-        exited_cv: Condvar::new(),
-        exited_tx: watch::channel(false).0,
+        exited: Latch::default(),
         finished_tx: watch::channel(false).0,
         output: Mutex::new(Output {
             bytes: VecDeque::new(),
@@ -178,17 +174,8 @@ impl Terminal {
     }
 
     fn on_exit(&self, status: ExitStatus) {
-        let waiters = {
-            let mut s = self.state();
-            s.exited = true;
-            s.ending = ExitFields::from(status);
-            std::mem::take(&mut s.exit_waiters)
-        };
-        self.shared.exited_cv.notify_all();
-        self.shared.exited_tx.send_replace(true);
-        for f in waiters {
-            callbacks::dispatch(f);
-        }
+        self.state().ending = ExitFields::from(status);
+        self.shared.exited.set(|| {});
     }
 
     /// The session's life: pump output and input, wait for the leader's
