@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use crate::confine::governor;
 use crate::executor::process::{Process, ProcessRead};
 use crate::host::callbacks;
+use crate::host::cancel::CancelToken;
 use crate::host::forked::current_pid;
 use crate::host::runtime;
 use crate::launch::ending::ExitFields;
@@ -29,6 +30,7 @@ use crate::spec::error::{DshError, Field, FieldName, Result, Scope};
 use crate::spec::request::{resolve, Request, Spec};
 use crate::spec::sandbox::SandboxMode;
 use crate::sys::lock;
+use crate::watch::escalation::kill_after;
 use crate::watch::output::StreamBuffer;
 use crate::watch::spill::{random_hex, SpillDir};
 use crate::watch::supervise::{Stop, Streams};
@@ -120,6 +122,15 @@ impl std::fmt::Debug for Executor {
     }
 }
 
+/// Counts a foreground run for `dispose` to wait on.
+struct ActiveRun(Arc<Shared>);
+
+impl Drop for ActiveRun {
+    fn drop(&mut self) {
+        self.0.active_runs.send_modify(|n| *n -= 1);
+    }
+}
+
 impl Shared {
     fn is_open(&self) -> bool {
         *self.lifecycle.borrow() == Lifecycle::Open
@@ -132,6 +143,29 @@ impl Shared {
 
     fn check_here(&self) -> Result<()> {
         crate::host::forked::check_host(self.host_pid)
+    }
+
+    /// Admission, the one path for a run, a start and a terminal session:
+    /// the executor is this process's (not a forked copy's) and open, the
+    /// spec passes `check`, and the caller's token has not fired. The
+    /// command counts for `dispose` until the guard is dropped (a start
+    /// hands over to the registry, which dispose waits on too).
+    fn admit(
+        self: &Arc<Self>,
+        check: impl FnOnce(&Config) -> Result<()>,
+        cancel: Option<&CancelToken>,
+    ) -> Result<ActiveRun> {
+        self.active_runs.send_modify(|n| *n += 1);
+        let active = ActiveRun(self.clone());
+        self.check_here()?;
+        if !self.is_open() {
+            return Err(DshError::Disposed);
+        }
+        check(&self.config())?;
+        if cancel.is_some_and(CancelToken::is_cancelled) {
+            return Err(DshError::AlreadyCancelled);
+        }
+        Ok(active)
     }
 
     fn next_tag(&self) -> String {
@@ -197,11 +231,7 @@ impl Shared {
         let mut rx = self.pending_notifications.subscribe();
         let _ = rx.wait_for(|n| *n == 0).await;
         if term_hit || sweep_counted(all.clone(), 0).await.total > 0 {
-            let deadline = tokio::time::Instant::now() + self.grace();
-            while sweep_counted(all.clone(), 0).await.total > 0 && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            sweep_counted(all, libc::SIGKILL).await;
+            kill_after(all, tokio::time::Instant::now() + self.grace()).await;
         }
         // Whatever is left of the supervisor's subtree dies with it.
         self.supervisors.shutdown().await;

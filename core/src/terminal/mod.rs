@@ -31,6 +31,7 @@ use crate::spec::error::{DshError, Field, FieldName, Result, Scope};
 use crate::spec::terminal::{dimension, TerminalSignal};
 use crate::sys::lock;
 use crate::sys::pidfd_open;
+use crate::watch::escalation::kill_after;
 use crate::watch::output::incomplete_suffix;
 use crate::watch::supervise::Stop;
 
@@ -606,11 +607,7 @@ async fn end_leftovers(tag: &str, grace: Duration) -> u32 {
     if sweep_counted(TagMatch::command(tag), libc::SIGTERM).await.total == 0 {
         return 0;
     }
-    let deadline = Instant::now() + grace;
-    while sweep_counted(TagMatch::command(tag), 0).await.total > 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    sweep_counted(TagMatch::command(tag), libc::SIGKILL).await.last as u32
+    kill_after(TagMatch::command(tag), Instant::now() + grace).await
 }
 
 #[cfg(test)]

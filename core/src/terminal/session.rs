@@ -21,7 +21,8 @@ use crate::launch::ending::ExitStatus;
 use crate::launch::supervisor::Releaser;
 use crate::launch::tree::{sweep, sweep_counted, TagMatch};
 use crate::launch::wire::ReportReader;
-use crate::watch::supervise::{finish_stop, read_exit, signal_tree, watch as register, Stop};
+use crate::watch::escalation::Escalation;
+use crate::watch::supervise::{read_exit, signal_tree, watch as register, write_some, Stop};
 
 use super::*;
 
@@ -125,35 +126,6 @@ async fn read_some(fd: &AsyncFd<OwnedFd>, shared: &Shared, buf: &mut [u8]) -> io
     }
 }
 
-async fn write_some(fd: &AsyncFd<OwnedFd>, bytes: &[u8]) -> io::Result<usize> {
-    loop {
-        let mut guard = fd.writable().await?;
-        match guard.try_io(|fd| {
-            // SAFETY: `bytes` is valid for reads of its length.
-            let n = unsafe { libc::write(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
-            if n < 0 {
-                Err(io::Error::last_os_error())
-            } else if n == 0 && !bytes.is_empty() {
-                // Nothing taken is "not now": a pty master can report
-                // itself writable while its program reads nothing. As
-                // WouldBlock, the readiness is cleared until the next edge.
-                Err(io::ErrorKind::WouldBlock.into())
-            } else {
-                Ok(n as usize)
-            }
-        }) {
-            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Ok(Ok(0)) | Err(_) => {
-                // Back to the session's loop, which looks at a stop first:
-                // a write the program never reads must not keep it deaf.
-                tokio::task::yield_now().await;
-                return Ok(0);
-            }
-            Ok(r) => return r,
-        }
-    }
-}
-
 impl Terminal {
     /// Signals the session: a hangup (what closing a terminal sends) and
     /// SIGTERM, or SIGKILL.
@@ -214,9 +186,7 @@ impl Terminal {
         let mut lost = false;
         let mut open = true;
         let mut exited = false;
-        let mut stopped: Option<Stop> = None;
-        let mut kill_at: Option<Instant> = None;
-        let mut killed = false;
+        let mut escalation = Escalation::default();
         let mut drain_until: Option<Instant> = None;
         let mut current: Option<(WriteRequest, usize)> = None;
         let never = Instant::now() + Duration::from_secs(100 * 365 * 86_400);
@@ -231,13 +201,13 @@ impl Terminal {
         tokio::pin!(stop);
         while !exited || open {
             let room = lock(&self.shared.output).room();
-            if exited && drain_until.is_none() && (room > 0 || stopped.is_some()) {
+            if exited && drain_until.is_none() && (room > 0 || escalation.stopped().is_some()) {
                 drain_until = Some(Instant::now() + grace);
             }
             let event = tokio::select! {
                 biased;
-                s = &mut stop, if stopped.is_none() => Event::Stop(s),
-                _ = sleep_until(kill_at.unwrap_or(never)), if kill_at.is_some() && !killed => Event::KillNow,
+                s = &mut stop, if escalation.stopped().is_none() => Event::Stop(s),
+                _ = sleep_until(escalation.kill_due().unwrap_or(never)), if escalation.kill_due().is_some() => Event::KillNow,
                 s = read_exit(&report_fd, &mut report), if !exited => Event::Exited(s),
                 r = read_some(&master, &self.shared, &mut buf[..room.min(CHUNK)]), if open && room > 0 => Event::Read(r),
                 _ = self.shared.room.notified(), if open && room == 0 => Event::Room,
@@ -285,18 +255,17 @@ impl Terminal {
                     }
                 }
                 Event::Stop(reason) => {
-                    stopped = Some(reason);
+                    escalation.begin(reason, grace);
                     self.signal_session(lost, libc::SIGTERM, reason != Stop::Dispose);
-                    kill_at = Some(Instant::now() + grace);
                 }
                 Event::KillNow => {
-                    killed = true;
-                    self.signal_session(lost, libc::SIGKILL, stopped != Some(Stop::Dispose));
+                    escalation.killed();
+                    self.signal_session(lost, libc::SIGKILL, escalation.stopped() != Some(Stop::Dispose));
                 }
                 // While the unread output is full, the session does not read
                 // the terminal: what the program left in it waits for the
                 // reader, and the grace counts again once there is room.
-                Event::DrainOver if room == 0 && stopped.is_none() => drain_until = None,
+                Event::DrainOver if room == 0 && escalation.stopped().is_none() => drain_until = None,
                 Event::DrainOver => break,
             }
         }
@@ -308,14 +277,12 @@ impl Terminal {
         self.shared.output_tx.send_modify(|v| *v += 1);
         let survivors = if lost {
             sweep_counted(TagMatch::command(&tag), libc::SIGKILL).await.last as u32
-        } else if stopped.is_some() {
-            finish_stop(pid, &tag, kill_at, killed).await
         } else {
-            0
+            escalation.finish(pid, &tag).await
         };
         crate::watch::supervise::release_reaped(releaser, Some(pid), report_fd, &mut report).await;
         drop(master);
-        self.finish(survivors, stopped.is_some());
+        self.finish(survivors, escalation.stopped().is_some());
     }
 
     fn finish(&self, survivors: u32, stopped: bool) {

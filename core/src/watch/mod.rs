@@ -1,3 +1,4 @@
+pub(crate) mod escalation;
 pub(crate) mod output;
 pub(crate) mod spill;
 pub(crate) mod stdin;

@@ -20,6 +20,7 @@ use crate::launch::tree::{signal_group, sweep, sweep_counted, Spare, TagMatch};
 use crate::launch::wire::{Report, ReportReader};
 use crate::spec::error::DshError;
 use crate::sys::lock;
+use crate::watch::escalation::Escalation;
 use crate::watch::output::StreamBuffer;
 use crate::watch::stdin::{PipeWork, StdinEnd, StdinPipe};
 
@@ -109,23 +110,38 @@ async fn pump(pipe: Option<&StdinPipe>, fd: Option<&AsyncFd<OwnedFd>>) -> PipeWo
 }
 
 async fn write_chunk(fd: Option<&AsyncFd<OwnedFd>>, bytes: &[u8]) -> io::Result<usize> {
-    let Some(fd) = fd else {
-        return std::future::pending().await;
-    };
+    match fd {
+        Some(fd) => write_some(fd, bytes).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes some of `bytes` once `fd` is writable; `Ok(0)` when it took
+/// nothing after all (back to the caller's loop, which looks at a stop
+/// first: a write the other side never reads must not keep it deaf).
+pub(crate) async fn write_some(fd: &AsyncFd<OwnedFd>, bytes: &[u8]) -> io::Result<usize> {
     loop {
         let mut guard = fd.writable().await?;
         match guard.try_io(|fd| {
-            // SAFETY: `bytes` is valid for reads of `bytes.len()` bytes.
+            // SAFETY: `bytes` is valid for reads of its length.
             let n = unsafe { libc::write(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
             if n < 0 {
                 Err(io::Error::last_os_error())
+            } else if n == 0 && !bytes.is_empty() {
+                // Nothing taken is "not now": a pty master can report
+                // itself writable while its program reads nothing. As
+                // WouldBlock, the readiness is cleared until the next edge.
+                Err(io::ErrorKind::WouldBlock.into())
             } else {
                 Ok(n as usize)
             }
         }) {
             Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Ok(Ok(0)) | Err(_) => {
+                tokio::task::yield_now().await;
+                return Ok(0);
+            }
             Ok(r) => return r,
-            Err(_would_block) => continue,
         }
     }
 }
@@ -378,9 +394,7 @@ async fn supervise_inner(
     let mut timeout_at = timeout.map(|t| Instant::now() + t);
 
     let (mut out_open, mut err_open, mut exited) = (true, true, false);
-    let mut stopped: Option<Stop> = None;
-    let mut kill_at: Option<Instant> = None;
-    let mut killed = false;
+    let mut escalation = Escalation::default();
     let mut drain_until: Option<Instant> = None;
     // A reached cgroup limit does not end a tree by itself (a refused fork
     // leaves shells retrying, the OOM killer ends one process): its
@@ -401,13 +415,13 @@ async fn supervise_inner(
             // Biased, stop requests first: a stop that caused the exit (dispose
             // signals the tree from outside) is seen before the exit it caused.
             biased;
-            s = &mut stop, if stopped.is_none() => Event::Stop(s),
-            _ = limit_tick.tick(), if group.is_some() && stopped.is_none() => match group.as_ref().and_then(|g| g.reached()) {
+            s = &mut stop, if escalation.stopped().is_none() => Event::Stop(s),
+            _ = limit_tick.tick(), if group.is_some() && escalation.stopped().is_none() => match group.as_ref().and_then(|g| g.reached()) {
                 Some(kind) => Event::Stop(Stop::Limit(kind)),
                 None => Event::Tick,
             },
-            _ = timer(|| tokio::time::sleep_until(timeout_at.unwrap_or(never))), if timeout_at.is_some() && stopped.is_none() && !exited => Event::Stop(Stop::Timeout),
-            _ = timer(|| tokio::time::sleep_until(kill_at.unwrap_or(never))), if kill_at.is_some() && !killed => Event::KillNow,
+            _ = timer(|| tokio::time::sleep_until(timeout_at.unwrap_or(never))), if timeout_at.is_some() && escalation.stopped().is_none() && !exited => Event::Stop(Stop::Timeout),
+            _ = timer(|| tokio::time::sleep_until(escalation.kill_due().unwrap_or(never))), if escalation.kill_due().is_some() => Event::KillNow,
             r = read_chunk(&out, |b| lock(streams).stdout.push(b)), if out_open => Event::Stdout(r),
             r = read_chunk(&err, |b| lock(streams).stderr.push(b)), if err_open => Event::Stderr(r),
             r = write_chunk(stdin_fd.as_ref(), &stdin[stdin_pos..]), if stdin_fd.is_some() && pipe.is_none() => Event::Stdin(r),
@@ -495,8 +509,7 @@ async fn supervise_inner(
             }
             Event::Tick => {}
             Event::Stop(Stop::Limit(kind)) => {
-                stopped = Some(Stop::Limit(kind));
-                killed = true;
+                escalation.begin_killed(Stop::Limit(kind));
                 if let Some(g) = &group {
                     g.kill_members();
                 }
@@ -508,7 +521,7 @@ async fn supervise_inner(
                 }
             }
             Event::Stop(reason) => {
-                stopped = Some(reason);
+                escalation.begin(reason, grace);
                 if pid.is_none() && !exited {
                     match report_waiting(&report_fd, &mut report) {
                         Some(Report::Spawned(p)) => pid = Some(p),
@@ -526,10 +539,9 @@ async fn supervise_inner(
                     // SIGTERMs. A SIGKILL at the grace is not held.
                     deferred = Some((libc::SIGTERM, reason != Stop::Dispose));
                 }
-                kill_at = Some(Instant::now() + grace);
             }
             Event::KillNow => {
-                killed = true;
+                escalation.killed();
                 if pid.is_none() && !exited && unhandled.is_none() {
                     match report_waiting(&report_fd, &mut report) {
                         Some(Report::Spawned(p)) => pid = Some(p),
@@ -539,7 +551,7 @@ async fn supervise_inner(
                 if lost {
                     sweep(TagMatch::command(tag), libc::SIGKILL);
                 } else {
-                    let with_sweep = stopped != Some(Stop::Dispose);
+                    let with_sweep = escalation.stopped() != Some(Stop::Dispose);
                     signal_known(pid, tag, libc::SIGKILL, with_sweep);
                     deferred = pid.is_none().then_some((libc::SIGKILL, with_sweep));
                 }
@@ -552,10 +564,9 @@ async fn supervise_inner(
     let leader = pid.filter(|_| !lost);
     // A limit reached by what the leader left behind (a fork bomb's
     // processes after their shell exited) ends them too.
-    if let (None, Some(leader)) = (stopped, leader) {
+    if let (None, Some(leader)) = (escalation.stopped(), leader) {
         if let Some(kind) = group.as_ref().and_then(|g| g.reached()) {
-            stopped = Some(Stop::Limit(kind));
-            killed = true;
+            escalation.begin_killed(Stop::Limit(kind));
             if let Some(g) = &group {
                 g.kill_members();
             }
@@ -570,7 +581,7 @@ async fn supervise_inner(
     // A reached limit ends every process the kernel counts in the group,
     // whatever it did to leave the tree the sweeps follow; a fork loop is
     // caught by the next pass, each pass after a millisecond.
-    if matches!(stopped, Some(Stop::Limit(_))) {
+    if matches!(escalation.stopped(), Some(Stop::Limit(_))) {
         if let Some(g) = &group {
             for _ in 0..200 {
                 if g.kill_members() == 0 {
@@ -582,8 +593,7 @@ async fn supervise_inner(
     }
     let survivors = match leader {
         None => sweep_counted(TagMatch::command(tag), libc::SIGKILL).await.last as u32,
-        Some(leader) if stopped.is_some() => finish_stop(leader, tag, kill_at, killed).await,
-        Some(_) => 0,
+        Some(leader) => escalation.finish(leader, tag).await,
     };
     // Still unreaped until `release` (its pid cannot be reused): its own
     // CPU time says whether a SIGXCPU or SIGKILL came from the CPU limit.
@@ -594,27 +604,9 @@ async fn supervise_inner(
     release_reaped(releaser, pid, report_fd, &mut report).await;
     Ok(Outcome {
         status,
-        stop: stopped,
+        stop: escalation.stopped(),
         survivors,
         group,
         leader_cpu,
     })
-}
-
-/// Finishes a stop once the leader has exited (it is still unreaped): what
-/// is left of the tree gets the rest of its grace period, then SIGKILL,
-/// repeated until a scan finds nobody. Returns how many processes of the
-/// tree that last scan still found alive: the survivors (expected: 0).
-pub(crate) async fn finish_stop(pid: libc::pid_t, tag: &str, kill_at: Option<Instant>, killed: bool) -> u32 {
-    if !killed {
-        // Usually the SIGTERM ended everything: one scan says so.
-        if sweep_counted(tree(pid, tag), 0).await.total == 0 {
-            return 0;
-        }
-        if let Some(at) = kill_at {
-            timer(|| tokio::time::sleep_until(at)).await;
-        }
-        signal_group(pid, libc::SIGKILL);
-    }
-    sweep_counted(tree(pid, tag), libc::SIGKILL).await.last as u32
 }

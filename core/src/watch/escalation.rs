@@ -1,0 +1,84 @@
+//! The one escalation of a stop, shared by foreground runs, background
+//! processes, terminal sessions and dispose: SIGTERM at once, SIGKILL when
+//! the grace period is over, then whatever is left of the tree swept until
+//! a scan finds nobody. The callers send the signals (they know the
+//! leader's pid, group and session); this keeps when and what happened.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::host::runtime::timer;
+use crate::launch::tree::{signal_group, sweep_counted, TagMatch};
+use crate::watch::supervise::{tree, Stop};
+
+/// Where one command's stop stands.
+#[derive(Debug, Default)]
+pub(crate) struct Escalation {
+    stopped: Option<Stop>,
+    kill_at: Option<Instant>,
+    killed: bool,
+}
+
+impl Escalation {
+    /// Why it is being stopped, once a stop began.
+    pub(crate) fn stopped(&self) -> Option<Stop> {
+        self.stopped
+    }
+
+    /// A stop begins: the caller sends SIGTERM now; SIGKILL is due after
+    /// `grace`.
+    pub(crate) fn begin(&mut self, reason: Stop, grace: Duration) {
+        self.stopped = Some(reason);
+        self.kill_at = Some(Instant::now() + grace);
+    }
+
+    /// A stop that kills at once, with no grace (a reached limit): the
+    /// caller sends SIGKILL now.
+    pub(crate) fn begin_killed(&mut self, reason: Stop) {
+        self.stopped = Some(reason);
+        self.killed = true;
+    }
+
+    /// When the SIGKILL is due, while it has not been sent.
+    pub(crate) fn kill_due(&self) -> Option<Instant> {
+        self.kill_at.filter(|_| !self.killed)
+    }
+
+    /// The caller sent the SIGKILL.
+    pub(crate) fn killed(&mut self) {
+        self.killed = true;
+    }
+
+    /// Finishes a stop once the leader `pid` has exited (it is still
+    /// unreaped): what is left of its tree gets the rest of the grace
+    /// period, then SIGKILL, repeated until a scan finds nobody. Returns how
+    /// many processes of the tree that last scan still found alive: the
+    /// survivors (expected: 0). Nothing to do when no stop began.
+    pub(crate) async fn finish(&self, pid: libc::pid_t, tag: &str) -> u32 {
+        if self.stopped.is_none() {
+            return 0;
+        }
+        if !self.killed {
+            // Usually the SIGTERM ended everything: one scan says so.
+            if sweep_counted(tree(pid, tag), 0).await.total == 0 {
+                return 0;
+            }
+            if let Some(at) = self.kill_at {
+                timer(|| tokio::time::sleep_until(at)).await;
+            }
+            signal_group(pid, libc::SIGKILL);
+        }
+        sweep_counted(tree(pid, tag), libc::SIGKILL).await.last as u32
+    }
+}
+
+/// The end of an escalation for what a sweep finds, after its SIGTERM: waits
+/// until a scan finds nobody or `deadline` passes, then SIGKILLs what is
+/// left; returns how many the last scan still found alive.
+pub(crate) async fn kill_after(matcher: TagMatch, deadline: Instant) -> u32 {
+    while sweep_counted(matcher.clone(), 0).await.total > 0 && Instant::now() < deadline {
+        timer(|| tokio::time::sleep(Duration::from_millis(20))).await;
+    }
+    sweep_counted(matcher, libc::SIGKILL).await.last as u32
+}
