@@ -11,6 +11,7 @@ const {
   checkConfig,
   limitsSupport: nativeLimitsSupport,
   specKeys,
+  runResultSlots,
 } = require('./loader.js')
 
 /** An INVALID_ARGUMENT error shaped like the native ones. */
@@ -65,20 +66,42 @@ function collected(text, truncated, spillPath, spillError) {
   return output
 }
 
-/** The harness's result object from the addon's flat list (`run_result_values` in src/convert.rs). */
+/**
+ * Where each value of a run result's flat list is (`run_result_values` in
+ * src/convert.rs defines the layout once; `runResultSlots()` names it). A
+ * name the addon does not have fails here, at load, not in a result.
+ */
+const SLOT = (() => {
+  const slots = runResultSlots()
+  const at = (name) => {
+    const i = slots.indexOf(name)
+    if (i < 0) throw new Error(`dsh-native: the addon's run result has no ${name}: rebuild it (npm run build)`)
+    return i
+  }
+  const names = ['exitCode', 'signal', 'exitStatusUnavailable', 'timedOut', 'aborted', 'timeoutMs', 'sandbox',
+    'survivors', 'backgroundId', 'limit', 'limitsEnforcement']
+  const slot = Object.fromEntries(names.map((n) => [n, at(n)]))
+  for (const s of ['stdout', 'stderr']) {
+    slot[s] = ['text', 'truncated', 'spillPath', 'spillError'].map((f) => at(`${s}.${f}`))
+  }
+  return slot
+})()
+
+/** The harness's result object from the addon's flat list. */
 function runResult(v) {
-  const result = { exitCode: v[0], signal: v[1] }
-  if (v[2]) result.exitStatusUnavailable = true
-  result.timedOut = v[3]
-  result.aborted = v[4]
-  result.timeoutMs = v[5]
-  result.stdout = collected(v[6], v[7], v[8], v[9])
-  result.stderr = collected(v[10], v[11], v[12], v[13])
-  if (v[14] !== null) result.sandbox = v[14]
-  if (v[15] > 0) result.survivors = v[15]
-  if (v[16] !== null) result.backgroundId = v[16]
-  if (v[17] !== null) result.limit = v[17]
-  if (v[18] !== null) result.limitsEnforcement = v[18]
+  const result = { exitCode: v[SLOT.exitCode], signal: v[SLOT.signal] }
+  if (v[SLOT.exitStatusUnavailable]) result.exitStatusUnavailable = true
+  result.timedOut = v[SLOT.timedOut]
+  result.aborted = v[SLOT.aborted]
+  result.timeoutMs = v[SLOT.timeoutMs]
+  const [o, e] = [SLOT.stdout, SLOT.stderr]
+  result.stdout = collected(v[o[0]], v[o[1]], v[o[2]], v[o[3]])
+  result.stderr = collected(v[e[0]], v[e[1]], v[e[2]], v[e[3]])
+  if (v[SLOT.sandbox] !== null) result.sandbox = v[SLOT.sandbox]
+  if (v[SLOT.survivors] > 0) result.survivors = v[SLOT.survivors]
+  if (v[SLOT.backgroundId] !== null) result.backgroundId = v[SLOT.backgroundId]
+  if (v[SLOT.limit] !== null) result.limit = v[SLOT.limit]
+  if (v[SLOT.limitsEnforcement] !== null) result.limitsEnforcement = v[SLOT.limitsEnforcement]
   return result
 }
 

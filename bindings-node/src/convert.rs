@@ -700,6 +700,38 @@ pub(crate) fn sandbox_object<'e>(env: &'e Env, s: &dsh_core::SandboxInfo) -> Res
     Ok(o)
 }
 
+/// The layout of a run result's flat list, defined once: `index.js` reads
+/// each value at the index of its name in `runResultSlots()`, so the two
+/// sides cannot drift (a name it does not find fails at load).
+macro_rules! run_result_slots {
+    ($($slot:ident = $name:literal,)*) => {
+        #[derive(Clone, Copy)]
+        enum Slot { $($slot,)* }
+        pub(crate) const RUN_RESULT_SLOTS: &[&str] = &[$($name,)*];
+    };
+}
+run_result_slots! {
+    ExitCode = "exitCode",
+    Signal = "signal",
+    ExitStatusUnavailable = "exitStatusUnavailable",
+    TimedOut = "timedOut",
+    Aborted = "aborted",
+    TimeoutMs = "timeoutMs",
+    StdoutText = "stdout.text",
+    StdoutTruncated = "stdout.truncated",
+    StdoutSpillPath = "stdout.spillPath",
+    StdoutSpillError = "stdout.spillError",
+    StderrText = "stderr.text",
+    StderrTruncated = "stderr.truncated",
+    StderrSpillPath = "stderr.spillPath",
+    StderrSpillError = "stderr.spillError",
+    Sandbox = "sandbox",
+    Survivors = "survivors",
+    BackgroundId = "backgroundId",
+    Limit = "limit",
+    LimitsEnforcement = "limitsEnforcement",
+}
+
 /// A run's result as the flat list `runResult` in `index.js` turns into
 /// the harness's object (one napi call per value instead of a property
 /// set, and no key strings):
@@ -709,28 +741,48 @@ pub(crate) fn sandbox_object<'e>(env: &'e Env, s: &dsh_core::SandboxInfo) -> Res
 ///   sandbox, survivors, backgroundId, limit, limitsEnforcement]`,
 /// with `null` for what is absent.
 pub(crate) fn run_result_values<'e>(env: &'e Env, r: &dsh_core::RunResult) -> Result<Array<'e>> {
-    let mut a = env.create_array(19)?;
-    a.set(0, r.exit_code)?;
-    a.set(1, r.signal.as_deref())?;
-    a.set(2, r.exit_status_unavailable)?;
-    a.set(3, r.timed_out)?;
-    a.set(4, r.aborted)?;
-    a.set(5, r.timeout_ms as f64)?;
-    for (at, c) in [(6, &r.stdout), (10, &r.stderr)] {
-        a.set(at, c.text.as_str())?;
-        a.set(at + 1, c.truncated)?;
-        a.set(at + 2, c.spill_path.as_deref())?;
-        a.set(at + 3, c.spill_error.as_deref())?;
+    let mut a = env.create_array(RUN_RESULT_SLOTS.len() as u32)?;
+    a.set(Slot::ExitCode as u32, r.exit_code)?;
+    a.set(Slot::Signal as u32, r.signal.as_deref())?;
+    a.set(Slot::ExitStatusUnavailable as u32, r.exit_status_unavailable)?;
+    a.set(Slot::TimedOut as u32, r.timed_out)?;
+    a.set(Slot::Aborted as u32, r.aborted)?;
+    a.set(Slot::TimeoutMs as u32, r.timeout_ms as f64)?;
+    let streams = [
+        (
+            &r.stdout,
+            [
+                Slot::StdoutText,
+                Slot::StdoutTruncated,
+                Slot::StdoutSpillPath,
+                Slot::StdoutSpillError,
+            ],
+        ),
+        (
+            &r.stderr,
+            [
+                Slot::StderrText,
+                Slot::StderrTruncated,
+                Slot::StderrSpillPath,
+                Slot::StderrSpillError,
+            ],
+        ),
+    ];
+    for (c, [text, truncated, spill_path, spill_error]) in streams {
+        a.set(text as u32, c.text.as_str())?;
+        a.set(truncated as u32, c.truncated)?;
+        a.set(spill_path as u32, c.spill_path.as_deref())?;
+        a.set(spill_error as u32, c.spill_error.as_deref())?;
     }
     a.set(
-        14,
+        Slot::Sandbox as u32,
         r.sandbox.as_ref().map(|s| sandbox_object(env, s)).transpose()?,
     )?;
-    a.set(15, r.survivors)?;
-    a.set(16, r.background_id.as_deref())?;
-    a.set(17, limit_str(r.limit))?;
+    a.set(Slot::Survivors as u32, r.survivors)?;
+    a.set(Slot::BackgroundId as u32, r.background_id.as_deref())?;
+    a.set(Slot::Limit as u32, limit_str(r.limit))?;
     a.set(
-        18,
+        Slot::LimitsEnforcement as u32,
         (!r.limits_enforcement.is_empty())
             .then(|| enforcement_object(env, &r.limits_enforcement))
             .transpose()?,

@@ -412,7 +412,7 @@ impl NativeExecutor {
             }
         }
         let (deferred, promise) = settle::promise(env)?;
-        self.inner.run_then(&spec, cancel, move |outcome| {
+        self.inner.run_io_callback(&spec, cancel, move |outcome| {
             deferred.resolve(move |env| RunValue::of(&env, outcome))
         });
         Ok(promise)
@@ -541,6 +541,13 @@ pub fn check_config(env: Env, config: Option<Unknown<'_>>) -> Result<()> {
 #[napi]
 pub fn spec_keys() -> Vec<&'static str> {
     convert::SPEC_KEYS.to_vec()
+}
+
+/// The names of a run result's flat list, in its order (see
+/// `run_result_values`): `index.js` reads each value by its name's index.
+#[napi]
+pub fn run_result_slots() -> Vec<&'static str> {
+    convert::RUN_RESULT_SLOTS.to_vec()
 }
 
 /// How this host would enforce each limit: limit name → mechanism

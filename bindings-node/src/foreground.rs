@@ -154,7 +154,7 @@ pub(crate) fn run<'e>(
         return Ok(None);
     };
     let (settle, promise) = settle::promise(env)?;
-    match executor.run_on(&driver.host, spec, cancel) {
+    match executor.run_on_host_loop(&driver.host, spec, cancel) {
         Ok(run) => {
             let news = Arc::new(News {
                 woken: AtomicBool::new(true),

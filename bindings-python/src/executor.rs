@@ -760,7 +760,7 @@ impl Executor {
     /// when it ends; the building block of `run_async`.
     fn _run_with_callback(&self, spec: &Spec, cancel: &CancelToken, callback: Py<PyAny>) {
         self.inner
-            .run_with(&spec.inner, Some(&cancel.inner), move |outcome| {
+            .run_callback(&spec.inner, Some(&cancel.inner), move |outcome| {
                 Python::try_attach(|py| {
                     let args = match outcome {
                         Ok(r) => match RunResult::new(py, r) {

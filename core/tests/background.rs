@@ -275,7 +275,7 @@ fn callback_style_hooks_for_hosts_with_their_own_loop() {
     use std::sync::mpsc;
     let exec = executor_with(|c| c.grace_ms = n(300));
     let (tx, rx) = mpsc::channel();
-    exec.run_with(&spec(&exec, "echo via-callback; exit 9"), None, move |r| {
+    exec.run_callback(&spec(&exec, "echo via-callback; exit 9"), None, move |r| {
         tx.send(r).unwrap()
     });
     let r = rx.recv_timeout(Duration::from_secs(30)).unwrap().unwrap();
@@ -284,7 +284,7 @@ fn callback_style_hooks_for_hosts_with_their_own_loop() {
     let (tx, rx) = mpsc::channel();
     let mut bad = spec(&exec, "true");
     bad.workdir = "/nonexistent/cb".into();
-    exec.run_with(&bad, None, move |r| tx.send(r).unwrap());
+    exec.run_callback(&bad, None, move |r| tx.send(r).unwrap());
     assert!(matches!(
         rx.recv_timeout(Duration::from_secs(30)).unwrap(),
         Err(DshError::Spawn { .. })

@@ -105,7 +105,7 @@ fn a_run_on_the_hosts_loop_gives_the_result_a_blocking_run_gives() {
     let s = spec(&exec, "echo out; echo err >&2; exit 7");
     assert!(s.runs_on_host_loop());
     let (r, _) = host.drive(
-        exec.run_on(&host.host, &s, None).unwrap(),
+        exec.run_on_host_loop(&host.host, &s, None).unwrap(),
         Duration::from_secs(30),
     );
     let r = r.unwrap();
@@ -128,7 +128,7 @@ fn the_timeout_fires_though_nothing_is_readable() {
     let s = exec.resolve(req).unwrap();
     let started = Instant::now();
     let (r, _) = host.drive(
-        exec.run_on(&host.host, &s, None).unwrap(),
+        exec.run_on_host_loop(&host.host, &s, None).unwrap(),
         Duration::from_secs(20),
     );
     let r = r.unwrap();
@@ -147,7 +147,7 @@ fn a_cancellation_from_another_thread_wakes_the_host_and_stops_the_run() {
     let host = Host::new();
     let token = CancelToken::new();
     let run = exec
-        .run_on(&host.host, &spec(&exec, "sleep 30"), Some(&token))
+        .run_on_host_loop(&host.host, &spec(&exec, "sleep 30"), Some(&token))
         .unwrap();
     let canceller = {
         let token = token.clone();
@@ -170,7 +170,7 @@ fn runs_that_cannot_run_on_the_hosts_loop_are_refused_and_say_so() {
     req.stdin = Some(b"x".to_vec());
     let s = exec.resolve(req).unwrap();
     assert!(!s.runs_on_host_loop());
-    assert!(exec.run_on(&host.host, &s, None).is_err());
+    assert!(exec.run_on_host_loop(&host.host, &s, None).is_err());
     let mut req = Request::new("true");
     req.on_expiry = Some(OnExpiry::Background);
     assert!(!exec.resolve(req).unwrap().runs_on_host_loop());
@@ -182,7 +182,7 @@ fn a_run_dropped_before_its_end_leaves_nothing_running() {
     let host = Host::new();
     let marker = format!("hostloop-drop-{}", std::process::id());
     let mut run = exec
-        .run_on(
+        .run_on_host_loop(
             &host.host,
             &spec(&exec, &format!("sleep 30; echo {marker}")),
             None,
@@ -203,7 +203,7 @@ fn many_runs_share_one_host_loop() {
         .map(|i| {
             (
                 i,
-                exec.run_on(&host.host, &spec(&exec, &format!("sleep 0.{i}; echo {i}")), None)
+                exec.run_on_host_loop(&host.host, &spec(&exec, &format!("sleep 0.{i}; echo {i}")), None)
                     .unwrap(),
             )
         })
@@ -236,14 +236,14 @@ fn many_runs_share_one_host_loop() {
 #[test]
 fn a_run_whose_command_ended_before_its_first_poll_still_ends() {
     // The host loop's descriptor watches the command's descriptors from
-    // `run_on`; the reactor that reads them registers them at the first
+    // `run_on_host_loop`; the reactor that reads them registers them at the first
     // poll. A command that has already reported by then: the host drains
     // its descriptor (dispatch) before that poll, and the poll must not
     // leave the events it registered unheard.
     let exec = executor();
     let host = Host::new();
     let s = spec(&exec, "echo done");
-    let run = exec.run_on(&host.host, &s, None).unwrap();
+    let run = exec.run_on_host_loop(&host.host, &s, None).unwrap();
     // Long enough for `echo` to have ended and its report to be readable.
     std::thread::sleep(Duration::from_millis(300));
     let (r, _) = host.drive(run, Duration::from_secs(10));
@@ -258,7 +258,9 @@ fn a_thousand_short_runs_in_a_row_each_end() {
     let host = Host::new();
     for i in 0..1000 {
         let command = ["true", "echo x", "echo e >&2"][i % 3];
-        let run = exec.run_on(&host.host, &spec(&exec, command), None).unwrap();
+        let run = exec
+            .run_on_host_loop(&host.host, &spec(&exec, command), None)
+            .unwrap();
         let (r, _) = host.drive(run, Duration::from_secs(10));
         assert_eq!(r.unwrap().exit_code, Some(0), "run {i}: {command}");
     }
@@ -305,7 +307,7 @@ fn the_timeout_stops_the_command_while_the_host_thread_is_busy() {
     let mut req = Request::new(format!("trap '' TERM; sleep 30; echo {marker}"));
     req.timeout_ms = n(300);
     let mut run = exec
-        .run_on(&host.host, &exec.resolve(req).unwrap(), None)
+        .run_on_host_loop(&host.host, &exec.resolve(req).unwrap(), None)
         .unwrap();
     polled_until_started(&host, &mut run, &marker);
     // Busy: no dispatch, no poll. Timeout 300 ms, then SIGKILL 300 ms later.
@@ -325,7 +327,8 @@ fn a_run_on_the_hosts_loop_has_reaped_its_leader_when_it_settles() {
     let host = Host::new();
     for round in 0..5 {
         let (r, _) = host.drive(
-            exec.run_on(&host.host, &spec(&exec, "echo $$"), None).unwrap(),
+            exec.run_on_host_loop(&host.host, &spec(&exec, "echo $$"), None)
+                .unwrap(),
             Duration::from_secs(30),
         );
         let r = r.unwrap();
@@ -338,7 +341,7 @@ fn a_run_on_the_hosts_loop_has_reaped_its_leader_when_it_settles() {
         req.timeout_ms = n(200);
         let s = exec.resolve(req).unwrap();
         let (r, _) = host.drive(
-            exec.run_on(&host.host, &s, None).unwrap(),
+            exec.run_on_host_loop(&host.host, &s, None).unwrap(),
             Duration::from_secs(30),
         );
         let r = r.unwrap();
@@ -350,7 +353,7 @@ fn a_run_on_the_hosts_loop_has_reaped_its_leader_when_it_settles() {
 
         let token = CancelToken::new();
         let run = exec
-            .run_on(&host.host, &spec(&exec, "echo $$; exec sleep 30"), Some(&token))
+            .run_on_host_loop(&host.host, &spec(&exec, "echo $$; exec sleep 30"), Some(&token))
             .unwrap();
         let canceller = {
             let token = token.clone();
@@ -383,7 +386,7 @@ fn the_timeouts_sigterm_reaches_the_command_while_the_host_thread_is_busy() {
     ));
     req.timeout_ms = n(300);
     let mut run = exec
-        .run_on(&host.host, &exec.resolve(req).unwrap(), None)
+        .run_on_host_loop(&host.host, &exec.resolve(req).unwrap(), None)
         .unwrap();
     polled_until_started(&host, &mut run, &marker);
     // Busy for longer than the timeout: the trap ends the command.

@@ -8,7 +8,7 @@ use tokio::sync::watch;
 
 use crate::confine;
 use crate::confine::governor;
-use crate::executor::process::{Process, ProcessShared, State, Status};
+use crate::executor::process::{Process, ProcessInner, State, Status};
 use crate::host::callbacks;
 use crate::host::cancel::CancelToken;
 use crate::host::latch::Latch;
@@ -23,7 +23,7 @@ use crate::sys::lock;
 use crate::watch::stdin::{StdinEnd, StdinPipe};
 use crate::watch::supervise::{supervise, Outcome, StdinSource, Stop, SuperviseError};
 
-use super::{governed, Executor, Shared, TaskListener};
+use super::{governed, Executor, ExecutorInner, TaskListener};
 
 /// A background process that could not run (or be watched): `line` goes to
 /// its stderr and it settles as `killed`.
@@ -87,16 +87,16 @@ impl Notification {
 /// undelivered (the process had already settled), so dispose never waits
 /// for a delivery that will not come.
 pub(super) struct Notification {
-    shared: Arc<Shared>,
+    shared: Arc<ExecutorInner>,
     listeners: Vec<TaskListener>,
 }
 
-impl Shared {
+impl ExecutorInner {
     /// A process not yet registered (no id), with its output windows and,
     /// for `stdin_pipe`, its writable stdin.
     pub(super) fn new_process(&self, spec: &Spec, stdout_cap: u64) -> Process {
         Process {
-            shared: Arc::new(ProcessShared {
+            shared: Arc::new(ProcessInner {
                 host_pid: self.host_pid,
                 id: std::sync::OnceLock::new(),
                 command: spec.command.clone(),
@@ -286,11 +286,7 @@ impl Executor {
     /// [`Process::kill`] does.
     pub fn start_cancellable(&self, spec: &Spec, cancel: Option<&CancelToken>) -> Result<Process> {
         let shared = self.shared();
-        shared.check_here()?;
-        spec.check(&shared.config())?;
-        if cancel.is_some_and(CancelToken::is_cancelled) {
-            return Err(DshError::AlreadyCancelled);
-        }
+        let _admitted = shared.admit(|config| spec.check(config), cancel)?;
         let process = shared.new_process(spec, shared.config().max_output_bytes);
         if !shared.register(&process) {
             return Err(DshError::Disposed);

@@ -17,14 +17,14 @@ use crate::host::runtime;
 use crate::launch::ending::ExitFields;
 use crate::launch::env::HostEnv;
 use crate::launch::launch;
-use crate::launch::spawn::Spawned;
+use crate::launch::spawn::LaunchedCommand;
 use crate::spec::error::{DshError, Field, FieldName, Result, Scope};
 use crate::spec::request::{OnExpiry, Spec};
 use crate::sys::lock;
 use crate::watch::supervise::{supervise, Outcome, StdinSource, Stop, Streams};
 
 use super::background::{background_ending, failed_ending};
-use super::{governed, Executor, Shared};
+use super::{governed, ActiveRun, Executor, ExecutorInner};
 
 /// The result of a foreground run that ended (or was stopped).
 pub(super) fn run_result(spec: &Spec, outcome: Outcome, streams: &Mutex<Streams>) -> RunResult {
@@ -56,15 +56,6 @@ pub(super) fn run_result(spec: &Spec, outcome: Outcome, streams: &Mutex<Streams>
     }
 }
 
-impl Drop for ActiveRun {
-    fn drop(&mut self) {
-        self.0.active_runs.send_modify(|n| *n -= 1);
-    }
-}
-
-/// Counts a foreground run for `dispose` to wait on.
-pub(super) struct ActiveRun(pub(super) Arc<Shared>);
-
 /// A command that started but could not be watched was killed at once; it
 /// is not a spawn failure (it ran), so a caller never retries it as one.
 /// Drives `run` while calling `check`'s function every its period (see
@@ -92,7 +83,7 @@ pub(super) async fn checked<F: std::future::Future<Output = Result<RunResult>>>(
     }
 }
 
-impl Shared {
+impl ExecutorInner {
     pub(super) async fn run_task(
         self: Arc<Self>,
         spec: Spec,
@@ -112,7 +103,7 @@ impl Shared {
     }
 
     /// The synchronous half of a foreground run: the command is asked for.
-    pub(super) fn launch_run(&self, spec: &Spec, host_env: HostEnv) -> Result<(String, Spawned)> {
+    pub(super) fn launch_run(&self, spec: &Spec, host_env: HostEnv) -> Result<(String, LaunchedCommand)> {
         let tag = self.next_tag();
         let spawned = launch(spec, host_env, &tag, &self.supervisors)?;
         Ok((tag, spawned))
@@ -123,7 +114,7 @@ impl Shared {
         self: Arc<Self>,
         spec: Spec,
         tag: String,
-        spawned: Spawned,
+        spawned: LaunchedCommand,
         cancel: Option<CancelToken>,
         on_drop: CancelToken,
         active: ActiveRun,
@@ -274,17 +265,7 @@ impl Shared {
 
 impl Executor {
     pub(super) fn admit_run(&self, spec: &Spec, cancel: Option<&CancelToken>) -> Result<ActiveRun> {
-        let shared = self.shared();
-        shared.active_runs.send_modify(|n| *n += 1);
-        let active = ActiveRun(shared.clone());
-        shared.check_here()?;
-        if !shared.is_open() {
-            return Err(DshError::Disposed);
-        }
-        spec.check(&shared.config())?;
-        if cancel.is_some_and(CancelToken::is_cancelled) {
-            return Err(DshError::AlreadyCancelled);
-        }
+        let active = self.shared().admit(|config| spec.check(config), cancel)?;
         if spec.stdin_pipe && spec.on_expiry == OnExpiry::Kill {
             return Err(DshError::invalid(
                 Field::new(Scope::Spec, FieldName::Stdin),
@@ -323,13 +304,13 @@ impl Executor {
     /// [`Executor::run`] for hosts with their own event loop (Python's
     /// asyncio): returns at once and calls `on_done` with the outcome on
     /// the callback thread.
-    pub fn run_with(
+    pub fn run_callback(
         &self,
         spec: &Spec,
         cancel: Option<&CancelToken>,
         on_done: impl FnOnce(Result<RunResult>) + Send + 'static,
     ) {
-        self.run_then(spec, cancel, move |outcome| {
+        self.run_io_callback(spec, cancel, move |outcome| {
             callbacks::dispatch(move || on_done(outcome))
         });
     }
@@ -339,7 +320,7 @@ impl Executor {
     /// and calls `on_done` with the outcome on one of the core's I/O
     /// threads, with no hop through the callback thread. `on_done` must
     /// return quickly and must not block.
-    pub fn run_then(
+    pub fn run_io_callback(
         &self,
         spec: &Spec,
         cancel: Option<&CancelToken>,
@@ -368,11 +349,16 @@ impl Executor {
     /// command is asked for on the calling thread, and its events are read
     /// there, by [`HostLoop::poll`], whenever `host.fd()` is readable.
     /// Only for specs that [`Spec::runs_on_host_loop`]; the others go
-    /// through [`Executor::run_then`].
-    pub fn run_on(&self, host: &HostLoop, spec: &Spec, cancel: Option<&CancelToken>) -> Result<HostRun> {
+    /// through [`Executor::run_io_callback`].
+    pub fn run_on_host_loop(
+        &self,
+        host: &HostLoop,
+        spec: &Spec,
+        cancel: Option<&CancelToken>,
+    ) -> Result<HostRun> {
         if !spec.runs_on_host_loop() {
             return Err(DshError::Internal(
-                "run_on was given a spec that writes stdin or hands over at its timeout".into(),
+                "run_on_host_loop was given a spec that writes stdin or hands over at its timeout".into(),
             ));
         }
         let active = self.admit_run(spec, cancel)?;

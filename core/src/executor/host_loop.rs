@@ -200,7 +200,7 @@ impl HostLoop {
         if outcome.is_pending() && !std::mem::replace(&mut run.polled, true) {
             // The first poll registered the run's descriptors with the
             // reactor; the host's descriptor has watched them since
-            // `run_on`, and news they had before now may already have been
+            // `run_on_host_loop`, and news they had before now may already have been
             // read from it (a dispatch before this poll): a command that
             // ended that fast would never be heard of. One turn of the
             // reactor hands out what they hold; it wakes `cx`'s waker.

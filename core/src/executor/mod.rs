@@ -69,7 +69,7 @@ struct Registry {
     by_id: HashMap<String, Process>,
 }
 
-struct Shared {
+struct ExecutorInner {
     /// The host process that created the executor. In a forked child the
     /// executor is inert: its commands and spill files are the parent's.
     host_pid: libc::pid_t,
@@ -95,7 +95,7 @@ struct Shared {
 
 /// Disposes the executor (in the background) when the last handle goes.
 struct Owner {
-    shared: Arc<Shared>,
+    shared: Arc<ExecutorInner>,
 }
 
 impl Drop for Owner {
@@ -123,7 +123,7 @@ impl std::fmt::Debug for Executor {
 }
 
 /// Counts a foreground run for `dispose` to wait on.
-struct ActiveRun(Arc<Shared>);
+struct ActiveRun(Arc<ExecutorInner>);
 
 impl Drop for ActiveRun {
     fn drop(&mut self) {
@@ -131,7 +131,7 @@ impl Drop for ActiveRun {
     }
 }
 
-impl Shared {
+impl ExecutorInner {
     fn is_open(&self) -> bool {
         *self.lifecycle.borrow() == Lifecycle::Open
     }
@@ -247,7 +247,7 @@ impl Executor {
     /// naming it.
     pub fn new(input: ConfigInput) -> Result<Executor> {
         let config = Config::new(input)?;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(ExecutorInner {
             host_pid: current_pid(),
             spill: Arc::new(SpillDir::new(config.spill_dir.clone())),
             config: RwLock::new(Arc::new(config)),
@@ -266,7 +266,7 @@ impl Executor {
         })
     }
 
-    fn shared(&self) -> &Arc<Shared> {
+    fn shared(&self) -> &Arc<ExecutorInner> {
         &self.owner.shared
     }
 

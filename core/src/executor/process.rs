@@ -85,7 +85,7 @@ impl State {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct WaiterId(u64);
 
-pub(crate) struct ProcessShared {
+pub(crate) struct ProcessInner {
     /// The host process that started it; a forked child cannot wait for it.
     pub host_pid: libc::pid_t,
     /// Set once, at registration: at `start`, or when a foreground run is
@@ -103,7 +103,7 @@ pub(crate) struct ProcessShared {
     pub stdin: Option<StdinPipe>,
 }
 
-impl ProcessShared {
+impl ProcessInner {
     pub(crate) fn id(&self) -> &str {
         self.id.get().map_or("", String::as_str)
     }
@@ -112,7 +112,7 @@ impl ProcessShared {
 /// A cheap, cloneable handle to one background process.
 #[derive(Clone)]
 pub struct Process {
-    pub(crate) shared: Arc<ProcessShared>,
+    pub(crate) shared: Arc<ProcessInner>,
 }
 
 impl std::fmt::Debug for Process {

@@ -8,11 +8,10 @@ use crate::host::runtime;
 use crate::launch::env::HostEnv;
 use crate::launch::pty;
 use crate::launch::{launch_terminal, spawn_error};
-use crate::spec::error::{DshError, Result};
+use crate::spec::error::Result;
 use crate::spec::terminal::{resolve_terminal, TerminalRequest, TerminalSpec};
-use crate::terminal::{self, Started, Terminal};
+use crate::terminal::{self, SessionParts, Terminal};
 
-use super::foreground::ActiveRun;
 use super::Executor;
 
 impl Executor {
@@ -49,30 +48,24 @@ impl Executor {
 
     pub(super) fn spawn_terminal_in(&self, spec: &TerminalSpec, host_env: HostEnv) -> Result<Terminal> {
         let shared = self.shared();
-        shared.active_runs.send_modify(|n| *n += 1);
-        let active = ActiveRun(shared.clone());
-        shared.check_here()?;
-        if !shared.is_open() {
-            return Err(DshError::Disposed);
-        }
-        spec.check()?;
+        let active = shared.admit(|_| spec.check(), None)?;
         confine::check(spec.sandbox_policy.as_ref())?;
         let tag = shared.next_tag();
         let os_error = |e: std::io::Error| spawn_error(e, &spec.cwd);
         let pty = pty::open(spec.rows, spec.cols).map_err(os_error)?;
         crate::sys::set_nonblocking(&pty.master).map_err(os_error)?;
         let control = pty.master.try_clone().map_err(os_error)?;
-        let leader = launch_terminal(spec, host_env, &tag, &shared.supervisors, &pty)?;
+        let (pid, launched) = launch_terminal(spec, host_env, &tag, &shared.supervisors, &pty)?;
         let pty::Pty { master, rdev, .. } = pty; // the slave is closed here
         let disposing = {
             let shared = shared.clone();
             async move { shared.disposing().await }
         };
         Ok(terminal::start(
-            Started {
-                pid: leader.pid,
-                report: leader.report,
-                releaser: leader.releaser,
+            SessionParts {
+                pid,
+                report: launched.report,
+                releaser: launched.releaser,
                 master,
                 control,
                 rdev,

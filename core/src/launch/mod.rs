@@ -18,8 +18,8 @@ use crate::confine;
 use crate::confine::governor::{self, CommandGroup};
 use crate::launch::env::{child_environment, path_of, terminal_environment, HostEnv};
 use crate::launch::pty::Pty;
-use crate::launch::spawn::{find_program, find_shell, Pipes, Spawned};
-use crate::launch::supervisor::{ChildFds, Leader, Program, Slot, StartFailed};
+use crate::launch::spawn::{find_program, find_shell, LaunchedCommand, Pipes};
+use crate::launch::supervisor::{ChildFds, Launched, Program, Slot, StartFailed};
 use crate::launch::tree::{sweep, TagMatch};
 use crate::launch::wire::{SpawnError, Step};
 use crate::spec::error::{errno_name, DshError, Result, SpawnFailure};
@@ -59,7 +59,12 @@ pub(crate) fn spawn_error(err: std::io::Error, workdir: &Path) -> DshError {
 /// supervisor (`supervisors`), of one command. A supervisor that was killed
 /// is replaced once, transparently: the request never reached it, so
 /// nothing ran.
-pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str, supervisors: &Slot) -> Result<Spawned> {
+pub(crate) fn launch(
+    spec: &Spec,
+    host_env: HostEnv,
+    tag: &str,
+    supervisors: &Slot,
+) -> Result<LaunchedCommand> {
     // Both were checked for NUL bytes by resolve / Spec::check.
     let command = CString::new(spec.command.as_str())
         .map_err(|_| DshError::Internal("NUL in checked command".into()))?;
@@ -109,7 +114,7 @@ pub(crate) fn launch(spec: &Spec, host_env: HostEnv, tag: &str, supervisors: &Sl
 }
 
 /// What names the error of a command that did not start, when that comes
-/// after the request (see [`Deferred`](crate::launch::supervisor::Deferred)).
+/// after the request (see [`Launched`](crate::launch::supervisor::Launched)).
 pub(crate) struct StartContext {
     workdir: std::path::PathBuf,
     policy: Option<SandboxPolicy>,
@@ -144,7 +149,7 @@ pub(crate) fn launch_terminal(
     tag: &str,
     supervisors: &Slot,
     pty: &Pty,
-) -> Result<Leader> {
+) -> Result<(libc::pid_t, Launched)> {
     let nul = || DshError::Internal("NUL in a checked terminal spec".into());
     let workdir = CString::new(spec.cwd.as_os_str().as_bytes()).map_err(|_| nul())?;
     let policy = spec.sandbox_policy.as_ref();

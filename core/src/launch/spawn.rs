@@ -9,14 +9,14 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use crate::host::forked::PerProcess;
-use crate::launch::supervisor::{ChildFds, Deferred};
+use crate::launch::supervisor::{ChildFds, Launched};
 use crate::sys::{pipe, set_nonblocking};
 
 /// A command asked for: the pipe on which the supervisor reports whether
 /// it started (its leader's pid, which comes late: see
-/// [`Deferred`](crate::launch::supervisor::Deferred)) and how it ended, and the
+/// [`Launched`](crate::launch::supervisor::Launched)) and how it ended, and the
 /// parent ends of its pipes (close-on-exec, non-blocking).
-pub(crate) struct Spawned {
+pub(crate) struct LaunchedCommand {
     pub report: OwnedFd,
     /// Releases the leader once its report has been read.
     pub releaser: crate::launch::supervisor::Releaser,
@@ -103,10 +103,10 @@ impl Pipes {
     /// Ours, once the start is asked for: the child's ends are closed here.
     pub(crate) fn started(
         self,
-        leader: Deferred,
+        leader: Launched,
         group: Option<crate::confine::governor::CommandGroup>,
         start: crate::launch::StartContext,
-    ) -> io::Result<Spawned> {
+    ) -> io::Result<LaunchedCommand> {
         let stdin = self.stdin.map(|(_, w)| w);
         let (stdout, stderr) = (self.stdout.0, self.stderr.0);
         for fd in [Some(&stdout), Some(&stderr), stdin.as_ref()]
@@ -115,7 +115,7 @@ impl Pipes {
         {
             set_nonblocking(fd)?;
         }
-        Ok(Spawned {
+        Ok(LaunchedCommand {
             report: leader.report,
             releaser: leader.releaser,
             stdin,

@@ -40,14 +40,6 @@ use crate::sys::{pipe, set_nonblocking};
 /// The supervisor program, compiled by `build.rs`.
 static PROGRAM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/dsh-supervisor"));
 
-/// A command's leader, started by the supervisor: its pid, the pipe on
-/// which the supervisor reports its exit, and what releases it.
-pub(crate) struct Leader {
-    pub pid: libc::pid_t,
-    pub report: OwnedFd,
-    pub releaser: Releaser,
-}
-
 /// An executor's release pipe: the supervisor reads the pids of released
 /// leaders from it. The host keeps a copy of the read end as long as it
 /// can write, so a write never meets a pipe without readers (which would
@@ -143,17 +135,13 @@ fn ended() -> SpawnError {
 
 /// Waits for the supervisor's answer to a spawn on the command's report
 /// pipe.
-fn spawned(report: OwnedFd, releaser: Releaser) -> Result<Leader, SpawnError> {
+fn spawned(report: OwnedFd, releaser: Releaser) -> Result<(libc::pid_t, Launched), SpawnError> {
     match recv_reply(&report).map_err(SpawnError::Io)? {
         None => Err(ended()),
         Some(words) => match decode_report(words) {
             Report::Spawned(pid) => {
                 set_nonblocking(&report).map_err(SpawnError::Io)?;
-                Ok(Leader {
-                    pid,
-                    report,
-                    releaser,
-                })
+                Ok((pid, Launched { report, releaser }))
             }
             Report::Failed(e) => Err(e),
             Report::Exited(_) | Report::Ended => Err(SpawnError::Io(io::Error::other(
@@ -163,10 +151,12 @@ fn spawned(report: OwnedFd, releaser: Releaser) -> Result<Leader, SpawnError> {
     }
 }
 
-/// A command whose start was asked for with its SPAWNED deferred
-/// ([`Supervisor::start_deferred`]): its report pipe (non-blocking) says
-/// how the start went, and then how the leader ended.
-pub(crate) struct Deferred {
+/// A command the supervisor was asked to start (the one name for it): its
+/// report pipe (non-blocking) says how the start went (SPAWNED with the
+/// leader's pid: at once for a terminal session, held back for a command:
+/// [`Supervisor::start_deferred`]) and then how the leader ended, and what
+/// releases the leader.
+pub(crate) struct Launched {
     pub report: OwnedFd,
     pub releaser: Releaser,
 }
@@ -188,7 +178,11 @@ impl Supervisor {
 
     /// Starts `program` with `fds` and returns once it has exec'd, or
     /// failed to.
-    pub(crate) fn spawn(&self, fds: &ChildFds, program: &Program<'_>) -> Result<Leader, SpawnError> {
+    pub(crate) fn spawn(
+        &self,
+        fds: &ChildFds,
+        program: &Program<'_>,
+    ) -> Result<(libc::pid_t, Launched), SpawnError> {
         let report = self.request(fds, program, 0)?;
         spawned(report, self.releaser())
     }
@@ -201,10 +195,10 @@ impl Supervisor {
         &self,
         fds: &ChildFds,
         program: &Program<'_>,
-    ) -> Result<Deferred, SpawnError> {
+    ) -> Result<Launched, SpawnError> {
         let report = self.request(fds, program, FLAG_DEFER_SPAWNED)?;
         set_nonblocking(&report).map_err(SpawnError::Io)?;
-        Ok(Deferred {
+        Ok(Launched {
             report,
             releaser: self.releaser(),
         })
@@ -570,7 +564,7 @@ mod tests {
     }
 
     /// Starts `argv` (an absolute path first) with its SPAWNED deferred.
-    fn start(sup: &Supervisor, argv: &[&CStr]) -> Deferred {
+    fn start(sup: &Supervisor, argv: &[&CStr]) -> Launched {
         let null = std::fs::OpenOptions::new().write(true).open("/dev/null").unwrap();
         let fds = ChildFds {
             stdin: None,

@@ -150,7 +150,6 @@ pub struct Spec {
 /// Resolves a request against a configuration (docs/requests.md).
 pub fn resolve(config: &Config, request: Request) -> Result<Spec> {
     let f = |name| Field::new(Scope::Request, name);
-    check_command(f(FieldName::Command), &request.command)?;
     let workdir = resolve_workdir(config, f(FieldName::Workdir), request.workdir.as_deref())?;
     let timeout_ms = match request.timeout_ms {
         Some(t) => timeout_request_ms(f(FieldName::TimeoutMs), t)?.min(config.max_timeout_ms),
@@ -163,13 +162,6 @@ pub fn resolve(config: &Config, request: Request) -> Result<Spec> {
         Some(n) => whole_number(f(FieldName::StdoutMaxBytes), n, MAX_SAFE_INTEGER)?,
         None => config.max_output_bytes,
     };
-    check_stdin(f(FieldName::Stdin), request.stdin.is_some(), request.stdin_pipe)?;
-    if let Some(env) = &request.env {
-        check_env(f(FieldName::Env), env, false)?;
-    }
-    if let Some(env) = &request.dsh_env {
-        check_env(f(FieldName::DshEnv), env, true)?;
-    }
     let sandbox_policy = resolve_policy(
         config,
         f(FieldName::SandboxPolicy),
@@ -180,7 +172,7 @@ pub fn resolve(config: &Config, request: Request) -> Result<Spec> {
         Some(l) => l.validate(Scope::Request)?.clamped_by(&config.limits),
         None => config.limits,
     };
-    Ok(Spec {
+    let spec = Spec {
         command: request.command,
         workdir,
         timeout_ms,
@@ -193,7 +185,12 @@ pub fn resolve(config: &Config, request: Request) -> Result<Spec> {
         owner: request.owner,
         sandbox_policy,
         limits,
-    })
+    };
+    // The one validation of what was not resolved above (the command, the
+    // environments, stdin): the same as a hand-built spec gets, so what
+    // `resolve` returns passes `Spec::check` by construction.
+    spec.validate(config, Scope::Request)?;
+    Ok(spec)
 }
 
 /// A request's workdir: relative to the configured `cwd` (else the process
@@ -251,7 +248,7 @@ pub(crate) fn resolve_policy(
 }
 
 impl Spec {
-    /// Whether [`Executor::run_on`](crate::Executor::run_on) can run it on
+    /// Whether [`Executor::run_on_host_loop`](crate::Executor::run_on_host_loop) can run it on
     /// the host's loop: not when bytes are written to its stdin (a write
     /// that may raise SIGPIPE happens only on the core's threads), nor when
     /// it may be handed over to the registry at its timeout.
@@ -262,7 +259,13 @@ impl Spec {
     /// The invariants `resolve` guarantees, for specs that did not come from
     /// it. Nothing is defaulted or clamped here.
     pub fn check(&self, config: &Config) -> Result<()> {
-        let f = |name| Field::new(Scope::Spec, name);
+        self.validate(config, Scope::Spec)
+    }
+
+    /// Every rule of a spec, with errors naming `scope`'s fields (`resolve`
+    /// runs it on what it resolved, as `request.*`).
+    fn validate(&self, config: &Config, scope: Scope) -> Result<()> {
+        let f = |name| Field::new(scope, name);
         check_command(f(FieldName::Command), &self.command)?;
         if !absolute_without_nul(&self.workdir) {
             return Err(DshError::invalid(
@@ -298,19 +301,19 @@ impl Spec {
                 ));
             }
         }
-        self.limits.check(Scope::Spec)?;
+        self.limits.check(scope)?;
         for kind in LimitKind::ALL {
             if let Some(cap) = config.limits.get(kind) {
                 match self.limits.get(kind) {
                     Some(v) if v > cap => {
                         return Err(DshError::invalid(
-                            Field::new(Scope::Spec, kind.field()),
+                            Field::new(scope, kind.field()),
                             format!("must be no greater than {cap}, got {v}"),
                         ))
                     }
                     None => {
                         return Err(DshError::invalid(
-                            Field::new(Scope::Spec, kind.field()),
+                            Field::new(scope, kind.field()),
                             format!("must be set: the executor limits it to {cap}"),
                         ))
                     }

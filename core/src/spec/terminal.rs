@@ -128,14 +128,7 @@ fn check_program(f: impl Fn(FieldName) -> Field, program: &TerminalProgram) -> R
 /// Request → spec for a terminal session: defaults applied, every field
 /// checked (docs/terminals.md).
 pub fn resolve_terminal(config: &Config, request: TerminalRequest) -> Result<TerminalSpec> {
-    check_program(field, &request.program)?;
     let cwd = resolve_workdir(config, field(FieldName::Cwd), request.cwd.as_deref())?;
-    if let Some(env) = &request.env {
-        check_env(field(FieldName::Env), env, false)?;
-    }
-    if let Some(env) = &request.dsh_env {
-        check_env(field(FieldName::DshEnv), env, true)?;
-    }
     let rows = match request.rows {
         Some(n) => dimension(field(FieldName::Rows), n)?,
         None => DEFAULT_ROWS,
@@ -154,7 +147,7 @@ pub fn resolve_terminal(config: &Config, request: TerminalRequest) -> Result<Ter
         request.sandbox_policy,
         &cwd,
     )?;
-    Ok(TerminalSpec {
+    let spec = TerminalSpec {
         program: request.program,
         cwd,
         env: request.env,
@@ -163,14 +156,23 @@ pub fn resolve_terminal(config: &Config, request: TerminalRequest) -> Result<Ter
         cols,
         grace_ms,
         sandbox_policy,
-    })
+    };
+    // The one validation of what was not resolved above, as a hand-built
+    // spec gets it: what `resolve_terminal` returns passes `check`.
+    spec.validate(Scope::Request)?;
+    Ok(spec)
 }
 
 impl TerminalSpec {
     /// The invariants [`resolve_terminal`] guarantees, for specs built by
     /// hand.
     pub fn check(&self) -> Result<()> {
-        let f = |name| Field::new(Scope::Spec, name);
+        self.validate(Scope::Spec)
+    }
+
+    /// Every rule of a terminal spec, with errors naming `scope`'s fields.
+    fn validate(&self, scope: Scope) -> Result<()> {
+        let f = |name| Field::new(scope, name);
         check_program(f, &self.program)?;
         if !absolute_without_nul(&self.cwd) {
             return Err(DshError::invalid(

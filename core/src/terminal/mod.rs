@@ -8,7 +8,7 @@
 pub(crate) mod foreground;
 mod session;
 
-pub(crate) use session::{start, Started};
+pub(crate) use session::{start, SessionParts};
 
 use std::collections::VecDeque;
 use std::io;
@@ -95,7 +95,7 @@ struct WriteRequest {
     _queued: Queued,
 }
 
-/// One queued write in [`Shared::write_gate`].
+/// One queued write in [`SessionInner::write_gate`].
 struct Queued(Arc<Mutex<usize>>);
 
 impl Drop for Queued {
@@ -147,7 +147,7 @@ struct State {
     survivors: u32,
 }
 
-struct Shared {
+struct SessionInner {
     host_pid: libc::pid_t,
     pid: libc::pid_t,
     tag: String,
@@ -180,7 +180,7 @@ struct Shared {
 /// A live terminal session. Cloning shares it.
 #[derive(Clone)]
 pub struct Terminal {
-    shared: Arc<Shared>,
+    shared: Arc<SessionInner>,
 }
 
 impl std::fmt::Debug for Terminal {

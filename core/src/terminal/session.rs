@@ -27,7 +27,7 @@ use crate::watch::supervise::{read_exit, signal_tree, watch as register, write_s
 use super::*;
 
 /// What [`start`] needs from the executor.
-pub(crate) struct Started {
+pub(crate) struct SessionParts {
     pub pid: libc::pid_t,
     pub report: OwnedFd,
     pub releaser: Releaser,
@@ -45,12 +45,12 @@ pub(crate) struct Started {
 /// runtime; `stop` completes when the executor is disposed, `guard` lives as
 /// long as the task (dispose waits for it).
 pub(crate) fn start<G: Send + 'static>(
-    started: Started,
+    started: SessionParts,
     disposing: impl std::future::Future<Output = ()> + Send + 'static,
     guard: G,
 ) -> Terminal {
     let (writes, write_rx) = mpsc::unbounded_channel();
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(SessionInner {
         host_pid: forked::current_pid(),
         pid: started.pid,
         tag: started.tag,
@@ -102,7 +102,7 @@ enum Event {
 }
 
 /// Reads what is available into the output (at most its room).
-async fn read_some(fd: &AsyncFd<OwnedFd>, shared: &Shared, buf: &mut [u8]) -> io::Result<usize> {
+async fn read_some(fd: &AsyncFd<OwnedFd>, shared: &SessionInner, buf: &mut [u8]) -> io::Result<usize> {
     loop {
         let mut guard = fd.readable().await?;
         match guard.try_io(|fd| {

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use crate::host::runtime::timer;
 use crate::launch::ending::ExitStatus;
-use crate::launch::spawn::Spawned;
+use crate::launch::spawn::LaunchedCommand;
 use crate::launch::tree::{signal_group, sweep, sweep_counted, Spare, TagMatch};
 use crate::launch::wire::{Report, ReportReader};
 use crate::spec::error::DshError;
@@ -274,7 +274,7 @@ pub(crate) enum SuperviseError {
     /// It started but could not be watched: it was killed and released.
     Unwatchable(io::Error),
     /// It never started (the supervisor says so after the request: see
-    /// [`Deferred`](crate::launch::supervisor::Deferred)); nothing runs.
+    /// [`Launched`](crate::launch::supervisor::Launched)); nothing runs.
     NotStarted(DshError),
 }
 
@@ -307,7 +307,7 @@ fn signal_known(pid: Option<libc::pid_t>, tag: &str, sig: libc::c_int, with_swee
 /// released before this returns.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn supervise(
-    spawned: Spawned,
+    spawned: LaunchedCommand,
     tag: &str,
     stdin: StdinSource<'_>,
     streams: &Mutex<Streams>,
@@ -330,7 +330,7 @@ pub(crate) async fn supervise(
 
 #[allow(clippy::too_many_arguments)]
 async fn supervise_inner(
-    spawned: Spawned,
+    spawned: LaunchedCommand,
     tag: &str,
     stdin: StdinSource<'_>,
     streams: &Mutex<Streams>,
@@ -339,7 +339,7 @@ async fn supervise_inner(
     grace: Duration,
     stop: impl Future<Output = Stop>,
 ) -> Result<Outcome, SuperviseError> {
-    let Spawned {
+    let LaunchedCommand {
         report: report_fd,
         releaser,
         stdin: stdin_fd,
@@ -348,7 +348,7 @@ async fn supervise_inner(
         group,
         start,
     } = spawned;
-    // The leader's pid: it comes on the report pipe, late (see `Deferred`).
+    // The leader's pid: it comes on the report pipe, late (see `Launched`).
     let mut pid: Option<libc::pid_t> = None;
     // A signal for the leader's group, held until its pid comes.
     let mut deferred: Option<(libc::c_int, bool)> = None;
