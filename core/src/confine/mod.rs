@@ -275,6 +275,35 @@ pub(crate) fn runner_failed_facts(
 mod tests {
     use super::*;
 
+    /// The x32 prelude is spliced in at index 3, which is right only while
+    /// seccompiler's program opens with its architecture check (load the
+    /// arch, jump over the kill if it is ours, kill): this fails when a new
+    /// seccompiler lays its program out otherwise.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_x32_prelude_sits_right_after_seccompilers_architecture_check() {
+        const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+        let bytes = compile_filter(&[libc::AF_UNIX]).unwrap();
+        let at = |i: usize| {
+            let b = &bytes[i * 8..i * 8 + 8];
+            (u16::from_ne_bytes([b[0], b[1]]), b[2], b[3], u32::from_ne_bytes([b[4], b[5], b[6], b[7]]))
+        };
+        let (ld, abs, w) = (libc::BPF_LD as u16, libc::BPF_ABS as u16, libc::BPF_W as u16);
+        let ret = (libc::BPF_RET | libc::BPF_K) as u16;
+        let jeq = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+        let jge = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
+        // seccompiler's: load seccomp_data.arch (offset 4), skip the kill on ours.
+        assert_eq!(at(0), (ld | w | abs, 0, 0, 4));
+        assert_eq!(at(1), (jeq, 1, 0, AUDIT_ARCH_X86_64));
+        assert_eq!(at(2), (ret, 0, 0, libc::SECCOMP_RET_KILL_PROCESS));
+        // Ours: load seccomp_data.nr, refuse x32 numbers.
+        assert_eq!(at(3), (ld | w | abs, 0, 0, 0));
+        assert_eq!(at(4), (jge, 0, 1, 0x4000_0000));
+        assert_eq!(at(5), (ret, 0, 0, libc::SECCOMP_RET_ERRNO | libc::EACCES as u32));
+        // Then seccompiler's rules, which start by loading the number again.
+        assert_eq!(at(6).0, ld | w | abs);
+    }
+
     fn policy(mode: SandboxMode) -> SandboxPolicy {
         SandboxPolicy {
             mode,
