@@ -35,7 +35,8 @@ pub use host::runtime::refuse_blocking;
 pub use launch::env::is_scrubbed;
 pub use spec::config::{
     whole_number, Config, ConfigInput, Num, DEFAULT_GRACE_MS, DEFAULT_MAX_OUTPUT_BYTES,
-    DEFAULT_MAX_SPILL_BYTES, DEFAULT_MAX_TIMEOUT_MS, DEFAULT_TIMEOUT_MS, MAX_GRACE_MS, MAX_SAFE_INTEGER,
+    DEFAULT_MAX_SPILL_BYTES, DEFAULT_MAX_TIMEOUT_MS, DEFAULT_RETAIN_SETTLED, DEFAULT_TIMEOUT_MS,
+    MAX_GRACE_MS, MAX_SAFE_INTEGER,
 };
 pub use spec::error::{errno_name, DshError, Field, FieldName, NameStyle, Result, Scope, SpawnFailure};
 pub use spec::limits::{LimitKind, Limits, LimitsEnforcement, LimitsInput, Mechanism};
