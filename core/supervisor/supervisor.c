@@ -17,11 +17,16 @@
  * How it learns that the host died (either is enough):
  *   - the control socket reaches end of file (the host's end closed: its
  *     process exited or exec'd), or
- *   - SIGTERM: its parent-death signal, sent when the host thread that
- *     started it ends, which happens only when the host process ends (that
- *     thread lives as long as the process). This covers a host that forked
- *     a child which still holds a copy of the control socket.
- * SIGTERM, SIGINT, SIGHUP and SIGQUIT from anyone else mean the same.
+ *   - SIGCONT with a new parent: SIGCONT is its parent-death signal, sent
+ *     when the host thread that started it ends, which happens only when
+ *     the host process ends (that thread lives as long as the process).
+ *     This covers a host that forked a child which still holds a copy of
+ *     the control socket, and a supervisor that a command stopped (a
+ *     SIGCONT resumes it; a SIGTERM would wait behind the stop).
+ * SIGTERM, SIGINT, SIGHUP and SIGQUIT from anyone mean the same; a SIGCONT
+ * while the host is still our parent (the host continuing us) does not.
+ * It is not dumpable, so a command of the same user without
+ * CAP_SYS_PTRACE cannot attach to it.
  *
  * Protocol (host -> supervisor on the control socket, SOCK_SEQPACKET):
  *   struct request { op, flags }
@@ -802,11 +807,18 @@ static int send_due_spawned(void) {
     return (int)next;
 }
 
+/* The host process, our parent until it dies. */
+static pid_t host;
+
 static void on_signals(int sigfd) {
     struct signalfd_siginfo si;
     while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
         if (si.ssi_signo == SIGCHLD) {
             reap_orphans();
+        } else if (si.ssi_signo == SIGCONT) {
+            /* The parent-death signal, or a continue after a stop (the
+             * host's, or anyone's): only a new parent means the host died. */
+            if (getppid() != host) end_everything();
         } else {
             end_everything();
         }
@@ -814,20 +826,27 @@ static void on_signals(int sigfd) {
 }
 
 int main(int argc, char **argv) {
-    pid_t host = argc > 1 ? (pid_t)atoi(argv[1]) : 0;
+    host = argc > 1 ? (pid_t)atoi(argv[1]) : 0;
     group_dirs = argv + 2;
     ngroup_dirs = argc > 2 ? argc - 2 : 0;
     sigset_t handled;
     sigemptyset(&handled);
     sigaddset(&handled, SIGCHLD);
     sigaddset(&handled, SIGTERM);
+    sigaddset(&handled, SIGCONT);
     sigaddset(&handled, SIGINT);
     sigaddset(&handled, SIGHUP);
     sigaddset(&handled, SIGQUIT);
     sigprocmask(SIG_BLOCK, &handled, NULL);
     signal(SIGPIPE, SIG_IGN);
     prctl(PR_SET_NAME, "dsh-supervisor", 0, 0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    /* SIGCONT as the parent-death signal: it also resumes a supervisor
+     * that a command stopped (kill -STOP $PPID), which a SIGTERM would
+     * wait behind forever. */
+    prctl(PR_SET_PDEATHSIG, SIGCONT);
+    /* Not dumpable: a command of the same user without CAP_SYS_PTRACE
+     * cannot attach to us (or read our memory through /proc). */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     /* The host died before the parent-death signal was armed. */
     if (getppid() != host) _exit(0);

@@ -720,6 +720,165 @@ fn supervisor_killed() {
     assert!(supervisors().is_empty(), "dispose ends the supervisor");
 }
 
+/// A run on another thread, failing instead of hanging when it has not
+/// settled within `limit`.
+fn run_within(e: &Executor, req: Request, limit: Duration) -> (dsh_core::RunResult, Duration) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spec = e.resolve(req).unwrap();
+    let e = e.clone();
+    std::thread::spawn(move || {
+        let started = Instant::now();
+        let r = e.run_blocking(&spec, None).unwrap();
+        let _ = tx.send((r, started.elapsed()));
+    });
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("the run did not settle within {limit:?}: the executor is wedged"))
+}
+
+/// A command stops its own supervisor (`kill -STOP $PPID`): the executor is
+/// not wedged. A run with a 2 s timeout settles within timeout + grace +
+/// 1 s, one that exits by itself settles soon after, a background process
+/// is killed and settles, and later runs work (the host continues a
+/// supervisor whose command's end is overdue).
+fn supervisor_stopped_by_a_command() {
+    let e = exec();
+    let mut req = Request::new("kill -STOP $PPID; sleep 30");
+    req.timeout_ms = Some(Num(2_000.0));
+    let (r, took) = run_within(&e, req, Duration::from_secs(30));
+    assert!(r.timed_out, "{r:?}");
+    assert!(
+        took <= Duration::from_millis(2_000 + 500 + 1_000),
+        "took {took:?}"
+    );
+    let (r, took) = run_within(
+        &e,
+        Request::new("kill -STOP $PPID; echo done"),
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        (r.exit_code, r.stdout.text.as_str()),
+        (Some(0), "done\n"),
+        "{r:?}"
+    );
+    assert!(
+        took <= Duration::from_secs(2),
+        "an exit behind a stopped supervisor took {took:?}"
+    );
+    let p = e
+        .start(
+            &e.resolve(Request::new("kill -STOP $PPID; echo up; exec sleep 300"))
+                .unwrap(),
+        )
+        .unwrap();
+    assert!(common::eventually(Duration::from_secs(20), || p
+        .read_output()
+        .delta
+        .contains("up")));
+    assert!(p.kill());
+    assert!(
+        p.wait_timeout(Some(Duration::from_secs(10))).unwrap(),
+        "the killed process never settled"
+    );
+    let (r, _) = run_within(&e, Request::new("echo again"), Duration::from_secs(30));
+    assert_eq!(r.stdout.text, "again\n");
+    e.dispose_blocking().unwrap();
+    assert!(supervisors().is_empty(), "dispose ends the supervisor");
+}
+
+/// A command attaches to its supervisor with ptrace (as root, which
+/// CAP_SYS_PTRACE allows despite the supervisor being non-dumpable): the
+/// run still settles at its timeout (killing the tracer detaches it; the
+/// host continues what the attach left stopped), and later runs work.
+fn supervisor_traced_by_a_command() {
+    let e = exec();
+    let attach = "python3 -c 'import ctypes, os, sys, time\n\
+                  libc = ctypes.CDLL(None, use_errno=True)\n\
+                  r = libc.ptrace(16, os.getppid(), 0, 0)\n\
+                  print(\"attached\" if r == 0 else \"refused %d\" % ctypes.get_errno(), flush=True)\n\
+                  time.sleep(30)'";
+    let mut req = Request::new(format!("exec {attach}"));
+    req.timeout_ms = Some(Num(2_000.0));
+    let (r, took) = run_within(&e, req, Duration::from_secs(30));
+    assert!(r.timed_out, "{r:?}");
+    assert!(
+        took <= Duration::from_millis(2_000 + 500 + 1_000),
+        "took {took:?}"
+    );
+    eprintln!("  ptrace attach by a command: {}", r.stdout.text.trim());
+    let (r, _) = run_within(&e, Request::new("echo again"), Duration::from_secs(30));
+    assert_eq!(r.stdout.text, "again\n");
+    e.dispose_blocking().unwrap();
+}
+
+/// The host that dies while a command keeps its supervisor stopped: run as
+/// `--scenario stopped_death_host` with `HOST_DEATH_MARK` in its
+/// environment (every command inherits it).
+fn stopped_death_host() {
+    LEAKS_ON_PURPOSE.store(true, std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: prctl with integer arguments (as death_host).
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    let e = exec();
+    let p = e
+        .start(
+            &e.resolve(Request::new(
+                "sleep 1000 & sleep 1000 & kill -STOP $PPID; echo up; wait",
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+    assert!(common::eventually(Duration::from_secs(20), || p
+        .read_output()
+        .delta
+        .contains("up")));
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+}
+
+/// The host is SIGKILLed while a command keeps its supervisor stopped:
+/// the supervisor's parent-death signal (SIGCONT) resumes it, it sees the
+/// host gone, and nothing the executor started is alive 1 s later.
+fn host_death_while_the_supervisor_is_stopped() {
+    let mark = format!("{}-stopped", std::process::id());
+    let mut host = Command::new(std::env::current_exe().unwrap())
+        .args(["--scenario", "stopped_death_host"])
+        .env("HOST_DEATH_MARK", &mark)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the host");
+    let mut ready = String::new();
+    BufReader::new(host.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(
+        ready.trim(),
+        "ready",
+        "the host failed before its command stopped the supervisor"
+    );
+    assert!(
+        marked(&mark).len() >= 3,
+        "the command and its two sleeps run: {:?}",
+        marked(&mark)
+    );
+    host.kill().unwrap();
+    let died = Instant::now();
+    host.wait().unwrap();
+    let gone = common::eventually(Duration::from_secs(10), || marked(&mark).is_empty());
+    let took = died.elapsed();
+    let left = marked(&mark);
+    for pid in &left {
+        // SAFETY: kill(2) of a leftover of this test.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    assert!(gone, "after the host's death these survived: {left:?}");
+    assert!(
+        took <= Duration::from_secs(1),
+        "everything died, but only {took:?} after the host"
+    );
+}
+
 /// Where executing a memfd is forbidden (`vm.memfd_noexec = 2`), the
 /// first command fails with a spawn error that names the cause, and
 /// nothing runs. The sysctl is set in a PID namespace of its own (it is per
@@ -782,7 +941,11 @@ fn noexec_host() {
 }
 
 /// Hosts that scenarios start themselves; not tests on their own.
-const HELPERS: &[(&str, fn())] = &[("death_host", death_host), ("noexec_host", noexec_host)];
+const HELPERS: &[(&str, fn())] = &[
+    ("death_host", death_host),
+    ("noexec_host", noexec_host),
+    ("stopped_death_host", stopped_death_host),
+];
 
 const SCENARIOS: &[(&str, fn())] = &[
     ("fork_after_use", fork_after_use),
@@ -804,6 +967,12 @@ const SCENARIOS: &[(&str, fn())] = &[
         host_death_exit_from_another_thread,
     ),
     ("supervisor_killed", supervisor_killed),
+    ("supervisor_stopped_by_a_command", supervisor_stopped_by_a_command),
+    ("supervisor_traced_by_a_command", supervisor_traced_by_a_command),
+    (
+        "host_death_while_the_supervisor_is_stopped",
+        host_death_while_the_supervisor_is_stopped,
+    ),
     ("memfd_noexec_is_a_clear_error", memfd_noexec_is_a_clear_error),
 ];
 

@@ -286,7 +286,12 @@ mod tests {
         let bytes = compile_filter(&[libc::AF_UNIX]).unwrap();
         let at = |i: usize| {
             let b = &bytes[i * 8..i * 8 + 8];
-            (u16::from_ne_bytes([b[0], b[1]]), b[2], b[3], u32::from_ne_bytes([b[4], b[5], b[6], b[7]]))
+            (
+                u16::from_ne_bytes([b[0], b[1]]),
+                b[2],
+                b[3],
+                u32::from_ne_bytes([b[4], b[5], b[6], b[7]]),
+            )
         };
         let (ld, abs, w) = (libc::BPF_LD as u16, libc::BPF_ABS as u16, libc::BPF_W as u16);
         let ret = (libc::BPF_RET | libc::BPF_K) as u16;

@@ -48,6 +48,10 @@ static PROGRAM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/dsh-supervisor
 struct ReleasePipe {
     _read: OwnedFd,
     write: OwnedFd,
+    /// A copy of the supervisor's pidfd, to continue it (see
+    /// [`Releaser::continue_supervisor`]).
+    supervisor: OwnedFd,
+    supervisor_pid: libc::pid_t,
 }
 
 /// Releases one leader (see [`Releaser::release`]).
@@ -56,6 +60,24 @@ pub(crate) struct Releaser {
 }
 
 impl Releaser {
+    /// Continues the supervisor if something stopped it (a command's
+    /// `kill -STOP $PPID`, or what a ptrace attach left behind once its
+    /// tracer died): a stopped supervisor reports no exit and reaps
+    /// nothing, so a run waiting on it would never settle. Called while a
+    /// command's end is overdue; a running supervisor is left alone.
+    pub(crate) fn continue_supervisor(&self) {
+        let stat = std::fs::read(format!("/proc/{}/stat", self.pipe.supervisor_pid)).unwrap_or_default();
+        let state = stat
+            .iter()
+            .rposition(|&b| b == b')')
+            .and_then(|i| stat.get(i + 2))
+            .copied();
+        if matches!(state, Some(b'T') | Some(b't')) {
+            // The pidfd pins the supervisor: a recycled pid is never hit.
+            let _ = crate::sys::pidfd_send_signal(&self.pipe.supervisor, libc::SIGCONT);
+        }
+    }
+
     /// Lets the supervisor reap the leader `pid`: after this, its pid and
     /// group id may be reused, so nothing may signal them. Closing the
     /// report pipe alone does the same (all there is to do when the pid
@@ -399,11 +421,17 @@ fn start_here() -> io::Result<Supervisor> {
     // Queued before any request, so read first. Should it fail, the
     // supervisor is already gone: the first spawn finds that out.
     let _ = send_with_fds(&control, &releases, &[], &[read.as_raw_fd()]);
+    let supervisor = child.pidfd.try_clone()?;
     Ok(Supervisor {
         pid: child.pid,
         pidfd: Some(child.pidfd),
         control,
-        releases: Arc::new(ReleasePipe { _read: read, write }),
+        releases: Arc::new(ReleasePipe {
+            _read: read,
+            write,
+            supervisor,
+            supervisor_pid: child.pid,
+        }),
         host_pid,
     })
 }

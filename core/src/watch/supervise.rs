@@ -204,6 +204,8 @@ enum Event {
     KillNow,
     DrainOver,
     Tick,
+    /// The leader's end is overdue: is the supervisor stopped?
+    Overdue,
 }
 
 /// Reads the next message of the supervisor's report pipe.
@@ -222,6 +224,9 @@ pub(crate) async fn read_report(fd: &AsyncFd<OwnedFd>, reader: &mut ReportReader
         }
     }
 }
+
+/// How often an overdue end looks for a stopped supervisor.
+pub(crate) const OVERDUE_TICK: Duration = Duration::from_millis(100);
 
 /// How long a settle waits for the supervisor to confirm the reap of a
 /// released leader. It takes microseconds; the bound is for a supervisor
@@ -401,6 +406,10 @@ async fn supervise_inner(
     // counters are read every LIMIT_TICK, and the tree ended when one moves.
     let mut limit_tick = timer(|| tokio::time::interval(LIMIT_TICK));
     limit_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // While a stop is under way or the output has ended but no exit came:
+    // a supervisor that a command stopped would never report it.
+    let mut overdue_tick = timer(|| tokio::time::interval(OVERDUE_TICK));
+    overdue_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let never = Instant::now() + Duration::from_secs(100 * 365 * 86_400);
     tokio::pin!(stop);
 
@@ -428,6 +437,7 @@ async fn supervise_inner(
             w = pump(pipe, stdin_fd.as_ref()), if stdin_fd.is_some() && pipe.is_some() => Event::Pipe(w),
             r = read_report(&report_fd, &mut report), if !exited => Event::Report(r),
             _ = timer(|| tokio::time::sleep_until(drain_until.unwrap_or(never))), if drain_until.is_some() => Event::DrainOver,
+            _ = overdue_tick.tick(), if !exited && !lost && (escalation.stopped().is_some() || (!out_open && !err_open)) => Event::Overdue,
             }
         };
         match event {
@@ -508,6 +518,7 @@ async fn supervise_inner(
                 *handover = None;
             }
             Event::Tick => {}
+            Event::Overdue => releaser.continue_supervisor(),
             Event::Stop(Stop::Limit(kind)) => {
                 escalation.begin_killed(Stop::Limit(kind));
                 if let Some(g) = &group {
