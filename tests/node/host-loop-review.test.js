@@ -130,6 +130,33 @@ for (const [name, timeoutMs, dispose] of [
   })
 }
 
+// A command stops its executor's supervisor (`kill -STOP $PPID`): the run
+// settles at its timeout anyway, on either run path, and the next one runs.
+test('a command that stops its supervisor does not wedge the executor', () => {
+  const out = child(
+    `
+    ;(async () => {
+      const times = []
+      for (const stdin of [undefined, '']) {
+        const start = Date.now()
+        const r = await ex.run(ex.resolve({ command: 'kill -STOP $PPID; sleep 30', timeoutMs: 2000, ...(stdin === undefined ? {} : { stdin }) }))
+        times.push([r.timedOut, Date.now() - start])
+      }
+      const again = await ex.run(ex.resolve({ command: 'echo again' }))
+      process.stdout.write(JSON.stringify({ times, again: again.stdout.text }))
+      await ex.dispose()
+    })()
+  `,
+    { config: '{ graceMs: 500 }', timeout: 30000 },
+  )
+  const { times, again } = JSON.parse(out)
+  for (const [timedOut, ms] of times) {
+    assert.equal(timedOut, true)
+    assert.ok(ms <= 2000 + 500 + 1000, `settled after ${ms} ms`)
+  }
+  assert.equal(again, 'again\n')
+})
+
 test('workers that run commands and go away leave no descriptors behind', () => {
   const out = child(`
     const { Worker } = require('node:worker_threads')

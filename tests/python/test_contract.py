@@ -268,6 +268,28 @@ def test_a_settled_run_or_process_has_reaped_its_leader(ex):
     assert _pid_is_free(pid), "close left a leader unreaped"
 
 
+def test_a_command_that_stops_its_supervisor_does_not_wedge_the_executor():
+    # `kill -STOP $PPID` stops the executor's supervisor; the run settles at
+    # its timeout anyway, and the next one runs. In a thread, so a wedge
+    # fails the test instead of hanging it.
+    with Executor(grace_ms=500) as ex:
+        results = []
+
+        def runs() -> None:
+            start = time.monotonic()
+            r = ex.run(ex.resolve("kill -STOP $PPID; sleep 30", timeout_ms=2000))
+            results.append((r.timed_out, time.monotonic() - start))
+            results.append(ex.run(ex.resolve("echo again")).stdout.text)
+
+        t = threading.Thread(target=runs, daemon=True)
+        t.start()
+        t.join(30)
+        assert not t.is_alive(), "the executor is wedged"
+        (timed_out, took), again = results
+        assert timed_out and took <= 2.0 + 0.5 + 1.0, took
+        assert again == "again\n"
+
+
 def test_term_trapping_command_dies_by_sigkill_after_grace(ex):
     r = ex.run(ex.resolve("trap 'echo got-term' TERM; while :; do sleep 0.05; done", timeout_ms=200))
     assert r.timed_out and r.signal == "SIGKILL" and "got-term" in r.stdout.text
