@@ -109,3 +109,11 @@ pub(crate) fn create_private_dirs(path: &Path) -> std::io::Result<()> {
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// The state letter of `/proc/<pid>/stat` (`R`, `S`, `T`, `Z`, …), read after
+/// the command name, which may itself hold spaces and parentheses.
+pub(crate) fn process_state(pid: libc::pid_t) -> Option<u8> {
+    let stat = fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let end = stat.iter().rposition(|&b| b == b')')?;
+    stat.get(end + 2).copied()
+}

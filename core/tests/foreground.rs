@@ -631,3 +631,36 @@ fn a_settled_run_has_reaped_its_leader_however_it_ended() {
         );
     }
 }
+
+/// `aborted` only when the cancellation came first: a command that already
+/// exited on its own (its output still held open by a background job) is
+/// not reported aborted by a cancellation that comes before the run
+/// settles; it keeps its own exit code.
+#[test]
+fn a_cancellation_after_the_command_exited_is_not_an_abort() {
+    let exec = executor_with(|c| c.grace_ms = n(3_000));
+    let dir = temp_dir("late-cancel");
+    let pidfile = dir.join("pid");
+    let token = CancelToken::new();
+    let canceller = {
+        let (token, pidfile) = (token.clone(), pidfile.clone());
+        std::thread::spawn(move || {
+            // The leader has exited: a zombie (held until the run settles).
+            assert!(eventually(Duration::from_secs(20), || {
+                std::fs::read_to_string(&pidfile)
+                    .ok()
+                    .and_then(|p| p.trim().parse::<i32>().ok())
+                    .is_some_and(|pid| !alive(pid))
+            }));
+            token.cancel();
+        })
+    };
+    let s = spec(
+        &exec,
+        &format!("echo $$ > {}; sleep 5 & exit 3", pidfile.display()),
+    );
+    let r = exec.run_blocking(&s, Some(&token)).unwrap();
+    canceller.join().unwrap();
+    assert!(!r.aborted && !r.timed_out, "{r:?}");
+    assert_eq!((r.exit_code, r.signal.as_deref()), (Some(3), None), "{r:?}");
+}

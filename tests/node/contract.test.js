@@ -191,6 +191,23 @@ test('settled runs, processes and sessions have reaped their leaders', async () 
   assert.ok(pidIsFree(pid), 'dispose left a leader unreaped')
 })
 
+test('run: aborted only when the cancellation came first (never with the exit code of a command that ended on its own)', async () => {
+  // An abort that races a command's own exit: whichever happened first
+  // decides. `exit 0` has no TERM trap, so an aborted run cannot exit 0.
+  const ex = new NativeBashExecutor({ graceMs: 300 })
+  let aborted = 0
+  for (let i = 0; i < 300; i++) {
+    const ac = new AbortController()
+    const pending = ex.run(ex.resolve({ command: 'exit 0', signal: ac.signal }))
+    setTimeout(() => ac.abort(), i % 7)
+    const r = await pending
+    assert.ok(!(r.aborted && r.exitCode === 0), `run ${i}: aborted with the command's own exit 0: ${JSON.stringify(r)}`)
+    if (r.aborted) aborted++
+  }
+  await ex.dispose()
+  assert.ok(aborted < 300, 'some runs ended on their own')
+})
+
 test('run: a TERM-trapping command dies by SIGKILL after graceMs', async () => {
   const ex = executor()
   const r = await ex.run(ex.resolve({ command: "trap 'echo got-term' TERM; while :; do sleep 0.05; done", timeoutMs: 200 }))

@@ -290,6 +290,22 @@ def test_a_command_that_stops_its_supervisor_does_not_wedge_the_executor():
         assert again == "again\n"
 
 
+def test_aborted_only_when_the_cancellation_came_first():
+    # A cancellation that races a command's own exit: whichever happened
+    # first decides. `exit 0` has no TERM trap, so an aborted run cannot
+    # exit 0.
+    with Executor(grace_ms=300) as ex:
+        spec = ex.resolve("exit 0")
+        for i in range(300):
+            token = CancelToken()
+            threading.Timer((i % 7) / 1000, token.cancel).start()
+            try:
+                r = ex.run(spec, cancel=token)
+            except dsh_native.AlreadyCancelledError:
+                continue  # the timer won before the run started
+            assert not (r.aborted and r.exit_code == 0), (i, r)
+
+
 def test_term_trapping_command_dies_by_sigkill_after_grace(ex):
     r = ex.run(ex.resolve("trap 'echo got-term' TERM; while :; do sleep 0.05; done", timeout_ms=200))
     assert r.timed_out and r.signal == "SIGKILL" and "got-term" in r.stdout.text

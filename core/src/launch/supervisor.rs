@@ -66,13 +66,10 @@ impl Releaser {
     /// nothing, so a run waiting on it would never settle. Called while a
     /// command's end is overdue; a running supervisor is left alone.
     pub(crate) fn continue_supervisor(&self) {
-        let stat = std::fs::read(format!("/proc/{}/stat", self.pipe.supervisor_pid)).unwrap_or_default();
-        let state = stat
-            .iter()
-            .rposition(|&b| b == b')')
-            .and_then(|i| stat.get(i + 2))
-            .copied();
-        if matches!(state, Some(b'T') | Some(b't')) {
+        if matches!(
+            crate::sys::process_state(self.pipe.supervisor_pid),
+            Some(b'T' | b't')
+        ) {
             // The pidfd pins the supervisor: a recycled pid is never hit.
             let _ = crate::sys::pidfd_send_signal(&self.pipe.supervisor, libc::SIGCONT);
         }

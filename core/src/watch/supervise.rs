@@ -252,6 +252,12 @@ pub(crate) async fn release_reaped(
     releaser.release(None, report_fd.into_inner());
 }
 
+/// Whether the leader `pid` (unreaped until released, so the pid is still
+/// its) has ended: a zombie.
+fn leader_ended(pid: libc::pid_t) -> bool {
+    matches!(crate::sys::process_state(pid), Some(b'Z' | b'X'))
+}
+
 /// A report already waiting on the pipe, read without the reactor: a run on
 /// a host's loop is polled by a core thread when its timer fires, while the
 /// pipe's readiness is the host's to dispatch, and a busy host would hold
@@ -400,6 +406,9 @@ async fn supervise_inner(
 
     let (mut out_open, mut err_open, mut exited) = (true, true, false);
     let mut escalation = Escalation::default();
+    // The leader had exited on its own when the stop came: a late
+    // cancellation still ends what is left, but is not the run's cause.
+    let mut stop_after_exit = false;
     let mut drain_until: Option<Instant> = None;
     // A reached cgroup limit does not end a tree by itself (a refused fork
     // leaves shells retrying, the OOM killer ends one process): its
@@ -475,6 +484,9 @@ async fn supervise_inner(
             Event::Report(Report::Spawned(p)) => {
                 pid = Some(p);
                 if let Some((sig, with_sweep)) = deferred.take() {
+                    // A cancellation held until the pid came: if the leader
+                    // ended meanwhile, it ended on its own.
+                    stop_after_exit |= escalation.stopped() == Some(Stop::Cancel) && leader_ended(p);
                     signal_tree(p, tag, sig, with_sweep);
                 }
             }
@@ -533,12 +545,23 @@ async fn supervise_inner(
             }
             Event::Stop(reason) => {
                 escalation.begin(reason, grace);
-                if pid.is_none() && !exited {
+                // What already waits on the report pipe happened before
+                // this stop: the leader's pid, and maybe its exit (the
+                // select looks at stops first, for dispose, whose signals
+                // come from outside and cause the exit they race with).
+                while !exited && unhandled.is_none() {
                     match report_waiting(&report_fd, &mut report) {
                         Some(Report::Spawned(p)) => pid = Some(p),
-                        other => unhandled = other,
+                        Some(other) => {
+                            stop_after_exit = reason == Stop::Cancel && matches!(other, Report::Exited(_));
+                            unhandled = Some(other);
+                        }
+                        None => break,
                     }
                 }
+                // The leader is unreaped until released: a zombie ended on
+                // its own before this stop (its exit report is on its way).
+                stop_after_exit |= reason == Stop::Cancel && (exited || pid.is_some_and(leader_ended));
                 if lost {
                     sweep(TagMatch::command(tag), libc::SIGTERM);
                 } else if let Some(pid) = pid {
@@ -615,7 +638,7 @@ async fn supervise_inner(
     release_reaped(releaser, pid, report_fd, &mut report).await;
     Ok(Outcome {
         status,
-        stop: escalation.stopped(),
+        stop: escalation.stopped().filter(|_| !stop_after_exit),
         survivors,
         group,
         leader_cpu,
