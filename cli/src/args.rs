@@ -1,13 +1,18 @@
-//! Command-line parsing, by hand: the grammar is a dozen options, and a
-//! parser crate would outweigh the rest of the tool. Every error names the
-//! argument at fault, because the caller is often a script or a model that
-//! has to fix it without a human reading the help.
+//! Command-line parsing: clap (derive) reads the arguments; the help is
+//! our own text (`HELP`, which clap prints through `override_help`), and
+//! every error is our own message naming the argument at fault, because the
+//! caller is often a script or a model that has to fix it without a human
+//! reading the help. The value parsers below give the messages for bad
+//! values; `usage_error` those for what clap itself refuses.
 
 use std::collections::BTreeMap;
-use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::OsStrExt;
+use std::error::Error as _;
+use std::ffi::OsString;
 use std::path::PathBuf;
 
+use clap::builder::{OsStringValueParser, TypedValueParser};
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{ArgAction, Parser};
 use dsh_core::{Num, Request, SandboxMode, SandboxPolicyInput};
 
 pub const HELP: &str = "\
@@ -71,118 +76,184 @@ pub struct Options {
     pub spill_dir: Option<PathBuf>,
 }
 
+/// What to do: run a command, or print a text (the help, the version) and
+/// exit 0.
 #[derive(Debug)]
 pub enum Parsed {
     Run(Box<Options>),
-    Help,
-    Version,
+    Help(String),
+    Version(String),
+}
+
+/// The grammar. Options may come before or after COMMAND and `--` ends
+/// them (clap's own rules); an option that takes a value takes the next
+/// argument whatever it looks like (`allow_hyphen_values`), as `--workdir
+/// --json` always has. A repeated option's last value wins.
+#[derive(Parser, Debug)]
+#[command(
+    name = "dsh-cli",
+    version,
+    override_help = HELP,
+    no_binary_name = true,
+    args_override_self = true,
+    disable_help_flag = true,
+    disable_version_flag = true
+)]
+struct Cli {
+    #[arg(short = 'h', long, action = ArgAction::Help)]
+    help: Option<bool>,
+    #[arg(short = 'V', long, action = ArgAction::Version)]
+    version: Option<bool>,
+    // Two options rather than an alias, so that an error names the one typed.
+    #[arg(long, allow_hyphen_values = true, value_parser = millis("--timeout"))]
+    #[arg(overrides_with = "timeout_ms")]
+    timeout: Option<u64>,
+    #[arg(long, allow_hyphen_values = true, value_parser = millis("--timeout-ms"))]
+    #[arg(overrides_with = "timeout")]
+    timeout_ms: Option<u64>,
+    // Bytes: a path need not be UTF-8.
+    #[arg(long, allow_hyphen_values = true, value_parser = OsStringValueParser::new())]
+    workdir: Option<OsString>,
+    #[arg(long, allow_hyphen_values = true, value_parser = env_var())]
+    env: Vec<(String, String)>,
+    #[arg(long = "stdin")]
+    read_stdin: bool,
+    #[arg(long, allow_hyphen_values = true, value_parser = sandbox_mode())]
+    sandbox: Option<SandboxMode>,
+    #[arg(long)]
+    background: bool,
+    #[arg(long)]
+    json: bool,
+    #[arg(long)]
+    keep_spill: bool,
+    // Text: the executor's spill_dir is a string.
+    #[arg(long, allow_hyphen_values = true, value_parser = text("--spill-dir"))]
+    spill_dir: Option<String>,
+    // Every positional argument, so that a second one can be named next to
+    // the first in its error.
+    #[arg(value_name = "COMMAND", value_parser = command())]
+    command: Vec<String>,
 }
 
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String> {
-    let mut opts = Options {
-        request: Request::default(),
-        background: false,
-        json: false,
-        read_stdin: false,
-        keep_spill: false,
-        spill_dir: None,
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            return match e.kind() {
+                ErrorKind::DisplayHelp => Ok(Parsed::Help(e.render().to_string())),
+                ErrorKind::DisplayVersion => Ok(Parsed::Version(e.render().to_string())),
+                _ => Err(usage_error(&e)),
+            }
+        }
     };
-    let mut env = BTreeMap::new();
-    let mut command = None;
-    let mut options_ended = false;
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        let raw = arg.as_bytes();
-        if options_ended || !raw.starts_with(b"-") || raw == b"-" {
-            let arg = arg
-                .into_string()
-                .map_err(|a| format!("COMMAND is not valid UTF-8: {a:?}"))?;
-            if let Some(first) = &command {
-                return Err(format!(
-                    "unexpected argument '{arg}' after COMMAND '{first}' (quote the whole command as one argument)"
-                ));
-            }
-            command = Some(arg);
-            continue;
-        }
-        // `--name=value`: the name is text; the value is bytes, since a
-        // path (--workdir) need not be UTF-8.
-        let (name, inline) = match raw.iter().position(|&b| b == b'=') {
-            Some(i) if raw.starts_with(b"--") => {
-                (&raw[..i], Some(OsStr::from_bytes(&raw[i + 1..]).to_owned()))
-            }
-            _ => (raw, None),
-        };
-        let name = std::str::from_utf8(name).map_err(|_| format!("unknown option {arg:?}"))?;
-        let mut value_os = |what: &str| match &inline {
-            Some(v) => Ok(v.clone()),
-            None => args.next().ok_or_else(|| format!("option '{name}' needs {what}")),
-        };
-        let mut value = |what: &str| {
-            value_os(what)?
-                .into_string()
-                .map_err(|v| format!("option '{name}' expects UTF-8 text, got {v:?}"))
-        };
-        let flag = |set: &mut bool| match inline {
-            Some(_) => Err(format!("option '{name}' takes no value")),
-            None => {
-                *set = true;
-                Ok(())
-            }
-        };
-        match name {
-            "--" => options_ended = true,
-            "-h" | "--help" => return Ok(Parsed::Help),
-            "-V" | "--version" => return Ok(Parsed::Version),
-            "--background" => flag(&mut opts.background)?,
-            "--json" => flag(&mut opts.json)?,
-            "--stdin" => flag(&mut opts.read_stdin)?,
-            "--keep-spill" => flag(&mut opts.keep_spill)?,
-            "--timeout" | "--timeout-ms" => {
-                let v = value("a number of milliseconds")?;
-                let ms: u64 = v.parse().map_err(|_| {
-                    format!("option '{name}' expects a whole number of milliseconds, got '{v}'")
-                })?;
-                opts.request.timeout_ms = Some(Num(ms as f64));
-            }
-            "--workdir" => opts.request.workdir = Some(value_os("a directory")?.into()),
-            "--env" => {
-                let v = value("NAME=VALUE")?;
-                match v.split_once('=') {
-                    Some((k, val)) if !k.is_empty() => env.insert(k.to_owned(), val.to_owned()),
-                    _ => return Err(format!("option '--env' expects NAME=VALUE, got '{v}'")),
-                };
-            }
-            "--sandbox" => {
-                let v = value("a mode")?;
-                let mode = v.parse::<SandboxMode>().map_err(|()| {
-                    format!(
-                        "option '--sandbox': unknown mode '{v}' (expected read-only, workspace-write or danger-full-access)"
-                    )
-                })?;
-                opts.request.sandbox_policy = Some(SandboxPolicyInput {
-                    mode,
-                    workspace_root: None,
-                    session_id: None,
-                    network: None,
-                });
-            }
-            "--spill-dir" => {
-                // Text: the executor's spill_dir is a string.
-                opts.spill_dir = Some(value("a directory")?.into());
-                opts.keep_spill = true;
-            }
-            _ => return Err(format!("unknown option '{name}'")),
-        }
+    let mut command = cli.command.into_iter();
+    let Some(first) = command.next() else {
+        return Err("no COMMAND given".into());
+    };
+    if let Some(second) = command.next() {
+        return Err(format!(
+            "unexpected argument '{second}' after COMMAND '{first}' (quote the whole command as one argument)"
+        ));
     }
-    opts.request.command = command.ok_or("no COMMAND given")?;
-    if !env.is_empty() {
-        opts.request.env = Some(env);
-    }
-    if opts.json && opts.background {
+    if cli.json && cli.background {
         return Err("--json cannot be combined with --background (its output is a stream)".into());
     }
-    Ok(Parsed::Run(Box::new(opts)))
+    let env: BTreeMap<String, String> = cli.env.into_iter().collect();
+    let request = Request {
+        command: first,
+        workdir: cli.workdir.map(PathBuf::from),
+        timeout_ms: cli.timeout.or(cli.timeout_ms).map(|ms| Num(ms as f64)),
+        env: (!env.is_empty()).then_some(env),
+        sandbox_policy: cli.sandbox.map(|mode| SandboxPolicyInput {
+            mode,
+            workspace_root: None,
+            session_id: None,
+            network: None,
+        }),
+        ..Request::default()
+    };
+    Ok(Parsed::Run(Box::new(Options {
+        request,
+        background: cli.background,
+        json: cli.json,
+        read_stdin: cli.read_stdin,
+        keep_spill: cli.keep_spill || cli.spill_dir.is_some(),
+        spill_dir: cli.spill_dir.map(PathBuf::from),
+    })))
+}
+
+/// The message for an error of clap's: the value parsers' own message, or
+/// one that names the option (or argument) clap refused.
+fn usage_error(e: &clap::Error) -> String {
+    if e.kind() == ErrorKind::ValueValidation {
+        if let Some(ours) = e.source() {
+            return ours.to_string();
+        }
+    }
+    // "--workdir <WORKDIR>" names the option and its value; keep the option.
+    let arg = match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(arg)) => arg.split(' ').next().unwrap_or(arg),
+        _ => "",
+    };
+    match e.kind() {
+        ErrorKind::UnknownArgument => format!("unknown option '{arg}'"),
+        ErrorKind::InvalidValue => format!("option '{arg}' needs {}", what(arg)),
+        // `--json=yes`
+        ErrorKind::TooManyValues => format!("option '{arg}' takes no value"),
+        // Not reached with this grammar; clap's own words, without its prefix.
+        _ => e.kind().as_str().map_or_else(|| e.to_string(), str::to_owned),
+    }
+}
+
+/// What an option's missing value should have been.
+fn what(option: &str) -> &'static str {
+    match option {
+        "--timeout" | "--timeout-ms" => "a number of milliseconds",
+        "--workdir" | "--spill-dir" => "a directory",
+        "--env" => "NAME=VALUE",
+        "--sandbox" => "a mode",
+        _ => "a value",
+    }
+}
+
+/// An option's value as text: not UTF-8 is an error naming the option.
+fn text(option: &'static str) -> impl TypedValueParser<Value = String> {
+    OsStringValueParser::new().try_map(move |v| {
+        v.into_string()
+            .map_err(|v| format!("option '{option}' expects UTF-8 text, got {v:?}"))
+    })
+}
+
+fn millis(option: &'static str) -> impl TypedValueParser<Value = u64> {
+    text(option).try_map(move |v| {
+        v.parse()
+            .map_err(|_| format!("option '{option}' expects a whole number of milliseconds, got '{v}'"))
+    })
+}
+
+/// `NAME=VALUE`, split at the first `=` (the value may hold more).
+fn env_var() -> impl TypedValueParser<Value = (String, String)> {
+    text("--env").try_map(|v| match v.split_once('=') {
+        Some((k, val)) if !k.is_empty() => Ok((k.to_owned(), val.to_owned())),
+        _ => Err(format!("option '--env' expects NAME=VALUE, got '{v}'")),
+    })
+}
+
+fn sandbox_mode() -> impl TypedValueParser<Value = SandboxMode> {
+    text("--sandbox").try_map(|v| {
+        v.parse::<SandboxMode>().map_err(|()| {
+            format!(
+                "option '--sandbox': unknown mode '{v}' (expected read-only, workspace-write or danger-full-access)"
+            )
+        })
+    })
+}
+
+fn command() -> impl TypedValueParser<Value = String> {
+    OsStringValueParser::new().try_map(|a| {
+        a.into_string()
+            .map_err(|a| format!("COMMAND is not valid UTF-8: {a:?}"))
+    })
 }
 
 #[cfg(test)]
@@ -266,6 +337,45 @@ mod tests {
             let err = parse_os(args.clone()).unwrap_err();
             assert!(err.contains(needle), "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn help_and_version_are_printed_as_written() {
+        for arg in ["--help", "-h", "--help --bogus", "x --help"] {
+            let args = arg.split(' ').map(OsString::from);
+            assert!(matches!(parse(args), Ok(Parsed::Help(h)) if h == HELP), "{arg}");
+        }
+        let version = concat!("dsh-cli ", env!("CARGO_PKG_VERSION"), "\n");
+        for arg in ["--version", "-V"] {
+            assert!(matches!(parse([OsString::from(arg)]), Ok(Parsed::Version(v)) if v == version));
+        }
+    }
+
+    #[test]
+    fn a_repeated_option_takes_its_last_value() {
+        let o = run(&[
+            "--timeout",
+            "5",
+            "--timeout-ms",
+            "6",
+            "--workdir",
+            "/a",
+            "--workdir=/b",
+            "--json",
+            "--json",
+            "x",
+        ])
+        .unwrap();
+        assert_eq!(o.request.timeout_ms, Some(Num(6.0)));
+        assert_eq!(o.request.workdir, Some(PathBuf::from("/b")));
+        let o = run(&["--timeout-ms", "6", "x", "--timeout", "5"]).unwrap();
+        assert_eq!(o.request.timeout_ms, Some(Num(5.0)));
+        // An option's value is the next argument, whatever it looks like.
+        let o = run(&["--workdir", "--json", "--env", "-A=-", "--", "-"]).unwrap();
+        assert_eq!(o.request.workdir, Some(PathBuf::from("--json")));
+        assert_eq!(o.request.env.unwrap()["-A"], "-");
+        assert_eq!(o.request.command, "-");
+        assert!(!o.json);
     }
 
     #[test]

@@ -8,7 +8,6 @@
 
 mod args;
 mod interrupt;
-mod json;
 mod spill;
 
 use std::io::{self, Read, Write};
@@ -17,14 +16,14 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use dsh_core::{
-    CollectedOutput, ConfigInput, DshError, Enforcement, Executor, RunResult, SandboxInfo, Spec,
-    DEFAULT_MAX_TIMEOUT_MS,
+    CollectedOutput, ConfigInput, DshError, Enforcement, Executor, LimitsEnforcement, RunResult, SandboxInfo,
+    Spec, DEFAULT_MAX_TIMEOUT_MS,
 };
 use nix::sys::signal::Signal;
+use serde::{Serialize, Serializer};
 
 use args::{Options, Parsed};
 use interrupt::Interrupt;
-use json::Object;
 use spill::{Keeper, Spill};
 
 const EXIT_TIMEOUT: u8 = 124;
@@ -35,12 +34,8 @@ const TICK: Duration = Duration::from_millis(50);
 
 fn main() -> ExitCode {
     let code = match args::parse(std::env::args_os().skip(1)) {
-        Ok(Parsed::Help) => {
-            print!("{}", args::HELP);
-            0
-        }
-        Ok(Parsed::Version) => {
-            println!("dsh-cli {}", env!("CARGO_PKG_VERSION"));
+        Ok(Parsed::Help(text) | Parsed::Version(text)) => {
+            print!("{text}");
             0
         }
         Ok(Parsed::Run(opts)) => run(*opts).unwrap_or_else(|msg| {
@@ -337,42 +332,89 @@ fn result_json(r: &RunResult) -> String {
         limit,
         limits_enforcement,
     } = r;
-    let mut enforcement = Object::new();
-    for (kind, m) in limits_enforcement.entries() {
-        enforcement = enforcement.field(kind.as_str(), m.as_str());
-    }
-    Object::new()
-        .field("exit_code", *exit_code)
-        .field("signal", signal.as_deref())
-        .field("exit_status_unavailable", *exit_status_unavailable)
-        .field("timed_out", *timed_out)
-        .field("aborted", *aborted)
-        .field("timeout_ms", *timeout_ms)
-        .field("stdout", output_json(stdout))
-        .field("stderr", output_json(stderr))
-        .field("sandbox", sandbox.as_ref().map(sandbox_json))
-        .field("survivors", *survivors)
-        .field("background_id", background_id.as_deref())
-        .field("limit", limit.map(|l| l.as_str()))
-        .field("limits_enforcement", enforcement)
-        .finish()
+    let json = ResultJson {
+        exit_code: *exit_code,
+        signal: signal.as_deref(),
+        exit_status_unavailable: *exit_status_unavailable,
+        timed_out: *timed_out,
+        aborted: *aborted,
+        timeout_ms: *timeout_ms,
+        stdout: output_json(stdout),
+        stderr: output_json(stderr),
+        sandbox: sandbox.as_ref().map(sandbox_json),
+        survivors: *survivors,
+        background_id: background_id.as_deref(),
+        limit: limit.map(|l| l.as_str()),
+        limits_enforcement: EnforcementJson(*limits_enforcement),
+    };
+    // Only strings, numbers, booleans and string-keyed maps: nothing here
+    // can fail to serialize.
+    serde_json::to_string(&json).expect("a run result serializes")
 }
 
-fn output_json(o: &CollectedOutput) -> Object {
+/// The `--json` object. Fields serialize in the order written, and `None`
+/// as `null`; strings are escaped as RFC 8259 requires and otherwise kept
+/// as UTF-8 (the core's text is already valid UTF-8).
+#[derive(Serialize)]
+struct ResultJson<'a> {
+    exit_code: Option<i32>,
+    signal: Option<&'a str>,
+    exit_status_unavailable: bool,
+    timed_out: bool,
+    aborted: bool,
+    timeout_ms: u64,
+    stdout: OutputJson<'a>,
+    stderr: OutputJson<'a>,
+    sandbox: Option<SandboxJson>,
+    survivors: u32,
+    background_id: Option<&'a str>,
+    limit: Option<&'static str>,
+    limits_enforcement: EnforcementJson,
+}
+
+#[derive(Serialize)]
+struct OutputJson<'a> {
+    text: &'a str,
+    truncated: bool,
+    spill_path: Option<&'a str>,
+    spill_error: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct SandboxJson {
+    mode: &'static str,
+    denied: bool,
+    enforcement: Option<&'static str>,
+    runner_failed: Option<bool>,
+    network: &'static str,
+    network_enforcement: Option<&'static str>,
+}
+
+/// Only the limits that were set, in the core's order: `{"memory":"cgroup-v1"}`.
+struct EnforcementJson(LimitsEnforcement);
+
+impl Serialize for EnforcementJson {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.entries().map(|(kind, m)| (kind.as_str(), m.as_str())))
+    }
+}
+
+fn output_json(o: &CollectedOutput) -> OutputJson<'_> {
     let CollectedOutput {
         text,
         truncated,
         spill_path,
         spill_error,
     } = o;
-    Object::new()
-        .field("text", text)
-        .field("truncated", *truncated)
-        .field("spill_path", spill_path.as_deref())
-        .field("spill_error", spill_error.as_deref())
+    OutputJson {
+        text,
+        truncated: *truncated,
+        spill_path: spill_path.as_deref(),
+        spill_error: spill_error.as_deref(),
+    }
 }
 
-fn sandbox_json(s: &SandboxInfo) -> Object {
+fn sandbox_json(s: &SandboxInfo) -> SandboxJson {
     let SandboxInfo {
         mode,
         denied,
@@ -381,16 +423,14 @@ fn sandbox_json(s: &SandboxInfo) -> Object {
         network,
         network_enforcement,
     } = s;
-    Object::new()
-        .field("mode", mode.as_str())
-        .field("denied", *denied)
-        .field("enforcement", enforcement.map(Enforcement::as_str))
-        .field("runner_failed", *runner_failed)
-        .field("network", network.as_str())
-        .field(
-            "network_enforcement",
-            network_enforcement.map(Enforcement::as_str),
-        )
+    SandboxJson {
+        mode: mode.as_str(),
+        denied: *denied,
+        enforcement: enforcement.map(Enforcement::as_str),
+        runner_failed: *runner_failed,
+        network: network.as_str(),
+        network_enforcement: network_enforcement.map(Enforcement::as_str),
+    }
 }
 
 #[cfg(test)]
@@ -403,6 +443,63 @@ mod tests {
         assert_eq!(signal_number("SIGTERM"), Some(15));
         assert_eq!(signal_number("SIG40"), Some(40));
         assert_eq!(signal_number("KILL"), None);
+    }
+
+    /// A string as the `--json` output writes one.
+    fn esc(s: &str) -> String {
+        serde_json::to_string(s).unwrap()
+    }
+
+    #[test]
+    fn escapes_quotes_and_backslashes() {
+        assert_eq!(esc(r#"say "hi" \o/"#), r#""say \"hi\" \\o/""#);
+        assert_eq!(esc(""), r#""""#);
+    }
+
+    #[test]
+    fn escapes_every_control_character() {
+        assert_eq!(esc("a\nb\rc\td"), r#""a\nb\rc\td""#);
+        assert_eq!(esc("\u{8}\u{c}"), r#""\b\f""#);
+        assert_eq!(esc("\0\u{1}\u{1b}[0m\u{1f}"), r#""\u0000\u0001\u001b[0m\u001f""#);
+        for c in (0u32..0x20).filter_map(char::from_u32) {
+            let e = esc(&c.to_string());
+            assert!(e.chars().all(|c| c >= ' '), "{c:?} escaped as {e}");
+        }
+    }
+
+    #[test]
+    fn keeps_non_ascii_as_utf8() {
+        assert_eq!(esc("é€😀 \u{7f} \u{2028}"), "\"é€😀 \u{7f} \u{2028}\"");
+    }
+
+    #[test]
+    fn objects_nest_and_print_null() {
+        #[derive(Serialize)]
+        struct Inner {
+            text: &'static str,
+            n: Option<u64>,
+        }
+        #[derive(Serialize)]
+        struct Empty {}
+        #[derive(Serialize)]
+        struct Outer {
+            a: i32,
+            b: bool,
+            o: Inner,
+            e: Empty,
+        }
+        let inner = Inner {
+            text: "x\"y",
+            n: None,
+        };
+        let json = serde_json::to_string(&Outer {
+            a: 1,
+            b: true,
+            o: inner,
+            e: Empty {},
+        })
+        .unwrap();
+        assert_eq!(json, r#"{"a":1,"b":true,"o":{"text":"x\"y","n":null},"e":{}}"#);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Helpers for the CLI tests: running the built binary, and a minimal JSON
-//! parser so `--json` output is checked as JSON rather than by substrings
-//! (the repository takes no JSON crate).
+//! parser so `--json` output is checked as JSON rather than by substrings,
+//! keys in the order written (serde_json's `Value` would sort them).
 
 #![allow(dead_code)]
 
