@@ -96,7 +96,8 @@ pub(crate) fn input_error(env: &Env, e: &InputError) -> Error {
     }
 }
 
-fn type_name(t: ValueType) -> &'static str {
+/// What a JS value is, in `typeof`'s words (`null` for null), for "got …".
+pub(crate) fn type_name(t: ValueType) -> &'static str {
     match t {
         ValueType::Undefined => "undefined",
         ValueType::Null => "null",
@@ -134,14 +135,75 @@ fn unknown_field<T>(scope: &str, key: &str, known: &[&str]) -> InputResult<T> {
     )
 }
 
+/// The `id` argument of the by-id calls (`get`, `kill`, `readOutput`,
+/// `ownerOf`, `forget`): a string, else INVALID_ARGUMENT naming `id` and
+/// what it got (never napi's own conversion error).
+pub(crate) fn id_arg(id: Unknown<'_>) -> InputResult<String> {
+    match id.get_type().map_err(napi_failure("id"))? {
+        // SAFETY: the value was just checked to be a string.
+        ValueType::String => unsafe { id.cast::<String>() }.map_err(napi_failure("id")),
+        t => shape("id", format!("must be a string, got {}", type_name(t))),
+    }
+}
+
+/// An object read by its own keys (a request, a spec, a config, `limits`,
+/// `sandboxPolicy`, `env`, …) must be a plain one: `{ … }` or
+/// `Object.create(null)`. A Map, a Set, an array or a class instance holds
+/// its content elsewhere, or is not the record the seam takes, and would be
+/// read as something it is not (a Map as no env at all), so it is refused,
+/// saying what it is. `what` is the expected shape (`object`).
+fn plain_object<'e>(v: Unknown<'e>, t: ValueType, path: &str, what: &str) -> InputResult<Object<'e>> {
+    if t != ValueType::Object {
+        return shape(path, format!("must be an {what}, got {}", type_name(t)));
+    }
+    let fail = |e: Error| InputError::Shape {
+        path: path.to_owned(),
+        problem: format!("could not be read: {}", e.reason),
+    };
+    // SAFETY: the value was just checked to be an object.
+    let obj = unsafe { v.cast::<Object<'e>>() }.map_err(fail)?;
+    if v.is_array().map_err(fail)? {
+        return shape(path, format!("must be a plain {what}, got array"));
+    }
+    // Plain: no prototype, or one that has none itself (`Object.prototype`,
+    // of this realm or another).
+    let proto = obj.get_prototype().map_err(fail)?;
+    if proto.get_type().map_err(fail)? == ValueType::Null {
+        return Ok(obj);
+    }
+    // SAFETY: a prototype that is not null is an object.
+    let proto = unsafe { proto.cast::<Object<'e>>() }.map_err(fail)?;
+    let above = proto.get_prototype().map_err(fail)?;
+    if above.get_type().map_err(fail)? == ValueType::Null {
+        return Ok(obj);
+    }
+    shape(
+        path,
+        format!("must be a plain {what}, got {}", constructor_name(&proto)),
+    )
+}
+
+/// The name of the class whose prototype `proto` is (`Map`, a class's
+/// own), or `object` when it has none to read.
+fn constructor_name(proto: &Object<'_>) -> String {
+    proto
+        .get_named_property::<Unknown<'_>>("constructor")
+        .ok()
+        .filter(|c| matches!(c.get_type(), Ok(ValueType::Function)))
+        // SAFETY: the value was just checked to be a function (an object).
+        .and_then(|c| unsafe { c.cast::<Object<'_>>() }.ok())
+        .and_then(|c| c.get_named_property::<Unknown<'_>>("name").ok())
+        .filter(|n| matches!(n.get_type(), Ok(ValueType::String)))
+        // SAFETY: the value was just checked to be a string.
+        .and_then(|n| unsafe { n.cast::<String>() }.ok())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "object".to_owned())
+}
+
 impl<'e> Fields<'e> {
     fn new(value: Unknown<'e>, scope: &'static str, known: &[&str]) -> InputResult<Self> {
         let t = value.get_type().map_err(napi_failure(scope))?;
-        if t != ValueType::Object {
-            return shape(scope, format!("must be an object, got {}", type_name(t)));
-        }
-        // SAFETY: the value was just checked to be an object.
-        let obj = unsafe { value.cast::<Object<'e>>() }.map_err(napi_failure(scope))?;
+        let obj = plain_object(value, t, scope, "object")?;
         for key in Object::keys(&obj).map_err(napi_failure(scope))? {
             if !known.contains(&key.as_str()) {
                 return unknown_field(scope, &key, known);
@@ -217,14 +279,7 @@ impl<'e> Fields<'e> {
             return Ok(None);
         };
         let path = self.path(key);
-        if t != ValueType::Object || v.is_array().unwrap_or(false) {
-            return shape(
-                path,
-                format!("must be an object of strings, got {}", type_name(t)),
-            );
-        }
-        // SAFETY: the value was just checked to be an object.
-        let obj = unsafe { v.cast::<Object<'e>>() }.map_err(napi_failure(self.scope))?;
+        let obj = plain_object(v, t, &path, "object of strings")?;
         let keys = Object::keys(&obj).map_err(napi_failure(self.scope))?;
         let inner = Fields {
             src: Source::Object(obj),

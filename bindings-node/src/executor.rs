@@ -276,10 +276,7 @@ impl NativeTerminal {
             t => {
                 let e = DshError::InvalidArgument {
                     field: terminal_field(dsh_core::FieldName::Data),
-                    problem: format!(
-                        "must be a string or a Buffer, got {}",
-                        format!("{t:?}").to_lowercase()
-                    ),
+                    problem: format!("must be a string or a Buffer, got {}", convert::type_name(t)),
                 };
                 return Err(js_error(env, &e));
             }
@@ -300,7 +297,7 @@ impl NativeTerminal {
                 Ok(ValueType::Number) => Ok(dsh_core::Num(unsafe { v.cast::<f64>() }.unwrap_or(f64::NAN))),
                 Ok(t) => Err(DshError::InvalidArgument {
                     field: terminal_field(name),
-                    problem: format!("must be a number, got {}", format!("{t:?}").to_lowercase()),
+                    problem: format!("must be a number, got {}", convert::type_name(t)),
                 }),
                 Err(e) => Err(DshError::Internal(e.reason)),
             }
@@ -330,7 +327,7 @@ impl NativeTerminal {
             t => {
                 let e = DshError::InvalidArgument {
                     field,
-                    problem: format!("must be a string, got {}", format!("{t:?}").to_lowercase()),
+                    problem: format!("must be a string, got {}", convert::type_name(t)),
                 };
                 return Err(js_error(env, &e));
             }
@@ -434,21 +431,26 @@ impl NativeExecutor {
         Ok(NativeProcess { inner })
     }
 
+    /// The by-id calls take `id` as any value and refuse one that is not
+    /// a string with INVALID_ARGUMENT naming `id`.
     #[napi]
-    pub fn get(&self, id: String) -> Option<NativeProcess> {
-        self.inner.get(&id).map(|inner| NativeProcess { inner })
+    pub fn get(&self, env: &Env, id: Unknown<'_>) -> Result<Option<NativeProcess>> {
+        let id = throw_input(env, convert::id_arg(id))?;
+        Ok(self.inner.get(&id).map(|inner| NativeProcess { inner }))
     }
 
     /// Forgets a settled process (registry entry, spill files, buffers);
     /// STILL_RUNNING while it runs, NOT_FOUND for an unknown id.
     #[napi]
-    pub fn forget(&self, env: &Env, id: String) -> Result<()> {
+    pub fn forget(&self, env: &Env, id: Unknown<'_>) -> Result<()> {
+        let id = throw_input(env, convert::id_arg(id))?;
         throw(env, self.inner.forget(&id))
     }
 
     /// The owner token stored at start; NOT_FOUND for an unknown id.
     #[napi]
-    pub fn owner_of(&self, env: &Env, id: String) -> Result<Option<String>> {
+    pub fn owner_of(&self, env: &Env, id: Unknown<'_>) -> Result<Option<String>> {
+        let id = throw_input(env, convert::id_arg(id))?;
         throw(env, self.inner.owner_of(&id))
     }
 
@@ -462,13 +464,15 @@ impl NativeExecutor {
     }
 
     #[napi]
-    pub fn read_output<'e>(&self, env: &'e Env, id: String) -> Result<Object<'e>> {
+    pub fn read_output<'e>(&self, env: &'e Env, id: Unknown<'_>) -> Result<Object<'e>> {
+        let id = throw_input(env, convert::id_arg(id))?;
         let read = throw(env, self.inner.read_output(&id))?;
         convert::read_object(env, &read)
     }
 
     #[napi]
-    pub fn kill(&self, env: &Env, id: String) -> Result<bool> {
+    pub fn kill(&self, env: &Env, id: Unknown<'_>) -> Result<bool> {
+        let id = throw_input(env, convert::id_arg(id))?;
         throw(env, self.inner.kill(&id))
     }
 

@@ -115,3 +115,92 @@ test('reconfigure: new commands get the new limits; a bad field changes nothing'
   assert.equal(native.checkConfig({ maxOutputBytes: 10 }), undefined)
   await ex.dispose()
 })
+
+test('by-id methods refuse an id that is not a string: INVALID_ARGUMENT naming id and what it got', async () => {
+  const ex = executor()
+  for (const method of ['get', 'kill', 'readOutput', 'ownerOf', 'forget']) {
+    refused(() => ex[method](5), 'id', 'id must be a string, got number')
+    refused(() => ex[method]({}), 'id', 'id must be a string, got object')
+    refused(() => ex[method](null), 'id', 'id must be a string, got null')
+    refused(() => ex[method](), 'id', 'id must be a string, got undefined')
+  }
+  // A string is looked up as before: unknown is undefined for get, NOT_FOUND for the rest.
+  assert.equal(ex.get('nope'), undefined)
+  for (const method of ['kill', 'readOutput', 'ownerOf', 'forget']) {
+    assert.throws(() => ex[method]('nope'), (e) => e.code === 'NOT_FOUND')
+  }
+  const p = ex.start(ex.resolve({ command: 'echo hi', owner: 'me' }))
+  await p.done
+  assert.equal(ex.get(p.id), p)
+  assert.equal(ex.ownerOf(p.id), 'me')
+  assert.equal(ex.readOutput(p.id).delta, 'hi\n')
+  ex.forget(p.id)
+  assert.equal(ex.get(p.id), undefined)
+  await ex.dispose()
+})
+
+test('env and dshEnv take a plain object only: a Map, an array or a class instance is refused, never read as no env', async () => {
+  const ex = executor()
+  class Vars {
+    constructor() {
+      this.DSH_A = '1'
+    }
+  }
+  const spec = ex.resolve({ command: 'true' })
+  for (const key of ['env', 'dshEnv']) {
+    for (const [value, got] of [
+      [new Map([['DSH_A', '1']]), 'got Map'],
+      [new Map(), 'got Map'],
+      [[], 'got array'],
+      [['DSH_A=1'], 'got array'],
+      [new Vars(), 'got Vars'],
+      [new Date(0), 'got Date'],
+    ]) {
+      refused(() => ex.resolve({ command: 'true', [key]: value }), `request.${key}`, `request.${key} must be a plain object of strings, ${got}`)
+      refused(() => ex.start({ ...spec, [key]: value }), `spec.${key}`, got)
+      await rejected(ex.run({ ...spec, [key]: value }), `spec.${key}`, got)
+      await rejected(ex.spawnTerminal({ argv: ['true'], [key]: value }), `request.${key}`, got)
+    }
+  }
+  // Plain objects, with or without a prototype, are what the seam takes.
+  assert.deepEqual(ex.resolve({ command: 'true', env: Object.assign(Object.create(null), { A: '1' }) }).env, { A: '1' })
+  assert.deepEqual(ex.resolve({ command: 'true', dshEnv: { DSH_A: '1' } }).dshEnv, { DSH_A: '1' })
+  await ex.dispose()
+})
+
+test('the other object fields take a plain object too: a Map is never read as an empty config, limits or request', () => {
+  const ex = executor()
+  refused(() => new NativeShellExecutor(new Map([['timeoutMs', 5]])), 'config', 'config must be a plain object, got Map')
+  refused(() => native.checkConfig(new Map()), 'config', 'got Map')
+  refused(() => ex.reconfigure([]), 'config', 'got array')
+  refused(() => new NativeShellExecutor({ limits: new Map([['cpuSeconds', 1]]) }), 'config.limits', 'config.limits must be a plain object, got Map')
+  refused(() => ex.resolve({ command: 'true', limits: new Map([['cpuSeconds', 1]]) }), 'request.limits', 'got Map')
+  refused(() => ex.resolve({ command: 'true', sandboxPolicy: new Map([['mode', 'read-only']]) }), 'request.sandboxPolicy', 'got Map')
+  refused(() => ex.resolve(new Map([['command', 'true']])), 'request', 'request must be a plain object, got Map')
+  refused(() => ex.resolve({ command: 'true', stdin: new Map([['pipe', true]]) }), 'request.stdin', 'got Map')
+})
+
+test('a null number says null, naming the field, on every numeric field (never NaN)', async () => {
+  const ex = executor()
+  const nulled = (fn, field) => refused(fn, field, `${field} must be a number, got null`)
+  for (const key of ['timeoutMs', 'stdoutMaxBytes']) {
+    nulled(() => ex.resolve({ command: 'true', [key]: null }), `request.${key}`)
+    nulled(() => ex.start({ ...ex.resolve({ command: 'true' }), [key]: null }), `spec.${key}`)
+  }
+  for (const key of ['timeoutMs', 'maxTimeoutMs', 'maxOutputBytes', 'maxSpillBytes', 'retainSettled', 'graceMs']) {
+    nulled(() => new NativeShellExecutor({ [key]: null }), `config.${key}`)
+  }
+  for (const key of ['memoryBytes', 'processes', 'cpuSeconds', 'fileSizeBytes', 'openFiles']) {
+    nulled(() => native.checkConfig({ limits: { [key]: null } }), `config.limits.${key}`)
+    nulled(() => ex.resolve({ command: 'true', limits: { [key]: null } }), `request.limits.${key}`)
+  }
+  for (const key of ['rows', 'cols', 'graceMs']) {
+    await rejected(ex.spawnTerminal({ argv: ['true'], [key]: null }), `request.${key}`, `request.${key} must be a number, got null`)
+  }
+  const t = await ex.spawnTerminal({ argv: ['sleep', '5'] })
+  nulled(() => t.resize(null, 80), 'terminal.rows')
+  nulled(() => t.resize(24, null), 'terminal.cols')
+  refused(() => t.resize(undefined, 80), 'terminal.rows', 'terminal.rows must be a number, got undefined')
+  await t.terminate()
+  await ex.dispose()
+})
