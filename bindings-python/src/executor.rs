@@ -21,7 +21,7 @@ use dsh_core::{
 };
 
 use crate::results::{py_repr, ProcessRead, RunResult, SandboxInfo, SandboxPolicy, Spec};
-use crate::{number, to_pyerr, type_error};
+use crate::{number, required_str, to_pyerr, type_error, type_name, utf8};
 
 /// `subprocess.PIPE`, which `resolve(stdin=...)` takes for a stdin pipe.
 const SUBPROCESS_PIPE: i64 = -1;
@@ -343,27 +343,35 @@ fn stdin_bytes(data: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
         .map_err(|_| PyTypeError::new_err("data must be str or bytes"))
 }
 
+/// `env`, `dsh_env`: a dict of str to str, each key and value text UTF-8
+/// can encode; a bad entry is named by its key.
 fn string_map(value: Option<&Bound<'_, PyAny>>, field: Field) -> PyResult<Option<BTreeMap<String, String>>> {
     let Some(v) = value.filter(|v| !v.is_none()) else {
         return Ok(None);
     };
+    let py = v.py();
+    const SHAPE: &str = "must be a dict of str to str";
     let dict = v
         .cast::<PyDict>()
-        .map_err(|_| type_error(v.py(), field, "must be a dict of str to str"))?;
+        .map_err(|_| type_error(py, field, &format!("{SHAPE}, got {}", type_name(v))))?;
+    let repr = |o: &Bound<'_, PyAny>| o.repr().map(|r| r.to_string()).unwrap_or_default();
     let mut map = BTreeMap::new();
     for (k, val) in dict.iter() {
-        let (Ok(k), Ok(val)) = (k.extract::<String>(), val.extract::<String>()) else {
-            return Err(type_error(v.py(), field, "must be a dict of str to str"));
+        let Some(key) = utf8(&k, field, &format!("key {} ", repr(&k)))? else {
+            let problem = format!("{SHAPE}, got key {} of type {}", repr(&k), type_name(&k));
+            return Err(type_error(py, field, &problem));
         };
-        map.insert(k, val);
+        let Some(text) = utf8(&val, field, &format!("value of {} ", repr(&k)))? else {
+            let problem = format!("{SHAPE}, got {} for {}", type_name(&val), repr(&k));
+            return Err(type_error(py, field, &problem));
+        };
+        map.insert(key, text);
     }
     Ok(Some(map))
 }
 
 fn sandbox_mode(py: Python<'_>, field: Field, value: &Bound<'_, PyAny>) -> PyResult<SandboxMode> {
-    let s: String = value
-        .extract()
-        .map_err(|_| type_error(py, field, "mode must be a str"))?;
+    let s = required_str(value, field, "mode ")?;
     SandboxMode::parse(field, &s).map_err(|e| to_pyerr(py, e))
 }
 
@@ -394,17 +402,12 @@ fn policy_input(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<SandboxPoli
         "workspace_root ",
     )?;
     let session_id = match dict.get_item("session_id")? {
-        Some(s) if !s.is_none() => Some(
-            s.extract::<String>()
-                .map_err(|_| type_error(py, field, "session_id must be a str"))?,
-        ),
+        Some(s) if !s.is_none() => Some(required_str(&s, field, "session_id ")?),
         _ => None,
     };
     let network = match dict.get_item("network")? {
         Some(n) if !n.is_none() => {
-            let n: String = n
-                .extract()
-                .map_err(|_| type_error(py, field, "network must be a str"))?;
+            let n = required_str(&n, field, "network ")?;
             Some(NetworkPolicy::parse(field, &n).map_err(|e| to_pyerr(py, e))?)
         }
         _ => None,
@@ -430,7 +433,7 @@ fn optional_path(value: Option<&Bound<'_, PyAny>>, field: Field, what: &str) -> 
     static FSENCODE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let encoded = FSENCODE.import(py, "os", "fsencode")?.call1((v,)).map_err(|e| {
         if e.is_instance_of::<PyTypeError>(py) {
-            let got = v.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+            let got = type_name(v);
             type_error(
                 py,
                 field,
@@ -462,9 +465,7 @@ fn optional_str(value: Option<&Bound<'_, PyAny>>, field: Field) -> PyResult<Opti
             } else {
                 v.clone()
             };
-            v.extract::<String>()
-                .map(Some)
-                .map_err(|_| type_error(v.py(), field, "must be a str"))
+            required_str(&v, field, "").map(Some)
         }
     }
 }
@@ -679,16 +680,16 @@ impl Executor {
         limits: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Spec> {
         let f = |name| Field::new(Scope::Request, name);
-        let command: String = command
-            .extract()
-            .map_err(|_| type_error(py, f(FieldName::Command), "must be a str"))?;
+        let command = required_str(command, f(FieldName::Command), "")?;
         let pipe = stdin.is_some_and(|s| {
             !s.is_instance_of::<pyo3::types::PyBool>()
                 && s.extract::<i64>().is_ok_and(|v| v == SUBPROCESS_PIPE)
         });
         let stdin = match stdin.filter(|s| !s.is_none() && !pipe) {
             None => None,
-            Some(s) if s.is_instance_of::<PyString>() => Some(s.extract::<String>()?.into_bytes()),
+            Some(s) if s.is_instance_of::<PyString>() => {
+                utf8(s, f(FieldName::Stdin), "")?.map(String::into_bytes)
+            }
             Some(s) => Some(
                 s.cast::<PyBytes>()
                     .map_err(|_| type_error(py, f(FieldName::Stdin), "must be str, bytes or PIPE"))?
@@ -707,9 +708,8 @@ impl Executor {
                 None => None,
                 Some(v) => {
                     let field = f(FieldName::OnExpiry);
-                    let name: String = v
-                        .extract()
-                        .map_err(|_| type_error(py, field, "must be 'kill' or 'background'"))?;
+                    let name = utf8(v, field, "")?
+                        .ok_or_else(|| type_error(py, field, "must be 'kill' or 'background'"))?;
                     Some(OnExpiry::parse(field, &name).map_err(|e| to_pyerr(py, e))?)
                 }
             },
@@ -900,15 +900,23 @@ impl Executor {
                         "must be a list of str, got a str",
                     ));
                 }
-                let argv: Vec<String> = a
-                    .extract()
-                    .map_err(|_| type_error(py, f(FieldName::Argv), "must be a list of str"))?;
+                let field = f(FieldName::Argv);
+                let items: Vec<Bound<'_, PyAny>> = a.extract().map_err(|_| {
+                    type_error(py, field, &format!("must be a list of str, got {}", type_name(a)))
+                })?;
+                let mut argv = Vec::with_capacity(items.len());
+                for (i, item) in items.iter().enumerate() {
+                    let Some(arg) = utf8(item, field, &format!("item {i} "))? else {
+                        let problem = format!("must be a list of str, item {i} is {}", type_name(item));
+                        return Err(type_error(py, field, &problem));
+                    };
+                    argv.push(arg);
+                }
                 dsh_core::TerminalProgram::Argv(argv)
             }
-            (None, Some(c)) => dsh_core::TerminalProgram::Command(
-                c.extract()
-                    .map_err(|_| type_error(py, f(FieldName::Command), "must be a str"))?,
-            ),
+            (None, Some(c)) => {
+                dsh_core::TerminalProgram::Command(required_str(c, f(FieldName::Command), "")?)
+            }
             (Some(_), Some(_)) => {
                 return Err(type_error(
                     py,

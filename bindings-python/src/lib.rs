@@ -87,6 +87,58 @@ pub(crate) fn type_error(py: Python<'_>, field: Field, problem: &str) -> PyErr {
     to_pyerr(py, e)
 }
 
+/// The name of a value's type (`int`, `list`), for "got …".
+pub(crate) fn type_name(v: &Bound<'_, PyAny>) -> String {
+    v.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+}
+
+/// A Python `str` as UTF-8 text: `Ok(None)` when `v` is not a `str` (each
+/// caller says what it expected), and an InvalidArgumentError naming
+/// `field` when UTF-8 cannot encode it: a lone surrogate, such as
+/// `os.fsdecode` makes of bytes that are not UTF-8, which no `String` the
+/// core takes can hold. `what` prefixes the problem when the text is one
+/// part of `field` (`value of 'A' `, `item 1 `).
+pub(crate) fn utf8(v: &Bound<'_, PyAny>, field: Field, what: &str) -> PyResult<Option<String>> {
+    let Ok(s) = v.cast::<pyo3::types::PyString>() else {
+        return Ok(None);
+    };
+    match s.to_cow() {
+        Ok(text) => Ok(Some(text.into_owned())),
+        Err(e) => {
+            let py = v.py();
+            // The UnicodeEncodeError says where; the message shows it as
+            // Python writes it ('\ud800').
+            let at = e
+                .value(py)
+                .getattr("start")
+                .and_then(|i| i.extract::<usize>())
+                .ok()
+                .and_then(|i| {
+                    let ch = s.get_item(i).and_then(|c| c.repr()).ok()?;
+                    Some(format!(": {ch} at index {i}"))
+                })
+                .unwrap_or_default();
+            Err(type_error(
+                py,
+                field,
+                &format!("{what}is not encodable as UTF-8 (a lone surrogate{at})"),
+            ))
+        }
+    }
+}
+
+/// A value that must be a `str`: its UTF-8 text, else an
+/// InvalidArgumentError naming `field` (`{what}must be a str, got int`).
+pub(crate) fn required_str(v: &Bound<'_, PyAny>, field: Field, what: &str) -> PyResult<String> {
+    utf8(v, field, what)?.ok_or_else(|| {
+        type_error(
+            v.py(),
+            field,
+            &format!("{what}must be a str, got {}", type_name(v)),
+        )
+    })
+}
+
 /// A Python number as the core's `Num`; the core checks its range.
 pub(crate) fn number(
     value: Option<&Bound<'_, PyAny>>,

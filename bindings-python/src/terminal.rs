@@ -10,7 +10,7 @@ use pyo3::types::{PyBytes, PyString};
 
 use dsh_core::{Field, FieldName, Scope, TerminalSignal};
 
-use crate::{number, to_pyerr, type_error};
+use crate::{number, required_str, to_pyerr, type_error, utf8};
 
 /// How often a blocking wait comes back to check for KeyboardInterrupt.
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
@@ -106,8 +106,8 @@ pub struct Terminal {
 }
 
 fn bytes_of(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
-    if data.is_instance_of::<PyString>() {
-        return Ok(data.extract::<String>()?.into_bytes());
+    if let Some(text) = utf8(data, field(FieldName::Data), "")? {
+        return Ok(text.into_bytes());
     }
     Ok(data
         .cast::<PyBytes>()
@@ -257,7 +257,7 @@ impl Terminal {
     /// returns that group's id. TerminalClosedError when there is none.
     fn signal_foreground(&self, py: Python<'_>, signal: &Bound<'_, PyAny>) -> PyResult<i32> {
         let f = field(FieldName::Signal);
-        let name: String = signal.extract().map_err(|_| type_error(py, f, "must be a str"))?;
+        let name = required_str(signal, f, "")?;
         let sig = TerminalSignal::parse(f, &name).map_err(|e| to_pyerr(py, e))?;
         self.inner.signal_foreground(sig).map_err(|e| to_pyerr(py, e))
     }

@@ -559,3 +559,68 @@ def test_reconfigure_changes_new_commands_and_a_bad_value_changes_nothing():
             ex.reconfigure(grace_ms=-1)
         assert err.value.field == "config.grace_ms"
         assert ex.resolve("true").timeout_ms == 900
+
+
+# A str Python can hold but UTF-8 cannot encode: a lone surrogate (what
+# os.fsdecode makes of bytes that are not UTF-8, or a stray "\ud800").
+NOT_UTF8 = "is not encodable as UTF-8 (a lone surrogate"
+
+
+@pytest.mark.parametrize(
+    "call, field, needle",
+    [
+        (lambda ex: ex.resolve("true", env={"A": "\ud800"}), "request.env", "value of 'A' " + NOT_UTF8),
+        (lambda ex: ex.resolve("true", env={"A": "x\udcff"}), "request.env", "'\\udcff' at index 1"),
+        (lambda ex: ex.resolve("true", env={"\ud800": "v"}), "request.env", "key '\\ud800' " + NOT_UTF8),
+        (lambda ex: ex.resolve("true", dsh_env={"DSH_A": "\ud800"}), "request.dsh_env", "value of 'DSH_A' " + NOT_UTF8),
+        (lambda ex: ex.resolve("true", dsh_env={"DSH_\ud800": "v"}), "request.dsh_env", NOT_UTF8),
+        (lambda ex: ex.resolve("echo \ud800"), "request.command", "request.command " + NOT_UTF8),
+        (lambda ex: ex.resolve("true", owner="\ud800"), "request.owner", "request.owner " + NOT_UTF8),
+        (lambda ex: ex.resolve("cat", stdin="\ud800"), "request.stdin", "request.stdin " + NOT_UTF8),
+        (lambda ex: ex.resolve("true", on_expiry="kill\ud800"), "request.on_expiry", NOT_UTF8),
+        (
+            lambda ex: ex.resolve("true", sandbox_policy={"mode": "read-only", "session_id": "\ud800"}),
+            "request.sandbox_policy",
+            "session_id " + NOT_UTF8,
+        ),
+        (lambda ex: ex.resolve("true", sandbox_policy={"mode": "read-\ud800"}), "request.sandbox_policy", "mode " + NOT_UTF8),
+        (lambda ex: ex.spawn_terminal(["echo", "\ud800"]), "request.argv", "item 1 " + NOT_UTF8),
+        (lambda ex: ex.spawn_terminal(command="echo \ud800"), "request.command", NOT_UTF8),
+        (lambda ex: ex.spawn_terminal(["true"], env={"A": "\ud800"}), "request.env", "value of 'A' " + NOT_UTF8),
+        (lambda ex: ex.spawn_terminal(["true"], dsh_env={"DSH_A": "\ud800"}), "request.dsh_env", NOT_UTF8),
+        (lambda ex: Executor(cwd="/\ud800"), "config.cwd", NOT_UTF8),
+        (lambda ex: Executor(spill_dir="/\ud800"), "config.spill_dir", NOT_UTF8),
+    ],
+)
+def test_a_lone_surrogate_is_refused_naming_the_field(ex, call, field, needle):
+    with pytest.raises(InvalidArgumentError) as info:
+        call(ex)
+    assert info.value.field == field
+    assert needle in str(info.value), str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_a_lone_surrogate_written_to_a_terminal_or_as_its_signal_is_refused_naming_the_argument(ex):
+    term = ex.spawn_terminal(["cat"])
+    try:
+        with pytest.raises(InvalidArgumentError) as info:
+            term.write("a\ud800")
+        assert info.value.field == "terminal.data" and NOT_UTF8 in str(info.value)
+        with pytest.raises(InvalidArgumentError) as info:
+            term.signal_foreground("SIG\ud800")
+        assert info.value.field == "terminal.signal" and NOT_UTF8 in str(info.value)
+    finally:
+        term.terminate()
+
+
+def test_a_wrong_type_in_env_says_which_key_and_what_it_got(ex):
+    with pytest.raises(InvalidArgumentError) as info:
+        ex.resolve("true", env={"A": 1})
+    assert info.value.field == "request.env"
+    assert "must be a dict of str to str, got int for 'A'" in str(info.value)
+    with pytest.raises(InvalidArgumentError) as info:
+        ex.resolve("true", dsh_env={5: "v"})
+    assert "must be a dict of str to str, got key 5 of type int" in str(info.value)
+    with pytest.raises(InvalidArgumentError) as info:
+        ex.resolve("true", env=[("A", "1")])
+    assert "must be a dict of str to str, got list" in str(info.value)
