@@ -47,6 +47,7 @@ pub use spec::terminal::{
     DEFAULT_COLS, DEFAULT_ROWS,
 };
 pub use terminal::{Foreground, PendingWrite, Terminal, TerminalRead};
+pub use watch::escalation::KILL_GIVE_UP;
 pub use watch::output::CollectedOutput;
 pub use watch::stdin::{StdinEnd, STDIN_BUFFER_BYTES};
 

@@ -301,8 +301,19 @@ impl Supervisor {
         // and the AsyncFd owns it until it is dropped.
         match unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) } {
             Ok(fd) => {
-                let _ = fd.readable().await;
-                reap(fd.get_ref());
+                let exited =
+                    crate::host::runtime::timer(|| tokio::time::timeout(crate::KILL_GIVE_UP, fd.readable()));
+                if exited.await.is_ok() {
+                    reap(fd.get_ref());
+                } else {
+                    // A member stuck in the kernel keeps it waiting (it
+                    // ends the subtree before it exits): dispose does not
+                    // wait for that; a task reaps it when it ends.
+                    crate::host::runtime::handle().spawn(async move {
+                        let _ = fd.readable().await;
+                        reap(fd.get_ref());
+                    });
+                }
             }
             Err(e) => {
                 let (pidfd, _) = e.into_parts();

@@ -101,6 +101,8 @@ enum Event {
     DrainOver,
     /// The leader's end is overdue: is the supervisor stopped?
     Overdue,
+    /// The leader has not exited long after its SIGKILL: stuck.
+    GiveUp,
 }
 
 /// Reads what is available into the output (at most its room).
@@ -189,6 +191,7 @@ impl Terminal {
         let mut open = true;
         let mut exited = false;
         let mut escalation = Escalation::default();
+        let mut given_up = false;
         let mut drain_until: Option<Instant> = None;
         let mut current: Option<(WriteRequest, usize)> = None;
         let never = Instant::now() + Duration::from_secs(100 * 365 * 86_400);
@@ -219,6 +222,7 @@ impl Terminal {
                 w = write_rx.recv(), if current.is_none() && !exited => Event::Write(w),
                 _ = sleep_until(drain_until.unwrap_or(never)), if drain_until.is_some() => Event::DrainOver,
                 _ = overdue_tick.tick(), if !exited && !lost && (escalation.stopped().is_some() || !open) => Event::Overdue,
+                _ = sleep_until(escalation.give_up_at().unwrap_or(never)), if !exited && escalation.give_up_at().is_some() => Event::GiveUp,
             };
             match event {
                 Event::Read(Ok(n)) if n > 0 => {}
@@ -273,6 +277,13 @@ impl Terminal {
                 // reader, and the grace counts again once there is room.
                 Event::DrainOver if room == 0 && escalation.stopped().is_none() => drain_until = None,
                 Event::DrainOver => break,
+                Event::GiveUp => {
+                    // Stuck: the session ends without its exit status; the
+                    // leader is counted in `survivors`.
+                    given_up = true;
+                    self.on_exit(ExitStatus::Unavailable);
+                    break;
+                }
             }
         }
         {
@@ -286,7 +297,8 @@ impl Terminal {
         } else {
             escalation.finish(pid, &tag).await
         };
-        crate::watch::supervise::release_reaped(releaser, Some(pid), report_fd, &mut report).await;
+        let reaped = Some(pid).filter(|_| !given_up);
+        crate::watch::supervise::release_reaped(releaser, reaped, report_fd, &mut report).await;
         drop(master);
         self.finish(survivors, escalation.stopped().is_some());
     }

@@ -12,11 +12,20 @@ use crate::host::runtime::timer;
 use crate::launch::tree::{signal_group, sweep_counted, TagMatch};
 use crate::watch::supervise::{tree, Stop};
 
+/// How long after its SIGKILL a stop waits for the leader's exit before it
+/// gives up on it: a leader stuck in the kernel (or frozen) takes no
+/// signal, and a run, a process or a session must still settle. It then
+/// settles with the leader counted in `survivors` and its exit status
+/// unavailable (docs/running.md, "Survivors").
+pub const KILL_GIVE_UP: Duration = Duration::from_secs(2);
+
 /// Where one command's stop stands.
 #[derive(Debug, Default)]
 pub(crate) struct Escalation {
     stopped: Option<Stop>,
     kill_at: Option<Instant>,
+    /// When the SIGKILL went out.
+    killed_at: Option<Instant>,
     killed: bool,
 }
 
@@ -37,7 +46,7 @@ impl Escalation {
     /// caller sends SIGKILL now.
     pub(crate) fn begin_killed(&mut self, reason: Stop) {
         self.stopped = Some(reason);
-        self.killed = true;
+        self.killed();
     }
 
     /// When the SIGKILL is due, while it has not been sent.
@@ -48,6 +57,12 @@ impl Escalation {
     /// The caller sent the SIGKILL.
     pub(crate) fn killed(&mut self) {
         self.killed = true;
+        self.killed_at.get_or_insert_with(Instant::now);
+    }
+
+    /// When a leader that has not exited since its SIGKILL is given up on.
+    pub(crate) fn give_up_at(&self) -> Option<Instant> {
+        self.killed_at.map(|at| at + KILL_GIVE_UP)
     }
 
     /// Finishes a stop once the leader `pid` has exited (it is still

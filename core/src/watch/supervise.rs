@@ -206,6 +206,8 @@ enum Event {
     Tick,
     /// The leader's end is overdue: is the supervisor stopped?
     Overdue,
+    /// The leader has not exited long after its SIGKILL: stuck.
+    GiveUp,
 }
 
 /// Reads the next message of the supervisor's report pipe.
@@ -409,6 +411,8 @@ async fn supervise_inner(
     // The leader had exited on its own when the stop came: a late
     // cancellation still ends what is left, but is not the run's cause.
     let mut stop_after_exit = false;
+    // The leader did not exit after its SIGKILL (see KILL_GIVE_UP).
+    let mut given_up = false;
     let mut drain_until: Option<Instant> = None;
     // A reached cgroup limit does not end a tree by itself (a refused fork
     // leaves shells retrying, the OOM killer ends one process): its
@@ -447,6 +451,7 @@ async fn supervise_inner(
             r = read_report(&report_fd, &mut report), if !exited => Event::Report(r),
             _ = timer(|| tokio::time::sleep_until(drain_until.unwrap_or(never))), if drain_until.is_some() => Event::DrainOver,
             _ = overdue_tick.tick(), if !exited && !lost && (escalation.stopped().is_some() || (!out_open && !err_open)) => Event::Overdue,
+            _ = timer(|| tokio::time::sleep_until(escalation.give_up_at().unwrap_or(never))), if !exited && escalation.give_up_at().is_some() => Event::GiveUp,
             }
         };
         match event {
@@ -591,6 +596,13 @@ async fn supervise_inner(
                 }
             }
             Event::DrainOver => break,
+            Event::GiveUp => {
+                // Nobody can say how it ends (it may never): settled
+                // without its exit status, and counted in `survivors`.
+                status = ExitStatus::Unavailable;
+                given_up = true;
+                break;
+            }
         }
     }
     // The pid has come by now (SPAWNED precedes EXITED), unless the
@@ -635,7 +647,9 @@ async fn supervise_inner(
         (ExitStatus::Signal(_), Some(leader)) => crate::confine::governor::own_cpu_time(leader),
         _ => None,
     };
-    release_reaped(releaser, pid, report_fd, &mut report).await;
+    // A stuck leader is released unreaped: the supervisor reaps it if it
+    // ever exits.
+    release_reaped(releaser, pid.filter(|_| !given_up), report_fd, &mut report).await;
     Ok(Outcome {
         status,
         stop: escalation.stopped().filter(|_| !stop_after_exit),
