@@ -248,8 +248,17 @@ pub(crate) async fn release_reaped(
 ) {
     releaser.announce(pid);
     if pid.is_some() {
-        let reaped = async { while !matches!(read_report(&report_fd, reader).await, Report::Ended) {} };
-        let _ = timer(|| tokio::time::timeout(REAP_WAIT, reaped)).await;
+        let deadline = Instant::now() + REAP_WAIT;
+        loop {
+            let reaped = async { while !matches!(read_report(&report_fd, reader).await, Report::Ended) {} };
+            if timer(|| tokio::time::timeout(OVERDUE_TICK, reaped)).await.is_ok()
+                || Instant::now() >= deadline
+            {
+                break;
+            }
+            // A stopped supervisor would never reap it.
+            releaser.continue_supervisor();
+        }
     }
     releaser.release(None, report_fd.into_inner());
 }
