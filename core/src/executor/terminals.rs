@@ -10,7 +10,8 @@ use crate::launch::pty;
 use crate::launch::{launch_terminal, spawn_error};
 use crate::spec::error::Result;
 use crate::spec::terminal::{resolve_terminal, TerminalRequest, TerminalSpec};
-use crate::terminal::{self, SessionParts, Terminal};
+use crate::terminal::session::{self, SessionParts};
+use crate::terminal::Terminal;
 
 use super::Executor;
 
@@ -61,7 +62,7 @@ impl Executor {
             let shared = shared.clone();
             async move { shared.disposing().await }
         };
-        Ok(terminal::start(
+        Ok(session::start(
             SessionParts {
                 pid,
                 report: launched.report,

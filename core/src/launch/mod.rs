@@ -18,7 +18,7 @@ use crate::confine;
 use crate::confine::governor::{self, CommandGroup};
 use crate::launch::env::{child_environment, path_of, terminal_environment, HostEnv};
 use crate::launch::pty::Pty;
-use crate::launch::spawn::{find_program, find_shell, LaunchedCommand, Pipes};
+use crate::launch::spawn::{find_program, find_shell, LaunchedCommand, Pipes, StartContext};
 use crate::launch::supervisor::{ChildFds, Launched, Program, Slot, StartFailed};
 use crate::launch::tree::{sweep, TagMatch};
 use crate::launch::wire::{SpawnError, Step};
@@ -111,13 +111,6 @@ pub(crate) fn launch(
     }
     .map_err(|e| not_started(e, tag, &start, group.as_ref()))?;
     pipes.started(asked, group, start).map_err(os_error)
-}
-
-/// What names the error of a command that did not start, when that comes
-/// after the request (see [`Launched`](crate::launch::supervisor::Launched)).
-pub(crate) struct StartContext {
-    workdir: std::path::PathBuf,
-    policy: Option<SandboxPolicy>,
 }
 
 /// The error of a command that did not start; whatever carries its tag is

@@ -12,6 +12,13 @@ use crate::host::forked::PerProcess;
 use crate::launch::supervisor::{ChildFds, Launched};
 use crate::sys::{pipe, set_nonblocking};
 
+/// What names the error of a command that did not start, when that comes
+/// after the request (see [`Launched`](crate::launch::supervisor::Launched)).
+pub(crate) struct StartContext {
+    pub workdir: std::path::PathBuf,
+    pub policy: Option<crate::spec::sandbox::SandboxPolicy>,
+}
+
 /// A command asked for: the pipe on which the supervisor reports whether
 /// it started (its leader's pid, which comes late: see
 /// [`Launched`](crate::launch::supervisor::Launched)) and how it ended, and the
@@ -26,7 +33,7 @@ pub(crate) struct LaunchedCommand {
     /// The command's cgroups, when a limit needs them.
     pub group: Option<crate::confine::governor::CommandGroup>,
     /// What names the error if it turns out not to have started.
-    pub start: crate::launch::StartContext,
+    pub start: StartContext,
 }
 
 /// Finds `bash` on a PATH, as `execvp` would. The last answer is kept per
@@ -105,7 +112,7 @@ impl Pipes {
         self,
         leader: Launched,
         group: Option<crate::confine::governor::CommandGroup>,
-        start: crate::launch::StartContext,
+        start: StartContext,
     ) -> io::Result<LaunchedCommand> {
         let stdin = self.stdin.map(|(_, w)| w);
         let (stdout, stderr) = (self.stdout.0, self.stderr.0);

@@ -430,18 +430,38 @@ fn start_here() -> io::Result<Supervisor> {
     // supervisor is already gone: the first spawn finds that out.
     let _ = send_with_fds(&control, &releases, &[], &[read.as_raw_fd()]);
     let supervisor = child.pidfd.try_clone()?;
+    let releases = Arc::new(ReleasePipe {
+        _read: read,
+        write,
+        supervisor,
+        supervisor_pid: child.pid,
+    });
+    watch_for_a_stop(Arc::downgrade(&releases));
     Ok(Supervisor {
         pid: child.pid,
         pidfd: Some(child.pidfd),
         control,
-        releases: Arc::new(ReleasePipe {
-            _read: read,
-            write,
-            supervisor,
-            supervisor_pid: child.pid,
-        }),
+        releases,
         host_pid,
     })
+}
+
+/// How often the executor looks for a stopped supervisor, whatever its
+/// commands do (each command's overdue end also looks, sooner).
+const STOP_WATCH: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Continues the supervisor whenever something stopped it, for as long as
+/// anything of its executor can still use it: a command can stop it at any
+/// moment, even before it closed its copies of that command's pipes (and
+/// then no end looks overdue).
+fn watch_for_a_stop(releases: std::sync::Weak<ReleasePipe>) {
+    crate::host::runtime::handle().spawn(async move {
+        loop {
+            tokio::time::sleep(STOP_WATCH).await;
+            let Some(pipe) = releases.upgrade() else { return };
+            Releaser { pipe }.continue_supervisor();
+        }
+    });
 }
 
 type StartReply = mpsc::SyncSender<io::Result<Supervisor>>;

@@ -259,7 +259,7 @@ pub enum DshError {
     #[error("limit unavailable: {message}")]
     LimitUnavailable {
         /// The limit that cannot be enforced.
-        limit: crate::spec::limits::LimitKind,
+        limit: LimitKind,
         /// Why, naming the limit's field.
         message: String,
     },
@@ -348,5 +348,60 @@ impl fmt::Display for StdinEnd {
             StdinEnd::Exited => "it has exited",
             StdinEnd::Broken => "the command closed its stdin",
         })
+    }
+}
+
+/// One kind of limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LimitKind {
+    /// `memory`: bytes of memory the command's whole tree may use.
+    Memory,
+    /// `processes`: processes and threads the command's tree may have at once.
+    Processes,
+    /// `cpu`: CPU seconds each process of the command may use.
+    Cpu,
+    /// `file_size`: the largest file any process of the command may write.
+    FileSize,
+    /// `open_files`: descriptors each process of the command may hold.
+    OpenFiles,
+}
+
+impl LimitKind {
+    /// Every kind, in the order faces list them.
+    pub const ALL: [LimitKind; 5] = [
+        LimitKind::Memory,
+        LimitKind::Processes,
+        LimitKind::Cpu,
+        LimitKind::FileSize,
+        LimitKind::OpenFiles,
+    ];
+
+    /// `memory`, `processes`, `cpu`, `file_size`, `open_files`: the value
+    /// of a result's `limit`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitKind::Memory => "memory",
+            LimitKind::Processes => "processes",
+            LimitKind::Cpu => "cpu",
+            LimitKind::FileSize => "file_size",
+            LimitKind::OpenFiles => "open_files",
+        }
+    }
+
+    /// The field of [`Limits`] that sets it.
+    pub fn field(self) -> FieldName {
+        match self {
+            LimitKind::Memory => FieldName::LimitsMemoryBytes,
+            LimitKind::Processes => FieldName::LimitsProcesses,
+            LimitKind::Cpu => FieldName::LimitsCpuSeconds,
+            LimitKind::FileSize => FieldName::LimitsFileSizeBytes,
+            LimitKind::OpenFiles => FieldName::LimitsOpenFiles,
+        }
+    }
+}
+
+impl fmt::Display for LimitKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }

@@ -4,63 +4,10 @@
 
 use std::fmt;
 
-use crate::spec::config::{whole_number, Num, MAX_SAFE_INTEGER};
-use crate::spec::error::{DshError, Field, FieldName, Result, Scope};
+use crate::spec::error::{DshError, Field, Result, Scope};
+use crate::spec::number::{whole_number, Num, MAX_SAFE_INTEGER};
 
-/// One kind of limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum LimitKind {
-    /// `memory`: bytes of memory the command's whole tree may use.
-    Memory,
-    /// `processes`: processes and threads the command's tree may have at once.
-    Processes,
-    /// `cpu`: CPU seconds each process of the command may use.
-    Cpu,
-    /// `file_size`: the largest file any process of the command may write.
-    FileSize,
-    /// `open_files`: descriptors each process of the command may hold.
-    OpenFiles,
-}
-
-impl LimitKind {
-    /// Every kind, in the order faces list them.
-    pub const ALL: [LimitKind; 5] = [
-        LimitKind::Memory,
-        LimitKind::Processes,
-        LimitKind::Cpu,
-        LimitKind::FileSize,
-        LimitKind::OpenFiles,
-    ];
-
-    /// `memory`, `processes`, `cpu`, `file_size`, `open_files`: the value
-    /// of a result's `limit`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LimitKind::Memory => "memory",
-            LimitKind::Processes => "processes",
-            LimitKind::Cpu => "cpu",
-            LimitKind::FileSize => "file_size",
-            LimitKind::OpenFiles => "open_files",
-        }
-    }
-
-    /// The field of [`Limits`] that sets it.
-    pub fn field(self) -> FieldName {
-        match self {
-            LimitKind::Memory => FieldName::LimitsMemoryBytes,
-            LimitKind::Processes => FieldName::LimitsProcesses,
-            LimitKind::Cpu => FieldName::LimitsCpuSeconds,
-            LimitKind::FileSize => FieldName::LimitsFileSizeBytes,
-            LimitKind::OpenFiles => FieldName::LimitsOpenFiles,
-        }
-    }
-}
-
-impl fmt::Display for LimitKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::spec::error::LimitKind;
 
 /// How the kernel enforces one limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

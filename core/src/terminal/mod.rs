@@ -6,9 +6,7 @@
 //! to it, and the whole-tree guarantees of commands apply to the session.
 
 pub(crate) mod foreground;
-mod session;
-
-pub(crate) use session::{start, SessionParts};
+pub(crate) mod session;
 
 use std::collections::VecDeque;
 use std::io;

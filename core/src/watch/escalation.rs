@@ -10,7 +10,28 @@ use tokio::time::Instant;
 
 use crate::host::runtime::timer;
 use crate::launch::tree::{signal_group, sweep_counted, TagMatch};
-use crate::watch::supervise::{tree, Stop};
+
+/// Why termination began; the first one wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    Timeout,
+    /// The caller's cancellation.
+    Cancel,
+    /// `kill()` on a background process.
+    Kill,
+    /// The executor is being disposed; it sweeps every tag itself, so the
+    /// per-command `/proc` sweep is skipped.
+    Dispose,
+    /// The kernel says a limit of the command's cgroups was reached: the
+    /// tree is killed at once (SIGKILL, no grace), as the OOM killer would.
+    Limit(crate::spec::limits::LimitKind),
+}
+
+/// The command's tree for a sweep: its tag, and its session (its leader
+/// `pid` is unreaped while this is used, so the session id is its own).
+pub(crate) fn tree(pid: libc::pid_t, tag: &str) -> TagMatch {
+    TagMatch::command(tag).in_session(pid)
+}
 
 /// How long after its SIGKILL a stop waits for the leader's exit before it
 /// gives up on it: a leader stuck in the kernel (or frozen) takes no

@@ -21,6 +21,7 @@ use crate::launch::wire::{Report, ReportReader};
 use crate::spec::error::DshError;
 use crate::sys::lock;
 use crate::watch::escalation::Escalation;
+pub(crate) use crate::watch::escalation::{tree, Stop};
 use crate::watch::output::StreamBuffer;
 use crate::watch::stdin::{PipeWork, StdinEnd, StdinPipe};
 
@@ -31,22 +32,6 @@ const LIMIT_TICK: Duration = Duration::from_millis(50);
 pub(crate) struct Streams {
     pub stdout: StreamBuffer,
     pub stderr: StreamBuffer,
-}
-
-/// Why termination began; the first one wins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Stop {
-    Timeout,
-    /// The caller's cancellation.
-    Cancel,
-    /// `kill()` on a background process.
-    Kill,
-    /// The executor is being disposed; it sweeps every tag itself, so the
-    /// per-command `/proc` sweep is skipped.
-    Dispose,
-    /// The kernel says a limit of the command's cgroups was reached: the
-    /// tree is killed at once (SIGKILL, no grace), as the OOM killer would.
-    Limit(crate::spec::limits::LimitKind),
 }
 
 pub(crate) struct Outcome {
@@ -144,12 +129,6 @@ pub(crate) async fn write_some(fd: &AsyncFd<OwnedFd>, bytes: &[u8]) -> io::Resul
             Ok(r) => return r,
         }
     }
-}
-
-/// The command's tree for a sweep: its tag, and its session (its leader
-/// `pid` is unreaped while this is used, so the session id is its own).
-pub(crate) fn tree(pid: libc::pid_t, tag: &str) -> TagMatch {
-    TagMatch::command(tag).in_session(pid)
 }
 
 /// Signals the command's tree, each process once: the group (the leader
