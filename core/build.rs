@@ -39,8 +39,19 @@ fn main() {
     std::fs::write(out_dir.join("wire.h"), wire_header()).expect("wire.h written to OUT_DIR");
     let out = out_dir.join("dsh-supervisor");
     let compiler = cc::Build::new().cargo_metadata(false).get_compiler();
-    let status = compiler
-        .to_command()
+    // The compiler and its flags as cc picks them, but never a sanitizer:
+    // cc passes on a `-Zsanitizer` build's, and the supervisor is a program
+    // of its own whose output would land in the commands' streams.
+    let mut command = std::process::Command::new(compiler.path());
+    command
+        .args(
+            compiler
+                .args()
+                .iter()
+                .filter(|a| !a.to_string_lossy().starts_with("-fsanitize")),
+        )
+        .envs(compiler.get_envs());
+    let status = command
         .args(["-std=gnu99", "-O2", "-s", "-Wall", "-Wextra", "-I"])
         .arg(&out_dir)
         .arg("-o")
