@@ -664,3 +664,30 @@ fn a_cancellation_after_the_command_exited_is_not_an_abort() {
     assert!(!r.aborted && !r.timed_out, "{r:?}");
     assert_eq!((r.exit_code, r.signal.as_deref()), (Some(3), None), "{r:?}");
 }
+
+/// A cancellation whose SIGKILL (by tag, the pid not come yet) ended the
+/// command is an abort, not an ending of the command's own: with a grace
+/// period of a millisecond, the SIGKILL goes out before the leader's pid
+/// (held back up to 5 ms) comes.
+#[test]
+fn a_cancellation_that_killed_before_the_pid_came_is_an_abort() {
+    let exec = executor_with(|c| c.grace_ms = n(1));
+    let s = spec(&exec, "sleep 5");
+    for round in 0..20 {
+        let token = CancelToken::new();
+        let canceller = {
+            let token = token.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_micros(500));
+                token.cancel();
+            })
+        };
+        let r = match exec.run_blocking(&s, Some(&token)) {
+            Ok(r) => r,
+            Err(DshError::AlreadyCancelled) => continue,
+            Err(e) => panic!("{e}"),
+        };
+        canceller.join().unwrap();
+        assert!(r.aborted && r.exit_code.is_none(), "round {round}: {r:?}");
+    }
+}

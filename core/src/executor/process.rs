@@ -212,7 +212,9 @@ impl Process {
 
     /// True once the process has settled (`done`).
     pub fn is_settled(&self) -> bool {
-        self.shared.settled.is_set()
+        // The end recorded under the same lock as the status: never a
+        // final status on a process that says it has not settled.
+        self.state().ended
     }
 
     /// Consuming read: what arrived since the previous call, never the same

@@ -478,8 +478,11 @@ async fn supervise_inner(
                 pid = Some(p);
                 if let Some((sig, with_sweep)) = deferred.take() {
                     // A cancellation held until the pid came: if the leader
-                    // ended meanwhile, it ended on its own.
-                    stop_after_exit |= escalation.stopped() == Some(Stop::Cancel) && leader_ended(p);
+                    // ended meanwhile and nothing of ours reached it (its
+                    // SIGKILL by tag had not gone out), it ended on its own.
+                    stop_after_exit |= escalation.stopped() == Some(Stop::Cancel)
+                        && escalation.kill_due().is_some()
+                        && leader_ended(p);
                     signal_tree(p, tag, sig, with_sweep);
                 }
             }
@@ -547,6 +550,9 @@ async fn supervise_inner(
                         Some(Report::Spawned(p)) => pid = Some(p),
                         Some(other) => {
                             stop_after_exit = reason == Stop::Cancel && matches!(other, Report::Exited(_));
+                            // The supervisor is gone: the leader's pid is no
+                            // longer held for us, so only tag sweeps are safe.
+                            lost |= matches!(other, Report::Ended);
                             unhandled = Some(other);
                         }
                         None => break,
@@ -572,7 +578,10 @@ async fn supervise_inner(
                 if pid.is_none() && !exited && unhandled.is_none() {
                     match report_waiting(&report_fd, &mut report) {
                         Some(Report::Spawned(p)) => pid = Some(p),
-                        other => unhandled = other,
+                        other => {
+                            lost |= matches!(other, Some(Report::Ended));
+                            unhandled = other;
+                        }
                     }
                 }
                 if lost {
