@@ -1,0 +1,115 @@
+//! The host's side of the supervisor's protocol, against the real
+//! supervisor (see `supervisor.rs`).
+
+use super::*;
+use crate::launch::ending::ExitStatus;
+use std::time::{Duration, Instant};
+
+/// Waits up to `ms` for `fd` to be readable.
+fn readable(fd: &OwnedFd, ms: i32) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
+}
+
+fn next(fd: &OwnedFd, reader: &mut ReportReader) -> Report {
+    loop {
+        match reader.read(fd.as_raw_fd()) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                assert!(readable(fd, 30_000), "no report within 30 s");
+            }
+            other => return other.expect("report pipe readable"),
+        }
+    }
+}
+
+/// Starts `argv` (an absolute path first) with its SPAWNED deferred.
+fn start(sup: &Supervisor, argv: &[&CStr]) -> Launched {
+    let null = std::fs::OpenOptions::new().write(true).open("/dev/null").unwrap();
+    let fds = ChildFds {
+        stdin: None,
+        stdout: null.as_raw_fd(),
+        stderr: null.as_raw_fd(),
+        ruleset: None,
+        cgroups: Vec::new(),
+        rlimits: None,
+        seccomp: None,
+        terminal: false,
+    };
+    let envp = Envp::empty();
+    let program = Program {
+        path: argv[0],
+        argv,
+        envp: &envp,
+        workdir: c"/",
+    };
+    sup.start_deferred(&fds, &program).unwrap()
+}
+
+#[test]
+fn a_short_command_reports_its_pid_with_its_exit() {
+    let sup = super::start().unwrap();
+    let started = Instant::now();
+    let d = start(&sup, &[c"/bin/true"]);
+    let mut reader = ReportReader::default();
+    let Report::Spawned(pid) = next(&d.report, &mut reader) else {
+        panic!("SPAWNED first");
+    };
+    assert!(pid > 0);
+    // Sent before the 5 ms are up, the pid can only have come with the
+    // exit report (in the same write); a loaded machine may run `true`
+    // longer, and the pid then comes alone at 5 ms.
+    assert!(
+        readable(&d.report, 0) || started.elapsed() >= Duration::from_millis(5),
+        "the pid came alone before the exit and before 5 ms"
+    );
+    assert!(matches!(
+        next(&d.report, &mut reader),
+        Report::Exited(ExitStatus::Code(0))
+    ));
+    assert!(started.elapsed() < Duration::from_secs(30));
+    d.releaser.release(Some(pid), d.report);
+}
+
+#[test]
+fn a_long_command_reports_its_pid_after_a_few_milliseconds_not_at_once() {
+    let sup = super::start().unwrap();
+    let d = start(&sup, &[c"/bin/sleep", c"30"]);
+    // Absent, whatever the load: a pid sent at once is the bug.
+    assert!(!readable(&d.report, 2), "SPAWNED was not deferred");
+    let mut reader = ReportReader::default();
+    let Report::Spawned(pid) = next(&d.report, &mut reader) else {
+        panic!("SPAWNED first");
+    };
+    assert!(
+        !readable(&d.report, 0),
+        "the pid came with the exit, not while the command runs"
+    );
+    // SAFETY: kill(2) of the leader, unreaped until released below.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    assert!(matches!(
+        next(&d.report, &mut reader),
+        Report::Exited(ExitStatus::Signal(libc::SIGKILL))
+    ));
+    d.releaser.release(Some(pid), d.report);
+}
+
+#[test]
+fn a_start_that_fails_is_reported_at_once() {
+    let sup = super::start().unwrap();
+    let d = start(&sup, &[c"/nonexistent/program"]);
+    let mut reader = ReportReader::default();
+    assert!(matches!(
+        next(&d.report, &mut reader),
+        Report::Failed(SpawnError::Failed {
+            step: Step::Exec,
+            errno: libc::ENOENT,
+            ..
+        })
+    ));
+    assert!(matches!(next(&d.report, &mut reader), Report::Ended));
+}
