@@ -49,7 +49,7 @@ struct ReleasePipe {
     _read: OwnedFd,
     write: OwnedFd,
     /// A copy of the supervisor's pidfd, to continue it (see
-    /// [`Releaser::continue_supervisor`]).
+    /// [`watch_for_a_stop`]).
     supervisor: OwnedFd,
     supervisor_pid: libc::pid_t,
 }
@@ -60,21 +60,6 @@ pub(crate) struct Releaser {
 }
 
 impl Releaser {
-    /// Continues the supervisor if something stopped it (a command's
-    /// `kill -STOP $PPID`, or what a ptrace attach left behind once its
-    /// tracer died): a stopped supervisor reports no exit and reaps
-    /// nothing, so a run waiting on it would never settle. Called while a
-    /// command's end is overdue; a running supervisor is left alone.
-    pub(crate) fn continue_supervisor(&self) {
-        if matches!(
-            crate::sys::process_state(self.pipe.supervisor_pid),
-            Some(b'T' | b't')
-        ) {
-            // The pidfd pins the supervisor: a recycled pid is never hit.
-            let _ = crate::sys::pidfd_send_signal(&self.pipe.supervisor, libc::SIGCONT);
-        }
-    }
-
     /// Lets the supervisor reap the leader `pid`: after this, its pid and
     /// group id may be reused, so nothing may signal them. Closing the
     /// report pipe alone does the same (all there is to do when the pid
@@ -446,20 +431,24 @@ fn start_here() -> io::Result<Supervisor> {
     })
 }
 
-/// How often the executor looks for a stopped supervisor, whatever its
-/// commands do (each command's overdue end also looks, sooner).
-const STOP_WATCH: std::time::Duration = std::time::Duration::from_millis(500);
+/// How often the executor looks for a stopped supervisor.
+const STOP_WATCH: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// Continues the supervisor whenever something stopped it, for as long as
-/// anything of its executor can still use it: a command can stop it at any
-/// moment, even before it closed its copies of that command's pipes (and
-/// then no end looks overdue).
+/// The one place that continues a supervisor something stopped (a
+/// command's `kill -STOP $PPID`, or what a ptrace attach left behind once
+/// its tracer died): a stopped supervisor reports no exit and reaps
+/// nothing, so runs waiting on it would never settle. It looks every
+/// STOP_WATCH for as long as anything of its executor can still use it; a
+/// running supervisor is left alone.
 fn watch_for_a_stop(releases: std::sync::Weak<ReleasePipe>) {
     crate::host::runtime::handle().spawn(async move {
         loop {
             tokio::time::sleep(STOP_WATCH).await;
             let Some(pipe) = releases.upgrade() else { return };
-            Releaser { pipe }.continue_supervisor();
+            if matches!(crate::sys::process_state(pipe.supervisor_pid), Some(b'T' | b't')) {
+                // The pidfd pins the supervisor: a recycled pid is never hit.
+                let _ = crate::sys::pidfd_send_signal(&pipe.supervisor, libc::SIGCONT);
+            }
         }
     });
 }

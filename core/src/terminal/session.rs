@@ -22,7 +22,7 @@ use crate::launch::supervisor::Releaser;
 use crate::launch::tree::{sweep, sweep_counted, TagMatch};
 use crate::launch::wire::ReportReader;
 use crate::watch::escalation::Escalation;
-use crate::watch::supervise::{read_exit, signal_tree, watch as register, write_some, Stop, OVERDUE_TICK};
+use crate::watch::supervise::{read_exit, signal_tree, watch as register, write_some, Stop};
 
 use super::*;
 
@@ -99,8 +99,6 @@ enum Event {
     Stop(Stop),
     KillNow,
     DrainOver,
-    /// The leader's end is overdue: is the supervisor stopped?
-    Overdue,
     /// The leader has not exited long after its SIGKILL: stuck.
     GiveUp,
 }
@@ -204,8 +202,6 @@ impl Terminal {
             }
         };
         tokio::pin!(stop);
-        let mut overdue_tick = tokio::time::interval(OVERDUE_TICK);
-        overdue_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         while !exited || open {
             let room = lock(&self.shared.output).room();
             if exited && drain_until.is_none() && (room > 0 || escalation.stopped().is_some()) {
@@ -221,7 +217,6 @@ impl Terminal {
                 r = write_some(&master, current.as_ref().map_or(&[][..], |(w, at)| &w.bytes[*at..])), if current.is_some() => Event::Wrote(r),
                 w = write_rx.recv(), if current.is_none() && !exited => Event::Write(w),
                 _ = sleep_until(drain_until.unwrap_or(never)), if drain_until.is_some() => Event::DrainOver,
-                _ = overdue_tick.tick(), if !exited && !lost && (escalation.stopped().is_some() || !open) => Event::Overdue,
                 _ = sleep_until(escalation.give_up_at().unwrap_or(never)), if !exited && escalation.give_up_at().is_some() => Event::GiveUp,
             };
             match event {
@@ -229,7 +224,6 @@ impl Terminal {
                 // EIO: nobody holds the terminal any more.
                 Event::Read(_) => open = false,
                 Event::Room => {}
-                Event::Overdue => releaser.continue_supervisor(),
                 Event::Write(Some(request)) => current = Some((request, 0)),
                 Event::Write(None) => {}
                 Event::Wrote(Ok(n)) => {

@@ -45,9 +45,8 @@ pub const KILL_GIVE_UP: Duration = Duration::from_secs(2);
 pub(crate) struct Escalation {
     stopped: Option<Stop>,
     kill_at: Option<Instant>,
-    /// When the SIGKILL went out.
+    /// When the SIGKILL went out (none yet: not killed).
     killed_at: Option<Instant>,
-    killed: bool,
 }
 
 impl Escalation {
@@ -72,12 +71,11 @@ impl Escalation {
 
     /// When the SIGKILL is due, while it has not been sent.
     pub(crate) fn kill_due(&self) -> Option<Instant> {
-        self.kill_at.filter(|_| !self.killed)
+        self.kill_at.filter(|_| self.killed_at.is_none())
     }
 
     /// The caller sent the SIGKILL.
     pub(crate) fn killed(&mut self) {
-        self.killed = true;
         self.killed_at.get_or_insert_with(Instant::now);
     }
 
@@ -95,7 +93,7 @@ impl Escalation {
         if self.stopped.is_none() {
             return 0;
         }
-        if !self.killed {
+        if self.killed_at.is_none() {
             // Usually the SIGTERM ended everything: one scan says so.
             if sweep_counted(tree(pid, tag), 0).await.total == 0 {
                 return 0;

@@ -183,8 +183,6 @@ enum Event {
     KillNow,
     DrainOver,
     Tick,
-    /// The leader's end is overdue: is the supervisor stopped?
-    Overdue,
     /// The leader has not exited long after its SIGKILL: stuck.
     GiveUp,
 }
@@ -206,9 +204,6 @@ pub(crate) async fn read_report(fd: &AsyncFd<OwnedFd>, reader: &mut ReportReader
     }
 }
 
-/// How often an overdue end looks for a stopped supervisor.
-pub(crate) const OVERDUE_TICK: Duration = Duration::from_millis(100);
-
 /// How long a settle waits for the supervisor to confirm the reap of a
 /// released leader. It takes microseconds; the bound is for a supervisor
 /// that cannot answer (stopped, or too busy), whose run settles anyway.
@@ -227,17 +222,8 @@ pub(crate) async fn release_reaped(
 ) {
     releaser.announce(pid);
     if pid.is_some() {
-        let deadline = Instant::now() + REAP_WAIT;
-        loop {
-            let reaped = async { while !matches!(read_report(&report_fd, reader).await, Report::Ended) {} };
-            if timer(|| tokio::time::timeout(OVERDUE_TICK, reaped)).await.is_ok()
-                || Instant::now() >= deadline
-            {
-                break;
-            }
-            // A stopped supervisor would never reap it.
-            releaser.continue_supervisor();
-        }
+        let reaped = async { while !matches!(read_report(&report_fd, reader).await, Report::Ended) {} };
+        let _ = timer(|| tokio::time::timeout(REAP_WAIT, reaped)).await;
     }
     releaser.release(None, report_fd.into_inner());
 }
@@ -248,13 +234,29 @@ fn leader_ended(pid: libc::pid_t) -> bool {
     matches!(crate::sys::process_state(pid), Some(b'Z' | b'X'))
 }
 
-/// A report already waiting on the pipe, read without the reactor: a run on
-/// a host's loop is polled by a core thread when its timer fires, while the
-/// pipe's readiness is the host's to dispatch, and a busy host would hold
-/// back the leader's pid (and with it the SIGTERM of a stop) until the
-/// SIGKILL.
-fn report_waiting(fd: &AsyncFd<OwnedFd>, reader: &mut ReportReader) -> Option<Report> {
-    reader.read(fd.as_raw_fd()).ok()
+/// The reports already waiting on the pipe, read without the reactor: a
+/// run on a host's loop is polled by a core thread when its timer fires,
+/// while the pipe's readiness is the host's to dispatch, and a busy host
+/// would hold back the leader's pid (and with it the SIGTERM of a stop)
+/// until the SIGKILL. The pid is taken; the first other report is returned,
+/// to be handled next; a supervisor found gone sets `lost` (its leader's
+/// pid is then no longer held for us: only tag sweeps are safe).
+fn take_waiting_reports(
+    fd: &AsyncFd<OwnedFd>,
+    reader: &mut ReportReader,
+    pid: &mut Option<libc::pid_t>,
+    lost: &mut bool,
+) -> Option<Report> {
+    while let Ok(report) = reader.read(fd.as_raw_fd()) {
+        match report {
+            Report::Spawned(p) => *pid = Some(p),
+            other => {
+                *lost |= matches!(other, Report::Ended);
+                return Some(other);
+            }
+        }
+    }
+    None
 }
 
 /// Reads the supervisor's report of the leader's exit, for a leader whose
@@ -407,14 +409,10 @@ async fn supervise_inner(
     // counters are read every LIMIT_TICK, and the tree ended when one moves.
     let mut limit_tick = timer(|| tokio::time::interval(LIMIT_TICK));
     limit_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // While a stop is under way or the output has ended but no exit came:
-    // a supervisor that a command stopped would never report it.
-    let mut overdue_tick = timer(|| tokio::time::interval(OVERDUE_TICK));
-    overdue_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let never = Instant::now() + Duration::from_secs(100 * 365 * 86_400);
     tokio::pin!(stop);
 
-    // A report read outside the select (see `report_waiting`): handled next.
+    // A report read outside the select (see `take_waiting_reports`): handled next.
     let mut unhandled: Option<Report> = None;
 
     while !(exited && !out_open && !err_open) {
@@ -438,7 +436,6 @@ async fn supervise_inner(
             w = pump(pipe, stdin_fd.as_ref()), if stdin_fd.is_some() && pipe.is_some() => Event::Pipe(w),
             r = read_report(&report_fd, &mut report), if !exited => Event::Report(r),
             _ = timer(|| tokio::time::sleep_until(drain_until.unwrap_or(never))), if drain_until.is_some() => Event::DrainOver,
-            _ = overdue_tick.tick(), if !exited && !lost && (escalation.stopped().is_some() || (!out_open && !err_open)) => Event::Overdue,
             _ = timer(|| tokio::time::sleep_until(escalation.give_up_at().unwrap_or(never))), if !exited && escalation.give_up_at().is_some() => Event::GiveUp,
             }
         };
@@ -526,7 +523,6 @@ async fn supervise_inner(
                 *handover = None;
             }
             Event::Tick => {}
-            Event::Overdue => releaser.continue_supervisor(),
             Event::Stop(Stop::Limit(kind)) => {
                 escalation.begin_killed(Stop::Limit(kind));
                 if let Some(g) = &group {
@@ -545,18 +541,9 @@ async fn supervise_inner(
                 // this stop: the leader's pid, and maybe its exit (the
                 // select looks at stops first, for dispose, whose signals
                 // come from outside and cause the exit they race with).
-                while !exited && unhandled.is_none() {
-                    match report_waiting(&report_fd, &mut report) {
-                        Some(Report::Spawned(p)) => pid = Some(p),
-                        Some(other) => {
-                            stop_after_exit = reason == Stop::Cancel && matches!(other, Report::Exited(_));
-                            // The supervisor is gone: the leader's pid is no
-                            // longer held for us, so only tag sweeps are safe.
-                            lost |= matches!(other, Report::Ended);
-                            unhandled = Some(other);
-                        }
-                        None => break,
-                    }
+                if !exited && unhandled.is_none() {
+                    unhandled = take_waiting_reports(&report_fd, &mut report, &mut pid, &mut lost);
+                    stop_after_exit = reason == Stop::Cancel && matches!(unhandled, Some(Report::Exited(_)));
                 }
                 // The leader is unreaped until released: a zombie ended on
                 // its own before this stop (its exit report is on its way).
@@ -576,13 +563,7 @@ async fn supervise_inner(
             Event::KillNow => {
                 escalation.killed();
                 if pid.is_none() && !exited && unhandled.is_none() {
-                    match report_waiting(&report_fd, &mut report) {
-                        Some(Report::Spawned(p)) => pid = Some(p),
-                        other => {
-                            lost |= matches!(other, Some(Report::Ended));
-                            unhandled = other;
-                        }
-                    }
+                    unhandled = take_waiting_reports(&report_fd, &mut report, &mut pid, &mut lost);
                 }
                 if lost {
                     sweep(TagMatch::command(tag), libc::SIGKILL);
