@@ -720,9 +720,9 @@ fn supervisor_killed() {
     assert!(supervisors().is_empty(), "dispose ends the supervisor");
 }
 
-/// A run on another thread, failing instead of hanging when it has not
-/// settled within `limit`.
-fn run_within(e: &Executor, req: Request, limit: Duration) -> (dsh_core::RunResult, Duration) {
+/// A run on another thread: its result and how long it took come on the
+/// returned channel.
+fn run_in_thread(e: &Executor, req: Request) -> std::sync::mpsc::Receiver<(dsh_core::RunResult, Duration)> {
     let (tx, rx) = std::sync::mpsc::channel();
     let spec = e.resolve(req).unwrap();
     let e = e.clone();
@@ -731,7 +731,14 @@ fn run_within(e: &Executor, req: Request, limit: Duration) -> (dsh_core::RunResu
         let r = e.run_blocking(&spec, None).unwrap();
         let _ = tx.send((r, started.elapsed()));
     });
-    rx.recv_timeout(limit)
+    rx
+}
+
+/// A run on another thread, failing instead of hanging when it has not
+/// settled within `limit`.
+fn run_within(e: &Executor, req: Request, limit: Duration) -> (dsh_core::RunResult, Duration) {
+    run_in_thread(e, req)
+        .recv_timeout(limit)
         .unwrap_or_else(|_| panic!("the run did not settle within {limit:?}: the executor is wedged"))
 }
 
@@ -915,6 +922,11 @@ impl Drop for Freezer {
     }
 }
 
+/// A command that writes its pid to `file`, then sleeps for good.
+fn sleeper(file: &Path) -> String {
+    format!("echo $$ > {}; exec sleep 1000", file.display())
+}
+
 /// The pid a command wrote first in `file`.
 fn pid_in(file: &Path) -> i32 {
     let mut pid = None;
@@ -938,13 +950,7 @@ fn a_frozen_leader_does_not_hang_the_executor() {
 
     let file = dir.join("bg");
     let p = e
-        .start(
-            &e.resolve(Request::new(format!(
-                "echo $$ > {}; exec sleep 1000",
-                file.display()
-            )))
-            .unwrap(),
-        )
+        .start(&e.resolve(Request::new(sleeper(&file))).unwrap())
         .unwrap();
     freezer.freeze(pid_in(&file));
     let started = Instant::now();
@@ -965,15 +971,9 @@ fn a_frozen_leader_does_not_hang_the_executor() {
     );
 
     let file = dir.join("fg");
-    let mut req = Request::new(format!("echo $$ > {}; exec sleep 1000", file.display()));
+    let mut req = Request::new(sleeper(&file));
     req.timeout_ms = Some(Num(1_000.0));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (spec, runner) = (e.resolve(req).unwrap(), e.clone());
-    std::thread::spawn(move || {
-        let started = Instant::now();
-        let r = runner.run_blocking(&spec, None).unwrap();
-        let _ = tx.send((r, started.elapsed()));
-    });
+    let rx = run_in_thread(&e, req);
     freezer.freeze(pid_in(&file));
     let (r, took) = rx
         .recv_timeout(Duration::from_secs(30))
@@ -990,11 +990,8 @@ fn a_frozen_leader_does_not_hang_the_executor() {
     let file = dir.join("term");
     let t = e
         .spawn_terminal(
-            &e.resolve_terminal(TerminalRequest::command(format!(
-                "echo $$ > {}; exec sleep 1000",
-                file.display()
-            )))
-            .unwrap(),
+            &e.resolve_terminal(TerminalRequest::command(sleeper(&file)))
+                .unwrap(),
         )
         .unwrap();
     freezer.freeze(pid_in(&file));
@@ -1008,14 +1005,8 @@ fn a_frozen_leader_does_not_hang_the_executor() {
     assert!(survivors >= 1, "the frozen leader is a survivor");
 
     let file = dir.join("dispose");
-    e.start(
-        &e.resolve(Request::new(format!(
-            "echo $$ > {}; exec sleep 1000",
-            file.display()
-        )))
-        .unwrap(),
-    )
-    .unwrap();
+    e.start(&e.resolve(Request::new(sleeper(&file))).unwrap())
+        .unwrap();
     freezer.freeze(pid_in(&file));
     let started = Instant::now();
     e.dispose_blocking().unwrap();
