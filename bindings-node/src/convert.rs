@@ -728,9 +728,9 @@ pub(crate) fn spec_object<'e>(env: &'e Env, s: &dsh_core::Spec) -> Result<Object
         }
         None => o.set_named_property("sandboxPolicy", ())?,
     }
-    if s.limits.any() {
+    if !s.limits.is_empty() {
         let mut lo = Object::new(env)?;
-        for (kind, v) in s.limits.set() {
+        for (kind, v) in s.limits.entries() {
             lo.set_named_property(limit_key(kind), v as f64)?;
         }
         o.set_named_property("limits", lo)?;

@@ -172,7 +172,7 @@ impl Spec {
     fn limits(&self) -> BTreeMap<&'static str, u64> {
         self.inner
             .limits
-            .set()
+            .entries()
             .map(|(k, v)| {
                 (
                     k.field()

@@ -535,7 +535,7 @@ mod tests {
             background_id: None,
             limit: Some(dsh_core::LimitKind::Memory),
             limits_enforcement: dsh_core::LimitsEnforcement {
-                memory: Some(dsh_core::Mechanism::CgroupV1),
+                memory_bytes: Some(dsh_core::Mechanism::CgroupV1),
                 ..Default::default()
             },
         };

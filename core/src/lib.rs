@@ -39,7 +39,7 @@ pub use spec::config::{
     MAX_GRACE_MS, MAX_SAFE_INTEGER,
 };
 pub use spec::error::{errno_name, DshError, Field, FieldName, NameStyle, Result, Scope, SpawnFailure};
-pub use spec::limits::{LimitKind, Limits, LimitsEnforcement, LimitsInput, Mechanism};
+pub use spec::limits::{LimitKind, Limits, LimitsEnforcement, LimitsInput, Mechanism, PerLimit};
 pub use spec::request::{resolve, OnExpiry, Request, SandboxPolicyInput, Spec, DSH_ENV_PREFIX};
 pub use spec::sandbox::{Enforcement, NetworkPolicy, SandboxInfo, SandboxMode, SandboxPolicy};
 pub use spec::terminal::{

@@ -212,7 +212,13 @@ fn no_limit_no_cause_and_enforcement_names_each_mechanism() {
     assert!(groups.iter().all(|l| l.contains("/dsh.")), "{groups:?}");
     let e = r.limits_enforcement;
     assert_eq!(
-        [e.memory, e.processes, e.cpu, e.file_size, e.open_files],
+        [
+            e.memory_bytes,
+            e.processes,
+            e.cpu_seconds,
+            e.file_size_bytes,
+            e.open_files
+        ],
         [
             Some(Mechanism::CgroupV1),
             Some(Mechanism::CgroupV1),

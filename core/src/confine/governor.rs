@@ -14,14 +14,13 @@
 //!   The facts are the leader's death signal (SIGXCPU, SIGXFSZ); the kernel
 //!   reports no fact for `open_files` (an open fails with EMFILE).
 
-use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
+use crate::confine::cgroupfs::{find_mount, own_path, writable_group_dir};
 use crate::host::forked::PerProcess;
 use crate::spec::error::{DshError, Result};
 use crate::spec::limits::{unavailable, LimitKind, Limits, LimitsEnforcement, Mechanism};
@@ -65,68 +64,15 @@ fn own_group(
             format!("no cgroup v1 {controller} hierarchy is mounted")
         }
     };
-    // mountinfo: id parent maj:min root mountpoint options ... - fstype source superoptions
-    let mount = mountinfo.lines().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        let mut r = right.split(' ');
-        let (fstype, _source, opts) = (r.next()?, r.next()?, r.next()?);
-        if fstype != "cgroup" || !opts.split(',').any(|o| o == controller) {
-            return None;
-        }
-        let l: Vec<&str> = left.split(' ').collect();
-        let writable = l.get(5)?.split(',').any(|o| o == "rw");
-        Some((l.get(3)?.to_string(), unescape(l.get(4)?), writable))
-    });
-    let (root, mountpoint, writable) = mount.ok_or_else(none)?;
-    if !writable {
+    let has_controller = |list: &str| list.split(',').any(|c| c == controller);
+    let mount = find_mount(mountinfo, "cgroup", has_controller).ok_or_else(none)?;
+    if !mount.writable {
         return Err(format!(
             "the cgroup v1 {controller} hierarchy is mounted read-only"
         ));
     }
-    // /proc/self/cgroup: id:controllers:path
-    let path = cgroups
-        .lines()
-        .find_map(|line| {
-            let mut parts = line.splitn(3, ':');
-            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-            controllers
-                .split(',')
-                .any(|c| c == controller)
-                .then(|| path.to_owned())
-        })
-        .ok_or_else(none)?;
-    let relative = path
-        .strip_prefix(root.as_str())
-        .unwrap_or(&path)
-        .trim_start_matches('/');
-    let dir = Path::new(&mountpoint).join(relative);
-    let c = CString::new(dir.as_os_str().as_bytes()).map_err(|_| none())?;
-    // SAFETY: `c` is a valid C string.
-    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
-        return Err(format!(
-            "cannot create groups under {}: {}",
-            dir.display(),
-            io::Error::last_os_error()
-        ));
-    }
-    Ok(dir)
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal.
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    let path = own_path(cgroups, has_controller).ok_or_else(none)?;
+    writable_group_dir(&mount, &path)
 }
 
 /// How this host enforces `kind`, or why it cannot.
@@ -149,7 +95,10 @@ fn mechanism_or_why(kind: LimitKind) -> std::result::Result<Mechanism, String> {
 pub fn limits_support() -> LimitsEnforcement {
     let mut e = LimitsEnforcement::default();
     for kind in LimitKind::ALL {
-        e.set(kind, mechanism_or_why(kind).unwrap_or(Mechanism::Unsupported));
+        e.set(
+            kind,
+            Some(mechanism_or_why(kind).unwrap_or(Mechanism::Unsupported)),
+        );
     }
     e
 }
@@ -157,11 +106,9 @@ pub fn limits_support() -> LimitsEnforcement {
 /// Fail closed: every limit of `limits` must be enforceable here.
 pub(crate) fn check(limits: &Limits) -> Result<LimitsEnforcement> {
     let mut e = LimitsEnforcement::default();
-    for (kind, _) in limits.set() {
-        e.set(
-            kind,
-            mechanism_or_why(kind).map_err(|why| unavailable(kind, why))?,
-        );
+    for (kind, _) in limits.entries() {
+        let mechanism = mechanism_or_why(kind).map_err(|why| unavailable(kind, why))?;
+        e.set(kind, Some(mechanism));
     }
     Ok(e)
 }
@@ -253,15 +200,18 @@ fn write_file(path: &Path, value: &str) -> io::Result<()> {
 }
 
 fn open_procs(dir: &Path) -> io::Result<OwnedFd> {
-    let c = CString::new(dir.join("cgroup.procs").as_os_str().as_bytes())
-        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: `c` is a valid C string.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: open succeeded: a fresh descriptor, ours alone.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    // std opens with O_CLOEXEC.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("cgroup.procs"))?;
+    Ok(OwnedFd::from(file))
+}
+
+/// Whether a limit's file must exist in its group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Needed {
+    Always,
+    WhereTheKernelHasIt,
 }
 
 fn make_group(parent: &Path, name: &str) -> io::Result<PathBuf> {
@@ -295,49 +245,17 @@ impl CommandGroup {
             kinds: Vec::new(),
         };
         if let Some(bytes) = limits.memory_bytes {
-            let kind = LimitKind::Memory;
-            let parent = h.memory.as_ref().map_err(|why| unavailable(kind, why))?;
-            let dir = make_group(parent, &name).map_err(|e| {
-                unavailable(
-                    kind,
-                    format!("cannot create {}: {e}", parent.join(&name).display()),
-                )
-            })?;
-            group.memory = Some(dir.clone());
-            write_file(&dir.join("memory.limit_in_bytes"), &bytes.to_string())
-                .map_err(|e| unavailable(kind, format!("cannot set memory.limit_in_bytes: {e}")))?;
             // Swap counts too, where the kernel accounts it: a limit that
             // swapping could evade is no limit.
-            match write_file(&dir.join("memory.memsw.limit_in_bytes"), &bytes.to_string()) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                    return Err(unavailable(
-                        kind,
-                        format!("cannot set memory.memsw.limit_in_bytes: {e}"),
-                    ))
-                }
-                _ => {}
-            }
-            group.procs.push(
-                open_procs(&dir).map_err(|e| unavailable(kind, format!("cannot open cgroup.procs: {e}")))?,
-            );
-            group.kinds.push(GroupKind::Limit(kind));
+            let files = [
+                ("memory.limit_in_bytes", Needed::Always),
+                ("memory.memsw.limit_in_bytes", Needed::WhereTheKernelHasIt),
+            ];
+            group.limit_group(LimitKind::Memory, &h.memory, bytes, &files)?;
         }
         if let Some(n) = limits.processes {
-            let kind = LimitKind::Processes;
-            let parent = h.pids.as_ref().map_err(|why| unavailable(kind, why))?;
-            let dir = make_group(parent, &name).map_err(|e| {
-                unavailable(
-                    kind,
-                    format!("cannot create {}: {e}", parent.join(&name).display()),
-                )
-            })?;
-            group.pids = Some(dir.clone());
-            write_file(&dir.join("pids.max"), &n.to_string())
-                .map_err(|e| unavailable(kind, format!("cannot set pids.max: {e}")))?;
-            group.procs.push(
-                open_procs(&dir).map_err(|e| unavailable(kind, format!("cannot open cgroup.procs: {e}")))?,
-            );
-            group.kinds.push(GroupKind::Limit(kind));
+            let files = [("pids.max", Needed::Always)];
+            group.limit_group(LimitKind::Processes, &h.pids, n, &files)?;
         }
         if loopback {
             let why = |w: String| {
@@ -351,6 +269,42 @@ impl CommandGroup {
             group.kinds.push(GroupKind::Loopback);
         }
         Ok(Some(group))
+    }
+
+    /// Makes the group of limit `kind` under `parent`, writes `value` to
+    /// each of its `files` and keeps the group's `cgroup.procs` open for
+    /// the command's process to enter.
+    fn limit_group(
+        &mut self,
+        kind: LimitKind,
+        parent: &std::result::Result<PathBuf, String>,
+        value: u64,
+        files: &[(&str, Needed)],
+    ) -> Result<()> {
+        let parent = parent.as_ref().map_err(|why| unavailable(kind, why))?;
+        let dir = make_group(parent, &self.name).map_err(|e| {
+            unavailable(
+                kind,
+                format!("cannot create {}: {e}", parent.join(&self.name).display()),
+            )
+        })?;
+        // Dropped with the group on an error below, so it is removed then.
+        let made = match kind {
+            LimitKind::Memory => &mut self.memory,
+            _ => &mut self.pids,
+        };
+        *made = Some(dir.clone());
+        for (file, needed) in files {
+            match write_file(&dir.join(file), &value.to_string()) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound && *needed == Needed::WhereTheKernelHasIt => {}
+                Err(e) => return Err(unavailable(kind, format!("cannot set {file}: {e}"))),
+                Ok(()) => {}
+            }
+        }
+        self.procs
+            .push(open_procs(&dir).map_err(|e| unavailable(kind, format!("cannot open cgroup.procs: {e}")))?);
+        self.kinds.push(GroupKind::Limit(kind));
+        Ok(())
     }
 
     /// What the `index`th `cgroup.procs` descriptor is for.
@@ -566,39 +520,40 @@ mod tests {
             file_size_bytes: Some(1),
             ..Limits::default()
         };
-        assert_eq!(
-            cause(&set, None, Some(libc::SIGXCPU), secs(1)),
-            Some(LimitKind::Cpu)
-        );
-        assert_eq!(
-            cause(
-                &set,
-                None,
+        let ms = |m: u64| Some(std::time::Duration::from_millis(m));
+        // (the leader's signal, its CPU time, the cause, why)
+        let cases = [
+            (
                 Some(libc::SIGXCPU),
-                Some(std::time::Duration::from_millis(400))
+                ms(1000),
+                Some(LimitKind::Cpu),
+                "SIGXCPU at the limit",
             ),
-            None,
-            "a SIGXCPU before the CPU time reached the limit was sent by someone"
-        );
-        assert_eq!(cause(&set, None, Some(libc::SIGXCPU), None), None);
-        assert_eq!(
-            cause(&set, None, Some(libc::SIGKILL), secs(1)),
-            Some(LimitKind::Cpu)
-        );
-        assert_eq!(
-            cause(
-                &set,
+            (
+                Some(libc::SIGXCPU),
+                ms(400),
                 None,
-                Some(libc::SIGKILL),
-                Some(std::time::Duration::from_millis(900))
+                "a SIGXCPU before the CPU time reached the limit was sent by someone",
             ),
-            None
-        );
-        assert_eq!(
-            cause(&set, None, Some(libc::SIGXFSZ), None),
-            Some(LimitKind::FileSize)
-        );
-        assert_eq!(cause(&set, None, Some(libc::SIGKILL), None), None);
-        assert_eq!(cause(&set, None, None, secs(9)), None);
+            (Some(libc::SIGXCPU), None, None, "no CPU time known"),
+            (
+                Some(libc::SIGKILL),
+                ms(1000),
+                Some(LimitKind::Cpu),
+                "the SIGKILL a second after SIGXCPU",
+            ),
+            (Some(libc::SIGKILL), ms(900), None, "a SIGKILL before the limit"),
+            (Some(libc::SIGXFSZ), None, Some(LimitKind::FileSize), "SIGXFSZ"),
+            (
+                Some(libc::SIGKILL),
+                None,
+                None,
+                "a SIGKILL with no CPU time known",
+            ),
+            (None, secs(9), None, "an exit, not a signal"),
+        ];
+        for (signal, cpu, expected, why) in cases {
+            assert_eq!(cause(&set, None, signal, cpu), expected, "{why}");
+        }
     }
 }

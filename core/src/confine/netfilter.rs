@@ -18,12 +18,13 @@
 //! and a writable cgroup v2 hierarchy: without either, `loopback` is
 //! unavailable and fails closed.
 
-use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
 use std::sync::OnceLock;
+
+use crate::confine::cgroupfs::{find_mount, own_path, writable_group_dir};
 
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_PROG_ATTACH: libc::c_long = 8;
@@ -186,18 +187,24 @@ fn sock_addr4() -> Vec<Insn> {
     ]
 }
 
-/// `connect6`/`bind6`/`sendmsg6`: allow `::1` and `::ffff:127.0.0.0/104`
-/// (`user_ip6`, offset 8).
-fn sock_addr6() -> Vec<Insn> {
-    let mut p = Vec::new();
-    let patches = check_ip6(1, 8, true, &mut p, 0);
+/// Ends a program: falling through here passes (returns 1); every jump in
+/// `patches` goes to the denial (returns 0) after it.
+fn pass_else_deny(mut p: Vec<Insn>, patches: &[(usize, usize)]) -> Vec<Insn> {
     p.push(mov(0, 1));
     p.push(exit());
     let deny = p.len();
     p.push(mov(0, 0));
     p.push(exit());
-    patch(&mut p, &patches, deny);
+    patch(&mut p, patches, deny);
     p
+}
+
+/// `connect6`/`bind6`/`sendmsg6`: allow `::1` and `::ffff:127.0.0.0/104`
+/// (`user_ip6`, offset 8).
+fn sock_addr6() -> Vec<Insn> {
+    let mut p = Vec::new();
+    let patches = check_ip6(1, 8, true, &mut p, 0);
+    pass_else_deny(p, &patches)
 }
 
 /// Ingress and egress packets: pass only IPv4 with both addresses in
@@ -216,14 +223,7 @@ fn skb() -> Vec<Insn> {
     patches.push((p.len(), 0));
     p.push(jne32(2, ip, 0));
     // IPv4: source and destination, 8 bytes at offset 12, to fp-8.
-    p.push(movx(1, 6));
-    p.push(mov(2, 12));
-    p.push(movx(3, 10));
-    p.push(add(3, -8));
-    p.push(mov(4, 8));
-    p.push(call(HELPER_SKB_LOAD_BYTES));
-    patches.push((p.len(), 0));
-    p.push(jne(0, 0, 0));
+    patches.push(load_header_bytes(&mut p, 12, 8));
     for off in [-8i16, -4] {
         p.push(ldxw(2, 10, off));
         p.push(and32(2, mask));
@@ -235,25 +235,26 @@ fn skb() -> Vec<Insn> {
                    // IPv6: source and destination, 32 bytes at offset 8, to fp-32.
     let v6 = p.len();
     p[to_v6].off = (v6 - to_v6 - 1) as i16;
-    p.push(movx(1, 6));
-    p.push(mov(2, 8));
-    p.push(movx(3, 10));
-    p.push(add(3, -32));
-    p.push(mov(4, 32));
-    p.push(call(HELPER_SKB_LOAD_BYTES));
-    patches.push((p.len(), 0));
-    p.push(jne(0, 0, 0));
+    patches.push(load_header_bytes(&mut p, 8, 32));
     patches.extend(check_ip6(10, -32, false, &mut p, 0));
     patches.extend(check_ip6(10, -16, false, &mut p, 0));
     let pass = p.len();
     p[v4_pass].off = (pass - v4_pass - 1) as i16;
-    p.push(mov(0, 1));
-    p.push(exit());
-    let deny = p.len();
-    p.push(mov(0, 0));
-    p.push(exit());
-    patch(&mut p, &patches, deny);
-    p
+    pass_else_deny(p, &patches)
+}
+
+/// Copies `len` bytes at `offset` of the packet (the skb is in r6) to
+/// fp-`len`; returns the patch of the jump taken when the copy fails.
+fn load_header_bytes(p: &mut Vec<Insn>, offset: i32, len: i32) -> (usize, usize) {
+    p.push(movx(1, 6));
+    p.push(mov(2, offset));
+    p.push(movx(3, 10));
+    p.push(add(3, -len));
+    p.push(mov(4, len));
+    p.push(call(HELPER_SKB_LOAD_BYTES));
+    let fail = (p.len(), 0);
+    p.push(jne(0, 0, 0));
+    fail
 }
 
 fn bpf(cmd: libc::c_long, attr: &mut [u8; 128]) -> io::Result<libc::c_long> {
@@ -337,40 +338,13 @@ fn unified_parent() -> &'static Result<PathBuf, String> {
     static P: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     P.get_or_init(|| {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let (root, mountpoint) = mountinfo
-            .lines()
-            .find_map(|line| {
-                let (left, right) = line.split_once(" - ")?;
-                if !right.starts_with("cgroup2 ") {
-                    return None;
-                }
-                let l: Vec<&str> = left.split(' ').collect();
-                l.get(5)?
-                    .split(',')
-                    .any(|o| o == "rw")
-                    .then(|| (l[3].to_owned(), l[4].to_owned()))
-            })
+        let mount = find_mount(&mountinfo, "cgroup2", |_| true)
+            .filter(|m| m.writable)
             .ok_or("no cgroup v2 hierarchy is mounted read-write")?;
-        let path = std::fs::read_to_string("/proc/self/cgroup")
-            .unwrap_or_default()
-            .lines()
-            .find_map(|l| l.strip_prefix("0::").map(str::to_owned))
-            .ok_or("this process has no cgroup v2 group")?;
-        let relative = path
-            .strip_prefix(root.as_str())
-            .unwrap_or(&path)
-            .trim_start_matches('/');
-        let dir = Path::new(&mountpoint).join(relative);
-        let c = CString::new(dir.as_os_str().as_bytes()).map_err(|_| "a cgroup path with a NUL byte")?;
-        // SAFETY: `c` is a valid C string.
-        if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
-            return Err(format!(
-                "cannot create groups under {}: {}",
-                dir.display(),
-                io::Error::last_os_error()
-            ));
-        }
-        Ok(dir)
+        let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        // The v2 line is the one with no controllers: `0::/path`.
+        let path = own_path(&cgroups, str::is_empty).ok_or("this process has no cgroup v2 group")?;
+        writable_group_dir(&mount, &path)
     })
 }
 
@@ -395,18 +369,13 @@ pub(crate) fn make_group(name: &str) -> Result<PathBuf, String> {
     let dir = parent.join(name);
     std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let attach = || -> Result<(), String> {
-        let c = CString::new(dir.as_os_str().as_bytes()).map_err(|_| "a cgroup path with a NUL byte")?;
-        // SAFETY: `c` is a valid C string; O_DIRECTORY opens no contents.
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) };
-        if fd < 0 {
-            return Err(format!(
-                "cannot open {}: {}",
-                dir.display(),
-                io::Error::last_os_error()
-            ));
-        }
-        // SAFETY: open succeeded: a fresh descriptor, ours alone.
-        let group = unsafe { OwnedFd::from_raw_fd(fd) };
+        // O_DIRECTORY: the group is attached to, its contents are not read.
+        let group = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY)
+            .open(&dir)
+            .map(OwnedFd::from)
+            .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
         for (prog, hook) in &programs.hooks {
             let mut attr = [0u8; 128];
             put32(&mut attr, 0, group.as_raw_fd() as u32);

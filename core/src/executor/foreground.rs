@@ -83,23 +83,46 @@ pub(super) async fn checked<F: std::future::Future<Output = Result<RunResult>>>(
     }
 }
 
+/// What may stop a foreground run from outside: the caller's
+/// cancellation and the run's future being dropped (or the blocking
+/// caller interrupted); `active` counts the run for `dispose` while it
+/// lasts.
+pub(super) struct RunStops {
+    pub cancel: Option<CancelToken>,
+    pub on_drop: CancelToken,
+    pub active: ActiveRun,
+}
+
+impl RunStops {
+    fn new(active: ActiveRun, cancel: Option<&CancelToken>, on_drop: &CancelToken) -> RunStops {
+        RunStops {
+            cancel: cancel.cloned(),
+            on_drop: on_drop.clone(),
+            active,
+        }
+    }
+
+    /// Resolves when the caller's token fires; never without one.
+    async fn caller_cancelled(cancel: &Option<CancelToken>) {
+        match cancel {
+            Some(c) => c.cancelled().await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
 impl ExecutorInner {
     pub(super) async fn run_task(
         self: Arc<Self>,
         spec: Spec,
         host_env: HostEnv,
-        cancel: Option<CancelToken>,
-        on_drop: CancelToken,
-        active: ActiveRun,
+        stops: RunStops,
     ) -> Result<RunResult> {
         if spec.on_expiry == OnExpiry::Background {
-            return self
-                .run_handing_over(spec, host_env, cancel, on_drop, active)
-                .await;
+            return self.run_handing_over(spec, host_env, stops).await;
         }
         let (tag, spawned) = self.launch_run(&spec, host_env)?;
-        self.supervise_run(spec, tag, spawned, cancel, on_drop, active)
-            .await
+        self.supervise_run(spec, tag, spawned, stops).await
     }
 
     /// The synchronous half of a foreground run: the command is asked for.
@@ -115,21 +138,17 @@ impl ExecutorInner {
         spec: Spec,
         tag: String,
         spawned: LaunchedCommand,
-        cancel: Option<CancelToken>,
-        on_drop: CancelToken,
-        active: ActiveRun,
+        stops: RunStops,
     ) -> Result<RunResult> {
-        let _active = active;
+        let RunStops {
+            cancel,
+            on_drop,
+            active: _active,
+        } = stops;
         let streams = self.streams(spec.stdout_max_bytes);
         let stop = async {
-            let caller = async {
-                match &cancel {
-                    Some(c) => c.cancelled().await,
-                    None => std::future::pending().await,
-                }
-            };
             tokio::select! {
-                _ = caller => Stop::Cancel,
+                _ = RunStops::caller_cancelled(&cancel) => Stop::Cancel,
                 _ = on_drop.cancelled() => Stop::Cancel,
                 _ = self.disposing() => Stop::Dispose,
             }
@@ -157,9 +176,7 @@ impl ExecutorInner {
         self: Arc<Self>,
         spec: Spec,
         host_env: HostEnv,
-        cancel: Option<CancelToken>,
-        on_drop: CancelToken,
-        active: ActiveRun,
+        stops: RunStops,
     ) -> Result<RunResult> {
         let tag = self.next_tag();
         let spawned = launch(&spec, host_env, &tag, &self.supervisors)?;
@@ -167,17 +184,16 @@ impl ExecutorInner {
         let (tx, rx) = tokio::sync::oneshot::channel::<Result<RunResult>>();
         let shared = self;
         runtime::handle().spawn(async move {
-            let _active = active;
+            let RunStops {
+                cancel,
+                on_drop,
+                active: _active,
+            } = stops;
             let mut tx = Some(tx);
             let handed = |p: &Process| p.shared.id.get().is_some();
             let mut stop_rx = process.shared.stop_tx.subscribe();
             let stop = async {
-                let caller = async {
-                    match &cancel {
-                        Some(c) => c.cancelled().await,
-                        None => std::future::pending().await,
-                    }
-                };
+                let caller = RunStops::caller_cancelled(&cancel);
                 let dropped = async {
                     on_drop.cancelled().await;
                     if handed(&process) {
@@ -292,9 +308,7 @@ impl Executor {
         let task = runtime::handle().spawn(self.shared().clone().run_task(
             spec.clone(),
             HostEnv::capture(),
-            cancel.cloned(),
-            on_drop.clone(),
-            active,
+            RunStops::new(active, cancel, &on_drop),
         ));
         RunFuture {
             inner: RunFutureInner::Running { task, on_drop },
@@ -338,9 +352,7 @@ impl Executor {
         let run = self.shared().clone().run_task(
             spec.clone(),
             HostEnv::capture(),
-            cancel.cloned(),
-            CancelToken::new(),
-            active,
+            RunStops::new(active, cancel, &CancelToken::new()),
         );
         runtime::handle().spawn(async move { on_done(run.await) });
     }
@@ -374,9 +386,7 @@ impl Executor {
             spec.clone(),
             tag,
             spawned,
-            cancel.cloned(),
-            on_drop.clone(),
-            active,
+            RunStops::new(active, cancel, &on_drop),
         );
         if watched.is_err() {
             // The host's loop would not hear of it: the core's threads
@@ -417,9 +427,7 @@ impl Executor {
         let task = self.shared().clone().run_task(
             spec.clone(),
             HostEnv::capture(),
-            cancel.cloned(),
-            interrupt.clone(),
-            active,
+            RunStops::new(active, cancel, &interrupt),
         );
         if spec.stdin.is_some() || spec.stdin_pipe {
             // Writing stdin may raise SIGPIPE: do it on the core's threads.

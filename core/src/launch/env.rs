@@ -405,37 +405,26 @@ mod tests {
             ],
         );
         let envp = child_environment(h, &s, "real-tag");
-        assert_eq!(get(&envp, "SHARED"), Some(&b"env"[..]), "env over the host");
-        assert_eq!(
-            get(&envp, "HOME"),
-            Some(&b"/home/host"[..]),
-            "the host where nothing overrides"
-        );
-        assert_eq!(
-            get(&envp, "PAGER"),
-            Some(&b"less"[..]),
-            "env over forced settings"
-        );
-        assert_eq!(
-            get(&envp, "TERM"),
-            Some(&b"dumb"[..]),
-            "a forced setting the caller left alone"
-        );
-        assert_eq!(
-            get(&envp, "GITHUB_TOKEN"),
-            Some(&b"explicit"[..]),
-            "the scrub applies to the host only, never to what the caller passes"
-        );
-        assert_eq!(
-            get(&envp, "DSH_MANAGED"),
-            Some(&b"from-dsh-env"[..]),
-            "dsh_env over env"
-        );
-        assert_eq!(
-            get(&envp, EXEC_TAG_VAR),
-            Some(&b"real-tag"[..]),
-            "the executor's tag cannot be forged: kills find processes by it"
-        );
+        let expected: [(&str, &str, &str); 7] = [
+            ("SHARED", "env", "env over the host"),
+            ("HOME", "/home/host", "the host where nothing overrides"),
+            ("PAGER", "less", "env over forced settings"),
+            ("TERM", "dumb", "a forced setting the caller left alone"),
+            (
+                "GITHUB_TOKEN",
+                "explicit",
+                "the scrub applies to the host only, never to what the caller passes",
+            ),
+            ("DSH_MANAGED", "from-dsh-env", "dsh_env over env"),
+            (
+                EXEC_TAG_VAR,
+                "real-tag",
+                "the executor's tag cannot be forged: kills find processes by it",
+            ),
+        ];
+        for (name, value, why) in expected {
+            assert_eq!(get(&envp, name), Some(value.as_bytes()), "{name}: {why}");
+        }
     }
 
     #[test]
