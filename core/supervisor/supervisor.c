@@ -35,7 +35,8 @@
  *            pid (a native-endian int32) there to release it.
  *   SPAWN    fds (SCM_RIGHTS): the write end of the command's report pipe,
  *            [a memfd holding the program unless FLAG_INLINE], stdout,
- *            stderr, [stdin if FLAG_STDIN], [Landlock ruleset if FLAG_RULESET],
+ *            stderr, [stdin if FLAG_STDIN], [Landlock ruleset if FLAG_RULESET;
+ *            FLAG_SCOPE_ONLY: it only scopes signals],
  *            [cgroup.procs if FLAG_CGROUP1], [cgroup.procs if FLAG_CGROUP2],
  *            [cgroup.procs if FLAG_CGROUP3]
  *            The program: struct payload { argc, envc, len } and `len`
@@ -405,6 +406,7 @@ struct plan {
     char *const *envp;
     int stdio[3]; /* stdin may be -1: /dev/null */
     int ruleset;  /* -1: unconfined */
+    int scope_only; /* the ruleset only scopes signals */
     int groups[3]; /* cgroup.procs to enter, or -1 */
     const struct limits *limits;       /* NULL: none */
     const struct sock_fprog *filter;   /* NULL: none */
@@ -453,9 +455,15 @@ static int child(void *arg) {
     if (chdir(p->workdir) < 0) FAIL(STEP_WORKDIR);
     if (p->ruleset >= 0) {
         /* Landlock: the domain is the child's, inherited by everything it
-         * starts; we stay unconfined. */
-        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) FAIL(STEP_CONFINE);
-        if (syscall(SYS_landlock_restrict_self, p->ruleset, 0) != 0) FAIL(STEP_CONFINE);
+         * starts; we stay unconfined, and out of its signals' reach. A
+         * domain that only scopes signals needs no_new_privs only where the
+         * child lacks CAP_SYS_ADMIN (the kernel's rule): tried without it
+         * first, so a root host's setuid programs keep working. */
+        int restricted = p->scope_only && syscall(SYS_landlock_restrict_self, p->ruleset, 0) == 0;
+        if (!restricted) {
+            if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) FAIL(STEP_CONFINE);
+            if (syscall(SYS_landlock_restrict_self, p->ruleset, 0) != 0) FAIL(STEP_CONFINE);
+        }
     }
     if (raised_nofile) setrlimit(RLIMIT_NOFILE, &original_nofile);
     if (p->limits) {
@@ -629,6 +637,7 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
                             envp,
                             {in, out, err},
                             ruleset,
+                            (req->flags & FLAG_SCOPE_ONLY) != 0,
                             {group1, group2, group3},
                             (req->flags & FLAG_RLIMITS) ? &limits : NULL,
                             (req->flags & FLAG_SECCOMP) ? &filter : NULL,

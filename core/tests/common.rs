@@ -103,18 +103,22 @@ pub fn temp_dir(name: &str) -> TempDir {
 /// of the kernel directly, not through dsh, so that a dsh bug that breaks
 /// confinement fails the sandbox tests instead of skipping them.
 pub fn landlock_missing() -> Option<String> {
+    (landlock_abi() < 1).then(|| format!("no Landlock on this kernel ({})", std::io::Error::last_os_error()))
+}
+
+/// The kernel's Landlock ABI version (below 1: none), asked of the kernel.
+pub fn landlock_abi() -> i64 {
     const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
     // SAFETY: a NULL attribute with size 0 and the VERSION flag only asks
     // for the ABI version; the kernel reads and writes no memory of ours.
-    let abi = unsafe {
+    unsafe {
         libc::syscall(
             libc::SYS_landlock_create_ruleset,
             std::ptr::null::<libc::c_void>(),
             0usize,
             LANDLOCK_CREATE_RULESET_VERSION,
         )
-    };
-    (abi < 1).then(|| format!("no Landlock on this kernel ({})", std::io::Error::last_os_error()))
+    }
 }
 
 /// True (after saying so) when the calling test must be skipped because

@@ -661,11 +661,32 @@ fn a_killed_host_leaves_no_group_behind() {
     );
 }
 
-/// A command may SIGKILL its own supervisor (a process of the same user)
-/// while it is being started; whatever the run then reports, the dead
-/// supervisor cannot remove the groups, and `dispose()` must: nothing of
-/// the executor's is left behind. (The loopback group makes the start slow
-/// enough for the kill to land before the supervisor's answer.)
+/// Runs `req` on another thread and SIGKILLs the executor's supervisor
+/// `after` into the run, from outside: where Landlock cannot scope signals
+/// (before Linux 6.12) a command can do the same to its `$PPID`, and any
+/// process of the same user can. Returns the run's outcome.
+fn run_killing_the_supervisor(
+    exec: &Executor,
+    req: Request,
+    after: Duration,
+) -> dsh_core::Result<dsh_core::RunResult> {
+    let sup = exec
+        .supervisor_pid()
+        .expect("a warmed-up executor has a supervisor");
+    let spec = exec.resolve(req).unwrap();
+    let runner = exec.clone();
+    let run = std::thread::spawn(move || runner.run_blocking(&spec, None));
+    std::thread::sleep(after);
+    // SAFETY: kill(2) of this process's own child, the supervisor.
+    unsafe { libc::kill(sup, libc::SIGKILL) };
+    run.join().unwrap()
+}
+
+/// The supervisor is SIGKILLed while a command is being started; whatever
+/// the run then reports, the dead supervisor cannot remove the groups, and
+/// `dispose()` must: nothing of the executor's is left behind. (The
+/// loopback group makes the start slow enough for the kill to land before
+/// the supervisor's answer.)
 #[test]
 fn no_group_is_left_after_dispose_when_a_command_killed_its_supervisor() {
     if !supported(LimitKind::Processes) {
@@ -677,11 +698,7 @@ fn no_group_is_left_after_dispose_when_a_command_killed_its_supervisor() {
         warm_up(&exec);
         let sup = exec.supervisor_pid().unwrap();
         let mut req = request(
-            if i % 2 == 0 {
-                "sleep 300 >/dev/null 2>&1 & kill -9 $PPID; exec sleep 301"
-            } else {
-                "kill -9 $PPID; sleep 300 >/dev/null 2>&1 & exec sleep 301"
-            },
+            "sleep 300 >/dev/null 2>&1 & exec sleep 301",
             LimitsInput {
                 processes: n(20),
                 memory_bytes: n(256 << 20),
@@ -698,7 +715,7 @@ fn no_group_is_left_after_dispose_when_a_command_killed_its_supervisor() {
         }
         req.timeout_ms = n(20_000);
         // A result (exit status unavailable) or a spawn error: both happen.
-        let _ = exec.run_blocking(&exec.resolve(req).unwrap(), None);
+        let _ = run_killing_the_supervisor(&exec, req, Duration::from_micros(500 * i));
         exec.dispose_blocking().unwrap();
         let left = groups_of(sup);
         for dir in &left {
@@ -843,9 +860,9 @@ fn sleeps(arg: &str) -> Vec<i32> {
 }
 
 #[test]
-fn a_command_that_kills_its_supervisor_while_starting_leaves_nothing_running() {
+fn a_supervisor_killed_while_starting_leaves_nothing_running() {
     // The supervisor can die between starting the command and reporting
-    // its pid (the command killed it). Whether the run then says "the
+    // its pid (killed from outside, see `run_killing_the_supervisor`). Whether the run then says "the
     // supervisor ended while starting" or gives a result, nothing of the
     // command may keep running once it returns. Limits (and loopback, where
     // available) make the start slower, so the race is met more often.
@@ -857,7 +874,7 @@ fn a_command_that_kills_its_supervisor_while_starting_leaves_nothing_running() {
             format!("{}", 40_000 + round * 2),
             format!("{}", 40_001 + round * 2),
         );
-        let command = format!("sleep {a} >/dev/null 2>&1 & kill -9 $PPID; exec sleep {b}");
+        let command = format!("sleep {a} >/dev/null 2>&1 & exec sleep {b}");
         let mut req = if groups {
             request(
                 &command,
@@ -879,7 +896,7 @@ fn a_command_that_kills_its_supervisor_while_starting_leaves_nothing_running() {
             });
         }
         req.timeout_ms = n(20_000);
-        let outcome = exec.run_blocking(&exec.resolve(req).unwrap(), None);
+        let outcome = run_killing_the_supervisor(&exec, req, Duration::from_micros(300 * round));
         assert!(
             eventually(Duration::from_secs(10), || sleeps(&a).is_empty()
                 && sleeps(&b).is_empty()),

@@ -708,9 +708,13 @@ fn supervisor_killed() {
         "the command outlived its supervisor"
     );
     assert_eq!(run(&e, "echo again").stdout.text, "again\n");
-    // A foreground run (released on this thread) whose command kills its
-    // own supervisor: it settles, and its release raises no SIGPIPE.
-    let r = run(&e, "kill -9 $PPID; exit 0");
+    // A foreground run (released on this thread) whose supervisor is
+    // killed under it: it settles, and its release raises no SIGPIPE.
+    let sup = supervisor_of(&e);
+    let (r, _) = while_running(&e, Request::new("sleep 2; exit 0"), || {
+        // SAFETY: kill(2) of this process's own child.
+        unsafe { libc::kill(sup, libc::SIGKILL) };
+    });
     assert!(r.exit_status_unavailable, "{r:?}");
     assert_eq!(run(&e, "echo again").stdout.text, "again\n");
     let second = supervisors();
@@ -742,26 +746,57 @@ fn run_within(e: &Executor, req: Request, limit: Duration) -> (dsh_core::RunResu
         .unwrap_or_else(|_| panic!("the run did not settle within {limit:?}: the executor is wedged"))
 }
 
-/// A command stops its own supervisor (`kill -STOP $PPID`): the executor is
-/// not wedged. A run with a 2 s timeout settles within timeout + grace +
-/// 1 s, one that exits by itself settles soon after, a background process
-/// is killed and settles, and later runs work (the host continues a
-/// supervisor whose command's end is overdue).
-fn supervisor_stopped_by_a_command() {
+/// The executor's supervisor, started by a first run if need be.
+fn supervisor_of(e: &Executor) -> i32 {
+    if e.supervisor_pid().is_none() {
+        run_within(e, Request::new("true"), Duration::from_secs(30));
+    }
+    e.supervisor_pid().expect("a supervisor after a run")
+}
+
+/// Runs `req` on another thread (its command first touches a marker
+/// file), calls `act` once the command is running, and returns the result
+/// and how long the run took; fails instead of hanging when it has not
+/// settled within 30 s.
+fn while_running(e: &Executor, mut req: Request, act: impl FnOnce()) -> (dsh_core::RunResult, Duration) {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mark = std::env::temp_dir().join(format!("dsh-hosts-{}-{n}", std::process::id()));
+    req.command = format!("touch '{}'; {}", mark.display(), req.command);
+    let rx = run_in_thread(e, req);
+    assert!(
+        common::eventually(Duration::from_secs(20), || mark.exists()),
+        "the command never started"
+    );
+    let _ = std::fs::remove_file(&mark);
+    act();
+    rx.recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| panic!("the run did not settle within 30 s: the executor is wedged"))
+}
+
+/// The supervisor is stopped while its commands run (SIGSTOP from outside
+/// their reach: where Landlock cannot scope signals, before Linux 6.12, a
+/// command can do it with `kill -STOP $PPID`, and any process of the same
+/// user can): the executor is not wedged. A run with a 2 s timeout settles
+/// within timeout + grace + 1 s, one that exits by itself settles soon
+/// after, a background process is killed and settles, and later runs work
+/// (the host's watch continues a stopped supervisor).
+fn supervisor_stopped_under_its_commands() {
     let e = exec();
-    let mut req = Request::new("kill -STOP $PPID; sleep 30");
+    let sup = supervisor_of(&e);
+    // SAFETY: kill(2) of this process's own child.
+    let stop = || unsafe {
+        libc::kill(sup, libc::SIGSTOP);
+    };
+    let mut req = Request::new("sleep 30");
     req.timeout_ms = Some(Num(2_000.0));
-    let (r, took) = run_within(&e, req, Duration::from_secs(30));
+    let (r, took) = while_running(&e, req, stop);
     assert!(r.timed_out, "{r:?}");
     assert!(
         took <= Duration::from_millis(2_000 + 500 + 1_000),
         "took {took:?}"
     );
-    let (r, took) = run_within(
-        &e,
-        Request::new("kill -STOP $PPID; echo done"),
-        Duration::from_secs(30),
-    );
+    let (r, took) = while_running(&e, Request::new("sleep 0.2; echo done"), stop);
     assert_eq!(
         (r.exit_code, r.stdout.text.as_str()),
         (Some(0), "done\n"),
@@ -772,15 +807,13 @@ fn supervisor_stopped_by_a_command() {
         "an exit behind a stopped supervisor took {took:?}"
     );
     let p = e
-        .start(
-            &e.resolve(Request::new("kill -STOP $PPID; echo up; exec sleep 300"))
-                .unwrap(),
-        )
+        .start(&e.resolve(Request::new("echo up; exec sleep 300")).unwrap())
         .unwrap();
     assert!(common::eventually(Duration::from_secs(20), || p
         .read_output()
         .delta
         .contains("up")));
+    stop();
     assert!(p.kill());
     assert!(
         p.wait_timeout(Some(Duration::from_secs(10))).unwrap(),
@@ -792,10 +825,52 @@ fn supervisor_stopped_by_a_command() {
     assert!(supervisors().is_empty(), "dispose ends the supervisor");
 }
 
-/// A command attaches to its supervisor with ptrace (as root, which
-/// CAP_SYS_PTRACE allows despite the supervisor being non-dumpable): the
-/// run still settles at its timeout (killing the tracer detaches it; the
-/// host continues what the attach left stopped), and later runs work.
+/// Where Landlock scopes signals (ABI 6, Linux 6.12), no command, confined
+/// or not, can signal or trace its supervisor or the host, while it still
+/// signals its own processes; a sandboxed command likewise.
+fn commands_cannot_signal_or_trace_the_executor() {
+    if common::landlock_abi() < 6 {
+        eprintln!(
+            "skipped: this kernel's Landlock (ABI {}) cannot scope signals (ABI 6, Linux 6.12)",
+            common::landlock_abi()
+        );
+        std::process::exit(SKIPPED);
+    }
+    let e = exec();
+    let host = std::process::id();
+    let probe = format!(
+        "kill -0 $PPID 2>/dev/null; echo supervisor=$?; \
+         kill -STOP $PPID 2>/dev/null; echo stop=$?; \
+         kill -0 {host} 2>/dev/null; echo host=$?; \
+         sleep 30 & kill $!; wait $!; echo own=$?; \
+         python3 -c 'import ctypes, os\n\
+libc = ctypes.CDLL(None, use_errno=True)\n\
+r = libc.ptrace(16, os.getppid(), 0, 0)\n\
+print(\"trace=%d\" % (0 if r == 0 else ctypes.get_errno()))'"
+    );
+    let expected = "supervisor=1\nstop=1\nhost=1\nown=143\ntrace=1\n";
+    let (r, _) = run_within(&e, Request::new(probe.clone()), Duration::from_secs(30));
+    assert_eq!(r.stdout.text, expected, "danger-full-access: {r:?}");
+    let mut req = Request::new(probe);
+    req.sandbox_policy = Some(dsh_core::SandboxPolicyInput {
+        mode: dsh_core::SandboxMode::WorkspaceWrite,
+        workspace_root: None,
+        session_id: None,
+        network: None,
+    });
+    let (r, _) = run_within(&e, req, Duration::from_secs(30));
+    assert_eq!(r.stdout.text, expected, "workspace-write: {r:?}");
+    let (r, _) = run_within(&e, Request::new("echo again"), Duration::from_secs(30));
+    assert_eq!(r.stdout.text, "again\n");
+    e.dispose_blocking().unwrap();
+}
+
+/// A command attaches to its supervisor with ptrace. Refused where every
+/// command runs in a Landlock domain (a domain cannot trace outside
+/// itself); elsewhere, as root, CAP_SYS_PTRACE allows it despite the
+/// supervisor being non-dumpable. Either way the run still settles at its
+/// timeout (killing the tracer detaches it; the host continues what the
+/// attach left stopped), and later runs work.
 fn supervisor_traced_by_a_command() {
     let e = exec();
     let attach = "python3 -c 'import ctypes, os, sys, time\n\
@@ -817,7 +892,7 @@ fn supervisor_traced_by_a_command() {
     e.dispose_blocking().unwrap();
 }
 
-/// The host that dies while a command keeps its supervisor stopped: run as
+/// The host that dies while its supervisor is stopped: run as
 /// `--scenario stopped_death_host` with `HOST_DEATH_MARK` in its
 /// environment (every command inherits it).
 fn stopped_death_host() {
@@ -827,23 +902,22 @@ fn stopped_death_host() {
     let e = exec();
     let p = e
         .start(
-            &e.resolve(Request::new(
-                "sleep 1000 & sleep 1000 & kill -STOP $PPID; echo up; wait",
-            ))
-            .unwrap(),
+            &e.resolve(Request::new("sleep 1000 & sleep 1000 & echo up; wait"))
+                .unwrap(),
         )
         .unwrap();
     assert!(common::eventually(Duration::from_secs(20), || p
         .read_output()
         .delta
         .contains("up")));
-    println!("ready");
+    println!("ready {}", e.supervisor_pid().unwrap());
     std::io::stdout().flush().unwrap();
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).unwrap();
 }
 
-/// The host is SIGKILLed while a command keeps its supervisor stopped:
+/// The host is SIGKILLed while its supervisor is stopped (by the test,
+/// right before: where signals are not scoped a command can do the same):
 /// the supervisor's parent-death signal (SIGCONT) resumes it, it sees the
 /// host gone, and nothing the executor started is alive 1 s later.
 fn host_death_while_the_supervisor_is_stopped() {
@@ -859,16 +933,18 @@ fn host_death_while_the_supervisor_is_stopped() {
     BufReader::new(host.stdout.take().unwrap())
         .read_line(&mut ready)
         .unwrap();
-    assert_eq!(
-        ready.trim(),
-        "ready",
-        "the host failed before its command stopped the supervisor"
-    );
+    let sup: i32 = ready
+        .trim()
+        .strip_prefix("ready ")
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("the host failed before its commands ran: {ready:?}"));
     assert!(
         marked(&mark).len() >= 3,
         "the command and its two sleeps run: {:?}",
         marked(&mark)
     );
+    // SAFETY: kill(2) of the supervisor of our own child host.
+    assert_eq!(unsafe { libc::kill(sup, libc::SIGSTOP) }, 0);
     host.kill().unwrap();
     let died = Instant::now();
     host.wait().unwrap();
@@ -1109,7 +1185,14 @@ const SCENARIOS: &[(&str, fn())] = &[
         host_death_exit_from_another_thread,
     ),
     ("supervisor_killed", supervisor_killed),
-    ("supervisor_stopped_by_a_command", supervisor_stopped_by_a_command),
+    (
+        "supervisor_stopped_under_its_commands",
+        supervisor_stopped_under_its_commands,
+    ),
+    (
+        "commands_cannot_signal_or_trace_the_executor",
+        commands_cannot_signal_or_trace_the_executor,
+    ),
     ("supervisor_traced_by_a_command", supervisor_traced_by_a_command),
     (
         "host_death_while_the_supervisor_is_stopped",

@@ -3,6 +3,7 @@ registry), through Python."""
 
 import os
 import pathlib
+import signal
 import stat
 import tempfile
 import threading
@@ -268,21 +269,30 @@ def test_a_settled_run_or_process_has_reaped_its_leader(ex):
     assert _pid_is_free(pid), "close left a leader unreaped"
 
 
-def test_a_command_that_stops_its_supervisor_does_not_wedge_the_executor():
-    # `kill -STOP $PPID` stops the executor's supervisor; the run settles at
+def test_a_stopped_supervisor_does_not_wedge_the_executor(tmp):
+    # The executor's supervisor is stopped while a run waits (from outside
+    # its commands' reach: where Landlock cannot scope signals, before Linux
+    # 6.12, a command can do it with `kill -STOP $PPID`); the run settles at
     # its timeout anyway, and the next one runs. In a thread, so a wedge
     # fails the test instead of hanging it.
     with Executor(grace_ms=500) as ex:
+        supervisor = int(ex.run(ex.resolve("echo $PPID")).stdout.text)
+        mark = os.path.join(tmp, "running")
         results = []
 
         def runs() -> None:
             start = time.monotonic()
-            r = ex.run(ex.resolve("kill -STOP $PPID; sleep 30", timeout_ms=2000))
+            r = ex.run(ex.resolve(f"touch {mark}; sleep 30", timeout_ms=2000))
             results.append((r.timed_out, time.monotonic() - start))
             results.append(ex.run(ex.resolve("echo again")).stdout.text)
 
         t = threading.Thread(target=runs, daemon=True)
         t.start()
+        deadline = time.monotonic() + 20
+        while not os.path.exists(mark) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert os.path.exists(mark), "the command never started"
+        os.kill(supervisor, signal.SIGSTOP)
         t.join(30)
         assert not t.is_alive(), "the executor is wedged"
         (timed_out, took), again = results

@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use landlock::{
     AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, PathFdError,
-    Ruleset as Builder, RulesetAttr, RulesetCreatedAttr,
+    Ruleset as Builder, RulesetAttr, RulesetCreatedAttr, Scope,
 };
 
 use crate::spec::sandbox::{Enforcement, SandboxMode, SandboxPolicy};
@@ -25,6 +25,9 @@ const CREATE_RULESET_VERSION: u32 = 1 << 0;
 const FULL_ABI: u32 = 3;
 /// The first ABI with network rules (TCP bind and connect, by port).
 pub(crate) const NET_ABI: u32 = 4;
+/// The first ABI with scopes: a domain that scopes signals keeps its
+/// processes from signalling any process outside it (Linux 6.12).
+pub(crate) const SCOPE_ABI: u32 = 6;
 
 /// The kernel's Landlock ABI version, or why there is none.
 pub(crate) fn abi() -> Result<u32, String> {
@@ -92,9 +95,13 @@ fn write_rights(abi: u32) -> BitFlags<AccessFs> {
 /// no file, and shell redirections to them are everywhere.
 const SINKS: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
 
-/// A ready ruleset for one policy: its descriptor.
+/// A ready ruleset for one command: its descriptor.
 pub(crate) struct Ruleset {
     fd: OwnedFd,
+    /// It governs no file or network access, only whom the command may
+    /// signal: the supervisor applies it without `no_new_privs` where the
+    /// command may (see supervisor.c), so setuid programs keep working.
+    scope_only: bool,
 }
 
 /// The directories a mode may write under.
@@ -109,25 +116,38 @@ fn writable_dirs(policy: &SandboxPolicy) -> Vec<std::path::PathBuf> {
     }
 }
 
-/// Builds the ruleset for a policy: with `files`, reads and execution stay
-/// unrestricted and every file write is denied except under the writable
-/// directories and to the sinks; with `deny_tcp` (ABI 4+ only), every TCP
-/// bind and connect is denied. Built with the `landlock` crate as a hard
-/// requirement (nothing silently dropped: the rights asked for are exactly
-/// those this ABI has), and handed over as a descriptor: the command's
-/// process restricts itself with it. An error means confinement cannot be
-/// applied (the caller fails closed).
-pub(crate) fn ruleset(policy: &SandboxPolicy, files: bool, deny_tcp: bool) -> Result<Ruleset, String> {
-    let v = abi()?;
+/// Builds a command's ruleset: with `files` (a policy's writable
+/// directories), reads and execution stay unrestricted and every file
+/// write is denied except under those directories and to the sinks; with
+/// `deny_tcp` (ABI 4+ only), every TCP bind and connect is denied; from
+/// ABI 6 every ruleset also scopes signals, so the command cannot signal
+/// (stop, kill) or trace its supervisor, the host or any process outside
+/// its own tree. Built with the `landlock` crate as a hard requirement
+/// (nothing silently dropped: the rights asked for are exactly those this
+/// ABI has), and handed over as a descriptor: the command's process
+/// restricts itself with it. `None`: nothing to restrict on this kernel.
+/// An error means confinement cannot be applied (the caller fails closed).
+pub(crate) fn ruleset(files: Option<&SandboxPolicy>, deny_tcp: bool) -> Result<Option<Ruleset>, String> {
+    let v = match abi() {
+        Ok(v) => v,
+        Err(why) if files.is_some() => return Err(why),
+        // No Landlock: nothing else asks for it (`deny_tcp` is asked for
+        // only from ABI 4).
+        Err(_) => return Ok(None),
+    };
     let net = deny_tcp && v >= NET_ABI;
-    if !files && !net {
-        return Err("nothing to confine".to_owned());
+    let scope = v >= SCOPE_ABI;
+    if files.is_none() && !net && !scope {
+        return Ok(None);
     }
     let handled = write_rights(v);
     let cannot = |e: landlock::RulesetError| format!("cannot create a Landlock ruleset: {e}");
     let mut rs = Builder::default().set_compatibility(CompatLevel::HardRequirement);
-    if files {
+    if files.is_some() {
         rs = rs.handle_access(handled).map_err(cannot)?;
+    }
+    if scope {
+        rs = rs.scope(Scope::Signal).map_err(cannot)?;
     }
     if net {
         rs = rs
@@ -135,7 +155,7 @@ pub(crate) fn ruleset(policy: &SandboxPolicy, files: bool, deny_tcp: bool) -> Re
             .map_err(cannot)?;
     }
     let mut created = rs.create().map_err(cannot)?;
-    if files {
+    if let Some(policy) = files {
         for dir in writable_dirs(policy) {
             let fd =
                 PathFd::new(&dir).map_err(|e| format!("cannot allow writes under {}: {e}", dir.display()))?;
@@ -161,7 +181,8 @@ pub(crate) fn ruleset(policy: &SandboxPolicy, files: bool, deny_tcp: bool) -> Re
         }
     }
     let fd: Option<OwnedFd> = created.into();
-    fd.map(|fd| Ruleset { fd })
+    let scope_only = files.is_none() && !net;
+    fd.map(|fd| Some(Ruleset { fd, scope_only }))
         .ok_or_else(|| "Landlock is unavailable: no ruleset was created".to_owned())
 }
 
@@ -169,5 +190,10 @@ impl Ruleset {
     /// The ruleset's descriptor, for the supervisor's `landlock_restrict_self`.
     pub(crate) fn fd(&self) -> std::os::fd::RawFd {
         self.fd.as_raw_fd()
+    }
+
+    /// See [`Ruleset::scope_only`].
+    pub(crate) fn scope_only(&self) -> bool {
+        self.scope_only
     }
 }

@@ -43,18 +43,18 @@ pub(crate) fn check(policy: Option<&SandboxPolicy>) -> Result<()> {
 }
 
 /// The Landlock ruleset a command of `policy` restricts itself with before
-/// it execs (`None`: no Landlock rule applies). An error means confinement
-/// cannot be applied, and nothing may run.
+/// it execs: the policy's file and network rules, and (ABI 6+) for every
+/// command, confined or not, the scope that keeps its signals inside its
+/// own tree (docs/host-death.md). `None`: nothing to restrict here. An
+/// error means confinement cannot be applied, and nothing may run.
 pub(crate) fn ruleset(policy: Option<&SandboxPolicy>) -> Result<Option<landlock::Ruleset>> {
-    let files = confined(policy).is_some();
+    let files = confined(policy);
     let deny_tcp =
         network(policy) == NetworkPolicy::Deny && landlock::abi().is_ok_and(|v| v >= landlock::NET_ABI);
-    let Some(policy) = policy.filter(|_| files || deny_tcp) else {
-        return Ok(None);
-    };
-    landlock::ruleset(policy, files, deny_tcp)
-        .map(Some)
-        .map_err(|why| DshError::SandboxUnavailable(format!("{}: {why}", policy.mode)))
+    landlock::ruleset(files, deny_tcp).map_err(|why| {
+        let mode = policy.map_or(SandboxMode::DangerFullAccess, |p| p.mode);
+        DshError::SandboxUnavailable(format!("{mode}: {why}"))
+    })
 }
 
 /// The compiled seccomp filter of a network policy (BPF instructions as

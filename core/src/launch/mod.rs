@@ -83,7 +83,7 @@ pub(crate) fn launch(
     };
     let os_error = |e: std::io::Error| spawn_error(e, &spec.workdir);
     let pipes = Pipes::new(spec.stdin.is_some() || spec.stdin_pipe).map_err(os_error)?;
-    let mut fds = pipes.child_fds(ruleset.as_ref().map(|r| r.fd()));
+    let mut fds = pipes.child_fds(ruleset.as_ref());
     fds.rlimits = governor::rlimits(&spec.limits);
     fds.seccomp = confine::network_filter(spec.sandbox_policy.as_ref())?;
     let loopback = spec
@@ -160,6 +160,7 @@ pub(crate) fn launch_terminal(
         stdout: slave,
         stderr: slave,
         ruleset: ruleset.as_ref().map(|r| r.fd()),
+        ruleset_scope_only: ruleset.as_ref().is_some_and(|r| r.scope_only()),
         cgroups: Vec::new(),
         rlimits: None,
         seccomp: confine::network_filter(policy)?,

@@ -4,10 +4,11 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use crate::confine::landlock::Ruleset;
 use crate::host::forked::PerProcess;
 use crate::launch::supervisor::{ChildFds, Launched};
 use crate::sys::{pipe, set_nonblocking};
@@ -94,12 +95,13 @@ impl Pipes {
     }
 
     /// The child's ends, for the supervisor.
-    pub(crate) fn child_fds(&self, ruleset: Option<RawFd>) -> ChildFds {
+    pub(crate) fn child_fds(&self, ruleset: Option<&Ruleset>) -> ChildFds {
         ChildFds {
             stdin: self.stdin.as_ref().map(|(r, _)| r.as_raw_fd()),
             stdout: self.stdout.1.as_raw_fd(),
             stderr: self.stderr.1.as_raw_fd(),
-            ruleset,
+            ruleset: ruleset.map(Ruleset::fd),
+            ruleset_scope_only: ruleset.is_some_and(Ruleset::scope_only),
             cgroups: Vec::new(),
             rlimits: None,
             seccomp: None,

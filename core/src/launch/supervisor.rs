@@ -89,6 +89,8 @@ pub(crate) struct ChildFds {
     pub stdout: RawFd,
     pub stderr: RawFd,
     pub ruleset: Option<RawFd>,
+    /// The ruleset only scopes signals (see `landlock::Ruleset`).
+    pub ruleset_scope_only: bool,
     pub cgroups: Vec<RawFd>,
     pub rlimits: Option<crate::confine::governor::Rlimits>,
     /// A compiled seccomp filter: BPF instructions, 8 bytes each.
@@ -250,6 +252,9 @@ impl Supervisor {
         }
         if let Some(fd) = fds.ruleset {
             flags |= FLAG_RULESET;
+            if fds.ruleset_scope_only {
+                flags |= FLAG_SCOPE_ONLY;
+            }
             passed.push(fd);
         }
         if fds.terminal {

@@ -35,6 +35,7 @@ fn start(sup: &Supervisor, argv: &[&CStr]) -> Launched {
         stdout: null.as_raw_fd(),
         stderr: null.as_raw_fd(),
         ruleset: None,
+        ruleset_scope_only: false,
         cgroups: Vec::new(),
         rlimits: None,
         seccomp: None,

@@ -28,6 +28,10 @@ wire! {
     FLAG_TERMINAL: u32 = 256;
     /// SPAWNED is held back until just before EXITED, or DEFER_MS.
     FLAG_DEFER_SPAWNED: u32 = 512;
+    /// The ruleset (FLAG_RULESET) only scopes signals: it is applied
+    /// without `no_new_privs` where the child may (CAP_SYS_ADMIN), so
+    /// setuid programs keep working there.
+    FLAG_SCOPE_ONLY: u32 = 1024;
     // Replies on a command's report pipe (`struct reply { kind, a, b, c }`).
     R_SPAWNED: i32 = 1;
     R_FAILED: i32 = 2;
