@@ -438,6 +438,8 @@ export declare class NativeTerminalHandle {
   resize(rows: number, cols: number): void
   /** The foreground group and whether it waits for input (`/proc` is read off the JS thread); undefined once the program exited. */
   inspectForeground(): Promise<TerminalForeground | undefined>
+  /** Resolves once the kernel shows the foreground group waiting for input (true), or with false when `timeoutMs` passed (none: no limit) or the program exited; right after a write, true only once the program took what was written and waits again. */
+  waitInputWaiting(timeoutMs?: number): Promise<boolean>
   /** Signals the foreground group; resolves with its id (TERMINAL_CLOSED when there is none). */
   signalForeground(signal: TerminalSignal): Promise<number>
   /** Ends every member of the session; resolves once nothing is left and no call of this handle is in flight. Idempotent. */

@@ -338,6 +338,11 @@ class NativeTerminalHandle {
     return this.#track(async () => (await this.#native.inspectForeground()) ?? undefined)
   }
 
+  /** Resolves with true once the foreground group waits for input; false when `timeoutMs` passed or the program exited. */
+  waitInputWaiting(timeoutMs) {
+    return this.#track(() => this.#native.waitInputWaiting(timeoutMs))
+  }
+
   signalForeground(signal) {
     return this.#track(async () => this.#native.signalForeground(signal))
   }

@@ -1671,6 +1671,21 @@ bool dsh_terminal_inspect_foreground(const struct DshTerminal *terminal,
                                      bool *input_waiting);
 
 /**
+ * Waits until the kernel shows the foreground group waiting for input,
+ * `timeout_ms` passed (negative: no limit), or the program exited; writes
+ * whether it is waiting to `waiting` (may be NULL). Right after a write it
+ * is true only once the program took what was written and waits again
+ * (docs/terminals.md). DSH_OK, or the error of a refused wait.
+ *
+ * # Safety
+ * `terminal` is NULL or a live DshTerminal that no thread frees during this
+ * call. `waiting` is NULL or valid and aligned for writing one bool.
+ */
+enum DshStatus dsh_terminal_wait_input_waiting(const struct DshTerminal *terminal,
+                                               int64_t timeout_ms,
+                                               bool *waiting);
+
+/**
  * Sends `signal` ("SIGINT", "SIGTERM", "SIGKILL", "SIGTSTP" or "SIGHUP")
  * to the foreground process group and writes that group's id to `group`
  * (may be NULL). DSH_TERMINAL_CLOSED when there is none.

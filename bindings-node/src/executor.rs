@@ -3,6 +3,7 @@
 //! nothing here blocks the JS thread.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use napi::bindgen_prelude::*;
 use napi::threadsafe_function::ThreadsafeFunctionCallMode;
@@ -314,6 +315,20 @@ impl NativeTerminal {
         let (deferred, promise) = settle::promise(env)?;
         self.inner
             .inspect_foreground_with(move |fg| deferred.resolve(move |_| Ok(fg.map(ForegroundValue))));
+        Ok(promise)
+    }
+
+    /// Resolves with whether the foreground group waits for input, once it
+    /// does, `timeout_ms` passed (undefined: no limit; milliseconds are
+    /// rounded down), or the program exited; `/proc` is read off the JS
+    /// thread.
+    #[napi]
+    pub fn wait_input_waiting<'e>(&self, env: &'e Env, timeout_ms: Option<f64>) -> Result<Object<'e>> {
+        let limit =
+            timeout_ms.map(|t| Duration::from_millis(if t.is_finite() && t > 0.0 { t as u64 } else { 0 }));
+        let (deferred, promise) = settle::promise(env)?;
+        self.inner
+            .wait_input_waiting_with(limit, move |w| deferred.resolve(move |_| Ok(w)));
         Ok(promise)
     }
 

@@ -252,6 +252,31 @@ impl Terminal {
             })
     }
 
+    /// Blocks until the kernel shows the foreground group waiting for
+    /// input, ``timeout`` seconds passed (None: no limit), or the program
+    /// exited; returns whether it is waiting. Right after a write it is
+    /// True only once the program took what was written and waits again.
+    #[pyo3(signature = (timeout=None))]
+    fn wait_input_waiting(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        let deadline = deadline(timeout)?;
+        loop {
+            let step = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()).min(SIGNAL_POLL),
+                None => SIGNAL_POLL,
+            };
+            if py
+                .detach(|| self.inner.wait_input_waiting(Some(step)))
+                .map_err(|e| to_pyerr(py, e))?
+            {
+                return Ok(true);
+            }
+            py.check_signals()?;
+            if self.inner.has_exited() || deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(false);
+            }
+        }
+    }
+
     /// Sends ``signal`` (``'SIGINT'``, ``'SIGTERM'``, ``'SIGKILL'``,
     /// ``'SIGTSTP'`` or ``'SIGHUP'``) to the foreground process group and
     /// returns that group's id. TerminalClosedError when there is none.

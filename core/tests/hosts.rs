@@ -962,6 +962,96 @@ fn host_death_while_the_supervisor_is_stopped() {
     );
 }
 
+/// True while `pid` exists (a zombie too): `kill(pid, 0)`, which needs no
+/// `/proc`.
+fn exists(pid: i32) -> bool {
+    // SAFETY: kill(2) with signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+/// A root command hides `/proc` (a tmpfs mounted over it in the host's
+/// mount namespace) after planting processes that left its group and
+/// session. `kill()` still ends every one of them and counts right: the
+/// executor reads `/proc` through the descriptor it opened at start. The
+/// scenario runs in a private mount namespace of its own (`unshare`), so
+/// the test machine's `/proc` is never hidden.
+fn proc_hidden_by_a_root_command() {
+    // SAFETY: geteuid takes nothing.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: only root can mount over /proc");
+        std::process::exit(SKIPPED);
+    }
+    // SAFETY: unshare and mount with valid C strings; this process is
+    // single-threaded here (nothing started yet), as CLONE_NEWNS needs.
+    let private = unsafe {
+        libc::unshare(libc::CLONE_NEWNS) == 0
+            && libc::mount(
+                c"none".as_ptr(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) == 0
+    };
+    if !private {
+        eprintln!(
+            "skipped: no private mount namespace ({})",
+            std::io::Error::last_os_error()
+        );
+        std::process::exit(SKIPPED);
+    }
+    let e = exec();
+    let p = e
+        .start(
+            &e.resolve(Request::new(
+                "for i in 1 2 3; do setsid sleep 300 & echo pid=$!; done; \
+                 sleep 300 & echo pid=$!; \
+                 mount -t tmpfs hidden /proc && echo hidden; exec sleep 300",
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+    let mut out = String::new();
+    assert!(
+        common::eventually(Duration::from_secs(30), || {
+            out += &p.read_output().delta;
+            out.contains("hidden\n")
+        }),
+        "the command did not hide /proc: {out:?}"
+    );
+    let planted: Vec<i32> = out
+        .split("pid=")
+        .skip(1)
+        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert_eq!(planted.len(), 4, "{out:?}");
+    assert!(
+        std::fs::read_dir("/proc").unwrap().next().is_none(),
+        "/proc is hidden"
+    );
+    assert!(p.kill());
+    assert!(
+        p.wait_timeout(Some(Duration::from_secs(30))).unwrap(),
+        "kill() never settled"
+    );
+    let gone = common::eventually(Duration::from_secs(10), || {
+        !planted.iter().any(|&pid| exists(pid))
+    });
+    let left: Vec<i32> = planted.iter().copied().filter(|&pid| exists(pid)).collect();
+    for &pid in &left {
+        // SAFETY: kill(2) of what this scenario planted.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    assert!(
+        gone,
+        "kill() reported {} survivors, but these live: {left:?}",
+        p.survivors()
+    );
+    assert_eq!(p.survivors(), 0);
+    assert_eq!(run(&e, "echo again").stdout.text, "again\n");
+    e.dispose_blocking().unwrap();
+}
+
 /// Exit status of a scenario that cannot run here (it says why on stderr).
 const SKIPPED: i32 = 77;
 
@@ -1203,6 +1293,7 @@ const SCENARIOS: &[(&str, fn())] = &[
         a_frozen_leader_does_not_hang_the_executor,
     ),
     ("memfd_noexec_is_a_clear_error", memfd_noexec_is_a_clear_error),
+    ("proc_hidden_by_a_root_command", proc_hidden_by_a_root_command),
 ];
 
 fn main() {

@@ -966,3 +966,149 @@ fn an_ended_session_has_reaped_its_leader() {
         );
     }
 }
+
+/// Samples the foreground for a while and fails on any report of waiting:
+/// the program is known not to read the terminal now.
+fn never_waiting(s: &Session, what: &str) {
+    for _ in 0..30 {
+        let fg = s.foreground();
+        assert!(!fg.input_waiting, "{what}: reported waiting: {fg:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn input_waiting_follows_a_pty_relay_to_the_terminal_it_serves() {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no util-linux script here");
+        return;
+    }
+    let exec = executor();
+    // script relays this terminal to a pseudo-terminal of its own, where
+    // bash runs: waiting only when bash, there, reads.
+    let mut s = Session::new(
+        &exec,
+        TerminalRequest::command("script -qc 'echo in; sleep 1000' /dev/null"),
+    );
+    s.expect("in");
+    never_waiting(&s, "a relay whose program sleeps");
+    assert_eq!(s.term.terminate_blocking().unwrap(), 0);
+    let mut s = Session::new(
+        &exec,
+        TerminalRequest::command("script -qc 'read -r -p \"name? \" x; echo got=$x; sleep 1000' /dev/null"),
+    );
+    s.expect("name? ");
+    s.waiting();
+    s.write("ann\n");
+    s.expect("got=ann");
+    never_waiting(&s, "the relayed program sleeps after its read");
+    assert_eq!(s.term.terminate_blocking().unwrap(), 0);
+}
+
+#[test]
+fn epoll_targets_are_the_files_registered_not_the_numbers_now() {
+    let exec = executor();
+    // A pipe registered as fd N, then the terminal put on N: the epoll
+    // still watches the pipe.
+    let mut s = Session::new(
+        &exec,
+        TerminalRequest::argv([
+            "python3",
+            "-c",
+            "import os, select\nr, w = os.pipe(); keep = os.dup(r)\nep = select.epoll(); ep.register(r, select.EPOLLIN)\nos.dup2(0, r)\nprint('ready', flush=True); ep.poll()",
+        ]),
+    );
+    s.expect("ready");
+    never_waiting(
+        &s,
+        "an epoll that watches a pipe whose number is now the terminal",
+    );
+    assert_eq!(s.term.terminate_blocking().unwrap(), 0);
+    // The reverse: the terminal registered as fd N, then a pipe put on N.
+    let mut s = Session::new(
+        &exec,
+        TerminalRequest::argv([
+            "python3",
+            "-c",
+            "import os, select\nt = os.dup(0); ep = select.epoll(); ep.register(t, select.EPOLLIN)\nr, w = os.pipe(); os.dup2(r, t)\nprint('ready', flush=True); ep.poll(); print('woke', flush=True); input()",
+        ]),
+    );
+    s.expect("ready");
+    s.waiting();
+    s.write("x\n");
+    s.expect("woke");
+    assert_eq!(s.exit_code(), Some(0));
+}
+
+#[test]
+fn an_epoll_that_watches_an_epoll_that_watches_the_terminal_waits_for_input() {
+    let exec = executor();
+    let mut s = Session::new(
+        &exec,
+        TerminalRequest::argv([
+            "python3",
+            "-c",
+            "import select\ninner = select.epoll(); inner.register(0, select.EPOLLIN)\nouter = select.epoll(); outer.register(inner.fileno(), select.EPOLLIN)\nprint('ready', flush=True); outer.poll(); print('woke', flush=True); input()",
+        ]),
+    );
+    s.expect("ready");
+    s.waiting();
+    s.write("x\n");
+    s.expect("woke");
+    assert_eq!(s.exit_code(), Some(0));
+    // Nested, but the inner one watches a pipe: not waiting.
+    let mut s = Session::new(
+        &exec,
+        TerminalRequest::argv([
+            "python3",
+            "-c",
+            "import os, select\nr, w = os.pipe()\ninner = select.epoll(); inner.register(r, select.EPOLLIN)\nouter = select.epoll(); outer.register(inner.fileno(), select.EPOLLIN)\nprint('ready', flush=True); outer.poll()",
+        ]),
+    );
+    s.expect("ready");
+    never_waiting(&s, "an epoll that watches an epoll that watches a pipe");
+    assert_eq!(s.term.terminate_blocking().unwrap(), 0);
+}
+
+#[test]
+fn input_waiting_is_false_right_after_a_write_until_the_program_reads_again() {
+    let dir = common::temp_dir("terminal-written");
+    let fifo = dir.join("go");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let exec = executor();
+    // After each line it reads, it waits on the fifo (not the terminal)
+    // until the test lets it read again.
+    let s = Session::new(
+        &exec,
+        TerminalRequest::command(format!(
+            "while read -r x; do read -r y < '{}'; done",
+            fifo.display()
+        )),
+    );
+    for i in 0..20 {
+        s.waiting();
+        s.write(&format!("line{i}\n"));
+        // The line is unread or being read, then the program waits on the
+        // fifo: never waiting for input here, however soon the look.
+        let fg = s.foreground();
+        assert!(
+            !fg.input_waiting,
+            "round {i}: waiting reported right after a write"
+        );
+        assert!(
+            !s.term
+                .wait_input_waiting(Some(Duration::from_millis(200)))
+                .unwrap(),
+            "round {i}: the program waits on the fifo, not the terminal"
+        );
+        std::fs::write(&fifo, "go\n").unwrap();
+        assert!(s.term.wait_input_waiting(Some(LIMIT)).unwrap(), "round {i}");
+    }
+    assert_eq!(s.term.terminate_blocking().unwrap(), 0);
+}

@@ -417,6 +417,34 @@ pub unsafe extern "C" fn dsh_terminal_inspect_foreground(
     })
 }
 
+/// Waits until the kernel shows the foreground group waiting for input,
+/// `timeout_ms` passed (negative: no limit), or the program exited; writes
+/// whether it is waiting to `waiting` (may be NULL). Right after a write it
+/// is true only once the program took what was written and waits again
+/// (docs/terminals.md). DSH_OK, or the error of a refused wait.
+///
+/// # Safety
+/// `terminal` is NULL or a live DshTerminal that no thread frees during this
+/// call. `waiting` is NULL or valid and aligned for writing one bool.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_terminal_wait_input_waiting(
+    terminal: *const DshTerminal,
+    timeout_ms: i64,
+    waiting: *mut bool,
+) -> DshStatus {
+    status(|| {
+        // SAFETY: per # Safety `terminal` is NULL or live for the call.
+        let t = unsafe { handle(terminal, "terminal") }?;
+        let limit = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
+        let w = t.inner.wait_input_waiting(limit)?;
+        if !waiting.is_null() {
+            // SAFETY: non-null and, per # Safety, writable for one bool.
+            unsafe { waiting.write(w) };
+        }
+        Ok(())
+    })
+}
+
 /// Sends `signal` ("SIGINT", "SIGTERM", "SIGKILL", "SIGTSTP" or "SIGHUP")
 /// to the foreground process group and writes that group's id to `group`
 /// (may be NULL). DSH_TERMINAL_CLOSED when there is none.

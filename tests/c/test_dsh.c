@@ -1697,6 +1697,56 @@ static int32_t term_waiting(DshTerminal *t) {
     return -1;
 }
 
+/* wait_input_waiting: right after a write it is false until the program
+ * reads the terminal again (here it waits on a fifo in between); a pty relay
+ * (script) whose program sleeps is not waiting. */
+static void test_terminal_wait_input_waiting(void) {
+    char dir[] = "/tmp/dsh-c-waiting-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char fifo[64], cmd[160];
+    snprintf(fifo, sizeof fifo, "%s/go", dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    snprintf(cmd, sizeof cmd, "while read -r x; do read -r y < '%s'; done", fifo);
+    DshExecutor *exec;
+    CHECK(dsh_executor_new(NULL, &exec) == DSH_OK);
+    DshTerminalRequest *req;
+    CHECK(dsh_terminal_request_new_command(cmd, &req) == DSH_OK);
+    DshTerminal *t;
+    CHECK(dsh_executor_spawn_terminal(exec, req, &t) == DSH_OK);
+    dsh_terminal_request_free(req);
+    for (int i = 0; i < 5; i++) {
+        bool w = false;
+        CHECK(dsh_terminal_wait_input_waiting(t, 30000, &w) == DSH_OK && w);
+        CHECK(dsh_terminal_write(t, (const uint8_t *)"line\n", 5) == DSH_OK);
+        bool now = true;
+        CHECK(dsh_terminal_inspect_foreground(t, NULL, &now) && !now);
+        CHECK(dsh_terminal_wait_input_waiting(t, 200, &w) == DSH_OK && !w);
+        FILE *f = fopen(fifo, "w");
+        CHECK(f != NULL);
+        fputs("go\n", f);
+        fclose(f);
+    }
+    uint32_t survivors = 1;
+    CHECK(dsh_terminal_terminate(t, &survivors) == DSH_OK && survivors == 0);
+    dsh_terminal_free(t);
+    if (system("script --version >/dev/null 2>&1") == 0) {
+        CHECK(dsh_terminal_request_new_command("script -qc 'echo in; sleep 1000' /dev/null", &req) == DSH_OK);
+        CHECK(dsh_executor_spawn_terminal(exec, req, &t) == DSH_OK);
+        dsh_terminal_request_free(req);
+        static char seen2[4096];
+        seen2[0] = 0;
+        CHECK(term_expect(t, seen2, sizeof seen2, "in"));
+        bool w = true;
+        CHECK(dsh_terminal_wait_input_waiting(t, 300, &w) == DSH_OK && !w);
+        CHECK(dsh_terminal_terminate(t, &survivors) == DSH_OK && survivors == 0);
+        dsh_terminal_free(t);
+    }
+    unlink(fifo);
+    rmdir(dir);
+    dsh_executor_dispose(exec);
+    dsh_executor_free(exec);
+}
+
 static void test_terminal_session(void) {
     /* A grace period a loaded machine cannot outrun: bash must end on the
      * hangup, not on the SIGKILL that follows the grace. */
@@ -1821,6 +1871,7 @@ int main(void) {
     run_test("stdin_misuse", test_stdin_misuse);
     run_test("on_expiry_background", test_on_expiry_background);
     run_test("terminal_session", test_terminal_session);
+    run_test("terminal_wait_input_waiting", test_terminal_wait_input_waiting);
     run_test("host_death_sigkill", test_host_death_sigkill);
     run_test("host_death_exit_without_dispose", test_host_death_exit_without_dispose);
     run_test("host_death_exit_from_another_thread", test_host_death_exit_from_another_thread);

@@ -140,3 +140,42 @@ test('nothing of a session survives terminate() or dispose', async () => {
   for (const p of more) assert.equal(alive(p), false, `${p} survived dispose`)
   await assert.rejects(ex.spawnTerminal(bash), (e) => e.code === 'DISPOSED')
 })
+
+test('waitInputWaiting sees the written line taken first; a pty relay follows its program', async () => {
+  const fs = require('node:fs')
+  const os = require('node:os')
+  const path = require('node:path')
+  const { execFileSync } = require('node:child_process')
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dsh-node-waiting-'))
+  const fifo = path.join(dir, 'go')
+  execFileSync('mkfifo', [fifo])
+  const ex = executor()
+  try {
+    // After each line it reads, it waits on the fifo, not the terminal.
+    const t = await ex.spawnTerminal({ command: `while read -r x; do read -r y < '${fifo}'; done` })
+    for (let i = 0; i < 5; i++) {
+      assert.equal(await t.waitInputWaiting(30000), true)
+      await t.write(`line${i}\n`)
+      const fg = await t.inspectForeground()
+      assert.equal(fg.inputWaiting, false, `round ${i}: waiting right after a write`)
+      assert.equal(await t.waitInputWaiting(200), false)
+      fs.writeFileSync(fifo, 'go\n')
+    }
+    assert.equal(await t.terminate(), 0)
+    let hasScript = true
+    try {
+      execFileSync('script', ['--version'])
+    } catch {
+      hasScript = false
+    }
+    if (hasScript) {
+      const r = await ex.spawnTerminal({ command: "script -qc 'echo in; sleep 1000' /dev/null" })
+      await watch(r).expect('in')
+      assert.equal(await r.waitInputWaiting(300), false)
+      assert.equal(await r.terminate(), 0)
+    }
+  } finally {
+    await ex.dispose()
+    fs.rmSync(dir, { recursive: true, force: true })
+  }
+})

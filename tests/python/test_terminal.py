@@ -169,3 +169,28 @@ def test_nothing_survives_terminate_or_close() -> None:
         assert not alive(p), f"{p} survived close()"
     with pytest.raises(dsh_native.DisposedError):
         ex.spawn_terminal(["true"])
+
+
+def test_wait_input_waiting_sees_the_written_line_taken_first(ex: dsh_native.Executor, tmp_path) -> None:
+    import os
+    import shutil
+
+    fifo = tmp_path / "go"
+    os.mkfifo(fifo)
+    # After each line it reads, it waits on the fifo, not the terminal.
+    term = ex.spawn_terminal(command=f"while read -r x; do read -r y < '{fifo}'; done")
+    for i in range(5):
+        assert term.wait_input_waiting(timeout=30)
+        term.write(f"line{i}\n")
+        fg = term.inspect_foreground()
+        assert fg is not None and not fg.input_waiting, f"round {i}: waiting right after a write"
+        assert term.wait_input_waiting(timeout=0.2) is False
+        fifo.write_text("go\n")
+    assert term.terminate() == 0
+    assert term.wait_input_waiting(timeout=1) is False
+    if shutil.which("script"):
+        # A pty relay whose program sleeps is not waiting.
+        term = ex.spawn_terminal(command="script -qc 'echo in; sleep 1000' /dev/null")
+        Screen(term).expect("in")
+        assert term.wait_input_waiting(timeout=0.3) is False
+        assert term.terminate() == 0

@@ -247,6 +247,8 @@ impl Executor {
     /// naming it.
     pub fn new(input: ConfigInput) -> Result<Executor> {
         let config = Config::new(input)?;
+        // /proc as it is now, before any command could cover it.
+        crate::sys::proc::keep();
         let shared = Arc::new(ExecutorInner {
             host_pid: current_pid(),
             spill: Arc::new(SpillDir::new(config.spill_dir.clone())),

@@ -29,8 +29,6 @@
 //! scan together: stopping N commands at once costs a few scans, not N.
 
 use std::collections::{HashMap, HashSet};
-use std::fs;
-use std::io::Read;
 use std::sync::mpsc::{channel, Receiver, Sender};
 
 use tokio::sync::oneshot;
@@ -222,12 +220,9 @@ pub(crate) fn select(
         .collect()
 }
 
+/// Reads `path` of `/proc` (through the view the host kept: `sys::proc`).
 fn read_file(path: &str, buf: &mut Vec<u8>) -> bool {
-    buf.clear();
-    match fs::File::open(path) {
-        Ok(mut f) => f.read_to_end(buf).is_ok(),
-        Err(_) => false,
-    }
+    crate::sys::proc::read_into(path, buf).is_ok()
 }
 
 /// The session in a `/proc/<pid>/stat` line.
@@ -238,7 +233,7 @@ pub(crate) fn session_in_stat(stat: &[u8]) -> Option<libc::pid_t> {
 }
 
 fn untagged_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> Option<Untagged> {
-    if !read_file(&format!("/proc/{pid}/stat"), buf) {
+    if !read_file(&format!("{pid}/stat"), buf) {
         return None;
     }
     Some(Untagged {
@@ -248,7 +243,7 @@ fn untagged_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> Option<Untagged> {
 }
 
 fn tag_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
-    if !read_file(&format!("/proc/{pid}/environ"), buf) {
+    if !read_file(&format!("{pid}/environ"), buf) {
         return None;
     }
     tag_in(buf).map(<[u8]>::to_vec)
@@ -258,21 +253,11 @@ fn tag_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
 /// each signalled. Each target is pinned with a pidfd and re-checked before
 /// the signal, so a pid recycled between the scan and the kill is never hit.
 fn scan_and_signal(requests: &[(&TagMatch, libc::c_int)]) -> Vec<usize> {
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return vec![0; requests.len()];
-    };
     let me = current_pid();
     let mut buf = Vec::with_capacity(4096);
     let mut tags = HashMap::new();
     let mut untagged = HashMap::new();
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<libc::pid_t>().ok())
-        else {
-            continue;
-        };
+    for pid in crate::sys::proc::pids() {
         if pid == me {
             continue;
         }
@@ -305,7 +290,7 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int)]) -> Vec<usize> {
         .filter_map(|pid| {
             let pidfd = pidfd_open(pid).ok()?;
             let tag = tag_of(pid, &mut buf);
-            let stat = read_file(&format!("/proc/{pid}/stat"), &mut buf).then(|| buf.clone());
+            let stat = read_file(&format!("{pid}/stat"), &mut buf).then(|| buf.clone());
             let parent = stat.as_deref().and_then(parent_in_stat);
             let group = stat.as_deref().and_then(group_in_stat);
             let session = stat.as_deref().and_then(session_in_stat);

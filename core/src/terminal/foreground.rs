@@ -25,16 +25,43 @@
 //! system call and arguments from `/proc/PID/task/TID/syscall`; a descriptor
 //! is this terminal when `stat` of `/proc/PID/fd/N` gives its device
 //! number, or is `/dev/tty` in a process whose controlling terminal is this
-//! one (password prompts read it); `select` and `poll` sets are read from `/proc/PID/mem`, epoll
-//! interest lists from `/proc/PID/fdinfo/EPFD`. Whatever cannot be read
+//! one (password prompts read it); `select` and `poll` sets are read from
+//! `/proc/PID/mem`, epoll interest lists from `/proc/PID/fdinfo/EPFD`. An
+//! epoll entry names the descriptor number the file had when it was
+//! registered, which may now be another file: the entry is resolved by the
+//! file itself (its inode and device in the fdinfo line, and `kcmp` to tell
+//! epoll instances apart, which share one inode), and an epoll watched by
+//! an epoll is followed (at most [`DEPTH`] levels). Whatever cannot be read
 //! (another user's process, a kernel without these files) proves nothing:
 //! the answer is then `false`.
+//!
+//! Two more facts keep the answer honest:
+//!
+//! - **Input not read yet.** Right after a write, the reader is still
+//!   asleep in its read until the kernel wakes it. Input that a read of the
+//!   terminal would return now (a complete line in canonical mode, `VMIN`
+//!   bytes in raw mode; `poll` on the terminal says, after the kernel
+//!   delivered what was written) means the group is about to run: not
+//!   waiting.
+//! - **Relays.** A member that reads this terminal while holding the master
+//!   of another pseudo-terminal (`script`, `sudo` with `use_pty`, `expect`)
+//!   forwards the keys to the program there: the group waits for input
+//!   exactly when the foreground group of that terminal does, by the same
+//!   rule (followed at most [`DEPTH`] relays deep; a terminal whose
+//!   foreground cannot be found proves nothing).
 
-use std::collections::HashMap;
-use std::fs;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::collections::{HashMap, HashSet};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
 
 use crate::launch::tree::{group_in_stat, session_in_stat};
+use crate::sys::{pidfd_open, proc};
+use crate::terminal::{Foreground, Terminal};
+
+/// How deep nested epolls and relays are followed (the kernel nests
+/// epolls at most 4 deep).
+pub(crate) const DEPTH: usize = 4;
 
 /// What one thread is doing, as far as input goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,35 +114,87 @@ fn multiplexer(nr: i64) -> Option<Wait> {
     }
 }
 
-/// One process being inspected: which of its descriptors are the terminal.
+/// What `stat` of one descriptor says.
+#[derive(Clone, Copy)]
+struct File {
+    mode: u32,
+    rdev: libc::dev_t,
+    dev: libc::dev_t,
+    ino: u64,
+}
+
+impl File {
+    fn char_device(&self, major: u32, minor: u32) -> bool {
+        (self.mode & libc::S_IFMT) == libc::S_IFCHR
+            && (libc::major(self.rdev), libc::minor(self.rdev)) == (major, minor)
+    }
+}
+
+/// One process being inspected: its descriptors, as far as they matter.
 struct Member {
     pid: libc::pid_t,
     tty: libc::dev_t,
-    known: HashMap<u64, bool>,
+    files: HashMap<u64, Option<File>>,
+    fds: Option<Vec<u64>>,
 }
 
 /// `/dev/tty`'s device number: a descriptor of it is the controlling
 /// terminal of the process that opened it.
 const DEV_TTY: (u32, u32) = (5, 0);
+/// `/dev/ptmx` (and `/dev/pts/ptmx`): a descriptor of it is a master.
+const PTMX: (u32, u32) = (5, 2);
+/// The first major of pseudo-terminal slaves (`/dev/pts/N`).
+const PTS_MAJOR: u32 = 136;
+/// `kcmp(2)`'s "is this descriptor the file that epoll entry watches".
+const KCMP_EPOLL_TFD: libc::c_int = 7;
 
 impl Member {
-    fn is_tty(&mut self, fd: u64) -> bool {
-        let (pid, tty) = (self.pid, self.tty);
-        *self.known.entry(fd).or_insert_with(|| {
-            let Ok(m) = fs::metadata(format!("/proc/{pid}/fd/{fd}")) else {
-                return false;
-            };
-            if (m.mode() & libc::S_IFMT) != libc::S_IFCHR {
-                return false;
-            }
-            m.rdev() == tty
-                || ((libc::major(m.rdev()), libc::minor(m.rdev())) == DEV_TTY
-                    && controlling_terminal(pid) == Some(encode_dev(tty)))
+    fn new(pid: libc::pid_t, tty: libc::dev_t) -> Member {
+        Member {
+            pid,
+            tty,
+            files: HashMap::new(),
+            fds: None,
+        }
+    }
+
+    fn file(&mut self, fd: u64) -> Option<File> {
+        let pid = self.pid;
+        *self.files.entry(fd).or_insert_with(|| {
+            let st = proc::stat(&format!("{pid}/fd/{fd}")).ok()?;
+            Some(File {
+                mode: st.st_mode,
+                rdev: st.st_rdev,
+                dev: st.st_dev,
+                ino: st.st_ino,
+            })
         })
     }
 
+    /// The descriptors it has open now.
+    fn fds(&mut self) -> Vec<u64> {
+        let pid = self.pid;
+        self.fds
+            .get_or_insert_with(|| proc::numbers(&format!("{pid}/fd")))
+            .clone()
+    }
+
+    fn is_tty(&mut self, fd: u64) -> bool {
+        let Some(f) = self.file(fd) else {
+            return false;
+        };
+        (f.mode & libc::S_IFMT) == libc::S_IFCHR
+            && (f.rdev == self.tty
+                || (f.char_device(DEV_TTY.0, DEV_TTY.1)
+                    && controlling_terminal(self.pid) == Some(encode_dev(self.tty))))
+    }
+
+    fn is_epoll(&self, fd: u64) -> bool {
+        proc::read_link(&format!("{}/fd/{fd}", self.pid)).is_ok_and(|l| l == b"anon_inode:[eventpoll]")
+    }
+
     fn memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
-        let file = fs::File::open(format!("/proc/{}/mem", self.pid)).ok()?;
+        let file = proc::open(&format!("{}/mem", self.pid), libc::O_RDONLY).ok()?;
         let mut buf = vec![0u8; len];
         file.read_exact_at(&mut buf, addr).ok()?;
         Some(buf)
@@ -150,31 +229,56 @@ impl Member {
         })
     }
 
-    /// Whether the epoll instance `epfd` watches the terminal for input.
-    fn epoll_watches(&mut self, epfd: u64) -> bool {
-        let Ok(info) = fs::read_to_string(format!("/proc/{}/fdinfo/{epfd}", self.pid)) else {
+    /// Whether the epoll instance `epfd` watches the terminal for input,
+    /// itself or through the epolls it watches (`depth` more levels).
+    fn epoll_watches(&mut self, epfd: u64, depth: usize) -> bool {
+        let Ok(info) = proc::read(&format!("{}/fdinfo/{epfd}", self.pid)) else {
             return false;
         };
-        let watched: Vec<(u64, u32)> = info
+        let input = (libc::EPOLLIN | libc::EPOLLPRI) as u32;
+        String::from_utf8_lossy(&info)
             .lines()
-            .filter_map(|line| {
-                let mut words = line.split_whitespace();
-                (words.next()? == "tfd:").then_some(())?;
-                let fd = words.next()?.parse().ok()?;
-                (words.next()? == "events:").then_some(())?;
-                let events = u32::from_str_radix(words.next()?, 16).ok()?;
-                Some((fd, events))
-            })
-            .collect();
-        watched
-            .into_iter()
-            .any(|(fd, events)| events & (libc::EPOLLIN | libc::EPOLLPRI) as u32 != 0 && self.is_tty(fd))
+            .filter_map(parse_epoll_entry)
+            .filter(|e| e.events & input != 0)
+            .any(|e| self.entry_watches(epfd, &e, depth))
+    }
+
+    /// Whether one epoll entry is the terminal (or an epoll that watches
+    /// it): the registered file is found among the descriptors open now by
+    /// its inode (and for epolls, which share one inode, by `kcmp`), never
+    /// by the number it was registered under.
+    fn entry_watches(&mut self, epfd: u64, e: &EpollEntry, depth: usize) -> bool {
+        let Some((ino, dev)) = e.file else {
+            // A kernel that does not name the file: it proves nothing.
+            return false;
+        };
+        let candidates = std::iter::once(e.fd).chain(self.fds().into_iter().filter(|&fd| fd != e.fd));
+        for fd in candidates.collect::<Vec<_>>() {
+            let Some(f) = self.file(fd) else {
+                continue;
+            };
+            if f.ino != ino || f.dev != dev {
+                continue;
+            }
+            if self.is_tty(fd) {
+                return true;
+            }
+            if depth > 0
+                && fd != epfd
+                && self.is_epoll(fd)
+                && same_epoll_target(self.pid, fd, epfd, e.fd)
+                && self.epoll_watches(fd, depth - 1)
+            {
+                return true;
+            }
+        }
+        false
     }
 
     /// What thread `tid` is doing, from its state and current system call.
-    fn activity(&mut self, tid: libc::pid_t) -> Activity {
-        let base = format!("/proc/{}/task/{tid}", self.pid);
-        let Ok(stat) = fs::read(format!("{base}/stat")) else {
+    fn activity(&mut self, tid: u64) -> Activity {
+        let base = format!("{}/task/{tid}", self.pid);
+        let Ok(stat) = proc::read(&format!("{base}/stat")) else {
             // Gone meanwhile: it waits for nothing.
             return Activity::WaitsElsewhere;
         };
@@ -183,10 +287,10 @@ impl Member {
             Some('Z' | 'X') => return Activity::WaitsElsewhere,
             _ => return Activity::Busy,
         }
-        let Ok(syscall) = fs::read_to_string(format!("{base}/syscall")) else {
+        let Ok(syscall) = proc::read(&format!("{base}/syscall")) else {
             return Activity::Busy;
         };
-        self.classify(&syscall)
+        self.classify(&String::from_utf8_lossy(&syscall))
     }
 
     /// Classifies a `/proc/…/syscall` line: `running`, `-1 SP PC` (asleep
@@ -214,7 +318,7 @@ impl Member {
         let watches = match multiplexer(nr) {
             Some(Wait::Select) => self.select_watches(arg(0), arg(1)),
             Some(Wait::Poll) => self.poll_watches(arg(0), arg(1)),
-            Some(Wait::Epoll) => self.epoll_watches(arg(0)),
+            Some(Wait::Epoll) => self.epoll_watches(arg(0), DEPTH),
             None => false,
         };
         if watches {
@@ -223,6 +327,100 @@ impl Member {
             Activity::WaitsElsewhere
         }
     }
+
+    /// The pseudo-terminals it holds the master of (their slaves' device
+    /// numbers, from `tty-index` in the master's fdinfo).
+    fn served_terminals(&mut self) -> Vec<libc::dev_t> {
+        let mut served = Vec::new();
+        for fd in self.fds() {
+            if !self.file(fd).is_some_and(|f| f.char_device(PTMX.0, PTMX.1)) {
+                continue;
+            }
+            let Ok(info) = proc::read(&format!("{}/fdinfo/{fd}", self.pid)) else {
+                continue;
+            };
+            let index = String::from_utf8_lossy(&info)
+                .lines()
+                .find_map(|l| l.strip_prefix("tty-index:")?.trim().parse::<u32>().ok());
+            if let Some(i) = index {
+                served.push(libc::makedev(PTS_MAJOR + i / 256, i % 256));
+            }
+        }
+        served
+    }
+
+    /// A descriptor of ours for the terminal itself (not `/dev/tty`), taken
+    /// from this member with `pidfd_getfd` (Linux 5.6).
+    fn terminal_copy(&mut self) -> Option<OwnedFd> {
+        let fd = self.fds().into_iter().find(|&fd| {
+            self.file(fd)
+                .is_some_and(|f| (f.mode & libc::S_IFMT) == libc::S_IFCHR && f.rdev == self.tty)
+        })?;
+        let pidfd = pidfd_open(self.pid).ok()?;
+        // SAFETY: pidfd_getfd takes a descriptor and integers.
+        let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd as libc::c_int, 0) };
+        if copy < 0 {
+            return None;
+        }
+        // SAFETY: pidfd_getfd succeeded: the descriptor is new and ours
+        // (close-on-exec, as pidfd_getfd makes them).
+        let copy = unsafe { OwnedFd::from_raw_fd(copy as libc::c_int) };
+        // It may have been replaced since the stat: check what we got.
+        // SAFETY: an all-zero stat is a valid value to be overwritten.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `copy` is open and `st` a valid stat to fill.
+        let ok = unsafe { libc::fstat(copy.as_raw_fd(), &mut st) } == 0
+            && (st.st_mode & libc::S_IFMT) == libc::S_IFCHR
+            && st.st_rdev == self.tty;
+        ok.then_some(copy)
+    }
+}
+
+/// One line of an epoll's fdinfo: `tfd: N events: E data: D pos:P ino:I
+/// sdev:S` (the last three since Linux 4.x).
+struct EpollEntry {
+    fd: u64,
+    events: u32,
+    /// The registered file's inode and device, when the kernel says.
+    file: Option<(u64, libc::dev_t)>,
+}
+
+fn parse_epoll_entry(line: &str) -> Option<EpollEntry> {
+    let mut words = line.split_whitespace();
+    (words.next()? == "tfd:").then_some(())?;
+    let fd = words.next()?.parse().ok()?;
+    (words.next()? == "events:").then_some(())?;
+    let events = u32::from_str_radix(words.next()?, 16).ok()?;
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(name))
+            .and_then(|v| u64::from_str_radix(v, 16).ok())
+    };
+    // `sdev` is the kernel's own encoding: major << 20 | minor.
+    let file = field("ino:")
+        .zip(field("sdev:"))
+        .map(|(ino, sdev)| (ino, libc::makedev((sdev >> 20) as u32, (sdev & 0xfffff) as u32)));
+    Some(EpollEntry { fd, events, file })
+}
+
+/// Whether descriptor `fd` of `pid` is the very file entry `tfd` of its
+/// epoll `epfd` watches (`kcmp`; false where the kernel has none).
+fn same_epoll_target(pid: libc::pid_t, fd: u64, epfd: u64, tfd: u64) -> bool {
+    #[repr(C)]
+    struct Slot {
+        efd: u32,
+        tfd: u32,
+        toff: u32,
+    }
+    let slot = Slot {
+        efd: epfd as u32,
+        tfd: tfd as u32,
+        toff: 0,
+    };
+    // SAFETY: kcmp takes pids, a type, a descriptor number and, for
+    // KCMP_EPOLL_TFD, a pointer to a valid slot that outlives the call.
+    let r = unsafe { libc::syscall(libc::SYS_kcmp, pid, pid, KCMP_EPOLL_TFD, fd, &slot as *const Slot) };
+    r == 0
 }
 
 /// The kernel's encoding of a device number in `/proc/…/stat`'s `tty_nr`.
@@ -231,18 +429,22 @@ fn encode_dev(dev: libc::dev_t) -> u64 {
     (minor & 0xff) | (major << 8) | ((minor & !0xff) << 12)
 }
 
+/// Field `n` (0: the state) after the command name of a `stat` line.
+fn stat_field(stat: &[u8], n: usize) -> Option<i64> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    std::str::from_utf8(&stat[close + 1..])
+        .ok()?
+        .split_whitespace()
+        .nth(n)?
+        .parse()
+        .ok()
+}
+
 /// The controlling terminal of `pid` (`tty_nr` of its `stat`), encoded as
 /// [`encode_dev`] does.
 fn controlling_terminal(pid: libc::pid_t) -> Option<u64> {
-    let stat = fs::read(format!("/proc/{pid}/stat")).ok()?;
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    let tty_nr: i64 = std::str::from_utf8(&stat[close + 1..])
-        .ok()?
-        .split_whitespace()
-        .nth(4)?
-        .parse()
-        .ok()?;
-    u64::try_from(tty_nr).ok().filter(|&t| t != 0)
+    let stat = proc::read(&format!("{pid}/stat")).ok()?;
+    u64::try_from(stat_field(&stat, 4)?).ok().filter(|&t| t != 0)
 }
 
 /// The state letter of a `/proc/…/stat` line.
@@ -258,13 +460,10 @@ fn state_in_stat(stat: &[u8]) -> Option<char> {
 
 /// The live members of process group `pgid` in session `session`.
 pub(crate) fn members(session: libc::pid_t, pgid: libc::pid_t) -> Vec<libc::pid_t> {
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
+    proc::pids()
+        .into_iter()
         .filter(|pid| {
-            let Ok(stat) = fs::read(format!("/proc/{pid}/stat")) else {
+            let Ok(stat) = proc::read(&format!("{pid}/stat")) else {
                 return false;
             };
             group_in_stat(&stat) == Some(pgid)
@@ -274,36 +473,144 @@ pub(crate) fn members(session: libc::pid_t, pgid: libc::pid_t) -> Vec<libc::pid_
         .collect()
 }
 
+/// The session and foreground group of the terminal whose slave is `tty`,
+/// as a process it controls publishes them (`session` and `tpgid` of its
+/// `stat`).
+fn foreground_of(tty: libc::dev_t) -> Option<(libc::pid_t, libc::pid_t)> {
+    let encoded = encode_dev(tty) as i64;
+    proc::pids().into_iter().find_map(|pid| {
+        let stat = proc::read(&format!("{pid}/stat")).ok()?;
+        if stat_field(&stat, 4)? != encoded || matches!(state_in_stat(&stat), Some('Z' | 'X')) {
+            return None;
+        }
+        let (session, tpgid) = (stat_field(&stat, 3)?, stat_field(&stat, 5)?);
+        (tpgid > 0).then_some((session as libc::pid_t, tpgid as libc::pid_t))
+    })
+}
+
+/// Whether the terminal holds input that a read would return now: `poll`
+/// on it (which first hands the line discipline what was written). False
+/// when no member holds the terminal itself or its copy cannot be taken.
+fn input_pending(members: &mut [Member]) -> bool {
+    let Some(copy) = members.iter_mut().find_map(Member::terminal_copy) else {
+        return false;
+    };
+    let mut p = libc::pollfd {
+        fd: copy.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    r == 1 && p.revents & libc::POLLIN != 0
+}
+
 /// The rule of this module's documentation, for the foreground group
 /// `pgid` of the terminal whose slave has device number `tty`, in
 /// `session`.
 pub(crate) fn input_waiting(session: libc::pid_t, pgid: libc::pid_t, tty: libc::dev_t) -> bool {
-    let members = members(session, pgid);
+    waiting(session, pgid, tty, DEPTH, &mut HashSet::new())
+}
+
+fn waiting(
+    session: libc::pid_t,
+    pgid: libc::pid_t,
+    tty: libc::dev_t,
+    depth: usize,
+    seen: &mut HashSet<libc::dev_t>,
+) -> bool {
+    seen.insert(tty);
+    let mut members: Vec<Member> = members(session, pgid)
+        .into_iter()
+        .map(|pid| Member::new(pid, tty))
+        .collect();
     if members.is_empty() {
         return false;
     }
     let mut reads = false;
-    for pid in members {
-        let mut member = Member {
-            pid,
-            tty,
-            known: HashMap::new(),
-        };
-        let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
-            continue;
-        };
-        for tid in tasks
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
-        {
+    for member in &mut members {
+        let mut member_reads = false;
+        for tid in proc::numbers(&format!("{}/task", member.pid)) {
             match member.activity(tid) {
-                Activity::ReadsTerminal => reads = true,
+                Activity::ReadsTerminal => member_reads = true,
                 Activity::WaitsElsewhere => {}
                 Activity::Busy => return false,
             }
         }
+        if !member_reads {
+            continue;
+        }
+        let served = member.served_terminals();
+        if !served.is_empty() {
+            // A relay: it waits for input when a terminal it serves does.
+            let inner_waits = depth > 0
+                && served.into_iter().any(|inner| {
+                    !seen.contains(&inner)
+                        && foreground_of(inner).is_some_and(|(s, g)| waiting(s, g, inner, depth - 1, seen))
+                });
+            if !inner_waits {
+                return false;
+            }
+        }
+        reads = true;
     }
-    reads
+    reads && !input_pending(&mut members)
+}
+
+impl Terminal {
+    /// Blocks until the kernel shows the foreground group waiting for input
+    /// ([`Terminal::inspect_foreground`]'s `input_waiting`), `timeout`
+    /// passed, or the program exited; whether it is waiting. Right after a
+    /// `write`, the answer is `true` only once the program has taken what
+    /// was written and waits again. Refused where blocking is (inside a
+    /// callback or an async runtime), unless `timeout` is zero.
+    pub fn wait_input_waiting(&self, timeout: Option<Duration>) -> crate::Result<bool> {
+        if timeout != Some(Duration::ZERO) {
+            crate::host::forked::check_host(self.shared.host_pid)?;
+            crate::host::runtime::refuse_blocking()?;
+        }
+        Ok(self.poll_input_waiting(timeout))
+    }
+
+    /// [`Terminal::wait_input_waiting`] off the caller's thread: `on_done`
+    /// gets the answer on the callback thread.
+    pub fn wait_input_waiting_with(
+        &self,
+        timeout: Option<Duration>,
+        on_done: impl FnOnce(bool) + Send + 'static,
+    ) {
+        let this = self.clone();
+        crate::host::runtime::handle().spawn_blocking(move || {
+            let waiting = this.poll_input_waiting(timeout);
+            crate::host::callbacks::dispatch(move || on_done(waiting));
+        });
+    }
+
+    /// The kernel offers no event for "a reader went to sleep": look at
+    /// `/proc` every few milliseconds (1 ms at first, then up to 20 ms),
+    /// waking early when the program exits.
+    fn poll_input_waiting(&self, timeout: Option<Duration>) -> bool {
+        let end = timeout.map(|t| Instant::now() + t);
+        let mut step = Duration::from_millis(1);
+        loop {
+            match self.inspect_foreground() {
+                Some(Foreground {
+                    input_waiting: true, ..
+                }) => return true,
+                None => return false,
+                Some(_) => {}
+            }
+            let left = end.map(|e| e.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                return false;
+            }
+            let nap = left.map_or(step, |l| l.min(step));
+            if self.shared.exited.wait_timeout(Some(nap)) {
+                return false;
+            }
+            step = (step * 2).min(Duration::from_millis(20));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -312,11 +619,7 @@ mod tests {
 
     fn member() -> Member {
         // Nothing of pid 0 is readable: every descriptor is "not the tty".
-        Member {
-            pid: 0,
-            tty: 0,
-            known: HashMap::new(),
-        }
+        Member::new(0, 0)
     }
 
     #[test]
@@ -335,7 +638,15 @@ mod tests {
             Activity::WaitsElsewhere,
             "fd 3 is not the terminal"
         );
-        m.known.insert(3, true);
+        m.files.insert(
+            3,
+            Some(File {
+                mode: libc::S_IFCHR,
+                rdev: 0,
+                dev: 0,
+                ino: 0,
+            }),
+        );
         assert_eq!(m.classify(&read), Activity::ReadsTerminal);
         let wait = format!(
             "{} 0xffffffffffffffff 0x7ffd 0x0 0x0 0x0 0x0 0x7ffd 0x4011",

@@ -467,7 +467,7 @@ impl Terminal {
         let sig = signal.number();
         let session = self.shared.pid;
         let in_session = |pid: libc::pid_t| {
-            std::fs::read(format!("/proc/{pid}/stat"))
+            crate::sys::proc::read(&format!("{pid}/stat"))
                 .ok()
                 .is_some_and(|s| group_in_stat(&s) == Some(pgid) && session_in_stat(&s) == Some(session))
         };
