@@ -524,7 +524,10 @@ fn waiting(
         .into_iter()
         .map(|pid| Member::new(pid, tty))
         .collect();
-    if members.is_empty() {
+    // Input that a read would return now first: looked at after the
+    // states, it could be gone because a reader took it in between, and
+    // that reader's state read before would say it still sleeps.
+    if members.is_empty() || input_pending(&mut members) {
         return false;
     }
     let mut reads = false;
@@ -554,7 +557,7 @@ fn waiting(
         }
         reads = true;
     }
-    reads && !input_pending(&mut members)
+    reads
 }
 
 impl Terminal {
