@@ -825,6 +825,45 @@ fn supervisor_stopped_under_its_commands() {
     assert!(supervisors().is_empty(), "dispose ends the supervisor");
 }
 
+/// The supervisor stays stopped whatever the host does (held in a ptrace
+/// stop, which SIGCONT does not end; here by the test as root, elsewhere by
+/// a root command on a kernel without signal scoping, or a debugger): after
+/// 2 s of it the host treats it as lost and SIGKILLs it. The run waiting on
+/// it settles (exit status unavailable: nobody can report its command's
+/// end), the command is ended by the tag sweep, and a new supervisor serves
+/// the next run.
+fn supervisor_held_stopped_is_replaced() {
+    let e = exec();
+    let old = supervisor_of(&e);
+    let mut req = Request::new("sleep 30");
+    req.timeout_ms = Some(Num(20_000.0));
+    let (r, took) = while_running(&e, req, || {
+        // SAFETY: ptrace(2) requests with integer arguments, on this
+        // process's own child; PTRACE_INTERRUPT stops it until detached.
+        unsafe {
+            assert_eq!(
+                libc::ptrace(libc::PTRACE_SEIZE, old, 0, 0),
+                0,
+                "seize: {}",
+                std::io::Error::last_os_error()
+            );
+            assert_eq!(libc::ptrace(libc::PTRACE_INTERRUPT, old, 0, 0), 0);
+        }
+    });
+    assert!(r.exit_status_unavailable, "{r:?}");
+    assert!(!r.timed_out, "settled before its timeout: {r:?}");
+    assert!(took <= Duration::from_secs(10), "took {took:?}");
+    let (r, _) = run_within(&e, Request::new("echo again"), Duration::from_secs(30));
+    assert_eq!(r.stdout.text, "again\n");
+    let new = supervisor_of(&e);
+    assert_ne!(new, old, "a new supervisor serves later runs");
+    assert!(
+        common::eventually(Duration::from_secs(10), || !common::alive(old)),
+        "the held supervisor was not ended"
+    );
+    e.dispose_blocking().unwrap();
+}
+
 /// Where Landlock scopes signals (ABI 6, Linux 6.12), no command, confined
 /// or not, can signal or trace its supervisor or the host, while it still
 /// signals its own processes; a sandboxed command likewise.
@@ -1278,6 +1317,10 @@ const SCENARIOS: &[(&str, fn())] = &[
     (
         "supervisor_stopped_under_its_commands",
         supervisor_stopped_under_its_commands,
+    ),
+    (
+        "supervisor_held_stopped_is_replaced",
+        supervisor_held_stopped_is_replaced,
     ),
     (
         "commands_cannot_signal_or_trace_the_executor",

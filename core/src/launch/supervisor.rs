@@ -439,21 +439,41 @@ fn start_here() -> io::Result<Supervisor> {
 /// How often the executor looks for a stopped supervisor.
 const STOP_WATCH: std::time::Duration = std::time::Duration::from_millis(250);
 
+/// How long a supervisor may be seen stopped, look after look, before it is
+/// lost: SIGCONT does not end a ptrace stop, and a process that stops it
+/// again and again keeps every run late.
+const UNRESPONSIVE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The one place that continues a supervisor something stopped (a
-/// command's `kill -STOP $PPID`, or what a ptrace attach left behind once
-/// its tracer died): a stopped supervisor reports no exit and reaps
-/// nothing, so runs waiting on it would never settle. It looks every
-/// STOP_WATCH for as long as anything of its executor can still use it; a
-/// running supervisor is left alone.
+/// command's `kill -STOP $PPID` where signals are not scoped, what a
+/// ptrace attach left behind once its tracer died): a stopped supervisor
+/// reports no exit and reaps nothing, so runs waiting on it would never
+/// settle. It looks every STOP_WATCH for as long as anything of its
+/// executor can still use it; a running supervisor is left alone. One seen
+/// stopped at every look for UNRESPONSIVE is lost: it is SIGKILLed, and
+/// the executor does what it does for any supervisor that died (its runs
+/// settle with the exit status unavailable, the tag sweep ends their
+/// trees, the next command starts a new supervisor).
 fn watch_for_a_stop(releases: std::sync::Weak<ReleasePipe>) {
     crate::host::runtime::handle().spawn(async move {
+        let mut stopped_since: Option<std::time::Instant> = None;
         loop {
             tokio::time::sleep(STOP_WATCH).await;
             let Some(pipe) = releases.upgrade() else { return };
-            if matches!(crate::sys::process_state(pipe.supervisor_pid), Some(b'T' | b't')) {
-                // The pidfd pins the supervisor: a recycled pid is never hit.
-                let _ = crate::sys::pidfd_send_signal(&pipe.supervisor, libc::SIGCONT);
+            if !matches!(crate::sys::process_state(pipe.supervisor_pid), Some(b'T' | b't')) {
+                stopped_since = None;
+                continue;
             }
+            // The pidfd pins the supervisor: a recycled pid is never hit.
+            if stopped_since
+                .get_or_insert_with(std::time::Instant::now)
+                .elapsed()
+                >= UNRESPONSIVE
+            {
+                let _ = crate::sys::pidfd_send_signal(&pipe.supervisor, libc::SIGKILL);
+                return;
+            }
+            let _ = crate::sys::pidfd_send_signal(&pipe.supervisor, libc::SIGCONT);
         }
     });
 }
