@@ -209,6 +209,21 @@ fn terminal_field(name: dsh_core::FieldName) -> dsh_core::Field {
     dsh_core::Field::new(dsh_core::Scope::Terminal, name)
 }
 
+/// What a terminal write holds until the terminal took it: the caller's
+/// Buffer itself, or a string's UTF-8 encoding.
+enum WriteData {
+    Text(String),
+    Buffer(Buffer),
+}
+
+impl AsRef<[u8]> for WriteData {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            WriteData::Text(t) => t.as_bytes(),
+            WriteData::Buffer(b) => b.as_ref(),
+        }
+    }
+}
 #[napi]
 impl NativeTerminal {
     #[napi(getter)]
@@ -262,17 +277,21 @@ impl NativeTerminal {
 
     /// Writes what the terminal takes now (a string is UTF-8): undefined
     /// when it took everything, else a promise that resolves once it took
-    /// the rest (queued in order).
+    /// the rest (queued in order). A Buffer is held by reference until
+    /// then, never copied; a string is encoded to UTF-8 once, and that is
+    /// held instead.
     #[napi]
     pub fn write<'e>(&self, env: &'e Env, data: Unknown<'_>) -> Result<Option<Object<'e>>> {
         let bytes = match data.get_type()? {
             ValueType::String => {
                 // SAFETY: the value was just checked to be a string.
-                unsafe { data.cast::<String>() }?.into_bytes()
+                WriteData::Text(unsafe { data.cast::<String>() }?)
             }
             _ if data.is_buffer().unwrap_or(false) => {
+                // A reference to the caller's Buffer (released on the JS
+                // thread once the core drops it), not a copy.
                 // SAFETY: the value was just checked to be a Buffer.
-                unsafe { data.cast::<BufferSlice>() }?.to_vec()
+                WriteData::Buffer(unsafe { data.cast::<Buffer>() }?)
             }
             t => {
                 let e = DshError::InvalidArgument {
@@ -282,7 +301,7 @@ impl NativeTerminal {
                 return Err(js_error(env, &e));
             }
         };
-        let Some(rest) = throw(env, self.inner.write_now(&bytes))? else {
+        let Some(rest) = throw(env, self.inner.write_now(bytes))? else {
             return Ok(None);
         };
         let (deferred, promise) = settle::promise(env)?;

@@ -105,15 +105,46 @@ pub struct Terminal {
     pub(crate) inner: dsh_core::Terminal,
 }
 
-fn bytes_of(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
-    if let Some(text) = utf8(data, field(FieldName::Data), "")? {
-        return Ok(text.into_bytes());
+/// The bytes of a write, held (never copied) until the terminal took them:
+/// the caller's `bytes` object itself, or a `str`'s UTF-8 encoding (made
+/// once: a `str` is not stored as UTF-8).
+struct Held {
+    _owner: Py<PyBytes>,
+    ptr: *const u8,
+    len: usize,
+}
+
+// SAFETY: `ptr` and `len` describe the contents of `_owner`, a bytes object:
+// immutable, and alive as long as the object, which `_owner` keeps alive.
+// Reading them needs no GIL, and a `Py` dropped without the GIL only queues
+// its decref for the next time a thread holds it.
+unsafe impl Send for Held {}
+
+impl AsRef<[u8]> for Held {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: valid, immutable and alive while `self` is (see `Send`).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
-    Ok(data
-        .cast::<PyBytes>()
-        .map_err(|_| type_error(py, field(FieldName::Data), "must be str or bytes"))?
-        .as_bytes()
-        .to_vec())
+}
+
+fn held_bytes(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Held> {
+    let bytes = if let Ok(text) = data.cast::<PyString>() {
+        match text.encode_utf8() {
+            Ok(b) => b,
+            // A lone surrogate: the error naming the field and where.
+            Err(e) => return Err(utf8(data, field(FieldName::Data), "").err().unwrap_or(e)),
+        }
+    } else {
+        data.cast::<PyBytes>()
+            .map_err(|_| type_error(py, field(FieldName::Data), "must be str or bytes"))?
+            .clone()
+    };
+    let slice = bytes.as_bytes();
+    Ok(Held {
+        ptr: slice.as_ptr(),
+        len: slice.len(),
+        _owner: bytes.unbind(),
+    })
 }
 
 #[pymethods]
@@ -205,18 +236,23 @@ impl Terminal {
 
     /// Writes ``data`` (str as UTF-8, or bytes) to the terminal's input as
     /// typed, and returns once the terminal took all of it (GIL released).
-    /// TerminalClosedError once the program has exited.
+    /// A bytes object is held until then, never copied (a str's UTF-8
+    /// encoding is made once and held instead). TerminalClosedError once
+    /// the program has exited.
     fn write(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
-        let bytes = bytes_of(py, data)?;
-        py.detach(|| self.inner.write_blocking(&bytes))
-            .map_err(|e| to_pyerr(py, e))
+        let held = held_bytes(py, data)?;
+        py.detach(|| match self.inner.write_now(held)? {
+            None => Ok(()),
+            Some(rest) => rest.wait_blocking(),
+        })
+        .map_err(|e| to_pyerr(py, e))
     }
 
     /// ``write`` as an awaitable that never blocks the event loop.
     fn write_async<'py>(&self, py: Python<'py>, data: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        let bytes = bytes_of(py, data)?;
+        let held = held_bytes(py, data)?;
         let (future, settle) = future_pair(py)?;
-        match self.inner.write_now(&bytes) {
+        match self.inner.write_now(held) {
             // Taken at once: settled here, on the loop's own thread.
             Ok(None) => {
                 future.call_method1("set_result", (py.None(),))?;

@@ -46,7 +46,7 @@ pub use spec::terminal::{
     dimension, resolve_terminal, TerminalProgram, TerminalRequest, TerminalSignal, TerminalSpec,
     DEFAULT_COLS, DEFAULT_ROWS,
 };
-pub use terminal::{Foreground, PendingWrite, Terminal, TerminalRead};
+pub use terminal::{Foreground, PendingWrite, Terminal, TerminalRead, WriteBuffer, WRITE_PIECE};
 pub use watch::escalation::KILL_GIVE_UP;
 pub use watch::output::CollectedOutput;
 pub use watch::stdin::{StdinEnd, STDIN_BUFFER_BYTES};

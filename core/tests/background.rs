@@ -360,3 +360,56 @@ fn a_settled_process_has_reaped_its_leader() {
     exec.dispose_blocking().unwrap();
     assert!(pid_is_free(pid), "dispose returned with a leader unreaped");
 }
+
+/// A spill directory removed while a background process spills (a temp
+/// cleaner, say): reads never name a spill path that does not exist, and
+/// say why there is none (`spill_error`), as a foreground result does.
+#[test]
+fn a_spill_directory_removed_while_spilling_is_a_spill_error_not_a_dangling_path() {
+    let base = temp_dir("spill-removed-bg");
+    let exec = executor_with(|c| {
+        c.max_output_bytes = n(100);
+        c.spill_dir = Some(base.to_str().unwrap().to_owned());
+    });
+    let gate = base.join("gate");
+    let p = start(
+        &exec,
+        &format!(
+            "seq 1 1000; while [ ! -e {g} ]; do sleep 0.01; done; seq 1 1000",
+            g = gate.display()
+        ),
+    );
+    // The spill has begun (it is named); then its directory goes.
+    assert!(eventually(Duration::from_secs(20), || p
+        .read_output()
+        .stdout_spill_path
+        .is_some()));
+    let dir = exec.spill_dir().expect("the spill made the private directory");
+    std::fs::remove_dir_all(&dir).unwrap();
+    let check = |when: &str| {
+        let r = p.read_output();
+        match &r.stdout_spill_path {
+            Some(path) => assert!(
+                std::path::Path::new(path).exists(),
+                "{when}: names {path}, which does not exist (spill_error {:?})",
+                r.stdout_spill_error
+            ),
+            None => assert!(
+                r.stdout_spill_error.is_some(),
+                "{when}: no path and no spill_error"
+            ),
+        }
+        r
+    };
+    let r = check("while running");
+    assert!(r.stdout_spill_path.is_none(), "the removed file is not named");
+    std::fs::write(&gate, b"").unwrap();
+    settled(&p);
+    let r = check("settled");
+    assert!(
+        r.stdout_spill_error.as_deref().unwrap_or("").contains("removed"),
+        "{:?}",
+        r.stdout_spill_error
+    );
+    exec.dispose_blocking().unwrap();
+}

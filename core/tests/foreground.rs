@@ -691,3 +691,28 @@ fn a_cancellation_that_killed_before_the_pid_came_is_an_abort() {
         assert!(r.aborted && r.exit_code.is_none(), "round {round}: {r:?}");
     }
 }
+
+#[test]
+fn a_spill_directory_removed_while_spilling_is_a_spill_error_not_a_dangling_path() {
+    let base = temp_dir("spill-removed-fg");
+    let exec = executor_with(|c| {
+        c.max_output_bytes = n(100);
+        c.spill_dir = Some(base.to_str().unwrap().to_owned());
+    });
+    // The directory goes once the spill file exists (the pump made it).
+    let r = run(
+        &exec,
+        &format!(
+            "seq 1 1000; n=0; until ls {b}/dsh-spill-*/stdout-* >/dev/null 2>&1 || [ $n = 3000 ]; \
+             do sleep 0.01; n=$((n+1)); done; rm -rf {b}/dsh-spill-*; seq 1 1000",
+            b = base.display()
+        ),
+    );
+    assert!(r.stdout.truncated);
+    assert_eq!(r.stdout.spill_path, None, "the removed file is not named");
+    assert!(
+        r.stdout.spill_error.as_deref().unwrap_or("").contains("removed"),
+        "{:?}",
+        r.stdout.spill_error
+    );
+}

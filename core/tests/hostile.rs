@@ -247,3 +247,82 @@ fn calls_racing_dispose_from_several_threads_get_results_or_disposed() {
         );
     }
 }
+
+/// Descriptor exhaustion (RLIMIT_NOFILE 64, 100 runs at once, from as many
+/// threads): every run that cannot start is the documented spawn error
+/// with its errno (EMFILE), never an internal error, and nothing ran for
+/// it. Run in a child host with a timeout: the limit is process-wide, and
+/// a hang fails instead of hanging the suite.
+#[test]
+fn descriptor_exhaustion_is_a_spawn_error_with_its_errno() {
+    if std::env::var_os("DSH_EMFILE_HOST").is_some() {
+        let exec = executor_with(|c| c.grace_ms = n(200));
+        run(&exec, "true");
+        // SAFETY: plain rlimit calls on a zeroed, then filled, struct.
+        unsafe {
+            let mut lim: libc::rlimit = std::mem::zeroed();
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+            lim.rlim_cur = 64;
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+        }
+        let outcomes: Vec<_> = std::thread::scope(|s| {
+            let runs: Vec<_> = (0..100)
+                .map(|i| {
+                    let exec = &exec;
+                    s.spawn(move || {
+                        let mut req = Request::new("echo ok");
+                        if i % 2 == 0 {
+                            req.stdin = Some(b"x".to_vec());
+                        }
+                        exec.run_blocking(&exec.resolve(req).unwrap(), None)
+                    })
+                })
+                .collect();
+            runs.into_iter().map(|t| t.join().unwrap()).collect()
+        });
+        let (mut ran, mut refused) = (0, 0);
+        for outcome in outcomes {
+            match outcome {
+                Ok(r) => {
+                    ran += 1;
+                    assert_eq!((r.exit_code, r.stdout.text.as_str()), (Some(0), "ok\n"));
+                }
+                Err(DshError::Spawn { errno, message, .. }) => {
+                    refused += 1;
+                    assert!(
+                        errno == libc::EMFILE || errno == libc::ENFILE,
+                        "{errno}: {message}"
+                    );
+                    assert!(
+                        message.starts_with("EMFILE") || message.starts_with("ENFILE"),
+                        "{message}"
+                    );
+                }
+                Err(e) => panic!("not a spawn error: {e:?}"),
+            }
+        }
+        println!("OUTCOMES ran {ran} refused {refused}");
+        return;
+    }
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "descriptor_exhaustion_is_a_spawn_error_with_its_errno",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("DSH_EMFILE_HOST", "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ended = eventually(Duration::from_secs(120), || child.try_wait().unwrap().is_some());
+    if !ended {
+        child.kill().unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&out.stdout);
+    println!("{out}");
+    assert!(ended, "the host hung: {out}");
+    assert!(out.contains("OUTCOMES ran"), "{out}");
+    assert!(!out.contains("FAILED"), "{out}");
+}

@@ -1,7 +1,8 @@
 //! The core's layout as CONTRIBUTING.md draws it ("The core's folders"):
 //! each folder uses only the folders above it in the drawing (and `sys`),
 //! no two modules of a folder use each other in a cycle (their tests
-//! aside), and no source file is over 700 lines. Read from the sources, so
+//! aside, and the folder's `mod.rs`, whose types its modules may use), and
+//! no source file is over 700 lines. Read from the sources, so
 //! a `use` that breaks the drawing fails here, not in a reviewer's head.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -125,7 +126,10 @@ fn sibling_uses(source: &Source, modules: &BTreeSet<String>) -> BTreeSet<String>
             }
         }
     }
-    used.retain(|m| modules.contains(m) && *m != source.module);
+    // A folder's `mod.rs` is its front, declaring the folder's own types:
+    // its modules may use what it declares (a module that adds methods to
+    // its type must), so uses of it make no cycle here.
+    used.retain(|m| modules.contains(m) && *m != source.module && !m.ends_with("/mod"));
     used
 }
 

@@ -692,7 +692,7 @@ fn writes_the_program_does_not_read_wait_in_order_without_blocking_the_caller() 
     );
     let text = s.expect("\r\n");
     let pid = pids_in(&text)[0];
-    let first = s.term.write_now(&[b'x'; 1_000_000]).unwrap();
+    let first = s.term.write_now(vec![b'x'; 1_000_000]).unwrap();
     let first = first.expect("a program that does not read cannot take a megabyte at once");
     // A later write queues behind the first, however small.
     let second = s
@@ -922,7 +922,7 @@ fn terminate_settles_while_a_write_the_program_never_reads_is_pending() {
             TerminalRequest::argv(["bash", "-c", "stty raw -echo; echo ready; exec sleep 60"]),
         );
         s.expect("ready");
-        let pending = s.term.write_now(&vec![b'x'; 8 << 20]).unwrap();
+        let pending = s.term.write_now(vec![b'x'; 8 << 20]).unwrap();
         assert!(pending.is_some(), "round {round}: the write should wait");
         let (tx, rx) = std::sync::mpsc::channel();
         pending.unwrap().then(move |r| {
@@ -1111,4 +1111,99 @@ fn input_waiting_is_false_right_after_a_write_until_the_program_reads_again() {
         assert!(s.term.wait_input_waiting(Some(LIMIT)).unwrap(), "round {i}");
     }
     assert_eq!(s.term.terminate_blocking().unwrap(), 0);
+}
+
+/// A 128 MiB write to a program that never reads holds nothing beyond the
+/// caller's bytes but a few pieces (docs/terminals.md): `write_blocking`
+/// of borrowed bytes copies at most three `WRITE_PIECE`s at a time, and
+/// `write_now` of an owned buffer holds that buffer itself. In a child
+/// host (memory measured alone; a hang fails instead of hanging the
+/// suite), peak RSS through VmHWM, reset once the caller's bytes exist.
+#[test]
+fn a_big_write_to_a_program_that_never_reads_copies_at_most_a_few_pieces() {
+    if let Ok(mode) = std::env::var("DSH_WRITE_MEMORY_HOST") {
+        let status = |key: &str| -> u64 {
+            let s = std::fs::read_to_string("/proc/self/status").unwrap();
+            let kb: u64 = s
+                .lines()
+                .find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix(':')))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap();
+            kb * 1024
+        };
+        let exec = executor();
+        let mut s = Session::new(
+            &exec,
+            TerminalRequest::argv([
+                "bash",
+                "--norc",
+                "--noprofile",
+                "-c",
+                "stty -echo; echo READY; read -r line; echo GOT; exec sleep 1000",
+            ]),
+        );
+        s.expect("READY");
+        let mut data = vec![b'x'; 128 << 20];
+        data[..6].copy_from_slice(b"hello\n");
+        std::fs::write("/proc/self/clear_refs", "5").unwrap(); // VmHWM := VmRSS
+        let base = status("VmRSS");
+        let term = s.term.clone();
+        let writer = std::thread::spawn(move || match mode.as_str() {
+            "borrowed" => term.write_blocking(&data),
+            _ => match term.write_now(data) {
+                Ok(Some(rest)) => rest.wait_blocking(),
+                other => other.map(|_| ()),
+            },
+        });
+        // The write has begun once the program read its first line.
+        s.expect("GOT");
+        let mut held = 0;
+        let end = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < end {
+            held = held.max(status("VmRSS").saturating_sub(base));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        s.term.terminate_blocking().unwrap();
+        let outcome = writer.join().unwrap();
+        assert!(matches!(outcome, Err(DshError::TerminalClosed(_))), "{outcome:?}");
+        println!("HELD {held} PEAK {}", status("VmHWM").saturating_sub(base));
+        return;
+    }
+    for mode in ["borrowed", "owned"] {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_big_write_to_a_program_that_never_reads_copies_at_most_a_few_pieces",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("DSH_WRITE_MEMORY_HOST", mode)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let end = Instant::now() + Duration::from_secs(120);
+        while child.try_wait().unwrap().is_none() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let hung = child.try_wait().unwrap().is_none();
+        if hung {
+            child.kill().unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        let out = String::from_utf8_lossy(&out.stdout);
+        assert!(!hung, "{mode}: the host hung: {out}");
+        let line = out
+            .lines()
+            .find(|l| l.contains("HELD "))
+            .unwrap_or_else(|| panic!("{mode}: {out}"));
+        println!("{mode}: {line}");
+        let words: Vec<&str> = line[line.find("HELD ").unwrap()..].split_whitespace().collect();
+        let (held, peak): (u64, u64) = (words[1].parse().unwrap(), words[3].parse().unwrap());
+        // Generous: allocator and test-harness noise, far below one copy.
+        assert!(
+            held < 32 << 20 && peak < 32 << 20,
+            "{mode}: held {held}, peak {peak}"
+        );
+    }
 }

@@ -179,3 +179,62 @@ test('waitInputWaiting sees the written line taken first; a pty relay follows it
     fs.rmSync(dir, { recursive: true, force: true })
   }
 })
+
+// A 128 MiB write to a program that never reads: what the process holds
+// beyond the caller's own data while the write waits (docs/terminals.md:
+// a Buffer is held, not copied; a string's UTF-8 encoding is made once).
+// In a child process (memory alone; a hang fails instead of hanging the
+// suite); peak RSS through VmHWM, reset once the caller's data exists.
+const WRITE_MEMORY = `
+const fs = require('node:fs')
+const { NativeShellExecutor } = require(process.argv[1])
+const kind = process.argv[2]
+const status = (key) => Number(fs.readFileSync('/proc/self/status', 'utf8').match(new RegExp('^' + key + ':\\\\s+(\\\\d+)', 'm'))[1]) * 1024
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+;(async () => {
+  const ex = new NativeShellExecutor({ graceMs: 300 })
+  const t = await ex.spawnTerminal({ argv: ['bash', '--norc', '--noprofile', '-c', 'stty -echo; echo READY; exec sleep 1000'] })
+  let seen = ''
+  t.output.on('data', (c) => { seen += c.toString('utf8') })
+  for (const end = Date.now() + 60000; !seen.includes('READY'); await sleep(10)) {
+    if (Date.now() > end) throw new Error('never ready: ' + seen)
+  }
+  const size = 128 << 20
+  let data
+  if (kind === 'buffer') {
+    data = Buffer.alloc(size, 'x')
+  } else {
+    data = 'x'.repeat(size)
+    data.indexOf('y') // flattened now, not by the write
+  }
+  fs.writeFileSync('/proc/self/clear_refs', '5') // VmHWM := VmRSS
+  const base = status('VmRSS')
+  // The addon takes the data before write() returns its promise.
+  const pending = t.write(data).then(() => 'written', (e) => e.code)
+  let held = 0
+  for (const end = Date.now() + 2000; Date.now() < end; await sleep(50)) {
+    held = Math.max(held, status('VmRSS') - base)
+  }
+  await t.terminate()
+  const outcome = await pending
+  console.log(JSON.stringify({ held, peak: status('VmHWM') - base, outcome, size: data.length }))
+  process.exit(0)
+})().catch((e) => { console.error(e); process.exit(1) })
+`
+
+for (const kind of ['buffer', 'string']) {
+  test(`a big ${kind} write to a program that never reads copies nothing more`, () => {
+    const { spawnSync } = require('node:child_process')
+    const addon = require('node:path').resolve(__dirname, '../../bindings-node')
+    const r = spawnSync(process.execPath, ['-e', WRITE_MEMORY, addon, kind], { timeout: 120000, encoding: 'utf8' })
+    assert.equal(r.status, 0, `${r.stdout}${r.stderr}${r.error ?? ''}`)
+    const seen = JSON.parse(r.stdout.trim().split('\n').pop())
+    console.log(kind, seen)
+    assert.equal(seen.outcome, 'TERMINAL_CLOSED')
+    // A Buffer is held itself; a string's UTF-8 encoding (one copy, the
+    // bytes a terminal takes) is held instead.
+    const allowed = (kind === 'buffer' ? 0 : 128 << 20) + (48 << 20)
+    assert.ok(seen.held < allowed, JSON.stringify(seen))
+    assert.ok(seen.peak < allowed, JSON.stringify(seen))
+  })
+}

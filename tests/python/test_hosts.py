@@ -361,3 +361,36 @@ def test_host_death_leaves_no_process_of_its_commands(ending: str, tmp_path: "os
                     pass
             if not _marked(mark):
                 break
+
+
+def test_descriptor_exhaustion_is_a_spawn_error_with_its_errno() -> None:
+    """RLIMIT_NOFILE 64 and 100 runs at once from as many threads: a run
+    that cannot start is SpawnError with errno EMFILE (it was
+    InternalError 'cannot create a reactor for this thread')."""
+    out = host(
+        """
+        import errno, resource, threading, dsh_native
+        ex = dsh_native.Executor(grace_ms=300)
+        ex.run(ex.resolve("true"))
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+        outcomes = []
+        def one():
+            try:
+                r = ex.run(ex.resolve("echo ok"))
+                outcomes.append("ran" if r.stdout.text == "ok\\n" else repr(r))
+            except dsh_native.SpawnError as e:
+                outcomes.append("refused" if e.errno in (errno.EMFILE, errno.ENFILE) else repr(e))
+            except BaseException as e:
+                outcomes.append(repr(e))
+        threads = [threading.Thread(target=one) for _ in range(100)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        odd = [o for o in outcomes if o not in ("ran", "refused")]
+        print("ran", outcomes.count("ran"), "refused", outcomes.count("refused"), "odd", odd)
+        """
+    )
+    assert "odd []" in out, out

@@ -7,14 +7,16 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use landlock::{
     AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, PathFdError,
     Ruleset as Builder, RulesetAttr, RulesetCreatedAttr, Scope,
 };
 
+use crate::host::forked::PerProcess;
 use crate::spec::sandbox::{Enforcement, SandboxMode, SandboxPolicy};
+use crate::sys::lock;
 
 /// The Landlock ABI version query (include/uapi/linux/landlock.h): the
 /// one call the `landlock` crate does not expose.
@@ -116,32 +118,87 @@ fn writable_dirs(policy: &SandboxPolicy) -> Vec<std::path::PathBuf> {
     }
 }
 
-/// Builds a command's ruleset: with `files` (a policy's writable
-/// directories), reads and execution stay unrestricted and every file
-/// write is denied except under those directories and to the sinks; with
-/// `deny_tcp` (ABI 4+ only), every TCP bind and connect is denied; from
-/// ABI 6 every ruleset also scopes signals, so the command cannot signal
-/// (stop, kill) or trace its supervisor, the host or any process outside
-/// its own tree. Built with the `landlock` crate as a hard requirement
-/// (nothing silently dropped: the rights asked for are exactly those this
-/// ABI has), and handed over as a descriptor: the command's process
-/// restricts itself with it. `None`: nothing to restrict on this kernel.
-/// An error means confinement cannot be applied (the caller fails closed).
-pub(crate) fn ruleset(files: Option<&SandboxPolicy>, deny_tcp: bool) -> Result<Option<Ruleset>, String> {
+/// Why a ruleset could not be made: words for the error, and the errno
+/// when the kernel refused a resource (no descriptor left, no memory),
+/// which is a spawn error, not an unavailable sandbox.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub why: String,
+    pub refused: Option<io::Error>,
+}
+
+impl Failure {
+    fn new(what: String, e: &(dyn std::error::Error + 'static)) -> Failure {
+        let mut cause = Some(e);
+        let mut refused = None;
+        while let Some(c) = cause {
+            if let Some(os) = c.downcast_ref::<io::Error>() {
+                if matches!(
+                    os.raw_os_error(),
+                    Some(libc::EMFILE | libc::ENFILE | libc::ENOMEM)
+                ) {
+                    refused = os.raw_os_error().map(io::Error::from_raw_os_error);
+                }
+            }
+            cause = c.source();
+        }
+        Failure {
+            why: format!("{what}: {e}"),
+            refused,
+        }
+    }
+}
+
+impl From<String> for Failure {
+    fn from(why: String) -> Failure {
+        Failure { why, refused: None }
+    }
+}
+
+/// A command's ruleset: with `files` (a policy's writable directories),
+/// reads and execution stay unrestricted and every file write is denied
+/// except under those directories and to the sinks; with `deny_tcp` (ABI
+/// 4+ only), every TCP bind and connect is denied; from ABI 6 every
+/// ruleset also scopes signals, so the command cannot signal (stop, kill)
+/// or trace its supervisor, the host or any process outside its own tree.
+/// Built with the `landlock` crate as a hard requirement (nothing silently
+/// dropped: the rights asked for are exactly those this ABI has), and
+/// handed over as a descriptor: the command's process restricts itself
+/// with it. The ruleset that only scopes signals is made once per process
+/// and shared. `None`: nothing to restrict on this kernel. An error means
+/// confinement cannot be applied (the caller fails closed).
+pub(crate) fn ruleset(
+    files: Option<&SandboxPolicy>,
+    deny_tcp: bool,
+) -> Result<Option<Arc<Ruleset>>, Failure> {
     let v = match abi() {
         Ok(v) => v,
-        Err(why) if files.is_some() => return Err(why),
+        Err(why) if files.is_some() => return Err(why.into()),
         // No Landlock: nothing else asks for it (`deny_tcp` is asked for
         // only from ABI 4).
         Err(_) => return Ok(None),
     };
     let net = deny_tcp && v >= NET_ABI;
     let scope = v >= SCOPE_ABI;
-    if files.is_none() && !net && !scope {
+    if files.is_some() || net {
+        return build(v, files, net, scope).map(|r| Some(Arc::new(r)));
+    }
+    if !scope {
         return Ok(None);
     }
+    // Per process: a forked child makes its own (and never meets a lock
+    // that a thread of its parent held).
+    static SCOPE_ONLY: PerProcess<Mutex<Option<Arc<Ruleset>>>> = PerProcess::new();
+    let mut shared = lock(SCOPE_ONLY.get(|| Mutex::new(None)));
+    if shared.is_none() {
+        *shared = Some(Arc::new(build(v, None, false, true)?));
+    }
+    Ok(shared.clone())
+}
+
+fn build(v: u32, files: Option<&SandboxPolicy>, net: bool, scope: bool) -> Result<Ruleset, Failure> {
     let handled = write_rights(v);
-    let cannot = |e: landlock::RulesetError| format!("cannot create a Landlock ruleset: {e}");
+    let cannot = |e: landlock::RulesetError| Failure::new("cannot create a Landlock ruleset".into(), &e);
     let mut rs = Builder::default().set_compatibility(CompatLevel::HardRequirement);
     if files.is_some() {
         rs = rs.handle_access(handled).map_err(cannot)?;
@@ -157,14 +214,15 @@ pub(crate) fn ruleset(files: Option<&SandboxPolicy>, deny_tcp: bool) -> Result<O
     let mut created = rs.create().map_err(cannot)?;
     if let Some(policy) = files {
         for dir in writable_dirs(policy) {
-            let fd =
-                PathFd::new(&dir).map_err(|e| format!("cannot allow writes under {}: {e}", dir.display()))?;
+            let what = || format!("cannot allow writes under {}", dir.display());
+            let fd = PathFd::new(&dir).map_err(|e| Failure::new(what(), &e))?;
             created = created
                 .add_rule(PathBeneath::new(fd, handled))
-                .map_err(|e| format!("cannot allow writes under {}: {e}", dir.display()))?;
+                .map_err(|e| Failure::new(what(), &e))?;
         }
         let file_rights = handled & (AccessFs::WriteFile | AccessFs::Truncate);
         for sink in SINKS {
+            let what = || format!("cannot allow writes to {sink}");
             let fd = match PathFd::new(sink) {
                 Ok(fd) => fd,
                 // A host without /dev/tty (no controlling terminal) is fine.
@@ -173,17 +231,20 @@ pub(crate) fn ruleset(files: Option<&SandboxPolicy>, deny_tcp: bool) -> Result<O
                 {
                     continue
                 }
-                Err(e) => return Err(format!("cannot allow writes to {sink}: {e}")),
+                Err(e) => return Err(Failure::new(what(), &e)),
             };
             created = created
                 .add_rule(PathBeneath::new(fd, file_rights))
-                .map_err(|e| format!("cannot allow writes to {sink}: {e}"))?;
+                .map_err(|e| Failure::new(what(), &e))?;
         }
     }
     let fd: Option<OwnedFd> = created.into();
     let scope_only = files.is_none() && !net;
-    fd.map(|fd| Some(Ruleset { fd, scope_only }))
-        .ok_or_else(|| "Landlock is unavailable: no ruleset was created".to_owned())
+    fd.map(|fd| Ruleset { fd, scope_only }).ok_or_else(|| {
+        "Landlock is unavailable: no ruleset was created"
+            .to_owned()
+            .into()
+    })
 }
 
 impl Ruleset {

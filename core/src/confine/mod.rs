@@ -7,7 +7,7 @@ pub(crate) mod governor;
 pub(crate) mod landlock;
 pub(crate) mod netfilter;
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use crate::spec::error::{DshError, Result};
 use crate::spec::sandbox::{Enforcement, NetworkPolicy, SandboxInfo, SandboxMode, SandboxPolicy};
@@ -47,13 +47,16 @@ pub(crate) fn check(policy: Option<&SandboxPolicy>) -> Result<()> {
 /// command, confined or not, the scope that keeps its signals inside its
 /// own tree (docs/host-death.md). `None`: nothing to restrict here. An
 /// error means confinement cannot be applied, and nothing may run.
-pub(crate) fn ruleset(policy: Option<&SandboxPolicy>) -> Result<Option<landlock::Ruleset>> {
+pub(crate) fn ruleset(policy: Option<&SandboxPolicy>) -> Result<Option<Arc<landlock::Ruleset>>> {
     let files = confined(policy);
     let deny_tcp =
         network(policy) == NetworkPolicy::Deny && landlock::abi().is_ok_and(|v| v >= landlock::NET_ABI);
-    landlock::ruleset(files, deny_tcp).map_err(|why| {
+    landlock::ruleset(files, deny_tcp).map_err(|failure| {
         let mode = policy.map_or(SandboxMode::DangerFullAccess, |p| p.mode);
-        DshError::SandboxUnavailable(format!("{mode}: {why}"))
+        match &failure.refused {
+            Some(e) => DshError::refused(&format!("{mode}: {}", failure.why), e),
+            None => DshError::SandboxUnavailable(format!("{mode}: {}", failure.why)),
+        }
     })
 }
 

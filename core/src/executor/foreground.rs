@@ -422,6 +422,9 @@ impl Executor {
         cancel: Option<&CancelToken>,
         check: Option<(Duration, &mut dyn FnMut() -> bool)>,
     ) -> Result<RunResult> {
+        // The thread's reactor first: if the kernel refuses it, nothing
+        // was admitted or started.
+        runtime::reactor_here()?;
         let active = self.admit_run(spec, cancel)?;
         let interrupt = CancelToken::new();
         let task = self.shared().clone().run_task(

@@ -125,14 +125,14 @@ impl HostLoop {
         let reactor = Builder::new_current_thread()
             .enable_io()
             .build()
-            .map_err(|e| DshError::Internal(format!("cannot create a reactor for the host's loop: {e}")))?;
+            .map_err(|e| DshError::refused("cannot create a reactor for the host's loop", &e))?;
         // SAFETY: epoll_create1 takes only a flag.
         let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if fd < 0 {
-            return Err(DshError::Internal(format!(
-                "cannot create an epoll instance for the host's loop: {}",
-                std::io::Error::last_os_error()
-            )));
+            return Err(DshError::refused(
+                "cannot create an epoll instance for the host's loop",
+                &std::io::Error::last_os_error(),
+            ));
         }
         Ok(HostLoop {
             reactor: Arc::new(reactor),

@@ -230,13 +230,15 @@ impl Process {
             s.stdout.release();
             s.stderr.release();
         }
+        let (stdout_spill_path, stdout_spill_error) = s.stdout.spill();
+        let (stderr_spill_path, stderr_spill_error) = s.stderr.spill();
         ProcessRead {
             delta: compose_delta(out, &err),
             lossy: out_lossy || err_lossy,
-            stdout_spill_path: s.stdout.spill_path(),
-            stderr_spill_path: s.stderr.spill_path(),
-            stdout_spill_error: s.stdout.spill_error(),
-            stderr_spill_error: s.stderr.spill_error(),
+            stdout_spill_path,
+            stderr_spill_path,
+            stdout_spill_error,
+            stderr_spill_error,
         }
     }
 

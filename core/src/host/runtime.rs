@@ -75,11 +75,12 @@ thread_local! {
     static LOCAL: std::cell::RefCell<Option<(libc::pid_t, Runtime)>> = const { std::cell::RefCell::new(None) };
 }
 
-/// Drives `fut` to completion on the calling thread with a reactor of its
-/// own. Only for futures that never write to a pipe (the caller's SIGPIPE
-/// disposition is the host's) and that spawn background work explicitly on
-/// [`handle`]. Refused where blocking is (see [`refuse_blocking`]).
-pub(crate) fn block_on_here<F: Future>(fut: F) -> Result<F::Output> {
+/// Makes the calling thread's own reactor (for [`block_on_here`]) if it
+/// has none yet. A blocking run calls it before anything starts: a reactor
+/// the kernel refuses (no descriptor left for its epoll and eventfd) is a
+/// spawn error with the errno ([`DshError::refused`]), and nothing ran.
+/// Refused where blocking is (see [`refuse_blocking`]).
+pub(crate) fn reactor_here() -> Result<()> {
     refuse_blocking()?;
     let pid = current_pid();
     LOCAL.with(|local| {
@@ -93,10 +94,27 @@ pub(crate) fn block_on_here<F: Future>(fut: F) -> Result<F::Output> {
                 .enable_io()
                 .enable_time()
                 .build()
-                .map_err(|e| DshError::Internal(format!("cannot create a reactor for this thread: {e}")))?;
+                .map_err(|e| DshError::refused("cannot create a reactor for this thread", &e))?;
             *local = Some((pid, rt));
         }
-        Ok(local.as_ref().expect("just set").1.block_on(fut))
+        Ok(())
+    })
+}
+
+/// Drives `fut` to completion on the calling thread with a reactor of its
+/// own (made by [`reactor_here`] if there is none yet). Only for futures
+/// that never write to a pipe (the caller's SIGPIPE disposition is the
+/// host's) and that spawn background work explicitly on [`handle`].
+/// Refused where blocking is (see [`refuse_blocking`]).
+pub(crate) fn block_on_here<F: Future>(fut: F) -> Result<F::Output> {
+    reactor_here()?;
+    LOCAL.with(|local| {
+        Ok(local
+            .borrow()
+            .as_ref()
+            .expect("made by reactor_here")
+            .1
+            .block_on(fut))
     })
 }
 

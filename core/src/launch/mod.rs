@@ -83,7 +83,7 @@ pub(crate) fn launch(
     };
     let os_error = |e: std::io::Error| spawn_error(e, &spec.workdir);
     let pipes = Pipes::new(spec.stdin.is_some() || spec.stdin_pipe).map_err(os_error)?;
-    let mut fds = pipes.child_fds(ruleset.as_ref());
+    let mut fds = pipes.child_fds(ruleset.as_deref());
     fds.rlimits = governor::rlimits(&spec.limits);
     fds.seccomp = confine::network_filter(spec.sandbox_policy.as_ref())?;
     let loopback = spec

@@ -284,6 +284,22 @@ impl DshError {
         }
     }
 
+    /// The kernel refused something a run needs before its command can
+    /// start, such as the calling thread's reactor (no descriptor left:
+    /// `EMFILE`, `ENFILE`; no memory): a spawn error with that errno,
+    /// `kind` [`SpawnFailure::Os`], as for any resource refused at a spawn;
+    /// nothing ran. An error without an errno is internal.
+    pub(crate) fn refused(what: &str, e: &std::io::Error) -> DshError {
+        match e.raw_os_error() {
+            Some(errno) => DshError::Spawn {
+                kind: SpawnFailure::Os,
+                errno,
+                message: format!("{}: {what}: {e}", errno_name(errno)),
+            },
+            None => DshError::Internal(format!("{what}: {e}")),
+        }
+    }
+
     /// The OS error name (`ENOENT`, ...) of a spawn failure.
     pub fn errno_name(&self) -> Option<String> {
         match self {

@@ -7,14 +7,17 @@
 
 pub(crate) mod foreground;
 pub(crate) mod session;
+mod write;
+
+use write::{input_gone, WriteRequest};
+pub use write::{PendingWrite, WriteBuffer, WRITE_PIECE};
 
 use std::collections::VecDeque;
-use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
 use crate::host::callbacks;
@@ -81,58 +84,6 @@ impl Output {
             text: String::from_utf8_lossy(&bytes).into_owned(),
             ended: self.ended && self.bytes.is_empty(),
         }
-    }
-}
-
-/// A queued `write`: the bytes the terminal did not take at once, who waits
-/// for them, and its place in the count of queued writes (released when
-/// the request is done or dropped).
-struct WriteRequest {
-    bytes: Vec<u8>,
-    reply: oneshot::Sender<Result<()>>,
-    _queued: Queued,
-}
-
-/// One queued write in [`SessionInner::write_gate`].
-struct Queued(Arc<Mutex<usize>>);
-
-impl Drop for Queued {
-    fn drop(&mut self) {
-        *lock(&self.0) -= 1;
-    }
-}
-
-/// The part of a [`Terminal::write_now`] the terminal could not take at once:
-/// it is queued, in order, and written as the program reads.
-#[derive(Debug)]
-pub struct PendingWrite {
-    rx: oneshot::Receiver<Result<()>>,
-}
-
-fn input_gone() -> DshError {
-    closed("the terminal's program has exited: its input cannot be written")
-}
-
-impl PendingWrite {
-    /// Completes once the terminal took the rest.
-    pub async fn wait(self) -> Result<()> {
-        self.rx.await.map_err(|_| input_gone())?
-    }
-
-    /// [`PendingWrite::wait`] for threads outside an async runtime; refused
-    /// where blocking is (inside a callback or an async runtime).
-    pub fn wait_blocking(self) -> Result<()> {
-        runtime::refuse_blocking()?;
-        runtime::block_on(self.wait())?
-    }
-
-    /// Calls `on_done` on the callback thread once the terminal took the
-    /// rest (or could not).
-    pub fn then(self, on_done: impl FnOnce(Result<()>) + Send + 'static) {
-        runtime::handle().spawn(async move {
-            let r = self.wait().await;
-            callbacks::dispatch(move || on_done(r));
-        });
     }
 }
 
@@ -316,93 +267,6 @@ impl Terminal {
             drop(guard);
         }
         Ok(self.read_output())
-    }
-
-    /// Writes `bytes` to the terminal's input, as typed (no newline is
-    /// added or translated). Completes once the terminal took all of them;
-    /// a program that does not read makes it wait (the terminal's input
-    /// queue is small), never buffers more than the caller's own bytes.
-    /// After the leader exited: [`DshError::TerminalClosed`].
-    pub async fn write(&self, bytes: &[u8]) -> Result<()> {
-        match self.write_now(bytes)? {
-            None => Ok(()),
-            Some(rest) => rest.wait().await,
-        }
-    }
-
-    /// Writes what the terminal takes now, without waiting, and queues the
-    /// rest (in order, behind any write still queued): `None` when all of
-    /// `bytes` was taken, else the queued rest to wait for. Never blocks.
-    pub fn write_now(&self, bytes: &[u8]) -> Result<Option<PendingWrite>> {
-        forked::check_host(self.shared.host_pid)?;
-        if self.has_exited() {
-            return Err(input_gone());
-        }
-        let mut queued = lock(&self.shared.write_gate);
-        let mut at = 0;
-        if *queued == 0 {
-            let control = lock(&self.shared.control);
-            let Some(fd) = control.as_ref().map(AsRawFd::as_raw_fd) else {
-                return Err(input_gone());
-            };
-            while at < bytes.len() {
-                let rest = &bytes[at..];
-                // SAFETY: `rest` is valid for reads of its length; `fd` (a
-                // non-blocking copy of the master) stays open while
-                // `control` is locked.
-                let n = unsafe { libc::write(fd, rest.as_ptr().cast(), rest.len()) };
-                if n >= 0 {
-                    at += n as usize;
-                    continue;
-                }
-                let e = io::Error::last_os_error();
-                match e.kind() {
-                    io::ErrorKind::Interrupted => continue,
-                    io::ErrorKind::WouldBlock => break,
-                    _ => return Err(closed(&format!("cannot write to the terminal: {e}"))),
-                }
-            }
-            if at == bytes.len() {
-                return Ok(None);
-            }
-        }
-        *queued += 1;
-        let (reply, rx) = oneshot::channel();
-        let request = WriteRequest {
-            bytes: bytes[at..].to_vec(),
-            reply,
-            _queued: Queued(self.shared.write_gate.clone()),
-        };
-        // Sent under the gate, so queued writes keep the callers' order.
-        let sent = self.shared.writes.send(request);
-        drop(queued);
-        match sent {
-            Ok(()) => Ok(Some(PendingWrite { rx })),
-            Err(unsent) => {
-                drop(unsent); // releases its place in the gate
-                Err(input_gone())
-            }
-        }
-    }
-
-    /// [`Terminal::write`] for hosts with their own loop: `on_done` runs on
-    /// the callback thread.
-    pub fn write_with(&self, bytes: Vec<u8>, on_done: impl FnOnce(Result<()>) + Send + 'static) {
-        match self.write_now(&bytes) {
-            Ok(Some(rest)) => rest.then(on_done),
-            Ok(None) => callbacks::dispatch(move || on_done(Ok(()))),
-            Err(e) => callbacks::dispatch(move || on_done(Err(e))),
-        }
-    }
-
-    /// [`Terminal::write`] for threads outside an async runtime. Refused
-    /// where blocking is (inside a callback or an async runtime) when the
-    /// terminal does not take everything at once.
-    pub fn write_blocking(&self, bytes: &[u8]) -> Result<()> {
-        match self.write_now(bytes)? {
-            None => Ok(()),
-            Some(rest) => rest.wait_blocking(),
-        }
     }
 
     /// Changes the window size; the foreground group gets SIGWINCH. Each

@@ -94,13 +94,41 @@ enum Event {
     Read(io::Result<usize>),
     Room,
     Write(Option<WriteRequest>),
-    Wrote(io::Result<usize>),
+    /// Progress on the write at hand: `true` once it is done.
+    Wrote(io::Result<bool>),
     Exited(ExitStatus),
     Stop(Stop),
     KillNow,
     DrainOver,
     /// The leader has not exited long after its SIGKILL: stuck.
     GiveUp,
+}
+
+/// Writes some of the write at hand, or takes its next piece from its
+/// caller; `Ok(true)` once it is all written (the last piece taken, or its
+/// caller gone). Cancel-safe: the request changes only after a step
+/// completed.
+async fn advance(master: &AsyncFd<OwnedFd>, request: Option<&mut WriteRequest>) -> io::Result<bool> {
+    let Some(request) = request else {
+        return std::future::pending().await;
+    };
+    loop {
+        if !request.rest().is_empty() {
+            let n = write_some(master, request.rest()).await?;
+            request.at += n;
+            return Ok(request.rest().is_empty() && request.more.is_none());
+        }
+        let Some(more) = request.more.as_mut() else {
+            return Ok(true);
+        };
+        match more.recv().await {
+            Some(piece) => {
+                request.held = piece;
+                request.at = 0;
+            }
+            None => return Ok(true),
+        }
+    }
 }
 
 /// Reads what is available into the output (at most its room).
@@ -191,7 +219,7 @@ impl Terminal {
         let mut escalation = Escalation::default();
         let mut given_up = false;
         let mut drain_until: Option<Instant> = None;
-        let mut current: Option<(WriteRequest, usize)> = None;
+        let mut current: Option<WriteRequest> = None;
         let never = Instant::now() + Duration::from_secs(100 * 365 * 86_400);
         let mut buf = vec![0u8; CHUNK];
         let mut stop_rx = self.shared.stop_tx.subscribe();
@@ -214,7 +242,7 @@ impl Terminal {
                 s = read_exit(&report_fd, &mut report), if !exited => Event::Exited(s),
                 r = read_some(&master, &self.shared, &mut buf[..room.min(CHUNK)]), if open && room > 0 => Event::Read(r),
                 _ = self.shared.room.notified(), if open && room == 0 => Event::Room,
-                r = write_some(&master, current.as_ref().map_or(&[][..], |(w, at)| &w.bytes[*at..])), if current.is_some() => Event::Wrote(r),
+                r = advance(&master, current.as_mut()), if current.is_some() => Event::Wrote(r),
                 w = write_rx.recv(), if current.is_none() && !exited => Event::Write(w),
                 _ = sleep_until(drain_until.unwrap_or(never)), if drain_until.is_some() => Event::DrainOver,
                 _ = sleep_until(escalation.give_up_at().unwrap_or(never)), if !exited && escalation.give_up_at().is_some() => Event::GiveUp,
@@ -224,19 +252,16 @@ impl Terminal {
                 // EIO: nobody holds the terminal any more.
                 Event::Read(_) => open = false,
                 Event::Room => {}
-                Event::Write(Some(request)) => current = Some((request, 0)),
+                Event::Write(Some(request)) => current = Some(request),
                 Event::Write(None) => {}
-                Event::Wrote(Ok(n)) => {
-                    if let Some((request, at)) = current.take() {
-                        if at + n >= request.bytes.len() {
-                            let _ = request.reply.send(Ok(()));
-                        } else {
-                            current = Some((request, at + n));
-                        }
+                Event::Wrote(Ok(false)) => {}
+                Event::Wrote(Ok(true)) => {
+                    if let Some(request) = current.take() {
+                        let _ = request.reply.send(Ok(()));
                     }
                 }
                 Event::Wrote(Err(e)) => {
-                    if let Some((request, _)) = current.take() {
+                    if let Some(request) = current.take() {
                         let _ = request
                             .reply
                             .send(Err(closed(&format!("cannot write to the terminal: {e}"))));
@@ -250,7 +275,7 @@ impl Terminal {
                     exited = true;
                     self.on_exit(s);
                     drain_until = Some(Instant::now() + grace);
-                    if let Some((request, _)) = current.take() {
+                    if let Some(request) = current.take() {
                         let _ = request.reply.send(Err(input_gone()));
                     }
                     write_rx.close();

@@ -184,21 +184,22 @@ impl StreamBuffer {
         self.window_start() > 0
     }
 
-    pub(crate) fn spill_path(&self) -> Option<String> {
+    /// The stream's spill path and spill error, from one look: a file
+    /// whose path no longer names it ([`SpillFile::removed`]) has no path,
+    /// and the reason instead.
+    pub(crate) fn spill(&self) -> (Option<String>, Option<String>) {
         match &self.spill {
-            Spill::Active(file) => Some(file.path().to_owned()),
-            _ => None,
-        }
-    }
-
-    pub(crate) fn spill_error(&self) -> Option<String> {
-        match &self.spill {
-            Spill::Abandoned(why) => Some(why.clone()),
-            _ => None,
+            Spill::None => (None, None),
+            Spill::Active(file) => match file.removed() {
+                None => (Some(file.path().to_owned()), None),
+                Some(why) => (None, Some(why)),
+            },
+            Spill::Abandoned(why) => (None, Some(why.clone())),
         }
     }
 
     pub(crate) fn collected(&self) -> CollectedOutput {
+        let (spill_path, spill_error) = self.spill();
         let (a, b) = self.window.as_slices();
         let mut bytes = Vec::with_capacity(self.window.len());
         bytes.extend_from_slice(a);
@@ -206,8 +207,8 @@ impl StreamBuffer {
         CollectedOutput {
             text: String::from_utf8_lossy(&bytes).into_owned(),
             truncated: self.truncated(),
-            spill_path: self.spill_path(),
-            spill_error: self.spill_error(),
+            spill_path,
+            spill_error,
         }
     }
 
@@ -226,11 +227,12 @@ impl StreamBuffer {
         }
         self.read_pos = self.window_start() + bytes.len() as u64;
         self.cap = self.cap.max(usize::try_from(cap).unwrap_or(usize::MAX));
+        let (spill_path, spill_error) = self.spill();
         CollectedOutput {
             text: String::from_utf8_lossy(&bytes).into_owned(),
             truncated: self.truncated(),
-            spill_path: self.spill_path(),
-            spill_error: self.spill_error(),
+            spill_path,
+            spill_error,
         }
     }
 

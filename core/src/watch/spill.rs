@@ -3,7 +3,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -107,6 +107,7 @@ impl SpillDir {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)?;
         file.set_permissions(fs::Permissions::from_mode(0o600))?;
+        let meta = file.metadata()?;
         let path = path
             .into_os_string()
             .into_string()
@@ -114,6 +115,7 @@ impl SpillDir {
         Ok(SpillFile {
             file: Some(file),
             path,
+            id: (meta.dev(), meta.ino()),
         })
     }
 
@@ -134,6 +136,9 @@ pub(crate) struct SpillFile {
     /// Open while the stream is; closed at `finish` so no fd outlives it.
     file: Option<File>,
     path: String,
+    /// The file's device and inode: its path names it while `stat` of the
+    /// path gives these.
+    id: (u64, u64),
 }
 
 impl SpillFile {
@@ -141,13 +146,31 @@ impl SpillFile {
         &self.path
     }
 
-    /// Appends; an error says why (the caller abandons the file).
+    /// Appends; an error says why (the caller abandons the file), also
+    /// when the file was removed.
     pub(crate) fn write(&mut self, bytes: &[u8]) -> Result<(), String> {
         match &mut self.file {
             Some(f) => f
                 .write_all(bytes)
-                .map_err(|e| format!("cannot write the spill file: {e}")),
-            None => Err("the spill file is closed".into()),
+                .map_err(|e| format!("cannot write the spill file: {e}"))?,
+            None => return Err("the spill file is closed".into()),
+        }
+        self.removed().map_or(Ok(()), Err)
+    }
+
+    /// The one rule for a spill path that no longer holds the stream: why
+    /// (its directory was deleted, by a temp cleaner say, or the file was
+    /// removed or replaced), or `None` while the path still names this
+    /// file. A path is reported only while this is `None`; after it, the
+    /// reason is the stream's `spill_error`.
+    pub(crate) fn removed(&self) -> Option<String> {
+        match fs::symlink_metadata(Path::new(&self.path)) {
+            Ok(m) if (m.dev(), m.ino()) == self.id => None,
+            Ok(_) => Some(format!(
+                "the spill file was removed: {} is now another file",
+                self.path
+            )),
+            Err(e) => Some(format!("the spill file was removed: {}: {e}", self.path)),
         }
     }
 
@@ -157,7 +180,10 @@ impl SpillFile {
 
     pub(crate) fn discard(mut self) {
         self.file = None;
-        let _ = fs::remove_file(Path::new(&self.path));
+        // Only this file: a path that names another one now is left alone.
+        if self.removed().is_none() {
+            let _ = fs::remove_file(Path::new(&self.path));
+        }
     }
 }
 
