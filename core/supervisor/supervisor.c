@@ -99,7 +99,9 @@
 #include <linux/filter.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
+#include <linux/magic.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -261,11 +263,24 @@ static int read_memfd(int fd, char *buf, size_t len) {
 
 /* ---- ending the subtree ---------------------------------------------- */
 
+/* /proc as it was when we started (-1: it was not procfs then): a root
+ * command that mounts something over /proc does not blind our scans. */
+static int proc_dir = -1;
+
+/* Opens `name` (a pid's file, or "." for the directory) in proc_dir, else
+ * under /proc. */
+static int open_proc(const char *name, int flags) {
+    if (proc_dir >= 0) return openat(proc_dir, name, flags | O_CLOEXEC);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%s", name);
+    return open(path, flags | O_CLOEXEC);
+}
+
 /* The parent pid and state in /proc/PID/stat; -1 when unreadable. */
 static pid_t parent_of(pid_t pid, char *state) {
     char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    snprintf(path, sizeof path, "%d/stat", (int)pid);
+    int fd = open_proc(path, O_RDONLY);
     if (fd < 0) return -1;
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
@@ -291,8 +306,12 @@ struct proc {
  * re-checked first. Returns how many it signalled. */
 static int kill_subtree(void) {
     pid_t self = getpid();
-    DIR *d = opendir("/proc");
-    if (!d) return 0;
+    int dir = open_proc(".", O_RDONLY | O_DIRECTORY);
+    DIR *d = dir >= 0 ? fdopendir(dir) : NULL;
+    if (!d) {
+        if (dir >= 0) close(dir);
+        return 0;
+    }
     size_t n = 0, cap = 256;
     struct proc *ps = malloc(cap * sizeof *ps);
     struct dirent *e;
@@ -857,6 +876,12 @@ int main(int argc, char **argv) {
      * cannot attach to us (or read our memory through /proc). */
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     prctl(PR_SET_CHILD_SUBREAPER, 1);
+    proc_dir = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    struct statfs fs;
+    if (proc_dir >= 0 && (fstatfs(proc_dir, &fs) != 0 || fs.f_type != PROC_SUPER_MAGIC)) {
+        close(proc_dir);
+        proc_dir = -1;
+    }
     /* The host died before the parent-death signal was armed. */
     if (getppid() != host) _exit(0);
     /* Two descriptors per running command; commands get the original

@@ -1008,20 +1008,16 @@ fn exists(pid: i32) -> bool {
     unsafe { libc::kill(pid, 0) == 0 }
 }
 
-/// A root command hides `/proc` (a tmpfs mounted over it in the host's
-/// mount namespace) after planting processes that left its group and
-/// session. `kill()` still ends every one of them and counts right: the
-/// executor reads `/proc` through the descriptor it opened at start. The
-/// scenario runs in a private mount namespace of its own (`unshare`), so
-/// the test machine's `/proc` is never hidden.
-fn proc_hidden_by_a_root_command() {
+/// Makes this process's mount namespace private (so what its commands
+/// mount never reaches the test machine), or skips: only root can.
+fn private_mounts_or_skip() {
     // SAFETY: geteuid takes nothing.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("skipped: only root can mount over /proc");
         std::process::exit(SKIPPED);
     }
-    // SAFETY: unshare and mount with valid C strings; this process is
-    // single-threaded here (nothing started yet), as CLONE_NEWNS needs.
+    // SAFETY: unshare and mount with valid C strings, before this process
+    // started any thread of its own.
     let private = unsafe {
         libc::unshare(libc::CLONE_NEWNS) == 0
             && libc::mount(
@@ -1039,16 +1035,29 @@ fn proc_hidden_by_a_root_command() {
         );
         std::process::exit(SKIPPED);
     }
+}
+
+/// The command of the `/proc` scenarios: three sleepers in sessions of
+/// their own, one in the command's group, then `/proc` hidden.
+const PLANT_AND_HIDE_PROC: &str = "for i in 1 2 3; do setsid sleep 300 & echo pid=$!; done; \
+     sleep 300 & echo pid=$!; \
+     mount -t tmpfs hidden /proc && echo hidden; exec sleep 300";
+
+fn planted_pids(out: &str) -> Vec<i32> {
+    out.split("pid=")
+        .skip(1)
+        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+/// The host of `host_death_with_proc_hidden` (run as `--scenario
+/// proc_hidden_death_host`): prints the planted pids once `/proc` is hidden,
+/// then waits to be killed.
+fn proc_hidden_death_host() {
+    LEAKS_ON_PURPOSE.store(true, std::sync::atomic::Ordering::Relaxed);
     let e = exec();
     let p = e
-        .start(
-            &e.resolve(Request::new(
-                "for i in 1 2 3; do setsid sleep 300 & echo pid=$!; done; \
-                 sleep 300 & echo pid=$!; \
-                 mount -t tmpfs hidden /proc && echo hidden; exec sleep 300",
-            ))
-            .unwrap(),
-        )
+        .start(&e.resolve(Request::new(PLANT_AND_HIDE_PROC)).unwrap())
         .unwrap();
     let mut out = String::new();
     assert!(
@@ -1058,11 +1067,67 @@ fn proc_hidden_by_a_root_command() {
         }),
         "the command did not hide /proc: {out:?}"
     );
-    let planted: Vec<i32> = out
-        .split("pid=")
-        .skip(1)
-        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
+    let pids: Vec<String> = planted_pids(&out).iter().map(i32::to_string).collect();
+    println!("ready {}", pids.join(" "));
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+}
+
+/// The host dies after a root command hid `/proc`: the supervisor scans
+/// the `/proc` it opened at start, so every process the command planted
+/// (in sessions of their own too) still ends with the host.
+fn host_death_with_proc_hidden() {
+    private_mounts_or_skip();
+    let mut host = Command::new(std::env::current_exe().unwrap())
+        .args(["--scenario", "proc_hidden_death_host"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the host");
+    let mut ready = String::new();
+    BufReader::new(host.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    let planted: Vec<i32> = ready
+        .strip_prefix("ready ")
+        .unwrap_or_else(|| panic!("the host failed before /proc was hidden: {ready:?}"))
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
         .collect();
+    assert_eq!(planted.len(), 4, "{ready:?}");
+    host.kill().unwrap();
+    host.wait().unwrap();
+    let gone = common::eventually(Duration::from_secs(5), || !planted.iter().any(|&pid| exists(pid)));
+    let left: Vec<i32> = planted.iter().copied().filter(|&pid| exists(pid)).collect();
+    for &pid in &left {
+        // SAFETY: kill(2) of what this scenario planted.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    assert!(gone, "after the host's death these survived: {left:?}");
+}
+
+/// A root command hides `/proc` (a tmpfs mounted over it in the host's
+/// mount namespace) after planting processes that left its group and
+/// session. `kill()` still ends every one of them and counts right: the
+/// executor reads `/proc` through the descriptor it opened at start. The
+/// scenario runs in a private mount namespace of its own (`unshare`), so
+/// the test machine's `/proc` is never hidden.
+fn proc_hidden_by_a_root_command() {
+    private_mounts_or_skip();
+    let e = exec();
+    let p = e
+        .start(&e.resolve(Request::new(PLANT_AND_HIDE_PROC)).unwrap())
+        .unwrap();
+    let mut out = String::new();
+    assert!(
+        common::eventually(Duration::from_secs(30), || {
+            out += &p.read_output().delta;
+            out.contains("hidden\n")
+        }),
+        "the command did not hide /proc: {out:?}"
+    );
+    let planted = planted_pids(&out);
     assert_eq!(planted.len(), 4, "{out:?}");
     assert!(
         std::fs::read_dir("/proc").unwrap().next().is_none(),
@@ -1292,6 +1357,7 @@ const HELPERS: &[(&str, fn())] = &[
     ("death_host", death_host),
     ("noexec_host", noexec_host),
     ("stopped_death_host", stopped_death_host),
+    ("proc_hidden_death_host", proc_hidden_death_host),
 ];
 
 const SCENARIOS: &[(&str, fn())] = &[
@@ -1337,6 +1403,7 @@ const SCENARIOS: &[(&str, fn())] = &[
     ),
     ("memfd_noexec_is_a_clear_error", memfd_noexec_is_a_clear_error),
     ("proc_hidden_by_a_root_command", proc_hidden_by_a_root_command),
+    ("host_death_with_proc_hidden", host_death_with_proc_hidden),
 ];
 
 fn main() {
