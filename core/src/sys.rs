@@ -6,8 +6,9 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::Path;
-use std::ptr;
 use std::sync::{Mutex, MutexGuard};
+
+use rustix::process::{Pid, PidfdFlags};
 
 /// A libc return value as a `Result`: negative is the thread's errno.
 pub(crate) fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -55,15 +56,12 @@ pub(crate) fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
 /// `pidfd_open(2)`: a descriptor that stays tied to this exact process,
 /// immune to pid reuse.
 pub(crate) fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
-    // SAFETY: the syscall takes two integers and returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a non-negative return is a fresh close-on-exec fd we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    let pid = Pid::from_raw(pid).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    Ok(rustix::process::pidfd_open(pid, PidfdFlags::empty())?)
 }
 
+/// `pidfd_send_signal(2)`, as kill(2) would send `sig`. Signal 0 (is it
+/// alive?) is one the sweeps send, which rustix's `Signal` cannot carry.
 pub(crate) fn pidfd_send_signal(pidfd: &OwnedFd, sig: libc::c_int) -> io::Result<()> {
     // SAFETY: a null siginfo means "as kill(2) would"; flags must be 0.
     let r = unsafe {
@@ -71,7 +69,7 @@ pub(crate) fn pidfd_send_signal(pidfd: &OwnedFd, sig: libc::c_int) -> io::Result
             libc::SYS_pidfd_send_signal,
             pidfd.as_raw_fd(),
             sig,
-            ptr::null::<libc::siginfo_t>(),
+            std::ptr::null::<libc::siginfo_t>(),
             0,
         )
     };
@@ -125,13 +123,12 @@ pub(crate) fn process_state(pid: libc::pid_t) -> Option<u8> {
 /// root can) or unmounts it hides nothing from them (docs/guarantees.md).
 /// Paths are relative to `/proc` (`"42/stat"`).
 pub(crate) mod proc {
-    use std::ffi::CString;
     use std::fs;
     use std::io::{self, Read};
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+    use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
     use std::sync::OnceLock;
 
-    use super::cvt;
+    use rustix::fs::{AtFlags, Dir, Mode, OFlags, Stat, CWD, PROC_SUPER_MAGIC};
 
     static ROOT: OnceLock<Option<OwnedFd>> = OnceLock::new();
 
@@ -140,48 +137,49 @@ pub(crate) mod proc {
     /// `/proc` then), paths go through `/proc` as it is at each read.
     pub(crate) fn keep() {
         ROOT.get_or_init(|| {
-            // SAFETY: a constant C string and flags.
-            let fd = unsafe {
-                libc::open(
-                    c"/proc".as_ptr(),
-                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-                )
-            };
-            let fd = cvt(fd).ok()?;
-            // SAFETY: open succeeded: the descriptor is fresh and ours.
-            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            let fd = rustix::fs::open(
+                "/proc",
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .ok()?;
             // Only a procfs counts (something may already cover /proc).
-            // SAFETY: an all-zero statfs is a valid value to be overwritten.
-            let mut fs_info: libc::statfs = unsafe { std::mem::zeroed() };
-            // SAFETY: `fd` is open; `fs_info` is a valid statfs to fill.
-            let r = unsafe { libc::fstatfs(fd.as_raw_fd(), &mut fs_info) };
-            (r == 0 && fs_info.f_type == libc::PROC_SUPER_MAGIC).then_some(fd)
+            let procfs = rustix::fs::fstatfs(&fd).is_ok_and(|f| f.f_type == PROC_SUPER_MAGIC);
+            procfs.then_some(fd)
         });
     }
 
-    fn at(path: &str) -> io::Result<(RawFd, CString)> {
+    /// The directory `path` is resolved in, and `path` relative to it.
+    fn at(path: &str) -> (BorrowedFd<'static>, String) {
         keep();
-        let (dir, full) = match ROOT.get().and_then(Option::as_ref) {
-            Some(fd) => (fd.as_raw_fd(), path.to_owned()),
-            None => (libc::AT_FDCWD, format!("/proc/{path}")),
-        };
-        let c = CString::new(full).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        Ok((dir, c))
+        match ROOT.get().and_then(Option::as_ref) {
+            Some(fd) => (fd.as_fd(), path.to_owned()),
+            None => (CWD, format!("/proc/{path}")),
+        }
     }
 
-    /// Opens `path` (read-only, or as `flags` say).
-    pub(crate) fn open(path: &str, flags: libc::c_int) -> io::Result<fs::File> {
-        let (dir, c) = at(path)?;
-        // SAFETY: `dir` is open (or AT_FDCWD) and `c` a valid C string.
-        let fd = cvt(unsafe { libc::openat(dir, c.as_ptr(), flags | libc::O_CLOEXEC) })?;
-        // SAFETY: openat succeeded: the descriptor is fresh and ours.
-        Ok(unsafe { fs::File::from_raw_fd(fd) })
+    /// Opens `path` read-only (`directory`: a directory).
+    pub(crate) fn open(path: &str, directory: bool) -> io::Result<fs::File> {
+        let (dir, path) = at(path);
+        let flags = OFlags::RDONLY
+            | OFlags::CLOEXEC
+            | if directory {
+                OFlags::DIRECTORY
+            } else {
+                OFlags::empty()
+            };
+        Ok(fs::File::from(rustix::fs::openat(
+            dir,
+            path,
+            flags,
+            Mode::empty(),
+        )?))
     }
 
     /// Reads all of `path` into `buf` (cleared first).
     pub(crate) fn read_into(path: &str, buf: &mut Vec<u8>) -> io::Result<()> {
         buf.clear();
-        open(path, libc::O_RDONLY)?.read_to_end(buf).map(drop)
+        open(path, false)?.read_to_end(buf).map(drop)
     }
 
     /// All of `path`.
@@ -193,63 +191,29 @@ pub(crate) mod proc {
 
     /// `stat` of `path`, following a last symbolic link (so of the file a
     /// `PID/fd/N` link refers to).
-    pub(crate) fn stat(path: &str) -> io::Result<libc::stat> {
-        let (dir, c) = at(path)?;
-        // SAFETY: an all-zero stat is a valid value to be overwritten.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: `dir` is open (or AT_FDCWD), `c` a valid C string, `st` a
-        // valid stat to fill.
-        cvt(unsafe { libc::fstatat(dir, c.as_ptr(), &mut st, 0) })?;
-        Ok(st)
+    pub(crate) fn stat(path: &str) -> io::Result<Stat> {
+        let (dir, path) = at(path);
+        Ok(rustix::fs::statat(dir, path, AtFlags::empty())?)
     }
 
     /// The target of the symbolic link `path` (`anon_inode:[eventpoll]`).
     pub(crate) fn read_link(path: &str) -> io::Result<Vec<u8>> {
-        let (dir, c) = at(path)?;
-        let mut buf = vec![0u8; 256];
-        // SAFETY: `dir` is open (or AT_FDCWD), `c` a valid C string, and
-        // `buf` has room for the length given.
-        let n = unsafe { libc::readlinkat(dir, c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        buf.truncate(n as usize);
-        Ok(buf)
+        let (dir, path) = at(path);
+        Ok(rustix::fs::readlinkat(dir, path, Vec::new())?.into_bytes())
     }
 
     /// The numeric names in the directory `path` (`""`: the pids of
     /// `/proc`; `"42/task"`, `"42/fd"`); empty when it cannot be read.
     pub(crate) fn numbers(path: &str) -> Vec<u64> {
         let path = if path.is_empty() { "." } else { path };
-        let Ok(dir) = open(path, libc::O_RDONLY | libc::O_DIRECTORY) else {
+        let Ok(dir) = open(path, true)
+            .map_err(drop)
+            .and_then(|d| Dir::read_from(d).map_err(drop))
+        else {
             return Vec::new();
         };
-        let fd = std::os::fd::IntoRawFd::into_raw_fd(dir);
-        // SAFETY: `fd` is an open directory whose ownership passes to the
-        // stream (closedir closes it).
-        let stream = unsafe { libc::fdopendir(fd) };
-        if stream.is_null() {
-            // SAFETY: fdopendir failed, so `fd` is still ours to close.
-            unsafe { libc::close(fd) };
-            return Vec::new();
-        }
-        let mut found = Vec::new();
-        loop {
-            // SAFETY: `stream` is an open directory stream.
-            let entry = unsafe { libc::readdir64(stream) };
-            if entry.is_null() {
-                break;
-            }
-            // SAFETY: readdir returned an entry whose d_name is a NUL-
-            // terminated string, valid until the next readdir.
-            let name = unsafe { std::ffi::CStr::from_ptr((*entry).d_name.as_ptr()) };
-            if let Some(n) = name.to_str().ok().and_then(|s| s.parse().ok()) {
-                found.push(n);
-            }
-        }
-        // SAFETY: `stream` is open and closed once, here.
-        unsafe { libc::closedir(stream) };
-        found
+        dir.filter_map(|entry| entry.ok()?.file_name().to_str().ok()?.parse().ok())
+            .collect()
     }
 
     /// The pids `/proc` lists.
@@ -258,5 +222,45 @@ pub(crate) mod proc {
             .into_iter()
             .filter_map(|n| libc::pid_t::try_from(n).ok())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_lists_and_reads_this_process() {
+        let me = std::process::id() as libc::pid_t;
+        let mut listed = proc::pids();
+        let mut std_listed: Vec<libc::pid_t> = fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        listed.sort_unstable();
+        std_listed.sort_unstable();
+        assert!(listed.contains(&me), "{} pids, not {me}", listed.len());
+        assert!(
+            listed.len().abs_diff(std_listed.len()) <= 2,
+            "{listed:?} / {std_listed:?}"
+        );
+        assert!(!proc::numbers(&format!("{me}/task")).is_empty());
+        assert!(proc::numbers(&format!("{me}/fd")).contains(&0));
+        assert!(proc::read(&format!("{me}/stat"))
+            .unwrap()
+            .starts_with(me.to_string().as_bytes()));
+        assert!(matches!(process_state(me), Some(b'R' | b'S')));
+        assert!(proc::read_link(&format!("{me}/exe")).unwrap().starts_with(b"/"));
+        assert!(proc::stat(&format!("{me}/fd/0")).is_ok());
+    }
+
+    #[test]
+    fn a_pidfd_takes_signal_0_and_a_named_signal() {
+        use std::os::unix::process::ExitStatusExt;
+        let mut child = std::process::Command::new("sleep").arg("100").spawn().unwrap();
+        let pidfd = pidfd_open(child.id() as libc::pid_t).unwrap();
+        pidfd_send_signal(&pidfd, 0).expect("signal 0: the sweeps' count of the living");
+        pidfd_send_signal(&pidfd, libc::SIGKILL).unwrap();
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
     }
 }

@@ -430,6 +430,7 @@ struct plan {
     const struct limits *limits;       /* NULL: none */
     const struct sock_fprog *filter;   /* NULL: none */
     int terminal; /* fd 0 becomes the controlling terminal */
+    pid_t supervisor; /* our pid, the child's parent */
     int step, err, detail;
 };
 
@@ -444,6 +445,11 @@ static int child(void *arg) {
         p->step = (s);          \
         _exit(127);             \
     } while (0)
+    /* The leader dies with us: killed while it starts (before its pid
+     * reached the host, which then cannot find it by its tag until it
+     * execs), it must not go on to run unseen. Checked after arming, as we
+     * may be gone already. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != p->supervisor) _exit(127);
     /* The one disposition we changed; everything else is the default. */
     signal(SIGPIPE, SIG_DFL);
     if (setsid() < 0) FAIL(STEP_SESSION);
@@ -661,6 +667,7 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
                             (req->flags & FLAG_RLIMITS) ? &limits : NULL,
                             (req->flags & FLAG_SECCOMP) ? &filter : NULL,
                             terminal,
+                            getpid(),
                             0,
                             0,
                             0};

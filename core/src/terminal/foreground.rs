@@ -51,7 +51,7 @@
 //!   foreground cannot be found proves nothing).
 
 use std::collections::{HashMap, HashSet};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
@@ -194,7 +194,7 @@ impl Member {
     }
 
     fn memory(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
-        let file = proc::open(&format!("{}/mem", self.pid), libc::O_RDONLY).ok()?;
+        let file = proc::open(&format!("{}/mem", self.pid), false).ok()?;
         let mut buf = vec![0u8; len];
         file.read_exact_at(&mut buf, addr).ok()?;
         Some(buf)
@@ -357,21 +357,11 @@ impl Member {
                 .is_some_and(|f| (f.mode & libc::S_IFMT) == libc::S_IFCHR && f.rdev == self.tty)
         })?;
         let pidfd = pidfd_open(self.pid).ok()?;
-        // SAFETY: pidfd_getfd takes a descriptor and integers.
-        let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd as libc::c_int, 0) };
-        if copy < 0 {
-            return None;
-        }
-        // SAFETY: pidfd_getfd succeeded: the descriptor is new and ours
-        // (close-on-exec, as pidfd_getfd makes them).
-        let copy = unsafe { OwnedFd::from_raw_fd(copy as libc::c_int) };
+        let copy = rustix::process::pidfd_getfd(&pidfd, fd as i32, rustix::process::PidfdGetfdFlags::empty())
+            .ok()?;
         // It may have been replaced since the stat: check what we got.
-        // SAFETY: an all-zero stat is a valid value to be overwritten.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: `copy` is open and `st` a valid stat to fill.
-        let ok = unsafe { libc::fstat(copy.as_raw_fd(), &mut st) } == 0
-            && (st.st_mode & libc::S_IFMT) == libc::S_IFCHR
-            && st.st_rdev == self.tty;
+        let st = rustix::fs::fstat(&copy).ok()?;
+        let ok = (st.st_mode & libc::S_IFMT) == libc::S_IFCHR && st.st_rdev == self.tty;
         ok.then_some(copy)
     }
 }

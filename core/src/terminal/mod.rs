@@ -316,7 +316,7 @@ impl Terminal {
             return None;
         }
         let control = lock(&self.shared.control);
-        pty::foreground_group(control.as_ref()?.as_raw_fd())
+        pty::foreground_group(control.as_ref()?)
     }
 
     /// Delivers `signal` to the terminal's foreground process group and
