@@ -1037,6 +1037,18 @@ fn private_mounts_or_skip() {
     }
 }
 
+/// Takes the command's tmpfs off `/proc` again (in this scenario's private
+/// mount namespace): what runs at exit (LeakSanitizer under the ASan
+/// stage) reads `/proc`.
+fn unhide_proc() {
+    // SAFETY: umount2 with a constant C string.
+    unsafe { libc::umount2(c"/proc".as_ptr(), libc::MNT_DETACH) };
+    assert!(
+        std::fs::read_dir("/proc").unwrap().next().is_some(),
+        "/proc is still hidden"
+    );
+}
+
 /// The command of the `/proc` scenarios: three sleepers in sessions of
 /// their own, one in the command's group, then `/proc` hidden.
 const PLANT_AND_HIDE_PROC: &str = "for i in 1 2 3; do setsid sleep 300 & echo pid=$!; done; \
@@ -1099,6 +1111,7 @@ fn host_death_with_proc_hidden() {
     host.kill().unwrap();
     host.wait().unwrap();
     let gone = common::eventually(Duration::from_secs(5), || !planted.iter().any(|&pid| exists(pid)));
+    unhide_proc();
     let left: Vec<i32> = planted.iter().copied().filter(|&pid| exists(pid)).collect();
     for &pid in &left {
         // SAFETY: kill(2) of what this scenario planted.
@@ -1141,6 +1154,7 @@ fn proc_hidden_by_a_root_command() {
     let gone = common::eventually(Duration::from_secs(10), || {
         !planted.iter().any(|&pid| exists(pid))
     });
+    unhide_proc();
     let left: Vec<i32> = planted.iter().copied().filter(|&pid| exists(pid)).collect();
     for &pid in &left {
         // SAFETY: kill(2) of what this scenario planted.
