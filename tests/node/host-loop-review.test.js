@@ -163,6 +163,30 @@ test('a stopped supervisor does not wedge the executor', () => {
   assert.equal(again, 'again\n')
 })
 
+// Where Landlock scopes signals (ABI 6, Linux 6.12), every command runs in a
+// domain that keeps its signals inside its own tree (docs/host-death.md).
+test('a command cannot signal its supervisor or the host', async (t) => {
+  const { execFileSync } = require('node:child_process')
+  const abi = Number(
+    execFileSync('python3', [
+      '-c',
+      'import ctypes; l = ctypes.CDLL(None); l.syscall.restype = ctypes.c_long; print(l.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint(1)))',
+    ]).toString(),
+  )
+  if (abi < 6) {
+    t.skip(`this kernel's Landlock (ABI ${abi}) cannot scope signals (ABI 6, Linux 6.12)`)
+    return
+  }
+  const ex = executor()
+  try {
+    const probe = `kill -0 $PPID 2>/dev/null; echo supervisor=$?; kill -0 ${process.pid} 2>/dev/null; echo host=$?; sleep 30 & kill $!; wait $!; echo own=$?`
+    const r = await ex.run(ex.resolve({ command: probe }))
+    assert.equal(r.stdout.text, 'supervisor=1\nhost=1\nown=143\n')
+  } finally {
+    await ex.dispose()
+  }
+})
+
 test('workers that run commands and go away leave no descriptors behind', () => {
   const out = child(`
     const { Worker } = require('node:worker_threads')

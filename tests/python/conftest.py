@@ -61,17 +61,22 @@ def tmp() -> Iterator[str]:
         yield d
 
 
-def landlock_missing() -> Optional[str]:
-    """Why this kernel cannot confine a command, or None when it can. Asked
-    of the kernel directly, not through dsh_native, so that a dsh bug that
-    breaks confinement fails the sandbox tests instead of skipping them."""
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (below 1: none), asked of the
+    kernel directly, not through dsh_native."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     sys_landlock_create_ruleset = 444  # the same on every architecture
     create_ruleset_version = 1
-    abi = libc.syscall(ctypes.c_long(sys_landlock_create_ruleset), None, ctypes.c_size_t(0),
-                       ctypes.c_uint(create_ruleset_version))
-    if abi < 1:
+    return int(libc.syscall(ctypes.c_long(sys_landlock_create_ruleset), None, ctypes.c_size_t(0),
+                            ctypes.c_uint(create_ruleset_version)))
+
+
+def landlock_missing() -> Optional[str]:
+    """Why this kernel cannot confine a command, or None when it can. Asked
+    of the kernel directly, not through dsh_native, so that a dsh bug that
+    breaks confinement fails the sandbox tests instead of skipping them."""
+    if landlock_abi() < 1:
         return f"no Landlock on this kernel ({os.strerror(ctypes.get_errno())})"
     return None
 

@@ -23,7 +23,7 @@ from dsh_native import (
     SpawnError,
 )
 
-from conftest import alive, eventually, landlock_missing, read_until
+from conftest import alive, eventually, landlock_abi, landlock_missing, read_until
 
 
 # configuration (docs/configuration.md) ----------------------------------------
@@ -298,6 +298,22 @@ def test_a_stopped_supervisor_does_not_wedge_the_executor(tmp):
         (timed_out, took), again = results
         assert timed_out and took <= 2.0 + 0.5 + 1.0, took
         assert again == "again\n"
+
+
+def test_a_command_cannot_signal_its_supervisor_or_host():
+    # Where Landlock scopes signals (ABI 6, Linux 6.12), every command runs
+    # in a domain that keeps its signals inside its own tree
+    # (docs/host-death.md), danger-full-access included.
+    abi = landlock_abi()
+    if abi < 6:
+        pytest.skip(f"this kernel's Landlock (ABI {abi}) cannot scope signals (ABI 6, Linux 6.12)")
+    with Executor() as ex:
+        probe = (
+            f"kill -0 $PPID 2>/dev/null; echo supervisor=$?; kill -0 {os.getpid()} 2>/dev/null; echo host=$?; "
+            "sleep 30 & kill $!; wait $!; echo own=$?"
+        )
+        r = ex.run(ex.resolve(probe))
+        assert r.stdout.text == "supervisor=1\nhost=1\nown=143\n", r
 
 
 def test_a_cancellation_after_the_command_exited_is_not_an_abort(tmp):
