@@ -329,6 +329,44 @@ fn allocating_past_the_memory_limit_ends_with_memory() {
     );
 }
 
+/// A reached memory limit ends the whole tree before the shell can go on
+/// (docs/limits.md): the allocating child is held, not killed alone, and
+/// the governor ends every member. A caller cannot mistake the ending for
+/// success. Foreground and background, several rounds (the shell racing
+/// the governor is what failed: exit 0, `shell-continues`).
+#[test]
+fn a_reached_memory_limit_ends_the_tree_before_the_shell_goes_on() {
+    if !supported(LimitKind::Memory) || !has("python3") {
+        return;
+    }
+    let exec = executor();
+    let command = "python3 -c 'x = bytearray(500 << 20)'; echo shell-continues";
+    let memory = || LimitsInput {
+        memory_bytes: n(100 << 20),
+        ..limits()
+    };
+    for round in 0..4 {
+        let r = limited(&exec, command, memory());
+        assert_eq!(r.limit, Some(LimitKind::Memory), "round {round}: {r:?}");
+        assert_eq!(r.stdout.text, "", "round {round}: the shell went on: {r:?}");
+        assert_eq!(
+            (r.exit_code, r.signal.as_deref()),
+            (None, Some("SIGKILL")),
+            "round {round}: {r:?}"
+        );
+        let p = exec
+            .start(&exec.resolve(request(command, memory())).unwrap())
+            .unwrap();
+        assert!(p.wait_timeout(Some(Duration::from_secs(60))).unwrap());
+        assert_eq!(p.limit(), Some(LimitKind::Memory), "round {round}: {p:?}");
+        assert_eq!(p.exit_code(), None, "round {round}: {p:?}");
+        assert!(
+            !p.read_output().delta.contains("shell-continues"),
+            "round {round}: {p:?}"
+        );
+    }
+}
+
 #[test]
 fn writing_past_the_file_size_limit_ends_with_file_size() {
     let dir = TempDir::new_in(&std::env::temp_dir(), "dsh-governor-fsize");

@@ -245,17 +245,27 @@ impl CommandGroup {
             kinds: Vec::new(),
         };
         if let Some(bytes) = limits.memory_bytes {
-            // Swap counts too, where the kernel accounts it: a limit that
-            // swapping could evade is no limit.
+            let bytes = bytes.to_string();
             let files = [
-                ("memory.limit_in_bytes", Needed::Always),
-                ("memory.memsw.limit_in_bytes", Needed::WhereTheKernelHasIt),
+                ("memory.limit_in_bytes", bytes.as_str(), Needed::Always),
+                // Swap counts too, where the kernel accounts it: a limit
+                // that swapping could evade is no limit.
+                (
+                    "memory.memsw.limit_in_bytes",
+                    bytes.as_str(),
+                    Needed::WhereTheKernelHasIt,
+                ),
+                // A task that reaches the limit is held, not killed alone
+                // (its shell would go on to its next command): the
+                // governor sees `under_oom` and ends the whole tree.
+                ("memory.oom_control", "1", Needed::Always),
             ];
-            group.limit_group(LimitKind::Memory, &h.memory, bytes, &files)?;
+            group.limit_group(LimitKind::Memory, &h.memory, &files)?;
         }
         if let Some(n) = limits.processes {
-            let files = [("pids.max", Needed::Always)];
-            group.limit_group(LimitKind::Processes, &h.pids, n, &files)?;
+            let n = n.to_string();
+            let files = [("pids.max", n.as_str(), Needed::Always)];
+            group.limit_group(LimitKind::Processes, &h.pids, &files)?;
         }
         if loopback {
             let why = |w: String| {
@@ -271,15 +281,14 @@ impl CommandGroup {
         Ok(Some(group))
     }
 
-    /// Makes the group of limit `kind` under `parent`, writes `value` to
-    /// each of its `files` and keeps the group's `cgroup.procs` open for
+    /// Makes the group of limit `kind` under `parent`, writes each of its
+    /// `files` (name, value) and keeps the group's `cgroup.procs` open for
     /// the command's process to enter.
     fn limit_group(
         &mut self,
         kind: LimitKind,
         parent: &std::result::Result<PathBuf, String>,
-        value: u64,
-        files: &[(&str, Needed)],
+        files: &[(&str, &str, Needed)],
     ) -> Result<()> {
         let parent = parent.as_ref().map_err(|why| unavailable(kind, why))?;
         let dir = make_group(parent, &self.name).map_err(|e| {
@@ -294,8 +303,8 @@ impl CommandGroup {
             _ => &mut self.pids,
         };
         *made = Some(dir.clone());
-        for (file, needed) in files {
-            match write_file(&dir.join(file), &value.to_string()) {
+        for (file, value, needed) in files {
+            match write_file(&dir.join(file), value) {
                 Err(e) if e.kind() == io::ErrorKind::NotFound && *needed == Needed::WhereTheKernelHasIt => {}
                 Err(e) => return Err(unavailable(kind, format!("cannot set {file}: {e}"))),
                 Ok(()) => {}
@@ -322,7 +331,10 @@ impl CommandGroup {
     /// (the OOM killer acted, or a fork was refused).
     pub(crate) fn reached(&self) -> Option<LimitKind> {
         if let Some(dir) = &self.memory {
-            if counter(&dir.join("memory.oom_control"), "oom_kill") > 0 {
+            // `under_oom`: a task waits on the limit (held, see `new`);
+            // `oom_kill`: the kernel killed one anyway.
+            let oom = dir.join("memory.oom_control");
+            if counter(&oom, "under_oom") > 0 || counter(&oom, "oom_kill") > 0 {
                 return Some(LimitKind::Memory);
             }
         }
