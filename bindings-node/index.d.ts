@@ -432,13 +432,13 @@ export declare class NativeTerminalHandle {
   readonly survivors?: number
   /** Consuming read of the output. */
   readOutput(): TerminalRead
-  /** Writes to the terminal's input as typed; resolves once taken; TERMINAL_CLOSED after the program exited. */
+  /** Writes to the terminal's input as typed; resolves once taken; TERMINAL_CLOSED after the program exited. A Buffer is held, not copied, until then: do not transfer or detach its ArrayBuffer meanwhile. */
   write(data: string | Buffer): Promise<void>
   /** Changes the window size; the foreground group gets SIGWINCH. */
   resize(rows: number, cols: number): void
   /** The foreground group and whether it waits for input (`/proc` is read off the JS thread); undefined once the program exited. */
   inspectForeground(): Promise<TerminalForeground | undefined>
-  /** Resolves once the kernel shows the foreground group waiting for input (true), or with false when `timeoutMs` passed (none: no limit) or the program exited; right after a write, true only once the program took what was written and waits again. */
+  /** Resolves once the kernel shows the foreground group waiting for input (true), or with false when `timeoutMs` passed (none or Infinity: no limit; negative or NaN: INVALID_ARGUMENT naming `timeoutMs`) or the program exited; right after a write, true only once the program took what was written and waits again. */
   waitInputWaiting(timeoutMs?: number): Promise<boolean>
   /** Signals the foreground group; resolves with its id (TERMINAL_CLOSED when there is none). */
   signalForeground(signal: TerminalSignal): Promise<number>

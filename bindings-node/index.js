@@ -340,7 +340,12 @@ class NativeTerminalHandle {
 
   /** Resolves with true once the foreground group waits for input; false when `timeoutMs` passed or the program exited. */
   waitInputWaiting(timeoutMs) {
-    return this.#track(() => this.#native.waitInputWaiting(timeoutMs))
+    if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !(timeoutMs >= 0))) {
+      return Promise.reject(invalid('timeoutMs', `must be a non-negative number of milliseconds or undefined, got ${typeof timeoutMs === 'number' ? timeoutMs : describe(timeoutMs)}`))
+    }
+    // Infinity: no limit, as undefined.
+    const limit = timeoutMs === Infinity ? undefined : timeoutMs
+    return this.#track(() => this.#native.waitInputWaiting(limit))
   }
 
   signalForeground(signal) {

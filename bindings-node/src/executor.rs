@@ -343,8 +343,8 @@ impl NativeTerminal {
     /// thread.
     #[napi]
     pub fn wait_input_waiting<'e>(&self, env: &'e Env, timeout_ms: Option<f64>) -> Result<Object<'e>> {
-        let limit =
-            timeout_ms.map(|t| Duration::from_millis(if t.is_finite() && t > 0.0 { t as u64 } else { 0 }));
+        // index.js checked it: a non-negative finite number, or undefined.
+        let limit = timeout_ms.map(|t| Duration::from_millis(t as u64));
         let (deferred, promise) = settle::promise(env)?;
         self.inner
             .wait_input_waiting_with(limit, move |w| deferred.resolve(move |_| Ok(w)));

@@ -108,12 +108,23 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The state letter of `/proc/<pid>/stat` (`R`, `S`, `T`, `Z`, …), read after
-/// the command name, which may itself hold spaces and parentheses.
+/// The fields of a `/proc/<pid>/stat` line after the command name (which
+/// may itself hold spaces and parentheses), from the state on: `nth(0)` is
+/// the state, 1 the parent, 2 the process group, 3 the session, 4 the
+/// controlling terminal, 5 its foreground group, 11 and 12 utime and stime.
+pub(crate) fn stat_fields(stat: &[u8]) -> impl Iterator<Item = &str> {
+    let after_name = stat
+        .iter()
+        .rposition(|&b| b == b')')
+        .map_or(&[][..], |close| &stat[close + 1..]);
+    std::str::from_utf8(after_name).unwrap_or("").split_whitespace()
+}
+
+/// The state letter of `/proc/<pid>/stat` (`R`, `S`, `T`, `Z`, …).
 pub(crate) fn process_state(pid: libc::pid_t) -> Option<u8> {
     let stat = proc::read(&format!("{pid}/stat")).ok()?;
-    let end = stat.iter().rposition(|&b| b == b')')?;
-    stat.get(end + 2).copied()
+    let state = stat_fields(&stat).next()?.bytes().next();
+    state
 }
 
 /// `/proc` as the host saw it when its first executor was made: every

@@ -448,8 +448,11 @@ static int child(void *arg) {
     /* The leader dies with us: killed while it starts (before its pid
      * reached the host, which then cannot find it by its tag until it
      * execs), it must not go on to run unseen. Checked after arming, as we
-     * may be gone already. */
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != p->supervisor) _exit(127);
+     * may be gone already. It stays armed across exec: whenever we die, the
+     * leader gets SIGKILL at once, with no TERM and no grace (nobody is left
+     * to report its end anyway). */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) FAIL(STEP_SESSION);
+    if (getppid() != p->supervisor) _exit(127);
     /* The one disposition we changed; everything else is the default. */
     signal(SIGPIPE, SIG_DFL);
     if (setsid() < 0) FAIL(STEP_SESSION);

@@ -73,6 +73,10 @@ fn crate_paths(code: &str) -> Vec<Vec<String>> {
             continue; // `dsh_crate::`, not ours
         }
         let rest = &code[at + "crate::".len()..];
+        assert!(
+            !rest.starts_with('{'),
+            "a grouped `use crate::{{…}}` hides its paths from this check: write one `use` per path"
+        );
         let path: Vec<String> = rest
             .split("::")
             .map(|s| {

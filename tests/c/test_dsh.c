@@ -1740,6 +1740,8 @@ static void test_terminal_wait_input_waiting(void) {
         CHECK(dsh_terminal_wait_input_waiting(t, 300, &w) == DSH_OK && !w);
         CHECK(dsh_terminal_terminate(t, &survivors) == DSH_OK && survivors == 0);
         dsh_terminal_free(t);
+    } else {
+        printf("  skipped the pty relay case: no util-linux script here\n");
     }
     unlink(fifo);
     rmdir(dir);

@@ -394,3 +394,5 @@ def test_descriptor_exhaustion_is_a_spawn_error_with_its_errno() -> None:
         """
     )
     assert "odd []" in out, out
+    refused = int(out.split("refused ", 1)[1].split()[0])
+    assert refused >= 1, f"no run met the descriptor limit: {out}"

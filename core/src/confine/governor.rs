@@ -376,8 +376,8 @@ impl CommandGroup {
             let Ok(pidfd) = crate::sys::pidfd_open(pid) else {
                 continue;
             };
-            let member = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-                .is_ok_and(|c| c.lines().any(|l| l.ends_with(&suffix)));
+            let member = crate::sys::proc::read(&format!("{pid}/cgroup"))
+                .is_ok_and(|c| c.split(|&b| b == b'\n').any(|l| l.ends_with(suffix.as_bytes())));
             if member && crate::sys::pidfd_send_signal(&pidfd, libc::SIGKILL).is_ok() {
                 hit += 1;
             }
@@ -424,10 +424,8 @@ pub(crate) fn rlimits(limits: &Limits) -> Option<Rlimits> {
 /// of the process `pid`, read from `/proc/<pid>/stat`; the caller makes sure
 /// the pid is still the command's leader (an unreaped zombie).
 pub(crate) fn own_cpu_time(pid: libc::pid_t) -> Option<std::time::Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // After the command name (which may hold spaces and parentheses):
-    // state is field 3, utime and stime fields 14 and 15.
-    let mut fields = stat.get(stat.rfind(')')? + 2..)?.split(' ');
+    let stat = crate::sys::proc::read(&format!("{pid}/stat")).ok()?;
+    let mut fields = crate::sys::stat_fields(&stat);
     let utime: u64 = fields.nth(11)?.parse().ok()?;
     let stime: u64 = fields.next()?.parse().ok()?;
     // SAFETY: sysconf has no preconditions.

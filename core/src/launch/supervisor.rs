@@ -450,7 +450,8 @@ const UNRESPONSIVE: std::time::Duration = std::time::Duration::from_secs(2);
 /// reports no exit and reaps nothing, so runs waiting on it would never
 /// settle. It looks every STOP_WATCH for as long as anything of its
 /// executor can still use it; a running supervisor is left alone. One seen
-/// stopped at every look for UNRESPONSIVE is lost: it is SIGKILLed, and
+/// stopped at every look for UNRESPONSIVE (and not held by a debugger of
+/// the host's own) is lost: it is SIGKILLed, and
 /// the executor does what it does for any supervisor that died (its runs
 /// settle with the exit status unavailable, the tag sweep ends their
 /// trees, the next command starts a new supervisor).
@@ -465,17 +466,46 @@ fn watch_for_a_stop(releases: std::sync::Weak<ReleasePipe>) {
                 continue;
             }
             // The pidfd pins the supervisor: a recycled pid is never hit.
-            if stopped_since
+            let stopped_for = stopped_since
                 .get_or_insert_with(std::time::Instant::now)
-                .elapsed()
-                >= UNRESPONSIVE
-            {
+                .elapsed();
+            if stopped_for >= UNRESPONSIVE && !traced_by_a_debugger_of_the_host(pipe.supervisor_pid) {
                 let _ = crate::sys::pidfd_send_signal(&pipe.supervisor, libc::SIGKILL);
                 return;
             }
             let _ = crate::sys::pidfd_send_signal(&pipe.supervisor, libc::SIGCONT);
         }
     });
+}
+
+/// Whether `pid` is traced by the host or one of its ancestors (`gdb` or
+/// `strace -f` on the host follows into the supervisor): a debugger of the
+/// host's own, which no command can be, so its stops are left alone.
+fn traced_by_a_debugger_of_the_host(pid: libc::pid_t) -> bool {
+    let Ok(status) = crate::sys::proc::read(&format!("{pid}/status")) else {
+        return false;
+    };
+    let tracer = String::from_utf8_lossy(&status)
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:")?.trim().parse::<libc::pid_t>().ok())
+        .unwrap_or(0);
+    if tracer <= 0 {
+        return false;
+    }
+    let mut ancestor = current_pid();
+    for _ in 0..64 {
+        if ancestor == tracer {
+            return true;
+        }
+        let parent = crate::sys::proc::read(&format!("{ancestor}/stat"))
+            .ok()
+            .and_then(|stat| crate::sys::stat_fields(&stat).nth(1)?.parse().ok());
+        match parent {
+            Some(p) if p > 0 => ancestor = p,
+            _ => return false,
+        }
+    }
+    false
 }
 
 type StartReply = mpsc::SyncSender<io::Result<Supervisor>>;

@@ -34,7 +34,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use tokio::sync::oneshot;
 
 use crate::host::forked::{current_pid, PerProcess};
-use crate::sys::{pidfd_open, pidfd_send_signal};
+use crate::sys::{pidfd_open, pidfd_send_signal, stat_fields};
 
 /// Signals the process group `pgid`. Only sound while its leader is our
 /// unreaped child: until then no other process can be given that id.
@@ -155,9 +155,7 @@ pub(crate) fn tag_in(environ: &[u8]) -> Option<&[u8]> {
 /// line. State and ppid follow the last ')': the command name may itself
 /// contain one.
 pub(crate) fn parent_in_stat(stat: &[u8]) -> Option<libc::pid_t> {
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
-    let mut fields = rest.split_whitespace();
+    let mut fields = stat_fields(stat);
     if matches!(fields.next(), Some("Z" | "X")) {
         return None;
     }
@@ -166,9 +164,7 @@ pub(crate) fn parent_in_stat(stat: &[u8]) -> Option<libc::pid_t> {
 
 /// The process group in a `/proc/<pid>/stat` line (zombies have one too).
 pub(crate) fn group_in_stat(stat: &[u8]) -> Option<libc::pid_t> {
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
-    rest.split_whitespace().nth(2)?.parse().ok()
+    stat_fields(stat).nth(2)?.parse().ok()
 }
 
 /// What a scan of `/proc` found about a process without the tag: its parent
@@ -227,9 +223,7 @@ fn read_file(path: &str, buf: &mut Vec<u8>) -> bool {
 
 /// The session in a `/proc/<pid>/stat` line.
 pub(crate) fn session_in_stat(stat: &[u8]) -> Option<libc::pid_t> {
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
-    rest.split_whitespace().nth(3)?.parse().ok()
+    stat_fields(stat).nth(3)?.parse().ok()
 }
 
 fn untagged_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> Option<Untagged> {

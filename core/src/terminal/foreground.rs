@@ -421,13 +421,7 @@ fn encode_dev(dev: libc::dev_t) -> u64 {
 
 /// Field `n` (0: the state) after the command name of a `stat` line.
 fn stat_field(stat: &[u8], n: usize) -> Option<i64> {
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    std::str::from_utf8(&stat[close + 1..])
-        .ok()?
-        .split_whitespace()
-        .nth(n)?
-        .parse()
-        .ok()
+    crate::sys::stat_fields(stat).nth(n)?.parse().ok()
 }
 
 /// The controlling terminal of `pid` (`tty_nr` of its `stat`), encoded as
@@ -439,13 +433,7 @@ fn controlling_terminal(pid: libc::pid_t) -> Option<u64> {
 
 /// The state letter of a `/proc/…/stat` line.
 fn state_in_stat(stat: &[u8]) -> Option<char> {
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    std::str::from_utf8(&stat[close + 1..])
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .chars()
-        .next()
+    crate::sys::stat_fields(stat).next()?.chars().next()
 }
 
 /// The live members of process group `pgid` in session `session`.

@@ -286,13 +286,13 @@ impl Terminal {
     /// (the program has exited).
     pub fn inspect_foreground(&self) -> Option<Foreground> {
         let pgid = self.foreground_group()?;
+        // Bytes of ours still queued for the terminal: the program has
+        // input coming, whatever it does now.
+        let writing = *lock(&self.shared.write_gate) > 0;
         Some(Foreground {
             process_group_id: pgid,
-            input_waiting: crate::terminal::foreground::input_waiting(
-                self.shared.pid,
-                pgid,
-                self.shared.rdev,
-            ),
+            input_waiting: !writing
+                && crate::terminal::foreground::input_waiting(self.shared.pid, pgid, self.shared.rdev),
         })
     }
 

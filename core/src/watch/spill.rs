@@ -170,7 +170,12 @@ impl SpillFile {
                 "the spill file was removed: {} is now another file",
                 self.path
             )),
-            Err(e) => Some(format!("the spill file was removed: {}: {e}", self.path)),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
+                Some(format!("the spill file was removed: {}: {e}", self.path))
+            }
+            // Cannot tell (no memory, no permission to look): not removed,
+            // since a removal abandons the spill for good.
+            Err(_) => None,
         }
     }
 
