@@ -1207,3 +1207,36 @@ fn a_big_write_to_a_program_that_never_reads_copies_at_most_a_few_pieces() {
         );
     }
 }
+
+/// A `write` future dropped before it fed its whole buffer still writes the
+/// rest, in order, before the next write: the line is never left half
+/// typed for the next write to complete (the old copy's semantics, kept
+/// without copying on the normal path).
+#[test]
+fn a_dropped_write_still_writes_its_rest_in_order() {
+    let exec = executor();
+    let mut s = Session::new(
+        &exec,
+        TerminalRequest::argv([
+            "bash",
+            "--norc",
+            "--noprofile",
+            "-c",
+            "stty raw -echo; echo READY; sleep 0.5; head -c 300000 >/dev/null; head -c 4; echo; exec sleep 100",
+        ]),
+    );
+    s.expect("READY");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let big = vec![b'a'; 300_000];
+    // Dropped while the program sleeps: the terminal holds a few KiB.
+    let outcome =
+        rt.block_on(async { tokio::time::timeout(Duration::from_millis(5), s.term.write(&big)).await });
+    assert!(outcome.is_err(), "the write was expected to be still going");
+    drop(big);
+    s.term.write_blocking(b"next").unwrap();
+    s.expect("next");
+    assert_eq!(s.term.terminate_blocking().unwrap(), 0);
+}

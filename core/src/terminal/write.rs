@@ -92,24 +92,53 @@ impl PendingWrite {
     }
 }
 
+/// The feeding side of a `write` of borrowed bytes: dropped with bytes
+/// still unsent (the caller dropped its future), it hands them over as one
+/// owned copy, behind the pieces already fed.
+struct Feed<'a> {
+    tx: Option<mpsc::Sender<WriteBuffer>>,
+    unsent: &'a [u8],
+}
+
+impl Drop for Feed<'_> {
+    fn drop(&mut self) {
+        if let Some(tx) = self.tx.take().filter(|_| !self.unsent.is_empty()) {
+            let rest: WriteBuffer = Box::new(self.unsent.to_vec());
+            runtime::handle().spawn(async move {
+                let _ = tx.send(rest).await;
+            });
+        }
+    }
+}
+
 impl Terminal {
     /// Writes `bytes` to the terminal's input, as typed (no newline is
     /// added or translated). Completes once the terminal took all of them;
     /// a program that does not read makes it wait (the terminal's input
     /// queue is small). What the terminal does not take at once is copied
     /// in pieces of [`WRITE_PIECE`] bytes as it takes them (at most three
-    /// pieces held at once), never whole: a future dropped before it
-    /// completes leaves the rest unwritten. To hand over a buffer instead,
-    /// use [`Terminal::write_now`]. After the leader exited:
+    /// pieces held at once), never whole. A future dropped before it fed
+    /// every piece still writes the rest, in order (copied whole at that
+    /// moment): a line is never left half typed for the next write to
+    /// complete. To hand over a buffer instead, use
+    /// [`Terminal::write_now`]. After the leader exited:
     /// [`DshError::TerminalClosed`].
     pub async fn write(&self, bytes: &[u8]) -> Result<()> {
         let Some((rest, feed, taken)) = self.write_borrowed(bytes)? else {
             return Ok(());
         };
-        for piece in bytes[taken..].chunks(WRITE_PIECE) {
-            if feed.send(Box::new(piece.to_vec())).await.is_err() {
-                break; // the session ended: `rest` says how
+        let mut feed = Feed {
+            tx: Some(feed),
+            unsent: &bytes[taken..],
+        };
+        while let (Some(tx), false) = (&feed.tx, feed.unsent.is_empty()) {
+            let n = feed.unsent.len().min(WRITE_PIECE);
+            // Cancel-safe: a send dropped before it completed sent nothing.
+            if tx.send(Box::new(feed.unsent[..n].to_vec())).await.is_err() {
+                feed.unsent = &[]; // the session ended: `rest` says how
+                break;
             }
+            feed.unsent = &feed.unsent[n..];
         }
         drop(feed);
         rest.wait().await
