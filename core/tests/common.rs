@@ -2,7 +2,6 @@
 //! Helpers shared by the integration tests.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -122,9 +121,8 @@ pub fn landlock_abi() -> i64 {
 }
 
 /// True (after saying so) when the calling test must be skipped because
-/// the kernel has no Landlock. libtest has no runtime skip and hides a
-/// passing test's `println!`, so the notice goes straight to stderr, where
-/// it shows in the run's output; the test is still listed as `ok`.
+/// the kernel has no Landlock (see [`skip`]); the test is still listed as
+/// `ok`.
 ///
 /// `DSH_TEST_FAKE_NO_LANDLOCK=1` skips as a kernel without Landlock would,
 /// to exercise this path on one that has it.
@@ -137,10 +135,24 @@ pub fn skip_without_landlock() -> bool {
     let Some(why) = why else {
         return false;
     };
-    let current = std::thread::current();
-    let test = current.name().unwrap_or("a sandbox test");
-    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+    skip(why);
     true
+}
+
+/// Says that the calling test (or the part of it named in `why`) cannot
+/// run here, and why: `SKIPPED <test>: <why>` straight to stderr (libtest
+/// hides what a passing test prints, `std::io::stderr()` included), where
+/// `scripts/test` counts and lists every such line after the Rust tests.
+/// The test then returns; libtest still lists it as `ok`.
+#[allow(dead_code)] // not every test file skips
+pub fn skip(why: impl std::fmt::Display) {
+    let current = std::thread::current();
+    let test = current.name().unwrap_or("a test");
+    let line = format!("SKIPPED {test}: {why}\n");
+    // libtest captures `std::io::stderr()` too: write to descriptor 2.
+    // SAFETY: `line` is valid for reads of its length; fd 2 is the test
+    // process's stderr (a short write only shortens the notice).
+    unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
 }
 
 /// Resident set size of this process, in bytes.

@@ -32,7 +32,7 @@ fn limited(exec: &Executor, command: &str, limits: LimitsInput) -> RunResult {
 fn supported(kind: LimitKind) -> bool {
     let m = limits_support().get(kind).unwrap();
     if m == Mechanism::Unsupported {
-        eprintln!("SKIP: this host cannot enforce the {kind} limit");
+        common::skip(format!("this host cannot enforce the {kind} limit"));
         return false;
     }
     true
@@ -44,7 +44,7 @@ fn has(program: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !found {
-        eprintln!("SKIP: {program} is not installed");
+        common::skip(format!("{program} is not installed"));
     }
     found
 }

@@ -36,7 +36,7 @@ fn has_python() -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("SKIP: python3 is not installed");
+        common::skip("python3 is not installed");
     }
     ok
 }
@@ -110,10 +110,10 @@ fn deny_refuses_tcp_udp_and_io_uring_that_allow_permits() {
     if allowed["uring"] == "ok" {
         assert_eq!(denied["uring"], "EACCES", "io_uring is no way around the filter");
     } else {
-        eprintln!(
-            "SKIP (io_uring part): io_uring is unavailable here even unconfined: {}",
+        common::skip(format!(
+            "(the io_uring part) io_uring is unavailable here even unconfined: {}",
             allowed["uring"]
-        );
+        ));
     }
     assert_eq!(info.network, NetworkPolicy::Deny);
     assert_eq!(info.network_enforcement, Some(Enforcement::Full));
@@ -261,7 +261,7 @@ fn loopback_allows_127_and_1_only() {
         return;
     }
     if let Some(why) = loopback_missing() {
-        eprintln!("SKIP: {why}");
+        common::skip(why);
         return;
     }
     let dir = TempDir::new_in(&std::env::temp_dir(), "dsh-network-loopback");
@@ -335,7 +335,7 @@ fn loopback_drops_what_reaches_a_wildcard_listener_from_outside_loopback() {
         return;
     }
     if let Some(why) = loopback_missing() {
-        eprintln!("SKIP: {why}");
+        common::skip(why);
         return;
     }
     // A non-loopback address of this host: a connection to it from here
@@ -348,7 +348,7 @@ fn loopback_drops_what_reaches_a_wildcard_listener_from_outside_loopback() {
             .map(str::to_owned)
     });
     let Some(ip) = ip else {
-        eprintln!("SKIP: this host has no non-loopback IPv4 address");
+        common::skip("this host has no non-loopback IPv4 address");
         return;
     };
     let dir = TempDir::new_in(&std::env::temp_dir(), "dsh-network-wildcard");
@@ -425,7 +425,7 @@ fn the_default_is_allow_and_reports_no_network_enforcement() {
 #[test]
 fn a_confined_command_cannot_leave_its_loopback_group() {
     if let Some(why) = loopback_missing() {
-        eprintln!("SKIP: {why}");
+        common::skip(why);
         return;
     }
     let exec = executor();

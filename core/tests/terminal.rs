@@ -984,7 +984,7 @@ fn input_waiting_follows_a_pty_relay_to_the_terminal_it_serves() {
         .output()
         .is_err()
     {
-        eprintln!("skipped: no util-linux script here");
+        common::skip("no util-linux script here");
         return;
     }
     let exec = executor();
