@@ -63,14 +63,25 @@ pub(crate) fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
 /// `pidfd_send_signal(2)`, as kill(2) would send `sig`. Signal 0 (is it
 /// alive?) is one the sweeps send, which rustix's `Signal` cannot carry.
 pub(crate) fn pidfd_send_signal(pidfd: &OwnedFd, sig: libc::c_int) -> io::Result<()> {
-    // SAFETY: a null siginfo means "as kill(2) would"; flags must be 0.
+    pidfd_send_signal_with(pidfd, sig, 0)
+}
+
+/// `pidfd_send_signal(2)` with `flags` (`PIDFD_SIGNAL_PROCESS_GROUP`, Linux
+/// 6.9: to the pinned process's group), which rustix does not take either.
+pub(crate) fn pidfd_send_signal_with(
+    pidfd: &OwnedFd,
+    sig: libc::c_int,
+    flags: libc::c_uint,
+) -> io::Result<()> {
+    // SAFETY: a null siginfo means "as kill(2) would"; the kernel checks
+    // the flags.
     let r = unsafe {
         libc::syscall(
             libc::SYS_pidfd_send_signal,
             pidfd.as_raw_fd(),
             sig,
             std::ptr::null::<libc::siginfo_t>(),
-            0,
+            flags,
         )
     };
     if r < 0 {

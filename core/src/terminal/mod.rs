@@ -13,7 +13,7 @@ use write::{input_gone, WriteRequest};
 pub use write::{PendingWrite, WriteBuffer, WRITE_PIECE};
 
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -338,18 +338,7 @@ impl Terminal {
         if let Ok(pidfd) = pidfd_open(pgid) {
             // Pinned: re-check that it still leads that group of ours.
             if in_session(pgid) {
-                // SAFETY: pidfd_send_signal takes a descriptor, integers and a
-                // null siginfo.
-                let r = unsafe {
-                    libc::syscall(
-                        libc::SYS_pidfd_send_signal,
-                        pidfd.as_raw_fd(),
-                        sig,
-                        std::ptr::null::<libc::siginfo_t>(),
-                        PIDFD_SIGNAL_PROCESS_GROUP,
-                    )
-                };
-                if r == 0 {
+                if crate::sys::pidfd_send_signal_with(&pidfd, sig, PIDFD_SIGNAL_PROCESS_GROUP).is_ok() {
                     return Ok(pgid);
                 }
             }
