@@ -337,10 +337,10 @@ impl Terminal {
         };
         if let Ok(pidfd) = pidfd_open(pgid) {
             // Pinned: re-check that it still leads that group of ours.
-            if in_session(pgid) {
-                if crate::sys::pidfd_send_signal_with(&pidfd, sig, PIDFD_SIGNAL_PROCESS_GROUP).is_ok() {
-                    return Ok(pgid);
-                }
+            if in_session(pgid)
+                && crate::sys::pidfd_send_signal_with(&pidfd, sig, PIDFD_SIGNAL_PROCESS_GROUP).is_ok()
+            {
+                return Ok(pgid);
             }
         }
         // The group's leader has gone (or the kernel predates group
