@@ -751,7 +751,9 @@ fn no_group_is_left_after_dispose_when_a_command_killed_its_supervisor() {
                 network: Some(NetworkPolicy::Loopback),
             });
         }
-        req.timeout_ms = n(20_000);
+        // A kill that lands before the start (a new supervisor then runs it)
+        // leaves a plain run: its timeout ends it.
+        req.timeout_ms = n(3_000);
         // A result (exit status unavailable) or a spawn error: both happen.
         let _ = run_killing_the_supervisor(&exec, req, Duration::from_micros(500 * i));
         exec.dispose_blocking().unwrap();
@@ -933,7 +935,7 @@ fn a_supervisor_killed_while_starting_leaves_nothing_running() {
                 network: Some(NetworkPolicy::Loopback),
             });
         }
-        req.timeout_ms = n(20_000);
+        req.timeout_ms = n(3_000);
         let outcome = run_killing_the_supervisor(&exec, req, Duration::from_micros(300 * round));
         assert!(
             eventually(Duration::from_secs(10), || sleeps(&a).is_empty()
