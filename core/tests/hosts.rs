@@ -1079,6 +1079,23 @@ const PLANT_AND_HIDE_PROC: &str = "for i in 1 2 3; do setsid sleep 300 & echo pi
      sleep 300 & echo pid=$!; \
      mount -t tmpfs hidden /proc && echo hidden; exec sleep 300";
 
+/// Starts [`PLANT_AND_HIDE_PROC`] and waits until `/proc` is hidden: the
+/// process and its output so far.
+fn plant_and_hide_proc(e: &Executor) -> (dsh_core::Process, String) {
+    let p = e
+        .start(&e.resolve(Request::new(PLANT_AND_HIDE_PROC)).unwrap())
+        .unwrap();
+    let mut out = String::new();
+    assert!(
+        common::eventually(Duration::from_secs(30), || {
+            out += &p.read_output().delta;
+            out.contains("hidden\n")
+        }),
+        "the command did not hide /proc: {out:?}"
+    );
+    (p, out)
+}
+
 fn planted_pids(out: &str) -> Vec<i32> {
     out.split("pid=")
         .skip(1)
@@ -1092,17 +1109,7 @@ fn planted_pids(out: &str) -> Vec<i32> {
 fn proc_hidden_death_host() {
     LEAKS_ON_PURPOSE.store(true, std::sync::atomic::Ordering::Relaxed);
     let e = exec();
-    let p = e
-        .start(&e.resolve(Request::new(PLANT_AND_HIDE_PROC)).unwrap())
-        .unwrap();
-    let mut out = String::new();
-    assert!(
-        common::eventually(Duration::from_secs(30), || {
-            out += &p.read_output().delta;
-            out.contains("hidden\n")
-        }),
-        "the command did not hide /proc: {out:?}"
-    );
+    let (_process, out) = plant_and_hide_proc(&e);
     let pids: Vec<String> = planted_pids(&out).iter().map(i32::to_string).collect();
     println!("ready {}", pids.join(" "));
     std::io::stdout().flush().unwrap();
@@ -1153,17 +1160,7 @@ fn host_death_with_proc_hidden() {
 fn proc_hidden_by_a_root_command() {
     private_mounts_or_skip();
     let e = exec();
-    let p = e
-        .start(&e.resolve(Request::new(PLANT_AND_HIDE_PROC)).unwrap())
-        .unwrap();
-    let mut out = String::new();
-    assert!(
-        common::eventually(Duration::from_secs(30), || {
-            out += &p.read_output().delta;
-            out.contains("hidden\n")
-        }),
-        "the command did not hide /proc: {out:?}"
-    );
+    let (p, out) = plant_and_hide_proc(&e);
     let planted = planted_pids(&out);
     assert_eq!(planted.len(), 4, "{out:?}");
     assert!(
