@@ -735,19 +735,25 @@ impl Executor {
         // Waits on this thread without the GIL, taking it back every
         // SIGNAL_POLL to look for Ctrl-C: the run is then stopped as a
         // cancellation, waited for, and the interrupt raised.
+        // The run is asked for with the GIL held: the core reads the
+        // environment then, and other Python threads rewrite it only with
+        // the GIL (os.environ).
+        let run = self
+            .inner
+            .ask_blocking(&spec.inner, cancel.map(|c| &c.inner))
+            .map_err(|e| to_pyerr(py, e))?;
         let mut interrupt: Option<PyErr> = None;
         let outcome = py.detach(|| {
-            self.inner
-                .run_blocking_checked(&spec.inner, cancel.map(|c| &c.inner), SIGNAL_POLL, || {
-                    interrupt.is_some()
-                        || Python::attach(|py| match py.check_signals() {
-                            Ok(()) => false,
-                            Err(e) => {
-                                interrupt = Some(e);
-                                true
-                            }
-                        })
-                })
+            run.wait_checked(SIGNAL_POLL, || {
+                interrupt.is_some()
+                    || Python::attach(|py| match py.check_signals() {
+                        Ok(()) => false,
+                        Err(e) => {
+                            interrupt = Some(e);
+                            true
+                        }
+                    })
+            })
         });
         if let Some(interrupt) = interrupt {
             return Err(interrupt);

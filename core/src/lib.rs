@@ -26,6 +26,7 @@ mod terminal;
 mod watch;
 
 pub use confine::governor::limits_support;
+pub use executor::foreground::BlockingRun;
 pub use executor::host_loop::{HostLoop, HostRun};
 pub use executor::process::{Process, ProcessRead, Status, WaiterId};
 pub use executor::run::{RunFuture, RunResult};

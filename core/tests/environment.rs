@@ -58,4 +58,13 @@ fn scrub_forced_env_and_dsh_env_precedence() {
     // Without a spec env, the forced PAGER stands and nothing leaks.
     let r = run(&exec, "echo \"$PAGER|${MY_API_KEY-unset}|${DSH_STALE-unset}\"");
     assert_eq!(r.stdout.text, "cat|unset|unset\n");
+
+    // A blocking run takes the environment when it is asked for, not when
+    // it is waited for: a host (Python) lets other threads rewrite it in
+    // between.
+    let asked = exec
+        .ask_blocking(&exec.resolve(Request::new("echo $PLAIN_SETTING")).unwrap(), None)
+        .unwrap();
+    std::env::set_var("PLAIN_SETTING", "changed while waiting");
+    assert_eq!(asked.wait().unwrap().stdout.text, "kept\n");
 }

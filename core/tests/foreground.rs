@@ -519,11 +519,29 @@ fn a_bad_spill_dir_is_refused_at_construction_and_a_missing_one_is_made_private(
     let _ = std::fs::remove_dir_all(&base);
 }
 
+/// A blocking run asked for and dropped unwaited (the host raised between
+/// the two halves) starts nothing and holds nothing: dispose does not wait
+/// for it, and the executor runs the next command.
+#[test]
+fn a_blocking_run_dropped_unwaited_starts_nothing() {
+    let dir = temp_dir("unwaited");
+    let exec = executor();
+    let marker = dir.join("ran");
+    let asked = exec
+        .ask_blocking(&spec(&exec, &format!("touch {}", marker.display())), None)
+        .unwrap();
+    drop(asked);
+    assert_eq!(run(&exec, "echo next").stdout.text, "next\n");
+    exec.dispose_blocking().unwrap();
+    assert!(!marker.exists(), "a dropped BlockingRun ran its command");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A blocking run whose host check says "interrupted" (Python's Ctrl-C) is
 /// stopped as a cancellation, waited for, and reported as aborted; the
 /// check runs on the calling thread, every period, only while it waits.
 #[test]
-fn run_blocking_checked_stops_the_run_when_the_check_says_so() {
+fn a_checked_blocking_wait_stops_the_run_when_the_check_says_so() {
     let dir = temp_dir("checked-run");
     let exec = executor();
     let pidfile = dir.join("pid");
@@ -532,7 +550,9 @@ fn run_blocking_checked_stops_the_run_when_the_check_says_so() {
     let mut calls = 0;
     let started = Instant::now();
     let r = exec
-        .run_blocking_checked(&s, None, Duration::from_millis(10), || {
+        .ask_blocking(&s, None)
+        .unwrap()
+        .wait_checked(Duration::from_millis(10), || {
             assert_eq!(
                 std::thread::current().id(),
                 caller,
@@ -552,12 +572,9 @@ fn run_blocking_checked_stops_the_run_when_the_check_says_so() {
     assert!(eventually(Duration::from_secs(10), || !alive(pid)));
     // A check that never fires changes nothing.
     let r = exec
-        .run_blocking_checked(
-            &common::spec(&exec, "echo ok"),
-            None,
-            Duration::from_millis(1),
-            || false,
-        )
+        .ask_blocking(&common::spec(&exec, "echo ok"), None)
+        .unwrap()
+        .wait_checked(Duration::from_millis(1), || false)
         .unwrap();
     assert_eq!((r.stdout.text.as_str(), r.aborted), ("ok\n", false));
 }
@@ -597,7 +614,9 @@ fn a_settled_run_has_reaped_its_leader_however_it_ended() {
         let s = spec(&exec, "echo $$; exec sleep 30");
         let mut checks = 0;
         let r = exec
-            .run_blocking_checked(&s, Some(&token), Duration::from_millis(5), || {
+            .ask_blocking(&s, Some(&token))
+            .unwrap()
+            .wait_checked(Duration::from_millis(5), || {
                 checks += 1;
                 checks > 20
             })

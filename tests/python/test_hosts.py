@@ -161,6 +161,43 @@ def test_environment_rewritten_while_commands_start() -> None:
     assert out.strip() == "300"
 
 
+def test_environment_rewritten_while_foreground_runs_start() -> None:
+    # `run` waits with the GIL released; the environment must be read
+    # before that, while other threads can still not touch it.
+    out = host(
+        """
+        import os, threading, dsh_native
+        ex = dsh_native.Executor()
+        stop = False
+
+        def churn():
+            i = 0
+            while not stop:
+                os.environ[f"DSH_HOST_FILL_{i % 300}"] = "x" * (i % 97)
+                if i % 5 == 0:
+                    os.environ.pop(f"DSH_HOST_FILL_{(i * 3) % 300}", None)
+                i += 1
+
+        threads = [threading.Thread(target=churn) for _ in range(2)]
+        for t in threads:
+            t.start()
+        seen = 0
+        try:
+            spec = ex.resolve("echo $HOST_MARKER")
+            for i in range(400):
+                os.environ["HOST_MARKER"] = str(i)
+                seen += ex.run(spec).stdout.text == f"{i}\\n"
+        finally:
+            stop = True
+            for t in threads:
+                t.join()
+        print(seen)
+        ex.close()
+        """
+    )
+    assert out.strip() == "400"
+
+
 def test_commands_have_no_controlling_terminal_in_a_terminal_host() -> None:
     script = textwrap.dedent(
         """

@@ -2,7 +2,9 @@
 //! face drives one (a future, a callback, a host's own loop, a blocking
 //! call). docs/running.md, "Foreground".
 
+use std::future::Future;
 use std::os::fd::AsRawFd;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -56,10 +58,8 @@ pub(super) fn run_result(spec: &Spec, outcome: Outcome, streams: &Mutex<Streams>
     }
 }
 
-/// A command that started but could not be watched was killed at once; it
-/// is not a spawn failure (it ran), so a caller never retries it as one.
 /// Drives `run` while calling `check`'s function every its period (see
-/// [`Executor::run_blocking_checked`]); `interrupt` stops the run.
+/// [`BlockingRun::wait_checked`]); `interrupt` stops the run.
 pub(super) async fn checked<F: std::future::Future<Output = Result<RunResult>>>(
     run: F,
     check: Option<(Duration, &mut dyn FnMut() -> bool)>,
@@ -399,29 +399,17 @@ impl Executor {
 
     /// [`Executor::run`] for threads that are not in an async runtime.
     pub fn run_blocking(&self, spec: &Spec, cancel: Option<&CancelToken>) -> Result<RunResult> {
-        self.run_blocking_inner(spec, cancel, None)
+        self.ask_blocking(spec, cancel)?.wait()
     }
 
-    /// [`Executor::run_blocking`] for a host that must look at something of
-    /// its own while it waits (Python's Ctrl-C): `interrupted` is called on
-    /// the calling thread every `every`, and once it returns true the run
-    /// is stopped as a cancellation would stop it, and still waited for.
-    pub fn run_blocking_checked(
-        &self,
-        spec: &Spec,
-        cancel: Option<&CancelToken>,
-        every: Duration,
-        mut interrupted: impl FnMut() -> bool,
-    ) -> Result<RunResult> {
-        self.run_blocking_inner(spec, cancel, Some((every, &mut interrupted)))
-    }
-
-    pub(super) fn run_blocking_inner(
-        &self,
-        spec: &Spec,
-        cancel: Option<&CancelToken>,
-        check: Option<(Duration, &mut dyn FnMut() -> bool)>,
-    ) -> Result<RunResult> {
+    /// The first half of [`Executor::run_blocking`], for a host that must
+    /// let go of something of its own while it waits (Python's GIL): the
+    /// run is admitted and the host's environment read here, on the
+    /// calling thread inside its call, where the host keeps its other
+    /// threads from rewriting the environment; the command starts when
+    /// [`BlockingRun::wait`] is first called. A `BlockingRun` dropped
+    /// unwaited starts nothing.
+    pub fn ask_blocking(&self, spec: &Spec, cancel: Option<&CancelToken>) -> Result<BlockingRun> {
         // The thread's reactor first: if the kernel refuses it, nothing
         // was admitted or started.
         runtime::reactor_here()?;
@@ -432,7 +420,43 @@ impl Executor {
             HostEnv::capture(),
             RunStops::new(active, cancel, &interrupt),
         );
-        if spec.stdin.is_some() || spec.stdin_pipe {
+        Ok(BlockingRun {
+            task: Box::pin(task),
+            writes_stdin: spec.stdin.is_some() || spec.stdin_pipe,
+            interrupt,
+        })
+    }
+}
+
+/// A foreground run asked for by [`Executor::ask_blocking`], started and
+/// waited for by a blocking `wait`.
+pub struct BlockingRun {
+    task: Pin<Box<dyn Future<Output = Result<RunResult>> + Send>>,
+    writes_stdin: bool,
+    interrupt: CancelToken,
+}
+
+impl BlockingRun {
+    /// Runs the command and blocks until its result.
+    pub fn wait(self) -> Result<RunResult> {
+        self.wait_inner(None)
+    }
+
+    /// [`BlockingRun::wait`] for a host that must look at something of its
+    /// own while it waits (Python's Ctrl-C): `interrupted` is called on
+    /// the calling thread every `every`, and once it returns true the run
+    /// is stopped as a cancellation would stop it, and still waited for.
+    pub fn wait_checked(self, every: Duration, mut interrupted: impl FnMut() -> bool) -> Result<RunResult> {
+        self.wait_inner(Some((every, &mut interrupted)))
+    }
+
+    fn wait_inner(self, check: Option<(Duration, &mut dyn FnMut() -> bool)>) -> Result<RunResult> {
+        let BlockingRun {
+            task,
+            writes_stdin,
+            interrupt,
+        } = self;
+        if writes_stdin {
             // Writing stdin may raise SIGPIPE: do it on the core's threads.
             let joined = runtime::spawned(task);
             runtime::block_on_here(checked(async move { joined.await? }, check, interrupt))?

@@ -3,7 +3,7 @@
 //! (docs/registry.md).
 
 mod background;
-mod foreground;
+pub(crate) mod foreground;
 pub(crate) mod host_loop;
 pub(crate) mod process;
 pub(crate) mod run;
