@@ -23,7 +23,7 @@ export type LimitName = 'memory' | 'processes' | 'cpu' | 'file_size'
 /** Every limit, as `limitsEnforcement` and `limitsSupport()` key them. */
 export type LimitKey = LimitName | 'open_files'
 /** How one limit is enforced: a cgroup of the command's own, a resource limit, or not at all. */
-export type LimitMechanism = 'cgroup-v1' | 'rlimit' | 'unsupported'
+export type LimitMechanism = 'cgroup-v1' | 'cgroup-v2' | 'rlimit' | 'unsupported'
 /** Per-command limits (docs/limits.md): positive whole numbers; each optional. */
 export interface Limits {
   /** Bytes of memory the command's whole tree may use. */

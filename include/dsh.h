@@ -141,6 +141,10 @@ typedef enum DshLimitMechanism {
    * This host cannot enforce it (a request for it fails closed).
    */
   DSH_MECHANISM_UNSUPPORTED = 3,
+  /**
+   * A cgroup (v2, the unified hierarchy) of the command's own.
+   */
+  DSH_MECHANISM_CGROUP_V2 = 4,
 } DshLimitMechanism;
 
 /**
@@ -922,8 +926,8 @@ const char *dsh_limit_name(int limit);
 
 /**
  * The mechanism's name: "none" (DSH_MECHANISM_NONE: no such limit was
- * set), "cgroup-v1", "rlimit", "unsupported"; NULL only for a value that is
- * not a DshLimitMechanism. Static.
+ * set), "cgroup-v1", "cgroup-v2", "rlimit", "unsupported"; NULL only for a
+ * value that is not a DshLimitMechanism. Static.
  */
 const char *dsh_mechanism_name(int mechanism);
 

@@ -41,6 +41,8 @@ pub enum DshLimitMechanism {
     DSH_MECHANISM_RLIMIT = 2,
     /// This host cannot enforce it (a request for it fails closed).
     DSH_MECHANISM_UNSUPPORTED = 3,
+    /// A cgroup (v2, the unified hierarchy) of the command's own.
+    DSH_MECHANISM_CGROUP_V2 = 4,
 }
 
 /// A network policy (docs/sandbox.md, "Network").
@@ -89,6 +91,7 @@ fn mechanism(m: Option<Mechanism>) -> DshLimitMechanism {
     match m {
         None => DshLimitMechanism::DSH_MECHANISM_NONE,
         Some(Mechanism::CgroupV1) => DshLimitMechanism::DSH_MECHANISM_CGROUP_V1,
+        Some(Mechanism::CgroupV2) => DshLimitMechanism::DSH_MECHANISM_CGROUP_V2,
         Some(Mechanism::Rlimit) => DshLimitMechanism::DSH_MECHANISM_RLIMIT,
         Some(Mechanism::Unsupported) => DshLimitMechanism::DSH_MECHANISM_UNSUPPORTED,
     }
@@ -115,8 +118,8 @@ pub extern "C" fn dsh_limit_name(limit: c_int) -> *const c_char {
 }
 
 /// The mechanism's name: "none" (DSH_MECHANISM_NONE: no such limit was
-/// set), "cgroup-v1", "rlimit", "unsupported"; NULL only for a value that is
-/// not a DshLimitMechanism. Static.
+/// set), "cgroup-v1", "cgroup-v2", "rlimit", "unsupported"; NULL only for a
+/// value that is not a DshLimitMechanism. Static.
 #[no_mangle]
 pub extern "C" fn dsh_mechanism_name(mechanism: c_int) -> *const c_char {
     let s: Option<&'static CStr> = match mechanism {
@@ -124,6 +127,7 @@ pub extern "C" fn dsh_mechanism_name(mechanism: c_int) -> *const c_char {
         1 => Some(c"cgroup-v1"),
         2 => Some(c"rlimit"),
         3 => Some(c"unsupported"),
+        4 => Some(c"cgroup-v2"),
         _ => None,
     };
     s.map_or(std::ptr::null(), CStr::as_ptr)
@@ -325,4 +329,29 @@ pub unsafe extern "C" fn dsh_process_limit_enforcement(
                 .and_then(|(p, k)| p.process.limits_enforcement().get(k)),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The C names are the core's names, for every mechanism.
+    #[test]
+    fn every_mechanism_has_the_core_name_in_c() {
+        for m in [
+            Mechanism::CgroupV1,
+            Mechanism::CgroupV2,
+            Mechanism::Rlimit,
+            Mechanism::Unsupported,
+        ] {
+            // SAFETY: a non-NULL result is a static C string.
+            let name = unsafe { CStr::from_ptr(dsh_mechanism_name(mechanism(Some(m)) as c_int)) };
+            assert_eq!(name.to_str().unwrap(), m.as_str());
+        }
+        // SAFETY: as above.
+        let none =
+            unsafe { CStr::from_ptr(dsh_mechanism_name(DshLimitMechanism::DSH_MECHANISM_NONE as c_int)) };
+        assert_eq!(none.to_str().unwrap(), "none");
+        assert!(dsh_mechanism_name(5).is_null());
+    }
 }

@@ -7,8 +7,10 @@
 //! Mechanisms, chosen per limit:
 //! - `memory` and `processes` cover a whole tree, so they need a cgroup:
 //!   a group of the command's own under the host's group in the writable
-//!   v1 `memory` and `pids` hierarchies. The kernel's counters are the facts
-//!   (`oom_kill` in `memory.oom_control`, `max` in `pids.events`).
+//!   v1 `memory` and `pids` hierarchies, else in the v2 hierarchy (where,
+//!   `unified.rs`). The kernel's counters are the facts (v1: `under_oom`
+//!   and `oom_kill` in `memory.oom_control`; v2: `oom_kill` and
+//!   `oom_group_kill` in `memory.events`; both: `max` in `pids.events`).
 //! - `cpu`, `file_size` and `open_files` are per-process resource limits
 //!   (`setrlimit` in the child before exec, inherited by every descendant).
 //!   The facts are the leader's death signal (SIGXCPU, SIGXFSZ); the kernel
@@ -21,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use crate::confine::cgroupfs::{find_mount, own_path, writable_group_dir};
+use crate::confine::unified;
 use crate::host::forked::PerProcess;
 use crate::spec::error::{DshError, Result};
 use crate::spec::limits::{unavailable, LimitKind, Limits, LimitsEnforcement, Mechanism};
@@ -38,8 +41,7 @@ fn hierarchies() -> &'static Hierarchies {
     H.get_or_init(|| {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-        let unified = mountinfo.lines().any(|l| l.contains(" - cgroup2 "));
-        let find = |controller: &str| own_group(&mountinfo, &cgroups, controller, unified);
+        let find = |controller: &str| own_group(&mountinfo, &cgroups, controller);
         Hierarchies {
             memory: find("memory"),
             pids: find("pids"),
@@ -49,21 +51,8 @@ fn hierarchies() -> &'static Hierarchies {
 
 /// The directory of this process's group in the v1 hierarchy of
 /// `controller`, if it is mounted read-write and writable by us.
-fn own_group(
-    mountinfo: &str,
-    cgroups: &str,
-    controller: &str,
-    unified: bool,
-) -> std::result::Result<PathBuf, String> {
-    let none = || {
-        if unified {
-            format!(
-                "no writable cgroup v1 {controller} hierarchy (cgroup v2 delegation is not supported yet)"
-            )
-        } else {
-            format!("no cgroup v1 {controller} hierarchy is mounted")
-        }
-    };
+fn own_group(mountinfo: &str, cgroups: &str, controller: &str) -> std::result::Result<PathBuf, String> {
+    let none = || format!("no cgroup v1 {controller} hierarchy is mounted");
     let has_controller = |list: &str| list.split(',').any(|c| c == controller);
     let mount = find_mount(mountinfo, "cgroup", has_controller).ok_or_else(none)?;
     if !mount.writable {
@@ -75,16 +64,43 @@ fn own_group(
     writable_group_dir(&mount, &path)
 }
 
+/// Where the group of a cgroup limit is made.
+#[derive(Debug, Clone, Copy)]
+enum Placement {
+    /// Under this directory of the limit's v1 hierarchy.
+    V1(&'static Path),
+    /// Under this directory of the v2 hierarchy, in the one v2 group of the
+    /// command (a process is in one v2 group only).
+    V2(&'static Path),
+}
+
+/// Where the group of the cgroup limit `kind` (memory or processes) is
+/// made: its v1 hierarchy where one is writable, else the v2 hierarchy.
+/// The first call for a v2 limit may move the host (see `unified.rs`).
+fn placement(kind: LimitKind) -> std::result::Result<Placement, String> {
+    let h = hierarchies();
+    let (v1, controller) = match kind {
+        LimitKind::Memory => (&h.memory, "memory"),
+        _ => (&h.pids, "pids"),
+    };
+    let v1_why = match v1 {
+        Ok(dir) => return Ok(Placement::V1(dir)),
+        Err(why) => why,
+    };
+    match unified::limit_parent() {
+        Ok(parent) => parent.for_controller(controller).map(Placement::V2),
+        Err(v2_why) => Err(v2_why.clone()),
+    }
+    .map_err(|v2_why| format!("{v1_why}; cgroup v2: {v2_why}"))
+}
+
 /// How this host enforces `kind`, or why it cannot.
 fn mechanism_or_why(kind: LimitKind) -> std::result::Result<Mechanism, String> {
-    let h = hierarchies();
     match kind {
-        LimitKind::Memory => h
-            .memory
-            .as_ref()
-            .map(|_| Mechanism::CgroupV1)
-            .map_err(Clone::clone),
-        LimitKind::Processes => h.pids.as_ref().map(|_| Mechanism::CgroupV1).map_err(Clone::clone),
+        LimitKind::Memory | LimitKind::Processes => placement(kind).map(|p| match p {
+            Placement::V1(_) => Mechanism::CgroupV1,
+            Placement::V2(_) => Mechanism::CgroupV2,
+        }),
         LimitKind::Cpu | LimitKind::FileSize | LimitKind::OpenFiles => Ok(Mechanism::Rlimit),
     }
 }
@@ -121,7 +137,7 @@ pub(crate) fn group_parents() -> Vec<PathBuf> {
     [&h.memory, &h.pids]
         .into_iter()
         .filter_map(|d| d.as_ref().ok().cloned())
-        .chain(crate::confine::netfilter::group_parent())
+        .chain(unified::group_parents())
         .collect()
 }
 
@@ -139,10 +155,14 @@ pub(crate) struct Rlimits {
 pub(crate) struct CommandGroup {
     /// `dsh.<supervisor pid>.<n>`, the same in each hierarchy.
     name: String,
+    /// The v1 groups.
     memory: Option<PathBuf>,
     pids: Option<PathBuf>,
-    /// The cgroup v2 group that carries the `loopback` network filter.
-    net: Option<PathBuf>,
+    /// The cgroup v2 group: the v2 limits and the `loopback` network
+    /// filter.
+    unified: Option<PathBuf>,
+    /// The limits the v2 group carries.
+    unified_limits: Vec<LimitKind>,
     procs: Vec<OwnedFd>,
     /// What each of `procs` is for, in the same order.
     kinds: Vec<GroupKind>,
@@ -214,10 +234,53 @@ enum Needed {
     WhereTheKernelHasIt,
 }
 
-fn make_group(parent: &Path, name: &str) -> io::Result<PathBuf> {
+/// Makes group `name` under `parent` and writes each of its `files`
+/// (name, value); an error removes it again and says why.
+fn make_group(
+    parent: &Path,
+    name: &str,
+    files: &[(&str, &str, Needed)],
+) -> std::result::Result<PathBuf, String> {
     let dir = parent.join(name);
-    std::fs::create_dir(&dir)?;
+    std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    for (file, value, needed) in files {
+        match write_file(&dir.join(file), value) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && *needed == Needed::WhereTheKernelHasIt => {}
+            Err(e) => {
+                let _ = std::fs::remove_dir(&dir);
+                return Err(format!("cannot set {file}: {e}"));
+            }
+            Ok(()) => {}
+        }
+    }
     Ok(dir)
+}
+
+/// The files of a memory limit of `bytes` in a v1 group.
+fn memory_v1_files(bytes: &str) -> [(&'static str, &str, Needed); 3] {
+    [
+        ("memory.limit_in_bytes", bytes, Needed::Always),
+        // Swap counts too, where the kernel accounts it: a limit that
+        // swapping could evade is no limit.
+        ("memory.memsw.limit_in_bytes", bytes, Needed::WhereTheKernelHasIt),
+        // A task that reaches the limit is held, not killed alone (its
+        // shell would go on to its next command): the governor sees
+        // `under_oom` and ends the whole tree.
+        ("memory.oom_control", "1", Needed::Always),
+    ]
+}
+
+/// The files of a memory limit of `bytes` in a v2 group.
+fn memory_v2_files(bytes: &str) -> [(&'static str, &str, Needed); 3] {
+    [
+        ("memory.max", bytes, Needed::Always),
+        // No swap at all, where the kernel has swap accounting: a limit
+        // that swapping could evade is no limit.
+        ("memory.swap.max", "0", Needed::WhereTheKernelHasIt),
+        // The OOM killer ends every process of the group at once, so the
+        // shell of a killed child cannot go on to its next command.
+        ("memory.oom.group", "1", Needed::Always),
+    ]
 }
 
 impl CommandGroup {
@@ -235,84 +298,105 @@ impl CommandGroup {
             "dsh.{supervisor_pid}.{}",
             NEXT_GROUP.fetch_add(1, Ordering::Relaxed)
         );
-        let h = hierarchies();
         let mut group = CommandGroup {
-            name: name.clone(),
+            name,
             memory: None,
             pids: None,
-            net: None,
+            unified: None,
+            unified_limits: Vec::new(),
             procs: Vec::new(),
             kinds: Vec::new(),
         };
-        if let Some(bytes) = limits.memory_bytes {
-            let bytes = bytes.to_string();
-            let files = [
-                ("memory.limit_in_bytes", bytes.as_str(), Needed::Always),
-                // Swap counts too, where the kernel accounts it: a limit
-                // that swapping could evade is no limit.
-                (
-                    "memory.memsw.limit_in_bytes",
-                    bytes.as_str(),
-                    Needed::WhereTheKernelHasIt,
-                ),
-                // A task that reaches the limit is held, not killed alone
-                // (its shell would go on to its next command): the
-                // governor sees `under_oom` and ends the whole tree.
-                ("memory.oom_control", "1", Needed::Always),
-            ];
-            group.limit_group(LimitKind::Memory, &h.memory, &files)?;
+        let memory = limits.memory_bytes.map(|b| b.to_string());
+        let processes = limits.processes.map(|n| n.to_string());
+        // The v2 group's files, and its parent (the same for every v2 limit).
+        let mut v2_files = Vec::new();
+        let mut v2_parent = None;
+        if let Some(bytes) = &memory {
+            match placement(LimitKind::Memory).map_err(|why| unavailable(LimitKind::Memory, why))? {
+                Placement::V1(parent) => {
+                    group.v1_group(LimitKind::Memory, parent, &memory_v1_files(bytes))?
+                }
+                Placement::V2(parent) => {
+                    v2_parent = Some(parent);
+                    v2_files.extend(memory_v2_files(bytes));
+                    group.unified_limits.push(LimitKind::Memory);
+                }
+            }
         }
-        if let Some(n) = limits.processes {
-            let n = n.to_string();
+        if let Some(n) = &processes {
             let files = [("pids.max", n.as_str(), Needed::Always)];
-            group.limit_group(LimitKind::Processes, &h.pids, &files)?;
+            match placement(LimitKind::Processes).map_err(|why| unavailable(LimitKind::Processes, why))? {
+                Placement::V1(parent) => group.v1_group(LimitKind::Processes, parent, &files)?,
+                Placement::V2(parent) => {
+                    v2_parent = Some(parent);
+                    v2_files.extend(files);
+                    group.unified_limits.push(LimitKind::Processes);
+                }
+            }
         }
-        if loopback {
-            let why = |w: String| {
-                DshError::SandboxUnavailable(format!("network loopback cannot be enforced here: {w}"))
-            };
-            let dir = crate::confine::netfilter::make_group(&name).map_err(why)?;
-            group.net = Some(dir.clone());
-            group
-                .procs
-                .push(open_procs(&dir).map_err(|e| why(format!("cannot open cgroup.procs: {e}")))?);
-            group.kinds.push(GroupKind::Loopback);
+        if v2_parent.is_some() || loopback {
+            group.unified_group(v2_parent, &v2_files, loopback)?;
         }
         Ok(Some(group))
     }
 
-    /// Makes the group of limit `kind` under `parent`, writes each of its
-    /// `files` (name, value) and keeps the group's `cgroup.procs` open for
-    /// the command's process to enter.
-    fn limit_group(
-        &mut self,
-        kind: LimitKind,
-        parent: &std::result::Result<PathBuf, String>,
-        files: &[(&str, &str, Needed)],
-    ) -> Result<()> {
-        let parent = parent.as_ref().map_err(|why| unavailable(kind, why))?;
-        let dir = make_group(parent, &self.name).map_err(|e| {
-            unavailable(
-                kind,
-                format!("cannot create {}: {e}", parent.join(&self.name).display()),
-            )
-        })?;
-        // Dropped with the group on an error below, so it is removed then.
+    /// Makes the v1 group of limit `kind` under `parent` with its `files`,
+    /// and keeps its `cgroup.procs` open for the command's process to
+    /// enter.
+    fn v1_group(&mut self, kind: LimitKind, parent: &Path, files: &[(&str, &str, Needed)]) -> Result<()> {
+        let dir = make_group(parent, &self.name, files).map_err(|why| unavailable(kind, why))?;
+        // Kept at once, so an error below removes it with the group.
         let made = match kind {
             LimitKind::Memory => &mut self.memory,
             _ => &mut self.pids,
         };
         *made = Some(dir.clone());
-        for (file, value, needed) in files {
-            match write_file(&dir.join(file), value) {
-                Err(e) if e.kind() == io::ErrorKind::NotFound && *needed == Needed::WhereTheKernelHasIt => {}
-                Err(e) => return Err(unavailable(kind, format!("cannot set {file}: {e}"))),
-                Ok(()) => {}
-            }
-        }
         self.procs
             .push(open_procs(&dir).map_err(|e| unavailable(kind, format!("cannot open cgroup.procs: {e}")))?);
         self.kinds.push(GroupKind::Limit(kind));
+        Ok(())
+    }
+
+    /// Makes the command's v2 group (its v2 limits' `files` under
+    /// `parent`, else under the host's own group) and attaches the
+    /// `loopback` filter to it if asked.
+    fn unified_group(
+        &mut self,
+        parent: Option<&Path>,
+        files: &[(&str, &str, Needed)],
+        loopback: bool,
+    ) -> Result<()> {
+        // What a failure is reported as: the first v2 limit, else loopback.
+        let kind = match self.unified_limits.first() {
+            Some(&k) => GroupKind::Limit(k),
+            None => GroupKind::Loopback,
+        };
+        let fail = |why: String| match kind {
+            GroupKind::Limit(k) => unavailable(k, why),
+            GroupKind::Loopback => {
+                DshError::SandboxUnavailable(format!("network loopback cannot be enforced here: {why}"))
+            }
+        };
+        if loopback {
+            crate::confine::netfilter::available().map_err(|why| {
+                DshError::SandboxUnavailable(format!("network loopback cannot be enforced here: {why}"))
+            })?;
+        }
+        let parent = match parent {
+            Some(p) => p,
+            None => unified::own_group().map_err(fail)?,
+        };
+        let dir = make_group(parent, &self.name, files).map_err(fail)?;
+        self.unified = Some(dir.clone());
+        if loopback {
+            crate::confine::netfilter::attach(&dir).map_err(|why| {
+                DshError::SandboxUnavailable(format!("network loopback cannot be enforced here: {why}"))
+            })?;
+        }
+        self.procs
+            .push(open_procs(&dir).map_err(|e| fail(format!("cannot open cgroup.procs: {e}")))?);
+        self.kinds.push(kind);
         Ok(())
     }
 
@@ -343,6 +427,20 @@ impl CommandGroup {
                 return Some(LimitKind::Processes);
             }
         }
+        if let Some(dir) = &self.unified {
+            if self.unified_limits.contains(&LimitKind::Memory) {
+                // The OOM killer acted (on the whole group: `memory.oom.group`).
+                let events = dir.join("memory.events");
+                if counter(&events, "oom_kill") > 0 || counter(&events, "oom_group_kill") > 0 {
+                    return Some(LimitKind::Memory);
+                }
+            }
+            if self.unified_limits.contains(&LimitKind::Processes)
+                && counter(&dir.join("pids.events"), "max") > 0
+            {
+                return Some(LimitKind::Processes);
+            }
+        }
         None
     }
 
@@ -352,7 +450,7 @@ impl CommandGroup {
     pub(crate) fn remove(mut self) {
         self.procs.clear();
         remove_dirs(
-            [self.memory.take(), self.pids.take(), self.net.take()]
+            [self.memory.take(), self.pids.take(), self.unified.take()]
                 .into_iter()
                 .flatten(),
         );
@@ -364,9 +462,19 @@ impl CommandGroup {
     /// pidfd and re-checked to be in the group before it is signalled.
     /// Returns how many were signalled.
     pub(crate) fn kill_members(&self) -> usize {
-        let Some(dir) = self.pids.as_ref().or(self.memory.as_ref()).or(self.net.as_ref()) else {
+        let Some(dir) = self
+            .pids
+            .as_ref()
+            .or(self.memory.as_ref())
+            .or(self.unified.as_ref())
+        else {
             return 0;
         };
+        if Some(dir) == self.unified.as_ref() {
+            // v2 (Linux 5.14+): the kernel kills every member at once,
+            // including those forked while it does.
+            let _ = write_file(&dir.join("cgroup.kill"), "1");
+        }
         let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
             return 0;
         };
@@ -390,7 +498,7 @@ impl Drop for CommandGroup {
     /// A group whose command never started (a spawn failure) is removed.
     fn drop(&mut self) {
         remove_dirs(
-            [self.memory.take(), self.pids.take(), self.net.take()]
+            [self.memory.take(), self.pids.take(), self.unified.take()]
                 .into_iter()
                 .flatten(),
         );
@@ -511,12 +619,12 @@ mod tests {
         let cgroups = "8:pids:/\n4:memory:/a/b\n0::/\n";
         // The directories do not exist here, so the writability check
         // explains itself rather than succeeding.
-        let e = own_group(mountinfo, cgroups, "memory", false).unwrap_err();
+        let e = own_group(mountinfo, cgroups, "memory").unwrap_err();
         assert!(e.contains("/sys/fs/cgroup/memory/a/b"), "{e}");
-        let e = own_group(mountinfo, cgroups, "cpu", true).unwrap_err();
-        assert!(e.contains("cgroup v2 delegation is not supported"), "{e}");
+        let e = own_group(mountinfo, cgroups, "cpu").unwrap_err();
+        assert!(e.contains("no cgroup v1 cpu hierarchy is mounted"), "{e}");
         let ro = mountinfo.replace("rw,relatime shared:9", "ro,relatime shared:9");
-        let e = own_group(&ro, cgroups, "memory", false).unwrap_err();
+        let e = own_group(&ro, cgroups, "memory").unwrap_err();
         assert!(e.contains("read-only"), "{e}");
     }
 

@@ -6,6 +6,7 @@ pub(crate) mod cgroupfs;
 pub(crate) mod governor;
 pub(crate) mod landlock;
 pub(crate) mod netfilter;
+pub(crate) mod unified;
 
 use std::sync::{Arc, OnceLock};
 

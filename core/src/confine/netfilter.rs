@@ -21,10 +21,8 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::OnceLock;
-
-use crate::confine::cgroupfs::{find_mount, own_path, writable_group_dir};
 
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_PROG_ATTACH: libc::c_long = 8;
@@ -332,66 +330,31 @@ fn programs() -> &'static Result<Programs, String> {
     })
 }
 
-/// This process's group in the cgroup v2 hierarchy, if one is mounted
-/// read-write and the group is writable by us.
-fn unified_parent() -> &'static Result<PathBuf, String> {
-    static P: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    P.get_or_init(|| {
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let mount = find_mount(&mountinfo, "cgroup2", |_| true)
-            .filter(|m| m.writable)
-            .ok_or("no cgroup v2 hierarchy is mounted read-write")?;
-        let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-        // The v2 line is the one with no controllers: `0::/path`.
-        let path = own_path(&cgroups, str::is_empty).ok_or("this process has no cgroup v2 group")?;
-        writable_group_dir(&mount, &path)
-    })
-}
-
 /// Whether `loopback` can be enforced here, or why not.
 pub(crate) fn available() -> Result<(), String> {
-    unified_parent().as_ref().map_err(Clone::clone)?;
+    crate::confine::unified::own_group()?;
     programs().as_ref().map(|_| ()).map_err(Clone::clone)
 }
 
-/// The directory under which `loopback` groups are made, for the
-/// supervisor's cleanup.
-pub(crate) fn group_parent() -> Option<PathBuf> {
-    unified_parent().as_ref().ok().cloned()
-}
-
-/// Makes the group `name` with every program attached; returns its
-/// directory. An error leaves nothing behind.
-pub(crate) fn make_group(name: &str) -> Result<PathBuf, String> {
-    available()?;
-    let parent = unified_parent().as_ref().map_err(Clone::clone)?;
+/// Attaches every program to the cgroup v2 group `dir` (made by the
+/// caller, who removes it on an error).
+pub(crate) fn attach(dir: &Path) -> Result<(), String> {
     let programs = programs().as_ref().map_err(Clone::clone)?;
-    let dir = parent.join(name);
-    std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let attach = || -> Result<(), String> {
-        // O_DIRECTORY: the group is attached to, its contents are not read.
-        let group = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECTORY)
-            .open(&dir)
-            .map(OwnedFd::from)
-            .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
-        for (prog, hook) in &programs.hooks {
-            let mut attr = [0u8; 128];
-            put32(&mut attr, 0, group.as_raw_fd() as u32);
-            put32(&mut attr, 4, prog.as_raw_fd() as u32);
-            put32(&mut attr, 8, *hook);
-            bpf(BPF_PROG_ATTACH, &mut attr).map_err(|e| format!("cannot attach its BPF program: {e}"))?;
-        }
-        Ok(())
-    };
-    match attach() {
-        Ok(()) => Ok(dir),
-        Err(e) => {
-            let _ = std::fs::remove_dir(&dir);
-            Err(e)
-        }
+    // O_DIRECTORY: the group is attached to, its contents are not read.
+    let group = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(dir)
+        .map(OwnedFd::from)
+        .map_err(|e| format!("cannot open {}: {e}", dir.display()))?;
+    for (prog, hook) in &programs.hooks {
+        let mut attr = [0u8; 128];
+        put32(&mut attr, 0, group.as_raw_fd() as u32);
+        put32(&mut attr, 4, prog.as_raw_fd() as u32);
+        put32(&mut attr, 8, *hook);
+        bpf(BPF_PROG_ATTACH, &mut attr).map_err(|e| format!("cannot attach its BPF program: {e}"))?;
     }
+    Ok(())
 }
 
 #[cfg(test)]

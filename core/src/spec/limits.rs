@@ -14,6 +14,9 @@ pub use crate::spec::error::LimitKind;
 pub enum Mechanism {
     /// A cgroup (v1 hierarchy) of the command's own, entered before exec.
     CgroupV1,
+    /// A cgroup (v2, the unified hierarchy) of the command's own, entered
+    /// before exec.
+    CgroupV2,
     /// A resource limit (`setrlimit`) set in the command's process before
     /// exec, inherited by every process it starts.
     Rlimit,
@@ -22,10 +25,11 @@ pub enum Mechanism {
 }
 
 impl Mechanism {
-    /// `cgroup-v1`, `rlimit` or `unsupported`.
+    /// `cgroup-v1`, `cgroup-v2`, `rlimit` or `unsupported`.
     pub fn as_str(self) -> &'static str {
         match self {
             Mechanism::CgroupV1 => "cgroup-v1",
+            Mechanism::CgroupV2 => "cgroup-v2",
             Mechanism::Rlimit => "rlimit",
             Mechanism::Unsupported => "unsupported",
         }
