@@ -8,7 +8,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyTypeError, PyUnicodeEncodeError};
 use pyo3::prelude::*;
@@ -21,13 +20,11 @@ use dsh_core::{
 };
 
 use crate::results::{py_repr, ProcessRead, RunResult, SandboxInfo, SandboxPolicy, Spec};
+use crate::waiting::{deadline, wait_until, SIGNAL_POLL};
 use crate::{number, required_str, to_pyerr, type_error, type_name, utf8};
 
 /// `subprocess.PIPE`, which `resolve(stdin=...)` takes for a stdin pipe.
 const SUBPROCESS_PIPE: i64 = -1;
-
-/// How often a blocking wait comes back to check for KeyboardInterrupt.
-const SIGNAL_POLL: Duration = Duration::from_millis(50);
 
 /// A cancellation token: ``cancel()`` from any thread aborts a run using it.
 ///
@@ -254,37 +251,12 @@ impl Process {
     /// no limit). Ctrl-C interrupts the wait (not the process).
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
-        let deadline = match timeout {
-            Some(t) if !(t.is_finite() && t >= 0.0) => {
-                return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                    "timeout must be a non-negative number of seconds, got {t}"
-                )))
-            }
-            // Past what a deadline can hold (1e300 s): no deadline at all.
-            Some(t) => Duration::try_from_secs_f64(t)
-                .ok()
-                .and_then(|d| Instant::now().checked_add(d)),
-            None => None,
-        };
-        loop {
-            let step = match deadline {
-                Some(d) => d.saturating_duration_since(Instant::now()).min(SIGNAL_POLL),
-                None => SIGNAL_POLL,
-            };
-            if py
-                .detach(|| self.inner.wait_timeout(Some(step)))
-                .map_err(|e| to_pyerr(py, e))?
-            {
-                return Ok(());
-            }
-            py.check_signals()?;
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(pyo3::exceptions::PyTimeoutError::new_err(format!(
-                    "{} is still running",
-                    self.inner.id()
-                )));
-            }
-        }
+        let settled = wait_until(py, deadline(timeout)?, |slice| {
+            Ok(self.inner.wait_timeout(Some(slice))?.then_some(()))
+        })?;
+        settled.ok_or_else(|| {
+            pyo3::exceptions::PyTimeoutError::new_err(format!("{} is still running", self.inner.id()))
+        })
     }
     /// An asyncio future that completes (with None) when the process
     /// settles. Cancelling it (``asyncio.wait_for`` timing out) withdraws

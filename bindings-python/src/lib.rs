@@ -5,6 +5,7 @@
 mod executor;
 mod results;
 mod terminal;
+mod waiting;
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;

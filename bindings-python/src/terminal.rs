@@ -2,34 +2,17 @@
 //! the GIL and wake up regularly for Ctrl-C; the async ones settle asyncio
 //! futures from a core thread; the output is an async iterator.
 
-use std::time::{Duration, Instant};
-
-use pyo3::exceptions::{PyStopAsyncIteration, PyTimeoutError, PyValueError};
+use pyo3::exceptions::{PyStopAsyncIteration, PyTimeoutError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
 use dsh_core::{Field, FieldName, Scope, TerminalSignal};
 
+use crate::waiting::{deadline, wait_until};
 use crate::{number, required_str, to_pyerr, type_error, utf8};
-
-/// How often a blocking wait comes back to check for KeyboardInterrupt.
-const SIGNAL_POLL: Duration = Duration::from_millis(50);
 
 fn field(name: FieldName) -> Field {
     Field::new(Scope::Terminal, name)
-}
-
-/// A deadline ``timeout`` seconds from now (None: none).
-fn deadline(timeout: Option<f64>) -> PyResult<Option<Instant>> {
-    match timeout {
-        Some(t) if !(t.is_finite() && t >= 0.0) => Err(PyValueError::new_err(format!(
-            "timeout must be a non-negative number of seconds, got {t}"
-        ))),
-        Some(t) => Ok(Duration::try_from_secs_f64(t)
-            .ok()
-            .and_then(|d| Instant::now().checked_add(d))),
-        None => Ok(None),
-    }
 }
 
 /// Settles one asyncio future from any thread, on its loop.
@@ -202,20 +185,12 @@ impl Terminal {
     /// ('' at the end or on timeout).
     #[pyo3(signature = (timeout=None))]
     fn read(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<String> {
-        let deadline = deadline(timeout)?;
-        loop {
-            let step = match deadline {
-                Some(d) => d.saturating_duration_since(Instant::now()).min(SIGNAL_POLL),
-                None => SIGNAL_POLL,
-            };
-            let read = py
-                .detach(|| self.inner.read_output_timeout(Some(step)))
-                .map_err(|e| to_pyerr(py, e))?;
-            if !read.text.is_empty() || read.ended || deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(read.text);
-            }
-            py.check_signals()?;
-        }
+        let read = wait_until(py, deadline(timeout)?, |slice| {
+            let read = self.inner.read_output_timeout(Some(slice))?;
+            Ok((!read.text.is_empty() || read.ended).then_some(read.text))
+        })?;
+        // Nothing before the deadline: ''.
+        Ok(read.unwrap_or_default())
     }
 
     fn __aiter__(slf: Py<Self>) -> Py<Self> {
@@ -294,23 +269,14 @@ impl Terminal {
     /// True only once the program took what was written and waits again.
     #[pyo3(signature = (timeout=None))]
     fn wait_input_waiting(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
-        let deadline = deadline(timeout)?;
-        loop {
-            let step = match deadline {
-                Some(d) => d.saturating_duration_since(Instant::now()).min(SIGNAL_POLL),
-                None => SIGNAL_POLL,
-            };
-            if py
-                .detach(|| self.inner.wait_input_waiting(Some(step)))
-                .map_err(|e| to_pyerr(py, e))?
-            {
-                return Ok(true);
+        let waiting = wait_until(py, deadline(timeout)?, |slice| {
+            if self.inner.wait_input_waiting(Some(slice))? {
+                Ok(Some(true))
+            } else {
+                Ok(self.inner.has_exited().then_some(false))
             }
-            py.check_signals()?;
-            if self.inner.has_exited() || deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(false);
-            }
-        }
+        })?;
+        Ok(waiting.unwrap_or(false))
     }
 
     /// Sends ``signal`` (``'SIGINT'``, ``'SIGTERM'``, ``'SIGKILL'``,
@@ -347,26 +313,11 @@ impl Terminal {
     /// seconds (None: no limit).
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
-        let deadline = deadline(timeout)?;
-        loop {
-            let step = match deadline {
-                Some(d) => d.saturating_duration_since(Instant::now()).min(SIGNAL_POLL),
-                None => SIGNAL_POLL,
-            };
-            if py
-                .detach(|| self.inner.wait_timeout(Some(step)))
-                .map_err(|e| to_pyerr(py, e))?
-            {
-                return Ok(());
-            }
-            py.check_signals()?;
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(PyTimeoutError::new_err(format!(
-                    "terminal {} is still running",
-                    self.inner.pid()
-                )));
-            }
-        }
+        let exited = wait_until(py, deadline(timeout)?, |slice| {
+            Ok(self.inner.wait_timeout(Some(slice))?.then_some(()))
+        })?;
+        exited
+            .ok_or_else(|| PyTimeoutError::new_err(format!("terminal {} is still running", self.inner.pid())))
     }
 
     /// An asyncio future that completes (with None) when the program exits.
