@@ -551,9 +551,13 @@ fn descendants_that_setsid_or_double_fork_stay_limited() {
     let exec = executor();
     std::fs::write(
         dir.join("probe"),
-        "echo $(ulimit -t) $(ulimit -f) $(ulimit -n); grep -E ':(pids|memory):' /proc/self/cgroup\n",
+        "echo $(ulimit -t) $(ulimit -f) $(ulimit -n); grep -E ':(pids|memory):|^0::/.*dsh\\.' /proc/self/cgroup\n",
     )
     .unwrap();
+    // The probe's lines: the rlimits, then the group of each hierarchy
+    // (v1: memory and pids; v2: one for both).
+    let (memory_v2, pids_v2) = (on_v2(LimitKind::Memory), on_v2(LimitKind::Processes));
+    let lines = 1 + usize::from(!memory_v2) + usize::from(!pids_v2) + usize::from(memory_v2 || pids_v2);
     let r = limited(
         &exec,
         &format!(
@@ -578,7 +582,7 @@ fn descendants_that_setsid_or_double_fork_stay_limited() {
     for name in ["setsid", "double"] {
         assert!(
             eventually(Duration::from_secs(5), || std::fs::read_to_string(dir.join(name))
-                .is_ok_and(|s| s.lines().count() == 3)),
+                .is_ok_and(|s| s.lines().count() == lines)),
             "{name}"
         );
         assert_eq!(std::fs::read_to_string(dir.join(name)).unwrap(), leader, "{name}");

@@ -15,8 +15,10 @@
 //!    `dsh-host` of their own: only when the group is writable by us
 //!    (root, or delegated to our user as `systemd-run --scope -p
 //!    Delegate=yes` does) and every process in it is the host's own (the
-//!    host, its ancestors, its descendants). Processes of anybody else
-//!    are never moved: the limits are then unavailable, saying why.
+//!    host, its ancestors, its descendants, and what runs in the host's
+//!    session: a `tee` beside it, a watchdog a `timeout` left). Processes
+//!    of anybody else are never moved: the limits are then unavailable,
+//!    saying why.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -185,17 +187,22 @@ fn may_write(dir: &Path) -> bool {
 }
 
 /// Moves every process of `group` into its leaf [`HOST_LEAF`], if each is
-/// the host's own (this process, an ancestor or a descendant).
+/// the host's own (this process, an ancestor, a descendant, or in this
+/// process's session).
 fn move_host_into_leaf(group: &Path) -> Result<(), String> {
     let procs = std::fs::read_to_string(group.join("cgroup.procs"))
         .map_err(|e| format!("cannot read {}: {e}", group.join("cgroup.procs").display()))?;
     let pids: Vec<libc::pid_t> = procs.lines().filter_map(|l| l.trim().parse().ok()).collect();
     let me = std::process::id() as libc::pid_t;
     let ancestors = ancestry(me);
-    if let Some(stranger) = pids
-        .iter()
-        .find(|&&p| p != me && !ancestors.contains(&p) && !ancestry(p).contains(&me))
-    {
+    let session = session_of(me);
+    let hosts = |p: libc::pid_t| {
+        p == me
+            || ancestors.contains(&p)
+            || ancestry(p).contains(&me)
+            || (session.is_some() && session_of(p) == session)
+    };
+    if let Some(stranger) = pids.iter().find(|&&p| !hosts(p)) {
         return Err(format!(
             "the host's cgroup v2 group {} holds processes that are not the host's (pid {stranger}), \
              so it cannot give command groups the memory and pids controllers (cgroup v2 lets only \
@@ -221,6 +228,13 @@ fn move_host_into_leaf(group: &Path) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The session `pid` is in.
+fn session_of(pid: libc::pid_t) -> Option<libc::pid_t> {
+    let stat = crate::sys::proc::read(&format!("{pid}/stat")).ok()?;
+    let session = crate::sys::stat_fields(&stat).nth(3)?.parse().ok();
+    session
 }
 
 /// The parent chain of `pid` (its parent, grandparent, … up to pid 1).
