@@ -8,9 +8,12 @@
 //! process" rule. So the parent of the command groups is, in order:
 //! 1. the host's own group, when it can enable the controllers there (the
 //!    root of the hierarchy, as in a VM or a plain container);
-//! 2. the parent of the host's group, when it already has them enabled
-//!    and lets us make groups and move processes (the host runs in a leaf
-//!    of a delegated subtree, e.g. after step 3 in an earlier process);
+//! 2. the parent of the host's group, when the host's group is the leaf
+//!    `dsh-host` an executor made (step 3, in this process's parent, say)
+//!    and the parent has the controllers enabled and lets us make groups
+//!    and move processes: never a group of somebody else's, such as a
+//!    systemd slice beside the host's service, where the host's own
+//!    limits would not apply;
 //! 3. the host's own group once its processes are moved into a leaf
 //!    `dsh-host` of their own: only when the group is writable by us
 //!    (root, or delegated to our user as `systemd-run --scope -p
@@ -127,9 +130,10 @@ fn find_limit_parent(mount: &CgroupMount, own: &Path) -> Result<LimitParent, Str
         }
         Err(e) => e,
     };
-    // 2. Beside the host, in its parent.
+    // 2. Beside the host, in its parent, when the host is in our leaf.
     let at_mount_root = own == Path::new(&mount.mountpoint);
-    if let Some(parent) = own.parent().filter(|_| !at_mount_root) {
+    let in_our_leaf = own.file_name() == Some(std::ffi::OsStr::new(HOST_LEAF));
+    if let Some(parent) = own.parent().filter(|_| !at_mount_root && in_our_leaf) {
         let enabled = words(&parent.join("cgroup.subtree_control"));
         if wanted.iter().any(|w| enabled.contains(w)) && may_write(parent) {
             return Ok(LimitParent {
