@@ -208,12 +208,13 @@ fn move_host_into_leaf(group: &Path) -> Result<(), String> {
     };
     if let Some(stranger) = pids.iter().find(|&&p| !hosts(p)) {
         return Err(format!(
-            "the host's cgroup v2 group {} holds processes that are not the host's (pid {stranger}), \
+            "the host's cgroup v2 group {} holds processes that are not the host's (pid {stranger}: {}), \
              so it cannot give command groups the memory and pids controllers (cgroup v2 lets only \
              a group without processes do that): run the host in a delegated group of its own \
              (systemd-run --scope -p Delegate=yes), or move the other processes into a leaf group \
              and enable the controllers in {}",
             group.display(),
+            describe(*stranger),
             group.join("cgroup.subtree_control").display()
         ));
     }
@@ -232,6 +233,17 @@ fn move_host_into_leaf(group: &Path) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `pid`'s name, parent and session, for an error message.
+fn describe(pid: libc::pid_t) -> String {
+    let comm = crate::sys::proc::read(&format!("{pid}/comm")).unwrap_or_default();
+    let parent = ancestry(pid).first().copied().unwrap_or(0);
+    let session = session_of(pid).unwrap_or(0);
+    format!(
+        "{}, child of {parent}, session {session}",
+        String::from_utf8_lossy(&comm).trim_end()
+    )
 }
 
 /// The session `pid` is in.
