@@ -411,6 +411,30 @@ impl CommandGroup {
         self.procs.iter().map(AsRawFd::as_raw_fd).collect()
     }
 
+    /// Where the kernel says that a limit may have been reached, so the
+    /// governor can wait for it instead of polling: the v2 events files,
+    /// which announce a change to inotify (`memory.events`, `pids.events`),
+    /// and the v1 memory group, whose OOM is announced through an eventfd
+    /// registered in `cgroup.event_control`. `None` when a limit cannot be
+    /// announced (v1 `pids.events` never is): the counters are polled.
+    pub(crate) fn event_sources(&self) -> Option<(Vec<PathBuf>, Option<&Path>)> {
+        if self.pids.is_some() {
+            return None;
+        }
+        let mut files = Vec::new();
+        if let Some(dir) = &self.unified {
+            for (kind, file) in [
+                (LimitKind::Memory, "memory.events"),
+                (LimitKind::Processes, "pids.events"),
+            ] {
+                if self.unified_limits.contains(&kind) {
+                    files.push(dir.join(file));
+                }
+            }
+        }
+        Some((files, self.memory.as_deref()))
+    }
+
     /// The kernel's facts: the first limit of the group that was reached
     /// (the OOM killer acted, or a fork was refused).
     pub(crate) fn reached(&self) -> Option<LimitKind> {

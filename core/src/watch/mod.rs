@@ -1,4 +1,5 @@
 pub(crate) mod escalation;
+pub(crate) mod limit_events;
 pub(crate) mod output;
 pub(crate) mod spill;
 pub(crate) mod stdin;

@@ -22,12 +22,17 @@ use crate::spec::error::DshError;
 use crate::sys::lock;
 use crate::watch::escalation::Escalation;
 pub(crate) use crate::watch::escalation::{tree, Stop};
+use crate::watch::limit_events::LimitEvents;
 use crate::watch::output::StreamBuffer;
 use crate::watch::stdin::{PipeWork, StdinEnd, StdinPipe};
 
 const CHUNK: usize = 64 * 1024;
-/// How often a running command's cgroup counters are read.
+/// How often a running command's cgroup counters are read when the kernel
+/// cannot be asked to announce a change (see `limit_events.rs`).
 const LIMIT_TICK: Duration = Duration::from_millis(50);
+/// How often they are read anyway when it was asked: a backstop, should an
+/// announcement ever not come.
+const LIMIT_BACKSTOP: Duration = Duration::from_secs(1);
 
 pub(crate) struct Streams {
     pub stdout: StreamBuffer,
@@ -405,9 +410,19 @@ async fn supervise_inner(
     let mut given_up = false;
     let mut drain_until: Option<Instant> = None;
     // A reached cgroup limit does not end a tree by itself (a refused fork
-    // leaves shells retrying, the OOM killer ends one process): its
-    // counters are read every LIMIT_TICK, and the tree ended when one moves.
-    let mut limit_tick = timer(|| tokio::time::interval(LIMIT_TICK));
+    // leaves shells retrying, a v1 OOM holds a process): its counters are
+    // read when the kernel announces a change, and the tree ended when one
+    // moved; every LIMIT_TICK instead where it cannot announce.
+    let limit_events = group.as_ref().and_then(|g| {
+        let (files, oom_group) = g.event_sources()?;
+        LimitEvents::new(&files, oom_group).ok()
+    });
+    let period = if limit_events.is_some() {
+        LIMIT_BACKSTOP
+    } else {
+        LIMIT_TICK
+    };
+    let mut limit_tick = timer(|| tokio::time::interval(period));
     limit_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let never = Instant::now() + Duration::from_secs(100 * 365 * 86_400);
     tokio::pin!(stop);
@@ -425,6 +440,10 @@ async fn supervise_inner(
             biased;
             s = &mut stop, if escalation.stopped().is_none() => Event::Stop(s),
             _ = limit_tick.tick(), if group.is_some() && escalation.stopped().is_none() => match group.as_ref().and_then(|g| g.reached()) {
+                Some(kind) => Event::Stop(Stop::Limit(kind)),
+                None => Event::Tick,
+            },
+            _ = LimitEvents::changed(limit_events.as_ref()), if escalation.stopped().is_none() => match group.as_ref().and_then(|g| g.reached()) {
                 Some(kind) => Event::Stop(Stop::Limit(kind)),
                 None => Event::Tick,
             },
