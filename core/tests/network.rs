@@ -384,13 +384,17 @@ print(" ".join(got))
     req.sandbox_policy = Some(policy(SandboxMode::DangerFullAccess, NetworkPolicy::Loopback));
     req.timeout_ms = n(30_000);
     let p = exec.start(&exec.resolve(req).unwrap()).unwrap();
-    assert!(eventually(Duration::from_secs(10), || dir.join("port").exists()));
-    std::thread::sleep(Duration::from_millis(50));
-    let port: u16 = std::fs::read_to_string(dir.join("port"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    // The file exists (and is empty) from its open until the port is
+    // written: wait for a whole number.
+    let read_port = || {
+        std::fs::read_to_string(dir.join("port"))
+            .ok()?
+            .trim()
+            .parse::<u16>()
+            .ok()
+    };
+    assert!(eventually(Duration::from_secs(10), || read_port().is_some()));
+    let port: u16 = read_port().unwrap();
     let outside = std::net::TcpStream::connect_timeout(
         &format!("{ip}:{port}").parse().unwrap(),
         Duration::from_millis(1500),

@@ -213,8 +213,11 @@ fn a_fork_loop_is_stopped_too() {
         ))
         .unwrap();
     let spawner = dir.join("spawner");
-    assert!(eventually(Duration::from_secs(20), || spawner.exists()));
-    let spawner_pid: i32 = std::fs::read_to_string(&spawner).unwrap().trim().parse().unwrap();
+    // The file exists (and is empty) from the redirection's open until the
+    // echo has written: wait for a whole pid.
+    let read_pid = || std::fs::read_to_string(&spawner).ok()?.trim().parse::<i32>().ok();
+    assert!(eventually(Duration::from_secs(20), || read_pid().is_some()));
+    let spawner_pid = read_pid().unwrap();
     let environ = |pid: i32| std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
     let own_tag = environ(spawner_pid)
         .split(|&b| b == 0)
