@@ -537,6 +537,25 @@ fn a_blocking_run_dropped_unwaited_starts_nothing() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A blocking wait is refused where blocking is (inside an async runtime)
+/// before anything starts, also for a run that writes stdin (whose task
+/// is started on the core's threads): the command never runs unwatched.
+#[test]
+fn a_refused_blocking_wait_starts_nothing() {
+    let dir = temp_dir("refused-wait");
+    let exec = executor();
+    let marker = dir.join("ran");
+    let mut req = Request::new(format!("touch {}; cat", marker.display()));
+    req.stdin = Some(b"input".to_vec());
+    let asked = exec.ask_blocking(&exec.resolve(req).unwrap(), None).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let refused = rt.block_on(async move { asked.wait() });
+    assert!(matches!(refused, Err(DshError::BlockingInAsync)), "{refused:?}");
+    exec.dispose_blocking().unwrap();
+    assert!(!marker.exists(), "the refused run started its command");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A blocking run whose host check says "interrupted" (Python's Ctrl-C) is
 /// stopped as a cancellation, waited for, and reported as aborted; the
 /// check runs on the calling thread, every period, only while it waits.

@@ -9,8 +9,8 @@
 //!   a group of the command's own under the host's group in the writable
 //!   v1 `memory` and `pids` hierarchies, else in the v2 hierarchy (where,
 //!   `unified.rs`). The kernel's counters are the facts (v1: `under_oom`
-//!   and `oom_kill` in `memory.oom_control`; v2: `oom_kill` and
-//!   `oom_group_kill` in `memory.events`; both: `max` in `pids.events`).
+//!   and `oom_kill` in `memory.oom_control`; v2: `oom` in
+//!   `memory.events`; both: `max` in `pids.events`).
 //! - `cpu`, `file_size` and `open_files` are per-process resource limits
 //!   (`setrlimit` in the child before exec, inherited by every descendant).
 //!   The facts are the leader's death signal (SIGXCPU, SIGXFSZ); the kernel
@@ -87,11 +87,10 @@ fn placement(kind: LimitKind) -> std::result::Result<Placement, String> {
         Ok(dir) => return Ok(Placement::V1(dir)),
         Err(why) => why,
     };
-    match unified::limit_parent() {
-        Ok(parent) => parent.for_controller(controller).map(Placement::V2),
-        Err(v2_why) => Err(v2_why.clone()),
-    }
-    .map_err(|v2_why| format!("{v1_why}; cgroup v2: {v2_why}"))
+    unified::limit_parent()
+        .and_then(|parent| parent.for_controller(controller))
+        .map(Placement::V2)
+        .map_err(|v2_why| format!("{v1_why}; cgroup v2: {v2_why}"))
 }
 
 /// How this host enforces `kind`, or why it cannot.
@@ -452,12 +451,14 @@ impl CommandGroup {
             }
         }
         if let Some(dir) = &self.unified {
-            if self.unified_limits.contains(&LimitKind::Memory) {
-                // The OOM killer acted (on the whole group: `memory.oom.group`).
-                let events = dir.join("memory.events");
-                if counter(&events, "oom_kill") > 0 || counter(&events, "oom_group_kill") > 0 {
-                    return Some(LimitKind::Memory);
-                }
+            // `oom`: the group's usage reached `memory.max` and an
+            // allocation was about to fail. Not `oom_kill`: it also counts
+            // kills by a global OOM, and a group whose processes cannot be
+            // chosen (`oom_score_adj` -1000) sees no kill at all.
+            if self.unified_limits.contains(&LimitKind::Memory)
+                && counter(&dir.join("memory.events"), "oom") > 0
+            {
+                return Some(LimitKind::Memory);
             }
             if self.unified_limits.contains(&LimitKind::Processes)
                 && counter(&dir.join("pids.events"), "max") > 0
@@ -494,10 +495,10 @@ impl CommandGroup {
         else {
             return 0;
         };
-        if Some(dir) == self.unified.as_ref() {
+        if let Some(unified) = self.unified.as_ref().filter(|_| !self.unified_limits.is_empty()) {
             // v2 (Linux 5.14+): the kernel kills every member at once,
             // including those forked while it does.
-            let _ = write_file(&dir.join("cgroup.kill"), "1");
+            let _ = write_file(&unified.join("cgroup.kill"), "1");
         }
         let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
             return 0;

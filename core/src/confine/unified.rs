@@ -7,7 +7,8 @@
 //! it holds no process itself (the root group aside): the "no internal
 //! process" rule. So the parent of the command groups is, in order:
 //! 1. the host's own group, when it can enable the controllers there (the
-//!    root of the hierarchy, as in a VM or a plain container);
+//!    real root of the hierarchy, as in a VM; a container's namespace root
+//!    is refused by the kernel and goes to step 3);
 //! 2. the parent of the host's group, when the host's group is the leaf
 //!    `dsh-host` an executor made (step 3, in this process's parent, say)
 //!    and the parent has the controllers enabled and lets us make groups
@@ -80,13 +81,23 @@ impl LimitParent {
 }
 
 /// The parent of command groups with limits, found (and, at step 3, made)
-/// the first time a v2 limit is needed in this process.
-pub(crate) fn limit_parent() -> &'static Result<LimitParent, String> {
-    static P: OnceLock<Result<LimitParent, String>> = OnceLock::new();
-    P.get_or_init(|| {
-        let (mount, own) = own().as_ref().map_err(Clone::clone)?;
-        find_limit_parent(mount, own)
-    })
+/// the first time a v2 limit is needed in this process. Only a parent is
+/// kept: a failure (a short-lived stranger in the group, say) is looked at
+/// again by the next command that asks.
+pub(crate) fn limit_parent() -> Result<&'static LimitParent, String> {
+    static P: OnceLock<LimitParent> = OnceLock::new();
+    static FINDING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    if let Some(parent) = P.get() {
+        return Ok(parent);
+    }
+    // One search at a time: step 3 moves processes.
+    let _one = FINDING.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(parent) = P.get() {
+        return Ok(parent);
+    }
+    let (mount, own) = own().as_ref().map_err(Clone::clone)?;
+    let found = find_limit_parent(mount, own)?;
+    Ok(P.get_or_init(|| found))
 }
 
 const CONTROLLERS: [&str; 2] = ["memory", "pids"];
@@ -146,6 +157,18 @@ fn find_limit_parent(mount: &CgroupMount, own: &Path) -> Result<LimitParent, Str
     if enabled_here.raw_os_error() != Some(libc::EBUSY) {
         return Err(format!(
             "cannot enable the cgroup v2 controllers in {}: {enabled_here}",
+            own.display()
+        ));
+    }
+    // A host that is itself a command of an executor (a nested dsh) sits
+    // in that command's group: reorganizing it would leave the outer
+    // executor a group it cannot remove.
+    if own
+        .file_name()
+        .is_some_and(|n| n.as_encoded_bytes().starts_with(b"dsh."))
+    {
+        return Err(format!(
+            "the host runs in the cgroup of a command of another executor ({}), which it may not reorganize",
             own.display()
         ));
     }
@@ -250,7 +273,9 @@ fn describe(pid: libc::pid_t) -> String {
 fn session_of(pid: libc::pid_t) -> Option<libc::pid_t> {
     let stat = crate::sys::proc::read(&format!("{pid}/stat")).ok()?;
     let session = crate::sys::stat_fields(&stat).nth(3)?.parse().ok();
-    session
+    // 0: the session's leader is outside our pid namespace (`docker
+    // exec`), so the id says nothing about whose the process is.
+    session.filter(|&s| s != 0)
 }
 
 /// The parent chain of `pid` (its parent, grandparent, … up to pid 1).

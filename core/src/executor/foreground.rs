@@ -451,6 +451,10 @@ impl BlockingRun {
     }
 
     fn wait_inner(self, check: Option<(Duration, &mut dyn FnMut() -> bool)>) -> Result<RunResult> {
+        // Refused here (in an async context, a callback) before anything
+        // starts: spawning the stdin-writing task below would start the
+        // command at once.
+        runtime::reactor_here()?;
         let BlockingRun {
             task,
             writes_stdin,

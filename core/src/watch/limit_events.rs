@@ -91,7 +91,13 @@ fn oom_eventfd(dir: &Path) -> io::Result<OwnedFd> {
 /// is left.
 fn drain(fd: &OwnedFd) {
     let mut buf = [0u8; 1024];
-    while matches!(rustix::io::read(fd.as_fd(), &mut buf), Ok(n) if n > 0) {}
+    loop {
+        match rustix::io::read(fd.as_fd(), &mut buf) {
+            Ok(n) if n > 0 => {}
+            Err(rustix::io::Errno::INTR) => {}
+            _ => return,
+        }
+    }
 }
 
 #[cfg(test)]
