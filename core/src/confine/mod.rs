@@ -2,6 +2,7 @@
 //! that enforces it, and the facts a result reports. Confined modes fail
 //! closed: nothing runs unconfined by accident.
 
+pub(crate) mod cause;
 pub(crate) mod cgroupfs;
 pub(crate) mod governor;
 pub(crate) mod landlock;

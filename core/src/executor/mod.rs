@@ -477,7 +477,7 @@ fn governed(
     };
     ending.limit = match stop {
         Some(Stop::Limit(kind)) => Some(kind),
-        None => governor::cause(&spec.limits, group.as_ref(), signal, leader_cpu),
+        None => crate::confine::cause::cause(&spec.limits, group.as_ref(), signal, leader_cpu),
         Some(_) => None,
     };
     ending.limits_enforcement = governor::check(&spec.limits).unwrap_or_default();

@@ -641,7 +641,7 @@ async fn supervise_inner(
     // Still unreaped until `release` (its pid cannot be reused): its own
     // CPU time says whether a SIGXCPU or SIGKILL came from the CPU limit.
     let leader_cpu = match (status, leader) {
-        (ExitStatus::Signal(_), Some(leader)) => crate::confine::governor::own_cpu_time(leader),
+        (ExitStatus::Signal(_), Some(leader)) => crate::confine::cause::own_cpu_time(leader),
         _ => None,
     };
     // A stuck leader is released unreaped: the supervisor reaps it if it
