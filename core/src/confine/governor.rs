@@ -495,11 +495,9 @@ impl CommandGroup {
         else {
             return 0;
         };
-        if let Some(unified) = self.unified.as_ref().filter(|_| !self.unified_limits.is_empty()) {
-            // v2 (Linux 5.14+): the kernel kills every member at once,
-            // including those forked while it does.
-            let _ = write_file(&unified.join("cgroup.kill"), "1");
-        }
+        // Not `cgroup.kill` (v2): written during a fork bomb while the
+        // sweeps read /proc, it left both CPUs of a 6.1 kernel stuck in the
+        // kernel (a soft lockup, once in four runs of the VM stage).
         let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
             return 0;
         };
