@@ -60,17 +60,20 @@ pub(crate) fn writable_group_dir(mount: &CgroupMount, path: &str) -> Result<Path
         .unwrap_or(path)
         .trim_start_matches('/');
     let dir = Path::new(&mount.mountpoint).join(relative);
-    let c = CString::new(dir.as_os_str().as_bytes())
-        .map_err(|_| format!("the cgroup path {} holds a NUL byte", dir.display()))?;
+    writable(&dir).map_err(|e| format!("cannot create groups under {}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Whether this process may write `path` (a group directory, to make
+/// groups in it; a `cgroup.procs`, to move processes), or why not.
+pub(crate) fn writable(path: &Path) -> io::Result<()> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "the path holds a NUL byte"))?;
     // SAFETY: `c` is a valid C string that lives across the call.
     if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
-        return Err(format!(
-            "cannot create groups under {}: {}",
-            dir.display(),
-            io::Error::last_os_error()
-        ));
+        return Err(io::Error::last_os_error());
     }
-    Ok(dir)
+    Ok(())
 }
 
 /// mountinfo escapes space, tab, newline and backslash as octal.

@@ -182,6 +182,11 @@ pub(crate) enum GroupKind {
 /// own (the parent's groups are the parent's supervisor's to remove).
 static LEFTOVER: PerProcess<std::sync::Mutex<Vec<PathBuf>>> = PerProcess::new();
 
+/// The error for a `loopback` network policy this host cannot enforce.
+fn loopback_unavailable(why: impl std::fmt::Display) -> DshError {
+    DshError::SandboxUnavailable(format!("network loopback cannot be enforced here: {why}"))
+}
+
 /// Removes `dir`; true when it is gone (or was already).
 fn removed(dir: &Path) -> bool {
     match std::fs::remove_dir(dir) {
@@ -373,14 +378,10 @@ impl CommandGroup {
         };
         let fail = |why: String| match kind {
             GroupKind::Limit(k) => unavailable(k, why),
-            GroupKind::Loopback => {
-                DshError::SandboxUnavailable(format!("network loopback cannot be enforced here: {why}"))
-            }
+            GroupKind::Loopback => loopback_unavailable(why),
         };
         if loopback {
-            crate::confine::netfilter::available().map_err(|why| {
-                DshError::SandboxUnavailable(format!("network loopback cannot be enforced here: {why}"))
-            })?;
+            crate::confine::netfilter::available().map_err(loopback_unavailable)?;
         }
         let parent = match parent {
             Some(p) => p,
@@ -389,9 +390,7 @@ impl CommandGroup {
         let dir = make_group(parent, &self.name, files).map_err(fail)?;
         self.unified = Some(dir.clone());
         if loopback {
-            crate::confine::netfilter::attach(&dir).map_err(|why| {
-                DshError::SandboxUnavailable(format!("network loopback cannot be enforced here: {why}"))
-            })?;
+            crate::confine::netfilter::attach(&dir).map_err(loopback_unavailable)?;
         }
         self.procs
             .push(open_procs(&dir).map_err(|e| fail(format!("cannot open cgroup.procs: {e}")))?);
@@ -573,9 +572,7 @@ pub(crate) fn apply_failed(what: Unapplied, errno: i32, group: Option<&CommandGr
     };
     match kind {
         Some(GroupKind::Limit(kind)) => unavailable(kind, why),
-        Some(GroupKind::Loopback) => DshError::SandboxUnavailable(format!(
-            "network loopback cannot be enforced here: cannot enter its group: {err}"
-        )),
+        Some(GroupKind::Loopback) => loopback_unavailable(format!("cannot enter its group: {err}")),
         None => DshError::Internal(format!("a limit could not be applied: {why}")),
     }
 }

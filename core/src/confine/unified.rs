@@ -28,7 +28,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use crate::confine::cgroupfs::{find_mount, own_path, writable_group_dir, CgroupMount};
+use crate::confine::cgroupfs::{find_mount, own_path, writable, writable_group_dir, CgroupMount};
 
 /// The leaf the host's processes move into (step 3 above).
 const HOST_LEAF: &str = "dsh-host";
@@ -203,14 +203,7 @@ fn find_limit_parent(mount: &CgroupMount, own: &Path) -> Result<LimitParent, Str
 
 /// Whether we may make groups in `dir` and move processes across it.
 fn may_write(dir: &Path) -> bool {
-    let writable = |p: &Path| {
-        let Ok(c) = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()) else {
-            return false;
-        };
-        // SAFETY: `c` is a valid C string that lives across the call.
-        unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
-    };
-    writable(dir) && writable(&dir.join("cgroup.procs"))
+    writable(dir).is_ok() && writable(&dir.join("cgroup.procs")).is_ok()
 }
 
 /// Moves every process of `group` into its leaf [`HOST_LEAF`], if each is
