@@ -123,9 +123,11 @@ def test_sigchld_ignored_runs_are_results_with_output() -> None:
     assert out.strip() == "ok"
 
 
-def test_environment_rewritten_while_commands_start() -> None:
-    out = host(
-        """
+def rewriting_the_environment(pop_every: int) -> str:
+    """A host script's start: an executor `ex`, and two threads that set
+    and unset variables until `stop` is set (the rest joins `threads`)."""
+    return textwrap.dedent(
+        f"""
         import os, threading, dsh_native
         ex = dsh_native.Executor()
         stop = False
@@ -133,14 +135,23 @@ def test_environment_rewritten_while_commands_start() -> None:
         def churn():
             i = 0
             while not stop:
-                os.environ[f"DSH_HOST_FILL_{i % 300}"] = "x" * (i % 97)
-                if i % 7 == 0:
-                    os.environ.pop(f"DSH_HOST_FILL_{(i * 3) % 300}", None)
+                os.environ[f"DSH_HOST_FILL_{{i % 300}}"] = "x" * (i % 97)
+                if i % {pop_every} == 0:
+                    os.environ.pop(f"DSH_HOST_FILL_{{(i * 3) % 300}}", None)
                 i += 1
 
         threads = [threading.Thread(target=churn) for _ in range(2)]
         for t in threads:
             t.start()
+        """
+    )
+
+
+def test_environment_rewritten_while_commands_start() -> None:
+    out = host(
+        rewriting_the_environment(pop_every=7)
+        + textwrap.dedent(
+            """
         try:
             ps = []
             for i in range(300):
@@ -156,7 +167,8 @@ def test_environment_rewritten_while_commands_start() -> None:
             p.wait(timeout=60)
         print(sum(1 for i, p in ps if p.read_output().delta.strip().isdigit()))
         ex.close()
-        """
+            """
+        )
     )
     assert out.strip() == "300"
 
@@ -165,22 +177,9 @@ def test_environment_rewritten_while_foreground_runs_start() -> None:
     # `run` waits with the GIL released; the environment must be read
     # before that, while other threads can still not touch it.
     out = host(
-        """
-        import os, threading, dsh_native
-        ex = dsh_native.Executor()
-        stop = False
-
-        def churn():
-            i = 0
-            while not stop:
-                os.environ[f"DSH_HOST_FILL_{i % 300}"] = "x" * (i % 97)
-                if i % 5 == 0:
-                    os.environ.pop(f"DSH_HOST_FILL_{(i * 3) % 300}", None)
-                i += 1
-
-        threads = [threading.Thread(target=churn) for _ in range(2)]
-        for t in threads:
-            t.start()
+        rewriting_the_environment(pop_every=5)
+        + textwrap.dedent(
+            """
         seen = 0
         try:
             spec = ex.resolve("echo $HOST_MARKER")
@@ -193,7 +192,8 @@ def test_environment_rewritten_while_foreground_runs_start() -> None:
                 t.join()
         print(seen)
         ex.close()
-        """
+            """
+        )
     )
     assert out.strip() == "400"
 
