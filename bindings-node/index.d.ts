@@ -227,6 +227,8 @@ export interface ShellSandboxInfo {
   denied: boolean
   /** Absent for `danger-full-access`. */
   enforcement?: SandboxEnforcement
+  /** Metadata changes (chmod, chown, timestamps, xattrs) were refused too outside the writable places: the command ran in read-only mounts of its own (docs/sandbox.md, "Metadata"). Never for `danger-full-access`. */
+  metadata: boolean
   /** Background only: confinement could not be applied and nothing ran. */
   runnerFailed?: boolean
   /** Present when the policy was not `allow`. */

@@ -1,4 +1,5 @@
-//! Compiles the supervisor program (`supervisor/supervisor.c`) with the
+//! Compiles the supervisor program (`supervisor/supervisor.c`, with
+//! `supervisor/mounts.c`) with the
 //! C compiler the `cc` crate picks for the target (`CC_<target>`,
 //! `TARGET_CC`, `CC`, else the platform's `cc`); the library embeds the
 //! result (`include_bytes!` in `src/launch/supervisor.rs`), so no package
@@ -33,7 +34,10 @@ include!("src/launch/wire_codes.rs");
 
 fn main() {
     let source = "supervisor/supervisor.c";
-    println!("cargo:rerun-if-changed={source}");
+    let sources = [source, "supervisor/mounts.c"];
+    for file in sources.iter().chain(&["supervisor/mounts.h"]) {
+        println!("cargo:rerun-if-changed={file}");
+    }
     println!("cargo:rerun-if-changed=src/launch/wire_codes.rs");
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     std::fs::write(out_dir.join("wire.h"), wire_header()).expect("wire.h written to OUT_DIR");
@@ -56,7 +60,7 @@ fn main() {
         .arg(&out_dir)
         .arg("-o")
         .arg(&out)
-        .arg(source)
+        .args(sources)
         .status();
     match status {
         Ok(s) if s.success() => {}

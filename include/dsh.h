@@ -374,6 +374,13 @@ typedef struct DshSandboxInfo {
    * when the policy is "allow".
    */
   enum DshEnforcement network_enforcement;
+  /**
+   * Metadata changes (chmod, chown, timestamps, extended attributes)
+   * were refused too outside the writable places: the command ran in
+   * read-only mounts of its own (docs/sandbox.md, "Metadata"). Never
+   * for "danger-full-access".
+   */
+  bool metadata;
 } DshSandboxInfo;
 
 #ifdef __cplusplus

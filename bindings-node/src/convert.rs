@@ -743,6 +743,7 @@ pub(crate) fn sandbox_object<'e>(env: &'e Env, s: &dsh_core::SandboxInfo) -> Res
     o.set_named_property("mode", s.mode.as_str())?;
     o.set_named_property("denied", s.denied)?;
     set_some(&mut o, "enforcement", s.enforcement.map(|e| e.as_str()))?;
+    o.set_named_property("metadata", s.metadata)?;
     set_some(&mut o, "runnerFailed", s.runner_failed)?;
     if s.network != NetworkPolicy::Allow {
         o.set_named_property("network", s.network.as_str())?;

@@ -263,6 +263,12 @@ pub struct SandboxInfo {
     /// ``'danger-full-access'``.
     #[pyo3(get)]
     pub enforcement: Option<String>,
+    /// Metadata changes (``chmod``, ``chown``, timestamps, extended
+    /// attributes) were refused too outside the writable places: the
+    /// command ran in read-only mounts of its own (docs/sandbox.md,
+    /// "Metadata"). Never for ``'danger-full-access'``.
+    #[pyo3(get)]
+    pub metadata: bool,
     /// Background processes only: True when confinement could not be
     /// applied and the command never ran; else None.
     #[pyo3(get)]
@@ -282,6 +288,7 @@ impl From<dsh_core::SandboxInfo> for SandboxInfo {
             mode: i.mode.as_str().to_owned(),
             denied: i.denied,
             enforcement: i.enforcement.map(|e| e.as_str().to_owned()),
+            metadata: i.metadata,
             runner_failed: i.runner_failed,
             network: i.network.as_str().to_owned(),
             network_enforcement: i.network_enforcement.map(|e| e.as_str().to_owned()),
@@ -293,10 +300,11 @@ impl From<dsh_core::SandboxInfo> for SandboxInfo {
 impl SandboxInfo {
     fn __repr__(&self) -> String {
         format!(
-            "SandboxInfo(mode={}, denied={}, enforcement={}, runner_failed={})",
+            "SandboxInfo(mode={}, denied={}, enforcement={}, metadata={}, runner_failed={})",
             py_repr(&self.mode),
             py_bool(self.denied),
             repr_str(&self.enforcement),
+            py_bool(self.metadata),
             self.runner_failed.map_or("None", py_bool)
         )
     }

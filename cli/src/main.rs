@@ -385,6 +385,7 @@ struct SandboxJson {
     mode: &'static str,
     denied: bool,
     enforcement: Option<&'static str>,
+    metadata: bool,
     runner_failed: Option<bool>,
     network: &'static str,
     network_enforcement: Option<&'static str>,
@@ -419,6 +420,7 @@ fn sandbox_json(s: &SandboxInfo) -> SandboxJson {
         mode,
         denied,
         enforcement,
+        metadata,
         runner_failed,
         network,
         network_enforcement,
@@ -427,6 +429,7 @@ fn sandbox_json(s: &SandboxInfo) -> SandboxJson {
         mode: mode.as_str(),
         denied: *denied,
         enforcement: enforcement.map(Enforcement::as_str),
+        metadata: *metadata,
         runner_failed: *runner_failed,
         network: network.as_str(),
         network_enforcement: network_enforcement.map(Enforcement::as_str),
@@ -527,6 +530,7 @@ mod tests {
                 mode: dsh_core::SandboxMode::ReadOnly,
                 denied: true,
                 enforcement: Some(Enforcement::Full),
+                metadata: true,
                 runner_failed: None,
                 network: dsh_core::NetworkPolicy::Deny,
                 network_enforcement: Some(Enforcement::Full),
@@ -545,7 +549,7 @@ mod tests {
                 r#"{"exit_code":null,"signal":"SIGKILL","exit_status_unavailable":false,"timed_out":false,"aborted":false,"timeout_ms":5,"#,
                 r#""stdout":{"text":"a\n","truncated":true,"spill_path":"/k/stdout.log","spill_error":null},"#,
                 r#""stderr":{"text":"","truncated":false,"spill_path":null,"spill_error":"the stream passed max_spill_bytes (9)"},"#,
-                r#""sandbox":{"mode":"read-only","denied":true,"enforcement":"full","runner_failed":null,"network":"deny","network_enforcement":"full"},"#,
+                r#""sandbox":{"mode":"read-only","denied":true,"enforcement":"full","metadata":true,"runner_failed":null,"network":"deny","network_enforcement":"full"},"#,
                 r#""survivors":0,"background_id":null,"limit":"memory","limits_enforcement":{"memory":"cgroup-v1"}}"#
             )
         );

@@ -11,6 +11,8 @@
  * core/src/launch/supervisor.rs.
  *
  *   argv: dsh-supervisor HOST_PID [GROUP_DIR...]   fd 3: the control socket
+ *         dsh-supervisor probe-mounts DIR            fd 3: where the answer goes
+ *   (the second form only probes what mounts.h does, and exits)
  *   GROUP_DIRs are where the host makes its commands' cgroups
  *   (dsh.<our pid>.<n>); what is left of ours there is removed when we end.
  *
@@ -42,6 +44,8 @@
  *            The program: struct payload { argc, envc, len } and `len`
  *            bytes: struct limits if FLAG_RLIMITS, a seccomp filter if
  *            FLAG_SECCOMP (u32 count, u32 pad, count BPF instructions),
+ *            the writable directories if FLAG_MOUNTS (u32 count, u32 pad,
+ *            count NUL-terminated paths; mounts.h),
  *            then NUL-terminated path, workdir, argv[argc], envp[envc].
  *            With FLAG_INLINE it follows the request in the same message
  *            (one wake-up here per command); a larger one comes in a memfd.
@@ -143,6 +147,7 @@
  * (core/build.rs writes it): OP_*, FLAG_*, R_*, STEP_*, LIMIT_*, MAX_FDS,
  * MAX_INLINE, DEFER_MS and the *_SIZE of the structs below. */
 #include "wire.h"
+#include "mounts.h"
 
 struct request {
     uint32_t op, flags;
@@ -429,6 +434,7 @@ struct plan {
     int groups[3]; /* cgroup.procs to enter, or -1 */
     const struct limits *limits;       /* NULL: none */
     const struct sock_fprog *filter;   /* NULL: none */
+    const struct mounts *mounts;       /* NULL: the host's file system as it is */
     int terminal; /* fd 0 becomes the controlling terminal */
     pid_t supervisor; /* our pid, the child's parent */
     int step, err, detail;
@@ -465,6 +471,17 @@ static int child(void *arg) {
             FAIL(STEP_LIMITS);
         }
         n++;
+    }
+    if (p->mounts) {
+        int step = enter_read_only_mounts(p->mounts);
+        if (step != 0) {
+            p->detail = step;
+            FAIL(STEP_MOUNTS);
+        }
+        /* Entering a user namespace is a change of credentials: the
+         * parent-death signal is armed again, and checked again. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) FAIL(STEP_SESSION);
+        if (getppid() != p->supervisor) _exit(127);
     }
     if (p->stdio[0] < 0) {
         int null = open("/dev/null", O_RDONLY);
@@ -635,6 +652,25 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
             filter.filter = insns;
         }
     }
+    struct mounts mounts;
+    char uid_map[32], gid_map[32];
+    memset(&mounts, 0, sizeof mounts);
+    if (ok && (req->flags & FLAG_MOUNTS)) {
+        uint32_t count = 0;
+        ok = (size_t)(end - s) >= 8;
+        if (ok) memcpy(&count, s, sizeof count), s += 8;
+        ok = ok && count <= MAX_WRITABLE;
+        for (uint32_t i = 0; ok && i < count; i++) {
+            char *nul = memchr(s, 0, (size_t)(end - s));
+            ok = nul != NULL;
+            if (ok) mounts.writable[i] = s, s = nul + 1;
+        }
+        mounts.user = !!(req->flags & FLAG_USER_NS);
+        snprintf(uid_map, sizeof uid_map, "%u %u 1", (unsigned)geteuid(), (unsigned)geteuid());
+        snprintf(gid_map, sizeof gid_map, "%u %u 1", (unsigned)getegid(), (unsigned)getegid());
+        mounts.uid_map = uid_map;
+        mounts.gid_map = gid_map;
+    }
     if (ok) {
         payload[rq->len] = 0;
         size_t want_strings = 2 + (size_t)rq->argc + rq->envc, got = 0;
@@ -669,6 +705,7 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
                             {group1, group2, group3},
                             (req->flags & FLAG_RLIMITS) ? &limits : NULL,
                             (req->flags & FLAG_SECCOMP) ? &filter : NULL,
+                            (req->flags & FLAG_MOUNTS) ? &mounts : NULL,
                             terminal,
                             getpid(),
                             0,
@@ -864,6 +901,7 @@ static void on_signals(int sigfd) {
 }
 
 int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "probe-mounts") == 0) return probe_mounts(argv[2]);
     host = argc > 1 ? (pid_t)atoi(argv[1]) : 0;
     group_dirs = argv + 2;
     ngroup_dirs = argc > 2 ? argc - 2 : 0;

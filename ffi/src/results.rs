@@ -73,6 +73,11 @@ pub struct DshSandboxInfo {
     /// How completely the kernel enforced it: DSH_ENFORCEMENT_NONE exactly
     /// when the policy is "allow".
     pub network_enforcement: DshEnforcement,
+    /// Metadata changes (chmod, chown, timestamps, extended attributes)
+    /// were refused too outside the writable places: the command ran in
+    /// read-only mounts of its own (docs/sandbox.md, "Metadata"). Never
+    /// for "danger-full-access".
+    pub metadata: bool,
 }
 
 pub(crate) fn mode_str(mode: SandboxMode) -> DshStr {
@@ -107,6 +112,7 @@ fn sandbox_info(info: &SandboxInfo) -> DshSandboxInfo {
             Some(Enforcement::Full) => DshEnforcement::DSH_ENFORCEMENT_FULL,
             Some(Enforcement::Partial) => DshEnforcement::DSH_ENFORCEMENT_PARTIAL,
         },
+        metadata: info.metadata,
     }
 }
 

@@ -66,6 +66,9 @@ class SandboxInfo:
     @property
     def enforcement(self) -> Optional[Literal["full", "partial"]]: ...
     @property
+    def metadata(self) -> bool:
+        """Metadata changes were refused too outside the writable places (read-only mounts of its own)."""
+    @property
     def runner_failed(self) -> Optional[bool]: ...
     @property
     def network(self) -> _NetworkName: ...

@@ -106,12 +106,17 @@ pub(crate) struct Ruleset {
     scope_only: bool,
 }
 
-/// The directories a mode may write under.
-fn writable_dirs(policy: &SandboxPolicy) -> Vec<std::path::PathBuf> {
+/// The directories a mode may write under (and, where the command runs in
+/// its read-only mounts, change metadata under), each once.
+pub(crate) fn writable_dirs(policy: &SandboxPolicy) -> Vec<std::path::PathBuf> {
     match policy.mode {
         SandboxMode::WorkspaceWrite => {
-            let mut dirs = vec![policy.workspace_root.clone(), "/tmp".into(), std::env::temp_dir()];
-            dirs.dedup();
+            let mut dirs: Vec<std::path::PathBuf> = Vec::new();
+            for dir in [policy.workspace_root.clone(), "/tmp".into(), std::env::temp_dir()] {
+                if !dirs.contains(&dir) {
+                    dirs.push(dir);
+                }
+            }
             dirs
         }
         _ => Vec::new(),

@@ -14,7 +14,8 @@ use std::sync::{Arc, OnceLock};
 use crate::spec::error::{DshError, Result};
 use crate::spec::sandbox::{Enforcement, NetworkPolicy, SandboxInfo, SandboxMode, SandboxPolicy};
 
-fn confined(policy: Option<&SandboxPolicy>) -> Option<&SandboxPolicy> {
+/// The policy when it confines files (`read-only`, `workspace-write`).
+pub(crate) fn confined(policy: Option<&SandboxPolicy>) -> Option<&SandboxPolicy> {
     policy.filter(|p| p.mode != SandboxMode::DangerFullAccess)
 }
 
@@ -245,28 +246,32 @@ fn looks_denied(exit_code: Option<i32>, stderr: &str) -> bool {
 }
 
 /// The facts one policy reports; the enforcement level is the kernel's,
-/// and absent for an unconfined mode.
-fn info(policy: &SandboxPolicy, denied: bool, runner_failed: Option<bool>) -> SandboxInfo {
+/// and absent for an unconfined mode; `metadata`: whether the command ran
+/// in its read-only mounts (the launch knows).
+fn info(policy: &SandboxPolicy, metadata: bool, denied: bool, runner_failed: Option<bool>) -> SandboxInfo {
     SandboxInfo {
         mode: policy.mode,
         denied,
         enforcement: confined(Some(policy)).and_then(|_| landlock::enforcement()),
+        metadata: metadata && confined(Some(policy)).is_some(),
         runner_failed,
         network: policy.network,
         network_enforcement: network_enforcement(policy.network),
     }
 }
 
-/// Facts for a command that ran under `policy`.
+/// Facts for a command that ran under `policy` (in its read-only mounts
+/// when `metadata`).
 pub(crate) fn facts(
     policy: Option<&SandboxPolicy>,
+    metadata: bool,
     exit_code: Option<i32>,
     stderr: &str,
 ) -> Option<SandboxInfo> {
     let policy = policy?;
     let restricted = confined(Some(policy)).is_some() || policy.network != NetworkPolicy::Allow;
     let denied = restricted && looks_denied(exit_code, stderr);
-    Some(info(policy, denied, None))
+    Some(info(policy, metadata, denied, None))
 }
 
 /// Facts for a background command whose confinement failed: it never ran.
@@ -274,7 +279,7 @@ pub(crate) fn runner_failed_facts(
     policy: Option<&SandboxPolicy>,
     runner_failed: bool,
 ) -> Option<SandboxInfo> {
-    Some(info(policy?, false, runner_failed.then_some(true)))
+    Some(info(policy?, false, false, runner_failed.then_some(true)))
 }
 
 #[cfg(test)]
@@ -362,28 +367,41 @@ mod tests {
     #[test]
     fn facts_only_for_a_policy_and_denied_only_when_confined() {
         let denied_stderr = "echo: write error: Permission denied\n";
-        assert_eq!(facts(None, Some(1), denied_stderr), None, "no policy, no facts");
+        assert_eq!(
+            facts(None, true, Some(1), denied_stderr),
+            None,
+            "no policy, no facts"
+        );
 
         let full = facts(
             Some(&policy(SandboxMode::DangerFullAccess)),
+            true,
             Some(1),
             denied_stderr,
         )
         .unwrap();
         assert_eq!(
-            (full.mode, full.denied, full.enforcement, full.runner_failed),
-            (SandboxMode::DangerFullAccess, false, None, None),
-            "an unconfined command is never classified as denied and reports no enforcement"
+            (
+                full.mode,
+                full.denied,
+                full.enforcement,
+                full.runner_failed,
+                full.metadata
+            ),
+            (SandboxMode::DangerFullAccess, false, None, None, false),
+            "an unconfined command is never classified as denied and reports no enforcement and no metadata"
         );
 
         for mode in [SandboxMode::ReadOnly, SandboxMode::WorkspaceWrite] {
             let p = policy(mode);
-            let info = facts(Some(&p), Some(1), denied_stderr).unwrap();
+            let info = facts(Some(&p), true, Some(1), denied_stderr).unwrap();
+            assert!(info.metadata, "a confined command in its read-only mounts");
+            assert!(!facts(Some(&p), false, Some(1), denied_stderr).unwrap().metadata);
             assert_eq!((info.mode, info.denied, info.runner_failed), (mode, true, None));
             assert_eq!(info.enforcement, landlock::enforcement(), "the kernel's level");
-            assert!(!facts(Some(&p), Some(0), denied_stderr).unwrap().denied);
-            assert!(!facts(Some(&p), None, denied_stderr).unwrap().denied);
-            assert!(!facts(Some(&p), Some(1), "failed\n").unwrap().denied);
+            assert!(!facts(Some(&p), true, Some(0), denied_stderr).unwrap().denied);
+            assert!(!facts(Some(&p), true, None, denied_stderr).unwrap().denied);
+            assert!(!facts(Some(&p), true, Some(1), "failed\n").unwrap().denied);
         }
     }
 

@@ -16,6 +16,7 @@ use crate::host::runtime;
 use crate::launch::ending::ExitFields;
 use crate::launch::env::HostEnv;
 use crate::launch::launch;
+use crate::launch::mounts::refuses_metadata;
 use crate::spec::error::{DshError, Result};
 use crate::spec::request::Spec;
 use crate::spec::sandbox::SandboxInfo;
@@ -55,7 +56,12 @@ pub(super) fn background_ending(
         outcome.leader_cpu,
     );
     let stderr = lock(&process.shared.streams).stderr.collected().text;
-    let sandbox = confine::facts(spec.sandbox_policy.as_ref(), ending.exit_code, &stderr);
+    let sandbox = confine::facts(
+        spec.sandbox_policy.as_ref(),
+        refuses_metadata(spec.sandbox_policy.as_ref()),
+        ending.exit_code,
+        &stderr,
+    );
     (ending, sandbox, outcome.survivors)
 }
 

@@ -19,6 +19,7 @@ use crate::host::runtime;
 use crate::launch::ending::ExitFields;
 use crate::launch::env::HostEnv;
 use crate::launch::launch;
+use crate::launch::mounts::refuses_metadata;
 use crate::launch::spawn::LaunchedCommand;
 use crate::spec::error::{DshError, Field, FieldName, Result, Scope};
 use crate::spec::request::{OnExpiry, Spec};
@@ -40,7 +41,12 @@ pub(super) fn run_result(spec: &Spec, outcome: Outcome, streams: &Mutex<Streams>
     let ending = governed(ExitFields::from(status), spec, stop, status, group, leader_cpu);
     let streams = lock(streams);
     let stderr = streams.stderr.collected();
-    let sandbox = confine::facts(spec.sandbox_policy.as_ref(), ending.exit_code, &stderr.text);
+    let sandbox = confine::facts(
+        spec.sandbox_policy.as_ref(),
+        refuses_metadata(spec.sandbox_policy.as_ref()),
+        ending.exit_code,
+        &stderr.text,
+    );
     RunResult {
         exit_code: ending.exit_code,
         signal: ending.signal,
@@ -231,7 +237,12 @@ impl ExecutorInner {
                         timed_out: true,
                         aborted: false,
                         timeout_ms: spec.timeout_ms,
-                        sandbox: confine::facts(spec.sandbox_policy.as_ref(), None, &stderr.text),
+                        sandbox: confine::facts(
+                            spec.sandbox_policy.as_ref(),
+                            refuses_metadata(spec.sandbox_policy.as_ref()),
+                            None,
+                            &stderr.text,
+                        ),
                         stdout,
                         stderr,
                         survivors: 0,

@@ -4,6 +4,7 @@
 pub(crate) mod clone_exec;
 pub(crate) mod ending;
 pub(crate) mod env;
+pub(crate) mod mounts;
 pub(crate) mod pty;
 pub(crate) mod spawn;
 pub(crate) mod supervisor;
@@ -86,6 +87,7 @@ pub(crate) fn launch(
     let mut fds = pipes.child_fds(ruleset.as_deref());
     fds.rlimits = governor::rlimits(&spec.limits);
     fds.seccomp = confine::network_filter(spec.sandbox_policy.as_ref())?;
+    fds.mounts = mounts::read_only_mounts(spec.sandbox_policy.as_ref());
     let loopback = spec
         .sandbox_policy
         .as_ref()
@@ -164,6 +166,7 @@ pub(crate) fn launch_terminal(
         cgroups: Vec::new(),
         rlimits: None,
         seccomp: confine::network_filter(policy)?,
+        mounts: mounts::read_only_mounts(policy),
         terminal: true,
     };
     let envp = terminal_environment(host_env, spec.env.as_ref(), spec.dsh_env.as_ref(), tag);
@@ -241,6 +244,11 @@ fn failed(
             errno,
             ..
         } => confine::network_failed(policy, errno),
+        SpawnError::Failed {
+            step: Step::Mounts,
+            errno,
+            detail,
+        } => mounts::failed(policy, detail, errno),
         SpawnError::Failed {
             step: Step::Limits,
             errno,

@@ -105,6 +105,7 @@ impl Pipes {
             cgroups: Vec::new(),
             rlimits: None,
             seccomp: None,
+            mounts: None,
             terminal: false,
         }
     }

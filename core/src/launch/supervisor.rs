@@ -95,6 +95,8 @@ pub(crate) struct ChildFds {
     pub rlimits: Option<crate::confine::governor::Rlimits>,
     /// A compiled seccomp filter: BPF instructions, 8 bytes each.
     pub seccomp: Option<Vec<u8>>,
+    /// The read-only file system of a confined command.
+    pub mounts: Option<crate::launch::mounts::ReadOnlyMounts>,
     /// `stdin` is a pseudo-terminal's slave, to become the command's
     /// controlling terminal (a terminal session).
     pub terminal: bool,
@@ -111,8 +113,8 @@ pub(crate) struct Program<'a> {
 
 impl Program<'_> {
     /// The wire form: struct payload { argc, envc, len } and `len` bytes:
-    /// `extra` (the limits and the filter its flags announce), then the
-    /// strings.
+    /// `extra` (the limits, the filter and the writable directories its
+    /// flags announce), then the strings.
     fn payload(&self, extra: &[u8]) -> Vec<u8> {
         let strings = [self.path, self.workdir]
             .into_iter()
@@ -234,6 +236,17 @@ impl Supervisor {
             extra.extend_from_slice(&((bpf.len() / 8) as u32).to_ne_bytes());
             extra.extend_from_slice(&[0; 4]);
             extra.extend_from_slice(bpf);
+        }
+        if let Some(mounts) = &fds.mounts {
+            flags |= FLAG_MOUNTS;
+            if mounts.user {
+                flags |= FLAG_USER_NS;
+            }
+            extra.extend_from_slice(&(mounts.writable.len() as u32).to_ne_bytes());
+            extra.extend_from_slice(&[0; 4]);
+            for dir in &mounts.writable {
+                extra.extend_from_slice(dir.to_bytes_with_nul());
+            }
         }
         let payload = program.payload(&extra);
         let inline = payload.len() <= MAX_INLINE;
@@ -368,7 +381,7 @@ fn payload_memfd(payload: &[u8]) -> io::Result<OwnedFd> {
 }
 
 /// A sealed, executable memfd holding the program.
-fn program_memfd() -> io::Result<OwnedFd> {
+pub(crate) fn program_memfd() -> io::Result<OwnedFd> {
     let create = |flags: libc::c_uint| {
         // SAFETY: memfd_create takes a C string and flags; the raw call
         // because glibc's wrapper needs 2.27 and the library targets 2.17.

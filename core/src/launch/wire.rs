@@ -58,6 +58,9 @@ pub(crate) enum Step {
     Network,
     /// Making the pseudo-terminal the controlling terminal.
     Terminal,
+    /// Making the file system read-only in a mount namespace of the
+    /// command's own (`detail`: which part, a `MOUNTS_*` code).
+    Mounts,
     Unknown,
 }
 
@@ -74,6 +77,7 @@ impl Step {
             STEP_LIMITS => Step::Limits,
             STEP_NETWORK => Step::Network,
             STEP_TERMINAL => Step::Terminal,
+            STEP_MOUNTS => Step::Mounts,
             _ => Step::Unknown,
         }
     }
@@ -83,7 +87,8 @@ impl Step {
 #[derive(Debug)]
 pub(crate) enum SpawnError {
     /// The supervisor tried: `step` failed with `errno` (`detail`: which
-    /// limit, for [`Step::Limits`]). Nothing runs.
+    /// limit, for [`Step::Limits`]; which part, for [`Step::Mounts`]).
+    /// Nothing runs.
     Failed { step: Step, errno: i32, detail: i32 },
     /// The request never reached the supervisor (it has ended): nothing
     /// runs, and a new supervisor may be asked.

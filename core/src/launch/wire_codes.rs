@@ -32,10 +32,27 @@ wire! {
     /// without `no_new_privs` where the child may (CAP_SYS_ADMIN), so
     /// setuid programs keep working there.
     FLAG_SCOPE_ONLY: u32 = 1024;
+    /// A confined command's read-only file system (docs/sandbox.md): it
+    /// enters a mount namespace of its own where everything is read-only
+    /// but its writable directories, which come next in the payload's body
+    /// (after the filter: `u32 count, u32 pad`, then `count` NUL-terminated
+    /// paths, at most MAX_WRITABLE).
+    FLAG_MOUNTS: u32 = 2048;
+    /// With FLAG_MOUNTS: in a user namespace of its own too (a host that
+    /// may not make a mount namespace alone: not root, or root without
+    /// CAP_SYS_ADMIN), mapping the host's uid and gid to themselves.
+    FLAG_USER_NS: u32 = 4096;
     // Replies on a command's report pipe (`struct reply { kind, a, b, c }`).
     R_SPAWNED: i32 = 1;
     R_FAILED: i32 = 2;
     R_EXITED: i32 = 3;
+    /// The probe's reply (`struct reply { R_PROBED, namespaces, step,
+    /// errno }`, written to its fd 3): `namespaces` is NAMESPACES_NONE,
+    /// NAMESPACES_MOUNT or NAMESPACES_USER (user and mount).
+    R_PROBED: i32 = 4;
+    NAMESPACES_NONE: i32 = 0;
+    NAMESPACES_MOUNT: i32 = 1;
+    NAMESPACES_USER: i32 = 2;
     // The step of a start that failed (R_FAILED's `a`).
     STEP_SESSION: i32 = 1;
     STEP_STDIO: i32 = 2;
@@ -47,12 +64,25 @@ wire! {
     STEP_LIMITS: i32 = 8;
     STEP_NETWORK: i32 = 9;
     STEP_TERMINAL: i32 = 10;
+    STEP_MOUNTS: i32 = 11;
     // STEP_LIMITS's detail (R_FAILED's `c`): which resource limit, or which
     // group (LIMIT_GROUP + its index among the groups passed).
     LIMIT_CPU: i32 = 1;
     LIMIT_FSIZE: i32 = 2;
     LIMIT_NOFILE: i32 = 3;
     LIMIT_GROUP: i32 = 4;
+    // STEP_MOUNTS's detail: which part of making the file system read-only
+    // failed (the probe's reply names it too).
+    MOUNTS_UNSHARE: i32 = 1;
+    MOUNTS_MAP: i32 = 2;
+    MOUNTS_PROPAGATION: i32 = 3;
+    MOUNTS_KEEP: i32 = 4;
+    MOUNTS_READ_ONLY: i32 = 5;
+    MOUNTS_ATTACH: i32 = 6;
+    MOUNTS_CAPABILITY: i32 = 7;
+    MOUNTS_CHECK: i32 = 8;
+    /// At most this many writable directories travel with FLAG_MOUNTS.
+    MAX_WRITABLE: usize = 8;
     /// At most this many descriptors travel with a request.
     MAX_FDS: usize = 9;
     /// The largest payload sent in the request's own message.

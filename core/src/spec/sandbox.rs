@@ -154,6 +154,11 @@ pub struct SandboxInfo {
     pub denied: bool,
     /// Absent exactly when `mode` is `danger-full-access`.
     pub enforcement: Option<Enforcement>,
+    /// Metadata changes (`chmod`, `chown`, timestamps, extended
+    /// attributes) were refused too outside the writable places: the
+    /// command ran in read-only mounts of its own (docs/sandbox.md,
+    /// "Metadata"). Never for `danger-full-access`.
+    pub metadata: bool,
     /// Only on settled background processes: confinement could not be
     /// applied and the command never ran.
     pub runner_failed: Option<bool>,
