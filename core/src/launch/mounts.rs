@@ -23,13 +23,6 @@ use crate::spec::error::DshError;
 use crate::spec::sandbox::SandboxPolicy;
 use crate::sys::pipe;
 
-/// What a command's process enters before exec: a mount namespace (and a
-/// user namespace too, with `user`) where all but `writable` is read-only.
-pub(crate) struct ReadOnlyMounts {
-    pub user: bool,
-    pub writable: Vec<CString>,
-}
-
 /// The namespaces this host may make for its commands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Namespaces {

@@ -96,7 +96,7 @@ pub(crate) struct ChildFds {
     /// A compiled seccomp filter: BPF instructions, 8 bytes each.
     pub seccomp: Option<Vec<u8>>,
     /// The read-only file system of a confined command.
-    pub mounts: Option<crate::launch::mounts::ReadOnlyMounts>,
+    pub mounts: Option<ReadOnlyMounts>,
     /// `stdin` is a pseudo-terminal's slave, to become the command's
     /// controlling terminal (a terminal session).
     pub terminal: bool,

@@ -29,6 +29,10 @@ fn next(fd: &OwnedFd, reader: &mut ReportReader) -> Report {
 
 /// Starts `argv` (an absolute path first) with its SPAWNED deferred.
 fn start(sup: &Supervisor, argv: &[&CStr]) -> Launched {
+    start_with(sup, argv, None)
+}
+
+fn start_with(sup: &Supervisor, argv: &[&CStr], mounts: Option<ReadOnlyMounts>) -> Launched {
     let null = std::fs::OpenOptions::new().write(true).open("/dev/null").unwrap();
     let fds = ChildFds {
         stdin: None,
@@ -39,6 +43,7 @@ fn start(sup: &Supervisor, argv: &[&CStr]) -> Launched {
         cgroups: Vec::new(),
         rlimits: None,
         seccomp: None,
+        mounts,
         terminal: false,
     };
     let envp = Envp::empty();
@@ -112,5 +117,43 @@ fn a_start_that_fails_is_reported_at_once() {
             ..
         })
     ));
+    assert!(matches!(next(&d.report, &mut reader), Report::Ended));
+}
+
+/// The probe said the mounts can be made, so a command whose own fail is
+/// not started (nothing runs unconfined by accident), and the failure
+/// names the part: here a writable directory that is gone.
+#[test]
+fn a_command_whose_read_only_mounts_fail_does_not_start() {
+    if let Err(why) = crate::launch::mounts::metadata_support() {
+        // Straight to fd 2, past libtest's capture: scripts/test counts it.
+        let line = format!("SKIPPED a_command_whose_read_only_mounts_fail_does_not_start: {why}\n");
+        // SAFETY: `line` is valid for reads of its length.
+        unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+        return;
+    }
+    let sup = super::start().unwrap();
+    let user = crate::launch::mounts::read_only_mounts(Some(&crate::spec::sandbox::SandboxPolicy {
+        mode: crate::spec::sandbox::SandboxMode::ReadOnly,
+        workspace_root: "/".into(),
+        session_id: None,
+        network: crate::spec::sandbox::NetworkPolicy::Allow,
+    }))
+    .expect("read-only gets the mounts")
+    .user;
+    let mounts = ReadOnlyMounts {
+        user,
+        writable: vec![c"/nonexistent/dsh-writable".into()],
+    };
+    let d = start_with(&sup, &[c"/bin/true"], Some(mounts));
+    let mut reader = ReportReader::default();
+    match next(&d.report, &mut reader) {
+        Report::Failed(SpawnError::Failed {
+            step: Step::Mounts,
+            errno: libc::ENOENT,
+            detail: MOUNTS_KEEP,
+        }) => {}
+        other => panic!("expected the mounts to fail at the writable directory, got {other:?}"),
+    }
     assert!(matches!(next(&d.report, &mut reader), Report::Ended));
 }

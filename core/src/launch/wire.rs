@@ -22,6 +22,14 @@ macro_rules! wire {
 }
 include!("wire_codes.rs");
 
+/// What a command's process enters before exec (FLAG_MOUNTS;
+/// `launch/mounts.rs`): a mount namespace (and a user namespace too, with
+/// `user`) where all but `writable` is read-only.
+pub(crate) struct ReadOnlyMounts {
+    pub user: bool,
+    pub writable: Vec<std::ffi::CString>,
+}
+
 /// A request on the control socket.
 #[repr(C)]
 pub(crate) struct Header {
