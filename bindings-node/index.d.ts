@@ -227,8 +227,8 @@ export interface ShellSandboxInfo {
   denied: boolean
   /** Absent for `danger-full-access`. */
   enforcement?: SandboxEnforcement
-  /** Metadata changes (chmod, chown, timestamps, xattrs) were refused too outside the writable places: the command ran in read-only mounts of its own (docs/sandbox.md, "Metadata"). Never for `danger-full-access`. */
-  metadata: boolean
+  /** Metadata changes (chmod, chown, timestamps, xattrs) were refused too outside the writable places: the command ran in read-only mounts of its own (docs/sandbox.md, "Metadata"). Never for `danger-full-access`. Always set by dsh-native (optional only so the seam's own results fit this type). */
+  metadata?: boolean
   /** Background only: confinement could not be applied and nothing ran. */
   runnerFailed?: boolean
   /** Present when the policy was not `allow`. */
@@ -545,6 +545,9 @@ export declare function checkConfig(config?: NativeShellExecutorConfig): void
 
 /** How this host would enforce each limit; `unsupported` ones fail closed with LIMIT_UNAVAILABLE. */
 export declare function limitsSupport(): Record<LimitKey, LimitMechanism>
+
+/** Why confined commands run without read-only mounts here, so metadata changes are not refused (`metadata: false`); null where they run in them. */
+export declare function metadataUnavailable(): string | null
 
 /** @deprecated the seam's old name; use {@link NativeShellExecutor}. */
 export declare const NativeBashExecutor: typeof NativeShellExecutor

@@ -10,6 +10,7 @@ const {
   NativeCancelToken,
   checkConfig,
   limitsSupport: nativeLimitsSupport,
+  metadataUnavailable: nativeMetadataUnavailable,
   specKeys,
   runResultSlots,
 } = require('./loader.js')
@@ -538,6 +539,11 @@ function limitsSupport() {
   return nativeLimitsSupport()
 }
 
+/** Why confined commands run without read-only mounts here (docs/sandbox.md); null where they run in them. */
+function metadataUnavailable() {
+  return nativeMetadataUnavailable() ?? null
+}
+
 /** The prefix of every managed variable (`dshEnv` keys): the seam's DSH_ENV_PREFIX. */
 const DSH_ENV_PREFIX = 'DSH_'
 
@@ -546,6 +552,7 @@ module.exports = {
   NativeShellProcess,
   checkConfig,
   limitsSupport,
+  metadataUnavailable,
   NativeTerminalHandle,
   NativeBashExecutor,
   NativeBashTask,

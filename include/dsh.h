@@ -946,6 +946,13 @@ const char *dsh_mechanism_name(int mechanism);
 enum DshLimitMechanism dsh_limits_support(int limit);
 
 /**
+ * Why this host's confined commands run without their read-only mounts
+ * (their facts say `metadata` false; docs/sandbox.md), as a NUL-terminated
+ * string that lives as long as the process; NULL where they run in them.
+ */
+const char *dsh_metadata_unavailable(void);
+
+/**
  * Sets a limit every command gets, which is also the most a request may
  * ask for (`limit`: a DshLimit; `value`: bytes, a count or CPU seconds).
  * Checked when the executor is created.

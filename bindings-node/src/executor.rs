@@ -588,6 +588,13 @@ pub fn run_result_slots() -> Vec<&'static str> {
     convert::RUN_RESULT_SLOTS.to_vec()
 }
 
+/// Why this host's confined commands run without their read-only mounts
+/// (their facts say `metadata: false`); null where they run in them.
+#[napi]
+pub fn metadata_unavailable() -> Option<&'static str> {
+    dsh_core::metadata_unavailable()
+}
+
 /// How this host would enforce each limit: limit name → mechanism
 /// (`unsupported` for one a command cannot ask for here).
 #[napi]

@@ -176,9 +176,18 @@ fn limits_support() -> std::collections::BTreeMap<&'static str, &'static str> {
     results::enforcement_map(&dsh_core::limits_support())
 }
 
+/// Why this host's confined commands run without their read-only mounts
+/// (their facts say ``metadata`` False; docs/sandbox.md); None where they
+/// run in them.
+#[pyfunction]
+fn metadata_unavailable() -> Option<&'static str> {
+    dsh_core::metadata_unavailable()
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(limits_support, m)?)?;
+    m.add_function(wrap_pyfunction!(metadata_unavailable, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<executor::Executor>()?;
     m.add_class::<executor::Process>()?;

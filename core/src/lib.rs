@@ -34,7 +34,7 @@ pub use executor::{Executor, ListenerId, TaskListener};
 pub use host::cancel::CancelToken;
 pub use host::runtime::refuse_blocking;
 pub use launch::env::is_scrubbed;
-pub use launch::mounts::metadata_support;
+pub use launch::mounts::metadata_unavailable;
 pub use spec::config::{
     whole_number, Config, ConfigInput, Num, DEFAULT_GRACE_MS, DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MAX_SPILL_BYTES, DEFAULT_MAX_TIMEOUT_MS, DEFAULT_RETAIN_SETTLED, DEFAULT_TIMEOUT_MS,

@@ -143,6 +143,22 @@ pub extern "C" fn dsh_limits_support(limit: c_int) -> DshLimitMechanism {
     })
 }
 
+/// Why this host's confined commands run without their read-only mounts
+/// (their facts say `metadata` false; docs/sandbox.md), as a NUL-terminated
+/// string that lives as long as the process; NULL where they run in them.
+#[no_mangle]
+pub extern "C" fn dsh_metadata_unavailable() -> *const c_char {
+    static WHY: std::sync::OnceLock<Option<std::ffi::CString>> = std::sync::OnceLock::new();
+    value(std::ptr::null(), || {
+        WHY.get_or_init(|| {
+            dsh_core::metadata_unavailable()
+                .map(|why| std::ffi::CString::new(why.replace('\0', " ")).unwrap_or_default())
+        })
+        .as_deref()
+        .map_or(std::ptr::null(), CStr::as_ptr)
+    })
+}
+
 /// Sets a limit every command gets, which is also the most a request may
 /// ask for (`limit`: a DshLimit; `value`: bytes, a count or CPU seconds).
 /// Checked when the executor is created.

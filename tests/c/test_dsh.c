@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -803,6 +804,22 @@ static void test_landlock_confinement(void) {
     CHECK(info.denied);
     CHECK(info.enforcement == DSH_ENFORCEMENT_FULL);
     CHECK(!info.runner_failed);
+    /* Read-only mounts where the host allows them: metadata outside the
+     * workspace is refused too, and the fact says so. */
+    const char *no_mounts = dsh_metadata_unavailable();
+    CHECK(info.metadata == (no_mounts == NULL));
+    dsh_run_result_free(r);
+    snprintf(cmd, sizeof cmd, "%s/meta", out);
+    int meta = open(cmd, O_CREAT | O_WRONLY, 0644);
+    CHECK(meta >= 0 && fchmod(meta, 0644) == 0);
+    close(meta);
+    char chmod_cmd[1400];
+    snprintf(chmod_cmd, sizeof chmod_cmd, "chmod 600 %s", cmd);
+    r = run(exec, chmod_cmd, 0);
+    struct stat st;
+    CHECK(stat(cmd, &st) == 0);
+    CHECK((st.st_mode & 07777) == (no_mounts == NULL ? 0644 : 0600));
+    CHECK(dsh_run_result_sandbox(r, &info) && info.metadata == (no_mounts == NULL));
     dsh_run_result_free(r);
 
     /* danger-full-access per call: unconfined, no enforcement to report. */

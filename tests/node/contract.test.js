@@ -6,6 +6,7 @@ const fs = require('node:fs')
 const path = require('node:path')
 
 const { executor, alive, eventually, readUntil, tmpdir, landlockMissing, NativeBashExecutor } = require('./helpers.js')
+const { metadataUnavailable } = require('../../bindings-node')
 
 const full = (n) => Array.from({ length: n }, (_, i) => `${i + 1}\n`).join('')
 
@@ -252,22 +253,28 @@ test('landlock: workspace-write confines every descendant; read-only; danger is 
   if (noLandlock) return t.skip(noLandlock)
   const { base, ws, out } = sandboxDirs()
   try {
+    // Read-only mounts where the host allows them (docs/sandbox.md).
+    const metadata = metadataUnavailable() === null
     const ex = executor({ sandboxMode: 'workspace-write', cwd: ws })
     assert.equal(ex.sandboxMode, 'workspace-write')
     const r = await ex.run(ex.resolve({ command: `echo in > inside; bash -c 'bash -c "echo g > ${out}/grandchild"'; echo x > ${out}/direct` }))
     assert.ok(fs.existsSync(`${ws}/inside`))
     assert.ok(!fs.existsSync(`${out}/grandchild`) && !fs.existsSync(`${out}/direct`))
-    assert.deepEqual(r.sandbox, { mode: 'workspace-write', denied: true, enforcement: 'full' })
+    assert.deepEqual(r.sandbox, { mode: 'workspace-write', denied: true, enforcement: 'full', metadata })
     const ro = await ex.run(ex.resolve({ command: 'touch inside-ro', sandboxPolicy: { mode: 'read-only' } }))
-    assert.deepEqual(ro.sandbox, { mode: 'read-only', denied: true, enforcement: 'full' })
+    assert.deepEqual(ro.sandbox, { mode: 'read-only', denied: true, enforcement: 'full', metadata })
     assert.ok(!fs.existsSync(`${ws}/inside-ro`))
     const d = await ex.run(ex.resolve({ command: `echo x > ${out}/danger`, sandboxPolicy: { mode: 'danger-full-access' } }))
     assert.ok(fs.existsSync(`${out}/danger`))
-    assert.deepEqual(d.sandbox, { mode: 'danger-full-access', denied: false })
+    assert.deepEqual(d.sandbox, { mode: 'danger-full-access', denied: false, metadata: false })
     const t = ex.start(ex.resolve({ command: `echo x > ${out}/bg` }))
     assert.equal(t.sandbox, undefined, 'no facts while running')
     await t.done
-    assert.deepEqual(t.sandbox, { mode: 'workspace-write', denied: true, enforcement: 'full' })
+    assert.deepEqual(t.sandbox, { mode: 'workspace-write', denied: true, enforcement: 'full', metadata })
+    fs.writeFileSync(`${out}/meta`, '', { mode: 0o644 })
+    fs.chmodSync(`${out}/meta`, 0o644)
+    await ex.run(ex.resolve({ command: `chmod 600 ${out}/meta` }))
+    assert.equal(fs.statSync(`${out}/meta`).mode & 0o7777, metadata ? 0o644 : 0o600, 'metadata outside the workspace')
     await ex.dispose()
   } finally {
     fs.rmSync(base, { recursive: true, force: true })

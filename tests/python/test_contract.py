@@ -389,10 +389,18 @@ def test_landlock_confines_writes_to_the_workspace(landlock, sandbox_dirs):
             "workspace-write", True, "full", None)
         ro = ex.run(ex.resolve("touch inside-ro", sandbox_policy={"mode": "read-only"}))
         assert ro.sandbox is not None and ro.sandbox.mode == "read-only" and ro.sandbox.denied
+        # Read-only mounts where the host allows them: metadata outside the
+        # workspace is refused too, and the fact says so.
+        mounts = dsh_native.metadata_unavailable() is None
+        assert ro.sandbox.metadata is mounts and r.sandbox.metadata is mounts
+        pathlib.Path(f"{out}/meta").touch(mode=0o644)
+        os.chmod(f"{out}/meta", 0o644)
+        ex.run(ex.resolve(f"chmod 600 {out}/meta"))
+        assert stat.S_IMODE(os.stat(f"{out}/meta").st_mode) == (0o644 if mounts else 0o600)
         assert not os.path.exists(f"{ws}/inside-ro")
         d = ex.run(ex.resolve(f"echo x > {out}/danger", sandbox_policy={"mode": "danger-full-access"}))
         assert os.path.exists(f"{out}/danger")
-        assert d.sandbox is not None and (d.sandbox.denied, d.sandbox.enforcement) == (False, None)
+        assert d.sandbox is not None and (d.sandbox.denied, d.sandbox.enforcement, d.sandbox.metadata) == (False, None, False)
 
 
 def test_confinement_that_cannot_be_applied_fails_closed(sandbox_dirs):

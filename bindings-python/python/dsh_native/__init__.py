@@ -49,6 +49,7 @@ from ._native import (
     Terminal,
     Unsubscribe,
     limits_support,
+    metadata_unavailable,
 )
 
 __version__: str = _native.__version__
@@ -88,6 +89,7 @@ __all__ = [
     "Unsubscribe",
     "__version__",
     "limits_support",
+    "metadata_unavailable",
 ]
 
 # Executors still open at interpreter exit are closed, so no command they

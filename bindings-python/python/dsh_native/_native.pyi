@@ -18,6 +18,7 @@ __all__ = [
     "SandboxPolicy",
     "SandboxInfo",
     "limits_support",
+    "metadata_unavailable",
     "Terminal",
     "Foreground",
 ]
@@ -39,6 +40,8 @@ class _Limits(TypedDict, total=False):
     open_files: Union[int, float]
 
 def limits_support() -> Dict[str, str]: ...
+def metadata_unavailable() -> Optional[str]:
+    """Why confined commands run without read-only mounts here; None where they run in them."""
 
 @final
 class CancelToken:

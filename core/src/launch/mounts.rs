@@ -126,10 +126,10 @@ pub(crate) fn refuses_metadata(policy: Option<&SandboxPolicy>) -> bool {
     read_only_mounts(policy).is_some()
 }
 
-/// Whether this host's confined commands run in their read-only mounts
-/// (their facts say `metadata: true`), and if not, why not.
-pub fn metadata_support() -> Result<(), String> {
-    support().as_ref().map(|_| ()).map_err(Clone::clone)
+/// Why this host's confined commands run without their read-only mounts
+/// (their facts say `metadata: false`); `None` where they run in them.
+pub fn metadata_unavailable() -> Option<&'static str> {
+    support().as_ref().err().map(String::as_str)
 }
 
 /// The error for a command whose namespace failed in its own process (the
