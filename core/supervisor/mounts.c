@@ -76,11 +76,20 @@ int enter_read_only_mounts(const struct mounts *m) {
     int kept[MAX_WRITABLE];
     if (unshare(CLONE_NEWNS | (m->user ? CLONE_NEWUSER : 0)) != 0) return MOUNTS_UNSHARE;
     /* Our ids map to themselves, so files keep their owners as far as
-     * the host's own ids go (every other id shows as the overflow id). */
-    if (m->user && (write_file("/proc/self/setgroups", "deny") != 0 ||
-                    write_file("/proc/self/uid_map", m->uid_map) != 0 ||
-                    write_file("/proc/self/gid_map", m->gid_map) != 0)) {
-        return MOUNTS_MAP;
+     * the host's own ids go (every other id shows as the overflow id).
+     * The map files of a process that is not dumpable (the supervisor's
+     * children inherit its setting) belong to root: dumpable for the three
+     * writes, which is why such a child has memory of its own. The exec
+     * sets it again either way. */
+    if (m->user) {
+        if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) return MOUNTS_MAP;
+        int mapped = write_file("/proc/self/setgroups", "deny") == 0 &&
+                     write_file("/proc/self/uid_map", m->uid_map) == 0 &&
+                     write_file("/proc/self/gid_map", m->gid_map) == 0;
+        int saved = errno;
+        prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+        errno = saved;
+        if (!mapped) return MOUNTS_MAP;
     }
     /* Nothing mounted here reaches the host's namespace (mounts the host
      * makes later still reach us). */

@@ -23,7 +23,9 @@ struct mounts {
 /* Enters the namespace `m` describes and makes the file system read-only
  * but `m->writable`; on failure returns the MOUNTS_* step that failed,
  * with errno set, else 0. Only system calls (async-signal-safe): it runs in
- * the child of clone(CLONE_VM | CLONE_VFORK). */
+ * the child of clone(CLONE_VFORK). With `m->user` it makes its process
+ * dumpable for a moment, so that child must not share its memory
+ * (CLONE_VM) with a process that is not dumpable. */
 int enter_read_only_mounts(const struct mounts *m);
 
 /* `dsh-supervisor probe-mounts DIR`: tries the namespace in a child, with

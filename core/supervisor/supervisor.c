@@ -95,6 +95,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -437,18 +438,38 @@ struct plan {
     const struct mounts *mounts;       /* NULL: the host's file system as it is */
     int terminal; /* fd 0 becomes the controlling terminal */
     pid_t supervisor; /* our pid, the child's parent */
+    struct outcome *outcome; /* where a failed start says why */
+};
+
+/* Which step of a start failed, and how: written by the child, read here
+ * once it has exec'd or exited. In a page shared with every child (see
+ * `shared_outcome`), as one in a user namespace has memory of its own. */
+struct outcome {
     int step, err, detail;
 };
 
-/* Runs in the child of clone(CLONE_VM | CLONE_VFORK): we are suspended
- * until it execs or exits, it touches only `plan`, calls only
+/* The shared page, made once (MAP_SHARED survives the copy of a clone
+ * without CLONE_VM); NULL if it cannot be made. */
+static struct outcome *shared_outcome(void) {
+    static struct outcome *page;
+    if (!page) {
+        void *m = mmap(NULL, sizeof *page, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        page = m == MAP_FAILED ? NULL : m;
+    }
+    return page;
+}
+
+/* Runs in the child of clone(CLONE_VFORK), with CLONE_VM unless it enters a
+ * user namespace (mounts.h: it must then make itself dumpable, which a
+ * shared memory would make us too): we are suspended until it execs or
+ * exits, it touches only `plan` and its outcome, calls only
  * async-signal-safe functions, and never returns. */
 static int child(void *arg) {
     struct plan *p = arg;
 #define FAIL(s)                 \
     do {                        \
-        p->err = errno;         \
-        p->step = (s);          \
+        p->outcome->err = errno; \
+        p->outcome->step = (s);  \
         _exit(127);             \
     } while (0)
     /* The leader dies with us: killed while it starts (before its pid
@@ -467,7 +488,7 @@ static int child(void *arg) {
     for (int i = 0, n = 0; i < 3; i++) {
         if (p->groups[i] < 0) continue;
         if (write(p->groups[i], "0", 1) != 1) {
-            p->detail = LIMIT_GROUP + n;
+            p->outcome->detail = LIMIT_GROUP + n;
             FAIL(STEP_LIMITS);
         }
         n++;
@@ -475,7 +496,7 @@ static int child(void *arg) {
     if (p->mounts) {
         int step = enter_read_only_mounts(p->mounts);
         if (step != 0) {
-            p->detail = step;
+            p->outcome->detail = step;
             FAIL(STEP_MOUNTS);
         }
         /* Entering a user namespace is a change of credentials: the
@@ -519,7 +540,7 @@ static int child(void *arg) {
                 /* A hard limit we may not raise: SIGKILL at the limit. */
                 r.rlim_max = r.rlim_cur;
                 if (setrlimit(RLIMIT_CPU, &r) != 0) {
-                    p->detail = LIMIT_CPU;
+                    p->outcome->detail = LIMIT_CPU;
                     FAIL(STEP_LIMITS);
                 }
             }
@@ -527,14 +548,14 @@ static int child(void *arg) {
         if (l->set & 2) {
             struct rlimit r = {(rlim_t)l->fsize, (rlim_t)l->fsize};
             if (setrlimit(RLIMIT_FSIZE, &r) != 0) {
-                p->detail = LIMIT_FSIZE;
+                p->outcome->detail = LIMIT_FSIZE;
                 FAIL(STEP_LIMITS);
             }
         }
         if (l->set & 4) {
             struct rlimit r = {(rlim_t)l->nofile, (rlim_t)l->nofile};
             if (setrlimit(RLIMIT_NOFILE, &r) != 0) {
-                p->detail = LIMIT_NOFILE;
+                p->outcome->detail = LIMIT_NOFILE;
                 FAIL(STEP_LIMITS);
             }
         }
@@ -708,22 +729,28 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
                             (req->flags & FLAG_MOUNTS) ? &mounts : NULL,
                             terminal,
                             getpid(),
-                            0,
-                            0,
-                            0};
+                            shared_outcome()};
         int pidfd = -1;
-        pid_t pid = clone(child, child_stack + sizeof child_stack,
-                          CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &plan, &pidfd);
+        /* A child entering a user namespace gets memory of its own. */
+        int shared = plan.mounts && plan.mounts->user ? 0 : CLONE_VM;
+        pid_t pid = -1;
+        if (plan.outcome) {
+            memset(plan.outcome, 0, sizeof *plan.outcome);
+            pid = clone(child, child_stack + sizeof child_stack, shared | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
+                        &plan, &pidfd);
+        } else {
+            errno = ENOMEM;
+        }
         if (pid < 0) {
             send_reply(sock, R_FAILED, STEP_CLONE, errno);
             close(sock);
             free(a);
-        } else if (plan.step != 0) {
+        } else if (plan.outcome->step != 0) {
             siginfo_t si;
             while (waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED | __WALL) < 0 && errno == EINTR) {
             }
             close(pidfd);
-            send_reply3(sock, R_FAILED, plan.step, plan.err, plan.detail);
+            send_reply3(sock, R_FAILED, plan.outcome->step, plan.outcome->err, plan.outcome->detail);
             close(sock);
             free(a);
         } else {

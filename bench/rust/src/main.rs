@@ -158,9 +158,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             exec.dispose_blocking()?;
         }
         Some("confined") => {
-            // run `true` under each sandbox mode, to price confinement.
+            // run `true` under each sandbox mode, to price confinement
+            // (with the read-only mounts where this host has them: the
+            // row says which).
             let iter: usize = args[2].parse()?;
             let exec = Executor::new(ConfigInput::default())?;
+            let mounts = format!(",\"metadata\":{}", dsh_core::metadata_unavailable().is_none());
             for mode in [SandboxMode::ReadOnly, SandboxMode::WorkspaceWrite] {
                 let mut req = Request::new("true");
                 req.sandbox_policy = Some(SandboxPolicyInput {
@@ -175,7 +178,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     &format!("dsh (Rust, {mode})"),
                     0,
                     time_runs(&exec, &spec, iter)?,
-                    "",
+                    &mounts,
                 );
             }
             // The network policy alone (the seccomp filter and Landlock's
