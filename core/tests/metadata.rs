@@ -230,7 +230,11 @@ fn the_hosts_mounts_are_untouched() {
     assert_eq!(mode_and_mtime(&outside).0, 0o600);
     if r.sandbox.unwrap().metadata {
         assert!(
-            r.stdout.text.lines().any(|l| l.contains(" / / ro,")),
+            r.stdout.text.lines().any(|l| {
+                // mount ID, parent ID, major:minor, root, mount point, options
+                let f: Vec<&str> = l.split(' ').collect();
+                f.len() > 5 && f[4] == "/" && f[5].split(',').any(|o| o == "ro")
+            }),
             "the command's root is read-only: {}",
             r.stdout.text
         );
