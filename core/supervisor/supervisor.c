@@ -40,7 +40,8 @@
  *            stderr, [stdin if FLAG_STDIN], [Landlock ruleset if FLAG_RULESET;
  *            FLAG_SCOPE_ONLY: it only scopes signals],
  *            [cgroup.procs if FLAG_CGROUP1], [cgroup.procs if FLAG_CGROUP2],
- *            [cgroup.procs if FLAG_CGROUP3]
+ *            [a cgroup v2 directory if FLAG_CGROUP_INTO: the command is
+ *            born in it (clone3 with CLONE_INTO_CGROUP)]
  *            The program: struct payload { argc, envc, len } and `len`
  *            bytes: struct limits if FLAG_RLIMITS, a seccomp filter if
  *            FLAG_SECCOMP (u32 count, u32 pad, count BPF instructions),
@@ -432,7 +433,7 @@ struct plan {
     int stdio[3]; /* stdin may be -1: /dev/null */
     int ruleset;  /* -1: unconfined */
     int scope_only; /* the ruleset only scopes signals */
-    int groups[3]; /* cgroup.procs to enter, or -1 */
+    int groups[2]; /* cgroup.procs to enter, or -1 */
     const struct limits *limits;       /* NULL: none */
     const struct sock_fprog *filter;   /* NULL: none */
     const struct mounts *mounts;       /* NULL: the host's file system as it is */
@@ -485,7 +486,7 @@ static int child(void *arg) {
     if (setsid() < 0) FAIL(STEP_SESSION);
     /* Our own cgroups first: from here on every page and every process of
      * the command counts. */
-    for (int i = 0, n = 0; i < 3; i++) {
+    for (int i = 0, n = 0; i < 2; i++) {
         if (p->groups[i] < 0) continue;
         if (write(p->groups[i], "0", 1) != 1) {
             p->outcome->detail = LIMIT_GROUP + n;
@@ -579,6 +580,42 @@ static int child(void *arg) {
 
 static char child_stack[64 * 1024] __attribute__((aligned(16)));
 
+/* The kernel's struct clone_args (CLONE_ARGS_SIZE_VER2). */
+struct clone3_args {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size,
+        cgroup;
+};
+#ifndef SYS_clone3
+#define SYS_clone3 435
+#endif
+#define INTO_CGROUP 0x200000000ULL
+
+/* Starts `child(plan)`, suspended until it execs or exits (CLONE_VFORK),
+ * with a pidfd born with it. It shares our memory (CLONE_VM, the cheapest)
+ * unless it enters a user namespace (mounts.h) or is born in the cgroup v2
+ * directory `into` (>= 0): clone3 with CLONE_INTO_CGROUP, so it never
+ * migrates there (a migration waits for the kernel's cgroup lock). That
+ * child runs on a copy of our stack, as after fork. */
+static pid_t start_child(struct plan *plan, int into, int *pidfd) {
+    if (into < 0) {
+        int shared = plan->mounts && plan->mounts->user ? 0 : CLONE_VM;
+        return clone(child, child_stack + sizeof child_stack, shared | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, plan,
+                     pidfd);
+    }
+    struct clone3_args args;
+    memset(&args, 0, sizeof args);
+    args.flags = CLONE_VFORK | CLONE_PIDFD | INTO_CGROUP;
+    args.pidfd = (uint64_t)(uintptr_t)pidfd;
+    args.exit_signal = SIGCHLD;
+    args.cgroup = (uint64_t)into;
+    long pid = syscall(SYS_clone3, &args, sizeof args);
+    if (pid == 0) {
+        child(plan); /* exits or execs */
+        _exit(127);
+    }
+    return (pid_t)pid;
+}
+
 static void watch_fd(int fd, struct watch *w) {
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = w};
     epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
@@ -604,7 +641,7 @@ static void maybe_finish(struct command *c) {
 static void on_spawn(const struct request *req, int *fds, int nfds, const char *inline_bytes, size_t inline_len) {
     int is_inline = !!(req->flags & FLAG_INLINE);
     int want = 3 + !is_inline + !!(req->flags & FLAG_STDIN) + !!(req->flags & FLAG_RULESET) +
-               !!(req->flags & FLAG_CGROUP1) + !!(req->flags & FLAG_CGROUP2) + !!(req->flags & FLAG_CGROUP3);
+               !!(req->flags & FLAG_CGROUP1) + !!(req->flags & FLAG_CGROUP2) + !!(req->flags & FLAG_CGROUP_INTO);
     if (nfds < 1) return;
     int sock = fds[0];
     int memfd = !is_inline && nfds > 1 ? fds[1] : -1;
@@ -630,7 +667,7 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
     int ruleset = (req->flags & FLAG_RULESET) ? fds[k++] : -1;
     int group1 = (req->flags & FLAG_CGROUP1) ? fds[k++] : -1;
     int group2 = (req->flags & FLAG_CGROUP2) ? fds[k++] : -1;
-    int group3 = (req->flags & FLAG_CGROUP3) ? fds[k++] : -1;
+    int into = (req->flags & FLAG_CGROUP_INTO) ? fds[k++] : -1;
     struct limits limits;
     struct sock_filter *insns = NULL;
     struct sock_fprog filter = {0, NULL};
@@ -723,7 +760,7 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
                             {in, out, err},
                             ruleset,
                             (req->flags & FLAG_SCOPE_ONLY) != 0,
-                            {group1, group2, group3},
+                            {group1, group2},
                             (req->flags & FLAG_RLIMITS) ? &limits : NULL,
                             (req->flags & FLAG_SECCOMP) ? &filter : NULL,
                             (req->flags & FLAG_MOUNTS) ? &mounts : NULL,
@@ -731,17 +768,20 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
                             getpid(),
                             shared_outcome()};
         int pidfd = -1;
-        /* A child entering a user namespace gets memory of its own. */
-        int shared = plan.mounts && plan.mounts->user ? 0 : CLONE_VM;
         pid_t pid = -1;
         if (plan.outcome) {
             memset(plan.outcome, 0, sizeof *plan.outcome);
-            pid = clone(child, child_stack + sizeof child_stack, shared | CLONE_VFORK | CLONE_PIDFD | SIGCHLD,
-                        &plan, &pidfd);
+            pid = start_child(&plan, into, &pidfd);
         } else {
             errno = ENOMEM;
         }
-        if (pid < 0) {
+        if (pid < 0 && into >= 0) {
+            /* Born in its v2 group or not at all: the group is the last
+             * one the host numbered. */
+            send_reply3(sock, R_FAILED, STEP_LIMITS, errno, LIMIT_GROUP + (group1 >= 0) + (group2 >= 0));
+            close(sock);
+            free(a);
+        } else if (pid < 0) {
             send_reply(sock, R_FAILED, STEP_CLONE, errno);
             close(sock);
             free(a);

@@ -162,8 +162,11 @@ pub(crate) struct CommandGroup {
     unified: Option<PathBuf>,
     /// The limits the v2 group carries.
     unified_limits: Vec<LimitKind>,
+    /// The v1 groups' `cgroup.procs`.
     procs: Vec<OwnedFd>,
-    /// What each of `procs` is for, in the same order.
+    /// The v2 group's directory, which the command is born in.
+    unified_dir: Option<OwnedFd>,
+    /// What each group is for: those of `procs` in order, then the v2 one.
     kinds: Vec<GroupKind>,
 }
 
@@ -221,6 +224,16 @@ fn write_file(path: &Path, value: &str) -> io::Result<()> {
         .write(true)
         .open(path)
         .and_then(|mut f| io::Write::write_all(&mut f, value.as_bytes()))
+}
+
+fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // std opens with O_CLOEXEC.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(dir)?;
+    Ok(OwnedFd::from(file))
 }
 
 fn open_procs(dir: &Path) -> io::Result<OwnedFd> {
@@ -309,6 +322,7 @@ impl CommandGroup {
             unified: None,
             unified_limits: Vec::new(),
             procs: Vec::new(),
+            unified_dir: None,
             kinds: Vec::new(),
         };
         let memory = limits.memory_bytes.map(|b| b.to_string());
@@ -392,21 +406,29 @@ impl CommandGroup {
         if loopback {
             crate::confine::netfilter::attach(&dir).map_err(loopback_unavailable)?;
         }
-        self.procs
-            .push(open_procs(&dir).map_err(|e| fail(format!("cannot open cgroup.procs: {e}")))?);
+        self.unified_dir = Some(open_dir(&dir).map_err(|e| fail(format!("cannot open the group: {e}")))?);
         self.kinds.push(kind);
         Ok(())
     }
 
-    /// What the `index`th `cgroup.procs` descriptor is for.
+    /// What the `index`th group is for (the v1 ones in [`procs`]'s
+    /// order, then the v2 one).
+    ///
+    /// [`procs`]: CommandGroup::procs
     pub(crate) fn kind_at(&self, index: usize) -> Option<GroupKind> {
         self.kinds.get(index).copied()
     }
 
-    /// The `cgroup.procs` descriptors the command's process writes itself
-    /// into, at most three.
+    /// The v1 groups' `cgroup.procs` descriptors, which the command's
+    /// process writes itself into: at most two.
     pub(crate) fn procs(&self) -> Vec<RawFd> {
         self.procs.iter().map(AsRawFd::as_raw_fd).collect()
+    }
+
+    /// The v2 group's directory, which the command is born in (`clone3`
+    /// with CLONE_INTO_CGROUP: it never has to migrate there).
+    pub(crate) fn born_in(&self) -> Option<RawFd> {
+        self.unified_dir.as_ref().map(AsRawFd::as_raw_fd)
     }
 
     /// Where the kernel says that a limit may have been reached, so the
@@ -473,6 +495,7 @@ impl CommandGroup {
     /// stays, and the supervisor removes it when it ends.
     pub(crate) fn remove(mut self) {
         self.procs.clear();
+        self.unified_dir = None;
         remove_dirs(
             [self.memory.take(), self.pids.take(), self.unified.take()]
                 .into_iter()

@@ -97,6 +97,7 @@ pub(crate) fn launch(
     // left of them when it ends.
     let mut group = CommandGroup::new(&spec.limits, loopback, supervisor.pid())?;
     fds.cgroups = group.as_ref().map(CommandGroup::procs).unwrap_or_default();
+    fds.born_in = group.as_ref().and_then(CommandGroup::born_in);
     let start = StartContext {
         workdir: spec.workdir.clone(),
         policy: spec.sandbox_policy.clone(),
@@ -107,6 +108,7 @@ pub(crate) fn launch(
             drop(group.take());
             group = CommandGroup::new(&spec.limits, loopback, supervisor.pid())?;
             fds.cgroups = group.as_ref().map(CommandGroup::procs).unwrap_or_default();
+            fds.born_in = group.as_ref().and_then(CommandGroup::born_in);
             supervisor.start_deferred(&fds, &program)
         }
         other => other,
@@ -164,6 +166,7 @@ pub(crate) fn launch_terminal(
         ruleset: ruleset.as_ref().map(|r| r.fd()),
         ruleset_scope_only: ruleset.as_ref().is_some_and(|r| r.scope_only()),
         cgroups: Vec::new(),
+        born_in: None,
         rlimits: None,
         seccomp: confine::network_filter(policy)?,
         mounts: mounts::read_only_mounts(policy),

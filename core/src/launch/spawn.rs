@@ -103,6 +103,7 @@ impl Pipes {
             ruleset: ruleset.map(Ruleset::fd),
             ruleset_scope_only: ruleset.is_some_and(Ruleset::scope_only),
             cgroups: Vec::new(),
+            born_in: None,
             rlimits: None,
             seccomp: None,
             mounts: None,

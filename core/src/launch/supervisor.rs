@@ -91,7 +91,10 @@ pub(crate) struct ChildFds {
     pub ruleset: Option<RawFd>,
     /// The ruleset only scopes signals (see `landlock::Ruleset`).
     pub ruleset_scope_only: bool,
+    /// The v1 groups' `cgroup.procs`.
     pub cgroups: Vec<RawFd>,
+    /// The v2 group's directory, which the command is born in.
+    pub born_in: Option<RawFd>,
     pub rlimits: Option<crate::confine::governor::Rlimits>,
     /// A compiled seccomp filter: BPF instructions, 8 bytes each.
     pub seccomp: Option<Vec<u8>>,
@@ -273,10 +276,14 @@ impl Supervisor {
         if fds.terminal {
             flags |= FLAG_TERMINAL;
         }
-        debug_assert!(fds.cgroups.len() <= 3);
-        for (fd, flag) in fds.cgroups.iter().zip([FLAG_CGROUP1, FLAG_CGROUP2, FLAG_CGROUP3]) {
+        debug_assert!(fds.cgroups.len() <= 2);
+        for (fd, flag) in fds.cgroups.iter().zip([FLAG_CGROUP1, FLAG_CGROUP2]) {
             flags |= flag;
             passed.push(*fd);
+        }
+        if let Some(fd) = fds.born_in {
+            flags |= FLAG_CGROUP_INTO;
+            passed.push(fd);
         }
         let header = Header { op: OP_SPAWN, flags };
         let rest: &[u8] = if inline { &payload } else { &[] };

@@ -29,10 +29,15 @@ fn next(fd: &OwnedFd, reader: &mut ReportReader) -> Report {
 
 /// Starts `argv` (an absolute path first) with its SPAWNED deferred.
 fn start(sup: &Supervisor, argv: &[&CStr]) -> Launched {
-    start_with(sup, argv, None)
+    start_with(sup, argv, None, None)
 }
 
-fn start_with(sup: &Supervisor, argv: &[&CStr], mounts: Option<ReadOnlyMounts>) -> Launched {
+fn start_with(
+    sup: &Supervisor,
+    argv: &[&CStr],
+    mounts: Option<ReadOnlyMounts>,
+    born_in: Option<RawFd>,
+) -> Launched {
     let null = std::fs::OpenOptions::new().write(true).open("/dev/null").unwrap();
     let fds = ChildFds {
         stdin: None,
@@ -41,6 +46,7 @@ fn start_with(sup: &Supervisor, argv: &[&CStr], mounts: Option<ReadOnlyMounts>) 
         ruleset: None,
         ruleset_scope_only: false,
         cgroups: Vec::new(),
+        born_in,
         rlimits: None,
         seccomp: None,
         mounts,
@@ -145,7 +151,7 @@ fn a_command_whose_read_only_mounts_fail_does_not_start() {
         user,
         writable: vec![c"/nonexistent/dsh-writable".into()],
     };
-    let d = start_with(&sup, &[c"/bin/true"], Some(mounts));
+    let d = start_with(&sup, &[c"/bin/true"], Some(mounts), None);
     let mut reader = ReportReader::default();
     match next(&d.report, &mut reader) {
         Report::Failed(SpawnError::Failed {
@@ -154,6 +160,26 @@ fn a_command_whose_read_only_mounts_fail_does_not_start() {
             detail: MOUNTS_KEEP,
         }) => {}
         other => panic!("expected the mounts to fail at the writable directory, got {other:?}"),
+    }
+    assert!(matches!(next(&d.report, &mut reader), Report::Ended));
+}
+
+/// A command born in its cgroup v2 group is born there or not at all: a
+/// directory that is no cgroup fails the start as that group's, and
+/// nothing runs.
+#[test]
+fn a_command_that_cannot_be_born_in_its_group_does_not_start() {
+    let sup = super::start().unwrap();
+    let not_a_group = std::fs::File::open("/").unwrap();
+    let d = start_with(&sup, &[c"/bin/true"], None, Some(not_a_group.as_raw_fd()));
+    let mut reader = ReportReader::default();
+    match next(&d.report, &mut reader) {
+        Report::Failed(SpawnError::Failed {
+            step: Step::Limits,
+            detail: LIMIT_GROUP,
+            errno,
+        }) => assert_ne!(errno, 0),
+        other => panic!("expected the group to fail the start, got {other:?}"),
     }
     assert!(matches!(next(&d.report, &mut reader), Report::Ended));
 }

@@ -12,9 +12,9 @@ wire! {
     FLAG_RULESET: u32 = 2;
     /// The payload follows the request in the same message.
     FLAG_INLINE: u32 = 4;
-    /// A `cgroup.procs` descriptor the command writes itself into: up to
-    /// three groups (the v1 `memory` and `pids` ones of its limits, the v2
-    /// one of `network: loopback`), in that order.
+    /// A `cgroup.procs` descriptor the command writes itself into: its
+    /// cgroup v1 groups (the `memory` and `pids` ones of its limits), in
+    /// that order.
     FLAG_CGROUP1: u32 = 8;
     FLAG_CGROUP2: u32 = 16;
     /// `struct limits` opens the payload's body.
@@ -22,7 +22,11 @@ wire! {
     /// A seccomp filter (`u32 count, u32 pad`, then `count` BPF
     /// instructions) comes next in the payload's body (after the limits).
     FLAG_SECCOMP: u32 = 64;
-    FLAG_CGROUP3: u32 = 128;
+    /// The directory of the command's cgroup v2 group (its v2 limits, the
+    /// `loopback` filter): the command is born in it, `clone3` with
+    /// CLONE_INTO_CGROUP (Linux 5.7), so it never migrates there. After the
+    /// v1 groups in the descriptors, and in LIMIT_GROUP's numbering.
+    FLAG_CGROUP_INTO: u32 = 128;
     /// The stdin is a pseudo-terminal's slave, which the command makes its
     /// controlling terminal (a terminal session).
     FLAG_TERMINAL: u32 = 256;
