@@ -43,8 +43,14 @@
 #ifndef PR_CAPBSET_DROP
 #define PR_CAPBSET_DROP 24
 #endif
+#ifndef AT_EMPTY_PATH
+#define AT_EMPTY_PATH 0x1000
+#endif
 #define ATTR_RDONLY 0x1
+#define ATTR_NOSUID 0x2
+#define ATTR_NODEV 0x4
 #define CAPABILITY_V3 0x20080522
+#define CAP_DAC_READ_SEARCH_BIT 2
 #define CAP_SYS_ADMIN_BIT 21
 
 /* The kernel's struct mount_attr, capability header and data. */
@@ -107,23 +113,38 @@ int enter_read_only_mounts(const struct mounts *m) {
     if (syscall(SYS_mount_setattr, AT_FDCWD, "/", AT_RECURSIVE, &read_only, sizeof read_only) != 0) {
         return MOUNTS_READ_ONLY;
     }
+    /* The writable copies hold no device a command could make there (a
+     * copy of a disk) and no setuid program. */
+    struct mount_attributes plain = {ATTR_NOSUID | ATTR_NODEV, 0, 0, 0};
+    for (int i = 0; i < n; i++) {
+        if (syscall(SYS_mount_setattr, kept[i], "", AT_EMPTY_PATH | AT_RECURSIVE, &plain, sizeof plain) != 0) {
+            return MOUNTS_KEEP;
+        }
+    }
+    /* No MOVE_MOUNT_T_SYMLINKS: the host passes resolved paths, so one
+     * that became a symlink since fails the start. */
     for (int i = 0; i < n; i++) {
         if (syscall(SYS_move_mount, kept[i], "", AT_FDCWD, m->writable[i], MOVE_MOUNT_F_EMPTY_PATH) != 0) {
             return MOUNTS_ATTACH;
         }
         close(kept[i]);
     }
-    /* With CAP_SYS_ADMIN a command (root, or root of its user namespace)
-     * could make the mounts writable again with mount_setattr, which
-     * Landlock does not govern: it goes from the bounding and inheritable
-     * sets, so the program runs without it. A new user namespace of the
-     * command's own gets it back there only over copies of these mounts,
-     * which the kernel locks read-only. */
-    if (prctl(PR_CAPBSET_DROP, CAP_SYS_ADMIN_BIT, 0, 0, 0) != 0) return MOUNTS_CAPABILITY;
+    /* Two capabilities would undo the mounts, so they go from the bounding
+     * and inheritable sets and the program runs without them (root
+     * included): CAP_SYS_ADMIN (mount_setattr, which Landlock does not
+     * govern, makes them writable again; a user namespace of the command's
+     * own gets it back only over copies, which the kernel locks
+     * read-only), and CAP_DAC_READ_SEARCH (open_by_handle_at through a
+     * writable place opens any file of the same filesystem on that
+     * writable mount, past the read-only one and Landlock's rules). */
+    const int dropped[2] = {CAP_SYS_ADMIN_BIT, CAP_DAC_READ_SEARCH_BIT};
     struct capability_header header = {CAPABILITY_V3, 0};
     struct capability_data data[2];
     if (syscall(SYS_capget, &header, data) != 0) return MOUNTS_CAPABILITY;
-    data[0].inheritable &= ~(1u << CAP_SYS_ADMIN_BIT);
+    for (int i = 0; i < 2; i++) {
+        if (prctl(PR_CAPBSET_DROP, dropped[i], 0, 0, 0) != 0) return MOUNTS_CAPABILITY;
+        data[0].inheritable &= ~(1u << dropped[i]);
+    }
     if (syscall(SYS_capset, &header, data) != 0) return MOUNTS_CAPABILITY;
     return 0;
 }
@@ -149,6 +170,8 @@ static void probe_child(const struct mounts *m, int out) {
 }
 
 int probe_mounts(const char *writable) {
+    /* As the supervisor is, so the child takes the same path to its maps. */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     char uid_map[32], gid_map[32];
     snprintf(uid_map, sizeof uid_map, "%u %u 1", (unsigned)geteuid(), (unsigned)geteuid());
     snprintf(gid_map, sizeof gid_map, "%u %u 1", (unsigned)getegid(), (unsigned)getegid());

@@ -434,6 +434,7 @@ struct plan {
     int ruleset;  /* -1: unconfined */
     int scope_only; /* the ruleset only scopes signals */
     int groups[2]; /* cgroup.procs to enter, or -1 */
+    int enter_v2;  /* a v2 group to enter by its cgroup.procs (clone3 was refused), or -1 */
     const struct limits *limits;       /* NULL: none */
     const struct sock_fprog *filter;   /* NULL: none */
     const struct mounts *mounts;       /* NULL: the host's file system as it is */
@@ -486,13 +487,22 @@ static int child(void *arg) {
     if (setsid() < 0) FAIL(STEP_SESSION);
     /* Our own cgroups first: from here on every page and every process of
      * the command counts. */
-    for (int i = 0, n = 0; i < 2; i++) {
+    int entered = 0;
+    for (int i = 0; i < 2; i++) {
         if (p->groups[i] < 0) continue;
         if (write(p->groups[i], "0", 1) != 1) {
-            p->outcome->detail = LIMIT_GROUP + n;
+            p->outcome->detail = LIMIT_GROUP + entered;
             FAIL(STEP_LIMITS);
         }
-        n++;
+        entered++;
+    }
+    if (p->enter_v2 >= 0) {
+        int procs = openat(p->enter_v2, "cgroup.procs", O_WRONLY | O_CLOEXEC);
+        if (procs < 0 || write(procs, "0", 1) != 1) {
+            p->outcome->detail = LIMIT_GROUP + entered;
+            FAIL(STEP_LIMITS);
+        }
+        close(procs);
     }
     if (p->mounts) {
         int step = enter_read_only_mounts(p->mounts);
@@ -590,18 +600,28 @@ struct clone3_args {
 #endif
 #define INTO_CGROUP 0x200000000ULL
 
+static pid_t clone3_into(struct plan *plan, int into, int *pidfd);
+
 /* Starts `child(plan)`, suspended until it execs or exits (CLONE_VFORK),
  * with a pidfd born with it. It shares our memory (CLONE_VM, the cheapest)
  * unless it enters a user namespace (mounts.h) or is born in the cgroup v2
  * directory `into` (>= 0): clone3 with CLONE_INTO_CGROUP, so it never
  * migrates there (a migration waits for the kernel's cgroup lock). That
- * child runs on a copy of our stack, as after fork. */
+ * child runs on a copy of our stack, as after fork. Where clone3 or the
+ * flag is refused (a container's seccomp profile makes clone3 ENOSYS; a
+ * kernel before 5.7), the child writes itself into the group instead. */
 static pid_t start_child(struct plan *plan, int into, int *pidfd) {
-    if (into < 0) {
-        int shared = plan->mounts && plan->mounts->user ? 0 : CLONE_VM;
-        return clone(child, child_stack + sizeof child_stack, shared | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, plan,
-                     pidfd);
+    plan->enter_v2 = -1;
+    if (into >= 0) {
+        pid_t pid = clone3_into(plan, into, pidfd);
+        if (pid >= 0 || !(errno == ENOSYS || errno == EINVAL || errno == E2BIG || errno == EPERM)) return pid;
+        plan->enter_v2 = into;
     }
+    int shared = plan->mounts && plan->mounts->user ? 0 : CLONE_VM;
+    return clone(child, child_stack + sizeof child_stack, shared | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, plan, pidfd);
+}
+
+static pid_t clone3_into(struct plan *plan, int into, int *pidfd) {
     struct clone3_args args;
     memset(&args, 0, sizeof args);
     args.flags = CLONE_VFORK | CLONE_PIDFD | INTO_CGROUP;
@@ -761,6 +781,7 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
                             ruleset,
                             (req->flags & FLAG_SCOPE_ONLY) != 0,
                             {group1, group2},
+                            -1,
                             (req->flags & FLAG_RLIMITS) ? &limits : NULL,
                             (req->flags & FLAG_SECCOMP) ? &filter : NULL,
                             (req->flags & FLAG_MOUNTS) ? &mounts : NULL,
@@ -775,9 +796,9 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
         } else {
             errno = ENOMEM;
         }
-        if (pid < 0 && into >= 0) {
-            /* Born in its v2 group or not at all: the group is the last
-             * one the host numbered. */
+        if (pid < 0 && into >= 0 && errno != EAGAIN && errno != ENOMEM && errno != ENOSPC) {
+            /* Refused for its v2 group (not for want of a process): the
+             * group is the last one the host numbered. */
             send_reply3(sock, R_FAILED, STEP_LIMITS, errno, LIMIT_GROUP + (group1 >= 0) + (group2 >= 0));
             close(sock);
             free(a);

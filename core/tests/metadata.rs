@@ -276,3 +276,75 @@ fn a_terminal_session_gets_the_read_only_mounts_too() {
     );
     assert_eq!(mode_and_mtime(&outside).0, 0o644);
 }
+
+/// Root's CAP_DAC_READ_SEARCH would open a file outside by its handle
+/// through a descriptor of the workspace, on the same filesystem, and the
+/// file would then sit on the workspace's writable mount: the command runs
+/// without it, so neither its contents nor its metadata change.
+#[test]
+fn a_file_outside_cannot_be_opened_by_its_handle_through_the_workspace() {
+    if skip_without_landlock() {
+        return;
+    }
+    let dir = setup("handle");
+    let outside = dir.join("outside/file");
+    let before = (mode_and_mtime(&outside), std::fs::read(&outside).unwrap());
+    let attack = format!(
+        r#"python3 - {f} <<'PY'
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+buf = ctypes.create_string_buffer(8 + 128)
+ctypes.memmove(buf, (128).to_bytes(4, "little"), 4)
+mount_id = ctypes.c_int()
+if libc.name_to_handle_at(-100, sys.argv[1].encode(), buf, ctypes.byref(mount_id), 0) != 0:
+    print("no handle", os.strerror(ctypes.get_errno())); sys.exit(0)
+ws = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+fd = libc.open_by_handle_at(ws, buf, os.O_RDWR)
+if fd < 0:
+    print("refused", os.strerror(ctypes.get_errno())); sys.exit(0)
+changed = []
+if libc.fchmod(fd, 0o600) == 0: changed.append("mode")
+if os.write(fd, b"PWNED") > 0: changed.append("contents")
+print("CHANGED", changed)
+PY"#,
+        f = outside.display()
+    );
+    for mode in [SandboxMode::ReadOnly, SandboxMode::WorkspaceWrite] {
+        let r = confined(mode, &dir, &attack);
+        assert!(!r.stdout.text.contains("CHANGED"), "{mode}: {r:?}");
+        assert!(
+            r.stdout.text.contains("refused") || r.stdout.text.contains("no handle"),
+            "{mode}: {r:?}"
+        );
+        assert_eq!(
+            (mode_and_mtime(&outside), std::fs::read(&outside).unwrap()),
+            before,
+            "{mode}"
+        );
+    }
+}
+
+/// A workspace root reached through a symlink is the directory it names,
+/// for Landlock and for the read-only mounts alike.
+#[test]
+fn a_workspace_root_behind_a_symlink_is_writable() {
+    if skip_without_landlock() {
+        return;
+    }
+    let expected = mounts_expected();
+    let dir = setup("symlink");
+    std::os::unix::fs::symlink(dir.join("ws"), dir.join("wslink")).unwrap();
+    let exec = executor();
+    let mut req = Request::new("echo x > ./new && chmod 600 ./file && echo ok");
+    req.workdir = Some(dir.join("wslink"));
+    req.sandbox_policy = Some(SandboxPolicyInput {
+        mode: SandboxMode::WorkspaceWrite,
+        workspace_root: Some(dir.join("wslink")),
+        session_id: None,
+        network: None,
+    });
+    let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
+    assert_eq!(r.stdout.text, "ok\n", "{r:?}");
+    assert_eq!(r.sandbox.unwrap().metadata, expected);
+    assert_eq!(mode_and_mtime(&dir.join("ws/file")).0, 0o600);
+}

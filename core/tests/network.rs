@@ -504,3 +504,84 @@ print(errno.errorcode.get(ctypes.get_errno(), "?") if got < 0 else "took %d" % g
     }
     drop(conn);
 }
+
+/// A container's default seccomp profile (Docker's, containerd's) makes
+/// `clone3` fail with ENOSYS: a command is then not born in its cgroup v2
+/// group but writes itself into it, and still ends up there. The test runs
+/// itself again in a child whose `clone3` is refused that way.
+#[test]
+fn a_host_whose_clone3_is_refused_still_puts_the_command_in_its_group() {
+    const NAME: &str = "a_host_whose_clone3_is_refused_still_puts_the_command_in_its_group";
+    if std::env::var_os("DSH_TEST_CLONE3_REFUSED").is_some() {
+        let exec = executor();
+        let r = run_with(
+            &exec,
+            "cat /proc/self/cgroup",
+            policy(SandboxMode::DangerFullAccess, NetworkPolicy::Loopback),
+        )
+        .unwrap();
+        assert!(
+            r.stdout
+                .text
+                .lines()
+                .any(|l| l.starts_with("0::") && l.contains("/dsh.")),
+            "not in its v2 group: {}",
+            r.stdout.text
+        );
+        return;
+    }
+    if let Some(why) = loopback_missing() {
+        common::skip(why);
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    // load the system call number; clone3: ENOSYS; anything else: allow.
+    let stmt = |code: u32, k: u32, jt: u8, jf: u8| libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    };
+    let program = [
+        stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0, 0, 0),
+        stmt(
+            libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+            libc::SYS_clone3 as u32,
+            0,
+            1,
+        ),
+        stmt(
+            libc::BPF_RET | libc::BPF_K,
+            libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+            0,
+            0,
+        ),
+        stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW, 0, 0),
+    ];
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([NAME, "--exact", "--test-threads=1"])
+        .env("DSH_TEST_CLONE3_REFUSED", "1");
+    // SAFETY: between fork and exec only prctl and seccomp, which are
+    // async-signal-safe system calls on `program`, alive in the parent.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fprog = libc::sock_fprog {
+                len: program.len() as u16,
+                filter: program.as_ptr() as *mut libc::sock_filter,
+            };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::syscall(libc::SYS_seccomp, libc::SECCOMP_SET_MODE_FILTER, 0, &fprog) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+        "the run with clone3 refused: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -107,12 +107,16 @@ pub(crate) struct Ruleset {
 }
 
 /// The directories a mode may write under (and, where the command runs in
-/// its read-only mounts, change metadata under), each once.
+/// its read-only mounts, change metadata under), each once, resolved
+/// (symlinks followed, as Landlock's rules and the mounts both would): the
+/// same directories for both layers. One that cannot be resolved stays as
+/// it is, for the ruleset to name in its error.
 pub(crate) fn writable_dirs(policy: &SandboxPolicy) -> Vec<std::path::PathBuf> {
     match policy.mode {
         SandboxMode::WorkspaceWrite => {
             let mut dirs: Vec<std::path::PathBuf> = Vec::new();
             for dir in [policy.workspace_root.clone(), "/tmp".into(), std::env::temp_dir()] {
+                let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
                 if !dirs.contains(&dir) {
                     dirs.push(dir);
                 }

@@ -16,7 +16,6 @@ use crate::host::runtime;
 use crate::launch::ending::ExitFields;
 use crate::launch::env::HostEnv;
 use crate::launch::launch;
-use crate::launch::mounts::refuses_metadata;
 use crate::spec::error::{DshError, Result};
 use crate::spec::request::Spec;
 use crate::spec::sandbox::SandboxInfo;
@@ -58,7 +57,7 @@ pub(super) fn background_ending(
     let stderr = lock(&process.shared.streams).stderr.collected().text;
     let sandbox = confine::facts(
         spec.sandbox_policy.as_ref(),
-        refuses_metadata(spec.sandbox_policy.as_ref()),
+        outcome.read_only_mounts,
         ending.exit_code,
         &stderr,
     );

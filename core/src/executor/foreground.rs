@@ -19,7 +19,6 @@ use crate::host::runtime;
 use crate::launch::ending::ExitFields;
 use crate::launch::env::HostEnv;
 use crate::launch::launch;
-use crate::launch::mounts::refuses_metadata;
 use crate::launch::spawn::LaunchedCommand;
 use crate::spec::error::{DshError, Field, FieldName, Result, Scope};
 use crate::spec::request::{OnExpiry, Spec};
@@ -37,13 +36,14 @@ pub(super) fn run_result(spec: &Spec, outcome: Outcome, streams: &Mutex<Streams>
         survivors,
         group,
         leader_cpu,
+        read_only_mounts,
     } = outcome;
     let ending = governed(ExitFields::from(status), spec, stop, status, group, leader_cpu);
     let streams = lock(streams);
     let stderr = streams.stderr.collected();
     let sandbox = confine::facts(
         spec.sandbox_policy.as_ref(),
-        refuses_metadata(spec.sandbox_policy.as_ref()),
+        read_only_mounts,
         ending.exit_code,
         &stderr.text,
     );
@@ -186,6 +186,7 @@ impl ExecutorInner {
     ) -> Result<RunResult> {
         let tag = self.next_tag();
         let spawned = launch(&spec, host_env, &tag, &self.supervisors)?;
+        let read_only_mounts = spawned.read_only_mounts;
         let process = self.new_process(&spec, spec.stdout_max_bytes);
         let (tx, rx) = tokio::sync::oneshot::channel::<Result<RunResult>>();
         let shared = self;
@@ -239,7 +240,7 @@ impl ExecutorInner {
                         timeout_ms: spec.timeout_ms,
                         sandbox: confine::facts(
                             spec.sandbox_policy.as_ref(),
-                            refuses_metadata(spec.sandbox_policy.as_ref()),
+                            read_only_mounts,
                             None,
                             &stderr.text,
                         ),

@@ -114,7 +114,9 @@ pub(crate) fn launch(
         other => other,
     }
     .map_err(|e| not_started(e, tag, &start, group.as_ref()))?;
-    pipes.started(asked, group, start).map_err(os_error)
+    pipes
+        .started(asked, group, start, fds.mounts.is_some())
+        .map_err(os_error)
 }
 
 /// The error of a command that did not start; whatever carries its tag is

@@ -62,14 +62,16 @@ fn probe() -> Result<Namespaces, String> {
     let mut info = std::mem::MaybeUninit::<libc::siginfo_t>::zeroed();
     // SAFETY: `info` is a valid siginfo_t buffer; P_PIDFD takes the fd.
     // (A host that reaps every child may have taken it first: harmless.)
-    unsafe {
+    while unsafe {
         libc::waitid(
             libc::P_PIDFD,
             child.pidfd.as_raw_fd() as libc::id_t,
             info.as_mut_ptr(),
             libc::WEXITED,
         )
-    };
+    } < 0
+        && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+    {}
     if got < REPLY {
         return Err("the namespace probe ended without an answer".to_owned());
     }
@@ -90,7 +92,7 @@ fn refused(step: i32, errno: i32) -> String {
         MOUNTS_KEEP => "cannot keep a writable directory writable",
         MOUNTS_READ_ONLY => "cannot make the mounts read-only",
         MOUNTS_ATTACH => "cannot attach a writable directory again",
-        MOUNTS_CAPABILITY => "cannot drop CAP_SYS_ADMIN",
+        MOUNTS_CAPABILITY => "cannot drop CAP_SYS_ADMIN and CAP_DAC_READ_SEARCH",
         MOUNTS_CHECK => "the mounts were not read-only after all",
         _ => "an unknown step failed",
     };
@@ -107,8 +109,11 @@ pub(crate) fn read_only_mounts(policy: Option<&SandboxPolicy>) -> Option<ReadOnl
     if dirs.iter().any(|d| d.as_os_str() == "/") || dirs.len() > MAX_WRITABLE {
         return None;
     }
-    let writable = dirs
+    // A directory under another is in that one's writable copy already.
+    let outermost = dirs
         .iter()
+        .filter(|d| !dirs.iter().any(|other| other != *d && d.starts_with(other)));
+    let writable = outermost
         .map(|d| CString::new(d.as_os_str().as_bytes()))
         .collect::<Result<Vec<_>, _>>()
         .ok()?;
@@ -116,14 +121,6 @@ pub(crate) fn read_only_mounts(policy: Option<&SandboxPolicy>) -> Option<ReadOnl
         user: *namespaces == Namespaces::User,
         writable,
     })
-}
-
-/// Whether a command of `policy` runs with its metadata changes refused
-/// outside its writable directories (the facts' `metadata`): exactly when
-/// it enters [`read_only_mounts`], since a command that cannot fails to
-/// start.
-pub(crate) fn refuses_metadata(policy: Option<&SandboxPolicy>) -> bool {
-    read_only_mounts(policy).is_some()
 }
 
 /// Why this host's confined commands run without their read-only mounts

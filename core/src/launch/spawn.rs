@@ -35,6 +35,8 @@ pub(crate) struct LaunchedCommand {
     pub group: Option<crate::confine::governor::CommandGroup>,
     /// What names the error if it turns out not to have started.
     pub start: StartContext,
+    /// It runs in its read-only mounts (the facts' `metadata`).
+    pub read_only_mounts: bool,
 }
 
 /// Finds `bash` on a PATH, as `execvp` would. The last answer is kept per
@@ -117,6 +119,7 @@ impl Pipes {
         leader: Launched,
         group: Option<crate::confine::governor::CommandGroup>,
         start: StartContext,
+        read_only_mounts: bool,
     ) -> io::Result<LaunchedCommand> {
         let stdin = self.stdin.map(|(_, w)| w);
         let (stdout, stderr) = (self.stdout.0, self.stderr.0);
@@ -134,6 +137,7 @@ impl Pipes {
             stderr,
             group,
             start,
+            read_only_mounts,
         })
     }
 }

@@ -47,6 +47,8 @@ pub(crate) struct Outcome {
     pub survivors: u32,
     /// The command's cgroups, for the facts and then removal.
     pub group: Option<crate::confine::governor::CommandGroup>,
+    /// It ran in its read-only mounts (the facts' `metadata`).
+    pub read_only_mounts: bool,
     /// The leader's own CPU time when it died of a signal, read while it
     /// was still unreaped: the fact behind a CPU-limit signal.
     pub leader_cpu: Option<Duration>,
@@ -355,6 +357,7 @@ async fn supervise_inner(
         stderr,
         group,
         start,
+        read_only_mounts,
     } = spawned;
     // The leader's pid: it comes on the report pipe, late (see `Launched`).
     let mut pid: Option<libc::pid_t> = None;
@@ -653,5 +656,6 @@ async fn supervise_inner(
         survivors,
         group,
         leader_cpu,
+        read_only_mounts,
     })
 }
