@@ -422,6 +422,7 @@ impl<'e> Fields<'e> {
             Scope::Request => "request.limits",
             Scope::Spec => "spec.limits",
             Scope::Terminal => "terminal.limits",
+            Scope::Spawn => "spawn.limits",
         };
         let keys: Vec<&str> = LimitKind::ALL.iter().map(|k| limit_key(*k)).collect();
         let l = Fields::new(v, path, &keys)?;

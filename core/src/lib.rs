@@ -30,6 +30,7 @@ pub use executor::foreground::BlockingRun;
 pub use executor::host_loop::{HostLoop, HostRun};
 pub use executor::process::{Process, ProcessRead, Status, WaiterId};
 pub use executor::run::{RunFuture, RunResult};
+pub use executor::spawned::{OutputStream, Spawned};
 pub use executor::{Executor, ListenerId, TaskListener};
 pub use host::cancel::CancelToken;
 pub use host::runtime::refuse_blocking;
@@ -44,13 +45,14 @@ pub use spec::error::{errno_name, DshError, Field, FieldName, NameStyle, Result,
 pub use spec::limits::{LimitKind, Limits, LimitsEnforcement, LimitsInput, Mechanism, PerLimit};
 pub use spec::request::{resolve, OnExpiry, Request, SandboxPolicyInput, Spec, DSH_ENV_PREFIX};
 pub use spec::sandbox::{Enforcement, NetworkPolicy, SandboxInfo, SandboxMode, SandboxPolicy};
+pub use spec::spawn::{SpawnOutput, SpawnSpec, SpawnStdin};
 pub use spec::terminal::{
     dimension, resolve_terminal, TerminalProgram, TerminalRequest, TerminalSignal, TerminalSpec,
     DEFAULT_COLS, DEFAULT_ROWS,
 };
 pub use terminal::{Foreground, PendingWrite, Terminal, TerminalRead, WriteBuffer, WRITE_PIECE};
 pub use watch::escalation::KILL_GIVE_UP;
-pub use watch::output::CollectedOutput;
+pub use watch::output::{CollectedOutput, OffsetRead};
 pub use watch::stdin::{StdinEnd, STDIN_BUFFER_BYTES};
 
 /// The Rust examples of README.md and docs/ are doctests: `cargo test --doc`

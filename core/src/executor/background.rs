@@ -40,27 +40,23 @@ pub(super) fn failed_ending(
     (ExitFields::default(), sandbox, 0)
 }
 
-/// How a supervised background process ended.
+/// How a supervised background process (or spawned program) ended.
 pub(super) fn background_ending(
-    spec: &Spec,
+    policy: Option<&crate::spec::sandbox::SandboxPolicy>,
+    limits: &crate::spec::limits::Limits,
     process: &Process,
     outcome: Outcome,
 ) -> (ExitFields, Option<SandboxInfo>, u32) {
     let ending = governed(
         ExitFields::from(outcome.status),
-        spec,
+        limits,
         outcome.stop,
         outcome.status,
         outcome.group,
         outcome.leader_cpu,
     );
     let stderr = lock(&process.shared.streams).stderr.collected().text;
-    let sandbox = confine::facts(
-        spec.sandbox_policy.as_ref(),
-        outcome.read_only_mounts,
-        ending.exit_code,
-        &stderr,
-    );
+    let sandbox = confine::facts(policy, outcome.read_only_mounts, ending.exit_code, &stderr);
     (ending, sandbox, outcome.survivors)
 }
 
@@ -111,6 +107,7 @@ impl ExecutorInner {
                 streams: self.streams(stdout_cap),
                 stop_tx: watch::channel(None).0,
                 stdin: spec.stdin_pipe.then(StdinPipe::new),
+                tree: None,
             }),
         }
     }
@@ -193,7 +190,9 @@ impl ExecutorInner {
                 )
                 .await
                 {
-                    Ok(outcome) => background_ending(&spec, &process, outcome),
+                    Ok(outcome) => {
+                        background_ending(spec.sandbox_policy.as_ref(), &spec.limits, &process, outcome)
+                    }
                     Err(SuperviseError::NotStarted(e)) => spawn_failed(e),
                     Err(e) => failed_ending(&process, DshError::from(e).to_string(), None),
                 }

@@ -38,7 +38,14 @@ pub(super) fn run_result(spec: &Spec, outcome: Outcome, streams: &Mutex<Streams>
         leader_cpu,
         read_only_mounts,
     } = outcome;
-    let ending = governed(ExitFields::from(status), spec, stop, status, group, leader_cpu);
+    let ending = governed(
+        ExitFields::from(status),
+        &spec.limits,
+        stop,
+        status,
+        group,
+        leader_cpu,
+    );
     let streams = lock(streams);
     let stderr = streams.stderr.collected();
     let sandbox = confine::facts(
@@ -275,7 +282,9 @@ impl ExecutorInner {
             .await;
             if handed(&process) {
                 let (ending, sandbox, survivors) = match outcome {
-                    Ok(outcome) => background_ending(&spec, &process, outcome),
+                    Ok(outcome) => {
+                        background_ending(spec.sandbox_policy.as_ref(), &spec.limits, &process, outcome)
+                    }
                     Err(e) => failed_ending(&process, DshError::from(e).to_string(), None),
                 };
                 shared.settle_background(&process, ending, sandbox, survivors);
@@ -388,11 +397,16 @@ impl Executor {
         let active = self.admit_run(spec, cancel)?;
         let shared = self.shared().clone();
         let (tag, spawned) = shared.launch_run(spec, HostEnv::capture())?;
-        let watched = host.watch(&[
-            spawned.report.as_raw_fd(),
-            spawned.stdout.as_raw_fd(),
-            spawned.stderr.as_raw_fd(),
-        ]);
+        let watched: Vec<_> = [
+            Some(&spawned.report),
+            spawned.stdout.as_ref(),
+            spawned.stderr.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|fd| fd.as_raw_fd())
+        .collect();
+        let watched = host.watch(&watched);
         let on_drop = CancelToken::new();
         let run = shared.supervise_run(
             spec.clone(),

@@ -7,6 +7,7 @@ pub(crate) mod foreground;
 pub(crate) mod host_loop;
 pub(crate) mod process;
 pub(crate) mod run;
+pub(crate) mod spawned;
 mod terminals;
 
 use std::collections::HashMap;
@@ -179,10 +180,10 @@ impl ExecutorInner {
     fn streams(&self, stdout_cap: u64) -> Mutex<Streams> {
         let c = self.config();
         Mutex::new(Streams {
-            stdout: StreamBuffer::new(stdout_cap, c.max_spill_bytes, self.spill.clone(), "stdout"),
+            stdout: StreamBuffer::new(stdout_cap, Some(c.max_spill_bytes), self.spill.clone(), "stdout"),
             stderr: StreamBuffer::new(
                 c.max_output_bytes,
-                c.max_spill_bytes,
+                Some(c.max_spill_bytes),
                 self.spill.clone(),
                 "stderr",
             ),
@@ -465,7 +466,7 @@ impl Executor {
 /// are removed.
 fn governed(
     mut ending: ExitFields,
-    spec: &Spec,
+    limits: &crate::spec::limits::Limits,
     stop: Option<Stop>,
     status: crate::launch::ending::ExitStatus,
     group: Option<crate::confine::governor::CommandGroup>,
@@ -477,10 +478,10 @@ fn governed(
     };
     ending.limit = match stop {
         Some(Stop::Limit(kind)) => Some(kind),
-        None => crate::confine::cause::cause(&spec.limits, group.as_ref(), signal, leader_cpu),
+        None => crate::confine::cause::cause(limits, group.as_ref(), signal, leader_cpu),
         Some(_) => None,
     };
-    ending.limits_enforcement = governor::check(&spec.limits).unwrap_or_default();
+    ending.limits_enforcement = governor::check(limits).unwrap_or_default();
     if let Some(g) = group {
         g.remove();
     }

@@ -83,7 +83,7 @@ impl State {
 
 /// Identifies a [`Process::when_settled`] callback, to withdraw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct WaiterId(u64);
+pub struct WaiterId(pub(crate) u64);
 
 pub(crate) struct ProcessInner {
     /// The host process that started it; a forked child cannot wait for it.
@@ -101,6 +101,23 @@ pub(crate) struct ProcessInner {
     pub stop_tx: watch::Sender<Option<Stop>>,
     /// The writable stdin, when started with a stdin pipe.
     pub stdin: Option<StdinPipe>,
+    /// A spawned program's tree (docs/spawn.md); `None` for commands.
+    pub tree: Option<Tree>,
+}
+
+/// What a spawned program's handle knows of its tree: the leader's pid
+/// (known at once: a spawn waits for the exec), the tag every member
+/// inherits, and the tree's own end, which comes after the leader's.
+pub(crate) struct Tree {
+    pub pid: libc::pid_t,
+    pub tag: String,
+    pub grace: Duration,
+    /// Set by the first `terminate`.
+    pub terminating: std::sync::atomic::AtomicBool,
+    /// Whether something watches for the tree's end yet.
+    pub watched: std::sync::atomic::AtomicBool,
+    /// Set once no process carrying the tag is left.
+    pub gone: Latch,
 }
 
 impl ProcessInner {
@@ -364,7 +381,7 @@ impl Process {
 
     /// Refuses to wait in a forked child for a process of the parent: its
     /// supervisor lives in the parent, so it would never settle here.
-    fn check_host(&self) -> Result<()> {
+    pub(crate) fn check_host(&self) -> Result<()> {
         forked::check_host(self.shared.host_pid)
     }
 

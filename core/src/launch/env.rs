@@ -169,7 +169,11 @@ impl Envp {
 /// settings, the caller's `env`, the caller's `dsh_env`, and last the
 /// executor's own tag (later wins).
 pub(crate) fn child_environment(host: HostEnv, spec: &Spec, tag: &str) -> Envp {
-    build(host, &FORCED, spec.env.as_ref(), spec.dsh_env.as_ref(), tag)
+    build(
+        host,
+        layered(&FORCED, spec.env.as_ref(), spec.dsh_env.as_ref()),
+        tag,
+    )
 }
 
 /// What a terminal session forces instead: the same, except that it is a
@@ -189,37 +193,50 @@ pub(crate) fn terminal_environment(
     dsh_env: Option<&BTreeMap<String, String>>,
     tag: &str,
 ) -> Envp {
-    build(host, &TERMINAL_FORCED, env, dsh_env, tag)
+    build(host, layered(&TERMINAL_FORCED, env, dsh_env), tag)
 }
 
-fn build(
-    host: HostEnv,
-    forced: &[(&str, &str)],
-    env: Option<&BTreeMap<String, String>>,
-    dsh_env: Option<&BTreeMap<String, String>>,
-    tag: &str,
-) -> Envp {
-    let layers: BTreeMap<&[u8], &[u8]> = forced
+/// [`child_environment`] for a spawn (docs/spawn.md): the scrubbed host
+/// environment with the spec's changes (`None` removes a variable), and
+/// nothing forced: a program is not a command.
+pub(crate) fn spawn_environment(host: HostEnv, env: &BTreeMap<String, Option<String>>, tag: &str) -> Envp {
+    let layers = env
         .iter()
-        .map(|(k, v)| (k.as_bytes(), v.as_bytes()))
+        .map(|(k, v)| (k.as_bytes(), v.as_ref().map(String::as_bytes)))
+        .collect();
+    build(host, layers, tag)
+}
+
+/// Changes to the host environment, by name: a value, or `None` to remove it.
+type Layers<'a> = BTreeMap<&'a [u8], Option<&'a [u8]>>;
+
+/// The forced variables, then `env`, then `dsh_env` (later wins).
+fn layered<'a>(
+    forced: &'a [(&'a str, &'a str)],
+    env: Option<&'a BTreeMap<String, String>>,
+    dsh_env: Option<&'a BTreeMap<String, String>>,
+) -> Layers<'a> {
+    forced
+        .iter()
+        .map(|(k, v)| (k.as_bytes(), Some(v.as_bytes())))
         .chain(
             env.into_iter()
                 .flatten()
-                .map(|(k, v)| (k.as_bytes(), v.as_bytes())),
+                .chain(dsh_env.into_iter().flatten())
+                .map(|(k, v)| (k.as_bytes(), Some(v.as_bytes()))),
         )
-        .chain(
-            dsh_env
-                .into_iter()
-                .flatten()
-                .map(|(k, v)| (k.as_bytes(), v.as_bytes())),
-        )
-        .chain(std::iter::once((EXEC_TAG_VAR.as_bytes(), tag.as_bytes())))
-        .collect();
+        .collect()
+}
+
+/// The scrubbed host environment with `layers` over it, and last the
+/// executor's own tag.
+fn build<'a>(host: HostEnv, mut layers: Layers<'a>, tag: &'a str) -> Envp {
+    layers.insert(EXEC_TAG_VAR.as_bytes(), Some(tag.as_bytes()));
     // Both are in name order: merge them, the layers winning a tie.
     let mut host_vars = host
         .0
         .iter()
-        .map(|(k, v)| (k.as_slice(), v.as_slice()))
+        .map(|(k, v)| (k.as_slice(), Some(v.as_slice())))
         .peekable();
     let mut layer_vars = layers.into_iter().peekable();
     let mut envp = Envp {
@@ -241,6 +258,9 @@ fn build(
             },
         }
         .expect("peeked");
+        let Some(v) = v else {
+            continue; // removed by the spec
+        };
         // Parent entries cannot hold NUL; spec entries were checked by
         // resolve/check. Dropping rather than panicking keeps this total
         // (and the entries NUL-separated).

@@ -17,15 +17,16 @@ use std::path::Path;
 
 use crate::confine;
 use crate::confine::governor::{self, CommandGroup};
-use crate::launch::env::{child_environment, path_of, terminal_environment, HostEnv};
+use crate::launch::env::{child_environment, path_of, spawn_environment, terminal_environment, HostEnv};
 use crate::launch::pty::Pty;
-use crate::launch::spawn::{find_program, find_shell, LaunchedCommand, Pipes, StartContext};
+use crate::launch::spawn::{find_program, find_shell, LaunchedCommand, Pipes, StartContext, Stdio};
 use crate::launch::supervisor::{ChildFds, Launched, Program, Slot, StartFailed};
 use crate::launch::tree::{sweep, TagMatch};
 use crate::launch::wire::{SpawnError, Step};
 use crate::spec::error::{errno_name, DshError, Result, SpawnFailure};
 use crate::spec::request::Spec;
 use crate::spec::sandbox::{NetworkPolicy, SandboxPolicy};
+use crate::spec::spawn::{SpawnOutput, SpawnSpec, SpawnStdin};
 use crate::spec::terminal::{TerminalProgram, TerminalSpec};
 use std::os::fd::AsRawFd;
 
@@ -57,9 +58,7 @@ pub(crate) fn spawn_error(err: std::io::Error, workdir: &Path) -> DshError {
 }
 
 /// Environment, shell lookup, confinement and the spawn, in the executor's
-/// supervisor (`supervisors`), of one command. A supervisor that was killed
-/// is replaced once, transparently: the request never reached it, so
-/// nothing ran.
+/// supervisor (`supervisors`), of one command.
 pub(crate) fn launch(
     spec: &Spec,
     host_env: HostEnv,
@@ -69,54 +68,135 @@ pub(crate) fn launch(
     // Both were checked for NUL bytes by resolve / Spec::check.
     let command = CString::new(spec.command.as_str())
         .map_err(|_| DshError::Internal("NUL in checked command".into()))?;
-    let workdir = CString::new(spec.workdir.as_os_str().as_bytes())
-        .map_err(|_| DshError::Internal("NUL in checked workdir".into()))?;
-    let ruleset = confine::ruleset(spec.sandbox_policy.as_ref())?;
     let envp = child_environment(host_env, spec, tag);
     let shell = find_shell(path_of(&envp)).ok_or_else(no_shell)?;
     // `--`: a command that starts with `-` is a command, not bash options.
     let argv = [c"bash", c"-c", c"--", command.as_c_str()];
-    let program = Program {
+    let pipes = Pipes::for_command(spec.stdin.is_some() || spec.stdin_pipe)
+        .map_err(|e| spawn_error(e, &spec.workdir))?;
+    let plan = Plan {
         path: &shell,
         argv: &argv,
         envp: &envp,
-        workdir: &workdir,
+        workdir: &spec.workdir,
+        policy: spec.sandbox_policy.as_ref(),
+        limits: &spec.limits,
+        pid_now: false,
     };
-    let os_error = |e: std::io::Error| spawn_error(e, &spec.workdir);
-    let pipes = Pipes::new(spec.stdin.is_some() || spec.stdin_pipe).map_err(os_error)?;
-    let mut fds = pipes.child_fds(ruleset.as_deref());
-    fds.rlimits = governor::rlimits(&spec.limits);
-    fds.seccomp = confine::network_filter(spec.sandbox_policy.as_ref())?;
-    fds.mounts = mounts::read_only_mounts(spec.sandbox_policy.as_ref());
-    let loopback = spec
-        .sandbox_policy
-        .as_ref()
-        .is_some_and(|p| p.network == crate::spec::sandbox::NetworkPolicy::Loopback);
-    let mut supervisor = supervisors.get().map_err(supervisor_error)?;
-    // The groups are named after the supervisor, which removes what is
-    // left of them when it ends.
-    let mut group = CommandGroup::new(&spec.limits, loopback, supervisor.pid())?;
-    fds.cgroups = group.as_ref().map(CommandGroup::procs).unwrap_or_default();
-    fds.born_in = group.as_ref().and_then(CommandGroup::born_in);
-    let start = StartContext {
-        workdir: spec.workdir.clone(),
-        policy: spec.sandbox_policy.clone(),
+    plan.start(pipes, tag, supervisors)
+}
+
+/// [`launch`] for a spawn spec (docs/spawn.md): its program as it is, its
+/// streams as the spec disposes them; returns once the program has
+/// exec'd (its pid known) or failed to.
+pub(crate) fn launch_spawn(
+    spec: &SpawnSpec,
+    host_env: HostEnv,
+    tag: &str,
+    supervisors: &Slot,
+) -> Result<LaunchedCommand> {
+    let nul = || DshError::Internal("NUL in a checked spawn spec".into());
+    let argv: Vec<CString> = spec
+        .argv
+        .iter()
+        .map(|a| CString::new(a.as_str()))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| nul())?;
+    let envp = spawn_environment(host_env, &spec.env, tag);
+    let name = argv.first().ok_or_else(nul)?;
+    let path = find_program(name.as_bytes(), path_of(&envp)).ok_or_else(|| no_program(name, "program"))?;
+    let argv: Vec<&std::ffi::CStr> = argv.iter().map(CString::as_c_str).collect();
+    let stdin = match spec.stdin {
+        SpawnStdin::Null => Stdio::Null,
+        SpawnStdin::Bytes(_) => Stdio::Watched,
+        SpawnStdin::Pipe => Stdio::Handed,
     };
-    let asked = match supervisor.start_deferred(&fds, &program) {
-        Err(SpawnError::Unreachable(_)) => {
-            supervisor = supervisors.renew(&supervisor).map_err(supervisor_error)?;
-            drop(group.take());
-            group = CommandGroup::new(&spec.limits, loopback, supervisor.pid())?;
+    let out = |o: SpawnOutput| match o {
+        SpawnOutput::Collect { .. } => Stdio::Watched,
+        SpawnOutput::Pipe => Stdio::Handed,
+        SpawnOutput::Inherit => Stdio::Inherited,
+    };
+    let pipes =
+        Pipes::new(stdin, out(spec.stdout), out(spec.stderr)).map_err(|e| spawn_error(e, &spec.cwd))?;
+    let plan = Plan {
+        path: &path,
+        argv: &argv,
+        envp: &envp,
+        workdir: &spec.cwd,
+        policy: spec.sandbox_policy.as_ref(),
+        limits: &spec.limits,
+        pid_now: true,
+    };
+    plan.start(pipes, tag, supervisors)
+}
+
+/// What the supervisor is asked to start, and under which rules.
+struct Plan<'a> {
+    path: &'a std::ffi::CStr,
+    argv: &'a [&'a std::ffi::CStr],
+    envp: &'a crate::launch::env::Envp,
+    workdir: &'a Path,
+    policy: Option<&'a SandboxPolicy>,
+    limits: &'a crate::spec::limits::Limits,
+    /// Wait for the leader's exec (its pid) instead of taking it later from
+    /// the report pipe.
+    pid_now: bool,
+}
+
+impl Plan<'_> {
+    /// Confinement, limits, and the request to the supervisor. A supervisor
+    /// that was killed is replaced once, transparently: the request never
+    /// reached it, so nothing ran.
+    fn start(&self, pipes: Pipes, tag: &str, supervisors: &Slot) -> Result<LaunchedCommand> {
+        let workdir = CString::new(self.workdir.as_os_str().as_bytes())
+            .map_err(|_| DshError::Internal("NUL in checked workdir".into()))?;
+        let ruleset = confine::ruleset(self.policy)?;
+        let program = Program {
+            path: self.path,
+            argv: self.argv,
+            envp: self.envp,
+            workdir: &workdir,
+        };
+        let os_error = |e: std::io::Error| spawn_error(e, self.workdir);
+        let mut fds = pipes.child_fds(ruleset.as_deref());
+        fds.rlimits = governor::rlimits(self.limits);
+        fds.seccomp = confine::network_filter(self.policy)?;
+        fds.mounts = mounts::read_only_mounts(self.policy);
+        let loopback = self.policy.is_some_and(|p| p.network == NetworkPolicy::Loopback);
+        let mut supervisor = supervisors.get().map_err(supervisor_error)?;
+        // The groups are named after the supervisor, which removes what is
+        // left of them when it ends.
+        let mut group = CommandGroup::new(self.limits, loopback, supervisor.pid())?;
+        let ask = |supervisor: &crate::launch::supervisor::Supervisor,
+                   fds: &mut ChildFds,
+                   group: &Option<CommandGroup>| {
             fds.cgroups = group.as_ref().map(CommandGroup::procs).unwrap_or_default();
             fds.born_in = group.as_ref().and_then(CommandGroup::born_in);
-            supervisor.start_deferred(&fds, &program)
+            if self.pid_now {
+                supervisor.spawn(fds, &program).map(|(pid, l)| (Some(pid), l))
+            } else {
+                supervisor.start_deferred(fds, &program).map(|l| (None, l))
+            }
+        };
+        let start = StartContext {
+            workdir: self.workdir.to_path_buf(),
+            policy: self.policy.cloned(),
+        };
+        let asked = match ask(&supervisor, &mut fds, &group) {
+            Err(SpawnError::Unreachable(_)) => {
+                supervisor = supervisors.renew(&supervisor).map_err(supervisor_error)?;
+                drop(group.take());
+                group = CommandGroup::new(self.limits, loopback, supervisor.pid())?;
+                ask(&supervisor, &mut fds, &group)
+            }
+            other => other,
         }
-        other => other,
+        .map_err(|e| not_started(e, tag, &start, group.as_ref()))?;
+        let (pid, launched) = asked;
+        pipes
+            .started(launched, pid, group, start, fds.mounts.is_some())
+            .map_err(os_error)
     }
-    .map_err(|e| not_started(e, tag, &start, group.as_ref()))?;
-    pipes
-        .started(asked, group, start, fds.mounts.is_some())
-        .map_err(os_error)
 }
 
 /// The error of a command that did not start; whatever carries its tag is
@@ -129,6 +209,19 @@ pub(crate) fn not_started(
 ) -> DshError {
     end_if_started(&e, tag);
     failed(e, &start.workdir, start.policy.as_ref(), group)
+}
+
+/// `name` (a terminal's or a spawn's program) is not on the PATH it was
+/// looked up on.
+fn no_program(name: &std::ffi::CStr, whose: &str) -> DshError {
+    DshError::Spawn {
+        kind: SpawnFailure::NoProgram,
+        errno: libc::ENOENT,
+        message: format!(
+            "ENOENT: no {} found on the {whose}'s PATH",
+            name.to_string_lossy()
+        ),
+    }
 }
 
 fn no_shell() -> DshError {
@@ -188,14 +281,8 @@ pub(crate) fn launch_terminal(
                 .collect::<std::result::Result<_, _>>()
                 .map_err(|_| nul())?;
             let name = argv.first().ok_or_else(nul)?;
-            let path = find_program(name.as_bytes(), path_of(&envp)).ok_or_else(|| DshError::Spawn {
-                kind: SpawnFailure::NoProgram,
-                errno: libc::ENOENT,
-                message: format!(
-                    "ENOENT: no {} found on the terminal's PATH",
-                    name.to_string_lossy()
-                ),
-            })?;
+            let path =
+                find_program(name.as_bytes(), path_of(&envp)).ok_or_else(|| no_program(name, "terminal"))?;
             (path, argv)
         }
     };

@@ -23,20 +23,38 @@ pub(crate) struct StartContext {
 /// A command asked for: the pipe on which the supervisor reports whether
 /// it started (its leader's pid, which comes late: see
 /// [`Launched`](crate::launch::supervisor::Launched)) and how it ended, and the
-/// parent ends of its pipes (close-on-exec, non-blocking).
+/// parent ends of its pipes: those the core feeds and reads (close-on-exec,
+/// non-blocking), and those handed to the caller raw.
 pub(crate) struct LaunchedCommand {
     pub report: OwnedFd,
     /// Releases the leader once its report has been read.
     pub releaser: crate::launch::supervisor::Releaser,
+    /// The leader's pid when it is known already (a spawn waits for it);
+    /// otherwise it comes on the report pipe.
+    pub pid: Option<libc::pid_t>,
     pub stdin: Option<OwnedFd>,
-    pub stdout: OwnedFd,
-    pub stderr: OwnedFd,
+    pub stdout: Option<OwnedFd>,
+    pub stderr: Option<OwnedFd>,
+    /// The ends handed to the caller (a spawn's `Pipe` dispositions).
+    pub handed: HandedPipes,
     /// The command's cgroups, when a limit needs them.
     pub group: Option<crate::confine::governor::CommandGroup>,
     /// What names the error if it turns out not to have started.
     pub start: StartContext,
     /// It runs in its read-only mounts (the facts' `metadata`).
     pub read_only_mounts: bool,
+}
+
+/// The parent ends of a spawn's raw pipes, for the caller: blocking and
+/// close-on-exec, as `std::process` gives them.
+#[derive(Debug, Default)]
+pub struct HandedPipes {
+    /// The write end of the program's stdin.
+    pub stdin: Option<OwnedFd>,
+    /// The read end of its stdout.
+    pub stdout: Option<OwnedFd>,
+    /// The read end of its stderr.
+    pub stderr: Option<OwnedFd>,
 }
 
 /// Finds `bash` on a PATH, as `execvp` would. The last answer is kept per
@@ -79,29 +97,99 @@ pub(crate) fn find_shell(path: Option<&[u8]>) -> Option<CString> {
     Some(found)
 }
 
+/// Where one of a command's standard streams goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stdio {
+    /// Nothing: stdin on `/dev/null` (never for stdout or stderr).
+    Null,
+    /// A pipe the core feeds (stdin) or reads (stdout, stderr).
+    Watched,
+    /// A pipe whose end is handed to the caller.
+    Handed,
+    /// The host's own descriptor of the same number.
+    Inherited,
+}
+
+/// One stream's descriptors: ours (none when inherited) and the child's.
+struct End {
+    ours: Option<OwnedFd>,
+    child: Option<OwnedFd>,
+    inherited: Option<std::os::fd::RawFd>,
+    how: Stdio,
+}
+
+impl End {
+    /// `reads`: the child reads this stream (stdin), so it gets the read end.
+    fn new(how: Stdio, host_fd: std::os::fd::RawFd, reads: bool) -> io::Result<End> {
+        let (ours, child, inherited) = match how {
+            Stdio::Null => (None, None, None),
+            Stdio::Inherited => (None, None, Some(host_fd)),
+            Stdio::Watched | Stdio::Handed => {
+                let (r, w) = pipe(0)?;
+                if reads {
+                    (Some(w), Some(r), None)
+                } else {
+                    (Some(r), Some(w), None)
+                }
+            }
+        };
+        Ok(End {
+            ours,
+            child,
+            inherited,
+            how,
+        })
+    }
+
+    fn child_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.child.as_ref().map(AsRawFd::as_raw_fd).or(self.inherited)
+    }
+
+    /// Ours, split into (watched, handed).
+    fn split(self) -> io::Result<(Option<OwnedFd>, Option<OwnedFd>)> {
+        match (self.how, self.ours) {
+            (Stdio::Watched, Some(fd)) => {
+                set_nonblocking(&fd)?;
+                Ok((Some(fd), None))
+            }
+            (Stdio::Handed, fd) => Ok((None, fd)),
+            _ => Ok((None, None)),
+        }
+    }
+}
+
 /// The pipes of a command about to start: the child's ends go to the
-/// supervisor, ours are kept (close-on-exec, non-blocking once started).
+/// supervisor, ours are kept (close-on-exec).
 pub(crate) struct Pipes {
-    stdin: Option<(OwnedFd, OwnedFd)>,
-    stdout: (OwnedFd, OwnedFd),
-    stderr: (OwnedFd, OwnedFd),
+    stdin: End,
+    stdout: End,
+    stderr: End,
 }
 
 impl Pipes {
-    pub(crate) fn new(with_stdin: bool) -> io::Result<Pipes> {
+    /// A bash command's: its stdout and stderr read by the core, its stdin
+    /// fed by the core or `/dev/null`.
+    pub(crate) fn for_command(with_stdin: bool) -> io::Result<Pipes> {
+        let stdin = if with_stdin { Stdio::Watched } else { Stdio::Null };
+        Pipes::new(stdin, Stdio::Watched, Stdio::Watched)
+    }
+
+    pub(crate) fn new(stdin: Stdio, stdout: Stdio, stderr: Stdio) -> io::Result<Pipes> {
         Ok(Pipes {
-            stdout: pipe(0)?,
-            stderr: pipe(0)?,
-            stdin: if with_stdin { Some(pipe(0)?) } else { None },
+            stdin: End::new(stdin, libc::STDIN_FILENO, true)?,
+            stdout: End::new(stdout, libc::STDOUT_FILENO, false)?,
+            stderr: End::new(stderr, libc::STDERR_FILENO, false)?,
         })
     }
 
     /// The child's ends, for the supervisor.
     pub(crate) fn child_fds(&self, ruleset: Option<&Ruleset>) -> ChildFds {
         ChildFds {
-            stdin: self.stdin.as_ref().map(|(r, _)| r.as_raw_fd()),
-            stdout: self.stdout.1.as_raw_fd(),
-            stderr: self.stderr.1.as_raw_fd(),
+            stdin: self.stdin.child_fd(),
+            // A stream neither piped nor inherited does not exist for
+            // stdout and stderr (`Pipes::new` never gets `Null` for them).
+            stdout: self.stdout.child_fd().unwrap_or(libc::STDOUT_FILENO),
+            stderr: self.stderr.child_fd().unwrap_or(libc::STDERR_FILENO),
             ruleset: ruleset.map(Ruleset::fd),
             ruleset_scope_only: ruleset.is_some_and(Ruleset::scope_only),
             cgroups: Vec::new(),
@@ -117,24 +205,26 @@ impl Pipes {
     pub(crate) fn started(
         self,
         leader: Launched,
+        pid: Option<libc::pid_t>,
         group: Option<crate::confine::governor::CommandGroup>,
         start: StartContext,
         read_only_mounts: bool,
     ) -> io::Result<LaunchedCommand> {
-        let stdin = self.stdin.map(|(_, w)| w);
-        let (stdout, stderr) = (self.stdout.0, self.stderr.0);
-        for fd in [Some(&stdout), Some(&stderr), stdin.as_ref()]
-            .into_iter()
-            .flatten()
-        {
-            set_nonblocking(fd)?;
-        }
+        let (stdin, handed_stdin) = self.stdin.split()?;
+        let (stdout, handed_stdout) = self.stdout.split()?;
+        let (stderr, handed_stderr) = self.stderr.split()?;
         Ok(LaunchedCommand {
             report: leader.report,
             releaser: leader.releaser,
+            pid,
             stdin,
             stdout,
             stderr,
+            handed: HandedPipes {
+                stdin: handed_stdin,
+                stdout: handed_stdout,
+                stderr: handed_stderr,
+            },
             group,
             start,
             read_only_mounts,
@@ -162,4 +252,55 @@ pub(crate) fn find_program(name: &[u8], path: Option<&[u8]>) -> Option<CString> 
             let file = Path::new(std::ffi::OsStr::from_bytes(c.as_bytes())).is_file();
             (executable && file).then_some(c)
         })
+}
+
+/// The executable a spawn of `command` would run (docs/spawn.md,
+/// "Finding the program"): an absolute path if it is an executable file; a
+/// bare name on the PATH of `env` over the scrubbed host environment (a
+/// relative PATH entry is relative to the host's cwd), the first hit, not
+/// what a symlink points to. A relative path with a `/` has no base to
+/// resolve against, so it is refused rather than guessed.
+pub(crate) fn resolve_executable(
+    command: &str,
+    env: &std::collections::BTreeMap<String, Option<String>>,
+) -> crate::spec::error::Result<std::path::PathBuf> {
+    use crate::spec::error::{DshError, Field, FieldName, Scope, SpawnFailure};
+    let field = Field::new(Scope::Spawn, FieldName::Command);
+    if command.is_empty() || command.contains('\0') {
+        return Err(DshError::invalid(field, "must name a program without NUL bytes"));
+    }
+    let missing = |errno: i32, message: String| DshError::Spawn {
+        kind: SpawnFailure::NoProgram,
+        errno,
+        message,
+    };
+    let executable = |p: &Path| {
+        let c = CString::new(p.as_os_str().as_bytes()).ok()?;
+        // SAFETY: `c` is a valid NUL-terminated path.
+        let runs = unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0;
+        (runs && p.is_file()).then(|| p.to_path_buf())
+    };
+    let path = Path::new(command);
+    if path.is_absolute() {
+        return executable(path).ok_or_else(|| {
+            missing(
+                libc::ENOENT,
+                format!("ENOENT: {command} is not an executable file"),
+            )
+        });
+    }
+    if command.contains('/') {
+        return Err(DshError::invalid(
+            field,
+            format!("{command:?} is a relative path: give an absolute path or a bare name for PATH"),
+        ));
+    }
+    let envp = crate::launch::env::spawn_environment(crate::launch::env::HostEnv::capture(), env, "");
+    let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
+    crate::launch::env::path_of(&envp)
+        .unwrap_or_default()
+        .split(|&b| b == b':')
+        .map(|dir| cwd.join(std::ffi::OsStr::from_bytes(dir)).join(command))
+        .find_map(|candidate| executable(&candidate))
+        .ok_or_else(|| missing(libc::ENOENT, format!("ENOENT: no {command} found on PATH")))
 }

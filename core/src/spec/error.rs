@@ -15,6 +15,8 @@ pub enum Scope {
     /// `terminal.*`: an argument of a terminal session's call (`resize`,
     /// `signal_foreground`).
     Terminal,
+    /// `spawn.*`: a spawn spec (an argv program with per-stream stdio).
+    Spawn,
 }
 
 /// Every field a caller can get wrong.
@@ -78,6 +80,10 @@ pub enum FieldName {
     Signal,
     /// `data` (a terminal's `write`).
     Data,
+    /// `stdout` (a spawn spec's disposition of it).
+    Stdout,
+    /// `stderr` (a spawn spec's disposition of it).
+    Stderr,
 }
 
 /// How a face spells field names: Rust, C and Python use snake_case, Node
@@ -124,6 +130,8 @@ impl FieldName {
             Cols => ("cols", "cols"),
             Signal => ("signal", "signal"),
             Data => ("data", "data"),
+            Stdout => ("stdout", "stdout"),
+            Stderr => ("stderr", "stderr"),
         };
         match style {
             NameStyle::Snake => snake,
@@ -323,6 +331,7 @@ impl fmt::Display for Scope {
             Scope::Request => "request",
             Scope::Spec => "spec",
             Scope::Terminal => "terminal",
+            Scope::Spawn => "spawn",
         })
     }
 }

@@ -140,10 +140,22 @@ impl Limits {
         out
     }
 
-    /// Checks every set value against the numeric rule, naming the field.
-    pub(crate) fn check(&self, scope: Scope) -> Result<()> {
+    /// Checks every set value against the numeric rule, and against `cap`
+    /// (the executor's configured limits, which a spec may only tighten),
+    /// naming the field.
+    pub(crate) fn check_within(&self, cap: &Limits, scope: Scope) -> Result<()> {
         for (kind, v) in self.entries() {
             whole_number(Field::new(scope, kind.field()), Num(v as f64), MAX_SAFE_INTEGER)?;
+        }
+        for kind in LimitKind::ALL {
+            if let Some(cap) = cap.get(kind) {
+                let problem = match self.get(kind) {
+                    Some(v) if v > cap => format!("must be no greater than {cap}, got {v}"),
+                    None => format!("must be set: the executor limits it to {cap}"),
+                    _ => continue,
+                };
+                return Err(DshError::invalid(Field::new(scope, kind.field()), problem));
+            }
         }
         Ok(())
     }

@@ -4,4 +4,5 @@ pub(crate) mod limits;
 pub(crate) mod number;
 pub(crate) mod request;
 pub(crate) mod sandbox;
+pub(crate) mod spawn;
 pub(crate) mod terminal;

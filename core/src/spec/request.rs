@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::spec::config::{path_field, timeout_request_ms, whole_number, Config, Num, MAX_SAFE_INTEGER};
 use crate::spec::error::{DshError, Field, FieldName, Result, Scope};
-use crate::spec::limits::{LimitKind, Limits, LimitsInput};
+use crate::spec::limits::{Limits, LimitsInput};
 use crate::spec::sandbox::{NetworkPolicy, SandboxMode, SandboxPolicy};
 
 /// The prefix every managed (`dsh_env`) key carries.
@@ -301,26 +301,7 @@ impl Spec {
                 ));
             }
         }
-        self.limits.check(scope)?;
-        for kind in LimitKind::ALL {
-            if let Some(cap) = config.limits.get(kind) {
-                match self.limits.get(kind) {
-                    Some(v) if v > cap => {
-                        return Err(DshError::invalid(
-                            Field::new(scope, kind.field()),
-                            format!("must be no greater than {cap}, got {v}"),
-                        ))
-                    }
-                    None => {
-                        return Err(DshError::invalid(
-                            Field::new(scope, kind.field()),
-                            format!("must be set: the executor limits it to {cap}"),
-                        ))
-                    }
-                    _ => {}
-                }
-            }
-        }
+        self.limits.check_within(&config.limits, scope)?;
         Ok(())
     }
 }

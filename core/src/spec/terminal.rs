@@ -111,17 +111,20 @@ pub fn dimension(field: Field, value: Num) -> Result<u16> {
 fn check_program(f: impl Fn(FieldName) -> Field, program: &TerminalProgram) -> Result<()> {
     match program {
         TerminalProgram::Command(c) => check_command(f(FieldName::Command), c),
-        TerminalProgram::Argv(argv) => {
-            let field = f(FieldName::Argv);
-            match argv.first() {
-                None => Err(DshError::invalid(field, "must name a program, got an empty list")),
-                Some(p) if p.is_empty() => Err(DshError::invalid(field, "must name a program, got \"\"")),
-                _ => match argv.iter().position(|a| a.contains('\0')) {
-                    Some(i) => Err(DshError::invalid(field, format!("item {i} contains a NUL byte"))),
-                    None => Ok(()),
-                },
-            }
-        }
+        TerminalProgram::Argv(argv) => check_argv(f(FieldName::Argv), argv),
+    }
+}
+
+/// A program and its arguments as `execve` takes them: a non-empty
+/// program name, no NUL byte anywhere.
+pub(crate) fn check_argv(field: Field, argv: &[String]) -> Result<()> {
+    match argv.first() {
+        None => Err(DshError::invalid(field, "must name a program, got an empty list")),
+        Some(p) if p.is_empty() => Err(DshError::invalid(field, "must name a program, got \"\"")),
+        _ => match argv.iter().position(|a| a.contains('\0')) {
+            Some(i) => Err(DshError::invalid(field, format!("item {i} contains a NUL byte"))),
+            None => Ok(()),
+        },
     }
 }
 

@@ -19,7 +19,8 @@ enum Spill {
 
 pub(crate) struct StreamBuffer {
     cap: usize,
-    max_spill: u64,
+    /// `None`: the stream never spills (only the window is kept).
+    max_spill: Option<u64>,
     /// The last ≤ `cap` bytes, starting on a character boundary.
     window: VecDeque<u8>,
     /// Bytes received in all.
@@ -43,6 +44,27 @@ pub struct CollectedOutput {
     pub spill_path: Option<String>,
     /// Why there is no spill path although the stream was truncated: past
     /// `max_spill_bytes`, or the file could not be made or written.
+    pub spill_error: Option<String>,
+}
+
+/// One [`Process::read_from`](crate::Process::read_from): a collected
+/// stream from a whole-stream offset, without consuming it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetRead {
+    /// The stream from the offset asked for (the whole window when `lossy`),
+    /// never ending inside a character while the stream is open.
+    pub text: String,
+    /// Where the next read starts: the whole-stream offset just after
+    /// `text`'s bytes.
+    pub next_offset: u64,
+    /// The offset asked for had slid out of the in-memory window: `text` is
+    /// the whole window, and what came before it is only in the spill file.
+    pub lossy: bool,
+    /// The file holding the complete stream, once it outgrew its window.
+    pub spill_path: Option<String>,
+    /// Why a stream that outgrew its window has no spill file (past its
+    /// cap, or it could not be written); `None` also for a stream spawned
+    /// without one.
     pub spill_error: Option<String>,
 }
 
@@ -71,7 +93,12 @@ pub(crate) fn incomplete_suffix(bytes: &[u8]) -> usize {
 }
 
 impl StreamBuffer {
-    pub(crate) fn new(cap: u64, max_spill: u64, spill_dir: Arc<SpillDir>, label: &'static str) -> Self {
+    pub(crate) fn new(
+        cap: u64,
+        max_spill: Option<u64>,
+        spill_dir: Arc<SpillDir>,
+        label: &'static str,
+    ) -> Self {
         StreamBuffer {
             cap: usize::try_from(cap).unwrap_or(usize::MAX),
             max_spill,
@@ -114,6 +141,9 @@ impl StreamBuffer {
     }
 
     fn feed_spill(&mut self, before: u64, chunk: &[u8]) {
+        let Some(max_spill) = self.max_spill else {
+            return;
+        };
         if matches!(self.spill, Spill::None) && self.total > self.cap as u64 {
             // First time over the cap: the window still holds everything so
             // far, so the spill file starts complete.
@@ -133,8 +163,8 @@ impl StreamBuffer {
             };
         }
         if let Spill::Active(file) = &mut self.spill {
-            let outcome = if self.total > self.max_spill {
-                Err(format!("the stream passed max_spill_bytes ({})", self.max_spill))
+            let outcome = if self.total > max_spill {
+                Err(format!("the stream passed max_spill_bytes ({max_spill})"))
             } else {
                 file.write(chunk)
             };
@@ -231,6 +261,36 @@ impl StreamBuffer {
         CollectedOutput {
             text: String::from_utf8_lossy(&bytes).into_owned(),
             truncated: self.truncated(),
+            spill_path,
+            spill_error,
+        }
+    }
+
+    /// A non-consuming read from the whole-stream offset `from`: the bytes
+    /// from there to the end of what arrived (the whole window when `from`
+    /// slid out of it: `lossy`), and the offset the next read starts from.
+    /// While the stream is open, a trailing incomplete character is left
+    /// for the next read (its offset is before it), so no read splits one.
+    pub(crate) fn read_from(&self, from: u64) -> OffsetRead {
+        let start = self.window_start();
+        let lossy = from < start;
+        let skip = usize::try_from(from.clamp(start, self.total) - start).unwrap_or(usize::MAX);
+        let (a, b) = self.window.as_slices();
+        let mut bytes: Vec<u8> = if skip < a.len() {
+            a[skip..].iter().chain(b).copied().collect()
+        } else {
+            b[(skip - a.len()).min(b.len())..].to_vec()
+        };
+        if !self.closed {
+            let hold = incomplete_suffix(&bytes);
+            bytes.truncate(bytes.len() - hold);
+        }
+        let next_offset = from.clamp(start, self.total) + bytes.len() as u64;
+        let (spill_path, spill_error) = self.spill();
+        OffsetRead {
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+            next_offset,
+            lossy,
             spill_path,
             spill_error,
         }

@@ -69,8 +69,12 @@ thread_local! {
 
 /// Reads what is available and hands it to `sink` within the same poll, so
 /// dropping this future in a select never loses bytes. Returns the count
-/// (0 at EOF).
-async fn read_chunk(fd: &AsyncFd<OwnedFd>, mut sink: impl FnMut(&[u8])) -> io::Result<usize> {
+/// (0 at EOF). `None` (a stream not read here) never completes: select!
+/// builds the future even for a disabled branch.
+async fn read_chunk(fd: Option<&AsyncFd<OwnedFd>>, mut sink: impl FnMut(&[u8])) -> io::Result<usize> {
+    let Some(fd) = fd else {
+        return std::future::pending().await;
+    };
     loop {
         let mut guard = fd.readable().await?;
         match guard.try_io(|fd| {
@@ -352,21 +356,24 @@ async fn supervise_inner(
     let LaunchedCommand {
         report: report_fd,
         releaser,
+        pid: known_pid,
         stdin: stdin_fd,
         stdout,
         stderr,
+        handed: _,
         group,
         start,
         read_only_mounts,
     } = spawned;
-    // The leader's pid: it comes on the report pipe, late (see `Launched`).
-    let mut pid: Option<libc::pid_t> = None;
+    // The leader's pid: it comes on the report pipe, late (see `Launched`),
+    // unless the launch waited for it.
+    let mut pid: Option<libc::pid_t> = known_pid;
     // A signal for the leader's group, held until its pid comes.
     let mut deferred: Option<(libc::c_int, bool)> = None;
     let registered = (|| {
         Ok::<_, io::Error>((
-            watch(stdout, Interest::READABLE)?,
-            watch(stderr, Interest::READABLE)?,
+            stdout.map(|fd| watch(fd, Interest::READABLE)).transpose()?,
+            stderr.map(|fd| watch(fd, Interest::READABLE)).transpose()?,
             stdin_fd.map(|fd| watch(fd, Interest::WRITABLE)).transpose()?,
         ))
     })();
@@ -404,7 +411,9 @@ async fn supervise_inner(
     }
     let mut timeout_at = timeout.map(|t| Instant::now() + t);
 
-    let (mut out_open, mut err_open, mut exited) = (true, true, false);
+    // A stream not read here (handed to the caller, or inherited) has
+    // nothing to wait for.
+    let (mut out_open, mut err_open, mut exited) = (out.is_some(), err.is_some(), false);
     let mut escalation = Escalation::default();
     // The leader had exited on its own when the stop came: a late
     // cancellation still ends what is left, but is not the run's cause.
@@ -452,8 +461,8 @@ async fn supervise_inner(
             },
             _ = timer(|| tokio::time::sleep_until(timeout_at.unwrap_or(never))), if timeout_at.is_some() && escalation.stopped().is_none() && !exited => Event::Stop(Stop::Timeout),
             _ = timer(|| tokio::time::sleep_until(escalation.kill_due().unwrap_or(never))), if escalation.kill_due().is_some() => Event::KillNow,
-            r = read_chunk(&out, |b| lock(streams).stdout.push(b)), if out_open => Event::Stdout(r),
-            r = read_chunk(&err, |b| lock(streams).stderr.push(b)), if err_open => Event::Stderr(r),
+            r = read_chunk(out.as_ref(), |b| lock(streams).stdout.push(b)), if out_open => Event::Stdout(r),
+            r = read_chunk(err.as_ref(), |b| lock(streams).stderr.push(b)), if err_open => Event::Stderr(r),
             r = write_chunk(stdin_fd.as_ref(), &stdin[stdin_pos..]), if stdin_fd.is_some() && pipe.is_none() => Event::Stdin(r),
             w = pump(pipe, stdin_fd.as_ref()), if stdin_fd.is_some() && pipe.is_some() => Event::Pipe(w),
             r = read_report(&report_fd, &mut report), if !exited => Event::Report(r),

@@ -1,0 +1,289 @@
+//! Spawned programs (docs/spawn.md): an argv program with a disposition for
+//! each stream, started by the same launch and supervised by the same loop
+//! as a command, and handled by a [`Process`] that also knows its tree:
+//! reads by offset, a terminate that reaches the whole tree even after the
+//! leader has exited, and a wait for the tree's end.
+
+use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::confine;
+use crate::confine::governor;
+use crate::executor::process::{Process, ProcessInner, State, Tree, WaiterId};
+use crate::host::latch::Latch;
+use crate::host::runtime::{self, timer};
+use crate::launch::env::HostEnv;
+use crate::launch::launch_spawn;
+use crate::launch::tree::{sweep, sweep_counted, TagMatch};
+use crate::spec::error::{DshError, Result};
+use crate::spec::spawn::{SpawnOutput, SpawnSpec, SpawnStdin};
+use crate::watch::escalation::kill_after;
+use crate::watch::output::{OffsetRead, StreamBuffer};
+use crate::watch::supervise::{supervise, StdinSource, Stop, Streams};
+
+use super::background::{background_ending, failed_ending};
+use super::{Executor, ExecutorInner};
+
+/// How often a wait for a tree's end looks for its members.
+const TREE_POLL: Duration = Duration::from_millis(15);
+
+/// A program [`Executor::spawn`] started: its handle, its leader's pid,
+/// and the raw ends of the streams the spec gave as `Pipe`.
+#[derive(Debug)]
+pub struct Spawned {
+    /// The handle: exit facts once settled, offset reads of collected
+    /// streams, [`Process::terminate`], [`Process::wait_tree`].
+    pub process: Process,
+    /// The leader's pid (the root of the tree).
+    pub pid: i32,
+    /// The write end of its stdin, for `SpawnStdin::Pipe`.
+    pub stdin: Option<OwnedFd>,
+    /// The read end of its stdout, for `SpawnOutput::Pipe`.
+    pub stdout: Option<OwnedFd>,
+    /// The read end of its stderr, for `SpawnOutput::Pipe`.
+    pub stderr: Option<OwnedFd>,
+}
+
+/// One of a program's output streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OutputStream {
+    /// Its stdout.
+    Stdout,
+    /// Its stderr.
+    Stderr,
+}
+
+impl ExecutorInner {
+    fn spawn_streams(&self, spec: &SpawnSpec) -> Mutex<Streams> {
+        let buffer = |output: SpawnOutput, label| {
+            let (cap, spill) = match output {
+                SpawnOutput::Collect {
+                    max_bytes,
+                    spill_max_bytes,
+                } => (max_bytes, spill_max_bytes),
+                // Never fed: the stream is not read here.
+                SpawnOutput::Pipe | SpawnOutput::Inherit => (0, None),
+            };
+            StreamBuffer::new(cap, spill, self.spill.clone(), label)
+        };
+        Mutex::new(Streams {
+            stdout: buffer(spec.stdout, "stdout"),
+            stderr: buffer(spec.stderr, "stderr"),
+        })
+    }
+}
+
+impl Executor {
+    /// Starts `spec`'s program (docs/spawn.md) and returns once it has
+    /// exec'd, with its pid and the pipes handed to the caller. A program
+    /// that cannot start is an error here ([`DshError::Spawn`], naming it
+    /// or the workdir), and nothing runs. The program is not registered:
+    /// [`Executor::list`] and friends are for background commands; dispose
+    /// still stops it and waits for it.
+    pub fn spawn(&self, spec: &SpawnSpec) -> Result<Spawned> {
+        let shared = self.shared();
+        let active = shared.admit(|config| spec.check(config), None)?;
+        confine::check(spec.sandbox_policy.as_ref())?;
+        governor::check(&spec.limits)?;
+        let tag = shared.next_tag();
+        let mut launched = launch_spawn(spec, HostEnv::capture(), &tag, &shared.supervisors)?;
+        let pid = launched
+            .pid
+            .ok_or_else(|| DshError::Internal("a spawn returned without its pid".into()))?;
+        let handed = std::mem::take(&mut launched.handed);
+        let process = Process {
+            shared: Arc::new(ProcessInner {
+                host_pid: shared.host_pid,
+                id: std::sync::OnceLock::new(),
+                command: spec.argv.join(" "),
+                owner: None,
+                state: Mutex::new(State::running()),
+                settled: Latch::default(),
+                streams: shared.spawn_streams(spec),
+                stop_tx: watch::channel(None).0,
+                stdin: None,
+                tree: Some(Tree {
+                    pid,
+                    tag: tag.clone(),
+                    grace: Duration::from_millis(spec.grace_ms),
+                    terminating: Default::default(),
+                    watched: Default::default(),
+                    gone: Latch::default(),
+                }),
+            }),
+        };
+        let task = {
+            let shared = shared.clone();
+            let process = process.clone();
+            let spec = spec.clone();
+            async move {
+                let _active = active;
+                let mut stop_rx = process.shared.stop_tx.subscribe();
+                let stop = async {
+                    tokio::select! {
+                        r = stop_rx.wait_for(|s| s.is_some()) => r.ok().and_then(|s| *s).unwrap_or(Stop::Kill),
+                        _ = shared.disposing() => Stop::Dispose,
+                    }
+                };
+                let stdin = match &spec.stdin {
+                    SpawnStdin::Bytes(b) => StdinSource::Bytes(Some(b)),
+                    SpawnStdin::Null | SpawnStdin::Pipe => StdinSource::Bytes(None),
+                };
+                let grace = Duration::from_millis(spec.grace_ms);
+                let streams = &process.shared.streams;
+                let (ending, sandbox, survivors) =
+                    match supervise(launched, &tag, stdin, streams, None, None, grace, stop).await {
+                        Ok(outcome) => {
+                            background_ending(spec.sandbox_policy.as_ref(), &spec.limits, &process, outcome)
+                        }
+                        Err(e) => failed_ending(&process, DshError::from(e).to_string(), None),
+                    };
+                process.settle(ending, sandbox, survivors, |_| {});
+            }
+        };
+        runtime::handle().spawn(task);
+        Ok(Spawned {
+            process,
+            pid,
+            stdin: handed.stdin,
+            stdout: handed.stdout,
+            stderr: handed.stderr,
+        })
+    }
+}
+
+impl Executor {
+    /// Where [`Executor::spawn`] would find `command`, with `env`'s changes
+    /// to the scrubbed host environment (docs/spawn.md, "Finding the
+    /// program"). An error names what is wrong: a relative path with a
+    /// `/` ([`DshError::InvalidArgument`] on `spawn.command`), or no such
+    /// executable ([`DshError::Spawn`], `NoProgram`).
+    pub fn resolve_executable(
+        &self,
+        command: &str,
+        env: &BTreeMap<String, Option<String>>,
+    ) -> Result<PathBuf> {
+        crate::launch::spawn::resolve_executable(command, env)
+    }
+}
+
+impl Process {
+    fn tree(&self) -> Option<&Tree> {
+        self.shared.tree.as_ref()
+    }
+
+    /// A spawned program's pid (the root of its tree); `None` for a
+    /// command started with [`Executor::start`].
+    pub fn pid(&self) -> Option<i32> {
+        self.tree().map(|t| t.pid)
+    }
+
+    /// A non-consuming read of a collected stream from the whole-stream
+    /// offset `from` (docs/spawn.md, "Reading by offset"): any number of
+    /// readers, each with its own offsets, before and after the program's
+    /// exit. A stream that was not collected reads as empty.
+    pub fn read_from(&self, stream: OutputStream, from: u64) -> OffsetRead {
+        let streams = crate::sys::lock(&self.shared.streams);
+        match stream {
+            OutputStream::Stdout => streams.stdout.read_from(from),
+            OutputStream::Stderr => streams.stderr.read_from(from),
+        }
+    }
+
+    /// Ends a spawned program's whole tree: SIGTERM, then SIGKILL after the
+    /// spec's grace to whatever is left. While the leader runs this is
+    /// [`Process::kill`]; after it exited, the members it left behind (every
+    /// process carrying its tag, in whatever session or group) get the same
+    /// escalation. Idempotent: only the first call does anything. For a
+    /// command from [`Executor::start`] it is [`Process::kill`].
+    pub fn terminate(&self) {
+        let Some(tree) = self.tree() else {
+            self.kill();
+            return;
+        };
+        if self.check_host().is_err() || tree.terminating.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if self.kill() {
+            // The supervision loop escalates, then sweeps the tree.
+            return;
+        }
+        let matcher = TagMatch::command(&tree.tag);
+        let deadline = tokio::time::Instant::now() + tree.grace;
+        runtime::handle().spawn(async move {
+            sweep(matcher.clone(), libc::SIGTERM);
+            kill_after(matcher, deadline).await;
+        });
+    }
+
+    /// Completes when a spawned program's whole tree has ended: it has
+    /// settled and no process carrying its tag is left (the leader's exit
+    /// alone does not end the tree). For a command, when it settles.
+    pub async fn wait_tree(&self) {
+        match self.tree() {
+            Some(tree) => {
+                self.watch_tree();
+                tree.gone.wait().await
+            }
+            None => self.wait().await,
+        }
+    }
+
+    /// True once [`Process::wait_tree`] would complete at once.
+    pub fn tree_gone(&self) -> bool {
+        match self.tree() {
+            Some(tree) => {
+                self.watch_tree();
+                tree.gone.is_set()
+            }
+            None => self.is_settled(),
+        }
+    }
+
+    /// Calls `f` on the callback thread once the tree has ended (see
+    /// [`Process::wait_tree`]); the id withdraws it
+    /// ([`Process::cancel_when_tree_gone`]).
+    pub fn when_tree_gone(&self, f: impl FnOnce() + Send + 'static) -> Result<WaiterId> {
+        self.check_host()?;
+        match self.tree() {
+            Some(tree) => {
+                self.watch_tree();
+                Ok(WaiterId(tree.gone.when_set(f)))
+            }
+            None => self.when_settled(f),
+        }
+    }
+
+    /// Withdraws a `when_tree_gone` callback that has not run.
+    pub fn cancel_when_tree_gone(&self, id: WaiterId) -> bool {
+        match self.tree() {
+            Some(tree) => tree.gone.withdraw(id.0),
+            None => self.cancel_when_settled(id),
+        }
+    }
+
+    /// Starts the one watcher of the tree's end, on first need: after the
+    /// settlement, a scan for the tag every [`TREE_POLL`] until none is
+    /// found (dispose ends every tree, so the watcher ends too).
+    fn watch_tree(&self) {
+        let Some(tree) = self.tree() else { return };
+        if tree.watched.swap(true, Ordering::SeqCst) || self.check_host().is_err() {
+            return;
+        }
+        let process = self.clone();
+        runtime::handle().spawn(async move {
+            process.wait().await;
+            let Some(tree) = process.tree() else { return };
+            while sweep_counted(TagMatch::command(&tree.tag), 0).await.total > 0 {
+                timer(|| tokio::time::sleep(TREE_POLL)).await;
+            }
+            tree.gone.set(|| {});
+        });
+    }
+}

@@ -1,0 +1,398 @@
+//! Spawned programs (docs/spawn.md): argv never given to a shell, a
+//! disposition per stream, offset reads, and a tree that outlives its
+//! leader until terminate() or dispose ends it.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::{alive, eventually, executor, first_pid, temp_dir};
+use dsh_core::{
+    DshError, Executor, Limits, OutputStream, Process, SpawnFailure, SpawnOutput, SpawnSpec, SpawnStdin,
+};
+
+const LONG: Duration = Duration::from_secs(20);
+
+fn collect(max_bytes: u64, spill: Option<u64>) -> SpawnOutput {
+    SpawnOutput::Collect {
+        max_bytes,
+        spill_max_bytes: spill,
+    }
+}
+
+fn spawn_spec(argv: &[&str]) -> SpawnSpec {
+    SpawnSpec {
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+        cwd: std::env::current_dir().unwrap(),
+        env: BTreeMap::new(),
+        stdin: SpawnStdin::Null,
+        stdout: collect(1 << 20, Some(1 << 30)),
+        stderr: collect(1 << 20, Some(1 << 30)),
+        grace_ms: 500,
+        sandbox_policy: None,
+        limits: Limits::default(),
+    }
+}
+
+fn sh(script: &str) -> SpawnSpec {
+    spawn_spec(&["bash", "-c", script])
+}
+
+fn settle(p: &Process) {
+    assert!(p.wait_timeout(Some(LONG)).unwrap(), "the program did not settle");
+}
+
+fn stdout_of(p: &Process) -> String {
+    p.read_from(OutputStream::Stdout, 0).text
+}
+
+#[test]
+fn argv_is_never_given_to_a_shell() {
+    let exec = executor();
+    let s = exec
+        .spawn(&spawn_spec(&["printf", "%s|", "$HOME", "a; echo b", "*"]))
+        .unwrap();
+    settle(&s.process);
+    assert_eq!(stdout_of(&s.process), "$HOME|a; echo b|*|");
+    assert_eq!(s.process.exit_code(), Some(0));
+    assert_eq!(s.process.pid(), Some(s.pid));
+}
+
+#[test]
+fn exit_facts_are_the_programs_own() {
+    let exec = executor();
+    let s = exec.spawn(&sh("exit 7")).unwrap();
+    settle(&s.process);
+    assert_eq!((s.process.exit_code(), s.process.signal()), (Some(7), None));
+    let s = exec.spawn(&sh("kill -TERM $$")).unwrap();
+    settle(&s.process);
+    assert_eq!(s.process.exit_code(), None);
+    assert_eq!(s.process.signal().as_deref(), Some("SIGTERM"));
+}
+
+#[test]
+fn a_program_that_cannot_start_is_an_error_and_nothing_runs() {
+    let exec = executor();
+    match exec.spawn(&spawn_spec(&["no-such-program-dsh"])) {
+        Err(DshError::Spawn { kind, errno, message }) => {
+            assert_eq!((kind, errno), (SpawnFailure::NoProgram, libc::ENOENT));
+            assert!(message.contains("no-such-program-dsh"), "{message}");
+        }
+        other => panic!("expected a spawn error, got {other:?}"),
+    }
+    let mut spec = spawn_spec(&["true"]);
+    spec.cwd = PathBuf::from("/no/such/dir/dsh");
+    match exec.spawn(&spec) {
+        Err(DshError::Spawn { kind, .. }) => assert_eq!(kind, SpawnFailure::Workdir),
+        other => panic!("expected a workdir error, got {other:?}"),
+    }
+    // Not executable: the exec itself fails.
+    let dir = temp_dir("spawn-noexec");
+    let file = dir.join("script");
+    std::fs::write(&file, "#!/bin/sh\necho hi\n").unwrap();
+    match exec.spawn(&spawn_spec(&[file.to_str().unwrap()])) {
+        Err(DshError::Spawn { errno, .. }) => assert_eq!(errno, libc::EACCES),
+        other => panic!("expected EACCES, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_specs_name_the_field() {
+    let exec = executor();
+    let field_of = |spec: &SpawnSpec| match exec.spawn(spec) {
+        Err(DshError::InvalidArgument { field, .. }) => field.path(dsh_core::NameStyle::Camel),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    };
+    assert_eq!(field_of(&spawn_spec(&[])), "spawn.argv");
+    assert_eq!(field_of(&spawn_spec(&[""])), "spawn.argv");
+    assert_eq!(field_of(&spawn_spec(&["echo", "a\0b"])), "spawn.argv");
+    let mut spec = spawn_spec(&["true"]);
+    spec.cwd = PathBuf::from("relative");
+    assert_eq!(field_of(&spec), "spawn.cwd");
+    let mut spec = spawn_spec(&["true"]);
+    spec.grace_ms = 0;
+    assert_eq!(field_of(&spec), "spawn.graceMs");
+    let mut spec = spawn_spec(&["true"]);
+    spec.env.insert("A=B".into(), Some("x".into()));
+    assert_eq!(field_of(&spec), "spawn.env");
+    let mut spec = spawn_spec(&["true"]);
+    spec.stdout = collect(1 << 60, None);
+    assert_eq!(field_of(&spec), "spawn.stdout");
+}
+
+#[test]
+fn the_environment_is_the_scrubbed_host_with_the_specs_changes() {
+    let exec = executor();
+    // Set before any thread of this test binary reads the environment.
+    std::env::set_var("DSH_SPAWN_TEST_TOKEN", "secret");
+    std::env::set_var("SPAWN_TEST_PLAIN", "plain");
+    std::env::set_var("SPAWN_TEST_REMOVED", "x");
+    let mut spec = spawn_spec(&["env"]);
+    spec.env.insert("SPAWN_TEST_REMOVED".into(), None);
+    spec.env.insert("MY_API_KEY".into(), Some("given".into()));
+    let s = exec.spawn(&spec).unwrap();
+    settle(&s.process);
+    let out = stdout_of(&s.process);
+    let vars: BTreeMap<&str, &str> = out.lines().filter_map(|l| l.split_once('=')).collect();
+    assert_eq!(vars.get("SPAWN_TEST_PLAIN"), Some(&"plain"));
+    assert_eq!(
+        vars.get("MY_API_KEY"),
+        Some(&"given"),
+        "a variable the spec gives is kept"
+    );
+    assert!(
+        !vars.contains_key("SPAWN_TEST_REMOVED"),
+        "None removes an inherited variable"
+    );
+    assert!(
+        !vars.contains_key("DSH_SPAWN_TEST_TOKEN"),
+        "the host's credentials are scrubbed"
+    );
+    // Nothing is forced on a program (a command gets NO_COLOR, PAGER, ...).
+    if std::env::var_os("NO_COLOR").is_none() {
+        assert!(!vars.contains_key("NO_COLOR"));
+    }
+}
+
+#[test]
+fn offset_reads_do_not_consume_and_report_what_slid_out() {
+    let exec = executor();
+    let mut spec = sh("for i in $(seq 1 2000); do echo line-$i; done");
+    spec.stdout = collect(1000, Some(1 << 20));
+    let s = exec.spawn(&spec).unwrap();
+    settle(&s.process);
+    let first = s.process.read_from(OutputStream::Stdout, 0);
+    let again = s.process.read_from(OutputStream::Stdout, 0);
+    assert_eq!(first, again, "a read consumes nothing");
+    assert!(first.lossy);
+    assert!(first.text.ends_with("line-2000\n"));
+    assert!(first.text.len() <= 1000);
+    let total: usize = (1..=2000).map(|i| format!("line-{i}\n").len()).sum();
+    assert_eq!(first.next_offset, total as u64);
+    let spill = std::fs::read_to_string(first.spill_path.expect("a spill file")).unwrap();
+    assert_eq!(spill.len(), total);
+    assert!(spill.starts_with("line-1\nline-2\n"));
+    // From inside the window: exactly the rest, not lossy.
+    let tail = s.process.read_from(OutputStream::Stdout, total as u64 - 10);
+    assert_eq!((tail.text.as_str(), tail.lossy), ("line-2000\n", false));
+    let end = s.process.read_from(OutputStream::Stdout, total as u64);
+    assert_eq!((end.text.as_str(), end.next_offset), ("", total as u64));
+}
+
+#[test]
+fn without_a_spill_only_the_window_is_kept_and_a_passed_cap_deletes_the_file() {
+    let exec = executor();
+    let mut spec = sh("head -c 5000 /dev/zero | tr '\\0' a; head -c 5000 /dev/zero | tr '\\0' b >&2");
+    spec.stdout = collect(100, None);
+    spec.stderr = collect(100, Some(1000));
+    let s = exec.spawn(&spec).unwrap();
+    settle(&s.process);
+    let out = s.process.read_from(OutputStream::Stdout, 0);
+    assert_eq!(
+        (out.text.len(), out.lossy, out.spill_path.clone()),
+        (100, true, None)
+    );
+    assert_eq!(out.spill_error, None, "no spill was asked for: no error either");
+    let err = s.process.read_from(OutputStream::Stderr, 0);
+    assert_eq!(err.spill_path, None);
+    assert!(err.spill_error.unwrap().contains("1000"));
+    assert_eq!(err.text, "b".repeat(100));
+}
+
+#[test]
+fn a_read_while_the_stream_is_open_never_ends_inside_a_character() {
+    let exec = executor();
+    let dir = temp_dir("spawn-utf8");
+    let go = dir.join("go");
+    // "é" is C3 A9: the first byte now, the second after the test says go.
+    let script = format!(
+        "printf 'a\\303'; while [ ! -e {} ]; do sleep 0.01; done; printf '\\251b'",
+        go.display()
+    );
+    let s = exec.spawn(&sh(&script)).unwrap();
+    assert!(eventually(LONG, || s
+        .process
+        .read_from(OutputStream::Stdout, 0)
+        .next_offset
+        >= 1));
+    std::thread::sleep(Duration::from_millis(100));
+    let early = s.process.read_from(OutputStream::Stdout, 0);
+    assert_eq!((early.text.as_str(), early.next_offset), ("a", 1));
+    std::fs::write(&go, "").unwrap();
+    settle(&s.process);
+    let late = s.process.read_from(OutputStream::Stdout, early.next_offset);
+    assert_eq!((late.text.as_str(), late.next_offset), ("éb", 4));
+}
+
+#[test]
+fn piped_streams_are_handed_over_raw() {
+    let exec = executor();
+    let mut spec = spawn_spec(&["cat"]);
+    spec.stdin = SpawnStdin::Pipe;
+    spec.stdout = SpawnOutput::Pipe;
+    spec.stderr = SpawnOutput::Pipe;
+    let s = exec.spawn(&spec).unwrap();
+    let mut stdin = std::fs::File::from(s.stdin.expect("a stdin pipe"));
+    let mut stdout = std::fs::File::from(s.stdout.expect("a stdout pipe"));
+    let stderr = std::fs::File::from(s.stderr.expect("a stderr pipe"));
+    let bytes: Vec<u8> = (0..=255u8).cycle().take(3 << 20).collect();
+    let writer = {
+        let bytes = bytes.clone();
+        std::thread::spawn(move || {
+            stdin.write_all(&bytes).unwrap();
+        })
+    };
+    let mut got = Vec::new();
+    stdout.read_to_end(&mut got).unwrap();
+    writer.join().unwrap();
+    assert!(got == bytes, "3 MiB of binary through raw pipes, byte for byte");
+    settle(&s.process);
+    assert_eq!(s.process.exit_code(), Some(0));
+    assert_eq!(
+        s.process.read_from(OutputStream::Stdout, 0).text,
+        "",
+        "a piped stream is not kept"
+    );
+    drop(stderr);
+}
+
+#[test]
+fn stdin_bytes_are_written_then_closed() {
+    let exec = executor();
+    let mut spec = spawn_spec(&["wc", "-c"]);
+    spec.stdin = SpawnStdin::Bytes(vec![b'x'; 200_000]);
+    let s = exec.spawn(&spec).unwrap();
+    settle(&s.process);
+    assert_eq!(stdout_of(&s.process).trim(), "200000");
+}
+
+/// A program that leaves a grandchild in a session of its own behind.
+fn leaves_a_setsid_grandchild(exec: &Executor) -> (Process, i32) {
+    let s = exec
+        .spawn(&sh("setsid sleep 300 >/dev/null 2>&1 & echo $!; exit 0"))
+        .unwrap();
+    settle(&s.process);
+    let text = stdout_of(&s.process);
+    let child = first_pid(&text);
+    // `$!` is the setsid process, which execs sleep in place.
+    assert!(eventually(LONG, || alive(child)));
+    (s.process, child)
+}
+
+#[test]
+fn the_leaders_exit_does_not_end_the_tree_and_the_wait_sees_the_whole_tree() {
+    let exec = executor();
+    let (process, grandchild) = leaves_a_setsid_grandchild(&exec);
+    assert_eq!(process.exit_code(), Some(0));
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(alive(grandchild), "the leader's exit ended its tree");
+    assert!(
+        !process.tree_gone(),
+        "the tree is reported gone while a member lives"
+    );
+    // SAFETY: kill(2) takes integers; the grandchild was seen alive just above.
+    unsafe { libc::kill(grandchild, libc::SIGKILL) };
+    assert!(eventually(LONG, || process.tree_gone()));
+}
+
+#[test]
+fn terminate_after_the_leaders_exit_ends_what_it_left_behind() {
+    let exec = executor();
+    let (process, grandchild) = leaves_a_setsid_grandchild(&exec);
+    process.terminate();
+    assert!(
+        eventually(LONG, || !alive(grandchild)),
+        "terminate left a setsid member running"
+    );
+    assert!(eventually(LONG, || process.tree_gone()));
+    process.terminate(); // idempotent, nothing left to do
+}
+
+#[test]
+fn terminate_escalates_to_sigkill_after_the_grace() {
+    let exec = executor();
+    let mut spec = sh("trap 'echo term' TERM; echo ready; while :; do sleep 0.05; done");
+    spec.grace_ms = 300;
+    let s = exec.spawn(&spec).unwrap();
+    assert!(eventually(LONG, || stdout_of(&s.process).contains("ready")));
+    let t = std::time::Instant::now();
+    s.process.terminate();
+    settle(&s.process);
+    assert!(stdout_of(&s.process).contains("term"), "the TERM trap ran");
+    assert_eq!(s.process.signal().as_deref(), Some("SIGKILL"));
+    assert!(t.elapsed() >= Duration::from_millis(300));
+    assert!(s.process.tree_gone() || eventually(LONG, || s.process.tree_gone()));
+}
+
+#[test]
+fn dispose_ends_every_spawned_tree() {
+    let exec = executor();
+    let (process, grandchild) = leaves_a_setsid_grandchild(&exec);
+    let running = exec.spawn(&spawn_spec(&["sleep", "300"])).unwrap();
+    exec.dispose_blocking().unwrap();
+    assert!(running.process.is_settled());
+    assert!(!alive(running.pid) || eventually(LONG, || !alive(running.pid)));
+    assert!(eventually(LONG, || !alive(grandchild)));
+    assert!(eventually(LONG, || process.tree_gone()));
+    assert!(matches!(
+        exec.spawn(&spawn_spec(&["true"])),
+        Err(DshError::Disposed)
+    ));
+}
+
+#[test]
+fn a_spawned_program_is_not_in_the_registry() {
+    let exec = executor();
+    let s = exec.spawn(&spawn_spec(&["true"])).unwrap();
+    settle(&s.process);
+    assert!(exec.list().is_empty());
+}
+
+#[test]
+fn resolve_executable_finds_the_first_path_hit_as_named() {
+    use std::os::unix::fs::PermissionsExt;
+    let exec = executor();
+    let dir = temp_dir("spawn-resolve");
+    let (first, second) = (dir.join("first"), dir.join("second"));
+    std::fs::create_dir_all(&first).unwrap();
+    std::fs::create_dir_all(&second).unwrap();
+    let real = second.join("tool");
+    std::fs::write(&real, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink(&real, first.join("tool")).unwrap();
+    // Not executable: skipped, as execvp would.
+    std::fs::write(first.join("plain"), "").unwrap();
+    std::fs::write(second.join("plain"), "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(second.join("plain"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", first.display(), second.display());
+    let env: BTreeMap<String, Option<String>> = [("PATH".to_string(), Some(path))].into();
+    assert_eq!(
+        exec.resolve_executable("tool", &env).unwrap(),
+        first.join("tool"),
+        "the symlink, not its target"
+    );
+    assert_eq!(
+        exec.resolve_executable("plain", &env).unwrap(),
+        second.join("plain")
+    );
+    assert_eq!(
+        exec.resolve_executable(real.to_str().unwrap(), &BTreeMap::new())
+            .unwrap(),
+        real
+    );
+    match exec.resolve_executable("./tool", &env) {
+        Err(DshError::InvalidArgument { field, .. }) => {
+            assert_eq!(field.path(dsh_core::NameStyle::Camel), "spawn.command")
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    for missing in ["nowhere-dsh", first.join("plain").to_str().unwrap()] {
+        match exec.resolve_executable(missing, &env) {
+            Err(DshError::Spawn { kind, .. }) => assert_eq!(kind, SpawnFailure::NoProgram),
+            other => panic!("expected NoProgram for {missing}, got {other:?}"),
+        }
+    }
+}
