@@ -1,14 +1,15 @@
 // Checks the package's declarations against its code (run by scripts/test,
 // Node stage, after `npm run build`):
 //
-// 1. Every declaration of index.d.ts and harness.d.mts (types, interfaces
+// 1. Every declaration of index.d.ts, harness.d.mts and subprocess.d.mts (types, interfaces
 //    and their members, classes and their members, functions, constants)
 //    carries a JSDoc comment.
-// 2. What index.js and harness.mjs export at run time is exactly what
-//    index.d.ts and harness.d.mts declare as values.
-// 3. Everything index.js takes from the native addon — the names it
-//    requires from loader.js (which loads the addon) and every member it
-//    uses on a native executor, process or cancel token — exists in the
+// 2. What index.js, harness.mjs and subprocess.mjs export at run time is
+//    exactly what their .d.ts / .d.mts declare as values.
+// 3. Everything index.js and subprocess.mjs take from the native addon —
+//    the names they require from loader.js (which loads the addon) and every
+//    member used on a native executor, process, spawned program or cancel
+//    token — exists in the
 //    loaded addon and is declared in native.d.ts, which `npm run build`
 //    generates from the Rust source.
 // 4. Every name the installed seam (@deepseek-ai/dsh-shell) exports is
@@ -101,20 +102,23 @@ function compareExports(jsFile, runtime, dtsFile) {
 // The module through which index.js loads the addon.
 const LOADER = './loader.js'
 
-// Which native class a receiver holds, in each class of index.js.
+// Which native class a receiver holds, in each class of index.js and subprocess.mjs.
 const RECEIVERS = {
   NativeShellProcess: { 'this.#native': 'NativeProcess', native: 'NativeProcess' },
   NativeShellExecutor: { 'this.#native': 'NativeExecutor', native: 'NativeProcess', token: 'NativeCancelToken' },
+  NativeSubprocessHandle: { 'this.#native': 'NativeSpawned', native: 'NativeSpawned' },
+  NativeSubprocessRuntime: { 'this[NATIVE]': 'NativeExecutor', native: 'NativeSpawned', token: 'NativeCancelToken' },
 }
 
-function nativeUses() {
-  const source = parse('index.js')
+function nativeUses(file) {
+  const source = parse(file)
   const imports = []
   const members = []
   const visit = (node, cls) => {
     if (
       ts.isVariableDeclaration(node) &&
-      node.initializer?.getText() === `require('${LOADER}')` &&
+      (node.initializer?.getText() ?? '').startsWith('require(') &&
+      node.initializer.getText().includes(`'${LOADER}'`) &&
       ts.isObjectBindingPattern(node.name)
     ) {
       node.name.elements.forEach((e) => imports.push((e.propertyName ?? e.name).getText()))
@@ -122,7 +126,7 @@ function nativeUses() {
     if (ts.isClassDeclaration(node)) cls = node.name.getText()
     if (cls && ts.isPropertyAccessExpression(node) && ts.isIdentifier(node.name)) {
       const target = RECEIVERS[cls]?.[node.expression.getText()]
-      if (target) members.push({ target, name: node.name.getText(), at: `index.js:${line(node)}` })
+      if (target) members.push({ target, name: node.name.getText(), at: `${file}:${line(node)}` })
     }
     ts.forEachChild(node, (child) => visit(child, cls))
   }
@@ -143,14 +147,14 @@ function declaredNative() {
   return { exports, classes }
 }
 
-function checkNative() {
+function checkNative(file) {
   const native = require(LOADER)
   const declared = declaredNative()
-  const { imports, members } = nativeUses()
-  if (imports.length === 0) problem(`index.js: no \`const { … } = require('${LOADER}')\` found`)
+  const { imports, members } = nativeUses(file)
+  if (imports.length === 0) problem(`${file}: no \`const { … } = require('${LOADER}')\` found`)
   for (const name of imports) {
-    if (!(name in native)) problem(`index.js requires ${name} from ${LOADER}, which the addon does not export`)
-    if (!declared.exports.has(name)) problem(`index.js requires ${name} from ${LOADER}, which native.d.ts does not declare`)
+    if (!(name in native)) problem(`${file} requires ${name} from ${LOADER}, which the addon does not export`)
+    if (!declared.exports.has(name)) problem(`${file} requires ${name} from ${LOADER}, which native.d.ts does not declare`)
   }
   const seen = new Set()
   for (const { target, name, at } of members) {
@@ -236,16 +240,19 @@ async function checkSeamNames() {
   return seamNames.length
 }
 
-const jsdoc = checkJsDoc('index.d.ts') + checkJsDoc('harness.d.mts')
+const jsdoc = checkJsDoc('index.d.ts') + checkJsDoc('harness.d.mts') + checkJsDoc('subprocess.d.mts')
 compareExports('index.js', Object.keys(require('./index.js')), 'index.d.ts')
 compareExports('harness.mjs', Object.keys(await import('./harness.mjs')), 'harness.d.mts')
-const uses = checkNative()
+compareExports('subprocess.mjs', Object.keys(await import('./subprocess.mjs')), 'subprocess.d.mts')
+const indexUses = checkNative('index.js')
+const subprocessUses = checkNative('subprocess.mjs')
+const uses = { imports: indexUses.imports + subprocessUses.imports, members: indexUses.members + subprocessUses.members }
 const seamNames = await checkSeamNames()
 
 for (const p of problems) console.error(`check-declarations: ${p}`)
 console.log(
   `check-declarations: checked JSDoc on ${jsdoc} declarations, the exports of index.js and harness.mjs, ` +
-    `${uses.imports} names and ${uses.members} members index.js takes from the addon, ` +
+    `${uses.imports} names and ${uses.members} members index.js and subprocess.mjs take from the addon, ` +
     `and ${seamNames} names of ${SEAM} in both entry points: ` +
     (problems.length ? `${problems.length} problems` : 'ok'),
 )

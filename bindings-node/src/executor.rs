@@ -391,7 +391,7 @@ impl NativeTerminal {
 
 #[napi]
 pub struct NativeExecutor {
-    inner: dsh_core::Executor,
+    pub(crate) inner: dsh_core::Executor,
 }
 
 #[napi]

@@ -7,5 +7,7 @@ mod convert;
 mod executor;
 mod foreground;
 mod settle;
+mod spawn;
 
 pub use executor::*;
+pub use spawn::*;

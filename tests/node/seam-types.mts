@@ -187,3 +187,11 @@ export function mistakes(ex: NativeShellExecutor, harnessSpec: SeamSpec): void {
   ex.resolve({ command: 'x', onExpiry: 'later' })
   void [buffered, withUndefined, text, piped]
 }
+
+// dsh-native/subprocess is the seam's SubprocessRuntime: a composition that
+// loads it in place of the published provider type-checks unchanged.
+import NativeSubprocessRuntime from 'dsh-native/subprocess'
+import type { SubprocessHandle, SubprocessRuntime, SubprocessSpawnSpec } from '@deepseek-ai/dsh-subprocess'
+declare const nativeSubprocess: NativeSubprocessRuntime
+export const subprocessAsSeam: SubprocessRuntime = nativeSubprocess
+export const spawnedAsSeam = (spec: SubprocessSpawnSpec): SubprocessHandle => nativeSubprocess.spawn(spec)

@@ -1,0 +1,236 @@
+//! Spawned programs (docs/spawn.md) for `subprocess.mjs`: the spec comes
+//! already read into plain values (the seam's shapes are checked there),
+//! the handle goes back with the raw pipe descriptors for `net.Socket`.
+
+use std::collections::BTreeMap;
+use std::os::fd::{IntoRawFd, OwnedFd};
+use std::sync::Mutex;
+
+use napi::bindgen_prelude::*;
+use napi::Env;
+use napi_derive::napi;
+
+use dsh_core::{DshError, Field, FieldName, OutputStream, Scope, SpawnOutput, SpawnSpec, SpawnStdin};
+
+use crate::convert::js_error;
+use crate::executor::NativeExecutor;
+use crate::settle;
+
+fn field(name: FieldName) -> Field {
+    Field::new(Scope::Spawn, name)
+}
+
+fn invalid(field: Field, problem: impl Into<String>) -> DshError {
+    DshError::InvalidArgument {
+        field,
+        problem: problem.into(),
+    }
+}
+
+/// One output stream's disposition: `'pipe'`, `'inherit'`, or `'collect'`
+/// with its window and spill cap (`spill` negative: no spill file).
+fn output(name: FieldName, mode: &str, max_bytes: f64, spill: f64) -> dsh_core::Result<SpawnOutput> {
+    let bytes = |n: f64| {
+        if n.is_finite() && n >= 0.0 && n.fract() == 0.0 && n <= dsh_core::MAX_SAFE_INTEGER as f64 {
+            Ok(n as u64)
+        } else {
+            Err(invalid(
+                field(name),
+                format!("maxBytes must be a whole number of bytes, got {n}"),
+            ))
+        }
+    };
+    match mode {
+        "pipe" => Ok(SpawnOutput::Pipe),
+        "inherit" => Ok(SpawnOutput::Inherit),
+        "collect" => Ok(SpawnOutput::Collect {
+            max_bytes: bytes(max_bytes)?,
+            spill_max_bytes: if spill < 0.0 { None } else { Some(bytes(spill)?) },
+        }),
+        other => Err(invalid(field(name), format!("unknown disposition {other:?}"))),
+    }
+}
+
+/// `graceMs`: any positive finite number of milliseconds; a fraction is
+/// rounded up (the core takes whole ones).
+fn grace(ms: f64) -> dsh_core::Result<u64> {
+    if !ms.is_finite() || ms <= 0.0 {
+        return Err(invalid(
+            field(FieldName::GraceMs),
+            format!("must be a positive finite number, got {ms}"),
+        ));
+    }
+    Ok(ms.ceil().min(u64::MAX as f64) as u64)
+}
+
+/// An environment overlay from parallel lists; `null` removes a variable.
+fn overlay(keys: Vec<String>, values: Vec<Option<String>>) -> BTreeMap<String, Option<String>> {
+    keys.into_iter().zip(values).collect()
+}
+
+#[napi]
+impl NativeExecutor {
+    /// Starts a program (docs/spawn.md) and returns once it has exec'd.
+    #[napi]
+    #[allow(clippy::too_many_arguments)]
+    pub fn spawn_program(
+        &self,
+        env: Env,
+        argv: Vec<String>,
+        cwd: String,
+        env_keys: Vec<String>,
+        env_values: Vec<Option<String>>,
+        stdin: String,
+        stdin_data: Option<Buffer>,
+        stdout: String,
+        stdout_max: f64,
+        stdout_spill: f64,
+        stderr: String,
+        stderr_max: f64,
+        stderr_spill: f64,
+        grace_ms: f64,
+    ) -> Result<NativeSpawned> {
+        let spec = (|| {
+            Ok::<_, DshError>(SpawnSpec {
+                argv,
+                cwd: cwd.into(),
+                env: overlay(env_keys, env_values),
+                stdin: match (stdin.as_str(), stdin_data) {
+                    ("ignore", _) => SpawnStdin::Null,
+                    ("pipe", _) => SpawnStdin::Pipe,
+                    ("data", Some(data)) => SpawnStdin::Bytes(data.to_vec()),
+                    (other, _) => {
+                        return Err(invalid(
+                            field(FieldName::Stdin),
+                            format!("unknown disposition {other:?}"),
+                        ))
+                    }
+                },
+                stdout: output(FieldName::Stdout, &stdout, stdout_max, stdout_spill)?,
+                stderr: output(FieldName::Stderr, &stderr, stderr_max, stderr_spill)?,
+                grace_ms: grace(grace_ms)?,
+                sandbox_policy: None,
+                limits: dsh_core::Limits::default(),
+            })
+        })()
+        .map_err(|e| js_error(&env, &e))?;
+        let spawned = self.inner.spawn(&spec).map_err(|e| js_error(&env, &e))?;
+        Ok(NativeSpawned {
+            pid: spawned.pid,
+            fds: Mutex::new([spawned.stdin, spawned.stdout, spawned.stderr]),
+            inner: spawned.process,
+        })
+    }
+
+    /// Where a spawn of `command` would find it, with `env`'s changes.
+    #[napi]
+    pub fn resolve_executable(
+        &self,
+        env: Env,
+        command: String,
+        env_keys: Vec<String>,
+        env_values: Vec<Option<String>>,
+    ) -> Result<String> {
+        let path = self
+            .inner
+            .resolve_executable(&command, &overlay(env_keys, env_values))
+            .map_err(|e| js_error(&env, &e))?;
+        Ok(path.to_string_lossy().into_owned())
+    }
+}
+
+/// A spawned program; `subprocess.mjs` wraps it in the seam's
+/// `SubprocessHandle`.
+#[napi]
+pub struct NativeSpawned {
+    inner: dsh_core::Process,
+    pid: i32,
+    /// stdin, stdout, stderr: the raw ends not yet taken by JS.
+    fds: Mutex<[Option<OwnedFd>; 3]>,
+}
+
+fn stream(name: &str) -> Option<OutputStream> {
+    match name {
+        "stdout" => Some(OutputStream::Stdout),
+        "stderr" => Some(OutputStream::Stderr),
+        _ => None,
+    }
+}
+
+#[napi]
+impl NativeSpawned {
+    #[napi(getter)]
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Hands the raw descriptor of stream `index` (0, 1, 2) to JS, which
+    /// owns it from then on; null when there is none (or it was taken).
+    #[napi]
+    pub fn take_fd(&self, index: u32) -> Option<i32> {
+        let mut fds = self.fds.lock().unwrap_or_else(|e| e.into_inner());
+        fds.get_mut(index as usize)?.take().map(IntoRawFd::into_raw_fd)
+    }
+
+    /// A non-consuming read of a collected stream from `offset`.
+    #[napi]
+    pub fn read_from<'e>(&self, env: &'e Env, name: String, offset: f64) -> Result<Object<'e>> {
+        let which = stream(&name).ok_or_else(|| Error::from_reason(format!("no stream {name:?}")))?;
+        let from = if offset.is_finite() && offset > 0.0 {
+            offset as u64
+        } else {
+            0
+        };
+        let read = self.inner.read_from(which, from);
+        let mut o = Object::new(env)?;
+        o.set_named_property("text", read.text)?;
+        o.set_named_property("nextOffset", read.next_offset as f64)?;
+        o.set_named_property("lossy", read.lossy)?;
+        if let Some(path) = read.spill_path {
+            o.set_named_property("spillPath", path)?;
+        }
+        Ok(o)
+    }
+
+    /// Resolves once the program has settled.
+    #[napi]
+    pub fn done<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        let (deferred, promise) = settle::promise(env)?;
+        self.inner
+            .when_settled(move || deferred.resolve(|_| Ok(())))
+            .map_err(|e| js_error(env, &e))?;
+        Ok(promise)
+    }
+
+    #[napi(getter)]
+    pub fn exit_code(&self) -> Option<i32> {
+        self.inner.exit_code()
+    }
+
+    #[napi(getter)]
+    pub fn signal(&self) -> Option<String> {
+        self.inner.signal()
+    }
+
+    /// SIGTERM, SIGKILL after the grace, to the whole tree; idempotent.
+    #[napi]
+    pub fn terminate(&self) {
+        self.inner.terminate();
+    }
+
+    /// True once the whole tree has ended.
+    #[napi(getter)]
+    pub fn tree_gone(&self) -> bool {
+        self.inner.tree_gone()
+    }
+
+    /// Resolves once the whole tree has ended; `cancel(id)` withdraws it.
+    #[napi]
+    pub fn when_tree_gone<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        let (deferred, promise) = settle::promise(env)?;
+        self.inner
+            .when_tree_gone(move || deferred.resolve(|_| Ok(())))
+            .map_err(|e| js_error(env, &e))?;
+        Ok(promise)
+    }
+}

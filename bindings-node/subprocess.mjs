@@ -1,0 +1,265 @@
+// dsh-native/subprocess: the harness's `ctx.subprocess` on dsh-native, in
+// place of `@deepseek-ai/dsh-subprocess-local`. It extends the published
+// abstract `SubprocessRuntime` and only adapts the seam's shapes: every
+// rule (lookup, environment, streams, offsets, the tree, the escalation)
+// lives in the Rust core (docs/spawn.md).
+
+import { createRequire } from 'node:module'
+import net from 'node:net'
+import { resolve as resolvePath } from 'node:path'
+import { Readable, Writable } from 'node:stream'
+import { SubprocessRuntime } from '@deepseek-ai/dsh-subprocess'
+
+const require = createRequire(import.meta.url)
+const { NativeExecutor, NativeCancelToken } = require('./loader.js')
+const { NativeTerminalHandle } = require('./index.js')
+
+/** A seam-shape error: what the published provider throws from `spawn`. */
+function shapeError(message) {
+  const err = new TypeError(`dsh-native/subprocess: ${message}`)
+  err.code = 'INVALID_ARGUMENT'
+  return err
+}
+
+function isSignal(signal) {
+  return (
+    signal !== null &&
+    typeof signal === 'object' &&
+    typeof signal.aborted === 'boolean' &&
+    typeof signal.addEventListener === 'function'
+  )
+}
+
+function checkSignal(signal, field) {
+  if (signal !== undefined && !isSignal(signal)) throw shapeError(`${field} must be an AbortSignal`)
+  return signal
+}
+
+/** An environment overlay as the addon takes it: keys, and values (`null` removes). */
+function overlay(env, field) {
+  const keys = []
+  const values = []
+  if (env === undefined) return [keys, values]
+  if (env === null || typeof env !== 'object') throw shapeError(`${field} must be an object`)
+  for (const key of Object.keys(env)) {
+    const value = env[key]
+    if (value !== undefined && typeof value !== 'string') {
+      throw shapeError(`${field}.${key} must be a string or undefined, got ${typeof value}`)
+    }
+    keys.push(key)
+    values.push(value ?? null)
+  }
+  return [keys, values]
+}
+
+/** `[mode, maxBytes, spillMaxBytes]` of one output disposition (-1: no spill). */
+function output(mode, field) {
+  if (mode === 'pipe' || mode === 'inherit') return [mode, 0, -1]
+  if (mode === null || typeof mode !== 'object' || typeof mode.maxBytes !== 'number') {
+    throw shapeError(`${field} must be 'pipe', 'inherit' or { maxBytes, spill? }`)
+  }
+  if (mode.spill === undefined) return ['collect', mode.maxBytes, -1]
+  if (mode.spill === null || typeof mode.spill !== 'object' || typeof mode.spill.maxBytes !== 'number') {
+    throw shapeError(`${field}.spill must be { maxBytes }`)
+  }
+  return ['collect', mode.maxBytes, mode.spill.maxBytes]
+}
+
+/** `[mode, data]` of the stdin disposition. */
+function input(mode) {
+  if (mode === 'ignore' || mode === 'pipe') return [mode, null]
+  if (mode !== null && typeof mode === 'object' && typeof mode.data === 'string') {
+    return ['data', Buffer.from(mode.data, 'utf8')]
+  }
+  throw shapeError("stdio.stdin must be 'ignore', 'pipe' or { data }")
+}
+
+/** A Readable or Writable over a raw pipe end the core handed over. */
+function pipeSocket(fd, readable) {
+  return new net.Socket({ fd, readable, writable: !readable, allowHalfOpen: true })
+}
+
+function outcomeOf(native) {
+  return { exitCode: native.exitCode ?? null, signal: native.signal ?? null }
+}
+
+/**
+ * The seam's `SubprocessHandle` over a spawned program (docs/spawn.md).
+ * Collect-mode readers read by offset from the core; piped streams are the
+ * raw pipes; `waitForExit` waits for the whole tree.
+ */
+class NativeSubprocessHandle {
+  #native
+  #gone
+  constructor(native, streams, collected, signal) {
+    this.#native = native
+    this.pid = native.pid
+    this.stdin = streams[0]
+    this.stdout = streams[1]
+    this.stderr = streams[2]
+    this.collected = collected
+    const onAbort = () => this.terminate()
+    signal?.addEventListener('abort', onAbort, { once: true })
+    this.done = native.done().then(() => {
+      signal?.removeEventListener('abort', onAbort)
+      return outcomeOf(native)
+    })
+    // An abort that fired between the spawn and the listener.
+    if (signal?.aborted) onAbort()
+  }
+
+  terminate() {
+    this.#native.terminate()
+  }
+
+  async waitForExit(signal) {
+    checkSignal(signal, 'signal')
+    if (this.#native.treeGone) return true
+    if (signal?.aborted) return false
+    this.#gone ??= this.#native.whenTreeGone().then(() => true)
+    if (signal === undefined) return this.#gone
+    return new Promise((resolve) => {
+      const onAbort = () => resolve(false)
+      signal.addEventListener('abort', onAbort, { once: true })
+      this.#gone.then((gone) => {
+        signal.removeEventListener('abort', onAbort)
+        resolve(gone)
+      })
+    })
+  }
+}
+
+/**
+ * The handle of a program that could not start, as the seam wants it: pid
+ * −1, `done` rejected with the error, streams that are already over.
+ */
+function failedHandle(err, stdio) {
+  const ended = () => Readable.from([])
+  const done = Promise.reject(err)
+  // Rejected for whoever awaits it; not an unhandled rejection by itself.
+  done.catch(() => {})
+  const empty = { readFrom: () => ({ text: '', nextOffset: 0, lossy: false }) }
+  const collected = {}
+  if (typeof stdio.stdout === 'object') collected.stdout = empty
+  if (typeof stdio.stderr === 'object') collected.stderr = empty
+  return {
+    pid: -1,
+    stdin: stdio.stdin === 'pipe' ? new Writable({ write: (_chunk, _enc, cb) => cb() }) : undefined,
+    stdout: stdio.stdout === 'pipe' ? ended() : undefined,
+    stderr: stdio.stderr === 'pipe' ? ended() : undefined,
+    collected,
+    done,
+    terminate() {},
+    waitForExit: async () => true,
+  }
+}
+
+/** Errors of a start the kernel or the supervisor refused: `done` rejects with them. */
+function isSpawnFailure(err) {
+  return typeof err?.code === 'string' && typeof err.errno === 'number'
+}
+
+// Symbol-keyed, not `#private`: cordis hands out proxies of a service, and
+// private fields do not survive a proxy.
+const NATIVE = Symbol('dsh-native executor')
+const LIVE = Symbol('dsh-native live handles')
+
+/**
+ * `ctx.subprocess` backed by dsh-native. Loading it instead of
+ * `@deepseek-ai/dsh-subprocess-local` moves every process the harness
+ * starts (its bash executor's, its terminals', its language servers') onto
+ * the native core.
+ */
+export class NativeSubprocessRuntime extends SubprocessRuntime {
+  constructor(ctx) {
+    super(ctx)
+    this[NATIVE] = new NativeExecutor()
+    this[LIVE] = new Set()
+    ctx.effect(
+      () => async () => {
+        // Each with its own grace; terminals await their quiescence.
+        await Promise.allSettled([...this[LIVE]].map((h) => h.terminate()))
+        this[LIVE].clear()
+        // Stops what is still running, ends every tree, awaits all of it.
+        await this[NATIVE].dispose()
+      },
+      'dsh-native subprocess teardown',
+    )
+  }
+
+  async resolveExecutable(command, env, signal) {
+    checkSignal(signal, 'signal')
+    signal?.throwIfAborted()
+    if (typeof command !== 'string') throw shapeError('command must be a string')
+    const [keys, values] = overlay(env, 'env')
+    const path = this[NATIVE].resolveExecutable(command, keys, values)
+    signal?.throwIfAborted()
+    return path
+  }
+
+  spawn(spec) {
+    if (spec === null || typeof spec !== 'object') throw shapeError('spec must be an object')
+    const signal = checkSignal(spec.signal, 'spec.signal')
+    if (signal?.aborted) throw new Error(`aborted before spawn: ${String(signal.reason ?? 'aborted')}`)
+    const { argv, cwd, stdio, graceMs } = spec
+    if (!Array.isArray(argv) || argv.some((a) => typeof a !== 'string')) {
+      throw shapeError('spec.argv must be an array of strings')
+    }
+    if (typeof cwd !== 'string') throw shapeError('spec.cwd must be a string')
+    if (stdio === null || typeof stdio !== 'object') throw shapeError('spec.stdio must be an object')
+    if (typeof graceMs !== 'number') throw shapeError('spec.graceMs must be a number')
+    const [stdinMode, stdinData] = input(stdio.stdin)
+    const out = output(stdio.stdout, 'stdio.stdout')
+    const err = output(stdio.stderr, 'stdio.stderr')
+    const [keys, values] = overlay(spec.env, 'spec.env')
+    let native
+    try {
+      native = this[NATIVE].spawnProgram(
+        [...argv], resolvePath(cwd), keys, values, stdinMode, stdinData, ...out, ...err, graceMs,
+      )
+    } catch (e) {
+      if (isSpawnFailure(e)) return failedHandle(e, stdio)
+      throw e
+    }
+    const streams = [0, 1, 2].map((i) => {
+      const fd = native.takeFd(i)
+      return fd === null ? undefined : pipeSocket(fd, i !== 0)
+    })
+    const collected = {}
+    for (const [name, mode] of [['stdout', out[0]], ['stderr', err[0]]]) {
+      if (mode === 'collect') collected[name] = { readFrom: (from) => native.readFrom(name, from) }
+    }
+    const handle = new NativeSubprocessHandle(native, streams, collected, signal)
+    this[LIVE].add(handle)
+    handle.done.finally(() => this[LIVE].delete(handle))
+    return handle
+  }
+
+  async spawnTerminal(spec) {
+    if (spec === null || typeof spec !== 'object') throw shapeError('spec must be an object')
+    const signal = checkSignal(spec.signal, 'spec.signal')
+    signal?.throwIfAborted()
+    const { argv, cwd, env, rows, cols, graceMs } = spec
+    const token = new NativeCancelToken()
+    const onAbort = () => token.cancel()
+    signal?.addEventListener('abort', onAbort, { once: true })
+    let native
+    try {
+      native = await this[NATIVE].spawnTerminal(
+        { argv: Array.isArray(argv) ? [...argv] : argv, cwd: typeof cwd === 'string' ? resolvePath(cwd) : cwd, env, rows, cols, graceMs },
+        token,
+      )
+    } finally {
+      // The signal cancels the allocation only: the session is the handle's.
+      signal?.removeEventListener('abort', onAbort)
+    }
+    const handle = new NativeTerminalHandle(native)
+    this[LIVE].add(handle)
+    handle.done.finally(() => this[LIVE].delete(handle))
+    return handle
+  }
+}
+
+export default NativeSubprocessRuntime
+// The seam's class the plugin extends, under its own name.
+export { SubprocessRuntime }
