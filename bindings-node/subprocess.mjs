@@ -65,11 +65,18 @@ function output(mode, field) {
   return ['collect', mode.maxBytes, mode.spill.maxBytes]
 }
 
-/** `[mode, data]` of the stdin disposition. */
+/**
+ * `[mode, data]` of the stdin disposition. The seam's `data` is a string;
+ * bytes (a Buffer or Uint8Array) are taken too, as Node's own spawn takes
+ * them and as the published bash executor passes them through.
+ */
 function input(mode) {
   if (mode === 'ignore' || mode === 'pipe') return [mode, null]
   if (mode !== null && typeof mode === 'object' && typeof mode.data === 'string') {
     return ['data', Buffer.from(mode.data, 'utf8')]
+  }
+  if (mode !== null && typeof mode === 'object' && mode.data instanceof Uint8Array) {
+    return ['data', Buffer.from(mode.data)]
   }
   throw shapeError("stdio.stdin must be 'ignore', 'pipe' or { data }")
 }

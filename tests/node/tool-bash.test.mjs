@@ -23,6 +23,10 @@ const { default: LocalJobRegistry } = await seam('@deepseek-ai/dsh-jobs-local')
 const ToolJobs = await seam('@deepseek-ai/dsh-tool-jobs')
 const ToolBash = await seam('@deepseek-ai/dsh-tool-bash')
 const { default: NativeShellPlugin } = await import(harnessUrl)
+// DSH_PARITY_SUBPROCESS=native: the same composition over our ctx.subprocess.
+const SUBPROCESS = process.env.DSH_PARITY_SUBPROCESS === 'native'
+  ? (await import(new URL('../../bindings-node/subprocess.mjs', import.meta.url).href)).default
+  : LocalSubprocessRuntime
 
 const base = fs.mkdtempSync(path.join(os.tmpdir(), 'dsh-tool-bash-'))
 const workspace = path.join(base, 'workspace')
@@ -32,7 +36,7 @@ let root
 
 before(async () => {
   root = new Context()
-  await root.plugin(LocalSubprocessRuntime)
+  await root.plugin(SUBPROCESS)
   await root.plugin(SystemPrompt)
   await root.plugin(ToolRuntime)
   await root.plugin(ShellEnv, { dshHome })
