@@ -106,6 +106,63 @@ def terminal_rows() -> List[Row]:
     return rows
 
 
+def subprocess_rows() -> List[Row]:
+    """`ctx.subprocess`: dsh-native/subprocess beside the published provider,
+    each loaded in a cordis Context as the harness loads it."""
+    rows: List[Row] = []
+    drv = ["node", "bench/node/subprocess.mjs"]
+    for mb in HOSTS:
+        slow = str(max(10, ITER // 5 // (1 + mb // 512)))
+        for mode in ["collect", "pipe"]:
+            rows += run(drv + ["spawn", str(ITER // 5), str(mb), "native", mode])
+            rows += run(drv + ["spawn", slow, str(mb), "published", mode])
+    for which in ["native", "published"]:
+        rows += run(drv + ["pipe", str(64 << 20), which])
+        rows += run(drv + ["echo", str(KEYS), which])
+        rows += run(drv + ["terminal-throughput", str(TERMINAL_BYTES), which])
+        rows += run(drv + ["terminal-spawn", str(max(10, ITER // 10)), which])
+    return rows
+
+
+def subprocess_table(rows: List[Row], get: Any) -> List[str]:
+    native, published = "dsh-native/subprocess", "dsh-subprocess-local"
+    lines = ["\n### `ctx.subprocess`: dsh-native/subprocess beside the published provider (dsh-subprocess-local)\n"]
+    lines.append("Spawn of `bash -c true` (the floor's program) until `done`, stdout and stderr collected "
+                 "(`{ maxBytes }`) or piped (read to the end):\n")
+    lines.append("| stdio | host memory | dsh-native/subprocess | × floor | dsh-subprocess-local | × floor | target |")
+    lines.append("|---|---|---|---|---|---|---|")
+    small: Dict[str, float] = {}
+    for mode in ["collect", "pipe"]:
+        for mb in HOSTS:
+            floor = get("run_true", "floor (C posix_spawn)", mb)["median_us"]
+            n = get(f"subprocess_spawn_{mode}", native, mb)["median_us"]
+            p = get(f"subprocess_spawn_{mode}", published, mb)["median_us"]
+            if mb == 0:
+                small[mode] = n
+                ok = n / floor <= 1.2
+                target = f"≤ 1.2× floor {'✅' if ok else '❌'}"
+            else:
+                flat = n / small[mode]
+                target = f"{flat:.2f}× small host (flat: ≤ 1.2 {'✅' if flat <= 1.2 else '❌'})"
+            lines.append(f"| {mode} | {mb} MiB | {fmt_us(n)} | {n / floor:.2f} | {fmt_us(p)} | {p / floor:.2f} | {target} |")
+    lines.append("\n| measure | dsh-native/subprocess | dsh-subprocess-local |")
+    lines.append("|---|---|---|")
+    mbps = lambda r: r["bytes"] / (r["median_us"] / 1e6) / 1e6  # noqa: E731
+    for bench, what in [("subprocess_pipe", "64 MiB through a raw stdout pipe"),
+                        ("subprocess_terminal_throughput", f"{TERMINAL_BYTES >> 20} MiB through a terminal")]:
+        n, p = get(bench, native), get(bench, published)
+        lines.append(f"| {what}: time, throughput, bytes lost | {fmt_us(n['median_us'])}, {mbps(n):.0f} MB/s, "
+                     f"{n['lost_bytes']} | {fmt_us(p['median_us'])}, {mbps(p):.0f} MB/s, {p['lost_bytes']} |")
+    n, p = get("subprocess_terminal_echo", native), get("subprocess_terminal_echo", published)
+    lines.append(f"| keystroke → echo through a raw-mode `cat` ({KEYS} keys), median | {fmt_us(n['median_us'])} | "
+                 f"{fmt_us(p['median_us'])} |")
+    n, p = get("subprocess_terminal_spawn", native), get("subprocess_terminal_spawn", published)
+    lines.append(f"| terminal spawn of `true` until its output ended, median | {fmt_us(n['median_us'])} | "
+                 f"{fmt_us(p['median_us'])} |")
+    lines.append(f"| bytes of `seq 1 20000` lost at the program's exit | {n['lost_bytes']} | {p['lost_bytes']} |")
+    return lines
+
+
 def fmt_us(v: float) -> str:
     return f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.2f} µs"
 
@@ -123,6 +180,7 @@ def main() -> None:
     rows += run(["node", "bench/node/bench.js", "read", str(READS)])
     rows += run([py(), "bench/python/bench.py", "read", str(READS)])
     rows += terminal_rows()
+    rows += subprocess_rows()
 
     def get(bench: str, impl: str, host_mb: int = 0) -> Row:
         return next(r for r in rows if r["bench"] == bench and r["impl"] == impl and r.get("host_mb", 0) == host_mb)
@@ -242,6 +300,7 @@ def main() -> None:
         lines.append(f"| {impl} | {fmt_us(r['median_us'])} | ≤ {limit:g} µs {'✅' if r['median_us'] <= limit else '❌'} |")
 
     lines += terminal_table(rows, get)
+    lines += subprocess_table(rows, get)
 
     text = "\n".join(lines)
     print(text)
