@@ -305,6 +305,25 @@ impl Process {
     }
 }
 
+/// ``argv``: a list (any sequence but a str) of str.
+fn argv_list(py: Python<'_>, a: &Bound<'_, PyAny>, field: Field) -> PyResult<Vec<String>> {
+    if a.is_instance_of::<PyString>() {
+        return Err(type_error(py, field, "must be a list of str, got a str"));
+    }
+    let items: Vec<Bound<'_, PyAny>> = a
+        .extract()
+        .map_err(|_| type_error(py, field, &format!("must be a list of str, got {}", type_name(a))))?;
+    let mut argv = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let Some(arg) = utf8(item, field, &format!("item {i} "))? else {
+            let problem = format!("must be a list of str, item {i} is {}", type_name(item));
+            return Err(type_error(py, field, &problem));
+        };
+        argv.push(arg);
+    }
+    Ok(argv)
+}
+
 /// The bytes of a ``write_stdin`` argument: ``str`` (UTF-8) or ``bytes``.
 fn stdin_bytes(data: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     if data.is_instance_of::<PyString>() {
@@ -836,6 +855,49 @@ impl Executor {
         })
     }
 
+    /// Starts a program (docs/spawn.md): ``argv`` is never given to a
+    /// shell. ``stdin`` is ``DEVNULL`` (None, the default), ``PIPE``,
+    /// ``INHERIT``, or ``bytes``/``str`` written then closed; ``stdout`` and
+    /// ``stderr`` are a ``Collect`` (None, the default, is ``Collect()``:
+    /// the configured window and spill file), ``PIPE`` (a binary file
+    /// object on the handle) or ``INHERIT``. ``env`` maps names to a value,
+    /// or to None to remove an inherited variable. ``cwd``, ``grace_ms``,
+    /// ``sandbox_policy`` and ``limits`` default as for a command.
+    ///
+    /// Returns once the program has exec'd. Raises InvalidArgumentError
+    /// naming a bad field, SpawnError when the program cannot start.
+    #[pyo3(signature = (argv, *, cwd=None, env=None, stdin=None, stdout=None, stderr=None, grace_ms=None, sandbox_policy=None, limits=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn spawn(
+        &self,
+        py: Python<'_>,
+        argv: &Bound<'_, PyAny>,
+        cwd: Option<&Bound<'_, PyAny>>,
+        env: Option<&Bound<'_, PyAny>>,
+        stdin: Option<&Bound<'_, PyAny>>,
+        stdout: Option<&Bound<'_, PyAny>>,
+        stderr: Option<&Bound<'_, PyAny>>,
+        grace_ms: Option<&Bound<'_, PyAny>>,
+        sandbox_policy: Option<&Bound<'_, PyAny>>,
+        limits: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<crate::spawned::Spawned> {
+        let f = |name| Field::new(Scope::Spawn, name);
+        let argv = argv_list(py, argv, f(FieldName::Argv))?;
+        crate::spawned::spawn(
+            py,
+            &self.inner,
+            argv,
+            optional_path(cwd, f(FieldName::Cwd), "")?,
+            crate::spawned::overlay(env)?,
+            stdin,
+            stdout,
+            stderr,
+            number(grace_ms, Scope::Spawn, FieldName::GraceMs)?,
+            policy_input(sandbox_policy)?,
+            limits_input(limits, Scope::Spawn)?,
+        )
+    }
+
     /// Starts a terminal session (docs/terminals.md) and returns its
     /// Terminal once the program runs: ``argv`` (a list: the program and its
     /// arguments) or ``command`` (a line for ``bash -c``), exactly one.
@@ -871,25 +933,7 @@ impl Executor {
         let command = command.filter(|c| !c.is_none());
         let program = match (argv, command) {
             (Some(a), None) => {
-                if a.is_instance_of::<PyString>() {
-                    return Err(type_error(
-                        py,
-                        f(FieldName::Argv),
-                        "must be a list of str, got a str",
-                    ));
-                }
-                let field = f(FieldName::Argv);
-                let items: Vec<Bound<'_, PyAny>> = a.extract().map_err(|_| {
-                    type_error(py, field, &format!("must be a list of str, got {}", type_name(a)))
-                })?;
-                let mut argv = Vec::with_capacity(items.len());
-                for (i, item) in items.iter().enumerate() {
-                    let Some(arg) = utf8(item, field, &format!("item {i} "))? else {
-                        let problem = format!("must be a list of str, item {i} is {}", type_name(item));
-                        return Err(type_error(py, field, &problem));
-                    };
-                    argv.push(arg);
-                }
+                let argv = argv_list(py, a, f(FieldName::Argv))?;
                 dsh_core::TerminalProgram::Argv(argv)
             }
             (None, Some(c)) => {

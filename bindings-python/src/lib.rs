@@ -4,6 +4,7 @@
 
 mod executor;
 mod results;
+mod spawned;
 mod terminal;
 mod waiting;
 
@@ -201,5 +202,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<results::ProcessRead>()?;
     m.add_class::<results::SandboxPolicy>()?;
     m.add_class::<results::SandboxInfo>()?;
+    m.add_class::<spawned::Spawned>()?;
+    m.add_class::<spawned::Collect>()?;
+    m.add_class::<spawned::OffsetRead>()?;
+    m.add("INHERIT", spawned::INHERIT)?;
     Ok(())
 }

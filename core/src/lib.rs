@@ -45,7 +45,7 @@ pub use spec::error::{errno_name, DshError, Field, FieldName, NameStyle, Result,
 pub use spec::limits::{LimitKind, Limits, LimitsEnforcement, LimitsInput, Mechanism, PerLimit};
 pub use spec::request::{resolve, OnExpiry, Request, SandboxPolicyInput, Spec, DSH_ENV_PREFIX};
 pub use spec::sandbox::{Enforcement, NetworkPolicy, SandboxInfo, SandboxMode, SandboxPolicy};
-pub use spec::spawn::{SpawnOutput, SpawnSpec, SpawnStdin};
+pub use spec::spawn::{resolve_spawn, SpawnOutput, SpawnRequest, SpawnSpec, SpawnStdin};
 pub use spec::terminal::{
     dimension, resolve_terminal, TerminalProgram, TerminalRequest, TerminalSignal, TerminalSpec,
     DEFAULT_COLS, DEFAULT_ROWS,

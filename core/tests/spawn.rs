@@ -396,3 +396,39 @@ fn resolve_executable_finds_the_first_path_hit_as_named() {
         }
     }
 }
+
+#[test]
+fn a_spawn_request_takes_what_it_leaves_out_from_the_configuration() {
+    let dir = temp_dir("spawn-resolve-request");
+    let exec = common::executor_with(|c| {
+        c.cwd = Some(dir.to_str().unwrap().to_owned());
+        c.grace_ms = common::n(1234);
+        c.max_output_bytes = common::n(777);
+    });
+    let spec = exec
+        .resolve_spawn(dsh_core::SpawnRequest {
+            argv: vec!["true".into()],
+            cwd: Some("sub".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(spec.cwd, dir.join("sub"));
+    assert_eq!(spec.grace_ms, 1234);
+    assert_eq!(spec.stdin, SpawnStdin::Null);
+    let collected = collect(777, Some(dsh_core::DEFAULT_MAX_SPILL_BYTES));
+    assert_eq!((spec.stdout, spec.stderr), (collected, collected));
+    match exec.resolve_spawn(dsh_core::SpawnRequest {
+        argv: vec!["true".into()],
+        grace_ms: common::n(1.5),
+        ..Default::default()
+    }) {
+        Err(DshError::InvalidArgument { field, .. }) => {
+            assert_eq!(field.path(dsh_core::NameStyle::Snake), "spawn.grace_ms")
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    assert!(matches!(
+        exec.resolve_spawn(dsh_core::SpawnRequest::default()),
+        Err(DshError::InvalidArgument { .. })
+    ));
+}

@@ -104,6 +104,16 @@ def use_everything() -> None:
             return "".join(parts) + str(await t.terminate_async())
 
         tail: str = asyncio.run(drive(ex.spawn_terminal(command="echo done")))
+        sp: dsh_native.Spawned = ex.spawn(["cat"], stdin=dsh_native.PIPE, stdout=dsh_native.Collect(1000, 1 << 20),
+                                          stderr=dsh_native.INHERIT, env={"A": "1", "B": None}, grace_ms=500)
+        if sp.stdin is not None:
+            sp.stdin.write(b"typed")
+            sp.stdin.close()
+        sp.wait(10)
+        at: dsh_native.OffsetRead = sp.read_from("stdout", 0)
+        sp.terminate()
+        sp.wait_tree(10)
+        print(sp.pid, at.text, at.next_offset, at.lossy, at.spill_path, sp.exit_code, sp.tree_gone)
         print(group, chunk, left, tail, term.exit_code, term.signal, term.survivors)
         print(mode, policy, code, sig, info, flags, path, text, lossy, again, owner, procs, killed,
               removed, status, r2, r3, dsh_native.__version__)

@@ -38,12 +38,15 @@ from ._errors import (
 from ._helpers import resolve_future
 from ._native import (
     CancelToken,
+    Collect,
     CollectedOutput,
+    OffsetRead,
     Process,
     ProcessRead,
     RunResult,
     SandboxInfo,
     SandboxPolicy,
+    Spawned,
     Spec,
     Foreground,
     Terminal,
@@ -59,21 +62,34 @@ __version__: str = _native.__version__
 #: value as ``subprocess.PIPE``, which works too.
 PIPE: int = subprocess.PIPE
 
+#: ``Executor.spawn(..., stdin=DEVNULL)``: ``/dev/null`` (the default). The
+#: same value as ``subprocess.DEVNULL``.
+DEVNULL: int = subprocess.DEVNULL
+
+#: ``Executor.spawn(..., stdout=INHERIT)``: the host's own descriptor,
+#: shared with the program (``subprocess`` says None for it; here None is
+#: the default, a collected stream).
+INHERIT: int = _native.INHERIT
+
 __all__ = [
     "AlreadyCancelledError",
     "BlockingCallError",
     "ForkedChildError",
     "StillRunningError",
     "CancelToken",
+    "Collect",
     "CollectedOutput",
+    "DEVNULL",
     "DisposedError",
     "DshError",
     "Executor",
     "Foreground",
+    "INHERIT",
     "InternalError",
     "InvalidArgumentError",
     "LimitUnavailableError",
     "NotFoundError",
+    "OffsetRead",
     "PIPE",
     "Process",
     "ProcessRead",
@@ -81,6 +97,7 @@ __all__ = [
     "SandboxInfo",
     "SandboxPolicy",
     "SandboxUnavailableError",
+    "Spawned",
     "Spec",
     "SpawnError",
     "StdinClosedError",

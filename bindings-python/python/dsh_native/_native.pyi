@@ -1,4 +1,4 @@
-from typing import Callable, Dict, List, Literal, Mapping, Optional, Sequence, TypedDict, Union, final
+from typing import BinaryIO, Callable, Dict, List, Literal, Mapping, Optional, Sequence, TypedDict, Union, final
 import asyncio
 import os
 
@@ -17,6 +17,10 @@ __all__ = [
     "ProcessRead",
     "SandboxPolicy",
     "SandboxInfo",
+    "Spawned",
+    "Collect",
+    "OffsetRead",
+    "INHERIT",
     "limits_support",
     "metadata_unavailable",
     "Terminal",
@@ -241,6 +245,52 @@ class Terminal:
     def wait(self, timeout: Optional[float] = None) -> None: ...
     def wait_async(self) -> "asyncio.Future[None]": ...
 
+INHERIT: int
+
+@final
+class Collect:
+    def __new__(cls, max_bytes: Optional[int] = None, spill_max_bytes: Optional[int] = None) -> "Collect": ...
+    @property
+    def max_bytes(self) -> Optional[int]: ...
+    @property
+    def spill_max_bytes(self) -> Optional[int]: ...
+
+@final
+class OffsetRead:
+    @property
+    def text(self) -> str: ...
+    @property
+    def next_offset(self) -> int: ...
+    @property
+    def lossy(self) -> bool: ...
+    @property
+    def spill_path(self) -> Optional[str]: ...
+    @property
+    def spill_error(self) -> Optional[str]: ...
+
+@final
+class Spawned:
+    @property
+    def pid(self) -> int: ...
+    @property
+    def stdin(self) -> Optional[BinaryIO]: ...
+    @property
+    def stdout(self) -> Optional[BinaryIO]: ...
+    @property
+    def stderr(self) -> Optional[BinaryIO]: ...
+    @property
+    def exit_code(self) -> Optional[int]: ...
+    @property
+    def signal(self) -> Optional[str]: ...
+    @property
+    def settled(self) -> bool: ...
+    @property
+    def tree_gone(self) -> bool: ...
+    def read_from(self, stream: Literal["stdout", "stderr"], offset: int = 0) -> OffsetRead: ...
+    def terminate(self) -> None: ...
+    def wait(self, timeout: Optional[float] = None) -> None: ...
+    def wait_tree(self, timeout: Optional[float] = None) -> None: ...
+
 _Number = Union[int, float]
 _Path = Union[str, "os.PathLike[str]"]
 # Like subprocess's cwd: a str (filesystem encoding, surrogateescape), bytes,
@@ -311,6 +361,19 @@ class Executor:
     def kill(self, id: str) -> bool: ...
     def forget(self, id: str) -> None: ...
     def on_task_done(self, callback: Callable[[Process], object]) -> Unsubscribe: ...
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Optional[_FsPath] = None,
+        env: Optional[Mapping[str, Optional[str]]] = None,
+        stdin: Union[int, bytes, str, None] = None,
+        stdout: Union[Collect, int, None] = None,
+        stderr: Union[Collect, int, None] = None,
+        grace_ms: Optional[_Number] = None,
+        sandbox_policy: Union[SandboxPolicy, Mapping[str, Optional[_FsPath]], None] = None,
+        limits: Optional[_Limits] = None,
+    ) -> Spawned: ...
     def spawn_terminal(
         self,
         argv: Optional[Sequence[str]] = None,

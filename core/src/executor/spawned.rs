@@ -22,7 +22,7 @@ use crate::launch::env::HostEnv;
 use crate::launch::launch_spawn;
 use crate::launch::tree::{sweep, sweep_counted, TagMatch};
 use crate::spec::error::{DshError, Result};
-use crate::spec::spawn::{SpawnOutput, SpawnSpec, SpawnStdin};
+use crate::spec::spawn::{SpawnOutput, SpawnRequest, SpawnSpec, SpawnStdin};
 use crate::watch::escalation::kill_after;
 use crate::watch::output::{OffsetRead, StreamBuffer};
 use crate::watch::supervise::{supervise, StdinSource, Stop, Streams};
@@ -133,7 +133,7 @@ impl Executor {
                 };
                 let stdin = match &spec.stdin {
                     SpawnStdin::Bytes(b) => StdinSource::Bytes(Some(b)),
-                    SpawnStdin::Null | SpawnStdin::Pipe => StdinSource::Bytes(None),
+                    SpawnStdin::Null | SpawnStdin::Pipe | SpawnStdin::Inherit => StdinSource::Bytes(None),
                 };
                 let grace = Duration::from_millis(spec.grace_ms);
                 let streams = &process.shared.streams;
@@ -159,6 +159,12 @@ impl Executor {
 }
 
 impl Executor {
+    /// Request → spec for a spawn (docs/spawn.md): the configuration fills
+    /// what the request leaves out.
+    pub fn resolve_spawn(&self, request: SpawnRequest) -> Result<SpawnSpec> {
+        crate::spec::spawn::resolve_spawn(&self.config(), request)
+    }
+
     /// Where [`Executor::spawn`] would find `command`, with `env`'s changes
     /// to the scrubbed host environment (docs/spawn.md, "Finding the
     /// program"). An error names what is wrong: a relative path with a
@@ -233,6 +239,25 @@ impl Process {
             }
             None => self.wait().await,
         }
+    }
+
+    /// Blocks until the tree has ended (see [`Process::wait_tree`]) or
+    /// `timeout` passed (`None`: no limit); whether it ended. Refused where
+    /// blocking is (inside a callback or an async runtime) unless it
+    /// already ended or `timeout` is zero.
+    pub fn wait_tree_timeout(&self, timeout: Option<Duration>) -> Result<bool> {
+        let Some(tree) = self.tree() else {
+            return self.wait_timeout(timeout);
+        };
+        if self.tree_gone() {
+            return Ok(true);
+        }
+        if timeout == Some(Duration::ZERO) {
+            return Ok(false);
+        }
+        self.check_host()?;
+        runtime::refuse_blocking()?;
+        Ok(tree.gone.wait_timeout(timeout))
     }
 
     /// True once [`Process::wait_tree`] would complete at once.

@@ -110,6 +110,7 @@ pub(crate) fn launch_spawn(
         SpawnStdin::Null => Stdio::Null,
         SpawnStdin::Bytes(_) => Stdio::Watched,
         SpawnStdin::Pipe => Stdio::Handed,
+        SpawnStdin::Inherit => Stdio::Inherited,
     };
     let out = |o: SpawnOutput| match o {
         SpawnOutput::Collect { .. } => Stdio::Watched,

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 
 use crate::spec::config::{whole_number, Config, Num, MAX_GRACE_MS, MAX_SAFE_INTEGER};
 use crate::spec::error::{DshError, Field, FieldName, Result, Scope};
-use crate::spec::limits::Limits;
-use crate::spec::request::absolute_without_nul;
+use crate::spec::limits::{Limits, LimitsInput};
+use crate::spec::request::{absolute_without_nul, resolve_policy, resolve_workdir, SandboxPolicyInput};
 use crate::spec::sandbox::SandboxPolicy;
 use crate::spec::terminal::check_argv;
 
@@ -24,6 +24,8 @@ pub enum SpawnStdin {
     /// A pipe whose write end is handed to the caller
     /// ([`Spawned::stdin`](crate::Spawned)), raw: nothing is buffered here.
     Pipe,
+    /// The host's own stdin, shared with the program.
+    Inherit,
 }
 
 /// What happens to the program's stdout or stderr.
@@ -78,6 +80,66 @@ pub struct SpawnSpec {
     pub sandbox_policy: Option<SandboxPolicy>,
     /// The limits the program's tree gets ([`Limits::default`]: none).
     pub limits: Limits,
+}
+
+/// What a caller of a face with defaults (Python, C) asks
+/// [`resolve_spawn`] for; what it leaves out takes the executor's
+/// configuration. (The harness's seam gives a whole [`SpawnSpec`] instead.)
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SpawnRequest {
+    /// The program and its arguments (as [`SpawnSpec::argv`]).
+    pub argv: Vec<String>,
+    /// `None`: the configured `cwd`, else the process cwd; a relative one is
+    /// joined to that.
+    pub cwd: Option<PathBuf>,
+    /// Changes to the scrubbed host environment (as [`SpawnSpec::env`]).
+    pub env: BTreeMap<String, Option<String>>,
+    /// `None`: [`SpawnStdin::Null`].
+    pub stdin: Option<SpawnStdin>,
+    /// `None`: collected with the configured `max_output_bytes` window and
+    /// `max_spill_bytes` spill file.
+    pub stdout: Option<SpawnOutput>,
+    /// `None`: as `stdout`'s default.
+    pub stderr: Option<SpawnOutput>,
+    /// Milliseconds; `None`: the configured `grace_ms`.
+    pub grace_ms: Option<Num>,
+    /// `None`: the configured `sandbox_mode` (as for a command).
+    pub sandbox_policy: Option<SandboxPolicyInput>,
+    /// Each clamped to the configured one, as for a command.
+    pub limits: Option<LimitsInput>,
+}
+
+/// Request → spec for a spawn: the executor's configuration fills what the
+/// request leaves out, then the spec is checked as a hand-built one is.
+pub fn resolve_spawn(config: &Config, request: SpawnRequest) -> Result<SpawnSpec> {
+    let f = |name| Field::new(Scope::Spawn, name);
+    let cwd = resolve_workdir(config, f(FieldName::Cwd), request.cwd.as_deref())?;
+    let collected = SpawnOutput::Collect {
+        max_bytes: config.max_output_bytes,
+        spill_max_bytes: Some(config.max_spill_bytes),
+    };
+    let grace_ms = match request.grace_ms {
+        Some(n) => whole_number(f(FieldName::GraceMs), n, MAX_GRACE_MS)?,
+        None => config.grace_ms,
+    };
+    let sandbox_policy = resolve_policy(config, f(FieldName::SandboxPolicy), request.sandbox_policy, &cwd)?;
+    let limits = match &request.limits {
+        Some(l) => l.validate(Scope::Spawn)?.clamped_by(&config.limits),
+        None => config.limits,
+    };
+    let spec = SpawnSpec {
+        argv: request.argv,
+        cwd,
+        env: request.env,
+        stdin: request.stdin.unwrap_or(SpawnStdin::Null),
+        stdout: request.stdout.unwrap_or(collected),
+        stderr: request.stderr.unwrap_or(collected),
+        grace_ms,
+        sandbox_policy,
+        limits,
+    };
+    spec.check(config)?;
+    Ok(spec)
 }
 
 impl SpawnSpec {
