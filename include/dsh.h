@@ -253,6 +253,47 @@ typedef enum DshProcessStatus {
 } DshProcessStatus;
 
 /**
+ * What a spawned program's stdin is. Setters take it as an `int`.
+ */
+typedef enum DshSpawnStdin {
+  /**
+   * `/dev/null` (the default).
+   */
+  DSH_SPAWN_STDIN_NULL = 0,
+  /**
+   * The bytes given, then end of file.
+   */
+  DSH_SPAWN_STDIN_BYTES = 1,
+  /**
+   * A pipe whose write end dsh_spawned_take_fd hands over.
+   */
+  DSH_SPAWN_STDIN_PIPE = 2,
+  /**
+   * The host's own stdin.
+   */
+  DSH_SPAWN_STDIN_INHERIT = 3,
+} DshSpawnStdin;
+
+/**
+ * What happens to a spawned program's stdout or stderr. Setters take it as
+ * an `int`.
+ */
+typedef enum DshSpawnOutput {
+  /**
+   * Kept in a window (and a spill file when asked), read by offset.
+   */
+  DSH_SPAWN_OUTPUT_COLLECT = 0,
+  /**
+   * A pipe whose read end dsh_spawned_take_fd hands over.
+   */
+  DSH_SPAWN_OUTPUT_PIPE = 1,
+  /**
+   * The host's own descriptor.
+   */
+  DSH_SPAWN_OUTPUT_INHERIT = 2,
+} DshSpawnOutput;
+
+/**
  * A cancellation token for dsh_executor_run: fire it from any thread.
  */
 typedef struct DshCancelToken DshCancelToken;
@@ -268,6 +309,11 @@ typedef struct DshConfig DshConfig;
  * disposes it in the background.
  */
 typedef struct DshExecutor DshExecutor;
+
+/**
+ * One offset read of a collected stream.
+ */
+typedef struct DshOffsetRead DshOffsetRead;
 
 /**
  * A handle to a background process. Several handles may name the same
@@ -294,6 +340,19 @@ typedef struct DshRequest DshRequest;
  * The outcome of one foreground run.
  */
 typedef struct DshRunResult DshRunResult;
+
+/**
+ * A spawn request: the program (an argv, never given to a shell) and
+ * optional cwd, environment changes, stream dispositions and grace; what
+ * is not set takes the executor's configuration.
+ */
+typedef struct DshSpawnRequest DshSpawnRequest;
+
+/**
+ * A spawned program. Thread-safe. Freeing the handle does not end the
+ * program: dsh_spawned_terminate or dsh_executor_dispose does.
+ */
+typedef struct DshSpawned DshSpawned;
 
 /**
  * A fully resolved spec (docs/requests.md), made by dsh_executor_resolve.
@@ -1483,6 +1542,248 @@ size_t dsh_process_list_len(const struct DshProcessList *list);
  * dsh_process_free.
  */
 const struct DshProcess *dsh_process_list_get(const struct DshProcessList *list, size_t index);
+
+/**
+ * A request for `argv[0]` with its arguments (`argc` strings, UTF-8;
+ * `argv[0]` is looked up on the program's PATH unless it contains a `/`).
+ * Free with dsh_spawn_request_free.
+ *
+ * # Safety
+ * `argv` is NULL (only with `argc` 0) or points to `argc` pointers, each a
+ * NUL-terminated string readable for the whole call. `out` is NULL or
+ * valid and aligned for writing one `DshSpawnRequest *`.
+ */
+enum DshStatus dsh_spawn_request_new(const char *const *argv,
+                                     size_t argc,
+                                     struct DshSpawnRequest **out);
+
+/**
+ * Frees a DshSpawnRequest; NULL is a no-op.
+ *
+ * # Safety
+ * `request` is NULL or a DshSpawnRequest from dsh_spawn_request_new, not
+ * freed before, and not in use by any other thread during or after this
+ * call.
+ */
+void dsh_spawn_request_free(struct DshSpawnRequest *request);
+
+/**
+ * The working directory (bytes up to the NUL); a relative one is relative
+ * to the executor's cwd.
+ *
+ * # Safety
+ * `request` is NULL or a live DshSpawnRequest that no thread frees during
+ * this call. `cwd` is NULL or a NUL-terminated string readable for the
+ * whole call.
+ */
+enum DshStatus dsh_spawn_request_set_cwd(const struct DshSpawnRequest *request, const char *cwd);
+
+/**
+ * Changes one variable of the scrubbed host environment: sets `key` to
+ * `value`, or with `value` NULL removes it.
+ *
+ * # Safety
+ * `request` is NULL or a live DshSpawnRequest that no thread frees during
+ * this call. `key` is NULL or a NUL-terminated string, `value` NULL or a
+ * NUL-terminated string, each readable for the whole call.
+ */
+enum DshStatus dsh_spawn_request_set_env(const struct DshSpawnRequest *request,
+                                         const char *key,
+                                         const char *value);
+
+/**
+ * The program's stdin: a DshSpawnStdin; `data` and `len` are read only for
+ * DSH_SPAWN_STDIN_BYTES (any bytes, NULs included).
+ *
+ * # Safety
+ * `request` is NULL or a live DshSpawnRequest that no thread frees during
+ * this call. With DSH_SPAWN_STDIN_BYTES, `data` is NULL (only with `len`
+ * 0) or readable for `len` bytes for the whole call.
+ */
+enum DshStatus dsh_spawn_request_set_stdin(const struct DshSpawnRequest *request,
+                                           int kind,
+                                           const uint8_t *data,
+                                           size_t len);
+
+/**
+ * One output stream's disposition: a DshSpawnOutput. For
+ * DSH_SPAWN_OUTPUT_COLLECT, `max_bytes` is the in-memory window and
+ * `spill_max_bytes` the spill file's cap (negative: no spill file). Not
+ * set: collected with the configured window and spill file.
+ *
+ * # Safety
+ * `request` is NULL or a live DshSpawnRequest that no thread frees during
+ * this call.
+ */
+enum DshStatus dsh_spawn_request_set_output(const struct DshSpawnRequest *request,
+                                            int stream,
+                                            int kind,
+                                            uint64_t max_bytes,
+                                            int64_t spill_max_bytes);
+
+/**
+ * The SIGTERM-to-SIGKILL grace of dsh_spawned_terminate, in milliseconds
+ * (default: the executor's grace_ms).
+ *
+ * # Safety
+ * `request` is NULL or a live DshSpawnRequest that no thread frees during
+ * this call.
+ */
+enum DshStatus dsh_spawn_request_set_grace_ms(const struct DshSpawnRequest *request,
+                                              uint64_t grace_ms);
+
+/**
+ * Starts a program (docs/spawn.md) and returns once it has exec'd. A bad
+ * field is DSH_INVALID_ARGUMENT naming it ("spawn.argv must …"); a program
+ * that cannot start is DSH_SPAWN_FAILED with dsh_last_errno, and nothing
+ * runs. Free the handle with dsh_spawned_free.
+ *
+ * # Safety
+ * `executor` is NULL or a live DshExecutor and `request` NULL or a live
+ * DshSpawnRequest, neither freed by any thread during this call. `out` is
+ * NULL or valid and aligned for writing one `DshSpawned *`.
+ */
+enum DshStatus dsh_executor_spawn(const struct DshExecutor *executor,
+                                  const struct DshSpawnRequest *request,
+                                  struct DshSpawned **out);
+
+/**
+ * Frees the handle (and any pipe end not taken); NULL is a no-op. The
+ * program goes on until dsh_spawned_terminate or dsh_executor_dispose.
+ *
+ * # Safety
+ * `spawned` is NULL or a DshSpawned from dsh_executor_spawn, not freed
+ * before, and not in use by any other thread during or after this call.
+ */
+void dsh_spawned_free(struct DshSpawned *spawned);
+
+/**
+ * The program's pid (the root of its tree); -1 for NULL.
+ *
+ * # Safety
+ * `spawned` is NULL or a live DshSpawned that no thread frees during this
+ * call.
+ */
+int32_t dsh_spawned_pid(const struct DshSpawned *spawned);
+
+/**
+ * Hands over the raw descriptor of stream `index` (0 stdin, 1 stdout, 2
+ * stderr) for a DSH_*_PIPE disposition: blocking, close-on-exec, the
+ * caller's to close. -1 when there is none or it was taken already.
+ *
+ * # Safety
+ * `spawned` is NULL or a live DshSpawned that no thread frees during this
+ * call.
+ */
+int dsh_spawned_take_fd(const struct DshSpawned *spawned, int index);
+
+/**
+ * A non-consuming read of a collected stream (DSH_STDOUT or DSH_STDERR) from the
+ * whole-stream byte offset `offset`. Free with dsh_offset_read_free.
+ *
+ * # Safety
+ * `spawned` is NULL or a live DshSpawned that no thread frees during this
+ * call. `out` is NULL or valid and aligned for writing one
+ * `DshOffsetRead *`.
+ */
+enum DshStatus dsh_spawned_read_from(const struct DshSpawned *spawned,
+                                     int stream,
+                                     uint64_t offset,
+                                     struct DshOffsetRead **out);
+
+/**
+ * The text of an offset read (UTF-8; borrowed from the read).
+ *
+ * # Safety
+ * `read` is NULL or a live DshOffsetRead, not freed while the string is used.
+ */
+struct DshStr dsh_offset_read_text(const struct DshOffsetRead *read);
+
+/**
+ * Where the next read starts (the whole-stream offset just after the text).
+ *
+ * # Safety
+ * `read` is NULL or a live DshOffsetRead.
+ */
+uint64_t dsh_offset_read_next_offset(const struct DshOffsetRead *read);
+
+/**
+ * True when the offset had slid out of the window (the text is the whole
+ * window; what came before is only in the spill file).
+ *
+ * # Safety
+ * `read` is NULL or a live DshOffsetRead.
+ */
+bool dsh_offset_read_lossy(const struct DshOffsetRead *read);
+
+/**
+ * The spill file holding the complete stream, once it outgrew its window;
+ * absent otherwise. Borrowed from the read.
+ *
+ * # Safety
+ * `read` is NULL or a live DshOffsetRead, not freed while the string is used.
+ */
+struct DshStr dsh_offset_read_spill_path(const struct DshOffsetRead *read);
+
+/**
+ * Frees a DshOffsetRead; NULL is a no-op.
+ *
+ * # Safety
+ * `read` is NULL or a DshOffsetRead from dsh_spawned_read_from, not freed
+ * before, and not in use by any other thread during or after this call.
+ */
+void dsh_offset_read_free(struct DshOffsetRead *read);
+
+/**
+ * Ends the program's whole tree: SIGTERM, SIGKILL after the grace to what
+ * is left, even after the program itself exited. Only the first call acts.
+ *
+ * # Safety
+ * `spawned` is NULL or a live DshSpawned that no thread frees during this
+ * call.
+ */
+enum DshStatus dsh_spawned_terminate(const struct DshSpawned *spawned);
+
+/**
+ * Waits until the program has settled (exited, its collected streams
+ * closed): DSH_OK, or DSH_TIMED_OUT after `timeout_ms` (negative: no limit).
+ *
+ * # Safety
+ * `spawned` is NULL or a live DshSpawned that no thread frees during this
+ * call.
+ */
+enum DshStatus dsh_spawned_wait(const struct DshSpawned *spawned, int64_t timeout_ms);
+
+/**
+ * Waits until the program's whole tree has ended (it settled and nothing
+ * it started is left): DSH_OK, or DSH_TIMED_OUT after `timeout_ms`
+ * (negative: no limit).
+ *
+ * # Safety
+ * `spawned` is NULL or a live DshSpawned that no thread frees during this
+ * call.
+ */
+enum DshStatus dsh_spawned_wait_tree(const struct DshSpawned *spawned, int64_t timeout_ms);
+
+/**
+ * Once the program has settled after exiting by itself: writes its exit
+ * code to `code` (may be NULL) and returns true; false otherwise.
+ *
+ * # Safety
+ * `spawned` is NULL or a live DshSpawned that no thread frees during this
+ * call. `code` is NULL or valid and aligned for writing one `int32_t`.
+ */
+bool dsh_spawned_exit_code(const struct DshSpawned *spawned, int32_t *code);
+
+/**
+ * The signal that ended the program ("SIGTERM") once settled; absent
+ * while it runs or when it exited by itself. Borrowed from the handle.
+ *
+ * # Safety
+ * `spawned` is NULL or a live DshSpawned that no thread frees during this
+ * call or while the string is used.
+ */
+struct DshStr dsh_spawned_exit_signal(const struct DshSpawned *spawned);
 
 /**
  * A request for a session running `argv[0]` with its arguments (`argc`

@@ -14,6 +14,7 @@ mod executor;
 mod governor;
 mod guard;
 mod results;
+mod spawn;
 mod terminal;
 
 pub use builders::*;
@@ -21,6 +22,7 @@ pub use executor::*;
 pub use governor::*;
 pub use guard::{dsh_last_errno, dsh_last_error, dsh_status_name, DshStatus, DshStr};
 pub use results::*;
+pub use spawn::*;
 pub use terminal::*;
 
 use std::ffi::c_char;

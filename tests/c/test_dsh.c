@@ -1864,6 +1864,87 @@ static void test_terminal_session(void) {
     dsh_executor_free(exec);
 }
 
+/* Spawned programs (docs/spawn.md): argv never given to a shell, offset
+ * reads, raw pipes handed over, and a tree that outlives its leader. */
+static void test_spawned_programs(void) {
+    DshExecutor *exec = new_executor(300, 0);
+    const char *argv[] = {"printf", "%s|", "$HOME", "a; b"};
+    DshSpawnRequest *req = NULL;
+    OK(dsh_spawn_request_new(argv, 4, &req));
+    OK(dsh_spawn_request_set_output(req, DSH_STDOUT, DSH_SPAWN_OUTPUT_COLLECT, 4, -1));
+    DshSpawned *s = NULL;
+    OK(dsh_executor_spawn(exec, req, &s));
+    dsh_spawn_request_free(req);
+    if (!s) return;
+    CHECK(dsh_spawned_pid(s) > 0);
+    OK(dsh_spawned_wait(s, 20000));
+    int32_t code = -1;
+    CHECK(dsh_spawned_exit_code(s, &code) && code == 0);
+    DshOffsetRead *r = NULL;
+    OK(dsh_spawned_read_from(s, DSH_STDOUT, 0, &r));
+    /* A 4-byte window over "$HOME|a; b|": the tail, lossy, no spill file. */
+    CHECK(str_eq(dsh_offset_read_text(r), "; b|"));
+    CHECK(dsh_offset_read_lossy(r) && dsh_offset_read_next_offset(r) == 11);
+    CHECK(dsh_offset_read_spill_path(r).ptr == NULL);
+    dsh_offset_read_free(r);
+    CHECK(dsh_spawned_take_fd(s, 1) == -1);
+    CHECK(dsh_spawned_read_from(s, 7, 0, &r) == DSH_INVALID_ARGUMENT);
+    dsh_spawned_free(s);
+
+    /* Raw pipes: cat echoes what is written to it. */
+    const char *cat[] = {"cat"};
+    OK(dsh_spawn_request_new(cat, 1, &req));
+    OK(dsh_spawn_request_set_stdin(req, DSH_SPAWN_STDIN_PIPE, NULL, 0));
+    OK(dsh_spawn_request_set_output(req, DSH_STDOUT, DSH_SPAWN_OUTPUT_PIPE, 0, -1));
+    CHECK(dsh_spawn_request_set_stdin(req, 42, NULL, 0) == DSH_INVALID_ARGUMENT);
+    OK(dsh_executor_spawn(exec, req, &s));
+    dsh_spawn_request_free(req);
+    int in = dsh_spawned_take_fd(s, 0), out = dsh_spawned_take_fd(s, 1);
+    CHECK(in >= 0 && out >= 0 && dsh_spawned_take_fd(s, 0) == -1);
+    CHECK(fcntl(in, F_GETFD) & FD_CLOEXEC);
+    CHECK(write(in, "a\0b", 3) == 3);
+    close(in);
+    char buf[8] = {0};
+    ssize_t got = 0, n;
+    while ((n = read(out, buf + got, sizeof buf - got)) > 0) got += n;
+    close(out);
+    CHECK(got == 3 && memcmp(buf, "a\0b", 3) == 0);
+    OK(dsh_spawned_wait(s, 20000));
+    dsh_spawned_free(s);
+
+    /* The leader exits; its setsid grandchild lives until terminate. */
+    const char *leave[] = {"bash", "-c", "setsid sleep 300 >/dev/null 2>&1 & echo $!"};
+    OK(dsh_spawn_request_new(leave, 3, &req));
+    OK(dsh_spawn_request_set_env(req, "PATH", getenv("PATH")));
+    OK(dsh_spawn_request_set_env(req, "HOME", NULL));
+    OK(dsh_executor_spawn(exec, req, &s));
+    dsh_spawn_request_free(req);
+    OK(dsh_spawned_wait(s, 20000));
+    OK(dsh_spawned_read_from(s, DSH_STDOUT, 0, &r));
+    int grandchild = atoi(dsh_offset_read_text(r).ptr);
+    dsh_offset_read_free(r);
+    CHECK(grandchild > 0 && pid_alive(grandchild));
+    CHECK(dsh_spawned_wait_tree(s, 300) == DSH_TIMED_OUT);
+    OK(dsh_spawned_terminate(s));
+    OK(dsh_spawned_wait_tree(s, 20000));
+    CHECK(!pid_alive(grandchild));
+    dsh_spawned_free(s);
+
+    /* A program that cannot start: DSH_SPAWN_FAILED, ENOENT, nothing runs. */
+    const char *missing[] = {"no-such-program-dsh"};
+    OK(dsh_spawn_request_new(missing, 1, &req));
+    s = NULL;
+    CHECK(dsh_executor_spawn(exec, req, &s) == DSH_SPAWN_FAILED && s == NULL);
+    CHECK(dsh_last_errno() == ENOENT);
+    dsh_spawn_request_free(req);
+    OK(dsh_spawn_request_new(NULL, 0, &req));
+    CHECK(dsh_executor_spawn(exec, req, &s) == DSH_INVALID_ARGUMENT);
+    CHECK(strstr(dsh_last_error(), "spawn.argv") != NULL);
+    dsh_spawn_request_free(req);
+    OK(dsh_executor_dispose(exec));
+    dsh_executor_free(exec);
+}
+
 int main(void) {
     run_test("version_and_status_names", test_version_and_status_names);
     run_test("exit_codes_and_streams", test_exit_codes_and_streams);
@@ -1889,6 +1970,7 @@ int main(void) {
     run_test("stdin_pipe", test_stdin_pipe);
     run_test("stdin_misuse", test_stdin_misuse);
     run_test("on_expiry_background", test_on_expiry_background);
+    run_test("spawned_programs", test_spawned_programs);
     run_test("terminal_session", test_terminal_session);
     run_test("terminal_wait_input_waiting", test_terminal_wait_input_waiting);
     run_test("host_death_sigkill", test_host_death_sigkill);
