@@ -94,7 +94,10 @@ pub(crate) fn stdin_of(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Spaw
         _ => Err(type_error(
             py,
             field(FieldName::Stdin),
-            &format!("must be DEVNULL, PIPE, INHERIT, bytes or str, got {}", type_name(value)),
+            &format!(
+                "must be DEVNULL, PIPE, INHERIT, bytes or str, got {}",
+                type_name(value)
+            ),
         )),
     }
 }
@@ -138,7 +141,11 @@ pub(crate) fn overlay(value: Option<&Bound<'_, PyAny>>) -> PyResult<BTreeMap<Str
         .map_err(|_| type_error(py, f, &format!("must be a dict, got {}", type_name(v))))?;
     for (key, value) in dict.iter() {
         let Some(k) = utf8(&key, f, "a key ")? else {
-            return Err(type_error(py, f, &format!("keys must be str, got {}", type_name(&key))));
+            return Err(type_error(
+                py,
+                f,
+                &format!("keys must be str, got {}", type_name(&key)),
+            ));
         };
         let v = if value.is_none() {
             None
@@ -146,7 +153,10 @@ pub(crate) fn overlay(value: Option<&Bound<'_, PyAny>>) -> PyResult<BTreeMap<Str
             match utf8(&value, f, &format!("the value of {k:?} "))? {
                 Some(s) => Some(s),
                 None => {
-                    let problem = format!("the value of {k:?} must be str or None, got {}", type_name(&value));
+                    let problem = format!(
+                        "the value of {k:?} must be str or None, got {}",
+                        type_name(&value)
+                    );
                     return Err(type_error(py, f, &problem));
                 }
             }

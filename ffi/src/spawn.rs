@@ -9,11 +9,11 @@ use std::time::Duration;
 use dsh_core::{OutputStream, Process, SpawnOutput, SpawnRequest, SpawnStdin};
 
 use crate::executor::DshExecutor;
-use crate::results::{DSH_STDERR, DSH_STDOUT};
 use crate::guard::{
     bytes, free, handle, need_out, path, put, status, text, value, DshStatus, DshStr, FfiError, FfiResult,
     OwnedStr,
 };
+use crate::results::{DSH_STDERR, DSH_STDOUT};
 
 /// What a spawned program's stdin is. Setters take it as an `int`.
 #[repr(C)]
@@ -77,7 +77,11 @@ fn stream_of(stream: c_int) -> FfiResult<OutputStream> {
     match stream {
         DSH_STDOUT => Ok(OutputStream::Stdout),
         DSH_STDERR => Ok(OutputStream::Stderr),
-        other => Err(FfiError::NotEnum("stream", "DSH_STDOUT or DSH_STDERR", other.into())),
+        other => Err(FfiError::NotEnum(
+            "stream",
+            "DSH_STDOUT or DSH_STDERR",
+            other.into(),
+        )),
     }
 }
 
@@ -149,7 +153,10 @@ pub unsafe extern "C" fn dsh_spawn_request_free(request: *mut DshSpawnRequest) {
 /// this call. `cwd` is NULL or a NUL-terminated string readable for the
 /// whole call.
 #[no_mangle]
-pub unsafe extern "C" fn dsh_spawn_request_set_cwd(request: *const DshSpawnRequest, cwd: *const c_char) -> DshStatus {
+pub unsafe extern "C" fn dsh_spawn_request_set_cwd(
+    request: *const DshSpawnRequest,
+    cwd: *const c_char,
+) -> DshStatus {
     status(|| {
         // SAFETY: per # Safety `request` is NULL or live for the call.
         let r = unsafe { handle(request, "request") }?;
@@ -261,7 +268,10 @@ pub unsafe extern "C" fn dsh_spawn_request_set_output(
 /// `request` is NULL or a live DshSpawnRequest that no thread frees during
 /// this call.
 #[no_mangle]
-pub unsafe extern "C" fn dsh_spawn_request_set_grace_ms(request: *const DshSpawnRequest, grace_ms: u64) -> DshStatus {
+pub unsafe extern "C" fn dsh_spawn_request_set_grace_ms(
+    request: *const DshSpawnRequest,
+    grace_ms: u64,
+) -> DshStatus {
     status(|| {
         // SAFETY: per # Safety `request` is NULL or live for the call.
         let r = unsafe { handle(request, "request") }?;
@@ -338,7 +348,9 @@ pub unsafe extern "C" fn dsh_spawned_pid(spawned: *const DshSpawned) -> i32 {
 pub unsafe extern "C" fn dsh_spawned_take_fd(spawned: *const DshSpawned, index: c_int) -> c_int {
     value(-1, || {
         // SAFETY: per # Safety `spawned` is NULL or live for the call.
-        let Some(s) = (unsafe { spawned.as_ref() }) else { return -1 };
+        let Some(s) = (unsafe { spawned.as_ref() }) else {
+            return -1;
+        };
         let mut fds = s.fds.lock().unwrap_or_else(|e| e.into_inner());
         usize::try_from(index)
             .ok()
@@ -386,8 +398,10 @@ pub unsafe extern "C" fn dsh_spawned_read_from(
 /// `read` is NULL or a live DshOffsetRead, not freed while the string is used.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_offset_read_text(read: *const DshOffsetRead) -> DshStr {
-    // SAFETY: per # Safety `read` is NULL or live.
-    value(DshStr::ABSENT, || unsafe { read.as_ref() }.map_or(DshStr::ABSENT, |r| r.text.view()))
+    value(DshStr::ABSENT, || {
+        // SAFETY: per # Safety `read` is NULL or live.
+        unsafe { read.as_ref() }.map_or(DshStr::ABSENT, |r| r.text.view())
+    })
 }
 
 /// Where the next read starts (the whole-stream offset just after the text).
