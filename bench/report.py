@@ -109,7 +109,7 @@ def terminal_rows() -> List[Row]:
 def subprocess_rows() -> List[Row]:
     """`ctx.subprocess`: dsh-native/subprocess beside the published provider,
     each loaded in a cordis Context as the harness loads it."""
-    rows: List[Row] = []
+    rows: List[Row] = run(["target/release/dsh-bench", "spawn", str(ITER)])
     drv = ["node", "bench/node/subprocess.mjs"]
     for mb in HOSTS:
         slow = str(max(10, ITER // 5 // (1 + mb // 512)))
@@ -145,6 +145,10 @@ def subprocess_table(rows: List[Row], get: Any) -> List[str]:
                 flat = n / small[mode]
                 target = f"{flat:.2f}× small host (flat: ≤ 1.2 {'✅' if flat <= 1.2 else '❌'})"
             lines.append(f"| {mode} | {mb} MiB | {fmt_us(n)} | {n / floor:.2f} | {fmt_us(p)} | {p / floor:.2f} | {target} |")
+    rust = get("spawn_true", "dsh (Rust)")["median_us"]
+    floor0 = get("run_true", "floor (C posix_spawn)")["median_us"]
+    lines.append(f"\nThe same spawn from the Rust face (`Executor::spawn`, until settled): {fmt_us(rust)}, "
+                 f"{rust / floor0:.2f}× the floor; `run` of `true`: {get('run_true', 'dsh (Rust)')['median_us'] / floor0:.2f}×.")
     lines.append("\n| measure | dsh-native/subprocess | dsh-subprocess-local |")
     lines.append("|---|---|---|")
     mbps = lambda r: r["bytes"] / (r["median_us"] / 1e6) / 1e6  # noqa: E731

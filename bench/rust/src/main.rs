@@ -68,6 +68,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             report("run_true", mb, time_runs(&exec, &spec, iter)?, "");
             exec.dispose_blocking()?;
         }
+        Some("spawn") => {
+            // A spawned program (docs/spawn.md) of `bash -c true` until it
+            // settled, streams collected, beside `run` of `true`.
+            let iter: usize = args[2].parse()?;
+            let exec = Executor::new(ConfigInput::default())?;
+            let spec = exec.resolve_spawn(dsh_core::SpawnRequest {
+                argv: vec!["bash".into(), "-c".into(), "true".into()],
+                ..Default::default()
+            })?;
+            let once = || -> Result<f64, dsh_core::DshError> {
+                let t = Instant::now();
+                let s = exec.spawn(&spec)?;
+                s.process.wait_timeout(None)?;
+                Ok(t.elapsed().as_secs_f64() * 1e6)
+            };
+            for _ in 0..5 {
+                once()?;
+            }
+            let samples = (0..iter).map(|_| once()).collect::<Result<Vec<_>, _>>()?;
+            report_as("spawn_true", "dsh (Rust)", 0, samples, "");
+            exec.dispose_blocking()?;
+        }
         Some("terminal-spawn") => {
             // A terminal session of `true`, from the spawn until its output
             // has ended, against `run` of `true` on the same executor.
