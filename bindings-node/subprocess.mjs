@@ -7,7 +7,7 @@
 import { createRequire } from 'node:module'
 import net from 'node:net'
 import { resolve as resolvePath } from 'node:path'
-import { Readable, Writable } from 'node:stream'
+import { Readable, Writable, finished } from 'node:stream'
 import { SubprocessRuntime } from '@deepseek-ai/dsh-subprocess'
 
 const require = createRequire(import.meta.url)
@@ -86,6 +86,29 @@ function pipeSocket(fd, readable) {
   return new net.Socket({ fd, readable, writable: !readable, allowHalfOpen: true })
 }
 
+/**
+ * Resolves once each raw output pipe has delivered its last byte (its
+ * `end`), or `graceMs` passed: a pipe the caller never reads, or one a
+ * descendant still holds, cannot hold `done` open longer.
+ */
+function drained(streams, graceMs) {
+  const open = streams.filter((s) => s !== undefined && !s.readableEnded && !s.destroyed)
+  if (open.length === 0) return Promise.resolve()
+  return new Promise((resolve) => {
+    let left = open.length
+    const timer = setTimeout(resolve, graceMs)
+    for (const s of open) {
+      finished(s, { writable: false }, () => {
+        left -= 1
+        if (left === 0) {
+          clearTimeout(timer)
+          resolve()
+        }
+      })
+    }
+  })
+}
+
 function outcomeOf(native) {
   return { exitCode: native.exitCode ?? null, signal: native.signal ?? null }
 }
@@ -98,7 +121,7 @@ function outcomeOf(native) {
 class NativeSubprocessHandle {
   #native
   #gone
-  constructor(native, streams, collected, signal) {
+  constructor(native, streams, collected, signal, graceMs) {
     this.#native = native
     this.pid = native.pid
     this.stdin = streams[0]
@@ -107,8 +130,11 @@ class NativeSubprocessHandle {
     this.collected = collected
     const onAbort = () => this.terminate()
     signal?.addEventListener('abort', onAbort, { once: true })
-    this.done = native.done().then(() => {
+    // At process close, as the seam says: the program has exited and its
+    // raw output pipes have delivered their last bytes.
+    this.done = native.done().then(async () => {
       signal?.removeEventListener('abort', onAbort)
+      await drained([streams[1], streams[2]], graceMs)
       return outcomeOf(native)
     })
     // An abort that fired between the spawn and the listener.
@@ -236,7 +262,7 @@ export class NativeSubprocessRuntime extends SubprocessRuntime {
     for (const [name, mode] of [['stdout', out[0]], ['stderr', err[0]]]) {
       if (mode === 'collect') collected[name] = { readFrom: (from) => native.readFrom(name, from) }
     }
-    const handle = new NativeSubprocessHandle(native, streams, collected, signal)
+    const handle = new NativeSubprocessHandle(native, streams, collected, signal, graceMs)
     this[LIVE].add(handle)
     handle.done.finally(() => this[LIVE].delete(handle))
     return handle

@@ -367,7 +367,13 @@ fn resolve_executable_finds_the_first_path_hit_as_named() {
     std::fs::write(first.join("plain"), "").unwrap();
     std::fs::write(second.join("plain"), "#!/bin/sh\n").unwrap();
     std::fs::set_permissions(second.join("plain"), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path = format!("{}:{}", first.display(), second.display());
+    // Entries as a user may write them: with `..`, and relative to the cwd.
+    let relative_first = format!(
+        "{}/../{}",
+        first.display(),
+        first.file_name().unwrap().to_str().unwrap()
+    );
+    let path = format!("{relative_first}:{}/./", second.display());
     let env: BTreeMap<String, Option<String>> = [("PATH".to_string(), Some(path))].into();
     assert_eq!(
         exec.resolve_executable("tool", &env).unwrap(),
@@ -389,12 +395,22 @@ fn resolve_executable_finds_the_first_path_hit_as_named() {
         }
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
-    for missing in ["nowhere-dsh", first.join("plain").to_str().unwrap()] {
+    for (missing, says) in [
+        ("nowhere-dsh", "was not found on PATH"),
+        (first.join("plain").to_str().unwrap(), "is not an executable file"),
+    ] {
         match exec.resolve_executable(missing, &env) {
-            Err(DshError::Spawn { kind, .. }) => assert_eq!(kind, SpawnFailure::NoProgram),
+            Err(DshError::Spawn { kind, message, .. }) => {
+                assert_eq!(kind, SpawnFailure::NoProgram);
+                assert!(message.contains(says), "{message}");
+            }
             other => panic!("expected NoProgram for {missing}, got {other:?}"),
         }
     }
+    assert!(matches!(
+        exec.resolve_executable("", &env),
+        Err(DshError::InvalidArgument { problem, .. }) if problem.contains("must name a program")
+    ));
 }
 
 #[test]

@@ -230,6 +230,53 @@ add({
 })
 
 add({
+  name: 'done comes after the last bytes of a raw pipe',
+  exec: async (sp) => {
+    let short = 0
+    for (let i = 0; i < 200; i++) {
+      const h = sp.spawn(spec(['printf', 'hello'], { stdout: 'pipe' }))
+      let got = ''
+      h.stdout.on('data', (d) => (got += d))
+      await h.done
+      if (got !== 'hello') short += 1
+    }
+    return { short }
+  },
+  expect: { short: 0 },
+})
+
+add({
+  name: 'what stdin data and a collected stdout are',
+  exec: async (sp, { impl }) => {
+    const probe = 'for f in /dev/stdin /dev/stdout; do if [ -p $f ]; then echo pipe; elif [ -S $f ]; then echo socket; else echo other; fi; done'
+    return (await settled(sp.spawn(bash(probe, { stdin: { data: 'x' } })), impl)).stdout.text
+  },
+  differs: {
+    id: 'provider-stdio-pipes',
+    published: (v) => assert.equal(v, 'socket\nsocket\n'),
+    native: (v) => assert.equal(v, 'pipe\npipe\n'),
+  },
+})
+
+add({
+  name: 'a listener on the host process exit',
+  exec: async (_sp, { impl }) => {
+    const before = process.listenerCount('exit')
+    const root = new Context()
+    await root.plugin(PROVIDERS[impl])
+    const loaded = process.listenerCount('exit') - before
+    await root.fiber.dispose()
+    return { loaded, after: process.listenerCount('exit') - before }
+  },
+  serial: true,
+  differs: {
+    id: 'host-exit-listener',
+    published: (v) => assert.deepEqual(v, { loaded: 1, after: 0 }),
+    native: (v) => assert.deepEqual(v, { loaded: 0, after: 0 }),
+  },
+})
+
+add({
   name: 'stdin data',
   exec: async (sp, { impl }) =>
     (await settled(sp.spawn(spec(['wc', '-c'], { stdin: { data: 'é'.repeat(50000) } })), impl)).stdout.text.trim(),
@@ -280,7 +327,8 @@ add({
     fs.writeFileSync(path.join(b, 'tool'), '#!/bin/sh\n', { mode: 0o755 })
     fs.symlinkSync(path.join(b, 'tool'), path.join(a, 'tool'))
     fs.writeFileSync(path.join(a, 'plain'), '')
-    const env = { PATH: `${a}:${b}` }
+    // Entries as a user may write them: with `..` and `.`.
+    const env = { PATH: `${a}/../a:${b}/.` }
     // The published provider's errors carry no code (ours do): compared as rejections.
     const attempt = (cmd, e) => sp.resolveExecutable(cmd, e).then((p) => p.replace(dir, '<dir>'), () => 'rejected')
     return {

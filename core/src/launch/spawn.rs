@@ -254,24 +254,48 @@ pub(crate) fn find_program(name: &[u8], path: Option<&[u8]>) -> Option<CString> 
         })
 }
 
+/// `path` with `.` and empty parts dropped and `..` folded, without asking
+/// the filesystem (a symlink stays as named, as `execvp` names it).
+fn lexically_normal(path: &Path) -> std::path::PathBuf {
+    use std::path::Component;
+    let mut out = std::path::PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                // Above the root is the root.
+                if out.parent().is_some() {
+                    out.pop();
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
 /// The executable a spawn of `command` would run (docs/spawn.md,
 /// "Finding the program"): an absolute path if it is an executable file; a
 /// bare name on the PATH of `env` over the scrubbed host environment (a
-/// relative PATH entry is relative to the host's cwd), the first hit, not
-/// what a symlink points to. A relative path with a `/` has no base to
-/// resolve against, so it is refused rather than guessed.
+/// relative PATH entry is relative to the host's cwd), the first hit, as
+/// an absolute path without `.` or `..`, not what a symlink points to. A
+/// relative path with a `/` has no base to resolve against, so it is
+/// refused rather than guessed.
 pub(crate) fn resolve_executable(
     command: &str,
     env: &std::collections::BTreeMap<String, Option<String>>,
 ) -> crate::spec::error::Result<std::path::PathBuf> {
     use crate::spec::error::{DshError, Field, FieldName, Scope, SpawnFailure};
     let field = Field::new(Scope::Spawn, FieldName::Command);
-    if command.is_empty() || command.contains('\0') {
-        return Err(DshError::invalid(field, "must name a program without NUL bytes"));
+    if command.is_empty() {
+        return Err(DshError::invalid(field, "must name a program, got \"\""));
     }
-    let missing = |errno: i32, message: String| DshError::Spawn {
+    if command.contains('\0') {
+        return Err(DshError::invalid(field, "contains a NUL byte"));
+    }
+    let missing = |message: String| DshError::Spawn {
         kind: SpawnFailure::NoProgram,
-        errno,
+        errno: libc::ENOENT,
         message,
     };
     let executable = |p: &Path| {
@@ -282,12 +306,8 @@ pub(crate) fn resolve_executable(
     };
     let path = Path::new(command);
     if path.is_absolute() {
-        return executable(path).ok_or_else(|| {
-            missing(
-                libc::ENOENT,
-                format!("ENOENT: {command} is not an executable file"),
-            )
-        });
+        return executable(path)
+            .ok_or_else(|| missing(format!("ENOENT: command {command:?} is not an executable file")));
     }
     if command.contains('/') {
         return Err(DshError::invalid(
@@ -300,7 +320,7 @@ pub(crate) fn resolve_executable(
     crate::launch::env::path_of(&envp)
         .unwrap_or_default()
         .split(|&b| b == b':')
-        .map(|dir| cwd.join(std::ffi::OsStr::from_bytes(dir)).join(command))
+        .map(|dir| lexically_normal(&cwd.join(std::ffi::OsStr::from_bytes(dir)).join(command)))
         .find_map(|candidate| executable(&candidate))
-        .ok_or_else(|| missing(libc::ENOENT, format!("ENOENT: no {command} found on PATH")))
+        .ok_or_else(|| missing(format!("ENOENT: command {command:?} was not found on PATH")))
 }
