@@ -311,6 +311,43 @@ fn terminate_after_the_leaders_exit_ends_what_it_left_behind() {
     process.terminate(); // idempotent, nothing left to do
 }
 
+/// A terminate that comes as the leader exits (after its exit, before the
+/// handle settled) still reaches what it left behind.
+#[test]
+fn terminate_racing_the_leaders_exit_still_ends_the_tree() {
+    let exec = executor();
+    for round in 0..60 {
+        let mut spec = sh("sleep 300 </dev/null >/dev/null 2>&1 & echo $!; exit 0");
+        spec.stdout = SpawnOutput::Pipe;
+        spec.stderr = SpawnOutput::Pipe;
+        spec.grace_ms = 200;
+        let s = exec.spawn(&spec).unwrap();
+        let mut line = String::new();
+        std::fs::File::from(s.stdout.unwrap())
+            .read_to_string(&mut line)
+            .unwrap();
+        let child = first_pid(&line);
+        // The leader is a zombie (exited, unreaped): the window in which
+        // the handle has not settled yet.
+        assert!(eventually(LONG, || !alive(s.pid)));
+        s.process.terminate();
+        let gone = s.process.wait_tree_timeout(Some(LONG)).unwrap();
+        if !gone {
+            // SAFETY: kill(2) takes integers; clean up before failing.
+            unsafe { libc::kill(child, libc::SIGKILL) };
+        }
+        assert!(
+            gone,
+            "round {round}: terminate at the leader's exit left its child running"
+        );
+        assert_eq!(
+            s.process.exit_code(),
+            Some(0),
+            "round {round}: the leader's own exit"
+        );
+    }
+}
+
 #[test]
 fn terminate_escalates_to_sigkill_after_the_grace() {
     let exec = executor();

@@ -67,6 +67,9 @@ pub(crate) struct State {
     pub survivors: u32,
     /// The end has been recorded (`settle` ran).
     pub ended: bool,
+    /// The supervision loop still acts on a stop request (see
+    /// `Process::close_stops`).
+    pub stoppable: bool,
 }
 
 impl State {
@@ -77,6 +80,7 @@ impl State {
             sandbox: None,
             survivors: 0,
             ended: false,
+            stoppable: true,
         }
     }
 }
@@ -365,13 +369,23 @@ impl Process {
     pub(crate) fn request_stop(&self, reason: Stop) -> bool {
         {
             let mut s = self.state();
-            if s.status != Status::Running {
+            if s.status != Status::Running || !s.stoppable {
                 return false;
             }
             s.status = Status::Killed;
         }
         self.shared.stop_tx.send_replace(Some(reason));
         true
+    }
+
+    /// Called once the supervision loop has returned, with whether it acted
+    /// on a stop: from now on `request_stop` refuses (its callers then take
+    /// their own path). True when a stop was requested too late for the
+    /// loop, which had already ended: the caller does what it asked.
+    pub(crate) fn close_stops(&self, acted: bool) -> bool {
+        let mut s = self.state();
+        s.stoppable = false;
+        !acted && s.status == Status::Killed && self.shared.stop_tx.borrow().is_some()
     }
 
     /// Completes when the process has settled. Never fails.

@@ -137,13 +137,17 @@ impl Executor {
                 };
                 let grace = Duration::from_millis(spec.grace_ms);
                 let streams = &process.shared.streams;
-                let (ending, sandbox, survivors) =
-                    match supervise(launched, &tag, stdin, streams, None, None, grace, stop).await {
-                        Ok(outcome) => {
-                            background_ending(spec.sandbox_policy.as_ref(), &spec.limits, &process, outcome)
-                        }
-                        Err(e) => failed_ending(&process, DshError::from(e).to_string(), None),
-                    };
+                let outcome = supervise(launched, &tag, stdin, streams, None, None, grace, stop).await;
+                let acted = matches!(&outcome, Ok(o) if o.stop.is_some());
+                if process.close_stops(acted) {
+                    process.end_left_behind();
+                }
+                let (ending, sandbox, survivors) = match outcome {
+                    Ok(outcome) => {
+                        background_ending(spec.sandbox_policy.as_ref(), &spec.limits, &process, outcome)
+                    }
+                    Err(e) => failed_ending(&process, DshError::from(e).to_string(), None),
+                };
                 process.settle(ending, sandbox, survivors, |_| {});
             }
         };
@@ -217,9 +221,18 @@ impl Process {
             return;
         }
         if self.kill() {
-            // The supervision loop escalates, then sweeps the tree.
+            // The supervision loop escalates, then sweeps the tree; should
+            // it have ended just before, the spawn's task calls
+            // `end_left_behind` (see `close_stops`).
             return;
         }
+        self.end_left_behind();
+    }
+
+    /// The escalation for what a leader that has exited left behind: every
+    /// process carrying the tag gets SIGTERM, then SIGKILL after the grace.
+    fn end_left_behind(&self) {
+        let Some(tree) = self.tree() else { return };
         let matcher = TagMatch::command(&tree.tag);
         let deadline = tokio::time::Instant::now() + tree.grace;
         runtime::handle().spawn(async move {
