@@ -298,6 +298,76 @@ fn the_leaders_exit_does_not_end_the_tree_and_the_wait_sees_the_whole_tree() {
     assert!(eventually(LONG, || process.tree_gone()));
 }
 
+/// CPU time of this test process so far (every thread, the executor's
+/// included).
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage fills the struct it is given; zeroed is a valid start.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is always valid.
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) }, 0);
+    let tv =
+        |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// Waiting for trees whose leftovers run on costs next to nothing: the
+/// wait is for their members' ends, not a scan of every process again and
+/// again (it was a /proc scan per tree every 15 ms: about a core for 20).
+#[test]
+fn waiting_for_trees_that_run_on_does_not_burn_the_cpu() {
+    // Measured in a host of its own: this process's CPU time counts the
+    // other tests' threads too.
+    if std::env::var_os("DSH_TREE_WAIT_HOST").is_none() {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "waiting_for_trees_that_run_on_does_not_burn_the_cpu",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("DSH_TREE_WAIT_HOST", "1")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let ended = eventually(Duration::from_secs(120), || child.try_wait().unwrap().is_some());
+        if !ended {
+            child.kill().unwrap();
+        }
+        let output = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert!(ended, "the host hung: {err}");
+        assert!(output.status.success(), "{:?}: {err}", output.status);
+        return;
+    }
+    let exec = executor();
+    let trees: Vec<(Process, i32)> = (0..20).map(|_| leaves_a_setsid_grandchild(&exec)).collect();
+    let waits: Vec<_> = trees
+        .iter()
+        .map(|(p, _)| p.when_tree_gone(|| {}).unwrap())
+        .collect();
+    assert!(trees.iter().all(|(p, _)| !p.tree_gone()));
+    std::thread::sleep(Duration::from_millis(300)); // the watchers' first census
+    let (cpu, wall) = (cpu_time(), std::time::Instant::now());
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_time() - cpu;
+    assert!(
+        used < wall.elapsed() / 10,
+        "waiting for 20 trees used {used:?} of CPU in {:?}",
+        wall.elapsed()
+    );
+    // And the waits still see each tree end.
+    for (p, grandchild) in &trees {
+        // SAFETY: kill(2) takes integers; the grandchild was seen alive.
+        unsafe { libc::kill(*grandchild, libc::SIGKILL) };
+        assert!(
+            p.wait_tree_timeout(Some(LONG)).unwrap(),
+            "the end of a tree was not seen"
+        );
+    }
+    drop(waits);
+}
+
 #[test]
 fn terminate_after_the_leaders_exit_ends_what_it_left_behind() {
     let exec = executor();

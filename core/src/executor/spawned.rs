@@ -20,18 +20,20 @@ use crate::host::latch::Latch;
 use crate::host::runtime::{self, timer};
 use crate::launch::env::HostEnv;
 use crate::launch::launch_spawn;
-use crate::launch::tree::{sweep, sweep_counted, TagMatch};
+use crate::launch::tree::{census, sweep, TagMatch};
 use crate::spec::error::{DshError, Result};
 use crate::spec::spawn::{SpawnOutput, SpawnRequest, SpawnSpec, SpawnStdin};
 use crate::watch::escalation::kill_after;
 use crate::watch::output::{OffsetRead, StreamBuffer};
-use crate::watch::supervise::{supervise, StdinSource, Stop, Streams};
+use crate::watch::supervise::{supervise, watch, StdinSource, Stop, Streams};
+use tokio::io::Interest;
 
 use super::background::{background_ending, failed_ending};
 use super::{Executor, ExecutorInner};
 
-/// How often a wait for a tree's end looks for its members.
-const TREE_POLL: Duration = Duration::from_millis(15);
+/// How long a wait for a tree's end trusts the members it found before it
+/// looks again (a backstop: their ends are events).
+const TREE_BACKSTOP: Duration = Duration::from_secs(2);
 
 /// A program [`Executor::spawn`] started: its handle, its leader's pid,
 /// and the raw ends of the streams the spec gave as `Pipe`.
@@ -307,8 +309,11 @@ impl Process {
     }
 
     /// Starts the one watcher of the tree's end, on first need: after the
-    /// settlement, a scan for the tag every [`TREE_POLL`] until none is
-    /// found (dispose ends every tree, so the watcher ends too).
+    /// settlement, a census of the tree, then a wait for the end of every
+    /// member it found (pidfds: no CPU while they run), then another, until
+    /// one finds nobody. A tree only grows by its members' forks, so the
+    /// census after its members ended is exact; [`TREE_BACKSTOP`] rescans
+    /// anyway. Dispose ends every tree, so the watcher ends too.
     fn watch_tree(&self) {
         let Some(tree) = self.tree() else { return };
         if tree.watched.swap(true, Ordering::SeqCst) || self.check_host().is_err() {
@@ -318,10 +323,26 @@ impl Process {
         runtime::handle().spawn(async move {
             process.wait().await;
             let Some(tree) = process.tree() else { return };
-            while sweep_counted(TagMatch::command(&tree.tag), 0).await.total > 0 {
-                timer(|| tokio::time::sleep(TREE_POLL)).await;
+            loop {
+                let found = census(TagMatch::command(&tree.tag)).await;
+                if found.total == 0 {
+                    break;
+                }
+                let ends = found
+                    .members
+                    .into_iter()
+                    .filter_map(|fd| watch(fd, Interest::READABLE).ok());
+                let all_ended = all_readable(ends.collect());
+                let _ = timer(|| tokio::time::timeout(TREE_BACKSTOP, all_ended)).await;
             }
             tree.gone.set(|| {});
         });
+    }
+}
+
+/// Completes once every pidfd is readable: each process has ended.
+async fn all_readable(pidfds: Vec<tokio::io::unix::AsyncFd<OwnedFd>>) {
+    for fd in &pidfds {
+        let _ = fd.readable().await;
     }
 }

@@ -243,10 +243,22 @@ fn tag_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
     tag_in(buf).map(<[u8]>::to_vec)
 }
 
-/// One scan of `/proc` for a batch of requests; returns how many processes
-/// each signalled. Each target is pinned with a pidfd and re-checked before
-/// the signal, so a pid recycled between the scan and the kill is never hit.
-fn scan_and_signal(requests: &[(&TagMatch, libc::c_int)]) -> Vec<usize> {
+/// How many members a census hands back pinned: a watch waits for them,
+/// then counts again (the rest are found then).
+const CENSUS_PIDFDS: usize = 16;
+
+/// What one scan did for one request: how many processes it signalled and,
+/// for a census, pidfds of them (at most [`CENSUS_PIDFDS`]).
+#[derive(Default)]
+struct Hits {
+    count: usize,
+    pidfds: Vec<std::os::fd::OwnedFd>,
+}
+
+/// One scan of `/proc` for a batch of requests; returns what each did.
+/// Each target is pinned with a pidfd and re-checked before the signal, so
+/// a pid recycled between the scan and the kill is never hit.
+fn scan_and_signal(requests: &[(&TagMatch, libc::c_int, bool)]) -> Vec<Hits> {
     let me = current_pid();
     let mut buf = Vec::with_capacity(4096);
     let mut tags = HashMap::new();
@@ -266,7 +278,7 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int)]) -> Vec<usize> {
             }
         }
     }
-    let matchers: Vec<&TagMatch> = requests.iter().map(|(m, _)| *m).collect();
+    let matchers: Vec<&TagMatch> = requests.iter().map(|(m, _, _)| *m).collect();
     let selections = select(&matchers, &tags, &untagged);
     let targets: HashSet<libc::pid_t> = selections.iter().flatten().copied().collect();
     // Pin each target with a pidfd, then re-read what decides it, so a pid
@@ -299,8 +311,8 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int)]) -> Vec<usize> {
         })
         .collect();
     let pinned = ancestors_first(pinned, |t| t.pid, |t| t.parent);
-    let mut hits = vec![0; requests.len()];
-    for (i, ((m, sig), selected)) in requests.iter().zip(&selections).enumerate() {
+    let mut hits: Vec<Hits> = requests.iter().map(|_| Hits::default()).collect();
+    for (i, ((m, sig, census), selected)) in requests.iter().zip(&selections).enumerate() {
         let mine = |t: &Target| t.tag.as_deref().is_some_and(|tag| m.matches(tag));
         // A command's leader is the supervisor's child and leads its own
         // group (a descendant that called setsid leads a group too, but is
@@ -320,7 +332,12 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int)]) -> Vec<usize> {
                     || (m.session.is_some() && t.session == m.session));
             let spared = *sig != libc::SIGKILL && m.spares(t.group, &leaders);
             if still && !spared && pidfd_send_signal(&t.pidfd, *sig).is_ok() {
-                hits[i] += 1;
+                hits[i].count += 1;
+                if *census && hits[i].pidfds.len() < CENSUS_PIDFDS {
+                    if let Ok(fd) = t.pidfd.try_clone() {
+                        hits[i].pidfds.push(fd);
+                    }
+                }
             }
         }
     }
@@ -360,15 +377,18 @@ const KILL_RESCANS: u32 = 16;
 
 /// What a sweep did: how many processes it signalled in all, and how many
 /// its last scan still found (for SIGKILL: alive after every rescan).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub(crate) struct Swept {
     pub total: usize,
     pub last: usize,
+    /// For a census: pidfds of the live members found.
+    pub members: Vec<std::os::fd::OwnedFd>,
 }
 
 struct Request {
     matcher: TagMatch,
     sig: libc::c_int,
+    census: bool,
     swept: Swept,
     rescans: u32,
     reply: Option<oneshot::Sender<Swept>>,
@@ -384,13 +404,15 @@ fn sweeper(rx: Receiver<Request>) {
             }
         }
         pending.extend(rx.try_iter());
-        let batch: Vec<(&TagMatch, libc::c_int)> = pending.iter().map(|r| (&r.matcher, r.sig)).collect();
+        let batch: Vec<(&TagMatch, libc::c_int, bool)> =
+            pending.iter().map(|r| (&r.matcher, r.sig, r.census)).collect();
         let hits = scan_and_signal(&batch);
         let mut again = Vec::new();
         for (mut r, hit) in pending.drain(..).zip(hits) {
-            r.swept.total += hit;
-            r.swept.last = hit;
-            if r.sig == libc::SIGKILL && hit > 0 && r.rescans < KILL_RESCANS {
+            r.swept.total += hit.count;
+            r.swept.last = hit.count;
+            r.swept.members = hit.pidfds;
+            if r.sig == libc::SIGKILL && hit.count > 0 && r.rescans < KILL_RESCANS {
                 r.rescans += 1;
                 again.push(r);
             } else if let Some(reply) = r.reply.take() {
@@ -403,7 +425,7 @@ fn sweeper(rx: Receiver<Request>) {
 
 static SWEEPER: PerProcess<Sender<Request>> = PerProcess::new();
 
-fn submit(matcher: TagMatch, sig: libc::c_int, reply: Option<oneshot::Sender<Swept>>) {
+fn submit(matcher: TagMatch, sig: libc::c_int, census: bool, reply: Option<oneshot::Sender<Swept>>) {
     let tx = SWEEPER.get(|| {
         let (tx, rx) = channel();
         std::thread::Builder::new()
@@ -415,6 +437,7 @@ fn submit(matcher: TagMatch, sig: libc::c_int, reply: Option<oneshot::Sender<Swe
     let _ = tx.send(Request {
         matcher,
         sig,
+        census,
         swept: Swept::default(),
         rescans: 0,
         reply,
@@ -425,13 +448,22 @@ fn submit(matcher: TagMatch, sig: libc::c_int, reply: Option<oneshot::Sender<Swe
 /// SIGKILL, again until a scan finds nobody; signal 0 only counts them).
 /// Returns at once.
 pub(crate) fn sweep(matcher: TagMatch, sig: libc::c_int) {
-    submit(matcher, sig, None);
+    submit(matcher, sig, false, None);
 }
 
 /// [`sweep`], completing with what it did.
 pub(crate) async fn sweep_counted(matcher: TagMatch, sig: libc::c_int) -> Swept {
     let (tx, rx) = oneshot::channel();
-    submit(matcher, sig, Some(tx));
+    submit(matcher, sig, false, Some(tx));
+    rx.await.unwrap_or_default()
+}
+
+/// The live processes the matcher selects, each pinned by a pidfd (at
+/// most [`CENSUS_PIDFDS`]; `total` says how many there were): a watch for
+/// their end waits on these instead of scanning again and again.
+pub(crate) async fn census(matcher: TagMatch) -> Swept {
+    let (tx, rx) = oneshot::channel();
+    submit(matcher, 0, true, Some(tx));
     rx.await.unwrap_or_default()
 }
 
