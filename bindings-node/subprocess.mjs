@@ -134,6 +134,10 @@ class NativeSubprocessHandle {
     // raw output pipes have delivered their last bytes.
     this.done = native.done().then(async () => {
       signal?.removeEventListener('abort', onAbort)
+      // As child_process does at the exit: a later write is refused
+      // (ERR_STREAM_DESTROYED) instead of failing later with an EPIPE
+      // 'error' nobody listens for, which would end the host.
+      streams[0]?.destroy()
       await drained([streams[1], streams[2]], graceMs)
       return outcomeOf(native)
     })

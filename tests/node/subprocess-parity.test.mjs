@@ -527,6 +527,22 @@ add({
   expect: { code: 0, ended: true },
 })
 
+add({
+  name: 'a write to a piped stdin after done is harmless (stdin is destroyed at the exit)',
+  exec: async (_sp, { impl }) => {
+    const r = await childNode(impl, `
+      const h = sp.spawn({ argv: ['true'], cwd: '/', stdio: { stdin: 'pipe', stdout: 'pipe', stderr: 'pipe' }, graceMs: 300 })
+      h.stdout.resume(); h.stderr.resume()
+      await h.done
+      const err = await new Promise((resolve) => h.stdin.write(Buffer.alloc(1 << 20), resolve))
+      await new Promise((r) => setTimeout(r, 200))
+      process.stdout.write(JSON.stringify({ destroyed: h.stdin.destroyed, refused: err?.code ?? null }))
+      await root.fiber.dispose()`)
+    return { code: r.code, ...JSON.parse(r.out || '{}') }
+  },
+  expect: { code: 0, destroyed: true, refused: 'ERR_STREAM_DESTROYED' },
+})
+
 // ------------------------------------------------------------- terminals
 
 add({
