@@ -520,6 +520,56 @@ fn resolve_executable_finds_the_first_path_hit_as_named() {
     ));
 }
 
+/// A spawn looks its program up as execvp does in the program's own
+/// workdir: a relative PATH entry (an empty one is `.`) is relative to the
+/// spawn's cwd, and a name found only without the execute right is EACCES.
+#[test]
+fn a_spawn_finds_its_program_as_execvp_would_in_its_workdir() {
+    use std::os::unix::fs::PermissionsExt;
+    let exec = executor();
+    let dir = temp_dir("spawn-lookup");
+    std::fs::create_dir_all(dir.join("relbin")).unwrap();
+    let script = |path: PathBuf, text: &str, mode: u32| {
+        std::fs::write(&path, format!("#!/bin/sh\necho {text}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    script(dir.join("relbin").join("in-relbin"), "relbin", 0o755);
+    script(dir.join("in-cwd"), "cwd", 0o755);
+    script(dir.join("relbin").join("unrunnable"), "never", 0o644);
+    let with_path = |name: &str| {
+        let mut spec = spawn_spec(&[name]);
+        spec.cwd = dir.to_path_buf();
+        spec.env
+            .insert("PATH".into(), Some(":relbin:/usr/bin:/bin".into()));
+        spec
+    };
+    for (name, says) in [("in-relbin", "relbin\n"), ("in-cwd", "cwd\n")] {
+        let s = exec
+            .spawn(&with_path(name))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        settle(&s.process);
+        assert_eq!(stdout_of(&s.process), says, "{name}");
+    }
+    match exec.spawn(&with_path("unrunnable")) {
+        Err(DshError::Spawn { kind, errno, message }) => {
+            assert_eq!(
+                (kind, errno),
+                (SpawnFailure::NoProgram, libc::EACCES),
+                "{message}"
+            );
+            assert!(
+                message.starts_with("EACCES") && message.contains("unrunnable"),
+                "{message}"
+            );
+        }
+        other => panic!("expected EACCES, got {other:?}"),
+    }
+    match exec.spawn(&with_path("nowhere-dsh")) {
+        Err(DshError::Spawn { errno, .. }) => assert_eq!(errno, libc::ENOENT),
+        other => panic!("expected ENOENT, got {other:?}"),
+    }
+}
+
 #[test]
 fn a_spawn_request_takes_what_it_leaves_out_from_the_configuration() {
     let dir = temp_dir("spawn-resolve-request");

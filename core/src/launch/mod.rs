@@ -104,7 +104,8 @@ pub(crate) fn launch_spawn(
         .map_err(|_| nul())?;
     let envp = spawn_environment(host_env, &spec.env, tag);
     let name = argv.first().ok_or_else(nul)?;
-    let path = find_program(name.as_bytes(), path_of(&envp)).ok_or_else(|| no_program(name, "program"))?;
+    let path = find_program(name.as_bytes(), path_of(&envp), &spec.cwd)
+        .map_err(|e| no_program(name, "program", e))?;
     let argv: Vec<&std::ffi::CStr> = argv.iter().map(CString::as_c_str).collect();
     let stdin = match spec.stdin {
         SpawnStdin::Null => Stdio::Null,
@@ -213,15 +214,19 @@ pub(crate) fn not_started(
 }
 
 /// `name` (a terminal's or a spawn's program) is not on the PATH it was
-/// looked up on.
-fn no_program(name: &std::ffi::CStr, whose: &str) -> DshError {
+/// looked up on (ENOENT), or is there but cannot be run (EACCES).
+fn no_program(name: &std::ffi::CStr, whose: &str, errno: i32) -> DshError {
+    let name = name.to_string_lossy();
+    let message = match errno {
+        libc::EACCES => {
+            format!("EACCES: {name} on the {whose}'s PATH cannot be run (not an executable file)")
+        }
+        _ => format!("{}: no {name} found on the {whose}'s PATH", errno_name(errno)),
+    };
     DshError::Spawn {
         kind: SpawnFailure::NoProgram,
-        errno: libc::ENOENT,
-        message: format!(
-            "ENOENT: no {} found on the {whose}'s PATH",
-            name.to_string_lossy()
-        ),
+        errno,
+        message,
     }
 }
 
@@ -282,8 +287,8 @@ pub(crate) fn launch_terminal(
                 .collect::<std::result::Result<_, _>>()
                 .map_err(|_| nul())?;
             let name = argv.first().ok_or_else(nul)?;
-            let path =
-                find_program(name.as_bytes(), path_of(&envp)).ok_or_else(|| no_program(name, "terminal"))?;
+            let path = find_program(name.as_bytes(), path_of(&envp), &spec.cwd)
+                .map_err(|e| no_program(name, "terminal", e))?;
             (path, argv)
         }
     };

@@ -232,26 +232,49 @@ impl Pipes {
     }
 }
 
-/// Finds a terminal session's program as `execvp` would: a name with a `/`
-/// is used as it is (relative to the workdir); any other is looked up on
-/// `path` (default `/usr/local/bin:/usr/bin:/bin`) for an executable file.
-pub(crate) fn find_program(name: &[u8], path: Option<&[u8]>) -> Option<CString> {
-    if name.contains(&b'/') {
-        return CString::new(name).ok();
+/// The default PATH when the environment has none, as `execvp`'s.
+const DEFAULT_PATH: &[u8] = b"/usr/local/bin:/usr/bin:/bin";
+
+/// Looks `name` (without a `/`) up on `path` as `execvp` does, with
+/// `base` as the directory a relative entry (an empty one is `.`) is
+/// relative to: the first executable regular file, as an absolute path
+/// without `.` or `..` (a symlink stays as named). Otherwise the errno
+/// `execvp` would give: EACCES when a candidate was there but could not be
+/// run, else ENOENT. The one lookup of a spawn, a terminal's program and
+/// `resolve_executable`.
+pub(crate) fn lookup(name: &[u8], path: Option<&[u8]>, base: &Path) -> Result<std::path::PathBuf, i32> {
+    let mut errno = libc::ENOENT;
+    for dir in path.unwrap_or(DEFAULT_PATH).split(|&b| b == b':') {
+        let dir = if dir.is_empty() { &b"."[..] } else { dir };
+        let candidate = lexically_normal(
+            &base
+                .join(std::ffi::OsStr::from_bytes(dir))
+                .join(std::ffi::OsStr::from_bytes(name)),
+        );
+        let Ok(c) = CString::new(candidate.as_os_str().as_bytes()) else {
+            continue;
+        };
+        // SAFETY: `c` is a valid NUL-terminated path.
+        let runs = unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0;
+        match std::fs::metadata(&candidate) {
+            Ok(m) if m.is_file() && runs => return Ok(candidate),
+            // There, but not something to run (a directory, no x bit).
+            Ok(_) => errno = libc::EACCES,
+            Err(_) => {}
+        }
     }
-    let path = path.unwrap_or(b"/usr/local/bin:/usr/bin:/bin");
-    path.split(|&b| b == b':')
-        .filter(|dir| !dir.is_empty())
-        .find_map(|dir| {
-            let mut p = dir.to_vec();
-            p.push(b'/');
-            p.extend_from_slice(name);
-            let c = CString::new(p).ok()?;
-            // SAFETY: `c` is a valid NUL-terminated path.
-            let executable = unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0;
-            let file = Path::new(std::ffi::OsStr::from_bytes(c.as_bytes())).is_file();
-            (executable && file).then_some(c)
-        })
+    Err(errno)
+}
+
+/// Finds a spawn's or a terminal session's program as `execvp` would in
+/// `workdir`: a name with a `/` is used as it is (relative to the
+/// workdir); any other is [`lookup`]ed on `path` from the workdir.
+pub(crate) fn find_program(name: &[u8], path: Option<&[u8]>, workdir: &Path) -> Result<CString, i32> {
+    if name.contains(&b'/') {
+        return CString::new(name).map_err(|_| libc::ENOENT);
+    }
+    let found = lookup(name, path, workdir)?;
+    CString::new(std::os::unix::ffi::OsStringExt::into_vec(found.into_os_string())).map_err(|_| libc::ENOENT)
 }
 
 /// `path` with `.` and empty parts dropped and `..` folded, without asking
@@ -285,7 +308,7 @@ pub(crate) fn resolve_executable(
     command: &str,
     env: &std::collections::BTreeMap<String, Option<String>>,
 ) -> crate::spec::error::Result<std::path::PathBuf> {
-    use crate::spec::error::{DshError, Field, FieldName, Scope, SpawnFailure};
+    use crate::spec::error::{errno_name, DshError, Field, FieldName, Scope, SpawnFailure};
     let field = Field::new(Scope::Spawn, FieldName::Command);
     if command.is_empty() {
         return Err(DshError::invalid(field, "must name a program, got \"\""));
@@ -317,10 +340,11 @@ pub(crate) fn resolve_executable(
     }
     let envp = crate::launch::env::spawn_environment(crate::launch::env::HostEnv::capture(), env, "");
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
-    crate::launch::env::path_of(&envp)
-        .unwrap_or_default()
-        .split(|&b| b == b':')
-        .map(|dir| lexically_normal(&cwd.join(std::ffi::OsStr::from_bytes(dir)).join(command)))
-        .find_map(|candidate| executable(&candidate))
-        .ok_or_else(|| missing(format!("ENOENT: command {command:?} was not found on PATH")))
+    // No PATH at all is an empty one here (the cwd), as for the seam.
+    let path = crate::launch::env::path_of(&envp).unwrap_or_default();
+    lookup(command.as_bytes(), Some(path), &cwd).map_err(|errno| DshError::Spawn {
+        kind: SpawnFailure::NoProgram,
+        errno,
+        message: format!("{}: command {command:?} was not found on PATH", errno_name(errno)),
+    })
 }
