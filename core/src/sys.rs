@@ -31,6 +31,9 @@ pub(crate) fn pipe(flags: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
     Ok((above_stdio(r)?, above_stdio(w)?))
 }
 
+/// `fd`, moved to a number ≥ 3 if it is 0, 1 or 2: the executor's own
+/// descriptors never take a standard stream's number, which a host that
+/// closed its own would free (a child inheriting that stream would get it).
 pub(crate) fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     if fd.as_raw_fd() > 2 {
         return Ok(fd);
@@ -57,7 +60,7 @@ pub(crate) fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
 /// immune to pid reuse.
 pub(crate) fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
     let pid = Pid::from_raw(pid).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
-    Ok(rustix::process::pidfd_open(pid, PidfdFlags::empty())?)
+    above_stdio(rustix::process::pidfd_open(pid, PidfdFlags::empty())?)
 }
 
 /// `pidfd_send_signal(2)`, as kill(2) would send `sig`. Signal 0 (is it

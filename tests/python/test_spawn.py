@@ -75,6 +75,32 @@ def test_inherit_shares_the_hosts_descriptors() -> None:
     assert (r.returncode, r.stdout, r.stderr) == (0, "out\nhost\n", "err\n")
 
 
+@pytest.mark.parametrize("fd", [0, 1, 2])
+def test_inheriting_a_closed_descriptor_is_an_error_never_one_of_ours(fd: int) -> None:
+    # A host whose own fd is closed: the executor's descriptors (Landlock
+    # rulesets, pidfds, memfds) must never take that number and be handed
+    # to the program as its stream.
+    stream = ["stdin", "stdout", "stderr"][fd]
+    code = (
+        "import dsh_native, os, sys\n"
+        "log = os.fdopen(os.dup(2), 'w', buffering=1)\n"
+        "with dsh_native.Executor() as ex:\n"
+        f"    os.close({fd})\n"
+        "    for _ in range(3):\n"
+        "        try:\n"
+        f"            s = ex.spawn(['bash', '-c', 'readlink /proc/$$/fd/{fd} >/tmp/dsh-inherit-closed-$PPID'], {stream}=dsh_native.INHERIT)\n"
+        "            s.wait(20)\n"
+        "            log.write('ran\\n')\n"
+        "        except dsh_native.SpawnError as e:\n"
+        "            log.write(f'refused {e.errno} {e}\\n')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 3 and all(line.startswith("refused 9 ") for line in lines), r.stderr
+    assert all(f"fd {fd}" in line and stream in line for line in lines), r.stderr
+
+
 def test_the_environment_is_scrubbed_then_changed(ex: dsh_native.Executor, monkeypatch) -> None:
     monkeypatch.setenv("SPAWN_PY_PLAIN", "plain")
     monkeypatch.setenv("SPAWN_PY_TOKEN", "secret")

@@ -248,6 +248,12 @@ fn build(v: u32, files: Option<&SandboxPolicy>, net: bool, scope: bool) -> Resul
         }
     }
     let fd: Option<OwnedFd> = created.into();
+    // Never 0, 1 or 2 (a host that closed its own): an inherited stream of
+    // that number would be the ruleset.
+    let fd = fd
+        .map(crate::sys::above_stdio)
+        .transpose()
+        .map_err(|e| Failure::new("the Landlock ruleset".to_owned(), &e))?;
     let scope_only = files.is_none() && !net;
     fd.map(|fd| Ruleset { fd, scope_only }).ok_or_else(|| {
         "Landlock is unavailable: no ruleset was created"

@@ -118,6 +118,20 @@ pub(crate) fn launch_spawn(
         SpawnOutput::Pipe => Stdio::Handed,
         SpawnOutput::Inherit => Stdio::Inherited,
     };
+    for (fd, how, name) in [
+        (0, stdin, "stdin"),
+        (1, out(spec.stdout), "stdout"),
+        (2, out(spec.stderr), "stderr"),
+    ] {
+        // SAFETY: F_GETFD only reads the descriptor's flags.
+        if how == Stdio::Inherited && unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+            return Err(DshError::Spawn {
+                kind: SpawnFailure::Os,
+                errno: libc::EBADF,
+                message: format!("EBADF: {name} is inherited, but the host's fd {fd} is closed"),
+            });
+        }
+    }
     let pipes =
         Pipes::new(stdin, out(spec.stdout), out(spec.stderr)).map_err(|e| spawn_error(e, &spec.cwd))?;
     let plan = Plan {

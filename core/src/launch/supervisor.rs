@@ -382,7 +382,7 @@ fn payload_memfd(payload: &[u8]) -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: a non-negative return is a fresh descriptor, ours alone.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    let fd = crate::sys::above_stdio(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })?;
     write_all(&fd, payload)?;
     Ok(fd)
 }
@@ -402,7 +402,7 @@ pub(crate) fn program_memfd() -> io::Result<OwnedFd> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: a non-negative return is a fresh descriptor, ours alone.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    let fd = crate::sys::above_stdio(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })?;
     write_all(&fd, PROGRAM)?;
     // Nobody can change the program once it is written.
     // SAFETY: fcntl with integer arguments on a descriptor we own.

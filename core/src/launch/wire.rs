@@ -232,7 +232,8 @@ pub(crate) fn socketpair(kind: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
     // SAFETY: `fds` has room for the two descriptors socketpair writes.
     cvt(unsafe { libc::socketpair(libc::AF_UNIX, kind | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) })?;
     // SAFETY: socketpair succeeded: both descriptors are fresh and ours.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    let (a, b) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    Ok((crate::sys::above_stdio(a)?, crate::sys::above_stdio(b)?))
 }
 
 /// `write(2)` of all of `bytes`, retried on EINTR.
