@@ -227,6 +227,38 @@ fn a_read_while_the_stream_is_open_never_ends_inside_a_character() {
     assert_eq!((late.text.as_str(), late.next_offset), ("éb", 4));
 }
 
+/// An offset inside a character (a reader's own arithmetic, or the start
+/// of a window that slid) reads from the next whole character, never a
+/// replacement character for the half it would split.
+#[test]
+fn a_read_from_inside_a_character_starts_at_the_next_one() {
+    let exec = executor();
+    let s = exec
+        .spawn(&sh("printf 'h\\303\\251llo \\360\\237\\230\\200!'"))
+        .unwrap();
+    settle(&s.process);
+    // h=0, é=1..3, llo=3..6, space=6, 😀=7..11, !=11
+    for (from, text, next) in [
+        (0, "héllo 😀!", 12),
+        (2, "llo 😀!", 12),
+        (8, "!", 12),
+        (10, "!", 12),
+    ] {
+        let r = s.process.read_from(OutputStream::Stdout, from);
+        assert_eq!((r.text.as_str(), r.next_offset), (text, next), "from {from}");
+    }
+    // A window that slid to mid-character: reading from before it starts
+    // at its first whole character.
+    let mut spec = sh("printf 'ab\\303\\251cd'");
+    spec.stdout = collect(3, None); // keeps the last 3 bytes: "\\251cd"
+    let s = exec.spawn(&spec).unwrap();
+    settle(&s.process);
+    let r = s.process.read_from(OutputStream::Stdout, 0);
+    assert!(r.lossy);
+    assert!(!r.text.contains('\u{fffd}'), "{:?}", r.text);
+    assert_eq!((r.text.as_str(), r.next_offset), ("cd", 6));
+}
+
 #[test]
 fn piped_streams_are_handed_over_raw() {
     let exec = executor();

@@ -92,6 +92,13 @@ pub(crate) fn incomplete_suffix(bytes: &[u8]) -> usize {
     0
 }
 
+/// How many bytes at the start of `bytes` finish a character that began
+/// before them (at most 3 continuation bytes): a read that starts there
+/// skips them rather than decode half a character.
+fn split_prefix(bytes: &[u8]) -> usize {
+    bytes.iter().take(3).take_while(|&&b| is_continuation(b)).count()
+}
+
 impl StreamBuffer {
     pub(crate) fn new(
         cap: u64,
@@ -281,11 +288,18 @@ impl StreamBuffer {
         } else {
             b[(skip - a.len()).min(b.len())..].to_vec()
         };
+        // Not at the stream's start: perhaps inside a character.
+        let split = if from.clamp(start, self.total) > 0 {
+            split_prefix(&bytes)
+        } else {
+            0
+        };
+        bytes.drain(..split);
         if !self.closed {
             let hold = incomplete_suffix(&bytes);
             bytes.truncate(bytes.len() - hold);
         }
-        let next_offset = from.clamp(start, self.total) + bytes.len() as u64;
+        let next_offset = from.clamp(start, self.total) + (split + bytes.len()) as u64;
         let (spill_path, spill_error) = self.spill();
         OffsetRead {
             text: String::from_utf8_lossy(&bytes).into_owned(),
@@ -310,11 +324,14 @@ impl StreamBuffer {
         } else {
             b[skip - a.len()..].to_vec()
         };
+        // The window slid to inside a character.
+        let split = if lossy { split_prefix(&bytes) } else { 0 };
+        bytes.drain(..split);
         if !self.closed {
             let hold = incomplete_suffix(&bytes);
             bytes.truncate(bytes.len() - hold);
         }
-        self.read_pos = from + bytes.len() as u64;
+        self.read_pos = from + (split + bytes.len()) as u64;
         (String::from_utf8_lossy(&bytes).into_owned(), lossy)
     }
 }
