@@ -482,6 +482,34 @@ fn dispose_ends_every_spawned_tree() {
     ));
 }
 
+/// What a program left in a session of its own (re-parented to the
+/// supervisor, so it looks like a command's leader) gets dispose's SIGTERM
+/// and its grace, not only the SIGKILL after it.
+#[test]
+fn dispose_gives_a_setsid_leftover_its_sigterm() {
+    let exec = executor();
+    let dir = temp_dir("spawn-dispose-term");
+    let log = dir.join("log");
+    let script = format!(
+        "setsid bash -c 'trap \"echo TERM >>{log}; exit 0\" TERM; echo $$ >>{log}; while :; do sleep 0.05; done' \
+         </dev/null >/dev/null 2>&1 & exit 0",
+        log = log.display()
+    );
+    let s = exec.spawn(&sh(&script)).unwrap();
+    settle(&s.process);
+    assert!(eventually(LONG, || std::fs::read_to_string(&log)
+        .is_ok_and(|t| t.ends_with('\n'))));
+    let leftover = first_pid(&std::fs::read_to_string(&log).unwrap());
+    assert!(alive(leftover));
+    exec.dispose_blocking().unwrap();
+    assert!(eventually(LONG, || !alive(leftover)));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("TERM"),
+        "the leftover died without its SIGTERM: {text:?}"
+    );
+}
+
 #[test]
 fn a_spawned_program_is_not_in_the_registry() {
     let exec = executor();

@@ -55,8 +55,9 @@ pub(crate) enum Spare {
     /// Members of this process group (a command whose group was signalled).
     Group(libc::pid_t),
     /// Members of any group led by a live command of the sweep, that is a
-    /// tagged child of the executor's supervisor leading its group
-    /// (dispose: every running command signals its own group).
+    /// tagged child of the executor's supervisor leading its group whose
+    /// supervision loop still runs (dispose: every running command signals
+    /// its own group).
     CommandGroups,
 }
 
@@ -317,11 +318,23 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int, bool)]) -> Vec<Hits> {
         // A command's leader is the supervisor's child and leads its own
         // group (a descendant that called setsid leads a group too, but is
         // not the supervisor's child, and nobody signals its group for it).
-        let leaders: HashSet<libc::pid_t> = pinned
-            .iter()
-            .filter(|t| mine(t) && t.group == Some(t.pid) && t.parent.is_some() && t.parent == m.supervisor)
-            .map(|t| t.pid)
-            .collect();
+        let leaders: HashSet<libc::pid_t> = match m.spare {
+            Spare::CommandGroups => {
+                let live = live_leaders();
+                pinned
+                    .iter()
+                    .filter(|t| {
+                        mine(t)
+                            && t.group == Some(t.pid)
+                            && t.parent.is_some()
+                            && t.parent == m.supervisor
+                            && live.contains(&t.pid)
+                    })
+                    .map(|t| t.pid)
+                    .collect()
+            }
+            _ => HashSet::new(),
+        };
         for t in &pinned {
             // Re-checked on the pinned process: a recycled pid fails every
             // one of these (a live parent or session is unique to its id).
@@ -424,6 +437,37 @@ fn sweeper(rx: Receiver<Request>) {
 }
 
 static SWEEPER: PerProcess<Sender<Request>> = PerProcess::new();
+
+/// The pids of leaders whose supervision loop still runs, and so will
+/// signal their own group on a stop: only their groups are spared by
+/// [`Spare::CommandGroups`]. A process merely looking like one (a setsid
+/// leftover re-parented to the supervisor) gets the sweep's signal.
+static LIVE_LEADERS: PerProcess<std::sync::Mutex<HashSet<libc::pid_t>>> = PerProcess::new();
+
+fn live_leaders() -> std::sync::MutexGuard<'static, HashSet<libc::pid_t>> {
+    crate::sys::lock(LIVE_LEADERS.get(Default::default))
+}
+
+/// Marks a leader live for as long as it is held (by its supervision loop).
+#[derive(Default)]
+pub(crate) struct LiveLeader(Option<libc::pid_t>);
+
+impl LiveLeader {
+    pub(crate) fn mark(&mut self, pid: libc::pid_t) {
+        if self.0.is_none() {
+            live_leaders().insert(pid);
+            self.0 = Some(pid);
+        }
+    }
+}
+
+impl Drop for LiveLeader {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            live_leaders().remove(&pid);
+        }
+    }
+}
 
 fn submit(matcher: TagMatch, sig: libc::c_int, census: bool, reply: Option<oneshot::Sender<Swept>>) {
     let tx = SWEEPER.get(|| {

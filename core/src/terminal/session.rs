@@ -19,7 +19,7 @@ use crate::host::runtime;
 use crate::launch::ending::ExitFields;
 use crate::launch::ending::ExitStatus;
 use crate::launch::supervisor::Releaser;
-use crate::launch::tree::{sweep, sweep_counted, TagMatch};
+use crate::launch::tree::{sweep, sweep_counted, LiveLeader, TagMatch};
 use crate::launch::wire::ReportReader;
 use crate::watch::escalation::Escalation;
 use crate::watch::supervise::{read_exit, signal_tree, watch as register, write_some, Stop};
@@ -191,6 +191,9 @@ impl Terminal {
         disposing: impl std::future::Future<Output = ()>,
     ) {
         let pid = self.shared.pid;
+        // Until this returns, dispose leaves the session's group to it.
+        let mut live = LiveLeader::default();
+        live.mark(pid);
         let tag = self.shared.tag.clone();
         let grace = self.shared.grace;
         let master = register(master, Interest::READABLE | Interest::WRITABLE);

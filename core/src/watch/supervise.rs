@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use crate::host::runtime::timer;
 use crate::launch::ending::ExitStatus;
 use crate::launch::spawn::LaunchedCommand;
-use crate::launch::tree::{signal_group, sweep, sweep_counted, Spare, TagMatch};
+use crate::launch::tree::{signal_group, sweep, sweep_counted, LiveLeader, Spare, TagMatch};
 use crate::launch::wire::{Report, ReportReader};
 use crate::spec::error::DshError;
 use crate::sys::lock;
@@ -368,6 +368,11 @@ async fn supervise_inner(
     // The leader's pid: it comes on the report pipe, late (see `Launched`),
     // unless the launch waited for it.
     let mut pid: Option<libc::pid_t> = known_pid;
+    // Until this returns, dispose leaves the leader's group to this loop.
+    let mut live = LiveLeader::default();
+    if let Some(p) = pid {
+        live.mark(p);
+    }
     // A signal for the leader's group, held until its pid comes.
     let mut deferred: Option<(libc::c_int, bool)> = None;
     let registered = (|| {
@@ -443,6 +448,9 @@ async fn supervise_inner(
     let mut unhandled: Option<Report> = None;
 
     while !(exited && !out_open && !err_open) {
+        if let Some(p) = pid {
+            live.mark(p);
+        }
         let event = if let Some(r) = unhandled.take() {
             Event::Report(r)
         } else {
