@@ -109,10 +109,6 @@ function drained(streams, graceMs) {
   })
 }
 
-function outcomeOf(native) {
-  return { exitCode: native.exitCode ?? null, signal: native.signal ?? null }
-}
-
 /**
  * The seam's `SubprocessHandle` over a spawned program (docs/spawn.md).
  * Collect-mode readers read by offset from the core; piped streams are the
@@ -132,14 +128,14 @@ class NativeSubprocessHandle {
     signal?.addEventListener('abort', onAbort, { once: true })
     // At process close, as the seam says: the program has exited and its
     // raw output pipes have delivered their last bytes.
-    this.done = native.done().then(async () => {
+    this.done = native.done().then(async (facts) => {
       signal?.removeEventListener('abort', onAbort)
       // As child_process does at the exit: a later write is refused
       // (ERR_STREAM_DESTROYED) instead of failing later with an EPIPE
       // 'error' nobody listens for, which would end the host.
       streams[0]?.destroy()
       await drained([streams[1], streams[2]], graceMs)
-      return outcomeOf(native)
+      return { exitCode: facts.exitCode ?? null, signal: facts.signal ?? null }
     })
     // An abort that fired between the spawn and the listener.
     if (signal?.aborted) onAbort()
@@ -198,8 +194,9 @@ function isSpawnFailure(err) {
 
 // Symbol-keyed, not `#private`: cordis hands out proxies of a service, and
 // private fields do not survive a proxy.
-const NATIVE = Symbol('dsh-native executor')
-const LIVE = Symbol('dsh-native live handles')
+// One symbol for both, read once per call: each read through the proxy
+// costs microseconds, a real share of a spawn.
+const STATE = Symbol('dsh-native executor and live handles')
 
 /**
  * `ctx.subprocess` backed by dsh-native. Loading it instead of
@@ -210,15 +207,15 @@ const LIVE = Symbol('dsh-native live handles')
 export class NativeSubprocessRuntime extends SubprocessRuntime {
   constructor(ctx) {
     super(ctx)
-    this[NATIVE] = new NativeExecutor()
-    this[LIVE] = new Set()
+    const state = { native: new NativeExecutor(), live: new Set() }
+    this[STATE] = state
     ctx.effect(
       () => async () => {
         // Each with its own grace; terminals await their quiescence.
-        await Promise.allSettled([...this[LIVE]].map((h) => h.terminate()))
-        this[LIVE].clear()
+        await Promise.allSettled([...state.live].map((h) => h.terminate()))
+        state.live.clear()
         // Stops what is still running, ends every tree, awaits all of it.
-        await this[NATIVE].dispose()
+        await state.native.dispose()
       },
       'dsh-native subprocess teardown',
     )
@@ -229,12 +226,13 @@ export class NativeSubprocessRuntime extends SubprocessRuntime {
     signal?.throwIfAborted()
     if (typeof command !== 'string') throw shapeError('command must be a string')
     const [keys, values] = overlay(env, 'env')
-    const path = this[NATIVE].resolveExecutable(command, keys, values)
+    const path = this[STATE].native.resolveExecutable(command, keys, values)
     signal?.throwIfAborted()
     return path
   }
 
   spawn(spec) {
+    const state = this[STATE]
     if (spec === null || typeof spec !== 'object') throw shapeError('spec must be an object')
     const signal = checkSignal(spec.signal, 'spec.signal')
     if (signal?.aborted) throw new Error(`aborted before spawn: ${String(signal.reason ?? 'aborted')}`)
@@ -251,15 +249,16 @@ export class NativeSubprocessRuntime extends SubprocessRuntime {
     const [keys, values] = overlay(spec.env, 'spec.env')
     let native
     try {
-      native = this[NATIVE].spawnProgram(
+      native = state.native.spawnProgram(
         [...argv], resolvePath(cwd), keys, values, stdinMode, stdinData, ...out, ...err, graceMs,
       )
     } catch (e) {
       if (isSpawnFailure(e)) return failedHandle(e, stdio)
       throw e
     }
-    const streams = [0, 1, 2].map((i) => {
-      const fd = native.takeFd(i)
+    // Only a 'pipe' stream has a descriptor to take (a crossing saved for each other).
+    const streams = [stdinMode, out[0], err[0]].map((mode, i) => {
+      const fd = mode === 'pipe' ? native.takeFd(i) : null
       return fd === null ? undefined : pipeSocket(fd, i !== 0)
     })
     const collected = {}
@@ -267,12 +266,13 @@ export class NativeSubprocessRuntime extends SubprocessRuntime {
       if (mode === 'collect') collected[name] = { readFrom: (from) => native.readFrom(name, from) }
     }
     const handle = new NativeSubprocessHandle(native, streams, collected, signal, graceMs)
-    this[LIVE].add(handle)
-    handle.done.finally(() => this[LIVE].delete(handle))
+    state.live.add(handle)
+    handle.done.finally(() => state.live.delete(handle))
     return handle
   }
 
   async spawnTerminal(spec) {
+    const state = this[STATE]
     if (spec === null || typeof spec !== 'object') throw shapeError('spec must be an object')
     const signal = checkSignal(spec.signal, 'spec.signal')
     signal?.throwIfAborted()
@@ -282,7 +282,7 @@ export class NativeSubprocessRuntime extends SubprocessRuntime {
     signal?.addEventListener('abort', onAbort, { once: true })
     let native
     try {
-      native = await this[NATIVE].spawnTerminal(
+      native = await state.native.spawnTerminal(
         { argv: Array.isArray(argv) ? [...argv] : argv, cwd: typeof cwd === 'string' ? resolvePath(cwd) : cwd, env, rows, cols, graceMs },
         token,
       )
@@ -291,8 +291,8 @@ export class NativeSubprocessRuntime extends SubprocessRuntime {
       signal?.removeEventListener('abort', onAbort)
     }
     const handle = new NativeTerminalHandle(native)
-    this[LIVE].add(handle)
-    handle.done.finally(() => this[LIVE].delete(handle))
+    state.live.add(handle)
+    handle.done.finally(() => state.live.delete(handle))
     return handle
   }
 }

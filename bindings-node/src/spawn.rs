@@ -68,6 +68,13 @@ fn overlay(keys: Vec<String>, values: Vec<Option<String>>) -> BTreeMap<String, O
     keys.into_iter().zip(values).collect()
 }
 
+/// A settled program's exit facts, as `done()` resolves with them.
+#[napi(object)]
+pub struct SpawnOutcome {
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+}
+
 #[napi]
 impl NativeExecutor {
     /// Starts a program (docs/spawn.md) and returns once it has exec'd.
@@ -192,12 +199,21 @@ impl NativeSpawned {
         Ok(o)
     }
 
-    /// Resolves once the program has settled.
+    /// Resolves with the exit facts once the program has settled (one
+    /// crossing instead of a getter call per fact).
     #[napi]
     pub fn done<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
         let (deferred, promise) = settle::promise(env)?;
+        let process = self.inner.clone();
         self.inner
-            .when_settled(move || deferred.resolve(|_| Ok(())))
+            .when_settled(move || {
+                deferred.resolve(move |_| {
+                    Ok(SpawnOutcome {
+                        exit_code: process.exit_code(),
+                        signal: process.signal(),
+                    })
+                })
+            })
             .map_err(|e| js_error(env, &e))?;
         Ok(promise)
     }
