@@ -118,6 +118,8 @@ impl NativeExecutor {
                 grace_ms: grace(grace_ms)?,
                 sandbox_policy: None,
                 limits: dsh_core::Limits::default(),
+                // The seam's spawn has no timeout.
+                timeout_ms: None,
             })
         })()
         .map_err(|e| js_error(&env, &e))?;

@@ -352,6 +352,8 @@ pub(crate) fn spawn(
         grace_ms,
         sandbox_policy,
         limits,
+        // Not offered here yet: a spawn has no timeout unless asked.
+        timeout_ms: None,
     };
     let spec = exec.resolve_spawn(request).map_err(|e| to_pyerr(py, e))?;
     // The environment is read on this thread, inside the call (the GIL

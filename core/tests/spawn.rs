@@ -34,6 +34,7 @@ fn spawn_spec(argv: &[&str]) -> SpawnSpec {
         grace_ms: 500,
         sandbox_policy: None,
         limits: Limits::default(),
+        timeout_ms: None,
     }
 }
 
@@ -466,6 +467,36 @@ fn terminate_escalates_to_sigkill_after_the_grace() {
     assert!(s.process.tree_gone() || eventually(LONG, || s.process.tree_gone()));
 }
 
+/// A spawn with a timeout is stopped as a command is at its own: SIGTERM
+/// (its trap runs), SIGKILL after the grace, and the handle says it timed
+/// out; one that ends in time says it did not.
+#[test]
+fn a_spawn_timeout_stops_the_tree_and_says_so() {
+    let exec = executor();
+    let mut spec = sh("trap 'echo term; exit 143' TERM; echo ready; while :; do sleep 0.05; done");
+    spec.timeout_ms = Some(300);
+    spec.grace_ms = 2000;
+    let s = exec.spawn(&spec).unwrap();
+    settle(&s.process);
+    assert!(stdout_of(&s.process).contains("term"), "the TERM trap ran");
+    assert_eq!(s.process.exit_code(), Some(143));
+    assert!(s.process.timed_out());
+    let mut quick = sh("exit 3");
+    quick.timeout_ms = Some(20_000);
+    let s = exec.spawn(&quick).unwrap();
+    settle(&s.process);
+    assert_eq!((s.process.exit_code(), s.process.timed_out()), (Some(3), false));
+    // Checked as a command's: not above the executor's max_timeout_ms.
+    let mut long = sh("true");
+    long.timeout_ms = Some(u64::MAX);
+    match exec.spawn(&long) {
+        Err(DshError::InvalidArgument { field, .. }) => {
+            assert_eq!(field.path(dsh_core::NameStyle::Snake), "spawn.timeout_ms")
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}
+
 #[test]
 fn dispose_ends_every_spawned_tree() {
     let exec = executor();
@@ -650,6 +681,22 @@ fn a_spawn_request_takes_what_it_leaves_out_from_the_configuration() {
     assert_eq!(spec.stdin, SpawnStdin::Null);
     let collected = collect(777, Some(dsh_core::DEFAULT_MAX_SPILL_BYTES));
     assert_eq!((spec.stdout, spec.stderr), (collected, collected));
+    assert_eq!(spec.timeout_ms, None, "a spawn has no timeout unless asked");
+    let timed = |t| {
+        exec.resolve_spawn(dsh_core::SpawnRequest {
+            argv: vec!["true".into()],
+            timeout_ms: common::n(t),
+            ..Default::default()
+        })
+    };
+    assert_eq!(timed(1500.5).unwrap().timeout_ms, Some(1501));
+    let max = dsh_core::DEFAULT_MAX_TIMEOUT_MS;
+    assert_eq!(
+        timed(1e12).unwrap().timeout_ms,
+        Some(max),
+        "clamped, as a command's"
+    );
+    assert!(matches!(timed(0.0), Err(DshError::InvalidArgument { .. })));
     match exec.resolve_spawn(dsh_core::SpawnRequest {
         argv: vec!["true".into()],
         grace_ms: common::n(1.5),

@@ -47,7 +47,7 @@ pub(super) fn background_ending(
     process: &Process,
     outcome: Outcome,
 ) -> (ExitFields, Option<SandboxInfo>, u32) {
-    let ending = governed(
+    let mut ending = governed(
         ExitFields::from(outcome.status),
         limits,
         outcome.stop,
@@ -55,6 +55,7 @@ pub(super) fn background_ending(
         outcome.group,
         outcome.leader_cpu,
     );
+    ending.timed_out = outcome.stop == Some(Stop::Timeout);
     let stderr = lock(&process.shared.streams).stderr.collected().text;
     let sandbox = confine::facts(policy, outcome.read_only_mounts, ending.exit_code, &stderr);
     (ending, sandbox, outcome.survivors)

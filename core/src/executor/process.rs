@@ -197,6 +197,12 @@ impl Process {
         self.state().ending.signal.clone()
     }
 
+    /// True once a spawned program was stopped at its timeout
+    /// ([`SpawnSpec::timeout_ms`](crate::SpawnSpec::timeout_ms)).
+    pub fn timed_out(&self) -> bool {
+        self.state().ending.timed_out
+    }
+
     /// True when the process ended but nobody could say how (see
     /// [`RunResult::exit_status_unavailable`](crate::RunResult)):
     /// `exit_code` and `signal` are then both `None`, and the status is

@@ -139,7 +139,8 @@ impl Executor {
                 };
                 let grace = Duration::from_millis(spec.grace_ms);
                 let streams = &process.shared.streams;
-                let outcome = supervise(launched, &tag, stdin, streams, None, None, grace, stop).await;
+                let timeout = spec.timeout_ms.map(Duration::from_millis);
+                let outcome = supervise(launched, &tag, stdin, streams, timeout, None, grace, stop).await;
                 let acted = matches!(&outcome, Ok(o) if o.stop.is_some());
                 if process.close_stops(acted) {
                     process.end_left_behind();

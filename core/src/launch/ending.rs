@@ -29,6 +29,9 @@ pub(crate) struct ExitFields {
     pub unavailable: bool,
     pub limit: Option<LimitKind>,
     pub limits_enforcement: LimitsEnforcement,
+    /// Stopped at its timeout (a spawned program's; a command's run result
+    /// says it in its own field).
+    pub timed_out: bool,
 }
 
 impl From<ExitStatus> for ExitFields {

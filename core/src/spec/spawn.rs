@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use crate::spec::config::{whole_number, Config, Num, MAX_GRACE_MS, MAX_SAFE_INTEGER};
+use crate::spec::config::{timeout_request_ms, whole_number, Config, Num, MAX_GRACE_MS, MAX_SAFE_INTEGER};
 use crate::spec::error::{DshError, Field, FieldName, Result, Scope};
 use crate::spec::limits::{Limits, LimitsInput};
 use crate::spec::request::{absolute_without_nul, resolve_policy, resolve_workdir, SandboxPolicyInput};
@@ -80,6 +80,12 @@ pub struct SpawnSpec {
     pub sandbox_policy: Option<SandboxPolicy>,
     /// The limits the program's tree gets ([`Limits::default`]: none).
     pub limits: Limits,
+    /// Milliseconds, at most the executor's `max_timeout_ms`; `None`: no
+    /// timeout (a spawned program runs until it exits or is terminated).
+    /// At the timeout its tree is stopped as a command's is (SIGTERM,
+    /// SIGKILL after the grace) and [`Process::timed_out`](crate::Process::timed_out)
+    /// says so.
+    pub timeout_ms: Option<u64>,
 }
 
 /// What a caller of a face with defaults (Python, C) asks
@@ -107,6 +113,9 @@ pub struct SpawnRequest {
     pub sandbox_policy: Option<SandboxPolicyInput>,
     /// Each clamped to the configured one, as for a command.
     pub limits: Option<LimitsInput>,
+    /// Milliseconds, clamped to the configured `max_timeout_ms`; `None`: no
+    /// timeout (unlike a command, a spawn has none by default).
+    pub timeout_ms: Option<Num>,
 }
 
 /// Request → spec for a spawn: the executor's configuration fills what the
@@ -127,6 +136,10 @@ pub fn resolve_spawn(config: &Config, request: SpawnRequest) -> Result<SpawnSpec
         Some(l) => l.validate(Scope::Spawn)?.clamped_by(&config.limits),
         None => config.limits,
     };
+    let timeout_ms = match request.timeout_ms {
+        Some(t) => Some(timeout_request_ms(f(FieldName::TimeoutMs), t)?.min(config.max_timeout_ms)),
+        None => None,
+    };
     let spec = SpawnSpec {
         argv: request.argv,
         cwd,
@@ -137,6 +150,7 @@ pub fn resolve_spawn(config: &Config, request: SpawnRequest) -> Result<SpawnSpec
         grace_ms,
         sandbox_policy,
         limits,
+        timeout_ms,
     };
     spec.check(config)?;
     Ok(spec)
@@ -180,6 +194,9 @@ impl SpawnSpec {
             ));
         }
         whole_number(f(FieldName::GraceMs), Num(self.grace_ms as f64), MAX_GRACE_MS)?;
+        if let Some(t) = self.timeout_ms {
+            whole_number(f(FieldName::TimeoutMs), Num(t as f64), config.max_timeout_ms)?;
+        }
         if let Some(p) = &self.sandbox_policy {
             if !absolute_without_nul(&p.workspace_root) {
                 return Err(DshError::invalid(
