@@ -7,27 +7,24 @@
 //! nothing the command started outlives dsh-cli.
 
 mod args;
-mod interrupt;
 mod spill;
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::process::ExitCode;
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use dsh_core::{
-    CollectedOutput, ConfigInput, DshError, Enforcement, Executor, LimitsEnforcement, RunResult, SandboxInfo,
-    Spec, DEFAULT_MAX_TIMEOUT_MS,
+    CollectedOutput, ConfigInput, DshError, Enforcement, Executor, RunResult, SandboxInfo, Spec,
+    DEFAULT_MAX_TIMEOUT_MS,
 };
 use nix::sys::signal::Signal;
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 
 use args::{Options, Parsed};
-use interrupt::Interrupt;
+use dsh_cli::interrupt::Interrupt;
+use dsh_cli::json::{sandbox_json, EnforcementJson, SandboxJson};
+use dsh_cli::status::{emit, interrupted_status, signal_status, EXIT_CLI_ERROR, EXIT_TIMEOUT};
 use spill::{Keeper, Spill};
-
-const EXIT_TIMEOUT: u8 = 124;
-const EXIT_CLI_ERROR: u8 = 125;
 
 /// How often `--background` polls for output and for a pending interrupt.
 const TICK: Duration = Duration::from_millis(50);
@@ -229,7 +226,7 @@ impl Ending {
             return EXIT_TIMEOUT;
         }
         if let Some(name) = &self.signal {
-            return signal_number(name).map_or(EXIT_CLI_ERROR, |n| 128 + n);
+            return signal_status(name);
         }
         self.exit_code
             .and_then(|c| u8::try_from(c).ok())
@@ -266,21 +263,6 @@ impl Ending {
     }
 }
 
-fn interrupted_status(interrupt: &Interrupt) -> u8 {
-    let sig = interrupt.signal().unwrap_or(Signal::SIGINT as i32);
-    128 + u8::try_from(sig).unwrap_or(2)
-}
-
-/// The core reports signals by name (`SIGKILL`, or `SIG34` for one without
-/// a name); an exit status needs the number back.
-fn signal_number(name: &str) -> Option<u8> {
-    let n = match Signal::from_str(name) {
-        Ok(sig) => sig as i32,
-        Err(_) => name.strip_prefix("SIG")?.parse().ok()?,
-    };
-    u8::try_from(n).ok().filter(|n| *n < 128)
-}
-
 fn truncation_note(name: &str, out: &CollectedOutput, spill: &Spill) -> Option<String> {
     if !out.truncated {
         return None;
@@ -303,15 +285,6 @@ fn summarize(notes: &[String], at_line_start: bool) -> Result<(), String> {
         io::stderr(),
         format!("{sep}dsh-cli: {}\n", notes.join("; ")).as_bytes(),
     )
-}
-
-/// Writes and flushes. A reader that went away (`| head`) is not an error
-/// of the command's; anything else is dsh-cli's.
-fn emit(mut to: impl Write, bytes: &[u8]) -> Result<(), String> {
-    match to.write_all(bytes).and_then(|()| to.flush()) {
-        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(format!("cannot write output: {e}")),
-        _ => Ok(()),
-    }
 }
 
 /// Destructured without `..`, so a field the core adds is a compile error
@@ -380,26 +353,6 @@ struct OutputJson<'a> {
     spill_error: Option<&'a str>,
 }
 
-#[derive(Serialize)]
-struct SandboxJson {
-    mode: &'static str,
-    denied: bool,
-    enforcement: Option<&'static str>,
-    metadata: bool,
-    runner_failed: Option<bool>,
-    network: &'static str,
-    network_enforcement: Option<&'static str>,
-}
-
-/// Only the limits that were set, in the core's order: `{"memory":"cgroup-v1"}`.
-struct EnforcementJson(LimitsEnforcement);
-
-impl Serialize for EnforcementJson {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_map(self.0.entries().map(|(kind, m)| (kind.as_str(), m.as_str())))
-    }
-}
-
 fn output_json(o: &CollectedOutput) -> OutputJson<'_> {
     let CollectedOutput {
         text,
@@ -415,38 +368,9 @@ fn output_json(o: &CollectedOutput) -> OutputJson<'_> {
     }
 }
 
-fn sandbox_json(s: &SandboxInfo) -> SandboxJson {
-    let SandboxInfo {
-        mode,
-        denied,
-        enforcement,
-        metadata,
-        runner_failed,
-        network,
-        network_enforcement,
-    } = s;
-    SandboxJson {
-        mode: mode.as_str(),
-        denied: *denied,
-        enforcement: enforcement.map(Enforcement::as_str),
-        metadata: *metadata,
-        runner_failed: *runner_failed,
-        network: network.as_str(),
-        network_enforcement: network_enforcement.map(Enforcement::as_str),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn signal_numbers_from_names() {
-        assert_eq!(signal_number("SIGKILL"), Some(9));
-        assert_eq!(signal_number("SIGTERM"), Some(15));
-        assert_eq!(signal_number("SIG40"), Some(40));
-        assert_eq!(signal_number("KILL"), None);
-    }
 
     /// A string as the `--json` output writes one.
     fn esc(s: &str) -> String {
