@@ -44,6 +44,7 @@ fn fields() -> Vec<(&'static str, u64, Vec<&'static str>)> {
                 "Per-stream in-memory cap",
                 "in-memory window (",
                 "in-memory window per stream",
+                "--max-output",
             ],
         ),
         (
@@ -59,7 +60,7 @@ fn fields() -> Vec<(&'static str, u64, Vec<&'static str>)> {
         (
             "grace_ms",
             DEFAULT_GRACE_MS,
-            vec!["grace_ms", "graceMs", "SIGTERM→SIGKILL grace"],
+            vec!["grace_ms", "graceMs", "SIGTERM→SIGKILL grace", "--grace"],
         ),
         (
             "retain_settled",
@@ -85,6 +86,7 @@ const PLACES: &[&str] = &[
     "ffi/src/builders.rs",
     "include/dsh.h",
     "cli/src/args.rs",
+    "cli/src/bin/dsh/args.rs",
 ];
 
 /// A number as the docs write one: `120000`, `64 000`, `64 MiB`.

@@ -1,0 +1,274 @@
+//! `dsh run`: one command as a spawned program (docs/spawn.md) whose
+//! stdout and stderr are dsh's own descriptors, so its output reaches the
+//! caller live and exactly as written, with nothing buffered on the way;
+//! `--json` collects it instead. The executor is disposed before dsh exits:
+//! that is what guarantees nothing the command started outlives it.
+
+use std::fs::File;
+use std::io;
+use std::time::Duration;
+
+use dsh_cli::interrupt::Interrupt;
+use dsh_cli::json::{sandbox_json, EnforcementJson, SandboxJson};
+use dsh_cli::status::{emit, interrupted_status, signal_status, EXIT_CLI_ERROR, EXIT_TIMEOUT};
+use dsh_core::{
+    ConfigInput, DshError, Executor, FieldName, Num, OutputStream, Process, SandboxPolicyInput, SpawnOutput,
+    SpawnRequest, SpawnStdin, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_TIMEOUT_MS,
+};
+use serde::Serialize;
+
+use crate::args::{RunRequest, StdinFrom};
+
+/// How often the wait looks for a pending interrupt.
+const TICK: Duration = Duration::from_millis(20);
+
+pub fn run(request: RunRequest, interrupt: &Interrupt) -> Result<u8, String> {
+    // Whoever types --timeout is the operator: the cap that guards against
+    // a model asking for hours does not apply.
+    let config = ConfigInput {
+        max_timeout_ms: request
+            .timeout_ms
+            .filter(|t| *t > DEFAULT_MAX_TIMEOUT_MS)
+            .map(|t| Num(t as f64)),
+        ..ConfigInput::default()
+    };
+    let exec = Executor::new(config).map_err(|e| e.to_string())?;
+    let outcome = run_on(&exec, request, interrupt);
+    let disposed = exec.dispose_blocking().map_err(|e| e.to_string());
+    let code = outcome?;
+    disposed?;
+    Ok(code)
+}
+
+fn run_on(exec: &Executor, request: RunRequest, interrupt: &Interrupt) -> Result<u8, String> {
+    let stdin_file = match &request.stdin {
+        StdinFrom::File(path) => {
+            Some(File::open(path).map_err(|e| format!("--stdin-file: cannot open {}: {e}", path.display()))?)
+        }
+        _ => None,
+    };
+    let json = request.json;
+    let spec = exec.resolve_spawn(spawn_request(request)).map_err(flag_error)?;
+    let spawned = exec.spawn(&spec).map_err(|e| match e {
+        DshError::Spawn { message, .. } => format!("cannot start the command: {message}"),
+        other => flag_error(other),
+    })?;
+    if let (Some(mut file), Some(pipe)) = (stdin_file, spawned.stdin) {
+        // The file is fed as the command reads it; it ends the input.
+        std::thread::Builder::new()
+            .name("dsh-stdin-file".into())
+            .spawn(move || {
+                let _ = io::copy(&mut file, &mut File::from(pipe));
+            })
+            .map_err(|e| format!("cannot feed --stdin-file: {e}"))?;
+    }
+    let process = spawned.process;
+    let mut stopped = false;
+    while !process.wait_timeout(Some(TICK)).map_err(|e| e.to_string())? {
+        if !stopped && interrupt.token().is_cancelled() {
+            process.terminate();
+            stopped = true;
+        }
+    }
+    let code = status(&process, stopped, interrupt);
+    if json {
+        let facts = facts_json(&process, stopped);
+        emit(
+            io::stdout(),
+            format!("{}\n", serde_json::to_string(&facts).expect("facts serialize")).as_bytes(),
+        )?;
+    } else {
+        let notes = notes(&process, stopped, interrupt);
+        if !notes.is_empty() {
+            emit(io::stderr(), format!("dsh: {}\n", notes.join("; ")).as_bytes())?;
+        }
+    }
+    Ok(code)
+}
+
+/// The spawn the options ask for: `bash -c` with the command line.
+fn spawn_request(r: RunRequest) -> SpawnRequest {
+    let output = if r.json {
+        SpawnOutput::Collect {
+            max_bytes: r.max_output.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
+            // The executor's spill directory goes with it at exit.
+            spill_max_bytes: None,
+        }
+    } else {
+        SpawnOutput::Inherit
+    };
+    let sandbox_policy = match (r.sandbox, r.network) {
+        (None, None) => None,
+        (mode, network) => Some(SandboxPolicyInput {
+            mode: mode.unwrap_or(dsh_core::SandboxMode::DangerFullAccess),
+            workspace_root: r.workspace,
+            session_id: None,
+            network,
+        }),
+    };
+    SpawnRequest {
+        argv: vec!["bash".into(), "-c".into(), "--".into(), command_line(&r.words)],
+        cwd: r.workdir,
+        env: r.env,
+        stdin: Some(match r.stdin {
+            StdinFrom::Inherited => SpawnStdin::Inherit,
+            StdinFrom::File(_) => SpawnStdin::Pipe,
+            StdinFrom::Nothing => SpawnStdin::Null,
+        }),
+        stdout: Some(output),
+        stderr: Some(output),
+        grace_ms: r.grace_ms.map(|g| Num(g as f64)),
+        sandbox_policy,
+        limits: Some(r.limits),
+        timeout_ms: r.timeout_ms.map(|t| Num(t as f64)),
+    }
+}
+
+/// One word is a bash command line; several are a program and its
+/// arguments, each quoted so that bash passes it on as it is.
+pub fn command_line(words: &[String]) -> String {
+    match words {
+        [one] => one.clone(),
+        many => many.iter().map(|w| quoted(w)).collect::<Vec<_>>().join(" "),
+    }
+}
+
+fn quoted(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// A refused request, named by the option that set the field.
+fn flag_error(e: DshError) -> String {
+    let DshError::InvalidArgument { field, problem } = &e else {
+        return e.to_string();
+    };
+    let flag = match field.name {
+        FieldName::TimeoutMs => "--timeout",
+        FieldName::GraceMs => "--grace",
+        FieldName::Cwd => "--workdir",
+        FieldName::Env => "--env/--unset",
+        FieldName::SandboxPolicy => "--sandbox/--workspace/--network",
+        FieldName::LimitsMemoryBytes => "--memory",
+        FieldName::LimitsProcesses => "--processes",
+        FieldName::LimitsCpuSeconds => "--cpu-seconds",
+        FieldName::LimitsFileSizeBytes => "--file-size",
+        FieldName::LimitsOpenFiles => "--open-files",
+        FieldName::Stdout | FieldName::Stderr => "--max-output",
+        FieldName::Argv => "the command",
+        _ => return e.to_string(),
+    };
+    format!("{flag}: {problem}")
+}
+
+/// The exit status, in order of precedence: an interrupt, a timeout, a
+/// signal (128+N), the exit code.
+fn status(p: &Process, stopped: bool, interrupt: &Interrupt) -> u8 {
+    if stopped {
+        return interrupted_status(interrupt);
+    }
+    if p.timed_out() {
+        return EXIT_TIMEOUT;
+    }
+    if let Some(name) = p.signal() {
+        return signal_status(&name);
+    }
+    p.exit_code()
+        .and_then(|c| u8::try_from(c).ok())
+        .unwrap_or(EXIT_CLI_ERROR)
+}
+
+/// One line on stderr, only when there is something to say.
+fn notes(p: &Process, stopped: bool, interrupt: &Interrupt) -> Vec<String> {
+    let mut notes = Vec::new();
+    if stopped {
+        let name = interrupt
+            .signal()
+            .and_then(|s| nix::sys::signal::Signal::try_from(s).ok())
+            .map_or("an interrupt", |s| s.as_str());
+        notes.push(format!("stopped by {name}"));
+    } else if p.timed_out() {
+        notes.push("timed out".into());
+    }
+    if let Some(sig) = p.signal() {
+        notes.push(format!("killed by {sig}"));
+    }
+    if p.exit_status_unavailable() {
+        notes.push("its exit status is unavailable".into());
+    }
+    if let Some(limit) = p.limit() {
+        notes.push(format!("it reached its {} limit", limit.as_str()));
+    }
+    if let Some(s) = p.sandbox() {
+        if s.denied {
+            notes.push(format!("the {} sandbox denied a file operation", s.mode));
+        }
+    }
+    if p.survivors() > 0 {
+        notes.push(format!("{} of its processes could not be ended", p.survivors()));
+    }
+    notes
+}
+
+/// The `--json` object: every fact of the run.
+#[derive(Serialize)]
+struct FactsJson {
+    exit_code: Option<i32>,
+    signal: Option<String>,
+    exit_status_unavailable: bool,
+    timed_out: bool,
+    interrupted: bool,
+    stdout: StreamJson,
+    stderr: StreamJson,
+    sandbox: Option<SandboxJson>,
+    survivors: u32,
+    limit: Option<&'static str>,
+    limits_enforcement: EnforcementJson,
+}
+
+#[derive(Serialize)]
+struct StreamJson {
+    text: String,
+    /// The stream was longer than `--max-output`: `text` is its end.
+    truncated: bool,
+}
+
+fn facts_json(p: &Process, stopped: bool) -> FactsJson {
+    let stream = |s| {
+        let read = p.read_from(s, 0);
+        StreamJson {
+            text: read.text,
+            truncated: read.lossy,
+        }
+    };
+    FactsJson {
+        exit_code: p.exit_code(),
+        signal: p.signal(),
+        exit_status_unavailable: p.exit_status_unavailable(),
+        timed_out: p.timed_out(),
+        interrupted: stopped,
+        stdout: stream(OutputStream::Stdout),
+        stderr: stream(OutputStream::Stderr),
+        sandbox: p.sandbox().as_ref().map(sandbox_json),
+        survivors: p.survivors(),
+        limit: p.limit().map(|l| l.as_str()),
+        limits_enforcement: EnforcementJson(p.limits_enforcement()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_word_is_a_command_line_and_several_are_quoted() {
+        let w = |ws: &[&str]| command_line(&ws.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(w(&["echo a | wc -c"]), "echo a | wc -c");
+        assert_eq!(w(&["sh", "-c", "echo $0", "x"]), "sh -c 'echo $0' x");
+        assert_eq!(w(&["printf", "%s", "it's", ""]), r"printf %s 'it'\''s' ''");
+    }
+}

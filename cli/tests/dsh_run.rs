@@ -1,0 +1,263 @@
+//! `dsh run` as a script or a remote caller sees it: output that streams
+//! live and byte for byte, stdin passed through, the words after `--`,
+//! exit statuses, errors that name the option, and an interrupt that
+//! leaves nothing running. Each run is bounded: a hang fails the test.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{Json, TempDir};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn dsh() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_dsh"))
+}
+
+struct Ran {
+    code: i32,
+    stdout: Vec<u8>,
+    stderr: String,
+}
+
+/// Waits for `child` at most [`LIMIT`], killing it past that.
+fn finish(mut child: Child) -> Ran {
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        out.read_to_end(&mut bytes).unwrap();
+        bytes
+    });
+    let mut stderr = String::new();
+    err.read_to_string(&mut stderr).unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > LIMIT {
+            child.kill().unwrap();
+            panic!("dsh run hung: {stderr}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Ran {
+        code: status.code().unwrap_or_else(|| panic!("dsh died: {status:?}")),
+        stdout: reader.join().unwrap(),
+        stderr,
+    }
+}
+
+fn run_with(args: &[&str], input: &[u8]) -> Ran {
+    let mut child = dsh()
+        .arg("run")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn dsh");
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    // A command that does not read its input must not block the test.
+    std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    finish(child)
+}
+
+fn run(args: &[&str]) -> Ran {
+    run_with(args, b"")
+}
+
+fn text(r: &Ran) -> &str {
+    std::str::from_utf8(&r.stdout).unwrap()
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !matches!(
+            s.rsplit(')').next().unwrap_or("").trim_start().chars().next(),
+            Some('Z' | 'X')
+        )
+    })
+}
+
+#[test]
+fn one_word_is_a_command_line_and_several_are_a_program_and_its_arguments() {
+    let r = run(&["--", "echo a | wc -c; echo oops >&2; exit 3"]);
+    assert_eq!((r.code, text(&r), r.stderr.as_str()), (3, "2\n", "oops\n"));
+    let r = run(&["--", "sh", "-c", "printf '%s|' \"$0\" \"$1\"", "it's", "$HOME *"]);
+    assert_eq!((r.code, text(&r)), (0, "it's|$HOME *|"));
+    // The first word ends the options: what follows is the command's.
+    let r = run(&["printf", "%s", "--json"]);
+    assert_eq!(text(&r), "--json");
+}
+
+#[test]
+fn a_binary_stream_passes_through_byte_exact() {
+    let dir = TempDir::new("dsh-run-binary");
+    let file = dir.path("data");
+    // 64 MiB with every byte value, in an order that finds a lost or
+    // repeated block.
+    let data: Vec<u8> = (0..64u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&file, &data).unwrap();
+    let r = run(&["cat", &file]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout == data,
+        "the stream differs ({} bytes of {})",
+        r.stdout.len(),
+        data.len()
+    );
+}
+
+#[test]
+fn output_arrives_while_the_command_runs() {
+    let mut child = dsh()
+        .args(["run", "--", "echo first; read -r _; echo second"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    // The command waits for a line of input before it ends: its first line
+    // must come before that.
+    lines.read_line(&mut first).unwrap();
+    assert_eq!(first, "first\n");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "dsh had ended before its output came"
+    );
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let mut rest = String::new();
+    lines.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest, "second\n");
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn stdin_is_dshs_own_unless_told_otherwise() {
+    let r = run_with(&["tr a-z A-Z"], b"hello\n");
+    assert_eq!(text(&r), "HELLO\n");
+    let r = run_with(&["--no-stdin", "cat; echo end"], b"ignored\n");
+    assert_eq!(text(&r), "end\n");
+    let dir = TempDir::new("dsh-run-stdin");
+    let file = dir.path("in");
+    std::fs::write(&file, b"from the file\n").unwrap();
+    let r = run_with(&["--stdin-file", &file, "cat"], b"not this\n");
+    assert_eq!(text(&r), "from the file\n");
+    let r = run(&["--stdin-file", "/nonexistent/in", "cat"]);
+    assert_eq!(r.code, 125);
+    assert!(r.stderr.contains("--stdin-file"), "{}", r.stderr);
+}
+
+#[test]
+fn exit_statuses_tell_timeout_signal_and_failure_apart() {
+    let r = run(&[
+        "--timeout",
+        "300",
+        "--",
+        "trap 'echo term; exit 7' TERM; echo started; sleep 30 & wait",
+    ]);
+    assert_eq!(r.code, 124, "{}", r.stderr);
+    assert_eq!(text(&r), "started\nterm\n");
+    assert!(r.stderr.contains("timed out"), "{}", r.stderr);
+    let r = run(&["kill -9 $$"]);
+    assert_eq!((r.code, r.stderr.as_str()), (137, "dsh: killed by SIGKILL\n"));
+    let r = run(&["--workdir", "/nonexistent-dsh", "true"]);
+    assert_eq!(r.code, 125);
+    assert!(r.stderr.contains("/nonexistent-dsh"), "{}", r.stderr);
+}
+
+#[test]
+fn errors_name_the_option_not_the_field() {
+    for (args, needle) in [
+        (&["--timeout", "0", "true"][..], "--timeout"),
+        (&["--grace", "0", "true"], "--grace"),
+        (&["--memory", "lots", "true"], "'--memory'"),
+        (&["--bogus", "true"], "'--bogus'"),
+        (&["--workspace", "/tmp", "true"], "--workspace"),
+    ] {
+        let r = run(args);
+        assert_eq!(r.code, 125, "{args:?}");
+        assert!(r.stderr.contains(needle), "{args:?}: {}", r.stderr);
+        assert!(
+            !r.stderr.contains("spawn."),
+            "{args:?} names an internal field: {}",
+            r.stderr
+        );
+    }
+}
+
+#[test]
+fn json_gives_every_fact_and_keeps_the_last_bytes() {
+    let r = run(&[
+        "--json",
+        "--max-output",
+        "4",
+        "--",
+        "printf 'abcdefgh'; printf 'e' >&2; exit 2",
+    ]);
+    assert_eq!(r.code, 2);
+    let j = Json::parse(text(&r));
+    assert_eq!(
+        j.keys(),
+        [
+            "exit_code",
+            "signal",
+            "exit_status_unavailable",
+            "timed_out",
+            "interrupted",
+            "stdout",
+            "stderr",
+            "sandbox",
+            "survivors",
+            "limit",
+            "limits_enforcement"
+        ]
+    );
+    assert_eq!(j.at("exit_code"), &Json::Num(2.0));
+    assert_eq!(j.at("stdout.text").str(), "efgh");
+    assert_eq!(j.at("stdout.truncated"), &Json::Bool(true));
+    assert_eq!(j.at("stderr.text").str(), "e");
+    assert_eq!(j.at("stderr.truncated"), &Json::Bool(false));
+}
+
+#[test]
+fn an_interrupt_stops_the_whole_tree() {
+    let mut child = dsh()
+        .args(["run", "--grace", "500", "--", "sleep 300 & echo $!; wait"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let sleeper: i32 = line.trim().parse().unwrap();
+    assert!(alive(sleeper));
+    // SAFETY: kill(2) takes integers; the child is ours and not yet reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(start.elapsed() < LIMIT, "dsh did not end on SIGINT");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(status.code(), Some(130));
+    assert!(!alive(sleeper), "the command's child outlived dsh");
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(err.contains("stopped by SIGINT"), "{err}");
+}
