@@ -150,6 +150,35 @@ fn dispose_kills_and_awaits_everything_and_is_idempotent() {
     assert!(!exec.kill("bash-1").unwrap(), "the registry still answers");
 }
 
+/// A dispose that comes in the first milliseconds of a command, before
+/// its leader's pid is known, still gives it one SIGTERM: the sweep leaves
+/// its group to its own supervision loop, which signals it once the pid
+/// comes (a TERM trap must not run twice).
+#[test]
+fn a_dispose_right_after_start_sends_one_sigterm() {
+    let mut doubles = Vec::new();
+    for round in 0..40 {
+        // The trap does not end bash: the grace does (kept short).
+        let exec = executor_with(|c| c.grace_ms = n(200));
+        let p = start_owned(&exec, "trap 'echo T' TERM; echo R; while :; do :; done", None);
+        // Until bash has set its trap; in the first ms of the command.
+        let started = Instant::now();
+        while !p.read_output().delta.contains('R') && started.elapsed() < Duration::from_secs(10) {
+            std::hint::spin_loop();
+        }
+        std::thread::sleep(Duration::from_micros(250 * (round % 8)));
+        exec.dispose_blocking().unwrap();
+        let traps = p.read_output().delta.matches('T').count();
+        if traps > 1 {
+            doubles.push((round, traps));
+        }
+    }
+    assert!(
+        doubles.is_empty(),
+        "a TERM trap ran more than once (round, runs): {doubles:?}"
+    );
+}
+
 #[test]
 fn concurrent_dispose_calls_all_wait_for_the_end() {
     let exec = executor_with(|c| c.grace_ms = n(300));

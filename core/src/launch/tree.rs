@@ -328,7 +328,9 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int, bool)]) -> Vec<Hits> {
                             && t.group == Some(t.pid)
                             && t.parent.is_some()
                             && t.parent == m.supervisor
-                            && live.contains(&t.pid)
+                            && t.tag
+                                .as_deref()
+                                .is_some_and(|tag| leads_a_live_command(&live, tag, t.pid))
                     })
                     .map(|t| t.pid)
                     .collect()
@@ -438,34 +440,46 @@ fn sweeper(rx: Receiver<Request>) {
 
 static SWEEPER: PerProcess<Sender<Request>> = PerProcess::new();
 
-/// The pids of leaders whose supervision loop still runs, and so will
-/// signal their own group on a stop: only their groups are spared by
-/// [`Spare::CommandGroups`]. A process merely looking like one (a setsid
-/// leftover re-parented to the supervisor) gets the sweep's signal.
-static LIVE_LEADERS: PerProcess<std::sync::Mutex<HashSet<libc::pid_t>>> = PerProcess::new();
+/// The commands whose supervision loop still runs, and so will signal
+/// their own group on a stop, by tag: with the leader's pid once the loop
+/// knows it. Only their groups are spared by [`Spare::CommandGroups`]; a
+/// process merely looking like a leader (a setsid leftover re-parented to
+/// the supervisor) gets the sweep's signal.
+static LIVE_LEADERS: PerProcess<std::sync::Mutex<HashMap<Vec<u8>, Option<libc::pid_t>>>> = PerProcess::new();
 
-fn live_leaders() -> std::sync::MutexGuard<'static, HashSet<libc::pid_t>> {
+fn live_leaders() -> std::sync::MutexGuard<'static, HashMap<Vec<u8>, Option<libc::pid_t>>> {
     crate::sys::lock(LIVE_LEADERS.get(Default::default))
 }
 
-/// Marks a leader live for as long as it is held (by its supervision loop).
-#[derive(Default)]
-pub(crate) struct LiveLeader(Option<libc::pid_t>);
+/// Whether the sweep leaves the group `pid` leads to the loop of `tag`:
+/// the loop's leader, or, before the loop knows its pid (a command's pid
+/// comes a few milliseconds late), the one tagged group leader it can be.
+fn leads_a_live_command(live: &HashMap<Vec<u8>, Option<libc::pid_t>>, tag: &[u8], pid: libc::pid_t) -> bool {
+    match live.get(tag) {
+        Some(Some(leader)) => *leader == pid,
+        Some(None) => true,
+        None => false,
+    }
+}
+
+/// Marks a command's loop live for as long as it is held (by the loop).
+pub(crate) struct LiveLeader(Vec<u8>);
 
 impl LiveLeader {
+    pub(crate) fn new(tag: &str) -> LiveLeader {
+        live_leaders().insert(tag.as_bytes().to_vec(), None);
+        LiveLeader(tag.as_bytes().to_vec())
+    }
+
+    /// The leader's pid, once known.
     pub(crate) fn mark(&mut self, pid: libc::pid_t) {
-        if self.0.is_none() {
-            live_leaders().insert(pid);
-            self.0 = Some(pid);
-        }
+        live_leaders().insert(self.0.clone(), Some(pid));
     }
 }
 
 impl Drop for LiveLeader {
     fn drop(&mut self) {
-        if let Some(pid) = self.0 {
-            live_leaders().remove(&pid);
-        }
+        live_leaders().remove(&self.0);
     }
 }
 

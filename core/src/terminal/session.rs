@@ -192,7 +192,7 @@ impl Terminal {
     ) {
         let pid = self.shared.pid;
         // Until this returns, dispose leaves the session's group to it.
-        let mut live = LiveLeader::default();
+        let mut live = LiveLeader::new(&self.shared.tag);
         live.mark(pid);
         let tag = self.shared.tag.clone();
         let grace = self.shared.grace;

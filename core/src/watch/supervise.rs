@@ -369,7 +369,7 @@ async fn supervise_inner(
     // unless the launch waited for it.
     let mut pid: Option<libc::pid_t> = known_pid;
     // Until this returns, dispose leaves the leader's group to this loop.
-    let mut live = LiveLeader::default();
+    let mut live = LiveLeader::new(tag);
     if let Some(p) = pid {
         live.mark(p);
     }
@@ -447,9 +447,11 @@ async fn supervise_inner(
     // A report read outside the select (see `take_waiting_reports`): handled next.
     let mut unhandled: Option<Report> = None;
 
+    let mut marked = pid.is_some();
     while !(exited && !out_open && !err_open) {
-        if let Some(p) = pid {
+        if let (false, Some(p)) = (marked, pid) {
             live.mark(p);
+            marked = true;
         }
         let event = if let Some(r) = unhandled.take() {
             Event::Report(r)
