@@ -451,6 +451,26 @@ fn terminate_racing_the_leaders_exit_still_ends_the_tree() {
     }
 }
 
+/// `kill()` then `terminate()`: the second finds the stop under way and
+/// adds nothing (a TERM trap runs once).
+#[test]
+fn terminate_after_kill_sends_no_second_sigterm() {
+    let exec = executor();
+    let mut spec = sh("trap 'echo T' TERM; echo R; while :; do :; done");
+    spec.grace_ms = 300;
+    let s = exec.spawn(&spec).unwrap();
+    assert!(eventually(LONG, || stdout_of(&s.process).contains('R')));
+    assert!(s.process.kill());
+    s.process.terminate();
+    settle(&s.process);
+    assert_eq!(
+        stdout_of(&s.process).matches('T').count(),
+        1,
+        "{:?}",
+        stdout_of(&s.process)
+    );
+}
+
 #[test]
 fn terminate_escalates_to_sigkill_after_the_grace() {
     let exec = executor();

@@ -391,7 +391,15 @@ impl Process {
     pub(crate) fn close_stops(&self, acted: bool) -> bool {
         let mut s = self.state();
         s.stoppable = false;
-        !acted && s.status == Status::Killed && self.shared.stop_tx.borrow().is_some()
+        // Before the settlement only `request_stop` makes it Killed (its
+        // send may not have happened yet: the status says enough).
+        !acted && s.status == Status::Killed
+    }
+
+    /// A stop was requested and the supervision loop will still act on it.
+    pub(crate) fn stop_pending(&self) -> bool {
+        let s = self.state();
+        s.status == Status::Killed && s.stoppable && !s.ended
     }
 
     /// Completes when the process has settled. Never fails.

@@ -223,10 +223,11 @@ impl Process {
         if self.check_host().is_err() || tree.terminating.swap(true, Ordering::SeqCst) {
             return;
         }
-        if self.kill() {
-            // The supervision loop escalates, then sweeps the tree; should
-            // it have ended just before, the spawn's task calls
-            // `end_left_behind` (see `close_stops`).
+        if self.kill() || self.stop_pending() {
+            // The supervision loop escalates (for this stop, or a `kill`
+            // before it), then sweeps the tree; should it have ended just
+            // before, the spawn's task calls `end_left_behind` (see
+            // `close_stops`).
             return;
         }
         self.end_left_behind();
