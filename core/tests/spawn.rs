@@ -401,6 +401,71 @@ fn waiting_for_trees_that_run_on_does_not_burn_the_cpu() {
     drop(waits);
 }
 
+/// A host out of descriptors cannot look at its trees: the wait for a
+/// tree's end must then go on waiting, never report a live tree gone.
+#[test]
+fn a_tree_is_not_gone_because_descriptors_ran_out() {
+    if std::env::var_os("DSH_TREE_EMFILE_HOST").is_none() {
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_tree_is_not_gone_because_descriptors_ran_out",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("DSH_TREE_EMFILE_HOST", "1")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = output.id() as i32;
+        let done = std::thread::spawn(move || output.wait_with_output().unwrap());
+        let ended = eventually(Duration::from_secs(120), || done.is_finished());
+        if !ended {
+            // SAFETY: kill(2) takes integers; the child host is ours.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let output = done.join().unwrap();
+        let err = String::from_utf8_lossy(&output.stderr);
+        assert!(ended, "the host hung: {err}");
+        assert!(output.status.success(), "{:?}: {err}", output.status);
+        return;
+    }
+    let exec = executor();
+    let (process, grandchild) = leaves_a_setsid_grandchild(&exec);
+    assert!(!process.tree_gone());
+    // No descriptor to spare from here on.
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills the struct it is given.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) }, 0);
+    let saved = limit;
+    // The limit is on descriptor numbers: below the lowest free one, none.
+    // SAFETY: F_GETFD only reads a descriptor's flags.
+    let lowest_free = (0..)
+        .find(|&fd| unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1)
+        .unwrap();
+    limit.rlim_cur = lowest_free as libc::rlim_t;
+    // SAFETY: setrlimit reads the struct; lowering the soft limit is allowed.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) }, 0);
+    let gone_while_starved = process.wait_tree_timeout(Some(Duration::from_secs(3))).unwrap();
+    // SAFETY: as above, back to what it was.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &saved) }, 0);
+    assert!(alive(grandchild));
+    assert!(
+        !gone_while_starved,
+        "a live tree was reported gone for want of descriptors"
+    );
+    // SAFETY: kill(2) takes integers; the grandchild was seen alive.
+    unsafe { libc::kill(grandchild, libc::SIGKILL) };
+    assert!(
+        process.wait_tree_timeout(Some(LONG)).unwrap(),
+        "its end was not seen"
+    );
+}
+
 #[test]
 fn terminate_after_the_leaders_exit_ends_what_it_left_behind() {
     let exec = executor();

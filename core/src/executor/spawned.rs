@@ -311,9 +311,9 @@ impl Process {
     }
 
     /// Starts the one watcher of the tree's end, on first need: after the
-    /// settlement, a census of the tree, then a wait for the end of every
-    /// member it found (pidfds: no CPU while they run), then another, until
-    /// one finds nobody. A tree only grows by its members' forks, so the
+    /// settlement, a census of the tree, then a wait for the end of the
+    /// members it pinned (a pidfd or two: no CPU while they run), then
+    /// another, until one finds nobody. A tree only grows by its members' forks, so the
     /// census after its members ended is exact; [`TREE_BACKSTOP`] rescans
     /// anyway. Dispose ends every tree, so the watcher ends too.
     fn watch_tree(&self) {
@@ -330,12 +330,18 @@ impl Process {
                 if found.total == 0 {
                     break;
                 }
-                let ends = found
+                let ends: Vec<_> = found
                     .members
                     .into_iter()
-                    .filter_map(|fd| watch(fd, Interest::READABLE).ok());
-                let all_ended = all_readable(ends.collect());
-                let _ = timer(|| tokio::time::timeout(TREE_BACKSTOP, all_ended)).await;
+                    .filter_map(|fd| watch(fd, Interest::READABLE).ok())
+                    .collect();
+                if ends.is_empty() {
+                    // Members it could not pin (no descriptor to spare):
+                    // look again later.
+                    timer(|| tokio::time::sleep(TREE_BACKSTOP)).await;
+                } else {
+                    let _ = timer(|| tokio::time::timeout(TREE_BACKSTOP, all_readable(ends))).await;
+                }
             }
             tree.gone.set(|| {});
         });

@@ -217,9 +217,25 @@ pub(crate) fn select(
         .collect()
 }
 
+thread_local! {
+    /// A scan could not open something for want of descriptors (EMFILE,
+    /// ENFILE): what it did not see may still run. Scans run on the
+    /// sweeper thread, one at a time.
+    static STARVED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Notes an open that failed for want of descriptors.
+fn starved_by(e: &std::io::Error) {
+    if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+        STARVED.with(|s| s.set(true));
+    }
+}
+
 /// Reads `path` of `/proc` (through the view the host kept: `sys::proc`).
 fn read_file(path: &str, buf: &mut Vec<u8>) -> bool {
-    crate::sys::proc::read_into(path, buf).is_ok()
+    crate::sys::proc::read_into(path, buf)
+        .inspect_err(starved_by)
+        .is_ok()
 }
 
 /// The session in a `/proc/<pid>/stat` line.
@@ -246,7 +262,7 @@ fn tag_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
 
 /// How many members a census hands back pinned: a watch waits for them,
 /// then counts again (the rest are found then).
-const CENSUS_PIDFDS: usize = 16;
+const CENSUS_PIDFDS: usize = 2;
 
 /// What one scan did for one request: how many processes it signalled and,
 /// for a census, pidfds of them (at most [`CENSUS_PIDFDS`]).
@@ -260,11 +276,17 @@ struct Hits {
 /// Each target is pinned with a pidfd and re-checked before the signal, so
 /// a pid recycled between the scan and the kill is never hit.
 fn scan_and_signal(requests: &[(&TagMatch, libc::c_int, bool)]) -> Vec<Hits> {
+    STARVED.with(|s| s.set(false));
     let me = current_pid();
     let mut buf = Vec::with_capacity(4096);
     let mut tags = HashMap::new();
     let mut untagged = HashMap::new();
-    for pid in crate::sys::proc::pids() {
+    let pids = crate::sys::proc::pids();
+    if pids.is_empty() {
+        // This process is always listed: /proc could not be read.
+        STARVED.with(|s| s.set(true));
+    }
+    for pid in pids {
         if pid == me {
             continue;
         }
@@ -295,7 +317,7 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int, bool)]) -> Vec<Hits> {
     let pinned: Vec<Target> = targets
         .into_iter()
         .filter_map(|pid| {
-            let pidfd = pidfd_open(pid).ok()?;
+            let pidfd = pidfd_open(pid).inspect_err(starved_by).ok()?;
             let tag = tag_of(pid, &mut buf);
             let stat = read_file(&format!("{pid}/stat"), &mut buf).then(|| buf.clone());
             let parent = stat.as_deref().and_then(parent_in_stat);
@@ -353,6 +375,15 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int, bool)]) -> Vec<Hits> {
                         hits[i].pidfds.push(fd);
                     }
                 }
+            }
+        }
+    }
+    // A count (signal 0: "is anyone left?") that could not look at
+    // everything says someone may be: never "nobody" by accident.
+    if STARVED.with(std::cell::Cell::get) {
+        for (h, (_, sig, _)) in hits.iter_mut().zip(requests) {
+            if *sig == 0 && h.count == 0 {
+                h.count = 1;
             }
         }
     }
