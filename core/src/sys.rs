@@ -31,6 +31,52 @@ pub(crate) fn pipe(flags: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
     Ok((above_stdio(r)?, above_stdio(w)?))
 }
 
+/// Runs `f` with each standard descriptor the host has closed (0, 1, 2)
+/// held by `/dev/null`, closed again after: what `f` makes for the
+/// executor's whole life (a reactor's epoll and eventfd, made by a library)
+/// never takes a standard stream's number, which an inheriting child would
+/// then get in place of the host's.
+pub(crate) fn with_std_fds_held<T>(f: impl FnOnce() -> T) -> T {
+    let mut held = Vec::new();
+    for fd in 0..3 {
+        // SAFETY: F_GETFD only reads a descriptor's flags.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } != -1 {
+            continue;
+        }
+        // SAFETY: open takes a NUL-terminated path and flags.
+        let got = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        // The lowest free number: this one, unless another thread took it.
+        if got == fd {
+            held.push(fd);
+        } else if got >= 0 {
+            // SAFETY: `got` was just opened here and is not used elsewhere.
+            unsafe { libc::close(got) };
+        }
+    }
+    let out = f();
+    for fd in held {
+        // SAFETY: `fd` was opened above and nothing else knows of it.
+        unsafe { libc::close(fd) };
+    }
+    out
+}
+
+/// [`above_stdio`] where failing is worse than keeping the number: `fd`
+/// itself when no descriptor is left to move it to.
+pub(crate) fn prefer_above_stdio(fd: OwnedFd) -> OwnedFd {
+    if fd.as_raw_fd() > 2 {
+        return fd;
+    }
+    // SAFETY: `fd` is open (an OwnedFd), and F_DUPFD_CLOEXEC takes only
+    // integers.
+    match unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) } {
+        -1 => fd,
+        // SAFETY: the fcntl succeeded: `new` is a descriptor it just made,
+        // which nothing else owns; `fd` is closed on return.
+        new => unsafe { OwnedFd::from_raw_fd(new) },
+    }
+}
+
 /// `fd`, moved to a number ≥ 3 if it is 0, 1 or 2: the executor's own
 /// descriptors never take a standard stream's number, which a host that
 /// closed its own would free (a child inheriting that stream would get it).
@@ -170,7 +216,8 @@ pub(crate) mod proc {
             .ok()?;
             // Only a procfs counts (something may already cover /proc).
             let procfs = rustix::fs::fstatfs(&fd).is_ok_and(|f| f.f_type == PROC_SUPER_MAGIC);
-            procfs.then_some(fd)
+            // Kept for the host's life: never a standard stream's number.
+            procfs.then(|| super::above_stdio(fd).ok()).flatten()
         });
     }
 

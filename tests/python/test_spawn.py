@@ -101,6 +101,28 @@ def test_inheriting_a_closed_descriptor_is_an_error_never_one_of_ours(fd: int) -
     assert all(f"fd {fd}" in line and stream in line for line in lines), r.stderr
 
 
+def test_standard_descriptors_closed_before_the_executor_are_never_handed_over() -> None:
+    # Closed before the executor exists: its long-lived descriptors (the
+    # /proc it keeps, its reactor's) are made then, and must not take 0-2.
+    code = (
+        "import dsh_native, os\n"
+        "log = os.fdopen(os.dup(2), 'w', buffering=1)\n"
+        "for fd in (0, 1, 2):\n"
+        "    os.close(fd)\n"
+        "with dsh_native.Executor() as ex:\n"
+        "    ex.spawn(['true']).wait(20)\n"
+        "    for stream in ('stdin', 'stdout', 'stderr'):\n"
+        "        try:\n"
+        "            ex.spawn(['true'], **{stream: dsh_native.INHERIT}).wait(20)\n"
+        "            log.write(f'{stream} ran\\n')\n"
+        "        except dsh_native.SpawnError as e:\n"
+        "            log.write(f'{stream} refused {e.errno}\\n')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines() == ["stdin refused 9", "stdout refused 9", "stderr refused 9"], r.stderr
+
+
 def test_the_environment_is_scrubbed_then_changed(ex: dsh_native.Executor, monkeypatch) -> None:
     monkeypatch.setenv("SPAWN_PY_PLAIN", "plain")
     monkeypatch.setenv("SPAWN_PY_TOKEN", "secret")

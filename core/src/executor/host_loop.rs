@@ -137,7 +137,7 @@ impl HostLoop {
         Ok(HostLoop {
             reactor: Arc::new(reactor),
             // SAFETY: a descriptor epoll_create1 just returned, owned by no one else.
-            ready: unsafe { OwnedFd::from_raw_fd(fd) },
+            ready: crate::sys::prefer_above_stdio(unsafe { OwnedFd::from_raw_fd(fd) }),
             owner: current_pid(),
         })
     }

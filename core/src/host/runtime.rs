@@ -39,7 +39,7 @@ fn block_sigpipe() {
 
 pub(crate) fn handle() -> &'static Handle {
     let rt = RUNTIME.get(|| {
-        IoRuntime(Some(
+        IoRuntime(Some(crate::sys::with_std_fds_held(|| {
             Builder::new_multi_thread()
                 .worker_threads(2)
                 .max_blocking_threads(1)
@@ -48,8 +48,8 @@ pub(crate) fn handle() -> &'static Handle {
                 .enable_time()
                 .on_thread_start(block_sigpipe)
                 .build()
-                .expect("cannot start the dsh I/O runtime (threads or epoll unavailable)"),
-        ))
+                .expect("cannot start the dsh I/O runtime (threads or epoll unavailable)")
+        })))
     });
     rt.0.as_ref().expect("only a dropped IoRuntime is empty").handle()
 }
@@ -90,11 +90,10 @@ pub(crate) fn reactor_here() -> Result<()> {
             std::mem::forget(local.take());
         }
         if local.is_none() {
-            let rt = Builder::new_current_thread()
-                .enable_io()
-                .enable_time()
-                .build()
-                .map_err(|e| DshError::refused("cannot create a reactor for this thread", &e))?;
+            let rt = crate::sys::with_std_fds_held(|| {
+                Builder::new_current_thread().enable_io().enable_time().build()
+            })
+            .map_err(|e| DshError::refused("cannot create a reactor for this thread", &e))?;
             *local = Some((pid, rt));
         }
         Ok(())

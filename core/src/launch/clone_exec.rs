@@ -261,7 +261,7 @@ pub(crate) fn clone_exec_fd(
     }
     // SAFETY: with CLONE_PIDFD the kernel returned a fresh close-on-exec
     // pidfd for the child in `pidfd`, now ours.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    let pidfd = crate::sys::prefer_above_stdio(unsafe { OwnedFd::from_raw_fd(pidfd) });
     if plan.failed != Step::None {
         // The child has exited (it never reached its program): reap it (if
         // the host's own reaper took it first, there is nothing to do).

@@ -27,7 +27,8 @@ const FLAGS: OpenptFlags = OpenptFlags::RDWR
 /// Opens a pseudo-terminal of `rows` × `cols`, in UTF-8 mode (`IUTF8`:
 /// erasing a character erases all its bytes).
 pub(crate) fn open(rows: u16, cols: u16) -> io::Result<Pty> {
-    let master = openpt(FLAGS)?;
+    // Held for the session's life: never a standard stream's number.
+    let master = crate::sys::above_stdio(openpt(FLAGS)?)?;
     // grantpt is a no-op on devpts.
     grantpt(&master)?;
     unlockpt(&master)?;

@@ -110,39 +110,46 @@ pub(crate) enum Stdio {
     Inherited,
 }
 
+/// A close-on-exec copy of `fd`, numbered 3 or above.
+fn dup_above_stdio(fd: std::os::fd::RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC takes integers; a closed `fd` is EBADF.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if new < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the fcntl succeeded: `new` is a fresh descriptor, ours alone.
+    Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(new) })
+}
+
 /// One stream's descriptors: ours (none when inherited) and the child's.
 struct End {
     ours: Option<OwnedFd>,
     child: Option<OwnedFd>,
-    inherited: Option<std::os::fd::RawFd>,
     how: Stdio,
 }
 
 impl End {
     /// `reads`: the child reads this stream (stdin), so it gets the read end.
     fn new(how: Stdio, host_fd: std::os::fd::RawFd, reads: bool) -> io::Result<End> {
-        let (ours, child, inherited) = match how {
-            Stdio::Null => (None, None, None),
-            Stdio::Inherited => (None, None, Some(host_fd)),
+        let (ours, child) = match how {
+            Stdio::Null => (None, None),
+            // A copy made now, first: the host's descriptor as it is at the
+            // spawn (closed: EBADF), whatever the launch opens after.
+            Stdio::Inherited => (None, Some(dup_above_stdio(host_fd)?)),
             Stdio::Watched | Stdio::Handed => {
                 let (r, w) = pipe(0)?;
                 if reads {
-                    (Some(w), Some(r), None)
+                    (Some(w), Some(r))
                 } else {
-                    (Some(r), Some(w), None)
+                    (Some(r), Some(w))
                 }
             }
         };
-        Ok(End {
-            ours,
-            child,
-            inherited,
-            how,
-        })
+        Ok(End { ours, child, how })
     }
 
     fn child_fd(&self) -> Option<std::os::fd::RawFd> {
-        self.child.as_ref().map(AsRawFd::as_raw_fd).or(self.inherited)
+        self.child.as_ref().map(AsRawFd::as_raw_fd)
     }
 
     /// Ours, split into (watched, handed).

@@ -106,6 +106,8 @@ impl SpillDir {
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)?;
+        // Open while the command runs: never a standard stream's number.
+        let file = File::from(crate::sys::prefer_above_stdio(file.into()));
         file.set_permissions(fs::Permissions::from_mode(0o600))?;
         let meta = file.metadata()?;
         let path = path
