@@ -746,6 +746,39 @@ fn a_spawn_finds_its_program_as_execvp_would_in_its_workdir() {
     }
 }
 
+/// A PATH entry with `..` after a symlink is resolved by the kernel, as
+/// execvp leaves it: `link/../bin` is the `bin` beside the link's target.
+#[test]
+fn a_path_entry_through_a_symlink_is_resolved_as_the_kernel_does() {
+    use std::os::unix::fs::PermissionsExt;
+    let exec = executor();
+    let dir = temp_dir("spawn-lookup-physical");
+    for (sub, says) in [("bin", "lexical"), ("real/bin", "physical")] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+        let tool = dir.join(sub).join("tool");
+        std::fs::write(&tool, format!("#!/bin/sh\necho {says}\n")).unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::create_dir_all(dir.join("real/sub")).unwrap();
+    std::os::unix::fs::symlink(dir.join("real/sub"), dir.join("link")).unwrap();
+    let mut spec = spawn_spec(&["tool"]);
+    spec.env
+        .insert("PATH".into(), Some(format!("{}/link/../bin", dir.display())));
+    let s = exec.spawn(&spec).unwrap();
+    settle(&s.process);
+    let sh = std::process::Command::new("/bin/sh")
+        .args(["-c", "tool"])
+        .env("PATH", format!("{}/link/../bin", dir.display()))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&sh.stdout), "physical\n", "what sh runs");
+    assert_eq!(
+        stdout_of(&s.process),
+        "physical\n",
+        "the spawn ran another program than sh would"
+    );
+}
+
 #[test]
 fn a_spawn_request_takes_what_it_leaves_out_from_the_configuration() {
     let dir = temp_dir("spawn-resolve-request");

@@ -244,20 +244,19 @@ const DEFAULT_PATH: &[u8] = b"/usr/local/bin:/usr/bin:/bin";
 
 /// Looks `name` (without a `/`) up on `path` as `execvp` does, with
 /// `base` as the directory a relative entry (an empty one is `.`) is
-/// relative to: the first executable regular file, as an absolute path
-/// without `.` or `..` (a symlink stays as named). Otherwise the errno
-/// `execvp` would give: EACCES when a candidate was there but could not be
-/// run, else ENOENT. The one lookup of a spawn, a terminal's program and
+/// relative to: the first executable regular file, as `base`, the entry
+/// and `name` joined (the kernel resolves its `..` after the symlinks
+/// before them, as it will at the exec). Otherwise the errno `execvp` would
+/// give: EACCES when a candidate was there but could not be run, else
+/// ENOENT. The one lookup of a spawn, a terminal's program and
 /// `resolve_executable`.
 pub(crate) fn lookup(name: &[u8], path: Option<&[u8]>, base: &Path) -> Result<std::path::PathBuf, i32> {
     let mut errno = libc::ENOENT;
     for dir in path.unwrap_or(DEFAULT_PATH).split(|&b| b == b':') {
         let dir = if dir.is_empty() { &b"."[..] } else { dir };
-        let candidate = lexically_normal(
-            &base
-                .join(std::ffi::OsStr::from_bytes(dir))
-                .join(std::ffi::OsStr::from_bytes(name)),
-        );
+        let candidate = base
+            .join(std::ffi::OsStr::from_bytes(dir))
+            .join(std::ffi::OsStr::from_bytes(name));
         let Ok(c) = CString::new(candidate.as_os_str().as_bytes()) else {
             continue;
         };
@@ -336,8 +335,15 @@ pub(crate) fn resolve_executable(
     };
     let path = Path::new(command);
     if path.is_absolute() {
-        return executable(path)
-            .ok_or_else(|| missing(format!("ENOENT: command {command:?} is not an executable file")));
+        return executable(path).ok_or_else(|| match path.exists() {
+            // There, but not something to run: what exec would say.
+            true => DshError::Spawn {
+                kind: SpawnFailure::NoProgram,
+                errno: libc::EACCES,
+                message: format!("EACCES: command {command:?} is not an executable file"),
+            },
+            false => missing(format!("ENOENT: command {command:?} is not an executable file")),
+        });
     }
     if command.contains('/') {
         return Err(DshError::invalid(
@@ -347,11 +353,14 @@ pub(crate) fn resolve_executable(
     }
     let envp = crate::launch::env::spawn_environment(crate::launch::env::HostEnv::capture(), env, "");
     let cwd = std::env::current_dir().unwrap_or_else(|_| "/".into());
-    // No PATH at all is an empty one here (the cwd), as for the seam.
-    let path = crate::launch::env::path_of(&envp).unwrap_or_default();
-    lookup(command.as_bytes(), Some(path), &cwd).map_err(|errno| DshError::Spawn {
-        kind: SpawnFailure::NoProgram,
-        errno,
-        message: format!("{}: command {command:?} was not found on PATH", errno_name(errno)),
-    })
+    // No PATH at all: the default one, as for the spawn itself.
+    let path = crate::launch::env::path_of(&envp);
+    // Reported as the seam's provider reports it: without `.` or `..`.
+    lookup(command.as_bytes(), path, &cwd)
+        .map(|p| lexically_normal(&p))
+        .map_err(|errno| DshError::Spawn {
+            kind: SpawnFailure::NoProgram,
+            errno,
+            message: format!("{}: command {command:?} was not found on PATH", errno_name(errno)),
+        })
 }
