@@ -258,6 +258,20 @@ fn a_read_from_inside_a_character_starts_at_the_next_one() {
     assert!(r.lossy);
     assert!(!r.text.contains('\u{fffd}'), "{:?}", r.text);
     assert_eq!((r.text.as_str(), r.next_offset), ("cd", 6));
+    // Bytes that are not UTF-8 at all (Latin-1 °, ±) are not the rest of
+    // a character: a read from them decodes them as one from 0 does.
+    let s = exec.spawn(&sh("printf '25\\260C \\261\\2611\\260'")).unwrap();
+    settle(&s.process);
+    let whole = s.process.read_from(OutputStream::Stdout, 0).text;
+    assert_eq!(whole, "25\u{fffd}C \u{fffd}\u{fffd}1\u{fffd}");
+    for from in [2, 5, 6, 8] {
+        let r = s.process.read_from(OutputStream::Stdout, from);
+        assert!(
+            whole.ends_with(&r.text) && r.text.starts_with('\u{fffd}'),
+            "from {from}: {:?}",
+            r.text
+        );
+    }
 }
 
 #[test]

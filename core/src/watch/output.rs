@@ -92,11 +92,31 @@ pub(crate) fn incomplete_suffix(bytes: &[u8]) -> usize {
     0
 }
 
-/// How many bytes at the start of `bytes` finish a character that began
-/// before them (at most 3 continuation bytes): a read that starts there
-/// skips them rather than decode half a character.
-fn split_prefix(bytes: &[u8]) -> usize {
-    bytes.iter().take(3).take_while(|&&b| is_continuation(b)).count()
+/// How many bytes at the start of `after` finish a character that began
+/// in `before` (the up to 3 bytes before them; `None` when they are not
+/// known: the window starts there): a read that starts at `after` skips
+/// them rather than decode half a character. Stray continuation bytes that
+/// finish nothing are data, decoded as U+FFFD like any invalid byte.
+fn split_prefix(before: Option<&[u8]>, after: &[u8]) -> usize {
+    let leading = || after.iter().take_while(|&&b| is_continuation(b));
+    let Some(before) = before else {
+        // Nothing to look back at: any continuation is taken as a split.
+        return leading().take(3).count();
+    };
+    for back in 1..=before.len().min(3) {
+        let b = before[before.len() - back];
+        if is_continuation(b) {
+            continue;
+        }
+        let need: usize = match b {
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            _ => return 0,
+        };
+        return leading().take(need.saturating_sub(back)).count();
+    }
+    0
 }
 
 impl StreamBuffer {
@@ -288,11 +308,15 @@ impl StreamBuffer {
         } else {
             b[(skip - a.len()).min(b.len())..].to_vec()
         };
-        // Not at the stream's start: perhaps inside a character.
-        let split = if from.clamp(start, self.total) > 0 {
-            split_prefix(&bytes)
-        } else {
-            0
+        // Not at the stream's start: perhaps inside a character that began
+        // in the window's bytes before (or before the window).
+        let split = match (from.clamp(start, self.total), skip) {
+            (0, _) => 0,
+            (_, 0) => split_prefix(None, &bytes),
+            (_, skip) => {
+                let before: Vec<u8> = self.window.range(skip.saturating_sub(3)..skip).copied().collect();
+                split_prefix(Some(&before), &bytes)
+            }
         };
         bytes.drain(..split);
         if !self.closed {
@@ -325,7 +349,7 @@ impl StreamBuffer {
             b[skip - a.len()..].to_vec()
         };
         // The window slid to inside a character.
-        let split = if lossy { split_prefix(&bytes) } else { 0 };
+        let split = if lossy { split_prefix(None, &bytes) } else { 0 };
         bytes.drain(..split);
         if !self.closed {
             let hold = incomplete_suffix(&bytes);
@@ -339,6 +363,23 @@ impl StreamBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_split_is_only_the_rest_of_a_character_begun_before() {
+        let e = "é".as_bytes(); // C3 A9
+        let euro = "€".as_bytes(); // E2 82 AC
+        assert_eq!(split_prefix(Some(&e[..1]), &e[1..]), 1);
+        assert_eq!(split_prefix(Some(&euro[..1]), &euro[1..]), 2);
+        assert_eq!(split_prefix(Some(&euro[..2]), &euro[2..]), 1);
+        // Stray continuation bytes after a whole character, or after ASCII
+        // (Latin-1 °, ±): data, not the rest of anything.
+        assert_eq!(split_prefix(Some(b"5"), &[0xB0, b'C']), 0);
+        assert_eq!(split_prefix(Some(e), &[0xB1, 0xB1]), 0);
+        assert_eq!(split_prefix(Some(&[0xB1]), &[0xB1, b'1']), 0);
+        // At a window's start nothing is known: a continuation is a split.
+        assert_eq!(split_prefix(None, &e[1..]), 1);
+        assert_eq!(split_prefix(None, b"abc"), 0);
+    }
 
     #[test]
     fn incomplete_suffix_finds_only_unfinished_characters() {
