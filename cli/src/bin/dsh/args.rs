@@ -39,7 +39,8 @@ options: everything after it is the command's.
 The command reads dsh's own stdin, as `timeout` or `env` would pass it. It
 runs in a process tree of its own: when it ends, times out or dsh is
 interrupted, every process it started is ended too (SIGTERM, SIGKILL after
-the grace).
+the grace). So too when dsh's stdout and stderr are both pipes or sockets
+and both lose their reader (a dropped SSH connection): exit status 129.
 
 Options:
   -h, --help              print this help and exit
@@ -75,8 +76,9 @@ Exit status:
   128+N    the command was killed by signal N (137 for SIGKILL)
   124      the command timed out (it was stopped)
   125      dsh itself failed: bad usage, the command could not be started
-  130      dsh was interrupted (SIGINT) and stopped the command; SIGTERM and
-           SIGHUP likewise, with 143 and 129
+  129      every reader of dsh's output went away (see above), or SIGHUP
+  130      dsh was interrupted (SIGINT) and stopped the command; SIGTERM
+           likewise, with 143
 A command can exit with 124, 125 or 130 itself; --json tells them apart.
 ";
 

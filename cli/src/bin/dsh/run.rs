@@ -63,14 +63,26 @@ fn run_on(exec: &Executor, request: RunRequest, interrupt: &Interrupt) -> Result
             .map_err(|e| format!("cannot feed --stdin-file: {e}"))?;
     }
     let process = spawned.process;
-    let mut stopped = false;
+    let caller = Caller::watch();
+    let mut stop: Option<Stopped> = None;
     while !process.wait_timeout(Some(TICK)).map_err(|e| e.to_string())? {
-        if !stopped && interrupt.token().is_cancelled() {
+        if stop.is_some() {
+            continue;
+        }
+        if interrupt.token().is_cancelled() {
+            stop = Some(Stopped::Interrupted);
+        } else if caller.gone() {
+            stop = Some(Stopped::CallerGone);
+        }
+        if stop.is_some() {
             process.terminate();
-            stopped = true;
         }
     }
-    let code = status(&process, stopped, interrupt);
+    let stopped = stop.is_some();
+    let code = match stop {
+        Some(Stopped::CallerGone) => EXIT_CALLER_GONE,
+        _ => status(&process, stopped, interrupt),
+    };
     if json {
         let facts = facts_json(&process, stopped);
         emit(
@@ -78,12 +90,76 @@ fn run_on(exec: &Executor, request: RunRequest, interrupt: &Interrupt) -> Result
             format!("{}\n", serde_json::to_string(&facts).expect("facts serialize")).as_bytes(),
         )?;
     } else {
-        let notes = notes(&process, stopped, interrupt);
+        let mut notes = notes(&process, stop == Some(Stopped::Interrupted), interrupt);
+        if stop == Some(Stopped::CallerGone) {
+            notes.insert(
+                0,
+                "its caller went away (every reader of its output is gone)".into(),
+            );
+        }
         if !notes.is_empty() {
             emit(io::stderr(), format!("dsh: {}\n", notes.join("; ")).as_bytes())?;
         }
     }
     Ok(code)
+}
+
+/// Why dsh stopped the command itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stopped {
+    /// SIGINT, SIGTERM or SIGHUP to dsh.
+    Interrupted,
+    /// Every reader of its output went away (a dropped SSH connection).
+    CallerGone,
+}
+
+/// The status when the caller went away: as for a hangup (128 + SIGHUP).
+const EXIT_CALLER_GONE: u8 = 129;
+
+/// dsh's own stdout and stderr when both are pipes or sockets (as a
+/// remote caller's are: `ssh host dsh run …`): once both have lost their
+/// reader (a dropped connection closes both) nobody is left to see the
+/// command, which is then stopped, as a hangup stops a terminal's. One
+/// reader gone alone (`| head`), or a terminal or file on either, never
+/// counts.
+struct Caller(Vec<libc::c_int>);
+
+impl Caller {
+    fn watch() -> Caller {
+        let streamed = |fd: libc::c_int| {
+            // SAFETY: a zeroed stat is a valid value of the plain C struct.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: fstat fills the struct it is given; a closed fd fails.
+            let ok = unsafe { libc::fstat(fd, &mut st) } == 0;
+            let kind = st.st_mode & libc::S_IFMT;
+            ok && (kind == libc::S_IFIFO || kind == libc::S_IFSOCK)
+        };
+        match (streamed(1), streamed(2)) {
+            (true, true) => Caller(vec![1, 2]),
+            _ => Caller(Vec::new()),
+        }
+    }
+
+    fn gone(&self) -> bool {
+        if self.0.is_empty() {
+            return false;
+        }
+        let mut fds: Vec<libc::pollfd> = self
+            .0
+            .iter()
+            .map(|&fd| libc::pollfd {
+                fd,
+                events: 0,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: `fds` is a valid array of its length; timeout 0 does not block.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
+        n > 0
+            && fds
+                .iter()
+                .all(|p| p.revents & (libc::POLLERR | libc::POLLHUP) != 0)
+    }
 }
 
 /// The spawn the options ask for: `bash -c` with the command line.
