@@ -863,10 +863,12 @@ impl Executor {
     /// object on the handle) or ``INHERIT``. ``env`` maps names to a value,
     /// or to None to remove an inherited variable. ``cwd``, ``grace_ms``,
     /// ``sandbox_policy`` and ``limits`` default as for a command.
+    /// ``timeout_ms`` (default None: no timeout) stops the tree as
+    /// ``terminate()`` does once it passes; ``timed_out`` then says so.
     ///
     /// Returns once the program has exec'd. Raises InvalidArgumentError
     /// naming a bad field, SpawnError when the program cannot start.
-    #[pyo3(signature = (argv, *, cwd=None, env=None, stdin=None, stdout=None, stderr=None, grace_ms=None, sandbox_policy=None, limits=None))]
+    #[pyo3(signature = (argv, *, cwd=None, env=None, stdin=None, stdout=None, stderr=None, grace_ms=None, sandbox_policy=None, limits=None, timeout_ms=None))]
     #[allow(clippy::too_many_arguments)]
     fn spawn(
         &self,
@@ -880,6 +882,7 @@ impl Executor {
         grace_ms: Option<&Bound<'_, PyAny>>,
         sandbox_policy: Option<&Bound<'_, PyAny>>,
         limits: Option<&Bound<'_, PyAny>>,
+        timeout_ms: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<crate::spawned::Spawned> {
         let f = |name| Field::new(Scope::Spawn, name);
         let argv = argv_list(py, argv, f(FieldName::Argv))?;
@@ -895,6 +898,7 @@ impl Executor {
             number(grace_ms, Scope::Spawn, FieldName::GraceMs)?,
             policy_input(sandbox_policy)?,
             limits_input(limits, Scope::Spawn)?,
+            number(timeout_ms, Scope::Spawn, FieldName::TimeoutMs)?,
         )
     }
 

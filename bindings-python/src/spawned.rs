@@ -254,6 +254,11 @@ impl Spawned {
     fn exit_code(&self) -> Option<i32> {
         self.inner.exit_code()
     }
+    /// True once it was stopped at its ``timeout_ms``.
+    #[getter]
+    fn timed_out(&self) -> bool {
+        self.inner.timed_out()
+    }
     /// The name of the signal that ended it (``'SIGTERM'``) once settled.
     #[getter]
     fn signal(&self) -> Option<String> {
@@ -341,6 +346,7 @@ pub(crate) fn spawn(
     grace_ms: Option<dsh_core::Num>,
     sandbox_policy: Option<dsh_core::SandboxPolicyInput>,
     limits: Option<dsh_core::LimitsInput>,
+    timeout_ms: Option<dsh_core::Num>,
 ) -> PyResult<Spawned> {
     let request = dsh_core::SpawnRequest {
         argv,
@@ -352,8 +358,7 @@ pub(crate) fn spawn(
         grace_ms,
         sandbox_policy,
         limits,
-        // Not offered here yet: a spawn has no timeout unless asked.
-        timeout_ms: None,
+        timeout_ms,
     };
     let spec = exec.resolve_spawn(request).map_err(|e| to_pyerr(py, e))?;
     // The environment is read on this thread, inside the call (the GIL

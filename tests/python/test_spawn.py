@@ -135,6 +135,18 @@ def test_the_environment_is_scrubbed_then_changed(ex: dsh_native.Executor, monke
     assert "SPAWN_PY_TOKEN" not in env and "SPAWN_PY_REMOVED" not in env
 
 
+def test_a_timeout_stops_the_tree_and_says_so(ex: dsh_native.Executor) -> None:
+    s = ex.spawn(["bash", "-c", "trap 'echo term; exit 143' TERM; echo ready; while :; do sleep 0.05; done"], timeout_ms=300)
+    s.wait(20)
+    assert (s.timed_out, s.exit_code) == (True, 143)
+    assert "term" in s.read_from("stdout").text
+    quick = ex.spawn(["true"], timeout_ms=20_000)
+    quick.wait(20)
+    assert (quick.timed_out, quick.exit_code) == (False, 0)
+    with pytest.raises(dsh_native.InvalidArgumentError, match="timeout_ms"):
+        ex.spawn(["true"], timeout_ms=0)
+
+
 def test_the_tree_outlives_the_leader_until_terminate(ex: dsh_native.Executor) -> None:
     s = ex.spawn(["bash", "-c", "setsid sleep 300 >/dev/null 2>&1 & echo $!"])
     s.wait(20)

@@ -105,11 +105,13 @@ def use_everything() -> None:
 
         tail: str = asyncio.run(drive(ex.spawn_terminal(command="echo done")))
         sp: dsh_native.Spawned = ex.spawn(["cat"], stdin=dsh_native.PIPE, stdout=dsh_native.Collect(1000, 1 << 20),
-                                          stderr=dsh_native.INHERIT, env={"A": "1", "B": None}, grace_ms=500)
+                                          stderr=dsh_native.INHERIT, env={"A": "1", "B": None}, grace_ms=500,
+                                          timeout_ms=60_000)
         if sp.stdin is not None:
             sp.stdin.write(b"typed")
             sp.stdin.close()
         sp.wait(10)
+        stopped_at_timeout: bool = sp.timed_out
         at: dsh_native.OffsetRead = sp.read_from("stdout", 0)
         sp.terminate()
         sp.wait_tree(10)

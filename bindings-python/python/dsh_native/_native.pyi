@@ -281,6 +281,8 @@ class Spawned:
     @property
     def exit_code(self) -> Optional[int]: ...
     @property
+    def timed_out(self) -> bool: ...
+    @property
     def signal(self) -> Optional[str]: ...
     @property
     def settled(self) -> bool: ...
@@ -373,6 +375,7 @@ class Executor:
         grace_ms: Optional[_Number] = None,
         sandbox_policy: Union[SandboxPolicy, Mapping[str, Optional[_FsPath]], None] = None,
         limits: Optional[_Limits] = None,
+        timeout_ms: Optional[_Number] = None,
     ) -> Spawned: ...
     def spawn_terminal(
         self,
