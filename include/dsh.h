@@ -1633,6 +1633,19 @@ enum DshStatus dsh_spawn_request_set_grace_ms(const struct DshSpawnRequest *requ
                                               uint64_t grace_ms);
 
 /**
+ * A timeout in milliseconds (default: none): past it the program's tree
+ * is stopped as by dsh_spawned_terminate, and dsh_spawned_timed_out says
+ * so. At most the executor's max_timeout_ms (a larger value is clamped);
+ * 0 is DSH_INVALID_ARGUMENT naming spawn.timeout_ms at the spawn.
+ *
+ * # Safety
+ * `request` is NULL or a live DshSpawnRequest that no thread frees during
+ * this call.
+ */
+enum DshStatus dsh_spawn_request_set_timeout_ms(const struct DshSpawnRequest *request,
+                                                uint64_t timeout_ms);
+
+/**
  * Starts a program (docs/spawn.md) and returns once it has exec'd. A bad
  * field is DSH_INVALID_ARGUMENT naming it ("spawn.argv must …"); a program
  * that cannot start is DSH_SPAWN_FAILED with dsh_last_errno, and nothing
@@ -1774,6 +1787,16 @@ enum DshStatus dsh_spawned_wait_tree(const struct DshSpawned *spawned, int64_t t
  * call. `code` is NULL or valid and aligned for writing one `int32_t`.
  */
 bool dsh_spawned_exit_code(const struct DshSpawned *spawned, int32_t *code);
+
+/**
+ * True once the program was stopped at its timeout
+ * (dsh_spawn_request_set_timeout_ms); false for NULL.
+ *
+ * # Safety
+ * `spawned` is NULL or a live DshSpawned that no thread frees during this
+ * call.
+ */
+bool dsh_spawned_timed_out(const struct DshSpawned *spawned);
 
 /**
  * The signal that ended the program ("SIGTERM") once settled; absent

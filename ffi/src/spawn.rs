@@ -279,6 +279,26 @@ pub unsafe extern "C" fn dsh_spawn_request_set_grace_ms(
     })
 }
 
+/// A timeout in milliseconds (default: none): past it the program's tree
+/// is stopped as by dsh_spawned_terminate, and dsh_spawned_timed_out says
+/// so. At most the executor's max_timeout_ms (a larger value is clamped);
+/// 0 is DSH_INVALID_ARGUMENT naming spawn.timeout_ms at the spawn.
+///
+/// # Safety
+/// `request` is NULL or a live DshSpawnRequest that no thread frees during
+/// this call.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_spawn_request_set_timeout_ms(
+    request: *const DshSpawnRequest,
+    timeout_ms: u64,
+) -> DshStatus {
+    status(|| {
+        // SAFETY: per # Safety `request` is NULL or live for the call.
+        let r = unsafe { handle(request, "request") }?;
+        with(r, |i| i.timeout_ms = Some(dsh_core::Num(timeout_ms as f64)))
+    })
+}
+
 /// Starts a program (docs/spawn.md) and returns once it has exec'd. A bad
 /// field is DSH_INVALID_ARGUMENT naming it ("spawn.argv must …"); a program
 /// that cannot start is DSH_SPAWN_FAILED with dsh_last_errno, and nothing
@@ -525,6 +545,18 @@ pub unsafe extern "C" fn dsh_spawned_exit_code(spawned: *const DshSpawned, code:
         }
         true
     })
+}
+
+/// True once the program was stopped at its timeout
+/// (dsh_spawn_request_set_timeout_ms); false for NULL.
+///
+/// # Safety
+/// `spawned` is NULL or a live DshSpawned that no thread frees during this
+/// call.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_spawned_timed_out(spawned: *const DshSpawned) -> bool {
+    // SAFETY: per # Safety `spawned` is NULL or live for the call.
+    value(false, || unsafe { spawned.as_ref() }.is_some_and(|s| s.process.timed_out()))
 }
 
 /// The signal that ended the program ("SIGTERM") once settled; absent

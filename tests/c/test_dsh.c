@@ -1930,6 +1930,23 @@ static void test_spawned_programs(void) {
     CHECK(!pid_alive(grandchild));
     dsh_spawned_free(s);
 
+    /* A timeout stops the tree (SIGTERM: the trap runs) and says so. */
+    const char *slow[] = {"bash", "-c", "trap 'exit 143' TERM; while :; do sleep 0.05; done"};
+    OK(dsh_spawn_request_new(slow, 3, &req));
+    OK(dsh_spawn_request_set_timeout_ms(req, 200));
+    OK(dsh_executor_spawn(exec, req, &s));
+    dsh_spawn_request_free(req);
+    OK(dsh_spawned_wait(s, 20000));
+    CHECK(dsh_spawned_timed_out(s));
+    CHECK(dsh_spawned_exit_code(s, &code) && code == 143);
+    dsh_spawned_free(s);
+    CHECK(!dsh_spawned_timed_out(NULL));
+    OK(dsh_spawn_request_new(slow, 3, &req));
+    OK(dsh_spawn_request_set_timeout_ms(req, 0));
+    CHECK(dsh_executor_spawn(exec, req, &s) == DSH_INVALID_ARGUMENT);
+    CHECK(strstr(dsh_last_error(), "spawn.timeout_ms") != NULL);
+    dsh_spawn_request_free(req);
+
     /* A program that cannot start: DSH_SPAWN_FAILED, ENOENT, nothing runs. */
     const char *missing[] = {"no-such-program-dsh"};
     OK(dsh_spawn_request_new(missing, 1, &req));
