@@ -555,8 +555,11 @@ pub unsafe extern "C" fn dsh_spawned_exit_code(spawned: *const DshSpawned, code:
 /// call.
 #[no_mangle]
 pub unsafe extern "C" fn dsh_spawned_timed_out(spawned: *const DshSpawned) -> bool {
-    // SAFETY: per # Safety `spawned` is NULL or live for the call.
-    value(false, || unsafe { spawned.as_ref() }.is_some_and(|s| s.process.timed_out()))
+    value(false, || {
+        // SAFETY: per # Safety `spawned` is NULL or live for the call.
+        let spawned = unsafe { spawned.as_ref() };
+        spawned.is_some_and(|s| s.process.timed_out())
+    })
 }
 
 /// The signal that ended the program ("SIGTERM") once settled; absent
