@@ -16,6 +16,15 @@ use nix::sys::signal::{SigSet, Signal};
 /// a closed terminal's SIGHUP, which must not orphan it either.
 const STOPPING: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
 
+/// Whether `sig`'s disposition is SIG_IGN.
+fn ignored(sig: Signal) -> bool {
+    // SAFETY: a zeroed sigaction is a valid value of the plain C struct.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a NULL new action only reads the current one into `old`.
+    let read = unsafe { libc::sigaction(sig as libc::c_int, std::ptr::null(), &mut old) } == 0;
+    read && old.sa_sigaction == libc::SIG_IGN
+}
+
 pub struct Interrupt {
     token: CancelToken,
     received: Arc<AtomicI32>,
@@ -25,7 +34,10 @@ impl Interrupt {
     /// Must run before any other thread is started.
     pub fn install() -> std::io::Result<Interrupt> {
         let mut set = SigSet::empty();
-        for sig in STOPPING {
+        // A signal the caller made us ignore (`nohup`, a script's background
+        // job and its terminal's Ctrl-C) stays ignored: a blocked signal
+        // would be taken by `sigwait` even so.
+        for sig in STOPPING.into_iter().filter(|&sig| !ignored(sig)) {
             set.add(sig);
         }
         set.thread_block()?;

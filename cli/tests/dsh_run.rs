@@ -87,6 +87,20 @@ fn alive(pid: i32) -> bool {
 }
 
 #[test]
+fn several_words_reach_the_program_as_they_are_however_long() {
+    // Past one argument's 128 KiB, and a first word bash would take for an
+    // assignment: a program's name, as `env` takes it.
+    let words: Vec<String> = (0..15_000).map(|i| format!("file-{i:06}")).collect();
+    let mut args = vec!["printf", "%s\n"];
+    args.extend(words.iter().map(String::as_str));
+    let r = run(&args);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(text(&r).lines().count(), 15_000);
+    let r = run(&["FOO=bar", "env"]);
+    assert_eq!(r.code, 127, "an assignment ran: {}", text(&r));
+}
+
+#[test]
 fn one_word_is_a_command_line_and_several_are_a_program_and_its_arguments() {
     let r = run(&["--", "echo a | wc -c; echo oops >&2; exit 3"]);
     assert_eq!((r.code, text(&r), r.stderr.as_str()), (3, "2\n", "oops\n"));
@@ -229,6 +243,92 @@ fn json_gives_every_fact_and_keeps_the_last_bytes() {
     assert_eq!(j.at("stdout.truncated"), &Json::Bool(true));
     assert_eq!(j.at("stderr.text").str(), "e");
     assert_eq!(j.at("stderr.truncated"), &Json::Bool(false));
+}
+
+#[test]
+fn one_pipe_for_both_streams_losing_its_reader_is_not_a_caller_gone() {
+    // `dsh run … 2>&1 | head -1`: the command finishes its silent work.
+    let dir = TempDir::new("dsh-run-2to1");
+    let marker = dir.path("marker");
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe writes.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both are fresh descriptors, owned from here on.
+    let (read, write) = unsafe {
+        use std::os::fd::FromRawFd;
+        (
+            std::fs::File::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        )
+    };
+    let mut child = dsh()
+        .args(["run", "--", &format!("echo start; sleep 1; echo done > {marker}")])
+        .stdin(Stdio::null())
+        .stdout(write.try_clone().unwrap())
+        .stderr(write)
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(read).read_line(&mut first).unwrap(); // then the reader is gone
+    assert_eq!(first, "start\n");
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(start.elapsed() < LIMIT, "dsh hung");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(status.code(), Some(0));
+    assert!(std::path::Path::new(&marker).exists(), "the command was stopped");
+}
+
+#[test]
+fn an_ignored_hangup_stays_ignored() {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = dsh();
+    cmd.args(["run", "--", "sleep 1; echo survived"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // As nohup leaves it.
+    // SAFETY: signal(2) is async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        })
+    };
+    let child = cmd.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) takes integers; the child is ours and not yet reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+    let r = finish(child);
+    assert_eq!((r.code, text(&r)), (0, "survived\n"), "{}", r.stderr);
+}
+
+#[test]
+fn waiting_for_a_stdin_fifo_is_interruptible() {
+    let dir = TempDir::new("dsh-run-fifo");
+    let fifo = dir.path("fifo");
+    let c = std::ffi::CString::new(fifo.clone()).unwrap();
+    // SAFETY: mkfifo takes a NUL-terminated path and a mode.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let child = dsh()
+        .args(["run", "--stdin-file", &fifo, "--", "cat"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300)); // nobody writes to it
+                                                    // SAFETY: kill(2) takes integers; the child is ours and not yet reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let r = finish(child);
+    assert_eq!(r.code, 130, "{}", r.stderr);
+    let r = run(&["--stdin-file", "/tmp", "cat"]);
+    assert_eq!(r.code, 125);
+    assert!(r.stderr.contains("is a directory"), "{}", r.stderr);
 }
 
 #[test]

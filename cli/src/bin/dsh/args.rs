@@ -32,8 +32,8 @@ usage: dsh run [OPTIONS] [--] WORD...
 Runs a command through a dsh-native executor and streams its stdout and
 stderr live, byte for byte (binary safe), to dsh's own. One WORD is a bash
 command line, as `bash -c` takes it: dsh run -- 'make && make test'. Several
-WORDs are a program and its arguments, each passed as it is (dsh quotes
-them for bash): dsh run -- sh -c 'echo $0' x. The first WORD ends the
+WORDs are a program and its arguments, each passed as it is (bash gets
+them as \"$@\"): dsh run -- sh -c 'echo $0' x. The first WORD ends the
 options: everything after it is the command's.
 
 The command reads dsh's own stdin, as `timeout` or `env` would pass it. It
@@ -207,14 +207,14 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String>
 
 fn run_request(a: RunArgs) -> Result<RunRequest, String> {
     if a.words.is_empty() {
-        return Err("dsh run: no command given (dsh run -- WORD...)".into());
+        return Err("no command given (dsh run -- WORD...)".into());
     }
     let words = a
         .words
         .into_iter()
         .map(|w| {
             w.into_string()
-                .map_err(|w| format!("dsh run: the command is not valid UTF-8: {w:?}"))
+                .map_err(|w| format!("the command is not valid UTF-8: {w:?}"))
         })
         .collect::<Result<Vec<_>, _>>()?;
     if a.workspace.is_some() && a.sandbox.is_none() {
@@ -229,6 +229,13 @@ fn run_request(a: RunArgs) -> Result<RunRequest, String> {
     }
     for (name, value) in a.env {
         env.insert(name, Some(value));
+    }
+    // Past 2^53 a number is not exact in the core's (JSON-safe) numbers.
+    if let Some(t) = a.timeout.filter(|t| *t > dsh_core::MAX_SAFE_INTEGER) {
+        return Err(format!(
+            "option '--timeout' must be at most {}, got {t}",
+            dsh_core::MAX_SAFE_INTEGER
+        ));
     }
     let path = |o: OsString| PathBuf::from(OsString::from_vec(o.into_vec()));
     let num = |v: Option<u64>| v.map(|n| Num(n as f64));

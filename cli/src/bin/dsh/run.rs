@@ -41,24 +41,37 @@ pub fn run(request: RunRequest, interrupt: &Interrupt) -> Result<u8, String> {
 }
 
 fn run_on(exec: &Executor, request: RunRequest, interrupt: &Interrupt) -> Result<u8, String> {
+    // Checked now, opened by the feeder once the command runs: opening a
+    // FIFO waits for its writer, and dsh must stay interruptible meanwhile.
     let stdin_file = match &request.stdin {
-        StdinFrom::File(path) => {
-            Some(File::open(path).map_err(|e| format!("--stdin-file: cannot open {}: {e}", path.display()))?)
-        }
+        StdinFrom::File(path) => match std::fs::metadata(path) {
+            Ok(m) if m.is_dir() => return Err(format!("--stdin-file: {} is a directory", path.display())),
+            Ok(_) => Some(path.clone()),
+            Err(e) => return Err(format!("--stdin-file: cannot open {}: {e}", path.display())),
+        },
         _ => None,
     };
     let json = request.json;
     let spec = exec.resolve_spawn(spawn_request(request)).map_err(flag_error)?;
+    if interrupt.token().is_cancelled() {
+        return Ok(interrupted_status(interrupt));
+    }
     let spawned = exec.spawn(&spec).map_err(|e| match e {
         DshError::Spawn { message, .. } => format!("cannot start the command: {message}"),
         other => flag_error(other),
     })?;
-    if let (Some(mut file), Some(pipe)) = (stdin_file, spawned.stdin) {
-        // The file is fed as the command reads it; it ends the input.
+    if let (Some(path), Some(pipe)) = (stdin_file, spawned.stdin) {
+        // The file is fed as the command reads it; it ends the input. A
+        // reader that stops reading is the command's business (EPIPE).
         std::thread::Builder::new()
             .name("dsh-stdin-file".into())
             .spawn(move || {
-                let _ = io::copy(&mut file, &mut File::from(pipe));
+                let fed = File::open(&path).and_then(|mut file| io::copy(&mut file, &mut File::from(pipe)));
+                if let Err(e) = fed.map(drop) {
+                    if e.kind() != io::ErrorKind::BrokenPipe {
+                        eprintln!("dsh: --stdin-file {}: {e}", path.display());
+                    }
+                }
             })
             .map_err(|e| format!("cannot feed --stdin-file: {e}"))?;
     }
@@ -116,26 +129,28 @@ enum Stopped {
 /// The status when the caller went away: as for a hangup (128 + SIGHUP).
 const EXIT_CALLER_GONE: u8 = 129;
 
-/// dsh's own stdout and stderr when both are pipes or sockets (as a
-/// remote caller's are: `ssh host dsh run …`): once both have lost their
-/// reader (a dropped connection closes both) nobody is left to see the
-/// command, which is then stopped, as a hangup stops a terminal's. One
-/// reader gone alone (`| head`), or a terminal or file on either, never
-/// counts.
+/// dsh's own stdout and stderr when both are pipes or sockets, two of
+/// them (as a remote caller's are: `ssh host dsh run …`): once both have
+/// lost their reader (a dropped connection closes both) nobody is left to
+/// see the command, which is then stopped, as a hangup stops a terminal's.
+/// One reader gone alone (`| head`, `2>&1 | head`: one pipe), or a
+/// terminal or file on either, never counts.
 struct Caller(Vec<libc::c_int>);
 
 impl Caller {
     fn watch() -> Caller {
+        // The pipe or socket on `fd`: (device, inode).
         let streamed = |fd: libc::c_int| {
             // SAFETY: a zeroed stat is a valid value of the plain C struct.
             let mut st: libc::stat = unsafe { std::mem::zeroed() };
             // SAFETY: fstat fills the struct it is given; a closed fd fails.
             let ok = unsafe { libc::fstat(fd, &mut st) } == 0;
             let kind = st.st_mode & libc::S_IFMT;
-            ok && (kind == libc::S_IFIFO || kind == libc::S_IFSOCK)
+            (ok && (kind == libc::S_IFIFO || kind == libc::S_IFSOCK)).then_some((st.st_dev, st.st_ino))
         };
         match (streamed(1), streamed(2)) {
-            (true, true) => Caller(vec![1, 2]),
+            // One pipe on both (`2>&1 | head`) is one reader: not enough.
+            (Some(out), Some(err)) if out != err => Caller(vec![1, 2]),
             _ => Caller(Vec::new()),
         }
     }
@@ -183,7 +198,7 @@ fn spawn_request(r: RunRequest) -> SpawnRequest {
         }),
     };
     SpawnRequest {
-        argv: vec!["bash".into(), "-c".into(), "--".into(), command_line(&r.words)],
+        argv: bash_argv(&r.words),
         cwd: r.workdir,
         env: r.env,
         stdin: Some(match r.stdin {
@@ -200,22 +215,22 @@ fn spawn_request(r: RunRequest) -> SpawnRequest {
     }
 }
 
-/// One word is a bash command line; several are a program and its
-/// arguments, each quoted so that bash passes it on as it is.
-pub fn command_line(words: &[String]) -> String {
+/// `bash -c`'s arguments: one word is a bash command line; several are a
+/// program and its arguments, given to bash as its positional parameters
+/// and run as `"$@"`, so each reaches the program exactly as it is (no
+/// quoting, no length limit of one argument, and a first word such as
+/// `x=1` or `time` is a program's name, as `env` would take it).
+pub fn bash_argv(words: &[String]) -> Vec<String> {
+    let mut argv: Vec<String> = vec!["bash".into(), "-c".into(), "--".into()];
     match words {
-        [one] => one.clone(),
-        many => many.iter().map(|w| quoted(w)).collect::<Vec<_>>().join(" "),
+        [line] => argv.push(line.clone()),
+        many => {
+            argv.push(r#""$@""#.into());
+            argv.push("dsh".into()); // $0
+            argv.extend(many.iter().cloned());
+        }
     }
-}
-
-fn quoted(word: &str) -> String {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c);
-    if !word.is_empty() && word.chars().all(plain) {
-        word.to_owned()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
-    }
+    argv
 }
 
 /// A refused request, named by the option that set the field.
@@ -341,10 +356,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_word_is_a_command_line_and_several_are_quoted() {
-        let w = |ws: &[&str]| command_line(&ws.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-        assert_eq!(w(&["echo a | wc -c"]), "echo a | wc -c");
-        assert_eq!(w(&["sh", "-c", "echo $0", "x"]), "sh -c 'echo $0' x");
-        assert_eq!(w(&["printf", "%s", "it's", ""]), r"printf %s 'it'\''s' ''");
+    fn one_word_is_a_command_line_and_several_are_positional_parameters() {
+        let w = |ws: &[&str]| bash_argv(&ws.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(w(&["echo a | wc -c"]), ["bash", "-c", "--", "echo a | wc -c"]);
+        assert_eq!(
+            w(&["x=1", "it's", ""]),
+            ["bash", "-c", "--", "\"$@\"", "dsh", "x=1", "it's", ""]
+        );
     }
 }
