@@ -61,20 +61,23 @@ pub(crate) fn with_std_fds_held<T>(f: impl FnOnce() -> T) -> T {
     out
 }
 
+/// A close-on-exec copy of `fd`, numbered 3 or above (a closed `fd` is
+/// EBADF).
+pub(crate) fn dup_above_stdio(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC takes only integers and makes a new descriptor.
+    let new = cvt(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) })?;
+    // SAFETY: the fcntl succeeded (cvt), so `new` is a descriptor it just
+    // created, which nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
 /// [`above_stdio`] where failing is worse than keeping the number: `fd`
 /// itself when no descriptor is left to move it to.
 pub(crate) fn prefer_above_stdio(fd: OwnedFd) -> OwnedFd {
     if fd.as_raw_fd() > 2 {
         return fd;
     }
-    // SAFETY: `fd` is open (an OwnedFd), and F_DUPFD_CLOEXEC takes only
-    // integers.
-    match unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) } {
-        -1 => fd,
-        // SAFETY: the fcntl succeeded: `new` is a descriptor it just made,
-        // which nothing else owns; `fd` is closed on return.
-        new => unsafe { OwnedFd::from_raw_fd(new) },
-    }
+    dup_above_stdio(fd.as_raw_fd()).unwrap_or(fd)
 }
 
 /// `fd`, moved to a number ≥ 3 if it is 0, 1 or 2: the executor's own
@@ -84,12 +87,8 @@ pub(crate) fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     if fd.as_raw_fd() > 2 {
         return Ok(fd);
     }
-    // SAFETY: `fd` is open (an OwnedFd), and F_DUPFD_CLOEXEC takes only
-    // integers.
-    let new = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) })?;
-    // SAFETY: the fcntl succeeded (cvt), so `new` is a descriptor it just
-    // created, which nothing else owns; `fd` is closed on return.
-    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+    // `fd` is closed on return.
+    dup_above_stdio(fd.as_raw_fd())
 }
 
 /// Makes `fd` non-blocking. Only for a descriptor this library opened with

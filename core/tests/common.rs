@@ -49,6 +49,43 @@ pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
+/// Runs the test `name` again in a host process of its own (this test
+/// binary, `--exact name`), for a part that measures or changes the whole
+/// process (its CPU time, its descriptor limit): true in that host, where
+/// the caller goes on with the test's body; in the first process it waits
+/// (at most 120 s, then kills it), asserts the host passed, and returns
+/// false.
+#[allow(dead_code)] // not every test file needs a host of its own
+pub fn in_own_host(name: &str) -> bool {
+    const VAR: &str = "DSH_TEST_OWN_HOST";
+    if std::env::var(VAR).is_ok_and(|v| v == name) {
+        return true;
+    }
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(VAR, name)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let done = std::thread::spawn(move || child.wait_with_output().unwrap());
+    let ended = eventually(Duration::from_secs(120), || done.is_finished());
+    if !ended {
+        // SAFETY: kill(2) takes integers; the child host is ours.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let output = done.join().unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(ended, "the host of {name} hung: {err}");
+    assert!(
+        output.status.success(),
+        "{name} in its own host: {:?}: {err}",
+        output.status
+    );
+    false
+}
+
 /// True while `pid` names a live (non-zombie) process.
 pub fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

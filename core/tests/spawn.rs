@@ -364,27 +364,7 @@ fn cpu_time() -> Duration {
 fn waiting_for_trees_that_run_on_does_not_burn_the_cpu() {
     // Measured in a host of its own: this process's CPU time counts the
     // other tests' threads too.
-    if std::env::var_os("DSH_TREE_WAIT_HOST").is_none() {
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "waiting_for_trees_that_run_on_does_not_burn_the_cpu",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("DSH_TREE_WAIT_HOST", "1")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let ended = eventually(Duration::from_secs(120), || child.try_wait().unwrap().is_some());
-        if !ended {
-            child.kill().unwrap();
-        }
-        let output = child.wait_with_output().unwrap();
-        let err = String::from_utf8_lossy(&output.stderr);
-        assert!(ended, "the host hung: {err}");
-        assert!(output.status.success(), "{:?}: {err}", output.status);
+    if !common::in_own_host("waiting_for_trees_that_run_on_does_not_burn_the_cpu") {
         return;
     }
     let exec = executor();
@@ -419,30 +399,7 @@ fn waiting_for_trees_that_run_on_does_not_burn_the_cpu() {
 /// tree's end must then go on waiting, never report a live tree gone.
 #[test]
 fn a_tree_is_not_gone_because_descriptors_ran_out() {
-    if std::env::var_os("DSH_TREE_EMFILE_HOST").is_none() {
-        let output = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "a_tree_is_not_gone_because_descriptors_ran_out",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("DSH_TREE_EMFILE_HOST", "1")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let pid = output.id() as i32;
-        let done = std::thread::spawn(move || output.wait_with_output().unwrap());
-        let ended = eventually(Duration::from_secs(120), || done.is_finished());
-        if !ended {
-            // SAFETY: kill(2) takes integers; the child host is ours.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-        let output = done.join().unwrap();
-        let err = String::from_utf8_lossy(&output.stderr);
-        assert!(ended, "the host hung: {err}");
-        assert!(output.status.success(), "{:?}: {err}", output.status);
+    if !common::in_own_host("a_tree_is_not_gone_because_descriptors_ran_out") {
         return;
     }
     let exec = executor();

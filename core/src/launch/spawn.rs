@@ -110,17 +110,6 @@ pub(crate) enum Stdio {
     Inherited,
 }
 
-/// A close-on-exec copy of `fd`, numbered 3 or above.
-fn dup_above_stdio(fd: std::os::fd::RawFd) -> io::Result<OwnedFd> {
-    // SAFETY: F_DUPFD_CLOEXEC takes integers; a closed `fd` is EBADF.
-    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
-    if new < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the fcntl succeeded: `new` is a fresh descriptor, ours alone.
-    Ok(unsafe { std::os::fd::FromRawFd::from_raw_fd(new) })
-}
-
 /// One stream's descriptors: ours (none when inherited) and the child's.
 struct End {
     ours: Option<OwnedFd>,
@@ -135,7 +124,7 @@ impl End {
             Stdio::Null => (None, None),
             // A copy made now, first: the host's descriptor as it is at the
             // spawn (closed: EBADF), whatever the launch opens after.
-            Stdio::Inherited => (None, Some(dup_above_stdio(host_fd)?)),
+            Stdio::Inherited => (None, Some(crate::sys::dup_above_stdio(host_fd)?)),
             Stdio::Watched | Stdio::Handed => {
                 let (r, w) = pipe(0)?;
                 if reads {
