@@ -7,11 +7,9 @@ mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use support::{Json, TempDir};
-
-const LIMIT: Duration = Duration::from_secs(60);
+use support::{alive, wait_bounded, Json, TempDir};
 
 fn dsh() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dsh"))
@@ -33,17 +31,7 @@ fn finish(mut child: Child) -> Ran {
     });
     let mut stderr = String::new();
     err.read_to_string(&mut stderr).unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > LIMIT {
-            child.kill().unwrap();
-            panic!("dsh run hung: {stderr}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = wait_bounded(&mut child, &format!("dsh run ({stderr})"));
     Ran {
         code: status.code().unwrap_or_else(|| panic!("dsh died: {status:?}")),
         stdout: reader.join().unwrap(),
@@ -75,15 +63,6 @@ fn run(args: &[&str]) -> Ran {
 
 fn text(r: &Ran) -> &str {
     std::str::from_utf8(&r.stdout).unwrap()
-}
-
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        !matches!(
-            s.rsplit(')').next().unwrap_or("").trim_start().chars().next(),
-            Some('Z' | 'X')
-        )
-    })
 }
 
 #[test]
@@ -271,14 +250,7 @@ fn one_pipe_for_both_streams_losing_its_reader_is_not_a_caller_gone() {
     let mut first = String::new();
     BufReader::new(read).read_line(&mut first).unwrap(); // then the reader is gone
     assert_eq!(first, "start\n");
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(start.elapsed() < LIMIT, "dsh hung");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = wait_bounded(&mut child, "dsh");
     assert_eq!(status.code(), Some(0));
     assert!(std::path::Path::new(&marker).exists(), "the command was stopped");
 }
@@ -347,14 +319,7 @@ fn an_interrupt_stops_the_whole_tree() {
     assert!(alive(sleeper));
     // SAFETY: kill(2) takes integers; the child is ours and not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(start.elapsed() < LIMIT, "dsh did not end on SIGINT");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let status = wait_bounded(&mut child, "dsh after SIGINT");
     assert_eq!(status.code(), Some(130));
     assert!(!alive(sleeper), "the command's child outlived dsh");
     let mut err = String::new();

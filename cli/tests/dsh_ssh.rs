@@ -10,8 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod support;
+use support::{alive, wait_bounded};
+
 const SSHD: &str = "/usr/sbin/sshd";
-const LIMIT: Duration = Duration::from_secs(60);
 
 /// Says the test cannot run here and why (scripts/test counts these).
 fn skip(why: &str) {
@@ -131,30 +133,6 @@ fn remote_run(command: &str) -> String {
     )
 }
 
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        !matches!(
-            s.rsplit(')').next().unwrap_or("").trim_start().chars().next(),
-            Some('Z' | 'X')
-        )
-    })
-}
-
-/// Waits for `child` at most [`LIMIT`]; its status code.
-fn wait_bounded(child: &mut Child) -> i32 {
-    let start = Instant::now();
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s.code().unwrap_or(-1);
-        }
-        if start.elapsed() > LIMIT {
-            child.kill().unwrap();
-            panic!("ssh did not end within {LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 #[test]
 fn over_ssh_the_status_and_every_byte_come_through() {
     let sshd = match Sshd::start("bytes") {
@@ -172,7 +150,11 @@ fn over_ssh_the_status_and_every_byte_come_through() {
     child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
     child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     assert_eq!(
-        (wait_bounded(&mut child), out.as_str(), err.as_str()),
+        (
+            wait_bounded(&mut child, "ssh").code().unwrap_or(-1),
+            out.as_str(),
+            err.as_str()
+        ),
         (3, "out\n", "err\n")
     );
     // 8 MiB of every byte value, through the connection unchanged.
@@ -190,7 +172,7 @@ fn over_ssh_the_status_and_every_byte_come_through() {
         .unwrap();
     let mut got = Vec::new();
     child.stdout.take().unwrap().read_to_end(&mut got).unwrap();
-    assert_eq!(wait_bounded(&mut child), 0);
+    assert_eq!(wait_bounded(&mut child, "ssh").code().unwrap_or(-1), 0);
     assert!(
         got == data,
         "{} bytes of {} came through, or they differ",

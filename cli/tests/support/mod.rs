@@ -6,7 +6,38 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a test waits for a tool it started before it calls it hung.
+pub const LIMIT: Duration = Duration::from_secs(60);
+
+/// Waits for `child` at most [`LIMIT`]; past that it is killed and the
+/// test fails naming `what`.
+pub fn wait_bounded(child: &mut Child, what: &str) -> ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if start.elapsed() > LIMIT {
+            child.kill().unwrap();
+            let _ = child.wait();
+            panic!("{what} did not end within {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// True while `pid` names a live (non-zombie) process.
+pub fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !matches!(
+            s.rsplit(')').next().unwrap_or("").trim_start().chars().next(),
+            Some('Z' | 'X')
+        )
+    })
+}
 
 pub struct Run {
     pub code: i32,
