@@ -14,21 +14,7 @@ use dsh_core::{
 
 /// The `code` a JS caller switches on, and the message, for a core error.
 pub(crate) fn error_parts(e: &DshError) -> (String, String) {
-    let code = match e {
-        DshError::InvalidArgument { .. } => "INVALID_ARGUMENT".to_owned(),
-        DshError::Spawn { .. } => e.errno_name().unwrap_or_else(|| "SPAWN_FAILED".into()),
-        DshError::AlreadyCancelled => "ABORT_ERR".to_owned(),
-        DshError::Disposed => "DISPOSED".to_owned(),
-        DshError::NotFound(_) => "NOT_FOUND".to_owned(),
-        DshError::SandboxUnavailable(_) => "SANDBOX_UNAVAILABLE".to_owned(),
-        DshError::BlockingInAsync => "WOULD_BLOCK".to_owned(),
-        DshError::Internal(_) => "INTERNAL".to_owned(),
-        DshError::ForkedChild { .. } => "FORKED_CHILD".to_owned(),
-        DshError::StillRunning(_) => "STILL_RUNNING".to_owned(),
-        DshError::StdinClosed { .. } => "STDIN_CLOSED".to_owned(),
-        DshError::LimitUnavailable { .. } => "LIMIT_UNAVAILABLE".to_owned(),
-        DshError::TerminalClosed(_) => "TERMINAL_CLOSED".to_owned(),
-    };
+    let code = e.code();
     (code, e.message(NameStyle::Camel))
 }
 

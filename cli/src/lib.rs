@@ -3,5 +3,6 @@
 
 pub mod interrupt;
 pub mod json;
+pub mod protocol;
 pub mod status;
 pub mod values;

@@ -292,6 +292,31 @@ impl DshError {
         }
     }
 
+    /// The symbolic code of the faces that carry a name to switch on (Node's
+    /// `error.code`, the protocol's `error.data.code`): `INVALID_ARGUMENT`,
+    /// an errno name (`ENOENT`) for a spawn failure, `ABORT_ERR`, `DISPOSED`,
+    /// `NOT_FOUND`, `STILL_RUNNING`, `WOULD_BLOCK`, `FORKED_CHILD`,
+    /// `SANDBOX_UNAVAILABLE`, `LIMIT_UNAVAILABLE`, `STDIN_CLOSED`,
+    /// `TERMINAL_CLOSED`, `INTERNAL`.
+    pub fn code(&self) -> String {
+        let name = match self {
+            DshError::InvalidArgument { .. } => "INVALID_ARGUMENT",
+            DshError::Spawn { errno, .. } => return errno_name(*errno),
+            DshError::AlreadyCancelled => "ABORT_ERR",
+            DshError::Disposed => "DISPOSED",
+            DshError::NotFound(_) => "NOT_FOUND",
+            DshError::SandboxUnavailable(_) => "SANDBOX_UNAVAILABLE",
+            DshError::BlockingInAsync => "WOULD_BLOCK",
+            DshError::Internal(_) => "INTERNAL",
+            DshError::ForkedChild { .. } => "FORKED_CHILD",
+            DshError::StillRunning(_) => "STILL_RUNNING",
+            DshError::StdinClosed { .. } => "STDIN_CLOSED",
+            DshError::LimitUnavailable { .. } => "LIMIT_UNAVAILABLE",
+            DshError::TerminalClosed(_) => "TERMINAL_CLOSED",
+        };
+        name.to_owned()
+    }
+
     /// The kernel refused something a run needs before its command can
     /// start, such as the calling thread's reactor (no descriptor left:
     /// `EMFILE`, `ENFILE`; no memory): a spawn error with that errno,

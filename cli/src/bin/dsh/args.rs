@@ -20,6 +20,8 @@ dsh-native from the command line.
 
 Commands:
   run         run one command, its output streamed live (dsh run --help)
+  serve       serve the JSON-RPC protocol on stdio or a unix socket, for a
+              remote executor (dsh serve --help)
 
 Options:
   -h, --help     print this help and exit
@@ -82,12 +84,43 @@ Exit status:
 A command can exit with 124, 125 or 130 itself; --json tells them apart.
 ";
 
+pub const SERVE_HELP: &str = "\
+usage: dsh serve --stdio
+       dsh serve --listen unix:PATH
+
+Serves dsh-native's protocol (JSON-RPC 2.0, one message per line;
+docs/protocol.md), so that a harness on another machine drives an executor
+here: ssh build-1 dsh serve --stdio, kubectl exec -i POD -- dsh serve --stdio.
+
+Each connection has an executor of its own. When a connection ends (its
+input closes, its output cannot be written), everything it started is
+stopped (SIGTERM, SIGKILL after the grace) and awaited.
+
+Options:
+  -h, --help          print this help and exit
+      --stdio         one connection: dsh's stdin and stdout. Nothing else
+                      is written to stdout; dsh exits when it ends
+      --listen unix:PATH
+                      accept connections on a unix socket made at PATH,
+                      mode 0600 (only this user may connect), until SIGINT
+                      or SIGTERM; PATH is removed then. There is no TCP
+                      listener: use ssh, which authenticates
+";
+
 /// What to do.
 #[derive(Debug)]
 pub enum Parsed {
     /// Print a text (a help, the version) and exit 0.
     Text(String),
     Run(Box<RunRequest>),
+    Serve(Listen),
+}
+
+/// Where `dsh serve` takes its connections.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Listen {
+    Stdio,
+    Unix(PathBuf),
 }
 
 /// A `dsh run`, as typed: the core resolves and checks it.
@@ -139,7 +172,37 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     #[command(override_help = RUN_HELP, disable_help_flag = true, args_override_self = true)]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
+    #[command(override_help = SERVE_HELP, disable_help_flag = true)]
+    Serve(ServeArgs),
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    #[arg(short = 'h', long, action = ArgAction::Help)]
+    help: Option<bool>,
+    #[arg(long, conflicts_with = "listen")]
+    stdio: bool,
+    #[arg(long, value_parser = OsStringValueParser::new())]
+    listen: Option<OsString>,
+}
+
+fn serve_listen(a: ServeArgs) -> Result<Listen, String> {
+    match (a.stdio, a.listen) {
+        (true, _) => Ok(Listen::Stdio),
+        (false, Some(addr)) => {
+            let addr = OsString::from_vec(addr.into_vec());
+            match addr.as_encoded_bytes().strip_prefix(b"unix:") {
+                Some(path) if !path.is_empty() => {
+                    Ok(Listen::Unix(PathBuf::from(OsString::from_vec(path.to_vec()))))
+                }
+                _ => Err(format!(
+                    "option '--listen' expects unix:PATH (there is no TCP listener: use ssh), got {addr:?}"
+                )),
+            }
+        }
+        (false, None) => Err("dsh serve needs --stdio or --listen unix:PATH".into()),
+    }
 }
 
 #[derive(Args, Debug)]
@@ -201,7 +264,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String>
     };
     match cli.command {
         None => Err("no command given (dsh run ...)".into()),
-        Some(Command::Run(run)) => run_request(run).map(|r| Parsed::Run(Box::new(r))),
+        Some(Command::Run(run)) => run_request(*run).map(|r| Parsed::Run(Box::new(r))),
+        Some(Command::Serve(serve)) => serve_listen(serve).map(Parsed::Serve),
     }
 }
 
@@ -282,9 +346,12 @@ fn usage_error(e: &clap::Error) -> String {
     };
     match e.kind() {
         ErrorKind::UnknownArgument => format!("unknown option '{arg}'"),
-        ErrorKind::InvalidSubcommand => format!("unknown command '{arg}' (dsh run ...)"),
+        ErrorKind::InvalidSubcommand => format!("unknown command '{arg}' (dsh run ..., dsh serve ...)"),
         ErrorKind::InvalidValue => format!("option '{arg}' needs a value"),
         ErrorKind::TooManyValues => format!("option '{arg}' takes no value"),
+        ErrorKind::ArgumentConflict if arg.starts_with("--stdio") || arg.starts_with("--listen") => {
+            "--stdio and --listen cannot be combined".into()
+        }
         ErrorKind::ArgumentConflict => "--stdin-file and --no-stdin cannot be combined".into(),
         _ => e.kind().as_str().map_or_else(|| e.to_string(), str::to_owned),
     }
@@ -394,6 +461,10 @@ mod tests {
             (&["run", "--stdin-file", "/f", "--no-stdin", "x"], "--no-stdin"),
             (&["run"], "no command"),
             (&["walk"], "'walk'"),
+            (&["serve"], "--stdio or --listen"),
+            (&["serve", "--listen", "tcp:1"], "'--listen'"),
+            (&["serve", "--listen", "unix:"], "'--listen'"),
+            (&["serve", "--stdio", "--listen", "unix:/s"], "cannot be combined"),
             (&[], "no command"),
         ] {
             let err = match parse(args.iter().map(OsString::from)) {
@@ -412,6 +483,7 @@ mod tests {
         };
         assert_eq!(text(&["--help"]), HELP);
         assert_eq!(text(&["run", "--help"]), RUN_HELP);
+        assert_eq!(text(&["serve", "--help"]), SERVE_HELP);
         assert_eq!(
             text(&["--version"]),
             concat!("dsh ", env!("CARGO_PKG_VERSION"), "\n")

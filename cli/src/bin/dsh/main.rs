@@ -1,9 +1,11 @@
 //! `dsh`: dsh-native from the command line. `dsh run` runs one command
 //! with its output streamed live and byte for byte, as `timeout` or `env`
-//! would run it, but governed by the executor (docs/cli.md).
+//! would run it, but governed by the executor; `dsh serve` serves the
+//! protocol for remote executors (docs/cli.md, docs/protocol.md).
 
 mod args;
 mod run;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -32,6 +34,19 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Ok(Parsed::Serve(listen)) => match Interrupt::install() {
+            Ok(interrupt) => serve::serve(listen, &interrupt).map_or_else(
+                |msg| {
+                    eprintln!("dsh serve: {msg}");
+                    EXIT_CLI_ERROR
+                },
+                |()| 0,
+            ),
+            Err(e) => {
+                eprintln!("dsh: cannot watch for signals: {e}");
+                EXIT_CLI_ERROR
+            }
+        },
         Err(msg) => {
             eprintln!("dsh: {msg}\nTry 'dsh --help' or 'dsh run --help' for more information.");
             EXIT_CLI_ERROR

@@ -1,0 +1,126 @@
+//! One connection: lines in, lines out, and the end. When the client goes
+//! away (its end of the input closes, or the output cannot be written) the
+//! session's executor is disposed: everything the connection started is
+//! stopped and awaited before `serve` returns.
+
+use std::io;
+
+use dsh_core::CancelToken;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use super::frame::{self, RpcError, INVALID_REQUEST};
+use super::session::{Out, Session};
+use super::MAX_MESSAGE_BYTES;
+
+/// One line of input, or the news that it was longer than the limit (its
+/// bytes were read and dropped, up to and including its newline).
+enum Line {
+    Text(Vec<u8>),
+    TooLong(usize),
+}
+
+/// Reads up to the next newline, keeping at most `max` bytes; `None` at
+/// the end of the input.
+async fn next_line<R: AsyncBufRead + Unpin>(reader: &mut R, max: usize) -> io::Result<Option<Line>> {
+    let mut line = Vec::new();
+    let mut seen = 0usize;
+    loop {
+        let chunk = reader.fill_buf().await?;
+        if chunk.is_empty() {
+            // A last line without its newline is still a line.
+            return Ok(match seen {
+                0 => None,
+                n if n > max => Some(Line::TooLong(n)),
+                _ => Some(Line::Text(line)),
+            });
+        }
+        let (part, ended) = match chunk.iter().position(|b| *b == b'\n') {
+            Some(i) => (&chunk[..i], true),
+            None => (chunk, false),
+        };
+        seen += part.len();
+        if seen <= max {
+            line.extend_from_slice(part);
+        } else {
+            line = Vec::new();
+        }
+        let used = part.len() + usize::from(ended);
+        reader.consume(used);
+        if ended {
+            return Ok(Some(if seen > max {
+                Line::TooLong(seen)
+            } else {
+                Line::Text(line)
+            }));
+        }
+    }
+}
+
+/// Serves one connection until its input ends, its output fails or `stop`
+/// fires, then disposes everything it started. Returns once that is done.
+pub async fn serve<R, W>(mut reader: R, mut writer: W, stop: CancelToken)
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (out, mut outbox) = mpsc::unbounded_channel::<Out>();
+    let session = Session::new(out.clone());
+    let (gone_tx, mut gone) = tokio::sync::watch::channel(false);
+    let writing = tokio::spawn(async move {
+        let mut end = false;
+        while let Some(first) = outbox.recv().await {
+            let mut batch = Vec::new();
+            // What else is ready goes in the same write.
+            for message in std::iter::once(first).chain(std::iter::from_fn(|| outbox.try_recv().ok())) {
+                match message {
+                    Out::Line(line) => {
+                        batch.extend_from_slice(line.as_bytes());
+                        batch.push(b'\n');
+                    }
+                    Out::End => end = true,
+                }
+            }
+            if writer.write_all(&batch).await.is_err() || writer.flush().await.is_err() {
+                let _ = gone_tx.send(true);
+                return;
+            }
+            if end {
+                return;
+            }
+        }
+    });
+    loop {
+        tokio::select! {
+            line = next_line(&mut reader, MAX_MESSAGE_BYTES) => match line {
+                Ok(Some(Line::Text(line))) => {
+                    if line.iter().all(u8::is_ascii_whitespace) {
+                        continue;
+                    }
+                    session.handle_line(&line);
+                }
+                Ok(Some(Line::TooLong(n))) => {
+                    let e = RpcError::new(
+                        INVALID_REQUEST,
+                        format!("the message is {n} bytes, more than the {MAX_MESSAGE_BYTES} a line may hold"),
+                    );
+                    let _ = out.send(Out::Line(frame::error_response(&serde_json::Value::Null, &e)));
+                }
+                Ok(None) | Err(_) => break,
+            },
+            _ = gone.changed() => break,
+            _ = stop.cancelled() => break,
+        }
+    }
+    session.close().await;
+    // What was answered before the end (a half-closed input's last
+    // answers) is still written, unless the client does not read it.
+    let _ = out.send(Out::End);
+    let abort = writing.abort_handle();
+    if tokio::time::timeout(FLUSH_LIMIT, writing).await.is_err() {
+        abort.abort();
+    }
+}
+
+/// How long the last answers may take to be written after the end.
+const FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);

@@ -1,0 +1,354 @@
+//! One connection's executor and the methods of docs/protocol.md. Calls
+//! are taken in the order they arrive: everything but a wait is done before
+//! the next line is read (so `start` then `read_output` is never reordered);
+//! a call that waits (`run`, `wait`, `write_stdin`, `dispose`) is admitted
+//! in order and answered when it completes, out of order with later calls.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use dsh_core::{CancelToken, DshError, Executor, Field, FieldName, Num, Process, Scope};
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::frame::{self, Call, RpcError, INVALID_PARAMS, METHOD_NOT_FOUND, NOT_INITIALIZED};
+use super::input::{self, Fault, Fields, Outcome};
+use super::output::{config_json, host_facts, process_json, read_json, run_result_json, spec_json};
+use super::PROTOCOL_VERSION;
+
+/// Every method, in the order docs/protocol.md lists them.
+pub const METHODS: &[&str] = &[
+    "initialize",
+    "resolve",
+    "run",
+    "cancel",
+    "start",
+    "get",
+    "list",
+    "owner_of",
+    "read_output",
+    "wait",
+    "write_stdin",
+    "close_stdin",
+    "kill",
+    "forget",
+    "reconfigure",
+    "dispose",
+];
+
+/// Every notification the server sends.
+pub const NOTIFICATIONS: &[&str] = &["task_done"];
+
+/// What goes to the client, in order; the connection's writer drains it.
+pub enum Out {
+    /// One message.
+    Line(String),
+    /// Nothing more: the writer flushes and stops.
+    End,
+}
+
+pub type Outbox = UnboundedSender<Out>;
+
+pub struct Session {
+    exec: OnceLock<Executor>,
+    out: Outbox,
+    /// The cancel token of each `run` given a `run_id`, until it settles.
+    runs: Mutex<HashMap<String, CancelToken>>,
+}
+
+/// The answer to a call: now, or later from a task that sends it itself.
+enum Reply {
+    Now(Value),
+    Later,
+}
+
+impl Session {
+    pub fn new(out: Outbox) -> Arc<Session> {
+        Arc::new(Session {
+            exec: OnceLock::new(),
+            out,
+            runs: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The session's executor, once `initialize` made it.
+    pub fn executor(&self) -> Option<&Executor> {
+        self.exec.get()
+    }
+
+    /// Takes one line: decodes it, runs the call, answers it (now or when
+    /// it completes). Never panics on any input.
+    pub fn handle_line(self: &Arc<Self>, line: &[u8]) {
+        match frame::decode(line) {
+            Ok(call) => self.handle(call),
+            Err((id, e)) => self.send(frame::error_response(&id, &e)),
+        }
+    }
+
+    fn send(&self, line: String) {
+        // A closed outbox is a connection already ending: nobody to tell.
+        let _ = self.out.send(Out::Line(line));
+    }
+
+    fn answer(&self, id: &Option<Value>, outcome: Outcome<Value>) {
+        // A notification is answered by nothing, not even its error.
+        let Some(id) = id else { return };
+        self.send(match outcome {
+            Ok(result) => frame::response(id, result),
+            Err(fault) => frame::error_response(id, &fault.to_rpc()),
+        });
+    }
+
+    fn handle(self: &Arc<Self>, call: Call) {
+        let Call { id, method, params } = call;
+        match self.dispatch(&id, &method, &params) {
+            Ok(Reply::Later) => {}
+            Ok(Reply::Now(v)) => self.answer(&id, Ok(v)),
+            Err(f) => self.answer(&id, Err(f)),
+        }
+    }
+
+    fn exec(&self) -> Outcome<&Executor> {
+        self.exec.get().ok_or_else(|| {
+            Fault::Rpc(RpcError::new(
+                NOT_INITIALIZED,
+                "the session is not initialized: send initialize first",
+            ))
+        })
+    }
+
+    fn process(&self, p: &Fields<'_>) -> Outcome<Process> {
+        let id = input::id(p)?;
+        self.exec()?.get(&id).ok_or(Fault::Core(DshError::NotFound(id)))
+    }
+
+    fn dispatch(
+        self: &Arc<Self>,
+        id: &Option<Value>,
+        method: &str,
+        params: &Map<String, Value>,
+    ) -> Outcome<Reply> {
+        let known = |keys: &[&str]| Fields::of(params, "", keys);
+        let now = |v: Value| Ok(Reply::Now(v));
+        match method {
+            "initialize" => now(self.initialize(&known(&["protocol_version", "config", "client"])?)?),
+            "resolve" => {
+                let p = known(&["request"])?;
+                let request = input::request(p.required("request")?)?;
+                let spec = self.exec()?.resolve(request)?;
+                now(json!({ "spec": spec_json(&spec)? }))
+            }
+            "run" => self.run(id, &known(&["spec", "run_id"])?),
+            "cancel" => {
+                let run_id = known(&["run_id"])?.required_string("run_id")?;
+                let token = lock(&self.runs).get(&run_id).cloned();
+                if let Some(t) = &token {
+                    t.cancel();
+                }
+                now(json!({ "cancelled": token.is_some() }))
+            }
+            "start" => {
+                let spec = input::spec(known(&["spec"])?.required("spec")?)?;
+                let process = self.exec()?.start(&spec)?;
+                now(json!({ "process": process_json(&process) }))
+            }
+            "get" => {
+                let p = known(&["id"])?;
+                let process = self.exec()?.get(&input::id(&p)?);
+                now(json!({ "process": process.as_ref().map(process_json) }))
+            }
+            "list" => {
+                known(&[])?;
+                let all: Vec<Value> = self.exec()?.list().iter().map(process_json).collect();
+                now(json!({ "processes": all }))
+            }
+            "owner_of" => {
+                let p = known(&["id"])?;
+                now(json!({ "owner": self.exec()?.owner_of(&input::id(&p)?)? }))
+            }
+            "read_output" => {
+                let p = known(&["id"])?;
+                now(read_json(&self.exec()?.read_output(&input::id(&p)?)?))
+            }
+            "wait" => self.wait(id, &known(&["id", "timeout_ms"])?),
+            "write_stdin" => self.write_stdin(id, &known(&["id", "data", "data_base64"])?),
+            "close_stdin" => now(json!({ "closed": self.process(&known(&["id"])?)?.close_stdin()? })),
+            "kill" => {
+                let p = known(&["id"])?;
+                now(json!({ "began": self.exec()?.kill(&input::id(&p)?)? }))
+            }
+            "forget" => {
+                let p = known(&["id"])?;
+                self.exec()?.forget(&input::id(&p)?)?;
+                now(json!({}))
+            }
+            "reconfigure" => {
+                let p = known(&["config"])?;
+                let exec = self.exec()?;
+                exec.reconfigure(input::config(p.get("config"))?)?;
+                now(json!({ "config": config_json(&exec.config())? }))
+            }
+            "dispose" => {
+                known(&[])?;
+                let exec = self.exec()?.clone();
+                let (session, id) = (self.clone(), id.clone());
+                tokio::spawn(async move {
+                    exec.dispose().await;
+                    session.answer(&id, Ok(json!({})));
+                });
+                Ok(Reply::Later)
+            }
+            other => Err(Fault::Rpc(RpcError::new(
+                METHOD_NOT_FOUND,
+                format!("no method {other:?} (this server has: {})", METHODS.join(", ")),
+            ))),
+        }
+    }
+
+    fn initialize(self: &Arc<Self>, p: &Fields<'_>) -> Outcome<Value> {
+        match p.get("protocol_version") {
+            Some(v) if v == &json!(PROTOCOL_VERSION) => {}
+            other => {
+                let mut e = RpcError::new(
+                    INVALID_PARAMS,
+                    format!(
+                        "protocol_version must be {PROTOCOL_VERSION} (the version this server speaks), got {}",
+                        other.map_or("nothing".to_owned(), Value::to_string)
+                    ),
+                );
+                e.data = Some(json!({ "code": "INVALID_ARGUMENT", "field": "protocol_version" }));
+                return Err(Fault::Rpc(e));
+            }
+        }
+        if let Some(client) = p.get("client") {
+            Fields::new(client, "client", &["name", "version"])?;
+        }
+        if self.exec.get().is_some() {
+            return Err(Fault::Rpc(RpcError::new(
+                frame::INVALID_REQUEST,
+                "the session is already initialized",
+            )));
+        }
+        let exec = Executor::new(input::config(p.get("config"))?)?;
+        let out = self.out.clone();
+        exec.on_task_done(Arc::new(move |process: &Process| {
+            let line = frame::notification("task_done", json!({ "process": process_json(process) }));
+            let _ = out.send(Out::Line(line));
+        }));
+        let config = config_json(&exec.config())?;
+        let sandbox_mode = exec.sandbox_mode().map(|m| m.as_str());
+        // Two initializes racing is not possible: calls are taken in order.
+        let _ = self.exec.set(exec);
+        let cwd = std::env::current_dir()
+            .ok()
+            .and_then(|d| d.to_str().map(str::to_owned));
+        Ok(json!({
+            "protocol_version": PROTOCOL_VERSION,
+            "server": { "name": "dsh", "version": env!("CARGO_PKG_VERSION") },
+            "methods": METHODS,
+            "notifications": NOTIFICATIONS,
+            "host": { "cwd": cwd, "facts": host_facts() },
+            "config": config,
+            "sandbox_mode": sandbox_mode,
+        }))
+    }
+
+    fn run(self: &Arc<Self>, id: &Option<Value>, p: &Fields<'_>) -> Outcome<Reply> {
+        let spec = input::spec(p.required("spec")?)?;
+        let run_id = p.string("run_id")?;
+        let exec = self.exec()?;
+        let token = CancelToken::new();
+        if let Some(r) = &run_id {
+            let mut runs = lock(&self.runs);
+            if runs.contains_key(r) {
+                return Err(Fault::Shape {
+                    field: "run_id".into(),
+                    problem: format!("{r:?} is already running: give each run its own"),
+                });
+            }
+            runs.insert(r.clone(), token.clone());
+        }
+        let future = exec.run(&spec, Some(&token));
+        let (session, id) = (self.clone(), id.clone());
+        tokio::spawn(async move {
+            let outcome = future.await;
+            if let Some(r) = &run_id {
+                lock(&session.runs).remove(r);
+            }
+            let outcome = outcome
+                .map(|r| json!({ "result": run_result_json(&r) }))
+                .map_err(Fault::Core);
+            session.answer(&id, outcome);
+        });
+        Ok(Reply::Later)
+    }
+
+    fn wait(self: &Arc<Self>, id: &Option<Value>, p: &Fields<'_>) -> Outcome<Reply> {
+        let process = self.process(p)?;
+        let field = Field::new(Scope::Request, FieldName::TimeoutMs);
+        let timeout = match p.number("timeout_ms", field)? {
+            None => None,
+            Some(Num(ms)) if ms >= 0.0 && ms.is_finite() => Some(Duration::from_secs_f64(ms / 1000.0)),
+            Some(Num(ms)) => {
+                return Err(Fault::Shape {
+                    field: "timeout_ms".into(),
+                    problem: format!("must be a non-negative finite number of milliseconds, got {ms}"),
+                })
+            }
+        };
+        let (session, id) = (self.clone(), id.clone());
+        tokio::spawn(async move {
+            let settled = match timeout {
+                None => {
+                    process.wait().await;
+                    true
+                }
+                Some(t) => tokio::time::timeout(t, process.wait()).await.is_ok(),
+            };
+            session.answer(
+                &id,
+                Ok(json!({ "settled": settled, "process": process_json(&process) })),
+            );
+        });
+        Ok(Reply::Later)
+    }
+
+    fn write_stdin(self: &Arc<Self>, id: &Option<Value>, p: &Fields<'_>) -> Outcome<Reply> {
+        let process = self.process(p)?;
+        let bytes = match (p.string("data")?, p.base64("data_base64")?) {
+            (Some(text), None) => text.into_bytes(),
+            (None, Some(bytes)) => bytes,
+            (Some(_), Some(_)) => {
+                return Err(Fault::Shape {
+                    field: "data_base64".into(),
+                    problem: "cannot be given with data".into(),
+                })
+            }
+            (None, None) => {
+                return Err(Fault::Shape {
+                    field: "data".into(),
+                    problem: "is required (text), or data_base64 (bytes)".into(),
+                })
+            }
+        };
+        let (session, id) = (self.clone(), id.clone());
+        // Taken in call order, each whole; answered once every byte was
+        // taken by the bounded stdin buffer (back-pressure).
+        process.write_stdin_with(bytes, move |outcome| {
+            session.answer(&id, outcome.map(|()| json!({})).map_err(Fault::Core));
+        });
+        Ok(Reply::Later)
+    }
+
+    /// The connection ended: everything it started is ended and awaited.
+    pub async fn close(&self) {
+        if let Some(exec) = self.exec.get() {
+            exec.dispose().await;
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
