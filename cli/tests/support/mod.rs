@@ -4,6 +4,9 @@
 
 #![allow(dead_code)]
 
+pub mod rpc;
+pub mod sshd;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};

@@ -1,0 +1,325 @@
+//! `dsh serve`: the protocol face as a client meets it, through the built
+//! binary. What a remote harness relies on: each call does what the local
+//! executor's does, errors carry the core's code and field, and a
+//! connection that ends (input closed, server killed, socket server
+//! stopped, ssh dropped) leaves nothing running.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+mod support;
+use support::rpc::Rpc;
+use support::sshd::{skip, Sshd};
+use support::{alive, wait_bounded, TempDir};
+
+/// Waits until a file holds a pid (a command wrote `$!` there).
+fn pid_in(file: &Path) -> i32 {
+    let start = Instant::now();
+    loop {
+        if let Ok(s) = std::fs::read_to_string(file) {
+            if let Ok(pid) = s.trim().parse() {
+                return pid;
+            }
+        }
+        assert!(
+            start.elapsed() < support::LIMIT,
+            "{} never held a pid",
+            file.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Asserts `pid` is gone within `bound` of now (killing it if not, so a
+/// failure leaves nothing behind).
+fn gone_within(pid: i32, bound: Duration, what: &str) {
+    let start = Instant::now();
+    while alive(pid) && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = start.elapsed();
+    if alive(pid) {
+        // SAFETY: kill(2) takes integers; clean up before failing.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    assert!(took < bound, "{what}: the command ran on {took:?}");
+}
+
+/// A command that leaves a grandchild (`sleep 300 &`) and names it.
+fn leaves_sleeper(file: &Path) -> Value {
+    json!({ "command": format!("sleep 300 & echo $! > {}; wait", file.display()) })
+}
+
+#[test]
+fn each_call_does_what_the_executor_does() {
+    let mut rpc = Rpc::local();
+    // Nothing before initialize; a wrong version names the field.
+    assert_eq!(rpc.call("list", json!({}))["error"]["code"], -32002);
+    let wrong = rpc.call("initialize", json!({ "protocol_version": 2 }));
+    assert_eq!(wrong["error"]["data"]["field"], "protocol_version");
+    let init = rpc.initialize(json!({ "grace_ms": 500 }));
+    assert_eq!(init["protocol_version"], 1);
+    assert_eq!(init["config"]["grace_ms"], 500);
+    assert!(init["host"]["facts"]["limits_support"].is_object());
+
+    let spec = rpc.spec(json!({ "command": "echo hi; printf 'e\\377' >&2; exit 3", "timeout_ms": 20000 }));
+    assert_eq!(spec["timeout_ms"], 20000);
+    let result = rpc.ok("run", json!({ "spec": spec }))["result"].clone();
+    assert_eq!(
+        (
+            &result["exit_code"],
+            &result["stdout"]["text"],
+            &result["stderr"]["text"],
+            &result["timed_out"]
+        ),
+        (&json!(3), &json!("hi\n"), &json!("e\u{fffd}"), &json!(false))
+    );
+
+    // Background: stdin bytes in order, consuming reads, the notification.
+    let spec = rpc.spec(json!({ "command": "cat; echo end", "stdin_pipe": true, "owner": "o-1" }));
+    let process = rpc.ok("start", json!({ "spec": spec }))["process"].clone();
+    let id = process["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        (&process["status"], &process["has_stdin_pipe"]),
+        (&json!("running"), &json!(true))
+    );
+    rpc.ok("write_stdin", json!({ "id": id, "data": "one " }));
+    rpc.ok("write_stdin", json!({ "id": id, "data_base64": "dHdvCg==" }));
+    assert_eq!(rpc.ok("close_stdin", json!({ "id": id }))["closed"], true);
+    let waited = rpc.ok("wait", json!({ "id": id }));
+    assert_eq!(
+        (&waited["settled"], &waited["process"]["exit_code"]),
+        (&json!(true), &json!(0))
+    );
+    assert_eq!(
+        rpc.ok("read_output", json!({ "id": id }))["delta"],
+        "one two\nend\n"
+    );
+    assert_eq!(rpc.ok("read_output", json!({ "id": id }))["delta"], "");
+    assert_eq!(rpc.ok("owner_of", json!({ "id": id }))["owner"], "o-1");
+    assert!(rpc
+        .notes
+        .iter()
+        .any(|n| n["method"] == "task_done" && n["params"]["process"]["id"] == id));
+    let closed = rpc.call("write_stdin", json!({ "id": id, "data": "x" }));
+    assert_eq!(
+        (&closed["error"]["data"]["code"], &closed["error"]["data"]["id"]),
+        (&json!("STDIN_CLOSED"), &json!(id))
+    );
+
+    // A wait with a timeout answers unsettled; kill and forget.
+    let spec = rpc.spec(json!({ "command": "sleep 300" }));
+    let id2 = rpc.ok("start", json!({ "spec": spec }))["process"]["id"].clone();
+    let waited = rpc.ok("wait", json!({ "id": id2, "timeout_ms": 50 }));
+    assert_eq!(waited["settled"], false);
+    let still = rpc.call("forget", json!({ "id": id2 }));
+    assert_eq!(still["error"]["data"]["code"], "STILL_RUNNING");
+    assert_eq!(rpc.ok("kill", json!({ "id": id2 }))["began"], true);
+    assert_eq!(
+        rpc.ok("wait", json!({ "id": id2 }))["process"]["signal"],
+        "SIGTERM"
+    );
+    rpc.ok("forget", json!({ "id": id2 }));
+    assert_eq!(rpc.ok("get", json!({ "id": id2 }))["process"], Value::Null);
+    assert_eq!(
+        rpc.ok("list", json!({}))["processes"].as_array().unwrap().len(),
+        1
+    );
+
+    // A run cancelled by its run_id reports aborted.
+    let spec = rpc.spec(json!({ "command": "sleep 300" }));
+    rpc.send_line(
+        json!({ "jsonrpc": "2.0", "id": 900, "method": "run", "params": { "spec": spec, "run_id": "r" } })
+            .to_string()
+            .as_bytes(),
+    );
+    let start = Instant::now();
+    while !rpc.ok("cancel", json!({ "run_id": "r" }))["cancelled"]
+        .as_bool()
+        .unwrap()
+    {
+        assert!(start.elapsed() < support::LIMIT);
+    }
+    let aborted = rpc.answer(900)["result"]["result"].clone();
+    assert_eq!(
+        (&aborted["aborted"], &aborted["timed_out"]),
+        (&json!(true), &json!(false))
+    );
+
+    // Errors: the core's code and field, snake_case.
+    for (method, params, code, field) in [
+        (
+            "resolve",
+            json!({ "request": { "command": "x", "work_dir": "/" } }),
+            "INVALID_ARGUMENT",
+            json!("request.work_dir"),
+        ),
+        (
+            "resolve",
+            json!({ "request": { "command": "x", "timeout_ms": 0 } }),
+            "INVALID_ARGUMENT",
+            json!("request.timeout_ms"),
+        ),
+        (
+            "resolve",
+            json!({ "request": { "command": "x", "limits": { "memory_bytes": "1G" } } }),
+            "INVALID_ARGUMENT",
+            json!("request.limits.memory_bytes"),
+        ),
+        (
+            "run",
+            json!({ "spec": { "command": "x" } }),
+            "INVALID_ARGUMENT",
+            json!("spec.workdir"),
+        ),
+        (
+            "read_output",
+            json!({ "id": "bash-99" }),
+            "NOT_FOUND",
+            Value::Null,
+        ),
+        ("kill", json!({}), "INVALID_ARGUMENT", json!("id")),
+        ("list", json!({ "all": true }), "INVALID_ARGUMENT", json!("all")),
+    ] {
+        let e = rpc.call(method, params.clone());
+        assert_eq!(
+            (
+                &e["error"]["data"]["code"],
+                e["error"]["data"].get("field").unwrap_or(&Value::Null)
+            ),
+            (&json!(code), &field),
+            "{method} {params}: {e}"
+        );
+    }
+    assert_eq!(rpc.call("walk", json!({}))["error"]["code"], -32601);
+
+    // dispose ends the session's executor; later calls say so.
+    rpc.ok("dispose", json!({}));
+    let e = rpc.call("start", json!({ "spec": spec }));
+    assert_eq!(e["error"]["data"]["code"], "DISPOSED");
+}
+
+#[test]
+fn the_end_of_the_input_ends_everything_it_started() {
+    let dir = TempDir::new("serve-eof");
+    let mut rpc = Rpc::local();
+    rpc.initialize(json!({}));
+    let spec = rpc.spec(leaves_sleeper(&dir.0.join("bg")));
+    rpc.ok("start", json!({ "spec": spec }));
+    let background = pid_in(&dir.0.join("bg"));
+    // A foreground run in flight too.
+    let spec = rpc.spec(leaves_sleeper(&dir.0.join("fg")));
+    rpc.send_line(
+        json!({ "jsonrpc": "2.0", "id": 77, "method": "run", "params": { "spec": spec } })
+            .to_string()
+            .as_bytes(),
+    );
+    let foreground = pid_in(&dir.0.join("fg"));
+    rpc.close_input();
+    gone_within(
+        background,
+        Duration::from_secs(1),
+        "background, after the input closed",
+    );
+    gone_within(
+        foreground,
+        Duration::from_secs(1),
+        "foreground, after the input closed",
+    );
+    assert!(rpc.wait_exit().success());
+}
+
+#[test]
+fn a_killed_server_leaves_nothing_running() {
+    let dir = TempDir::new("serve-kill");
+    let mut rpc = Rpc::local();
+    rpc.initialize(json!({}));
+    let spec = rpc.spec(leaves_sleeper(&dir.0.join("bg")));
+    rpc.ok("start", json!({ "spec": spec }));
+    let sleeper = pid_in(&dir.0.join("bg"));
+    rpc.child().kill().unwrap();
+    rpc.child().wait().unwrap();
+    gone_within(sleeper, Duration::from_secs(1), "after the server was killed");
+}
+
+#[test]
+fn a_unix_socket_is_private_and_a_signal_ends_it_all() {
+    let dir = TempDir::new("serve-unix");
+    let socket = dir.0.join("dsh.sock");
+    let listen = format!("unix:{}", socket.display());
+    let mut server = Command::new(env!("CARGO_BIN_EXE_dsh"))
+        .args(["serve", "--listen", &listen])
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(start.elapsed() < support::LIMIT, "the socket never accepted");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the socket is open to others: {mode:o}");
+    // A second server on a live socket is refused, and leaves it alone.
+    let second = Command::new(env!("CARGO_BIN_EXE_dsh"))
+        .args(["serve", "--listen", &listen])
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(125));
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("another server"),
+        "{second:?}"
+    );
+
+    // Two connections, each its own executor (its own bash-1).
+    let mut clients: Vec<Rpc> = (0..2).map(|_| Rpc::unix(&socket)).collect();
+    let mut sleepers = Vec::new();
+    for (i, rpc) in clients.iter_mut().enumerate() {
+        rpc.initialize(json!({}));
+        let file = dir.0.join(format!("s{i}"));
+        let spec = rpc.spec(leaves_sleeper(&file));
+        assert_eq!(
+            rpc.ok("start", json!({ "spec": spec }))["process"]["id"],
+            "bash-1"
+        );
+        sleepers.push(pid_in(&file));
+    }
+    // SAFETY: kill(2) takes integers.
+    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+    for pid in sleepers {
+        gone_within(pid, Duration::from_secs(5), "after SIGTERM to the socket server");
+    }
+    assert!(wait_bounded(&mut server, "dsh serve --listen").success());
+    assert!(!socket.exists(), "the socket file was left behind");
+}
+
+#[test]
+fn over_ssh_a_dropped_connection_ends_the_session() {
+    let sshd = match Sshd::start("serve") {
+        Ok(s) => s,
+        Err(why) => return skip(&why),
+    };
+    let file = sshd.dir.join("sleeper");
+    let mut command = sshd.ssh(&format!("{} serve --stdio", env!("CARGO_BIN_EXE_dsh")));
+    command.stderr(std::process::Stdio::null());
+    let mut rpc = Rpc::spawn(command);
+    rpc.initialize(json!({}));
+    let spec = rpc.spec(json!({ "command": "echo over ssh", "timeout_ms": 20000 }));
+    assert_eq!(
+        rpc.ok("run", json!({ "spec": spec }))["result"]["stdout"]["text"],
+        "over ssh\n"
+    );
+    let spec = rpc.spec(leaves_sleeper(&file));
+    rpc.ok("start", json!({ "spec": spec }));
+    let sleeper = pid_in(&file);
+    // The connection goes: its client is killed, as a network loss would.
+    rpc.child().kill().unwrap();
+    rpc.child().wait().unwrap();
+    gone_within(
+        sleeper,
+        Duration::from_secs(1),
+        "after the ssh connection dropped",
+    );
+}
