@@ -588,6 +588,13 @@ pub fn run_result_slots() -> Vec<&'static str> {
     convert::RUN_RESULT_SLOTS.to_vec()
 }
 
+/// A consuming read's `delta` from its stdout and stderr parts (the core's
+/// one rule), for the remote executor's reads by offset.
+#[napi]
+pub fn compose_delta(stdout: String, stderr: String) -> String {
+    dsh_core::compose_delta(stdout, &stderr)
+}
+
 /// Why this host's confined commands run without their read-only mounts
 /// (their facts say `metadata: false`); null where they run in them.
 #[napi]

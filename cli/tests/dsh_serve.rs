@@ -323,3 +323,105 @@ fn over_ssh_a_dropped_connection_ends_the_session() {
         "after the ssh connection dropped",
     );
 }
+
+#[test]
+fn a_mirror_reads_by_offset_names_its_processes_and_hears_of_new_output() {
+    let mut rpc = Rpc::local();
+    let init = rpc.ok(
+        "initialize",
+        json!({ "protocol_version": 1, "output_notifications": true }),
+    );
+    assert!(init["notifications"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("output")));
+    // The client names the process; the name is held.
+    let spec = rpc.spec(json!({ "command": "printf 'a\\xc3'; sleep 0.3; printf '\\xa9b'; echo E >&2; sleep 300", "stdin_pipe": true }));
+    let p = rpc.ok("start", json!({ "spec": spec, "id": "mine-1" }))["process"].clone();
+    assert_eq!(p["id"], "mine-1");
+    let taken = rpc.call("start", json!({ "spec": spec, "id": "mine-1" }));
+    assert_eq!(taken["error"]["data"]["field"], "spec.id");
+    // Reads by offset never consume, and never split a character.
+    let wait_for = |rpc: &mut Rpc, end: u64| {
+        let start = Instant::now();
+        loop {
+            let note = rpc.next();
+            if note["method"] == "output"
+                && note["params"]["id"] == "mine-1"
+                && note["params"]["stdout_end"].as_u64() >= Some(end)
+            {
+                return note;
+            }
+            assert!(start.elapsed() < support::LIMIT, "no output notification");
+        }
+    };
+    let note = wait_for(&mut rpc, 2);
+    assert_eq!(note["params"]["settled"], false);
+    let first = rpc.ok(
+        "read_from",
+        json!({ "id": "mine-1", "stream": "stdout", "from": 0 }),
+    );
+    assert_eq!((&first["text"], &first["next_offset"]), (&json!("a"), &json!(1)));
+    wait_for(&mut rpc, 4);
+    let rest = rpc.ok(
+        "read_from",
+        json!({ "id": "mine-1", "stream": "stdout", "from": 1 }),
+    );
+    assert_eq!(rest["text"], "\u{e9}b");
+    let again = rpc.ok(
+        "read_from",
+        json!({ "id": "mine-1", "stream": "stdout", "from": 0 }),
+    );
+    assert_eq!(again["text"], "a\u{e9}b");
+    // The consuming read still sees everything: offset reads took nothing.
+    let start = Instant::now();
+    loop {
+        let err = rpc.ok("read_from", json!({ "id": "mine-1", "stream": "stderr" }));
+        if err["text"] == "E\n" {
+            break;
+        }
+        assert!(start.elapsed() < support::LIMIT);
+    }
+    assert_eq!(
+        rpc.ok("read_output", json!({ "id": "mine-1" }))["delta"],
+        "a\u{e9}b\n[stderr]\nE\n"
+    );
+    let offsets = rpc.ok("get", json!({ "id": "mine-1" }))["process"]["output"].clone();
+    assert_eq!(
+        offsets,
+        json!({ "stdout_read": 4, "stderr_read": 2, "stdout_end": 4, "stderr_end": 2 })
+    );
+    let bad = rpc.call("read_from", json!({ "id": "mine-1", "stream": "both" }));
+    assert_eq!(bad["error"]["data"]["field"], "stream");
+
+    // A run's hand-over registers under the id the client gave.
+    let spec =
+        rpc.spec(json!({ "command": "echo early; sleep 300", "timeout_ms": 300, "on_expiry": "background" }));
+    let result = rpc.ok("run", json!({ "spec": spec, "background_id": "mine-2" }))["result"].clone();
+    assert_eq!(
+        (&result["background_id"], &result["stdout"]["text"]),
+        (&json!("mine-2"), &json!("early\n"))
+    );
+    // Its mirror starts where the result ended.
+    let handed = rpc.ok("get", json!({ "id": "mine-2" }))["process"]["output"].clone();
+    assert_eq!(handed["stdout_read"], 6);
+    rpc.ok("kill", json!({ "id": "mine-2" }));
+    rpc.ok("kill", json!({ "id": "mine-1" }));
+    let settled = wait_until_settled_note(&mut rpc, "mine-1");
+    assert_eq!(settled["params"]["settled"], true);
+}
+
+/// The `output` notification that says `id` settled.
+fn wait_until_settled_note(rpc: &mut Rpc, id: &str) -> Value {
+    let start = Instant::now();
+    loop {
+        let note = rpc.next();
+        if note["method"] == "output" && note["params"]["id"] == id && note["params"]["settled"] == true {
+            return note;
+        }
+        assert!(
+            start.elapsed() < support::LIMIT,
+            "no final output notification for {id}"
+        );
+    }
+}

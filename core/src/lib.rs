@@ -28,7 +28,7 @@ mod watch;
 pub use confine::governor::limits_support;
 pub use executor::foreground::BlockingRun;
 pub use executor::host_loop::{HostLoop, HostRun};
-pub use executor::process::{Process, ProcessRead, Status, WaiterId};
+pub use executor::process::{compose_delta, Process, ProcessRead, Status, WaiterId};
 pub use executor::run::{RunFuture, RunResult};
 pub use executor::spawned::{OutputStream, Spawned};
 pub use executor::{Executor, ListenerId, TaskListener};
@@ -52,7 +52,7 @@ pub use spec::terminal::{
 };
 pub use terminal::{Foreground, PendingWrite, Terminal, TerminalRead, WriteBuffer, WRITE_PIECE};
 pub use watch::escalation::KILL_GIVE_UP;
-pub use watch::output::{CollectedOutput, OffsetRead};
+pub use watch::output::{CollectedOutput, OffsetRead, OutputOffsets};
 pub use watch::stdin::{StdinEnd, STDIN_BUFFER_BYTES};
 
 /// The Rust examples of README.md and docs/ are doctests: `cargo test --doc`

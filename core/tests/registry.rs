@@ -360,3 +360,54 @@ fn a_completion_seen_by_a_waiter_is_delivered_even_if_the_waiter_disposes_at_onc
         );
     }
 }
+
+#[test]
+fn ids_a_caller_chooses_are_held_and_skipped_by_the_numbering() {
+    let exec = executor();
+    let mine = exec.start_as(&spec(&exec, "sleep 30"), None, "bash-2").unwrap();
+    assert_eq!(mine.id(), "bash-2");
+    // The numbering goes round an id a caller holds.
+    let a = exec.start(&spec(&exec, "true")).unwrap();
+    let b = exec.start(&spec(&exec, "true")).unwrap();
+    assert_eq!((a.id(), b.id()), ("bash-1", "bash-3"));
+    // Taken, empty: refused naming the field, and nothing runs.
+    for id in ["bash-2", "bash-3", ""] {
+        let err = exec.start_as(&spec(&exec, "true"), None, id).unwrap_err();
+        assert!(
+            matches!(&err, DshError::InvalidArgument { field, .. } if field.path(NameStyle::Snake) == "spec.id"),
+            "{id:?}: {err}"
+        );
+    }
+    assert_eq!(exec.list().len(), 3);
+
+    // A run's hand-over id is held from the call: nothing else takes it,
+    // and the expired run registers under it.
+    let mut req = Request::new("echo before; sleep 30");
+    req.timeout_ms = Some(Num(300.0));
+    req.on_expiry = Some(OnExpiry::Background);
+    let background = exec.resolve(req).unwrap();
+    let run = exec.run_as(&background, None, "job-7");
+    let err = exec.start_as(&spec(&exec, "true"), None, "job-7").unwrap_err();
+    assert!(err.to_string().contains("taken"), "{err}");
+    let result = block(run).unwrap();
+    assert_eq!(result.background_id.as_deref(), Some("job-7"));
+    assert!(exec.get("job-7").unwrap().kill());
+
+    // A run that ends in time frees its id.
+    let quick = exec.run_as(&spec(&exec, "true"), None, "job-8");
+    block(quick).unwrap();
+    assert_eq!(
+        exec.start_as(&spec(&exec, "true"), None, "job-8").unwrap().id(),
+        "job-8"
+    );
+    mine.kill();
+    exec.dispose_blocking().unwrap();
+}
+
+fn block(f: RunFuture) -> Result<RunResult> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}

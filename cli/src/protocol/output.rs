@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use dsh_core::{
-    limits_support, metadata_unavailable, CollectedOutput, Config, Limits, LimitsEnforcement, Process,
-    ProcessRead, RunResult, Spec,
+    limits_support, metadata_unavailable, CollectedOutput, Config, Limits, LimitsEnforcement, OffsetRead,
+    OutputOffsets, Process, ProcessRead, RunResult, Spec,
 };
 use serde_json::{json, Map, Value};
 
@@ -136,6 +136,39 @@ pub fn process_json(p: &Process) -> Value {
         "limit": p.limit().map(|l| l.as_str()),
         "limits_enforcement": enforcement_json(&p.limits_enforcement()),
         "has_stdin_pipe": p.has_stdin_pipe(),
+        "output": offsets_json(&p.output_offsets()),
+    })
+}
+
+fn offsets_json(o: &OutputOffsets) -> Value {
+    let OutputOffsets {
+        stdout_read,
+        stderr_read,
+        stdout_end,
+        stderr_end,
+    } = o;
+    json!({
+        "stdout_read": stdout_read,
+        "stderr_read": stderr_read,
+        "stdout_end": stdout_end,
+        "stderr_end": stderr_end,
+    })
+}
+
+pub fn offset_read_json(r: &OffsetRead) -> Value {
+    let OffsetRead {
+        text,
+        next_offset,
+        lossy,
+        spill_path,
+        spill_error,
+    } = r;
+    json!({
+        "text": text,
+        "next_offset": next_offset,
+        "lossy": lossy,
+        "spill_path": spill_path,
+        "spill_error": spill_error,
     })
 }
 

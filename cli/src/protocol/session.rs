@@ -8,13 +8,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use dsh_core::{CancelToken, DshError, Executor, Field, FieldName, Num, Process, Scope};
+use dsh_core::{CancelToken, DshError, Executor, Field, FieldName, Num, OutputStream, Process, Scope};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::frame::{self, Call, RpcError, INVALID_PARAMS, METHOD_NOT_FOUND, NOT_INITIALIZED};
 use super::input::{self, Fault, Fields, Outcome};
-use super::output::{config_json, host_facts, process_json, read_json, run_result_json, spec_json};
+use super::output::{
+    config_json, host_facts, offset_read_json, process_json, read_json, run_result_json, spec_json,
+};
 use super::PROTOCOL_VERSION;
 
 /// Every method, in the order docs/protocol.md lists them.
@@ -28,6 +30,7 @@ pub const METHODS: &[&str] = &[
     "list",
     "owner_of",
     "read_output",
+    "read_from",
     "wait",
     "write_stdin",
     "close_stdin",
@@ -38,7 +41,7 @@ pub const METHODS: &[&str] = &[
 ];
 
 /// Every notification the server sends.
-pub const NOTIFICATIONS: &[&str] = &["task_done"];
+pub const NOTIFICATIONS: &[&str] = &["task_done", "output"];
 
 /// What goes to the client, in order; the connection's writer drains it.
 pub enum Out {
@@ -132,14 +135,19 @@ impl Session {
         let known = |keys: &[&str]| Fields::of(params, "", keys);
         let now = |v: Value| Ok(Reply::Now(v));
         match method {
-            "initialize" => now(self.initialize(&known(&["protocol_version", "config", "client"])?)?),
+            "initialize" => now(self.initialize(&known(&[
+                "protocol_version",
+                "config",
+                "client",
+                "output_notifications",
+            ])?)?),
             "resolve" => {
                 let p = known(&["request"])?;
                 let request = input::request(p.required("request")?)?;
                 let spec = self.exec()?.resolve(request)?;
                 now(json!({ "spec": spec_json(&spec)? }))
             }
-            "run" => self.run(id, &known(&["spec", "run_id"])?),
+            "run" => self.run(id, &known(&["spec", "run_id", "background_id"])?),
             "cancel" => {
                 let run_id = known(&["run_id"])?.required_string("run_id")?;
                 let token = lock(&self.runs).get(&run_id).cloned();
@@ -149,8 +157,13 @@ impl Session {
                 now(json!({ "cancelled": token.is_some() }))
             }
             "start" => {
-                let spec = input::spec(known(&["spec"])?.required("spec")?)?;
-                let process = self.exec()?.start(&spec)?;
+                let p = known(&["spec", "id"])?;
+                let spec = input::spec(p.required("spec")?)?;
+                let exec = self.exec()?;
+                let process = match p.string("id")? {
+                    Some(id) => exec.start_as(&spec, None, &id)?,
+                    None => exec.start(&spec)?,
+                };
                 now(json!({ "process": process_json(&process) }))
             }
             "get" => {
@@ -170,6 +183,31 @@ impl Session {
             "read_output" => {
                 let p = known(&["id"])?;
                 now(read_json(&self.exec()?.read_output(&input::id(&p)?)?))
+            }
+            "read_from" => {
+                let p = known(&["id", "stream", "from"])?;
+                let process = self.process(&p)?;
+                let stream = match p.required_string("stream")?.as_str() {
+                    "stdout" => OutputStream::Stdout,
+                    "stderr" => OutputStream::Stderr,
+                    other => {
+                        return Err(Fault::Shape {
+                            field: "stream".into(),
+                            problem: format!("must be \"stdout\" or \"stderr\", got {other:?}"),
+                        })
+                    }
+                };
+                let from = match p.get("from") {
+                    Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64().unwrap_or(0),
+                    None => 0,
+                    Some(other) => {
+                        return Err(Fault::Shape {
+                            field: "from".into(),
+                            problem: format!("must be a whole number of bytes, got {other}"),
+                        })
+                    }
+                };
+                now(offset_read_json(&process.read_from(stream, from)))
             }
             "wait" => self.wait(id, &known(&["id", "timeout_ms"])?),
             "write_stdin" => self.write_stdin(id, &known(&["id", "data", "data_base64"])?),
@@ -240,6 +278,9 @@ impl Session {
         let sandbox_mode = exec.sandbox_mode().map(|m| m.as_str());
         // Two initializes racing is not possible: calls are taken in order.
         let _ = self.exec.set(exec);
+        if p.bool("output_notifications")?.unwrap_or(false) {
+            tokio::spawn(watch_output(Arc::downgrade(self)));
+        }
         let cwd = std::env::current_dir()
             .ok()
             .and_then(|d| d.to_str().map(str::to_owned));
@@ -257,6 +298,7 @@ impl Session {
     fn run(self: &Arc<Self>, id: &Option<Value>, p: &Fields<'_>) -> Outcome<Reply> {
         let spec = input::spec(p.required("spec")?)?;
         let run_id = p.string("run_id")?;
+        let background_id = p.string("background_id")?;
         let exec = self.exec()?;
         let token = CancelToken::new();
         if let Some(r) = &run_id {
@@ -269,7 +311,10 @@ impl Session {
             }
             runs.insert(r.clone(), token.clone());
         }
-        let future = exec.run(&spec, Some(&token));
+        let future = match &background_id {
+            Some(b) => exec.run_as(&spec, Some(&token), b),
+            None => exec.run(&spec, Some(&token)),
+        };
         let (session, id) = (self.clone(), id.clone());
         tokio::spawn(async move {
             let outcome = future.await;
@@ -345,6 +390,49 @@ impl Session {
     pub async fn close(&self) {
         if let Some(exec) = self.exec.get() {
             exec.dispose().await;
+        }
+    }
+}
+
+/// How often new output is looked for, for `output` notifications: at
+/// most one per process per tick.
+const OUTPUT_TICK: Duration = Duration::from_millis(50);
+
+/// Sends `output` when a process's output grew since the last one (and a
+/// last one with the final ends once it settled): a client that mirrors
+/// the output by offset (`read_from`) learns when to read, and reads only
+/// what is new. Ends with the session.
+async fn watch_output(session: std::sync::Weak<Session>) {
+    let mut told: HashMap<String, (u64, u64)> = HashMap::new();
+    let mut done: std::collections::HashSet<String> = std::collections::HashSet::new();
+    loop {
+        tokio::time::sleep(OUTPUT_TICK).await;
+        let Some(session) = session.upgrade() else { return };
+        let Some(exec) = session.exec.get() else { return };
+        if exec.is_disposed() {
+            return;
+        }
+        for process in exec.list() {
+            let id = process.id();
+            if done.contains(id) {
+                continue;
+            }
+            // Settled first: the ends read after it are final.
+            let settled = process.is_settled();
+            let o = process.output_offsets();
+            let ends = (o.stdout_end, o.stderr_end);
+            if settled || told.get(id) != Some(&ends) {
+                session.send(frame::notification(
+                    "output",
+                    json!({ "id": id, "stdout_end": ends.0, "stderr_end": ends.1, "settled": settled }),
+                ));
+            }
+            if settled {
+                done.insert(id.to_owned());
+                told.remove(id);
+            } else {
+                told.insert(id.to_owned(), ends);
+            }
         }
     }
 }

@@ -95,6 +95,25 @@ impl Rpc {
         }
     }
 
+    /// The first notification (kept or coming) that `wanted` accepts;
+    /// those before it are dropped.
+    pub fn note(&mut self, wanted: impl Fn(&Value) -> bool) -> Value {
+        while !self.notes.is_empty() {
+            let n = self.notes.remove(0);
+            if wanted(&n) {
+                return n;
+            }
+        }
+        let start = Instant::now();
+        loop {
+            assert!(start.elapsed() < LIMIT, "no such notification within {LIMIT:?}");
+            let v = self.next();
+            if v.get("method").is_some() && wanted(&v) {
+                return v;
+            }
+        }
+    }
+
     /// Sends a request and returns its whole answer (`result` or `error`).
     pub fn call(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;

@@ -16,7 +16,7 @@ use crate::host::runtime;
 use crate::launch::ending::ExitFields;
 use crate::launch::env::HostEnv;
 use crate::launch::launch;
-use crate::spec::error::{DshError, Result};
+use crate::spec::error::{DshError, Field, FieldName, Result, Scope};
 use crate::spec::request::Spec;
 use crate::spec::sandbox::SandboxInfo;
 use crate::sys::lock;
@@ -113,18 +113,54 @@ impl ExecutorInner {
         }
     }
 
-    /// Registers `process` under the next id; false once disposal began.
-    pub(super) fn register(&self, process: &Process) -> bool {
+    /// Registers `process` under `wanted` (an id reserved for it) or the
+    /// next `bash-N` nobody holds; false once disposal began.
+    pub(super) fn register(&self, process: &Process, wanted: Option<&Reservation>) -> bool {
         let mut reg = lock(&self.registry);
         if !self.is_open() {
             return false;
         }
-        reg.next_id += 1;
-        let id = format!("bash-{}", reg.next_id);
+        let id = match wanted {
+            Some(r) => {
+                reg.reserved.remove(&r.id);
+                r.id.clone()
+            }
+            None => loop {
+                reg.next_id += 1;
+                let id = format!("bash-{}", reg.next_id);
+                if !reg.by_id.contains_key(&id) && !reg.reserved.contains(&id) {
+                    break id;
+                }
+            },
+        };
         let _ = process.shared.id.set(id.clone());
         reg.in_order.push(process.clone());
         reg.by_id.insert(id, process.clone());
         true
+    }
+
+    /// Holds `id` for one process until it registers (or the reservation
+    /// is dropped): a caller's own id (`start_as`, `run_as`), refused when
+    /// empty or held by another.
+    pub(super) fn reserve(self: &Arc<Self>, id: &str) -> Result<Reservation> {
+        let field = Field::new(Scope::Spec, FieldName::Id);
+        if id.is_empty() || id.contains('\0') {
+            return Err(DshError::invalid(
+                field,
+                "must be a non-empty string without NUL bytes",
+            ));
+        }
+        let mut reg = lock(&self.registry);
+        if reg.by_id.contains_key(id) || !reg.reserved.insert(id.to_owned()) {
+            return Err(DshError::invalid(
+                field,
+                format!("{id:?} is taken by another process"),
+            ));
+        }
+        Ok(Reservation {
+            shared: self.clone(),
+            id: id.to_owned(),
+        })
     }
 
     pub(super) async fn background_task(
@@ -290,10 +326,31 @@ impl Executor {
     /// for [`Executor::run`]); one that fires later stops the process as
     /// [`Process::kill`] does.
     pub fn start_cancellable(&self, spec: &Spec, cancel: Option<&CancelToken>) -> Result<Process> {
+        self.start_registered(spec, cancel, None)
+    }
+
+    /// [`Executor::start_cancellable`] registering the process as `id`
+    /// instead of the next `bash-N`: for a caller that must name the
+    /// process before it hears back (a remote client's synchronous
+    /// `start`). An id that is empty or held by another process is
+    /// [`DshError::InvalidArgument`] on `spec.id`, and nothing runs; an id
+    /// chosen here is never given to another process while this one is
+    /// registered, and `bash-N` ids skip it.
+    pub fn start_as(&self, spec: &Spec, cancel: Option<&CancelToken>, id: &str) -> Result<Process> {
+        let reservation = self.shared().reserve(id)?;
+        self.start_registered(spec, cancel, Some(reservation))
+    }
+
+    fn start_registered(
+        &self,
+        spec: &Spec,
+        cancel: Option<&CancelToken>,
+        reservation: Option<Reservation>,
+    ) -> Result<Process> {
         let shared = self.shared();
         let _admitted = shared.admit(|config| spec.check(config), cancel)?;
         let process = shared.new_process(spec, shared.config().max_output_bytes);
-        if !shared.register(&process) {
+        if !shared.register(&process, reservation.as_ref()) {
             return Err(DshError::Disposed);
         }
         runtime::handle().spawn(shared.clone().background_task(
@@ -303,5 +360,18 @@ impl Executor {
             cancel.cloned(),
         ));
         Ok(process)
+    }
+}
+
+/// An id held for a process that has not registered yet; released when
+/// dropped (a run that ended before its hand-over, a refused start).
+pub(super) struct Reservation {
+    shared: Arc<ExecutorInner>,
+    id: String,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        lock(&self.shared.registry).reserved.remove(&self.id);
     }
 }

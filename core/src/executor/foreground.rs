@@ -25,7 +25,7 @@ use crate::spec::request::{OnExpiry, Spec};
 use crate::sys::lock;
 use crate::watch::supervise::{supervise, Outcome, StdinSource, Stop, Streams};
 
-use super::background::{background_ending, failed_ending};
+use super::background::{background_ending, failed_ending, Reservation};
 use super::{governed, ActiveRun, Executor, ExecutorInner};
 
 /// The result of a foreground run that ended (or was stopped).
@@ -104,6 +104,8 @@ pub(super) struct RunStops {
     pub cancel: Option<CancelToken>,
     pub on_drop: CancelToken,
     pub active: ActiveRun,
+    /// The id a hand-over registers the process as (`run_as`).
+    pub background_id: Option<Reservation>,
 }
 
 impl RunStops {
@@ -112,6 +114,7 @@ impl RunStops {
             cancel: cancel.cloned(),
             on_drop: on_drop.clone(),
             active,
+            background_id: None,
         }
     }
 
@@ -157,6 +160,7 @@ impl ExecutorInner {
             cancel,
             on_drop,
             active: _active,
+            background_id: _,
         } = stops;
         let streams = self.streams(spec.stdout_max_bytes);
         let stop = async {
@@ -202,6 +206,7 @@ impl ExecutorInner {
                 cancel,
                 on_drop,
                 active: _active,
+                background_id,
             } = stops;
             let mut tx = Some(tx);
             let handed = |p: &Process| p.shared.id.get().is_some();
@@ -231,7 +236,7 @@ impl ExecutorInner {
             };
             let config = shared.config();
             let mut hand_over = || {
-                if !shared.register(&process) {
+                if !shared.register(&process, background_id.as_ref()) {
                     return false;
                 }
                 let result = {
@@ -317,6 +322,29 @@ impl Executor {
     /// Runs `spec` in the foreground (docs/running.md). Fails only when the command could
     /// not be started; every ending of a started command is a result.
     pub fn run(&self, spec: &Spec, cancel: Option<&CancelToken>) -> RunFuture {
+        self.run_registering(spec, cancel, None)
+    }
+
+    /// [`Executor::run`] whose hand-over at the timeout (`on_expiry`
+    /// background) registers the process as `background_id` instead of the
+    /// next `bash-N`; the id is held from now on, so nothing else takes
+    /// it, and freed if the run ends without a hand-over. An id that is
+    /// empty or held is [`DshError::InvalidArgument`] on `spec.id`.
+    pub fn run_as(&self, spec: &Spec, cancel: Option<&CancelToken>, background_id: &str) -> RunFuture {
+        match self.shared().reserve(background_id) {
+            Ok(r) => self.run_registering(spec, cancel, Some(r)),
+            Err(e) => RunFuture {
+                inner: RunFutureInner::Failed(Some(e)),
+            },
+        }
+    }
+
+    fn run_registering(
+        &self,
+        spec: &Spec,
+        cancel: Option<&CancelToken>,
+        background_id: Option<Reservation>,
+    ) -> RunFuture {
         let active = match self.admit_run(spec, cancel) {
             Ok(a) => a,
             Err(e) => {
@@ -326,10 +354,12 @@ impl Executor {
             }
         };
         let on_drop = CancelToken::new();
+        let mut stops = RunStops::new(active, cancel, &on_drop);
+        stops.background_id = background_id;
         let task = runtime::handle().spawn(self.shared().clone().run_task(
             spec.clone(),
             HostEnv::capture(),
-            RunStops::new(active, cancel, &on_drop),
+            stops,
         ));
         RunFuture {
             inner: RunFutureInner::Running { task, on_drop },

@@ -68,6 +68,9 @@ struct Registry {
     next_id: u64,
     in_order: Vec<Process>,
     by_id: HashMap<String, Process>,
+    /// Ids held for processes that will register under them
+    /// (`start_as`, `run_as`).
+    reserved: std::collections::HashSet<String>,
 }
 
 struct ExecutorInner {

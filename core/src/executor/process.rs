@@ -150,7 +150,9 @@ impl std::fmt::Debug for Process {
 
 /// `delta` (docs/running.md, "Reading output"): stdout part, then — only when the stderr part is
 /// non-empty — a newline if the stdout part lacks one, `[stderr]\n`, stderr.
-pub(crate) fn compose_delta(stdout: String, stderr: &str) -> String {
+/// Public for a face that mirrors a process by offset (a remote client)
+/// and must compose its reads exactly as a consuming read does.
+pub fn compose_delta(stdout: String, stderr: &str) -> String {
     let mut delta = stdout;
     if !stderr.is_empty() {
         if !delta.is_empty() && !delta.ends_with('\n') {

@@ -24,7 +24,7 @@ use crate::launch::tree::{census, sweep, TagMatch};
 use crate::spec::error::{DshError, Result};
 use crate::spec::spawn::{SpawnOutput, SpawnRequest, SpawnSpec, SpawnStdin};
 use crate::watch::escalation::kill_after;
-use crate::watch::output::{OffsetRead, StreamBuffer};
+use crate::watch::output::{OffsetRead, OutputOffsets, StreamBuffer};
 use crate::watch::supervise::{supervise, watch, StdinSource, Stop, Streams};
 use tokio::io::Interest;
 
@@ -206,6 +206,21 @@ impl Process {
         match stream {
             OutputStream::Stdout => streams.stdout.read_from(from),
             OutputStream::Stderr => streams.stderr.read_from(from),
+        }
+    }
+
+    /// Where the output stands: the consuming reads' position and how much
+    /// arrived, per stream (for a reader by offset that starts where
+    /// consuming reads would, and for a watcher of new output).
+    pub fn output_offsets(&self) -> OutputOffsets {
+        let streams = crate::sys::lock(&self.shared.streams);
+        let (stdout_read, stdout_end) = streams.stdout.offsets();
+        let (stderr_read, stderr_end) = streams.stderr.offsets();
+        OutputOffsets {
+            stdout_read,
+            stderr_read,
+            stdout_end,
+            stderr_end,
         }
     }
 

@@ -84,6 +84,9 @@ pub enum FieldName {
     Stdout,
     /// `stderr` (a spawn spec's disposition of it).
     Stderr,
+    /// `id`: the id a caller chose for a background process (`start_as`,
+    /// `run_as`).
+    Id,
 }
 
 /// How a face spells field names: Rust, C and Python use snake_case, Node
@@ -132,6 +135,7 @@ impl FieldName {
             Data => ("data", "data"),
             Stdout => ("stdout", "stdout"),
             Stderr => ("stderr", "stderr"),
+            Id => ("id", "id"),
         };
         match style {
             NameStyle::Snake => snake,

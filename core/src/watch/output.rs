@@ -47,6 +47,23 @@ pub struct CollectedOutput {
     pub spill_error: Option<String>,
 }
 
+/// Where a process's output stands, as whole-stream byte offsets (the
+/// offsets of [`Process::read_from`](crate::Process::read_from)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputOffsets {
+    /// Where the next consuming read
+    /// ([`Process::read_output`](crate::Process::read_output)) of stdout
+    /// starts: after a hand-over (`on_expiry` background), just after the
+    /// run's result.
+    pub stdout_read: u64,
+    /// As `stdout_read`, for stderr.
+    pub stderr_read: u64,
+    /// Bytes of stdout that arrived so far.
+    pub stdout_end: u64,
+    /// Bytes of stderr that arrived so far.
+    pub stderr_end: u64,
+}
+
 /// One [`Process::read_from`](crate::Process::read_from): a collected
 /// stream from a whole-stream offset, without consuming it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -207,6 +224,12 @@ impl StreamBuffer {
     /// slid out of the window unread).
     pub(crate) fn fully_read(&self) -> bool {
         self.closed && self.read_pos >= self.total
+    }
+
+    /// Where the next consuming read starts, and the end of what arrived,
+    /// as whole-stream offsets.
+    pub(crate) fn offsets(&self) -> (u64, u64) {
+        (self.read_pos, self.total)
     }
 
     /// Frees the window's memory (a settled, fully read stream needs none).
