@@ -116,8 +116,15 @@ fn each_call_does_what_the_executor_does() {
     let id2 = rpc.ok("start", json!({ "spec": spec }))["process"]["id"].clone();
     let waited = rpc.ok("wait", json!({ "id": id2, "timeout_ms": 50 }));
     assert_eq!(waited["settled"], false);
+    // A timeout past any clock is no timeout (it once took the server down).
+    rpc.send_line(json!({ "jsonrpc": "2.0", "id": 901, "method": "wait", "params": { "id": id2, "timeout_ms": 1e303 } }).to_string().as_bytes());
     let still = rpc.call("forget", json!({ "id": id2 }));
-    assert_eq!(still["error"]["data"]["code"], "STILL_RUNNING");
+    assert_eq!(
+        (&still["error"]["data"]["code"], &still["error"]["data"]["id"]),
+        (&json!("STILL_RUNNING"), &id2)
+    );
+    let missing = rpc.call("kill", json!({ "id": "bash-77" }));
+    assert_eq!(missing["error"]["data"]["id"], "bash-77");
     assert_eq!(rpc.ok("kill", json!({ "id": id2 }))["began"], true);
     assert_eq!(
         rpc.ok("wait", json!({ "id": id2 }))["process"]["signal"],
@@ -424,4 +431,159 @@ fn wait_until_settled_note(rpc: &mut Rpc, id: &str) -> Value {
             "no final output notification for {id}"
         );
     }
+}
+
+/// `count` numbered lines, one per 20 ms, then a long sleep.
+const LINES: &str = "for i in $(seq 1 60); do echo line-$i; sleep 0.02; done; sleep 300";
+
+fn expected_lines() -> String {
+    (1..=60).map(|i| format!("line-{i}\n")).collect()
+}
+
+/// Reads `id`'s stdout by offset from `from` until `want` bytes are there.
+fn read_until(rpc: &mut Rpc, id: &str, from: u64, want: usize) -> (String, u64) {
+    let (mut text, mut at) = (String::new(), from);
+    let start = Instant::now();
+    while text.len() < want {
+        let r = rpc.ok("read_from", json!({ "id": id, "stream": "stdout", "from": at }));
+        assert_eq!(r["lossy"], false);
+        text.push_str(r["text"].as_str().unwrap());
+        at = r["next_offset"].as_u64().unwrap();
+        assert!(start.elapsed() < support::LIMIT, "only {text:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (text, at)
+}
+
+#[test]
+fn over_ssh_a_lingering_session_resumes_with_every_byte_once() {
+    let sshd = match Sshd::start("linger") {
+        Ok(s) => s,
+        Err(why) => return skip(&why),
+    };
+    let socket = sshd.dir.join("linger.sock");
+    let relay = format!(
+        "{} serve --stdio --linger 60 --socket {}",
+        env!("CARGO_BIN_EXE_dsh"),
+        socket.display()
+    );
+    let connect = |sshd: &Sshd| {
+        let mut command = sshd.ssh(&relay);
+        command.stderr(std::process::Stdio::null());
+        Rpc::spawn(command)
+    };
+    let mut first = connect(&sshd);
+    let init = first.initialize(json!({}));
+    let token = init["session"]["token"]
+        .as_str()
+        .expect("a lingering session has a token")
+        .to_owned();
+    assert_eq!(init["session"]["linger_ms"], 60_000);
+    let spec = first.spec(json!({ "command": LINES }));
+    first.ok("start", json!({ "spec": spec, "id": "job" }));
+    // A foreground run whose answer comes while nobody is connected.
+    let spec = first.spec(json!({ "command": "sleep 1; echo late", "timeout_ms": 30000 }));
+    first.send_line(
+        json!({ "jsonrpc": "2.0", "id": 500, "method": "run", "params": { "spec": spec } })
+            .to_string()
+            .as_bytes(),
+    );
+    let (before, cursor) = read_until(&mut first, "job", 0, 40);
+    // The connection drops mid-run.
+    first.child().kill().unwrap();
+    first.child().wait().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+
+    let mut second = connect(&sshd);
+    let resumed = second.ok("initialize", json!({ "protocol_version": 1, "resume": token }));
+    assert_eq!(
+        (&resumed["session"]["resumed"], &resumed["session"]["missed"]),
+        (&json!(true), &json!(false))
+    );
+    let all = expected_lines();
+    let (after, _) = read_until(&mut second, "job", cursor, all.len() - before.len());
+    assert_eq!(before + &after, all, "every byte once, in order");
+    // The run's answer, kept while nobody was connected.
+    let late = match second.others.iter().find(|m| m["id"] == 500) {
+        Some(m) => m.clone(),
+        None => second.answer(500),
+    };
+    assert_eq!(late["result"]["result"]["stdout"]["text"], "late\n");
+    // A second connection cannot take an attached session.
+    let mut third = connect(&sshd);
+    let refused = third.call("initialize", json!({ "protocol_version": 1, "resume": token }));
+    assert!(
+        refused["error"]["message"].as_str().unwrap().contains("attached"),
+        "{refused}"
+    );
+    second.ok("dispose", json!({}));
+    let gone = third.call("initialize", json!({ "protocol_version": 1, "resume": token }));
+    assert_eq!(gone["error"]["code"], -32602, "{gone}");
+    // The server the relay started outlives its connections by design; a
+    // SIGTERM ends it, and it removes its socket.
+    let server = processes_naming(&socket.display().to_string());
+    assert_eq!(server.len(), 1, "one lingering server: {server:?}");
+    // SAFETY: kill(2) takes integers.
+    unsafe { libc::kill(server[0], libc::SIGTERM) };
+    gone_within(
+        server[0],
+        Duration::from_secs(5),
+        "the lingering server after SIGTERM",
+    );
+    assert!(!socket.exists());
+}
+
+/// The pids whose command line names `needle` (a `dsh serve --listen`).
+fn processes_naming(needle: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                String::from_utf8_lossy(&c).contains(needle)
+                    && String::from_utf8_lossy(&c).contains("--listen")
+            })
+        })
+        .filter(|pid| alive(*pid))
+        .collect()
+}
+
+#[test]
+fn a_session_not_resumed_in_its_linger_time_is_ended() {
+    let dir = TempDir::new("serve-linger-end");
+    let socket = dir.0.join("s.sock");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_dsh"))
+        .args([
+            "serve",
+            "--listen",
+            &format!("unix:{}", socket.display()),
+            "--linger",
+            "1",
+        ])
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(start.elapsed() < support::LIMIT);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut rpc = Rpc::unix(&socket);
+    let token = rpc.initialize(json!({}))["session"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let spec = rpc.spec(leaves_sleeper(&dir.0.join("bg")));
+    rpc.ok("start", json!({ "spec": spec }));
+    let sleeper = pid_in(&dir.0.join("bg"));
+    drop(rpc);
+    // Kept for its linger time (1 s), then ended.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(alive(sleeper), "ended before its linger time");
+    gone_within(sleeper, Duration::from_secs(3), "after its linger time");
+    let mut late = Rpc::unix(&socket);
+    let refused = late.call("initialize", json!({ "protocol_version": 1, "resume": token }));
+    assert_eq!(refused["error"]["code"], -32602);
+    // SAFETY: kill(2) takes integers.
+    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+    assert!(wait_bounded(&mut server, "dsh serve").success());
 }

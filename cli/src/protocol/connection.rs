@@ -10,8 +10,10 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::frame::{self, RpcError, INVALID_REQUEST};
-use super::session::{Out, Session};
+use super::hub::Hub;
+use super::session::{Next, Out, Session};
 use super::MAX_MESSAGE_BYTES;
+use std::sync::Arc;
 
 /// One line of input, or the news that it was longer than the limit (its
 /// bytes were read and dropped, up to and including its newline).
@@ -58,14 +60,17 @@ async fn next_line<R: AsyncBufRead + Unpin>(reader: &mut R, max: usize) -> io::R
 }
 
 /// Serves one connection until its input ends, its output fails or `stop`
-/// fires, then disposes everything it started. Returns once that is done.
-pub async fn serve<R, W>(mut reader: R, mut writer: W, stop: CancelToken)
+/// fires. Then its session ends (everything it started is stopped and
+/// awaited) or, where the hub lets sessions linger and the server is not
+/// stopping, is kept for a connection that resumes it. Returns once that
+/// is done.
+pub async fn serve<R, W>(mut reader: R, mut writer: W, stop: CancelToken, hub: Arc<Hub>)
 where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let (out, mut outbox) = mpsc::unbounded_channel::<Out>();
-    let session = Session::new(out.clone());
+    let mut session = Session::new(out.clone(), hub);
     let (gone_tx, mut gone) = tokio::sync::watch::channel(false);
     let writing = tokio::spawn(async move {
         let mut end = false;
@@ -97,7 +102,9 @@ where
                     if line.iter().all(u8::is_ascii_whitespace) {
                         continue;
                     }
-                    session.handle_line(&line);
+                    if let Next::Switch(resumed) = session.handle_line(&line) {
+                        session = resumed;
+                    }
                 }
                 Ok(Some(Line::TooLong(n))) => {
                     let e = RpcError::new(
@@ -112,7 +119,11 @@ where
             _ = stop.cancelled() => break,
         }
     }
-    session.close().await;
+    if stop.is_cancelled() {
+        session.close().await;
+    } else {
+        session.end_connection().await;
+    }
     // What was answered before the end (a half-closed input's last
     // answers) is still written, unless the client does not read it.
     let _ = out.send(Out::End);

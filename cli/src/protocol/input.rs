@@ -69,6 +69,10 @@ impl Fault {
                         data["reason"] = json!(why.as_str());
                         EXECUTOR_ERROR
                     }
+                    DshError::NotFound(id) | DshError::StillRunning(id) => {
+                        data["id"] = json!(id);
+                        EXECUTOR_ERROR
+                    }
                     DshError::LimitUnavailable { limit, .. } => {
                         data["limit"] = json!(limit.as_str());
                         EXECUTOR_ERROR

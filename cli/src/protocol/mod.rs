@@ -5,6 +5,7 @@
 
 pub mod connection;
 pub mod frame;
+pub mod hub;
 pub mod input;
 pub mod output;
 pub mod session;

@@ -5,7 +5,8 @@
 //! in order and answered when it completes, out of order with later calls.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use dsh_core::{CancelToken, DshError, Executor, Field, FieldName, Num, OutputStream, Process, Scope};
@@ -13,6 +14,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::frame::{self, Call, RpcError, INVALID_PARAMS, METHOD_NOT_FOUND, NOT_INITIALIZED};
+use super::hub::{lock, Backlog, Hub, Link};
 use super::input::{self, Fault, Fields, Outcome};
 use super::output::{
     config_json, host_facts, offset_read_json, process_json, read_json, run_result_json, spec_json,
@@ -55,9 +57,18 @@ pub type Outbox = UnboundedSender<Out>;
 
 pub struct Session {
     exec: OnceLock<Executor>,
-    out: Outbox,
+    /// The connection the session's messages go to, or what is kept for
+    /// the next one while it lingers.
+    link: Mutex<Link>,
     /// The cancel token of each `run` given a `run_id`, until it settles.
     runs: Mutex<HashMap<String, CancelToken>>,
+    hub: Arc<Hub>,
+    /// Set when the session may linger (`--linger`): what resumes it.
+    token: OnceLock<String>,
+    /// Bumped at each attach and detach, so a linger timer knows whether
+    /// the session it was set for was resumed meanwhile.
+    generation: AtomicU64,
+    output_notifications: AtomicBool,
 }
 
 /// The answer to a call: now, or later from a task that sends it itself.
@@ -66,13 +77,74 @@ enum Reply {
     Later,
 }
 
+/// What a connection does after a line.
+pub enum Next {
+    /// Goes on with the same session.
+    Stay,
+    /// Goes on with this (resumed) session; its own is dropped.
+    Switch(Arc<Session>),
+}
+
 impl Session {
-    pub fn new(out: Outbox) -> Arc<Session> {
+    pub fn new(out: Outbox, hub: Arc<Hub>) -> Arc<Session> {
         Arc::new(Session {
             exec: OnceLock::new(),
-            out,
+            link: Mutex::new(Link::Attached(out)),
             runs: Mutex::new(HashMap::new()),
+            hub,
+            token: OnceLock::new(),
+            generation: AtomicU64::new(0),
+            output_notifications: AtomicBool::new(false),
         })
+    }
+
+    /// The connection ended (not by a server shutdown): a session that may
+    /// linger is kept for the hub's linger time, awaiting `resume`; any
+    /// other is disposed, and everything it started ended and awaited.
+    pub async fn end_connection(self: &Arc<Self>) {
+        let lingering = match (self.hub.linger, self.token.get(), self.exec.get()) {
+            (Some(linger), Some(_), Some(exec)) if !exec.is_disposed() => Some(linger),
+            _ => None,
+        };
+        let Some(linger) = lingering else {
+            return self.close().await;
+        };
+        let generation = {
+            let mut link = lock(&self.link);
+            if let Link::Attached(_) = &*link {
+                *link = Link::Detached(Backlog::default());
+            }
+            self.generation.fetch_add(1, Ordering::SeqCst) + 1
+        };
+        let session = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(linger).await;
+            // Resumed meanwhile (and maybe detached again): not this timer's.
+            if session.generation.load(Ordering::SeqCst) == generation {
+                session.close().await;
+            }
+        });
+    }
+
+    /// Takes over a lingering session for a new connection: the answer to
+    /// its `initialize` first, then what was kept, in order.
+    fn attach(&self, out: Outbox, answer: String) -> Outcome<bool> {
+        let mut link = lock(&self.link);
+        let backlog = match std::mem::replace(&mut *link, Link::Attached(out.clone())) {
+            Link::Detached(backlog) => backlog,
+            attached @ Link::Attached(_) => {
+                *link = attached;
+                return Err(Fault::Rpc(RpcError::new(
+                    frame::INVALID_REQUEST,
+                    "the session is attached to another connection",
+                )));
+            }
+        };
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        let missed = backlog.missed;
+        let _ = out.send(Out::Line(answer));
+        backlog.drain_into(&out);
+        Ok(missed)
     }
 
     /// The session's executor, once `initialize` made it.
@@ -82,16 +154,89 @@ impl Session {
 
     /// Takes one line: decodes it, runs the call, answers it (now or when
     /// it completes). Never panics on any input.
-    pub fn handle_line(self: &Arc<Self>, line: &[u8]) {
+    pub fn handle_line(self: &Arc<Self>, line: &[u8]) -> Next {
         match frame::decode(line) {
-            Ok(call) => self.handle(call),
-            Err((id, e)) => self.send(frame::error_response(&id, &e)),
+            Ok(call) if call.method == "initialize" && call.params.contains_key("resume") => {
+                self.resume(call)
+            }
+            Ok(call) => {
+                self.handle(call);
+                Next::Stay
+            }
+            Err((id, e)) => {
+                self.send(frame::error_response(&id, &e));
+                Next::Stay
+            }
         }
     }
 
+    /// To the attached connection, or kept for the next one. A message for
+    /// a connection that is going (its writer has stopped) is kept too.
     fn send(&self, line: String) {
-        // A closed outbox is a connection already ending: nobody to tell.
-        let _ = self.out.send(Out::Line(line));
+        let mut link = lock(&self.link);
+        match &mut *link {
+            Link::Attached(out) => {
+                if let Err(e) = out.send(Out::Line(line)) {
+                    let Out::Line(line) = e.0 else { return };
+                    let mut backlog = Backlog::default();
+                    backlog.push(line);
+                    *link = Link::Detached(backlog);
+                }
+            }
+            Link::Detached(backlog) => backlog.push(line),
+        }
+    }
+
+    fn is_attached(&self) -> bool {
+        matches!(&*lock(&self.link), Link::Attached(_))
+    }
+
+    /// `initialize {resume: token}` on a new connection.
+    fn resume(self: &Arc<Self>, call: Call) -> Next {
+        let Call { id, params, .. } = call;
+        let found = (|| -> Outcome<(Arc<Session>, Value)> {
+            let p = Fields::of(&params, "", &["protocol_version", "resume", "client"])?;
+            check_version(&p)?;
+            if self.exec.get().is_some() {
+                return Err(already_initialized());
+            }
+            let token = p.required_string("resume")?;
+            let session = self.hub.find(&token).ok_or_else(|| {
+                Fault::Rpc(RpcError::new(
+                    frame::INVALID_PARAMS,
+                    "no session to resume with this token: it was never made here, its linger time passed, or it was disposed",
+                ))
+            })?;
+            let welcome = session.welcome(true)?;
+            Ok((session, welcome))
+        })();
+        let out = match &*lock(&self.link) {
+            Link::Attached(out) => out.clone(),
+            Link::Detached(_) => return Next::Stay,
+        };
+        match found {
+            Ok((session, mut welcome)) => {
+                let Some(id) = id else { return Next::Stay };
+                // The answer says whether messages were dropped while away.
+                let missed = match &*lock(&session.link) {
+                    Link::Detached(b) => b.missed,
+                    Link::Attached(_) => false,
+                };
+                welcome["session"]["missed"] = json!(missed);
+                let answer = frame::response(&id, welcome);
+                match session.attach(out, answer) {
+                    Ok(_) => Next::Switch(session),
+                    Err(f) => {
+                        self.answer(&Some(id), Err(f));
+                        Next::Stay
+                    }
+                }
+            }
+            Err(f) => {
+                self.answer(&id, Err(f));
+                Next::Stay
+            }
+        }
     }
 
     fn answer(&self, id: &Option<Value>, outcome: Outcome<Value>) {
@@ -229,10 +374,10 @@ impl Session {
             }
             "dispose" => {
                 known(&[])?;
-                let exec = self.exec()?.clone();
+                self.exec()?;
                 let (session, id) = (self.clone(), id.clone());
                 tokio::spawn(async move {
-                    exec.dispose().await;
+                    session.close().await;
                     session.answer(&id, Ok(json!({})));
                 });
                 Ok(Reply::Later)
@@ -245,53 +390,60 @@ impl Session {
     }
 
     fn initialize(self: &Arc<Self>, p: &Fields<'_>) -> Outcome<Value> {
-        match p.get("protocol_version") {
-            Some(v) if v == &json!(PROTOCOL_VERSION) => {}
-            other => {
-                let mut e = RpcError::new(
-                    INVALID_PARAMS,
-                    format!(
-                        "protocol_version must be {PROTOCOL_VERSION} (the version this server speaks), got {}",
-                        other.map_or("nothing".to_owned(), Value::to_string)
-                    ),
-                );
-                e.data = Some(json!({ "code": "INVALID_ARGUMENT", "field": "protocol_version" }));
-                return Err(Fault::Rpc(e));
-            }
-        }
+        check_version(p)?;
         if let Some(client) = p.get("client") {
             Fields::new(client, "client", &["name", "version"])?;
         }
         if self.exec.get().is_some() {
-            return Err(Fault::Rpc(RpcError::new(
-                frame::INVALID_REQUEST,
-                "the session is already initialized",
-            )));
+            return Err(already_initialized());
         }
+        let notify = p.bool("output_notifications")?.unwrap_or(false);
         let exec = Executor::new(input::config(p.get("config"))?)?;
-        let out = self.out.clone();
+        let session = Arc::downgrade(self);
         exec.on_task_done(Arc::new(move |process: &Process| {
-            let line = frame::notification("task_done", json!({ "process": process_json(process) }));
-            let _ = out.send(Out::Line(line));
+            if let Some(session) = session.upgrade() {
+                session.send(frame::notification(
+                    "task_done",
+                    json!({ "process": process_json(process) }),
+                ));
+            }
         }));
-        let config = config_json(&exec.config())?;
-        let sandbox_mode = exec.sandbox_mode().map(|m| m.as_str());
         // Two initializes racing is not possible: calls are taken in order.
         let _ = self.exec.set(exec);
-        if p.bool("output_notifications")?.unwrap_or(false) {
+        if let Some(token) = self.hub.enroll(self) {
+            let _ = self.token.set(token);
+        }
+        if notify {
+            self.output_notifications.store(true, Ordering::SeqCst);
             tokio::spawn(watch_output(Arc::downgrade(self)));
         }
+        self.welcome(false)
+    }
+
+    /// The answer to `initialize`, made or resumed.
+    fn welcome(&self, resumed: bool) -> Outcome<Value> {
+        let exec = self.exec()?;
         let cwd = std::env::current_dir()
             .ok()
             .and_then(|d| d.to_str().map(str::to_owned));
+        let session = match (self.token.get(), self.hub.linger) {
+            (Some(token), Some(linger)) => json!({
+                "token": token,
+                "linger_ms": linger.as_millis() as u64,
+                "resumed": resumed,
+                "missed": false,
+            }),
+            _ => Value::Null,
+        };
         Ok(json!({
             "protocol_version": PROTOCOL_VERSION,
             "server": { "name": "dsh", "version": env!("CARGO_PKG_VERSION") },
             "methods": METHODS,
             "notifications": NOTIFICATIONS,
             "host": { "cwd": cwd, "facts": host_facts() },
-            "config": config,
-            "sandbox_mode": sandbox_mode,
+            "config": config_json(&exec.config())?,
+            "sandbox_mode": exec.sandbox_mode().map(|m| m.as_str()),
+            "session": session,
         }))
     }
 
@@ -334,7 +486,8 @@ impl Session {
         let field = Field::new(Scope::Request, FieldName::TimeoutMs);
         let timeout = match p.number("timeout_ms", field)? {
             None => None,
-            Some(Num(ms)) if ms >= 0.0 && ms.is_finite() => Some(Duration::from_secs_f64(ms / 1000.0)),
+            // Past what a clock can count (1e303 ms) is no limit at all.
+            Some(Num(ms)) if ms >= 0.0 && ms.is_finite() => Duration::try_from_secs_f64(ms / 1000.0).ok(),
             Some(Num(ms)) => {
                 return Err(Fault::Shape {
                     field: "timeout_ms".into(),
@@ -386,8 +539,11 @@ impl Session {
         Ok(Reply::Later)
     }
 
-    /// The connection ended: everything it started is ended and awaited.
+    /// The session ends: everything it started is ended and awaited.
     pub async fn close(&self) {
+        if let Some(token) = self.token.get() {
+            self.hub.forget(token);
+        }
         if let Some(exec) = self.exec.get() {
             exec.dispose().await;
         }
@@ -421,7 +577,9 @@ async fn watch_output(session: std::sync::Weak<Session>) {
             let settled = process.is_settled();
             let o = process.output_offsets();
             let ends = (o.stdout_end, o.stderr_end);
-            if settled || told.get(id) != Some(&ends) {
+            // While no connection is attached nothing is kept of these: the
+            // resuming client reads again from its own offsets.
+            if (settled || told.get(id) != Some(&ends)) && session.is_attached() {
                 session.send(frame::notification(
                     "output",
                     json!({ "id": id, "stdout_end": ends.0, "stderr_end": ends.1, "settled": settled }),
@@ -437,6 +595,26 @@ async fn watch_output(session: std::sync::Weak<Session>) {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+fn check_version(p: &Fields<'_>) -> Outcome<()> {
+    match p.get("protocol_version") {
+        Some(v) if v == &json!(PROTOCOL_VERSION) => Ok(()),
+        other => {
+            let mut e = RpcError::new(
+                INVALID_PARAMS,
+                format!(
+                    "protocol_version must be {PROTOCOL_VERSION} (the version this server speaks), got {}",
+                    other.map_or("nothing".to_owned(), Value::to_string)
+                ),
+            );
+            e.data = Some(json!({ "code": "INVALID_ARGUMENT", "field": "protocol_version" }));
+            Err(Fault::Rpc(e))
+        }
+    }
+}
+
+fn already_initialized() -> Fault {
+    Fault::Rpc(RpcError::new(
+        frame::INVALID_REQUEST,
+        "the session is already initialized",
+    ))
 }

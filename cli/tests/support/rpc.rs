@@ -16,6 +16,9 @@ use super::LIMIT;
 pub struct Rpc {
     /// The transport command, when there is one.
     pub child: Option<Child>,
+    /// The socket, when connected to one: shut down when the client goes
+    /// (the reading thread holds a copy, which would keep it open).
+    socket: Option<std::os::unix::net::UnixStream>,
     stdin: Option<Box<dyn Write + Send>>,
     lines: Receiver<Value>,
     next_id: u64,
@@ -44,7 +47,9 @@ impl Rpc {
     pub fn unix(path: &std::path::Path) -> Rpc {
         let stream = std::os::unix::net::UnixStream::connect(path).expect("connect");
         let reader = stream.try_clone().unwrap();
-        Rpc::over(None, Some(Box::new(stream)), reader)
+        let mut rpc = Rpc::over(None, Some(Box::new(stream.try_clone().unwrap())), reader);
+        rpc.socket = Some(stream);
+        rpc
     }
 
     fn over(
@@ -65,6 +70,7 @@ impl Rpc {
         });
         Rpc {
             child,
+            socket: None,
             stdin,
             lines,
             next_id: 0,
@@ -161,6 +167,9 @@ impl Rpc {
     /// Closes the server's input, as a client that goes away does.
     pub fn close_input(&mut self) {
         self.stdin = None;
+        if let Some(s) = &self.socket {
+            let _ = s.shutdown(std::net::Shutdown::Write);
+        }
     }
 
     /// The transport command.
@@ -184,6 +193,9 @@ impl Rpc {
 
 impl Drop for Rpc {
     fn drop(&mut self) {
+        if let Some(s) = &self.socket {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
         if let Some(child) = &mut self.child {
             let _ = child.kill();
             let _ = child.wait();

@@ -85,8 +85,8 @@ A command can exit with 124, 125 or 130 itself; --json tells them apart.
 ";
 
 pub const SERVE_HELP: &str = "\
-usage: dsh serve --stdio
-       dsh serve --listen unix:PATH
+usage: dsh serve --stdio [--linger SECONDS [--socket PATH]]
+       dsh serve --listen unix:PATH [--linger SECONDS]
 
 Serves dsh-native's protocol (JSON-RPC 2.0, one message per line;
 docs/protocol.md), so that a harness on another machine drives an executor
@@ -105,6 +105,15 @@ Options:
                       mode 0600 (only this user may connect), until SIGINT
                       or SIGTERM; PATH is removed then. There is no TCP
                       listener: use ssh, which authenticates
+      --linger SECONDS
+                      when a connection ends without dispose, keep its
+                      session (its processes and their output) SECONDS
+                      for a connection that sends initialize {resume:
+                      TOKEN}. With --stdio, dsh relays to a server of this
+                      user's that outlives the connection (started when
+                      none listens), at --socket PATH (default
+                      $XDG_RUNTIME_DIR/dsh/serve.sock, else
+                      /tmp/dsh-UID/serve.sock)
 ";
 
 /// What to do.
@@ -119,8 +128,18 @@ pub enum Parsed {
 /// Where `dsh serve` takes its connections.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Listen {
-    Stdio,
-    Unix(PathBuf),
+    /// One connection on stdio; with a linger, relayed to the user's
+    /// lingering server at this socket.
+    Stdio {
+        linger: Option<u64>,
+        socket: Option<PathBuf>,
+    },
+    Unix {
+        path: PathBuf,
+        linger: Option<u64>,
+        /// The server a relay started: it exits once nothing is left.
+        exit_when_idle: bool,
+    },
 }
 
 /// A `dsh run`, as typed: the core resolves and checks it.
@@ -185,17 +204,35 @@ struct ServeArgs {
     stdio: bool,
     #[arg(long, value_parser = OsStringValueParser::new())]
     listen: Option<OsString>,
+    #[arg(long, allow_hyphen_values = true, value_parser = count("--linger"))]
+    linger: Option<u64>,
+    #[arg(long, value_parser = OsStringValueParser::new())]
+    socket: Option<OsString>,
+    #[arg(long, hide = true)]
+    exit_when_idle: bool,
 }
 
 fn serve_listen(a: ServeArgs) -> Result<Listen, String> {
+    let path = |o: OsString| PathBuf::from(OsString::from_vec(o.into_vec()));
+    if a.linger == Some(0) {
+        return Err("option '--linger' must be at least 1 second".into());
+    }
+    if a.socket.is_some() && !(a.stdio && a.linger.is_some()) {
+        return Err("--socket is for --stdio --linger (the lingering server to relay to)".into());
+    }
     match (a.stdio, a.listen) {
-        (true, _) => Ok(Listen::Stdio),
+        (true, _) => Ok(Listen::Stdio {
+            linger: a.linger,
+            socket: a.socket.map(path),
+        }),
         (false, Some(addr)) => {
             let addr = OsString::from_vec(addr.into_vec());
             match addr.as_encoded_bytes().strip_prefix(b"unix:") {
-                Some(path) if !path.is_empty() => {
-                    Ok(Listen::Unix(PathBuf::from(OsString::from_vec(path.to_vec()))))
-                }
+                Some(p) if !p.is_empty() => Ok(Listen::Unix {
+                    path: PathBuf::from(OsString::from_vec(p.to_vec())),
+                    linger: a.linger,
+                    exit_when_idle: a.exit_when_idle,
+                }),
                 _ => Err(format!(
                     "option '--listen' expects unix:PATH (there is no TCP listener: use ssh), got {addr:?}"
                 )),
@@ -465,6 +502,9 @@ mod tests {
             (&["serve", "--listen", "tcp:1"], "'--listen'"),
             (&["serve", "--listen", "unix:"], "'--listen'"),
             (&["serve", "--stdio", "--listen", "unix:/s"], "cannot be combined"),
+            (&["serve", "--stdio", "--linger", "0"], "'--linger'"),
+            (&["serve", "--stdio", "--linger", "soon"], "'--linger'"),
+            (&["serve", "--stdio", "--socket", "/s"], "--socket"),
             (&[], "no command"),
         ] {
             let err = match parse(args.iter().map(OsString::from)) {

@@ -1,15 +1,21 @@
 //! `dsh serve`: the protocol face on stdio (one connection) or on a unix
 //! socket (a connection per client). Every connection's commands end with
-//! it; SIGINT, SIGTERM and SIGHUP end every connection, then dsh.
+//! it, unless sessions linger (`--linger`); SIGINT, SIGTERM and SIGHUP end
+//! every connection and session, then dsh.
 
 use std::io;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-use std::path::Path;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use dsh_cli::interrupt::Interrupt;
 use dsh_cli::protocol::connection;
-use tokio::io::BufReader;
-use tokio::net::UnixListener;
+use dsh_cli::protocol::hub::Hub;
+use dsh_core::CancelToken;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
 use tokio::task::JoinSet;
 
 use crate::args::Listen;
@@ -22,35 +28,74 @@ pub fn serve(listen: Listen, interrupt: &Interrupt) -> Result<(), String> {
     let stop = interrupt.token().clone();
     runtime.block_on(async move {
         match listen {
-            Listen::Stdio => {
-                connection::serve(BufReader::new(tokio::io::stdin()), tokio::io::stdout(), stop).await;
+            Listen::Stdio { linger: None, .. } => {
+                let stdin = BufReader::new(tokio::io::stdin());
+                connection::serve(stdin, tokio::io::stdout(), stop, Hub::new(None)).await;
                 Ok(())
             }
-            Listen::Unix(path) => listen_unix(&path, stop).await,
+            Listen::Stdio {
+                linger: Some(secs),
+                socket,
+            } => {
+                let socket = match socket {
+                    Some(s) => s,
+                    None => default_socket()?,
+                };
+                relay(&socket, secs, stop).await
+            }
+            Listen::Unix {
+                path,
+                linger,
+                exit_when_idle,
+            } => {
+                let hub = Hub::new(linger.map(Duration::from_secs));
+                listen_unix(&path, stop, hub, exit_when_idle).await
+            }
         }
     })
 }
 
-async fn listen_unix(path: &Path, stop: dsh_core::CancelToken) -> Result<(), String> {
+async fn listen_unix(
+    path: &Path,
+    stop: CancelToken,
+    hub: Arc<Hub>,
+    exit_when_idle: bool,
+) -> Result<(), String> {
     let listener = bind(path).map_err(|e| format!("--listen unix:{}: {e}", path.display()))?;
     let mut connections = JoinSet::new();
+    // A server a relay started stays while anything is connected or kept,
+    // and a while after, for the next connection.
+    let idle_limit = hub.linger.unwrap_or_default().max(Duration::from_secs(10));
+    let mut idle_since = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let (read, write) = stream.into_split();
-                    connections.spawn(connection::serve(BufReader::new(read), write, stop.clone()));
+                    connections.spawn(connection::serve(BufReader::new(read), write, stop.clone(), hub.clone()));
                 }
                 // EMFILE and the like: the listener stays; this client retries.
                 Err(e) => eprintln!("dsh serve: accept: {e}"),
             },
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = tick.tick(), if exit_when_idle => {
+                if !connections.is_empty() || !hub.is_empty() {
+                    idle_since = Instant::now();
+                } else if idle_since.elapsed() >= idle_limit {
+                    break;
+                }
+            }
             _ = stop.cancelled() => break,
         }
     }
     let _ = std::fs::remove_file(path);
-    // Each connection saw `stop` too: it disposes its executor and ends.
+    // Connections saw `stop` (or there are none): each ends its session.
+    // Sessions that linger with no connection are ended here.
     while connections.join_next().await.is_some() {}
+    for session in hub.all() {
+        session.close().await;
+    }
     Ok(())
 }
 
@@ -82,4 +127,105 @@ fn bind(path: &Path) -> io::Result<UnixListener> {
     let listener = bound?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     Ok(listener)
+}
+
+/// This user's lingering server: in `$XDG_RUNTIME_DIR/dsh`, else in
+/// `/tmp/dsh-UID`; the directory is this user's alone (0700), or refused.
+fn default_socket() -> Result<PathBuf, String> {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let dir = match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+        Some(d) => PathBuf::from(d).join("dsh"),
+        None => PathBuf::from(format!("/tmp/dsh-{uid}")),
+    };
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot make {}: {e}", dir.display())),
+    }
+    let meta = std::fs::symlink_metadata(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "{} must be a directory of this user's that nobody else may use (0700); use --socket",
+            dir.display()
+        ));
+    }
+    Ok(dir.join("serve.sock"))
+}
+
+/// `--stdio --linger`: the connection is relayed to this user's lingering
+/// server (started when none listens), so its session outlives this
+/// process: when stdin ends (the ssh connection dropped), the server keeps
+/// the session for the linger time.
+async fn relay(socket: &Path, linger: u64, stop: CancelToken) -> Result<(), String> {
+    let stream = match UnixStream::connect(socket).await {
+        Ok(s) => s,
+        Err(_) => start_server(socket, linger).await?,
+    };
+    let (mut from_server, mut to_server) = stream.into_split();
+    let mut stdin = tokio::io::stdin();
+    let mut stdout = tokio::io::stdout();
+    tokio::select! {
+        _ = tokio::io::copy(&mut stdin, &mut to_server) => {
+            // The client is gone (or done): the server sees the end, and
+            // its session lingers.
+            let _ = to_server.shutdown().await;
+        }
+        _ = tokio::io::copy(&mut from_server, &mut stdout) => {}
+        _ = stop.cancelled() => {}
+    }
+    Ok(())
+}
+
+/// Starts `dsh serve --listen unix:SOCKET --linger N` in a session of its
+/// own (no terminal's hangup reaches it) and waits until it listens.
+async fn start_server(socket: &Path, linger: u64) -> Result<UnixStream, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find dsh itself: {e}"))?;
+    let mut command = std::process::Command::new(exe);
+    command
+        .arg("serve")
+        .arg("--listen")
+        .arg(format!("unix:{}", socket.display()))
+        .args(["--linger", &linger.to_string(), "--exit-when-idle"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: setsid(2) is async-signal-safe, and the closure touches
+    // nothing else of the parent's between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command
+        .spawn()
+        .map_err(|e| format!("cannot start the lingering server: {e}"))?;
+    let start = Instant::now();
+    loop {
+        if let Ok(s) = UnixStream::connect(socket).await {
+            // Reaped by init once this relay exits; nobody waits for it.
+            drop(child);
+            return Ok(s);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            // Another relay's server may have won the race for the socket.
+            if let Ok(s) = UnixStream::connect(socket).await {
+                return Ok(s);
+            }
+            return Err(format!(
+                "the lingering server at {} exited ({status})",
+                socket.display()
+            ));
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            return Err(format!(
+                "the lingering server did not listen at {} within 10 s",
+                socket.display()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
