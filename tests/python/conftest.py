@@ -1,19 +1,188 @@
 import asyncio
 import ctypes
+import functools
+import getpass
 import os
+import pathlib
+import shlex
+import shutil
+import socket
+import subprocess
 import tempfile
 import time
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, List, Optional, Union
 
 import pytest
 
 import dsh_native
+import dsh_native.remote
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+# The executors a contract test runs against: the local one, `dsh serve
+# --stdio` as a child, and the same across a real ssh connection.
+TRANSPORTS = ["local", "stdio", "ssh"]
+
+AnyExecutor = Union[dsh_native.Executor, dsh_native.remote.Executor]
+
+
+def dsh_bin() -> str:
+    """The dsh binary the remote executors serve with: $DSH_BIN, else the
+    debug build of this checkout."""
+    return os.environ.get("DSH_BIN") or str(REPO / "target" / "debug" / "dsh")
+
+
+def need_dsh_bin() -> str:
+    path = dsh_bin()
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"no dsh binary at {path} (cargo build -p dsh-cli --bin dsh, or set DSH_BIN)")
+    return path
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # Only the contract tests run against every transport; every other file
+    # keeps the local executor (its `transport` is "local").
+    if metafunc.definition.path.name == "test_contract.py" and "transport" in metafunc.fixturenames:
+        metafunc.parametrize("transport", TRANSPORTS, indirect=True)
 
 
 @pytest.fixture
-def ex() -> Iterator[dsh_native.Executor]:
-    with dsh_native.Executor(grace_ms=300) as executor:
+def transport(request: pytest.FixtureRequest) -> str:
+    return str(getattr(request, "param", "local"))
+
+
+def skip_remote(transport: str, why: str) -> None:
+    """Marks a contract test as not applying to a remote executor, and why."""
+    if transport != "local":
+        pytest.skip(f"not for a remote executor ({transport}): {why}")
+
+
+class Sshd:
+    """A real sshd of the test session's own on 127.0.0.1: keys made here,
+    nothing of the system's configuration used."""
+
+    def __init__(self, directory: str, port: int, user: str, process: "subprocess.Popen[bytes]") -> None:
+        self.dir, self.port, self.user, self.process = directory, port, user, process
+
+    def ssh(self, *remote: str) -> List[str]:
+        """`ssh ... user@127.0.0.1 <remote>`: the client command line."""
+        return [
+            "ssh", "-p", str(self.port), "-i", os.path.join(self.dir, "client"),
+            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+            "-o", "BatchMode=yes", "-o", "LogLevel=ERROR",
+            f"{self.user}@127.0.0.1", shlex.join(remote),
+        ]  # fmt: skip
+
+    def serve_command(self, dsh: str) -> List[str]:
+        """`dsh serve --stdio` across this sshd, as a harness would start it,
+        with SSH_CLIENT and SSH2_CLIENT removed from the server's environment:
+        Debian's bash sources ~/.bashrc in every `bash -c` that inherits one
+        of them at shell level 1, which is every command of a server started
+        by sshd (a known dsh issue: test_remote.py's
+        test_commands_of_a_server_under_sshd_do_not_source_bashrc)."""
+        return self.ssh("env", "-u", "SSH_CLIENT", "-u", "SSH2_CLIENT", dsh, "serve", "--stdio")
+
+
+@pytest.fixture(scope="session")
+def sshd() -> Iterator[Sshd]:
+    """Skips (with the reason) where no sshd can be started."""
+    daemon = "/usr/sbin/sshd"
+    if not os.path.exists(daemon):
+        pytest.skip(f"no {daemon} (Debian's openssh-server)")
+    for tool in ("ssh", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"no {tool} on PATH (Debian's openssh-client)")
+    if os.geteuid() != 0:
+        pytest.skip("sshd's privilege separation needs root here")
+    directory = tempfile.mkdtemp(prefix="dsh-py-sshd-")
+    try:
+        for key in ("host", "client"):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", os.path.join(directory, key)],
+                           check=True, capture_output=True, timeout=30)  # fmt: skip
+        shutil.copy(os.path.join(directory, "client.pub"), os.path.join(directory, "authorized_keys"))
+        os.makedirs("/run/sshd", exist_ok=True)  # privilege separation wants it
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        config = os.path.join(directory, "sshd_config")
+        with open(config, "w") as f:
+            f.write(
+                f"Port {port}\nListenAddress 127.0.0.1\nHostKey {directory}/host\n"
+                f"AuthorizedKeysFile {directory}/authorized_keys\nPidFile {directory}/sshd.pid\n"
+                "PermitRootLogin yes\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+                "UsePAM no\nStrictModes no\nLogLevel ERROR\n"
+            )
+        log = open(os.path.join(directory, "sshd.log"), "wb")
+        process = subprocess.Popen([daemon, "-D", "-e", "-f", config], stdin=subprocess.DEVNULL,
+                                   stdout=log, stderr=log)  # fmt: skip
+        log.close()
+        server = Sshd(directory, port, getpass.getuser(), process)
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if process.poll() is not None or time.monotonic() > deadline:
+                        with open(os.path.join(directory, "sshd.log"), "rb") as f:
+                            said = f.read().decode(errors="replace").strip()
+                        pytest.skip(f"sshd did not listen on 127.0.0.1:{port}: {said or 'no message'}")
+                    time.sleep(0.02)
+            probe = subprocess.run(server.ssh("true"), capture_output=True, timeout=30)
+            if probe.returncode != 0:
+                pytest.skip(f"ssh to the test sshd fails: {probe.stderr.decode(errors='replace').strip()}")
+            yield server
+        finally:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def make_executor(transport: str, request: pytest.FixtureRequest) -> Iterator[Callable[..., Any]]:
+    """The Executor constructor under test: the local one, or a remote one
+    over the transport; every executor it made is closed at the end."""
+    if transport == "local":
+        yield dsh_native.Executor
+        return
+    dsh = need_dsh_bin()
+    if transport == "stdio":
+        command = [dsh, "serve", "--stdio"]
+    elif transport == "ssh":
+        command = request.getfixturevalue("sshd").serve_command(dsh)
+    else:
+        raise AssertionError(f"unknown transport {transport!r}")
+    made: List[dsh_native.remote.Executor] = []
+
+    @functools.wraps(dsh_native.remote.Executor)
+    def make(**config: Any) -> dsh_native.remote.Executor:
+        executor = dsh_native.remote.Executor(command, **config)
+        made.append(executor)
+        return executor
+
+    yield make
+    for executor in made:
+        executor.close()
+
+
+@pytest.fixture
+def ex(make_executor: Callable[..., Any]) -> Iterator[Any]:
+    with make_executor(grace_ms=300) as executor:
         yield executor
+
+
+def process_cwd(ex: AnyExecutor) -> str:
+    """Where a command runs by default: this process's cwd, or the server's."""
+    if isinstance(ex, dsh_native.remote.Executor):
+        assert ex.host_cwd is not None
+        return ex.host_cwd
+    return os.getcwd()
 
 
 def eventually(cond: Callable[[], bool], limit: float = 20.0) -> bool:
@@ -37,7 +206,8 @@ def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             state = f.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
+        # Gone, or going while /proc was read (ESRCH).
         return False
     return state not in ("Z", "X")
 

@@ -1,10 +1,13 @@
 """The contract of docs/ (configuration, requests, environment, running,
-registry), through Python."""
+registry), through Python: each test runs against the local executor and
+against dsh_native.remote.Executor over `dsh serve --stdio`, as a child and
+across ssh (conftest.py's `transport`)."""
 
 import os
 import pathlib
 import signal
 import stat
+import sys
 import tempfile
 import threading
 import time
@@ -23,7 +26,21 @@ from dsh_native import (
     SpawnError,
 )
 
-from conftest import alive, eventually, landlock_abi, landlock_missing, read_until
+from conftest import (
+    alive,
+    eventually,
+    landlock_abi,
+    landlock_missing,
+    process_cwd,
+    read_until,
+    skip_remote,
+)
+
+
+@pytest.fixture(autouse=True)
+def executor_under_test(make_executor, monkeypatch):
+    """`Executor` in these tests is the executor of the transport under test."""
+    monkeypatch.setattr(sys.modules[__name__], "Executor", make_executor)
 
 
 # configuration (docs/configuration.md) ----------------------------------------
@@ -71,7 +88,7 @@ def test_resolve_defaults_and_caps(tmp):
 
 
 def test_workdir_defaults_to_the_process_cwd(ex):
-    assert ex.resolve("true").workdir == os.getcwd()
+    assert ex.resolve("true").workdir == process_cwd(ex)
 
 
 @pytest.mark.parametrize(
@@ -101,6 +118,7 @@ def test_workdir_defaults_to_the_process_cwd(ex):
     ],
 )
 def test_bad_requests_are_errors_naming_the_field(ex, kwargs, field, needle):
+    kwargs = dict(kwargs)  # the parameter is shared by every transport's run
     command = kwargs.pop("command", "true")
     with pytest.raises(InvalidArgumentError) as info:
         ex.resolve(command, **kwargs)
@@ -108,7 +126,9 @@ def test_bad_requests_are_errors_naming_the_field(ex, kwargs, field, needle):
     assert needle in str(info.value)
 
 
-def test_workdir_is_a_path_as_subprocess_takes_cwd(ex):
+def test_workdir_is_a_path_as_subprocess_takes_cwd(ex, transport):
+    skip_remote(transport, "the protocol carries paths as UTF-8 text: a name that is not UTF-8 is "
+                "refused naming its field (test_remote.py checks that)")
     # A directory whose name is not UTF-8: given as bytes, as a pathlib.Path
     # and as the str os.fsdecode makes of it, it is the same directory.
     with tempfile.TemporaryDirectory(prefix="dsh-py-bytes-") as base:
@@ -147,7 +167,7 @@ def test_sandbox_policy_is_stamped_from_config_or_request(tmp):
     with Executor(sandbox_mode="read-only") as ex:
         assert ex.sandbox_mode == "read-only"
         p = ex.resolve("true").sandbox_policy
-        assert p is not None and (p.mode, p.workspace_root) == ("read-only", os.getcwd())
+        assert p is not None and (p.mode, p.workspace_root) == ("read-only", process_cwd(ex))
         s = ex.resolve("true", sandbox_policy={"mode": "danger-full-access", "workspace_root": tmp})
         assert s.sandbox_policy is not None and s.sandbox_policy.mode == "danger-full-access"
     with Executor() as ex:
@@ -156,7 +176,9 @@ def test_sandbox_policy_is_stamped_from_config_or_request(tmp):
 
 # environment (docs/environment.md) --------------------------------------------
 
-def test_environment_scrub_and_precedence(ex, monkeypatch):
+def test_environment_scrub_and_precedence(ex, monkeypatch, transport):
+    skip_remote(transport, "commands get the server's environment, not this process's "
+                "(test_remote.py checks the scrub of the server's)")
     monkeypatch.setenv("MY_API_KEY", "leak1")
     monkeypatch.setenv("db_password", "leak2")
     monkeypatch.setenv("DSH_STALE", "leak3")
@@ -634,7 +656,9 @@ NOT_UTF8 = "is not encodable as UTF-8 (a lone surrogate"
         (lambda ex: Executor(spill_dir="/\ud800"), "config.spill_dir", NOT_UTF8),
     ],
 )
-def test_a_lone_surrogate_is_refused_naming_the_field(ex, call, field, needle):
+def test_a_lone_surrogate_is_refused_naming_the_field(ex, call, field, needle, transport):
+    if "spawn_terminal" in call.__code__.co_names:
+        skip_remote(transport, "spawn_terminal is not in the protocol")
     with pytest.raises(InvalidArgumentError) as info:
         call(ex)
     assert info.value.field == field
@@ -642,7 +666,8 @@ def test_a_lone_surrogate_is_refused_naming_the_field(ex, call, field, needle):
     assert isinstance(info.value, ValueError)
 
 
-def test_a_lone_surrogate_written_to_a_terminal_or_as_its_signal_is_refused_naming_the_argument(ex):
+def test_a_lone_surrogate_written_to_a_terminal_or_as_its_signal_is_refused_naming_the_argument(ex, transport):
+    skip_remote(transport, "spawn_terminal is not in the protocol")
     term = ex.spawn_terminal(["cat"])
     try:
         with pytest.raises(InvalidArgumentError) as info:

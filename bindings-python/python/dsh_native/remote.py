@@ -1,0 +1,2263 @@
+"""A remote executor: the API of ``dsh_native.Executor``, driving ``dsh serve``
+on another machine (or in a container) over its protocol (docs/protocol.md).
+
+>>> from dsh_native.remote import Executor
+>>> with Executor(["ssh", "build-1", "dsh", "serve", "--stdio"], timeout_ms=10_000) as ex:
+...     result = ex.run(ex.resolve("echo hello; exit 3"))
+>>> (result.exit_code, result.stdout.text)
+(3, 'hello\\n')
+
+The transport is a command speaking the protocol on its stdin and stdout
+(``ssh host dsh serve --stdio``, ``kubectl exec -i pod -- dsh serve
+--stdio``) or the unix socket of ``dsh serve --listen unix:PATH``. The
+far side runs an executor of its own for this connection; when the
+connection ends, for whatever reason, everything it started is stopped
+there.
+
+What differs from the local executor, and why:
+
+- Commands, paths, spill files and environment are the far host's: a
+  relative ``workdir`` is relative to the server's ``cwd``, the scrubbed
+  environment is the server's, and spill paths name files over there.
+- Paths travel as UTF-8 text (the protocol's rule): a path whose bytes are
+  not UTF-8 is refused naming its field.
+- ``spawn`` and ``spawn_terminal`` are not in the protocol, so they are not
+  here.
+- A transport that ends (ssh killed, network gone, server crashed) fails
+  every pending and later call with :class:`TransportError`, naming the
+  transport and quoting the end of its stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import base64
+import copy
+import errno as _errno
+import itertools
+import json
+import math
+import operator
+import os
+import queue
+import shlex
+import signal
+import socket as _socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import weakref
+from dataclasses import dataclass
+from types import TracebackType
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Literal,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+    Union,
+)
+
+from ._errors import (
+    AlreadyCancelledError,
+    BlockingCallError,
+    DisposedError,
+    DshError,
+    ForkedChildError,
+    InternalError,
+    InvalidArgumentError,
+    LimitUnavailableError,
+    NotFoundError,
+    SandboxUnavailableError,
+    SpawnError,
+    StdinClosedError,
+    StillRunningError,
+    TerminalClosedError,
+)
+from ._helpers import resolve_future
+from ._native import CancelToken
+from ._native import SandboxPolicy as _NativeSandboxPolicy
+from ._native import __version__
+
+if TYPE_CHECKING:
+    from ._native import _Limits, _SandboxModeName
+
+__all__ = [
+    "CollectedOutput",
+    "Executor",
+    "PIPE",
+    "Process",
+    "ProcessRead",
+    "ProtocolError",
+    "RunResult",
+    "SandboxInfo",
+    "SandboxPolicy",
+    "Spec",
+    "TransportError",
+    "Unsubscribe",
+]
+
+#: ``resolve(..., stdin=PIPE)``: as for the local executor (``subprocess.PIPE``).
+PIPE: int = subprocess.PIPE
+
+_Number = Union[int, float]
+_Path = Union[str, "os.PathLike[str]"]
+_FsPath = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+
+#: The protocol version this client speaks.
+PROTOCOL_VERSION = 1
+
+# The longest line the server reads (cli/src/protocol/mod.rs); a longer one
+# is answered with an error nobody could match to its call, so none is sent.
+_MAX_MESSAGE_BYTES = 48 << 20
+
+# Stdin larger than this goes in several write_stdin calls, each well under
+# the line limit once in base64; the server takes them in call order.
+_STDIN_PIECE = 16 << 20
+
+# How long a blocking wait sleeps before letting Python look for Ctrl-C: a
+# signal delivered to another thread does not wake the waiting one.
+_SIGNAL_POLL = 0.05
+
+# How often a run polls its CancelToken, which has no callback to call.
+_CANCEL_POLL = 0.01
+
+# The end of a transport's stderr kept for error messages.
+_STDERR_TAIL_BYTES = 8192
+
+_LIMIT_KEYS = ("memory_bytes", "processes", "cpu_seconds", "file_size_bytes", "open_files")
+
+
+# Errors -----------------------------------------------------------------
+
+
+class TransportError(DshError, ConnectionError):
+    """The connection to the server is gone (or never came up): every call
+    pending on it failed with this, and every later one does too. The far
+    side stops everything this connection started when it notices the end.
+    ``transport`` names the transport; the message quotes the end of its
+    stderr, where ssh and kubectl explain themselves."""
+
+    transport: Optional[str] = None
+
+
+class ProtocolError(TransportError):
+    """The server sent something that is not the protocol (not JSON-RPC, an
+    answer to nothing, a result of the wrong shape). The connection is ended
+    when the stream itself is broken, since no later answer can be trusted
+    to belong to its call."""
+
+
+# The core's messages, for the few refusals this client makes itself (so
+# that they read as the local executor's do).
+_DISPOSED = "executor is disposed"
+_ALREADY_CANCELLED = "cancelled before the command started"
+_WOULD_BLOCK = (
+    "blocking call made from inside an async runtime or a listener callback; use the async API"
+)
+_STDIN_END = {
+    "not-piped": "it was not started with a stdin pipe",
+    "closed": "its stdin was closed by close_stdin",
+    "exited": "it has exited",
+    "broken": "the command closed its stdin",
+}
+
+
+def _invalid(field: str, problem: str) -> InvalidArgumentError:
+    e = InvalidArgumentError(f"{field} {problem}")
+    e.field = field
+    return e
+
+
+def _stdin_closed(id: str, reason: str) -> StdinClosedError:
+    e = StdinClosedError(_errno.EPIPE, f"cannot write to the stdin of {id}: {_STDIN_END[reason]}")
+    e.id = id
+    e.reason = reason
+    return e
+
+
+def _fresh(e: BaseException) -> BaseException:
+    """A copy of a stored error, raised anew: one object raised from many
+    threads would collect every raiser's traceback."""
+    try:
+        return copy.copy(e)
+    except Exception:
+        return e
+
+
+def _errno_of(code: str, number: Any) -> int:
+    """This host's number for the errno the server named (``ENOENT``): the
+    far host may number them differently; the name is what it means."""
+    local = getattr(_errno, code, None)
+    if isinstance(local, int):
+        return local
+    return number if isinstance(number, int) and not isinstance(number, bool) else 0
+
+
+def _error_from_rpc(error: Any, method: str, params: Mapping[str, Any]) -> BaseException:
+    """The exception the local executor raises for the core error the server
+    reported: the same class and attributes (``field``, ``errno``, ``id``,
+    ``reason``, ``limit``)."""
+    if not isinstance(error, dict) or not isinstance(error.get("message"), str):
+        return ProtocolError(f"the server answered {method} with a malformed error: {_excerpt(error)}")
+    message: str = error["message"]
+    data = error.get("data")
+    data = data if isinstance(data, dict) else {}
+    code = data.get("code")
+    id = params.get("id") if isinstance(params.get("id"), str) else None
+    if code == "INVALID_ARGUMENT":
+        ia = InvalidArgumentError(message)
+        field = data.get("field")
+        ia.field = field if isinstance(field, str) else None
+        return ia
+    if code == "NOT_FOUND":
+        nf = NotFoundError(message)
+        nf.id = id
+        return nf
+    if code == "STILL_RUNNING":
+        sr = StillRunningError(message)
+        sr.id = id
+        return sr
+    if code == "STDIN_CLOSED":
+        sc = StdinClosedError(_errno.EPIPE, message)
+        sc.id = data.get("id") if isinstance(data.get("id"), str) else id
+        sc.reason = data.get("reason") if isinstance(data.get("reason"), str) else None
+        return sc
+    if code == "LIMIT_UNAVAILABLE":
+        lu = LimitUnavailableError(message)
+        lu.limit = str(data.get("limit"))
+        return lu
+    simple: Dict[str, Type[DshError]] = {
+        "DISPOSED": DisposedError,
+        "ABORT_ERR": AlreadyCancelledError,
+        "SANDBOX_UNAVAILABLE": SandboxUnavailableError,
+        "WOULD_BLOCK": BlockingCallError,
+        "FORKED_CHILD": ForkedChildError,
+        "TERMINAL_CLOSED": TerminalClosedError,
+        "INTERNAL": InternalError,
+    }
+    if isinstance(code, str) and code in simple:
+        return simple[code](message)
+    if isinstance(code, str) and "errno" in data:
+        return SpawnError(_errno_of(code, data["errno"]), message)
+    if code is None:
+        # A JSON-RPC refusal with no core error behind it: an unknown method
+        # or a message this client got wrong — a version mismatch, or a bug.
+        return InternalError(
+            f"the server refused {method}: {message} (JSON-RPC error {error.get('code')!r})"
+        )
+    return DshError(f"{message} ({code})")
+
+
+def _excerpt(value: Any, limit: int = 200) -> str:
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else repr(value)
+    text = text.rstrip("\n")
+    return repr(text[:limit]) + ("…" if len(text) > limit else "")
+
+
+# Parameters: the local face's checks, in Python -----------------------------
+#
+# The local executor's Python layer refuses a value of the wrong Python type
+# before the core sees it, naming the field; the same checks run here with
+# the same messages, so that a harness sees the same error from either. The
+# values themselves (ranges, NUL bytes, names) are judged by the core on the
+# far side, whose messages are the local core's.
+
+
+def _type_name(v: object) -> str:
+    return type(v).__name__
+
+
+def _utf8(v: object, field: str, what: str) -> Optional[str]:
+    """``v`` as text UTF-8 can carry; None when it is not a ``str``."""
+    if not isinstance(v, str):
+        return None
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError as e:
+        at = f": {v[e.start]!r} at index {e.start}"
+        raise _invalid(field, f"{what}is not encodable as UTF-8 (a lone surrogate{at})") from None
+    return str(v)
+
+
+def _required_str(v: object, field: str, what: str) -> str:
+    s = _utf8(v, field, what)
+    if s is None:
+        raise _invalid(field, f"{what}must be a str, got {_type_name(v)}")
+    return s
+
+
+def _optional_str(v: object, field: str) -> Optional[str]:
+    if v is None:
+        return None
+    fspath = getattr(v, "__fspath__", None)
+    if callable(fspath):
+        v = fspath()
+    return _required_str(v, field, "")
+
+
+def _rust_float(f: float) -> str:
+    if math.isnan(f):
+        return "NaN"
+    return "inf" if f > 0 else "-inf"
+
+
+def _number(v: object, field: str) -> Optional[_Number]:
+    """A number for the core to judge. JSON has no NaN or infinity: those
+    are refused here with the core's own words."""
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        raise _invalid(field, "must be a number, got a bool")
+    try:
+        if isinstance(v, (str, bytes, bytearray)):
+            raise TypeError
+        f = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        raise _invalid(field, f"must be a number, got {v!r}") from None
+    if not math.isfinite(f):
+        raise _invalid(field, f"must be a positive finite number, got {_rust_float(f)}")
+    if isinstance(v, int) and -(2**63) <= v < 2**64:
+        return int(v)
+    return f
+
+
+def _path(v: object, field: str, what: str) -> Optional[str]:
+    """A path as ``subprocess`` takes ``cwd`` (str, bytes, os.PathLike), as
+    the UTF-8 text the protocol carries."""
+    if v is None:
+        return None
+    try:
+        raw = os.fsencode(v)  # type: ignore[arg-type]
+    except TypeError:
+        raise _invalid(field, f"{what}must be str, bytes or os.PathLike, got {_type_name(v)}") from None
+    except UnicodeEncodeError as e:
+        raise _invalid(
+            field, f"{what}cannot be encoded with the filesystem encoding: UnicodeEncodeError: {e}"
+        ) from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _invalid(field, f"{what}is not UTF-8 ({raw!r}); the protocol carries paths as text") from None
+
+
+def _string_map(v: object, field: str) -> Optional[Dict[str, str]]:
+    if v is None:
+        return None
+    shape = "must be a dict of str to str"
+    if not isinstance(v, Mapping):
+        raise _invalid(field, f"{shape}, got {_type_name(v)}")
+    out: Dict[str, str] = {}
+    for k, val in v.items():
+        key = _utf8(k, field, f"key {k!r} ")
+        if key is None:
+            raise _invalid(field, f"{shape}, got key {k!r} of type {_type_name(k)}")
+        text = _utf8(val, field, f"value of {k!r} ")
+        if text is None:
+            raise _invalid(field, f"{shape}, got {_type_name(val)} for {k!r}")
+        out[key] = text
+    return out
+
+
+def _limits(v: object, scope: str) -> Optional[Dict[str, _Number]]:
+    if v is None:
+        return None
+    field = f"{scope}.limits"
+    if not isinstance(v, Mapping):
+        raise _invalid(field, "must be a dict")
+    out: Dict[str, _Number] = {}
+    for key, val in v.items():
+        name = key if isinstance(key, str) else ""
+        if name not in _LIMIT_KEYS:
+            raise _invalid(
+                field,
+                f"has an unknown key {json.dumps(name, ensure_ascii=False)} (expected memory_bytes, "
+                "processes, cpu_seconds, file_size_bytes or open_files)",
+            )
+        n = _number(val, f"{scope}.limits.{name}")
+        if n is not None:
+            out[name] = n
+    return out
+
+
+def _policy(v: object) -> Optional[Dict[str, Any]]:
+    field = "request.sandbox_policy"
+    if v is None:
+        return None
+    if isinstance(v, (SandboxPolicy, _NativeSandboxPolicy)):
+        return {
+            "mode": v.mode,
+            "workspace_root": _path(v.workspace_root, field, "workspace_root "),
+            "network": v.network,
+        }
+    if not isinstance(v, Mapping):
+        raise _invalid(field, "must be a SandboxPolicy or a dict with 'mode'")
+    if "mode" not in v:
+        raise _invalid(field, "has no 'mode'")
+    out: Dict[str, Any] = {}
+    root = _path(v.get("workspace_root"), field, "workspace_root ")
+    if root is not None:
+        out["workspace_root"] = root
+    if v.get("session_id") is not None:
+        out["session_id"] = _required_str(v["session_id"], field, "session_id ")
+    if v.get("network") is not None:
+        out["network"] = _required_str(v["network"], field, "network ")
+    out["mode"] = _required_str(v["mode"], field, "mode ")
+    return out
+
+
+def _is_pipe(stdin: object) -> bool:
+    if stdin is None or isinstance(stdin, bool):
+        return False
+    try:
+        return operator.index(stdin) == PIPE  # type: ignore[arg-type]
+    except TypeError:
+        return False
+
+
+def _config_params(
+    cwd: object,
+    timeout_ms: object,
+    max_timeout_ms: object,
+    max_output_bytes: object,
+    max_spill_bytes: object,
+    grace_ms: object,
+    spill_dir: object,
+    retain_settled: object,
+    sandbox_mode: object,
+    limits: object,
+) -> Dict[str, Any]:
+    """The ``config`` of ``initialize`` and ``reconfigure``: only what was
+    given (absent is the core's default), checked in the local order."""
+    values: Dict[str, Any] = {
+        "cwd": _optional_str(cwd, "config.cwd"),
+        "timeout_ms": _number(timeout_ms, "config.timeout_ms"),
+        "max_timeout_ms": _number(max_timeout_ms, "config.max_timeout_ms"),
+        "max_output_bytes": _number(max_output_bytes, "config.max_output_bytes"),
+        "max_spill_bytes": _number(max_spill_bytes, "config.max_spill_bytes"),
+        "grace_ms": _number(grace_ms, "config.grace_ms"),
+        "spill_dir": _optional_str(spill_dir, "config.spill_dir"),
+        "retain_settled": _number(retain_settled, "config.retain_settled"),
+        "sandbox_mode": None
+        if sandbox_mode is None
+        else _required_str(sandbox_mode, "config.sandbox_mode", "mode "),
+        "limits": _limits(limits, "config"),
+    }
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _stdin_pieces(data: object) -> List[bytes]:
+    """``write_stdin``'s data in pieces that each fit in one message."""
+    if isinstance(data, str):
+        raw = data.encode("utf-8")
+    elif isinstance(data, bytes):
+        raw = bytes(data)
+    else:
+        raise TypeError("data must be str or bytes")
+    if not raw:
+        return [b""]
+    return [raw[i : i + _STDIN_PIECE] for i in range(0, len(raw), _STDIN_PIECE)]
+
+
+def _id_arg(id: object) -> str:
+    if not isinstance(id, str):
+        raise TypeError(f"id must be a str, got {_type_name(id)}")
+    id.encode("utf-8")  # a lone surrogate: UnicodeEncodeError, as the local face raises
+    return str(id)
+
+
+def _timeout_arg(timeout: Optional[float]) -> Optional[float]:
+    if timeout is None:
+        return None
+    if isinstance(timeout, (str, bytes)):
+        raise TypeError(f"timeout must be a number of seconds or None, got {_type_name(timeout)}")
+    t = float(timeout)
+    if not (math.isfinite(t) and t >= 0):
+        shown = _rust_float(t) if not math.isfinite(t) else repr(t)
+        raise ValueError(f"timeout must be a non-negative number of seconds, got {shown}")
+    return t
+
+
+# Results --------------------------------------------------------------------
+
+
+def _py_bool(b: bool) -> str:
+    return "True" if b else "False"
+
+
+@dataclass(frozen=True, eq=False)
+class SandboxPolicy:
+    """A spec's sandbox policy; can be passed back to ``resolve`` as
+    ``sandbox_policy``. ``workspace_root`` is a path on the far host."""
+
+    mode: str
+    workspace_root: str
+    network: str
+
+    def __repr__(self) -> str:
+        return (
+            f"SandboxPolicy(mode={self.mode!r}, workspace_root={self.workspace_root!r}, "
+            f"network={self.network!r})"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class SandboxInfo:
+    """Sandbox facts of a run or a settled process (docs/sandbox.md)."""
+
+    mode: str
+    denied: bool
+    enforcement: Optional[str]
+    metadata: bool
+    runner_failed: Optional[bool]
+    network: str
+    network_enforcement: Optional[str]
+
+    def __repr__(self) -> str:
+        rf = "None" if self.runner_failed is None else _py_bool(self.runner_failed)
+        return (
+            f"SandboxInfo(mode={self.mode!r}, denied={_py_bool(self.denied)}, "
+            f"enforcement={self.enforcement!r}, metadata={_py_bool(self.metadata)}, runner_failed={rf})"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class CollectedOutput:
+    """One stream of a foreground run; ``spill_path`` names a file on the far host."""
+
+    text: str
+    truncated: bool
+    spill_path: Optional[str]
+    spill_error: Optional[str]
+
+    def __repr__(self) -> str:
+        raw = self.text.encode("utf-8", "surrogatepass")
+        if len(raw) > 60:
+            shown = repr(raw[:60].decode("utf-8", "ignore")) + "…"
+        else:
+            shown = repr(self.text)
+        return f"CollectedOutput(text={shown}, truncated={_py_bool(self.truncated)}, spill_path={self.spill_path!r})"
+
+
+@dataclass(frozen=True, eq=False)
+class RunResult:
+    """The outcome of a foreground run (docs/running.md)."""
+
+    exit_code: Optional[int]
+    signal: Optional[str]
+    exit_status_unavailable: bool
+    timed_out: bool
+    aborted: bool
+    timeout_ms: int
+    stdout: CollectedOutput
+    stderr: CollectedOutput
+    sandbox: Optional[SandboxInfo]
+    survivors: int
+    background_id: Optional[str]
+    limit: Optional[str]
+    limits_enforcement: Dict[str, str]
+
+    def __repr__(self) -> str:
+        return (
+            f"RunResult(exit_code={self.exit_code!r}, signal={self.signal!r}, "
+            f"timed_out={_py_bool(self.timed_out)}, aborted={_py_bool(self.aborted)}, "
+            f"timeout_ms={self.timeout_ms}, stdout={self.stdout!r}, stderr={self.stderr!r})"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class ProcessRead:
+    """What one ``read_output`` call returns."""
+
+    delta: str
+    lossy: bool
+    stdout_spill_path: Optional[str]
+    stderr_spill_path: Optional[str]
+    stdout_spill_error: Optional[str]
+    stderr_spill_error: Optional[str]
+
+    def __repr__(self) -> str:
+        return (
+            f"ProcessRead(delta={self.delta!r}, lossy={_py_bool(self.lossy)}, "
+            f"stdout_spill_path={self.stdout_spill_path!r}, stderr_spill_path={self.stderr_spill_path!r})"
+        )
+
+
+_NOTHING_READ = ProcessRead("", False, None, None, None, None)
+
+
+def _opt_str(v: Any) -> Optional[str]:
+    if v is None or isinstance(v, str):
+        return v
+    raise TypeError(f"expected a string or null, got {_excerpt(v)}")
+
+
+def _opt_int(v: Any) -> Optional[int]:
+    if v is None:
+        return None
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    raise TypeError(f"expected an integer or null, got {_excerpt(v)}")
+
+
+def _bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    raise TypeError(f"expected a boolean, got {_excerpt(v)}")
+
+
+def _int(v: Any) -> int:
+    i = _opt_int(v)
+    if i is None:
+        raise TypeError("expected an integer, got null")
+    return i
+
+
+def _str(v: Any) -> str:
+    s = _opt_str(v)
+    if s is None:
+        raise TypeError("expected a string, got null")
+    return s
+
+
+def _obj(v: Any) -> Dict[str, Any]:
+    if isinstance(v, dict):
+        return v
+    raise TypeError(f"expected an object, got {_excerpt(v)}")
+
+
+def _str_map(v: Any) -> Dict[str, str]:
+    return {str(k): _str(x) for k, x in _obj(v).items()}
+
+
+def _sandbox_info(v: Any) -> Optional[SandboxInfo]:
+    if v is None:
+        return None
+    o = _obj(v)
+    rf = o.get("runner_failed")
+    return SandboxInfo(
+        mode=_str(o["mode"]),
+        denied=_bool(o["denied"]),
+        enforcement=_opt_str(o.get("enforcement")),
+        metadata=_bool(o["metadata"]),
+        runner_failed=None if rf is None else _bool(rf),
+        network=_str(o["network"]),
+        network_enforcement=_opt_str(o.get("network_enforcement")),
+    )
+
+
+def _collected(v: Any) -> CollectedOutput:
+    o = _obj(v)
+    return CollectedOutput(
+        text=_str(o["text"]),
+        truncated=_bool(o["truncated"]),
+        spill_path=_opt_str(o.get("spill_path")),
+        spill_error=_opt_str(o.get("spill_error")),
+    )
+
+
+def _run_result(v: Any) -> RunResult:
+    o = _obj(_obj(v)["result"])
+    return RunResult(
+        exit_code=_opt_int(o.get("exit_code")),
+        signal=_opt_str(o.get("signal")),
+        exit_status_unavailable=_bool(o["exit_status_unavailable"]),
+        timed_out=_bool(o["timed_out"]),
+        aborted=_bool(o["aborted"]),
+        timeout_ms=_int(o["timeout_ms"]),
+        stdout=_collected(o["stdout"]),
+        stderr=_collected(o["stderr"]),
+        sandbox=_sandbox_info(o.get("sandbox")),
+        survivors=_int(o["survivors"]),
+        background_id=_opt_str(o.get("background_id")),
+        limit=_opt_str(o.get("limit")),
+        limits_enforcement=_str_map(o.get("limits_enforcement") or {}),
+    )
+
+
+def _process_read(v: Any) -> ProcessRead:
+    o = _obj(v)
+    return ProcessRead(
+        delta=_str(o["delta"]),
+        lossy=_bool(o["lossy"]),
+        stdout_spill_path=_opt_str(o.get("stdout_spill_path")),
+        stderr_spill_path=_opt_str(o.get("stderr_spill_path")),
+        stdout_spill_error=_opt_str(o.get("stdout_spill_error")),
+        stderr_spill_error=_opt_str(o.get("stderr_spill_error")),
+    )
+
+
+def _snapshot(v: Any) -> Dict[str, Any]:
+    """A process as the server sent it, its facts checked once here so that
+    the properties can read them without a second thought."""
+    o = _obj(v)
+    _str(o["id"])
+    _str(o["command"])
+    _opt_str(o.get("owner"))
+    _str(o["status"])
+    _bool(o["settled"])
+    _opt_int(o.get("exit_code"))
+    _opt_str(o.get("signal"))
+    _bool(o.get("exit_status_unavailable", False))
+    _int(o.get("survivors", 0))
+    _sandbox_info(o.get("sandbox"))
+    _opt_str(o.get("limit"))
+    _str_map(o.get("limits_enforcement") or {})
+    _bool(o.get("has_stdin_pipe", False))
+    return o
+
+
+class _Shape:
+    """Turns a result of the wrong shape into a ProtocolError naming the call."""
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        if exc is not None and isinstance(exc, (KeyError, TypeError, ValueError, AttributeError)):
+            what = f"no {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise ProtocolError(
+                f"the server's answer to {self.method} is not what protocol version "
+                f"{PROTOCOL_VERSION} says ({what})"
+            ) from exc
+
+
+class Spec:
+    """A fully resolved spec, made by ``Executor.resolve`` on the far side:
+    every field explicit (docs/requests.md). Immutable; it is sent back as
+    it came for ``run`` and ``start``."""
+
+    __slots__ = ("_wire", "_stdin")
+
+    def __init__(self, wire: Dict[str, Any]) -> None:
+        with _Shape("resolve"):
+            _str(wire["command"])
+            _str(wire["workdir"])
+            _int(wire["timeout_ms"])
+            _int(wire["stdout_max_bytes"])
+            stdin = _opt_str(wire.get("stdin_base64"))
+            self._stdin = None if stdin is None else base64.b64decode(stdin, validate=True)
+            _str(wire["on_expiry"])
+            policy = wire.get("sandbox_policy")
+            if policy is not None:
+                for key in ("mode", "workspace_root", "network"):
+                    _str(_obj(policy)[key])
+            for key in ("env", "dsh_env"):
+                if wire.get(key) is not None:
+                    _str_map(wire[key])
+            _obj(wire.get("limits") or {})
+        self._wire = wire
+
+    @property
+    def command(self) -> str:
+        return str(self._wire["command"])
+
+    @property
+    def workdir(self) -> str:
+        """The absolute workdir on the far host."""
+        return str(self._wire["workdir"])
+
+    @property
+    def timeout_ms(self) -> int:
+        return int(self._wire["timeout_ms"])
+
+    @property
+    def stdout_max_bytes(self) -> int:
+        return int(self._wire["stdout_max_bytes"])
+
+    @property
+    def stdin(self) -> Optional[bytes]:
+        return self._stdin
+
+    @property
+    def stdin_pipe(self) -> bool:
+        return bool(self._wire.get("stdin_pipe"))
+
+    @property
+    def on_expiry(self) -> Literal["kill", "background"]:
+        return "background" if self._wire["on_expiry"] == "background" else "kill"
+
+    @property
+    def env(self) -> Optional[Dict[str, str]]:
+        env = self._wire.get("env")
+        return None if env is None else dict(env)
+
+    @property
+    def dsh_env(self) -> Optional[Dict[str, str]]:
+        env = self._wire.get("dsh_env")
+        return None if env is None else dict(env)
+
+    @property
+    def owner(self) -> Optional[str]:
+        owner = self._wire.get("owner")
+        return None if owner is None else str(owner)
+
+    @property
+    def sandbox_policy(self) -> Optional[SandboxPolicy]:
+        p = self._wire.get("sandbox_policy")
+        if p is None:
+            return None
+        return SandboxPolicy(mode=p["mode"], workspace_root=p["workspace_root"], network=p["network"])
+
+    @property
+    def limits(self) -> Dict[str, int]:
+        return {str(k): int(v) for k, v in (self._wire.get("limits") or {}).items()}
+
+    def __repr__(self) -> str:
+        return (
+            f"Spec(command={self.command!r}, workdir={self.workdir!r}, timeout_ms={self.timeout_ms}, "
+            f"stdout_max_bytes={self.stdout_max_bytes}, owner={self.owner!r})"
+        )
+
+
+# Waiting -----------------------------------------------------------------------
+
+
+def _wait_event(event: threading.Event, timeout: Optional[float]) -> bool:
+    """``event.wait(timeout)`` in slices, so that Ctrl-C is seen promptly
+    whichever thread the signal was delivered to."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        step = _SIGNAL_POLL if deadline is None else min(_SIGNAL_POLL, deadline - time.monotonic())
+        if step <= 0:
+            return event.is_set()
+        if event.wait(step):
+            return True
+
+
+_Callback = Callable[[Any, Optional[BaseException]], None]
+
+
+class _Reply:
+    """The answer to one request, for a thread that blocks on it."""
+
+    __slots__ = ("_event", "_value", "_error")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._value: Any = None
+        self._error: Optional[BaseException] = None
+
+    def settle(self, value: Any, error: Optional[BaseException]) -> None:
+        self._value, self._error = value, error
+        self._event.set()
+
+    def wait(self, timeout: Optional[float]) -> bool:
+        return _wait_event(self._event, timeout)
+
+    def get(self) -> Any:
+        self.wait(None)
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def _deliver(loop: asyncio.AbstractEventLoop, future: "asyncio.Future[Any]", value: Any, error: Optional[BaseException]) -> None:
+    try:
+        loop.call_soon_threadsafe(resolve_future, future, value, error)
+    except RuntimeError:  # the loop is closed: nobody is waiting
+        pass
+
+
+# Unraisable errors of listeners -------------------------------------------------
+
+
+class _UnraisableHookArgs(NamedTuple):
+    exc_type: Type[BaseException]
+    exc_value: BaseException
+    exc_traceback: Optional[TracebackType]
+    err_msg: Optional[str]
+    object: object
+
+
+def _report_unraisable(exc: BaseException, obj: object) -> None:
+    """Reports a listener's exception through ``sys.unraisablehook``, as the
+    local executor does. The interpreter's own hook takes only its own
+    argument type, which Python code cannot make: that case prints what the
+    hook would."""
+    hook = sys.unraisablehook
+    try:
+        if hook is sys.__unraisablehook__:
+            print(f"Exception ignored in: {obj!r}", file=sys.stderr)
+            traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+        else:
+            hook(_UnraisableHookArgs(type(exc), exc, exc.__traceback__, None, obj))  # type: ignore[arg-type]
+    except BaseException:
+        pass
+
+
+# Transports ----------------------------------------------------------------------
+
+
+class _Transport:
+    """A byte stream to the server: lines out, lines in, and how it ended."""
+
+    description: str
+
+    def write(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def read_line(self) -> bytes:
+        raise NotImplementedError
+
+    def end_input(self) -> None:
+        """Our side is done: the server disposes its executor and exits."""
+        raise NotImplementedError
+
+    def terminate(self) -> None:
+        """Ends the stream now, from our side (a broken protocol, a hang)."""
+        raise NotImplementedError
+
+    def ended(self) -> str:
+        """After the end of the input: how it ended, for the error message
+        (may wait a moment for the transport to exit)."""
+        raise NotImplementedError
+
+    def reap(self) -> None:
+        """Releases everything; bounded."""
+        raise NotImplementedError
+
+
+class _CommandTransport(_Transport):
+    def __init__(self, argv: List[str]) -> None:
+        self.argv = argv
+        self.description = shlex.join(argv)
+        try:
+            # Its own session: a Ctrl-C at the terminal aborts the run that
+            # waits (as locally), it does not kill the connection under it.
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as e:
+            err = TransportError(f"cannot start the transport {self.description}: {e}")
+            err.transport = self.description
+            raise err from e
+        self._tail = bytearray()
+        self._tail_lock = threading.Lock()
+        self._stderr = threading.Thread(target=self._drain_stderr, name="dsh-remote-stderr", daemon=True)
+        self._stderr.start()
+
+    def _drain_stderr(self) -> None:
+        pipe = self._proc.stderr
+        assert pipe is not None
+        fd = pipe.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                return
+            if not chunk:
+                return
+            with self._tail_lock:
+                self._tail += chunk
+                del self._tail[:-_STDERR_TAIL_BYTES]
+
+    def stderr_tail(self) -> str:
+        with self._tail_lock:
+            return bytes(self._tail).decode("utf-8", "replace").strip()
+
+    def write(self, data: bytes) -> None:
+        pipe = self._proc.stdin
+        assert pipe is not None
+        pipe.write(data)
+        pipe.flush()
+
+    def read_line(self) -> bytes:
+        pipe = self._proc.stdout
+        assert pipe is not None
+        return pipe.readline()
+
+    def end_input(self) -> None:
+        pipe = self._proc.stdin
+        if pipe is not None and not pipe.closed:
+            try:
+                pipe.close()
+            except OSError:
+                pass
+
+    def terminate(self) -> None:
+        if self._proc.poll() is None:
+            try:
+                self._proc.kill()
+            except OSError:
+                pass
+
+    def ended(self) -> str:
+        try:
+            code = self._proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            self.terminate()
+            code = self._proc.wait()
+        self._stderr.join(timeout=1)
+        if code >= 0:
+            how = f"exited with status {code}"
+        else:
+            try:
+                how = f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+        tail = self.stderr_tail()
+        said = f"; its stderr ends with:\n{tail}" if tail else " (its stderr is empty)"
+        return f"the transport `{self.description}` {how}{said}"
+
+    def reap(self) -> None:
+        self.end_input()
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.terminate()
+            self._proc.wait()
+        self._stderr.join(timeout=1)
+        for pipe in (self._proc.stdout, self._proc.stderr):
+            if pipe is not None:
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+
+
+class _SocketTransport(_Transport):
+    def __init__(self, path: str) -> None:
+        self.description = f"unix:{path}"
+        self._sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        try:
+            self._sock.connect(path)
+        except OSError as e:
+            self._sock.close()
+            err = TransportError(f"cannot connect to {self.description}: {e}")
+            err.transport = self.description
+            raise err from e
+        self._reader = self._sock.makefile("rb")
+
+    def write(self, data: bytes) -> None:
+        self._sock.sendall(data)
+
+    def read_line(self) -> bytes:
+        return self._reader.readline()
+
+    def end_input(self) -> None:
+        try:
+            self._sock.shutdown(_socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def terminate(self) -> None:
+        try:
+            self._sock.shutdown(_socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def ended(self) -> str:
+        return f"the server at {self.description} closed the connection"
+
+    def reap(self) -> None:
+        self.terminate()
+        for closer in (self._reader.close, self._sock.close):
+            try:
+                closer()
+            except OSError:
+                pass
+
+
+# The connection ---------------------------------------------------------------------
+
+
+class _Pending(NamedTuple):
+    method: str
+    params: Dict[str, Any]
+    callback: _Callback
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+class _Connection:
+    """JSON-RPC over a transport: requests out, answers matched to their
+    callers by id, notifications handed on, and one failure for everything
+    pending when the stream ends. One reader thread; writers take turns."""
+
+    def __init__(
+        self,
+        transport: _Transport,
+        on_notification: Callable[[str, Dict[str, Any]], None],
+        on_lost: Callable[[BaseException], None],
+    ) -> None:
+        self.transport = transport
+        self._on_notification = on_notification
+        self._on_lost = on_lost
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._pending: Dict[int, _Pending] = {}
+        self._failure: Optional[BaseException] = None
+        self._closing = False
+        self._reader = threading.Thread(target=self._read_loop, name="dsh-remote-reader", daemon=True)
+        self._reader.start()
+
+    @property
+    def failure(self) -> Optional[BaseException]:
+        return self._failure
+
+    def _transport_error(self, message: str) -> TransportError:
+        e = TransportError(message)
+        e.transport = self.transport.description
+        return e
+
+    def request(
+        self,
+        method: str,
+        params: Dict[str, Any],
+        callback: _Callback,
+        *,
+        oversize_field: Optional[str] = None,
+    ) -> None:
+        """Sends a request; ``callback(result, error)`` is called once, on
+        the reader thread (or here, if the connection is already gone)."""
+        with self._lock:
+            failure = self._failure
+            id = next(self._ids)
+        if failure is not None:
+            raise _fresh(failure)
+        line = _encode({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+        if len(line) - 1 > _MAX_MESSAGE_BYTES:
+            field = oversize_field or method
+            raise _invalid(
+                field,
+                f"makes a {method} message of {len(line) - 1} bytes, more than the "
+                f"{_MAX_MESSAGE_BYTES} one message may hold (send large input through "
+                "stdin=PIPE and Process.write_stdin, which goes in pieces)",
+            )
+        with self._lock:
+            if self._failure is not None:
+                raise _fresh(self._failure)
+            self._pending[id] = _Pending(method, params, callback)
+        self._write(line)
+
+    def notify(self, method: str, params: Dict[str, Any]) -> None:
+        """Sends a notification (no answer, not even an error)."""
+        if self._failure is None:
+            self._write(_encode({"jsonrpc": "2.0", "method": method, "params": params}))
+
+    def _write(self, line: bytes) -> None:
+        try:
+            with self._write_lock:
+                self.transport.write(line)
+        except (OSError, ValueError):
+            # The stream is gone; the reader sees its end and fails every
+            # pending call (this one too) with how the transport ended.
+            self.transport.terminate()
+
+    def _read_loop(self) -> None:
+        failure: Optional[BaseException] = None
+        try:
+            while True:
+                line = self.transport.read_line()
+                if not line:
+                    break
+                if line.strip():
+                    self._dispatch(line)
+        except ProtocolError as e:
+            failure = e
+            self.transport.terminate()
+        except Exception as e:  # a read error, or a bug here: never a silent hang
+            failure = self._transport_error(
+                f"reading from the transport `{self.transport.description}` failed: {e!r}"
+            )
+            self.transport.terminate()
+        if failure is None:
+            if self._closing:
+                failure = DisposedError(_DISPOSED)
+            else:
+                failure = self._transport_error(self.transport.ended())
+        with self._lock:
+            if self._failure is None:
+                self._failure = failure
+            pending = list(self._pending.values())
+            self._pending.clear()
+        for p in pending:
+            self._call_back(p.callback, None, _fresh(failure))
+        try:
+            self._on_lost(failure)
+        except BaseException as e:
+            _report_unraisable(e, self._on_lost)
+
+    def _broken(self, what: str, line: bytes) -> ProtocolError:
+        e = ProtocolError(
+            f"the server behind `{self.transport.description}` broke the protocol: {what}: {_excerpt(line)}"
+        )
+        e.transport = self.transport.description
+        return e
+
+    def _dispatch(self, line: bytes) -> None:
+        try:
+            message = json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
+        except (UnicodeDecodeError, ValueError) as e:
+            raise self._broken(f"a line that is not JSON ({e})", line) from None
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            raise self._broken("a line that is not a JSON-RPC 2.0 message", line)
+        if "method" in message:
+            params = message.get("params", {})
+            if "id" in message or not isinstance(message["method"], str) or not isinstance(params, dict):
+                raise self._broken("a request or a malformed notification (it only answers and notifies)", line)
+            try:
+                self._on_notification(message["method"], params)
+            except (KeyError, TypeError, ValueError) as e:
+                raise self._broken(f"a notification of the wrong shape ({e!r})", line) from None
+            return
+        id = message.get("id")
+        if id is None:
+            error = message.get("error")
+            said = error.get("message") if isinstance(error, dict) else None
+            raise self._broken(f"it could not read a message from this client ({said})", line)
+        with self._lock:
+            pending = self._pending.pop(id, None) if isinstance(id, int) and not isinstance(id, bool) else None
+        if pending is None:
+            raise self._broken("an answer to a request this client did not send", line)
+        if "error" in message:
+            self._call_back(pending.callback, None, _error_from_rpc(message["error"], pending.method, pending.params))
+        elif "result" in message:
+            self._call_back(pending.callback, message["result"], None)
+        else:
+            self._call_back(
+                pending.callback, None, self._broken(f"an answer to {pending.method} without result or error", line)
+            )
+
+    @staticmethod
+    def _call_back(callback: _Callback, value: Any, error: Optional[BaseException]) -> None:
+        try:
+            callback(value, error)
+        except BaseException as e:  # never lose the reader thread to a callback
+            _report_unraisable(e, callback)
+
+    def shutdown(self) -> None:
+        """Ends the connection from our side, waits (bounded) for the server
+        to finish and the reader to see the end, and releases the transport."""
+        self._closing = True
+        try:
+            with self._write_lock:
+                self.transport.end_input()
+        except Exception:
+            pass
+        if threading.current_thread() is not self._reader:
+            self._reader.join(timeout=10)
+            if self._reader.is_alive():
+                self.transport.terminate()
+                self._reader.join(timeout=5)
+        self.transport.reap()
+
+    def abandon(self) -> None:
+        """Ends the connection without waiting (from a finalizer, which may
+        run on any thread, the reader's included)."""
+        self._closing = True
+        threading.Thread(target=self.shutdown, name="dsh-remote-close", daemon=True).start()
+
+
+def _encode(message: Dict[str, Any]) -> bytes:
+    text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return (text + "\n").encode("utf-8")
+
+
+# Processes -------------------------------------------------------------------------
+
+
+class _ProcState:
+    """What this client knows of one background process, shared by every
+    handle to it: its last snapshot, whether it has settled, who waits for
+    that, and (once the executor is closed) its output not yet read."""
+
+    __slots__ = ("lock", "snapshot", "settled", "failure", "wait_sent", "async_waiters", "final_read", "__weakref__")
+
+    def __init__(self, snapshot: Dict[str, Any]) -> None:
+        self.lock = threading.Lock()
+        self.snapshot = snapshot
+        self.settled = threading.Event()
+        self.failure: Optional[BaseException] = None
+        self.wait_sent = False
+        self.async_waiters: List[Tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]] = []
+        self.final_read: Optional[ProcessRead] = None
+        if snapshot["settled"]:
+            self.settled.set()
+
+    @property
+    def id(self) -> str:
+        return str(self.snapshot["id"])
+
+    def update(self, snapshot: Dict[str, Any]) -> None:
+        with self.lock:
+            if self.snapshot["settled"] and not snapshot["settled"]:
+                return  # never back from settled (an older answer arriving late)
+            self.snapshot = snapshot
+            if not snapshot["settled"]:
+                return
+            waiters, self.async_waiters = self.async_waiters, []
+        self.settled.set()
+        for loop, future in waiters:
+            _deliver(loop, future, None, None)
+
+    def fail(self, error: BaseException) -> None:
+        with self.lock:
+            if self.snapshot["settled"] or self.failure is not None:
+                return
+            self.failure = error
+            waiters, self.async_waiters = self.async_waiters, []
+        self.settled.set()
+        for loop, future in waiters:
+            _deliver(loop, future, None, _fresh(error))
+
+    def take_final_read(self) -> ProcessRead:
+        with self.lock:
+            read, self.final_read = self.final_read, None
+        return read if read is not None else _NOTHING_READ
+
+
+class Process:
+    """A background process on the far side, from ``start``, ``get``,
+    ``list`` or a task-done listener. Every handle to one process shares
+    its status and its read cursor. A fact that can change (``status``,
+    ``done``, ``exit_code``, …) is asked of the server while the process
+    runs, so it is as live as the local one; once settled it is final and
+    answered here."""
+
+    __slots__ = ("_remote", "_state")
+
+    def __init__(self, remote: "_Remote", state: _ProcState) -> None:
+        self._remote = remote
+        self._state = state
+
+    def _now(self) -> Dict[str, Any]:
+        return self._remote.current(self._state)
+
+    @property
+    def id(self) -> str:
+        return self._state.id
+
+    @property
+    def command(self) -> str:
+        return str(self._state.snapshot["command"])
+
+    @property
+    def owner(self) -> Optional[str]:
+        owner = self._state.snapshot.get("owner")
+        return None if owner is None else str(owner)
+
+    @property
+    def status(self) -> Literal["running", "completed", "killed"]:
+        """Live: ``'killed'`` as soon as a stop was requested."""
+        s = self._now()["status"]
+        return "completed" if s == "completed" else "killed" if s == "killed" else "running"
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        return _opt_int(self._now().get("exit_code"))
+
+    @property
+    def signal(self) -> Optional[str]:
+        return _opt_str(self._now().get("signal"))
+
+    @property
+    def exit_status_unavailable(self) -> bool:
+        return bool(self._now().get("exit_status_unavailable", False))
+
+    @property
+    def survivors(self) -> int:
+        return int(self._now().get("survivors", 0))
+
+    @property
+    def sandbox(self) -> Optional[SandboxInfo]:
+        return _sandbox_info(self._now().get("sandbox"))
+
+    @property
+    def limit(self) -> Optional[Literal["memory", "processes", "cpu", "file_size"]]:
+        limit = self._now().get("limit")
+        return limit if limit in ("memory", "processes", "cpu", "file_size") else None
+
+    @property
+    def limits_enforcement(self) -> Dict[str, str]:
+        return dict(self._now().get("limits_enforcement") or {})
+
+    @property
+    def done(self) -> bool:
+        return bool(self._now()["settled"])
+
+    @property
+    def has_stdin_pipe(self) -> bool:
+        return bool(self._state.snapshot.get("has_stdin_pipe", False))
+
+    def read_output(self) -> ProcessRead:
+        """Consuming read, as locally; after the executor is closed, what
+        was left unread when it closed (fetched then), once."""
+        return self._remote.read_output_of(self._state)
+
+    def kill(self) -> bool:
+        """Begins termination; True when it was running and this call began it."""
+        return self._remote.kill_of(self._state)
+
+    def write_stdin(self, data: Union[str, bytes]) -> None:
+        """Writes all of ``data`` to the command's stdin; returns once the
+        far side's bounded buffer took every byte (back-pressure: a command
+        that does not read holds the writer). Ctrl-C stops the wait, but
+        what was sent is written when the command reads."""
+        pieces = _stdin_pieces(data)
+        self._remote.refuse_blocking()
+        replies = [self._remote.stdin_write(self._state, piece) for piece in pieces]
+        for reply in replies:
+            reply.get()
+
+    def write_stdin_async(self, data: Union[str, bytes]) -> "asyncio.Future[None]":
+        """An asyncio future that completes once every byte of ``data`` was
+        taken (back-pressure), in call order with other writes."""
+        pieces = _stdin_pieces(data)
+        loop = asyncio.get_running_loop()
+        future: "asyncio.Future[None]" = loop.create_future()
+        left = [len(pieces)]
+        lock = threading.Lock()
+
+        def one(value: Any, error: Optional[BaseException]) -> None:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if error is not None:
+                _deliver(loop, future, None, error)
+            elif last:
+                _deliver(loop, future, None, None)
+
+        try:
+            for piece in pieces:
+                self._remote.stdin_write(self._state, piece, one)
+        except BaseException as e:
+            future.set_exception(e)
+        return future
+
+    def close_stdin(self) -> bool:
+        """Closes the command's stdin once what was written is delivered.
+        True when this call closed it."""
+        return self._remote.close_stdin_of(self._state)
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        """Blocks until the process settles; TimeoutError after ``timeout``
+        seconds (None: no limit). Ctrl-C interrupts the wait, not the process."""
+        t = _timeout_arg(timeout)
+        self._remote.refuse_blocking()
+        st = self._state
+        if not st.settled.is_set():
+            self._remote.watch(st)
+            if not _wait_event(st.settled, t):
+                raise TimeoutError(f"{st.id} is still running")
+        if not st.snapshot["settled"] and st.failure is not None:
+            raise _fresh(st.failure)
+
+    def wait_async(self) -> "asyncio.Future[None]":
+        """An asyncio future that completes when the process settles.
+        Cancelling it (``asyncio.wait_for`` timing out) leaves nothing behind:
+        one wait per process is in flight, however many futures poll."""
+        loop = asyncio.get_running_loop()
+        future: "asyncio.Future[None]" = loop.create_future()
+        st = self._state
+        with st.lock:
+            if st.snapshot["settled"]:
+                future.set_result(None)
+                return future
+            if st.failure is not None:
+                future.set_exception(_fresh(st.failure))
+                return future
+            st.async_waiters.append((loop, future))
+
+        def withdraw(f: "asyncio.Future[None]") -> None:
+            if f.cancelled():
+                with st.lock:
+                    st.async_waiters = [w for w in st.async_waiters if w[1] is not f]
+
+        future.add_done_callback(withdraw)
+        try:
+            self._remote.watch(st)
+        except BaseException as e:
+            st.fail(e)
+        return future
+
+    def __repr__(self) -> str:
+        # From what is known here: a repr never waits on the network.
+        s = self._state.snapshot
+        return f"Process(id={s['id']!r}, status={s['status']!r}, exit_code={s.get('exit_code')!r}, signal={s.get('signal')!r})"
+
+
+class Unsubscribe:
+    """Returned by ``Executor.on_task_done``: calling it removes the listener."""
+
+    __slots__ = ("_remote", "_id")
+
+    def __init__(self, remote: "_Remote", id: int) -> None:
+        self._remote = remote
+        self._id = id
+
+    def __call__(self) -> bool:
+        """True if the listener was registered; False on later calls."""
+        with self._remote.lock:
+            return self._remote.listeners.pop(self._id, None) is not None
+
+
+# Set on every listener thread: blocking there would hold every later
+# delivery (the local executor refuses it the same way).
+_in_listener = threading.local()
+
+
+class _Remote:
+    """The executor's state, apart from the public object so that the
+    reader and listener threads never keep that object alive (it is closed
+    when it is garbage)."""
+
+    def __init__(self, transport: _Transport) -> None:
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        self.states: "weakref.WeakValueDictionary[str, _ProcState]" = weakref.WeakValueDictionary()
+        self.listeners: Dict[int, Callable[[Process], object]] = {}
+        self.listener_ids = itertools.count(1)
+        self.deliveries: Optional["queue.Queue[Optional[_ProcState]]"] = None
+        self.dispatcher: Optional[threading.Thread] = None
+        self.run_ids = itertools.count(1)
+        self.closing = False
+        self.ended = False
+        self.closed = threading.Event()
+        self.stash: Optional[Dict[str, _ProcState]] = None
+        self.config: Dict[str, Any] = {}
+        self.sandbox_mode: Optional[str] = None
+        self.host: Dict[str, Any] = {}
+        self.server: Dict[str, Any] = {}
+        self.conn = _Connection(transport, self._notified, self._lost)
+
+    # -- calls
+
+    def check_here(self) -> None:
+        pid = os.getpid()
+        if pid != self.pid:
+            raise ForkedChildError(
+                f"this belongs to process {self.pid}, and this is its forked child {pid}: create a new Executor here"
+            )
+
+    def check_open(self) -> None:
+        """For what needs a live executor on the far side (resolve, run, start, …)."""
+        self.check_here()
+        if self.closing:
+            raise DisposedError(_DISPOSED)
+        failure = self.conn.failure
+        if failure is not None:
+            raise _fresh(failure)
+
+    def refuse_blocking(self) -> None:
+        if getattr(_in_listener, "active", False):
+            raise BlockingCallError(_WOULD_BLOCK)
+
+    def send(self, method: str, params: Dict[str, Any], *, oversize_field: Optional[str] = None) -> _Reply:
+        reply = _Reply()
+        self.conn.request(method, params, reply.settle, oversize_field=oversize_field)
+        return reply
+
+    def call(self, method: str, params: Dict[str, Any], *, oversize_field: Optional[str] = None) -> Any:
+        self.check_here()
+        return self.send(method, params, oversize_field=oversize_field).get()
+
+    def registry(self) -> Optional[Dict[str, _ProcState]]:
+        """After ``close``: what the registry held when it closed; else None
+        (the server answers). Raises when nothing could be kept (the
+        connection was already gone): an empty registry would be a lie."""
+        self.check_here()
+        if not self.ended:
+            return None
+        if self.stash is None:
+            failure = self.conn.failure
+            raise _fresh(failure) if isinstance(failure, TransportError) else DisposedError(_DISPOSED)
+        return self.stash
+
+    # -- processes
+
+    def apply(self, snapshot: Dict[str, Any]) -> _ProcState:
+        id = str(snapshot["id"])
+        with self.lock:
+            state = self.states.get(id)
+            if state is None:
+                state = _ProcState(snapshot)
+                self.states[id] = state
+                return state
+        state.update(snapshot)
+        return state
+
+    def process(self, snapshot: Any, method: str) -> Process:
+        with _Shape(method):
+            snap = _snapshot(snapshot)
+        return Process(self, self.apply(snap))
+
+    def current(self, state: _ProcState) -> Dict[str, Any]:
+        snap = state.snapshot
+        if snap["settled"] or os.getpid() != self.pid:
+            return snap
+        if state.failure is not None:
+            raise _fresh(state.failure)
+        if self.ended:
+            return snap
+        found = self.call("get", {"id": state.id})
+        with _Shape("get"):
+            if found.get("process") is None:
+                return state.snapshot  # forgotten: it had settled, and said so
+            self.apply(_snapshot(found["process"]))
+        return state.snapshot
+
+    def watch(self, state: _ProcState) -> None:
+        """Makes sure one ``wait`` for the process is in flight: its answer
+        (or a task_done, or the close) settles every waiter."""
+        with state.lock:
+            if state.wait_sent or state.snapshot["settled"] or state.failure is not None:
+                return
+            state.wait_sent = True
+        if self.ended:
+            state.fail(DisposedError(_DISPOSED))
+            return
+
+        def answered(value: Any, error: Optional[BaseException]) -> None:
+            if error is None:
+                try:
+                    with _Shape("wait"):
+                        self.apply(_snapshot(value["process"]))
+                except ProtocolError as e:
+                    state.fail(e)
+            elif isinstance(error, NotFoundError):
+                # Forgotten, so settled; its last facts are what we have.
+                state.settled.set()
+            else:
+                state.fail(error)
+
+        try:
+            self.conn.request("wait", {"id": state.id}, answered)
+        except BaseException:
+            with state.lock:
+                state.wait_sent = False
+            raise
+
+    def read_output_of(self, state: _ProcState) -> ProcessRead:
+        if self.registry() is not None:
+            return state.take_final_read()
+        try:
+            value = self.call("read_output", {"id": state.id})
+        except NotFoundError:
+            return _NOTHING_READ  # forgotten: its output went with it
+        with _Shape("read_output"):
+            return _process_read(value)
+
+    def kill_of(self, state: _ProcState) -> bool:
+        if state.snapshot["settled"] or self.registry() is not None:
+            return False
+        try:
+            began = self.call("kill", {"id": state.id})
+        except NotFoundError:
+            return False
+        with _Shape("kill"):
+            return _bool(began["began"])
+
+    def stdin_write(self, state: _ProcState, piece: bytes, callback: Optional[_Callback] = None) -> _Reply:
+        reply = _Reply()
+        done = callback or reply.settle
+        if self.registry() is not None:
+            raise _stdin_closed(state.id, "exited" if state.snapshot.get("has_stdin_pipe") else "not-piped")
+        params = {"id": state.id, "data_base64": base64.b64encode(piece).decode("ascii")}
+
+        def answered(value: Any, error: Optional[BaseException]) -> None:
+            if isinstance(error, NotFoundError):  # forgotten, so it has exited
+                error = _stdin_closed(state.id, "exited" if state.snapshot.get("has_stdin_pipe") else "not-piped")
+            done(None if error is not None else value, error)
+
+        self.conn.request("write_stdin", params, answered)
+        return reply
+
+    def close_stdin_of(self, state: _ProcState) -> bool:
+        gone = self.registry() is not None
+        if not gone:
+            try:
+                closed = self.call("close_stdin", {"id": state.id})
+                with _Shape("close_stdin"):
+                    return _bool(closed["closed"])
+            except NotFoundError:
+                pass
+        if not state.snapshot.get("has_stdin_pipe"):
+            raise _stdin_closed(state.id, "not-piped")
+        return False
+
+    # -- the reader's news
+
+    def _notified(self, method: str, params: Dict[str, Any]) -> None:
+        if method != "task_done":
+            return  # a notification this client did not ask for: not ours to judge
+        state = self.apply(_snapshot(params["process"]))
+        with self.lock:
+            deliveries = self.deliveries if self.listeners else None
+        if deliveries is not None:
+            deliveries.put(state)
+
+    def _lost(self, failure: BaseException) -> None:
+        with self.lock:
+            states = list(self.states.values())
+        for state in states:
+            state.fail(failure)
+
+    # -- listeners
+
+    def subscribe(self, callback: Callable[[Process], object]) -> int:
+        with self.lock:
+            id = next(self.listener_ids)
+            if self.closing:
+                return id
+            if self.dispatcher is None:
+                self.deliveries = queue.Queue()
+                self.dispatcher = threading.Thread(
+                    target=self._deliver_all, args=(self.deliveries,), name="dsh-remote-listeners", daemon=True
+                )
+                self.dispatcher.start()
+            self.listeners[id] = callback
+        return id
+
+    def _deliver_all(self, deliveries: "queue.Queue[Optional[_ProcState]]") -> None:
+        _in_listener.active = True
+        while True:
+            state = deliveries.get()
+            if state is None:
+                return
+            with self.lock:
+                listeners = list(self.listeners.values())
+            for listener in listeners:
+                try:
+                    listener(Process(self, state))
+                except BaseException as e:
+                    _report_unraisable(e, listener)
+
+    # -- the end
+
+    def close(self) -> None:
+        if os.getpid() != self.pid:
+            # A forked child's copy: the connection is the parent's.
+            self.closing = self.ended = True
+            self.closed.set()
+            return
+        self.refuse_blocking()
+        with self.lock:
+            first = not self.closing
+            self.closing = True
+        if not first:
+            _wait_event(self.closed, None)
+            return
+        try:
+            try:
+                self.send("dispose", {}).get()
+                self._keep_registry()
+            except (TransportError, DisposedError):
+                pass  # the far side disposes by itself when the connection ends
+            with self.lock:
+                deliveries, dispatcher = self.deliveries, self.dispatcher
+            if deliveries is not None and dispatcher is not None:
+                deliveries.put(None)  # after every delivery already queued
+                dispatcher.join()
+        finally:
+            with self.lock:
+                self.listeners.clear()
+            self.conn.shutdown()
+            self.ended = True
+            with self.lock:
+                states = list(self.states.values())
+            for state in states:
+                state.fail(DisposedError(_DISPOSED))
+            self.closed.set()
+
+    def _keep_registry(self) -> None:
+        """Fetches every process's final facts and unread output before the
+        connection ends, so that handles and by-id calls keep answering
+        after ``close`` as they do locally. The reads are sent together:
+        one round trip, not one per process."""
+        listed = self.send("list", {}).get()
+        with _Shape("list"):
+            snapshots = [_snapshot(p) for p in listed["processes"]]
+        reads = [(snap, self.send("read_output", {"id": snap["id"]})) for snap in snapshots]
+        stash: Dict[str, _ProcState] = {}
+        for snap, reply in reads:
+            state = self.apply(snap)
+            try:
+                with _Shape("read_output"):
+                    state.final_read = _process_read(reply.get())
+            except NotFoundError:
+                pass
+            stash[state.id] = state
+        self.stash = stash
+
+
+# The executor -----------------------------------------------------------------------
+
+# Executors still open at interpreter exit are closed, so no command they
+# started outlives the program (as the local ones).
+_open_executors: "weakref.WeakSet[Executor]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for executor in list(_open_executors):
+        try:
+            executor.close()
+        except DshError:
+            pass
+
+
+def _transport(command: Optional[Sequence[str]], socket: Optional[_Path]) -> _Transport:
+    if (command is None) == (socket is None):
+        raise TypeError(
+            "Executor() takes exactly one of command= (a transport command, such as "
+            "['ssh', 'host', 'dsh', 'serve', '--stdio']) and socket= (the path of a "
+            "`dsh serve --listen unix:PATH` socket)"
+        )
+    if command is not None:
+        if isinstance(command, (str, bytes)) or not isinstance(command, Sequence):
+            raise TypeError(f"command must be a list of str (the transport's argv), got {_type_name(command)}")
+        argv: List[str] = []
+        for i, arg in enumerate(command):
+            if isinstance(arg, os.PathLike):
+                arg = os.fspath(arg)
+            if not isinstance(arg, str):
+                raise TypeError(f"command must be a list of str, item {i} is {_type_name(arg)}")
+            argv.append(arg)
+        if not argv:
+            raise ValueError("command is empty: it must name the transport program")
+        return _CommandTransport(argv)
+    path = os.fspath(socket) if isinstance(socket, os.PathLike) else socket
+    if not isinstance(path, str):
+        raise TypeError(f"socket must be a str or os.PathLike, got {_type_name(socket)}")
+    return _SocketTransport(path)
+
+
+class Executor:
+    """A bash executor on the far side of a transport, with the API of
+    ``dsh_native.Executor`` (docs/protocol.md).
+
+    Exactly one of:
+
+    - ``command``: a program that speaks the protocol on its stdin and
+      stdout, started here: ``["ssh", "build-1", "dsh", "serve", "--stdio"]``,
+      ``["kubectl", "exec", "-i", "pod", "--", "dsh", "serve", "--stdio"]``.
+    - ``socket``: the path of a ``dsh serve --listen unix:PATH`` socket.
+
+    The other keywords configure the far executor exactly as the local
+    constructor's do (docs/configuration.md); ``cwd`` and ``spill_dir`` are
+    paths over there. A bad value raises InvalidArgumentError naming it; a
+    transport that cannot be started or that ends raises TransportError.
+    Use it as a context manager: leaving the block calls :meth:`close`.
+    Executors still open at interpreter exit are closed then.
+    """
+
+    __slots__ = ("_remote", "_finalizer", "__weakref__")
+
+    def __init__(
+        self,
+        command: Optional[Sequence[str]] = None,
+        *,
+        socket: Optional[_Path] = None,
+        cwd: Optional[_Path] = None,
+        timeout_ms: Optional[_Number] = None,
+        max_timeout_ms: Optional[_Number] = None,
+        max_output_bytes: Optional[_Number] = None,
+        max_spill_bytes: Optional[_Number] = None,
+        grace_ms: Optional[_Number] = None,
+        spill_dir: Optional[_Path] = None,
+        retain_settled: Optional[_Number] = None,
+        sandbox_mode: Optional["_SandboxModeName"] = None,
+        limits: Optional["_Limits"] = None,
+    ) -> None:
+        # Bad input is refused before anything is started.
+        config = _config_params(
+            cwd, timeout_ms, max_timeout_ms, max_output_bytes, max_spill_bytes,
+            grace_ms, spill_dir, retain_settled, sandbox_mode, limits,
+        )  # fmt: skip
+        remote = _Remote(_transport(command, socket))
+        try:
+            info = remote.call(
+                "initialize",
+                {
+                    "protocol_version": PROTOCOL_VERSION,
+                    "config": config,
+                    "client": {"name": "dsh_native.remote", "version": __version__},
+                },
+            )
+            with _Shape("initialize"):
+                if info["protocol_version"] != PROTOCOL_VERSION:
+                    raise ValueError(f"it speaks protocol version {info['protocol_version']!r}")
+                remote.config = _obj(info["config"])
+                remote.sandbox_mode = _opt_str(info.get("sandbox_mode"))
+                remote.host = _obj(info.get("host") or {})
+                remote.server = _obj(info.get("server") or {})
+        except InvalidArgumentError as e:
+            remote.closing = True
+            remote.conn.shutdown()
+            if e.field == "protocol_version":
+                raise ProtocolError(f"the server does not speak protocol version {PROTOCOL_VERSION}: {e}") from None
+            raise
+        except BaseException:
+            remote.closing = True
+            remote.conn.shutdown()
+            raise
+        self._remote = remote
+        # Garbage: end the connection (the far side disposes); no waiting,
+        # since a finalizer may run on any thread.
+        self._finalizer = weakref.finalize(self, remote.conn.abandon)
+        self._finalizer.atexit = False
+        _open_executors.add(self)
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+    # -- facts
+
+    @property
+    def sandbox_mode(self) -> Optional["_SandboxModeName"]:
+        """The default sandbox mode of the far executor, or None."""
+        mode = self._remote.sandbox_mode
+        if mode in ("read-only", "workspace-write", "danger-full-access"):
+            return mode  # type: ignore[return-value]
+        return None
+
+    @property
+    def disposed(self) -> bool:
+        """True once ``close()`` has begun, or the connection is gone (the
+        far side disposed the executor then)."""
+        return self._remote.closing or self._remote.conn.failure is not None
+
+    @property
+    def server_version(self) -> Optional[str]:
+        """The version of ``dsh`` serving this connection."""
+        v = self._remote.server.get("version")
+        return v if isinstance(v, str) else None
+
+    @property
+    def host_cwd(self) -> Optional[str]:
+        """The server's working directory: the default workdir when no
+        ``cwd`` is configured."""
+        v = self._remote.host.get("cwd")
+        return v if isinstance(v, str) else None
+
+    def limits_support(self) -> Dict[str, str]:
+        """``dsh_native.limits_support()`` of the far host."""
+        facts = self._remote.host.get("facts") or {}
+        return {str(k): str(v) for k, v in (facts.get("limits_support") or {}).items()}
+
+    def metadata_unavailable(self) -> Optional[str]:
+        """``dsh_native.metadata_unavailable()`` of the far host."""
+        v = (self._remote.host.get("facts") or {}).get("metadata_unavailable")
+        return v if isinstance(v, str) else None
+
+    # -- configuration
+
+    def reconfigure(
+        self,
+        *,
+        cwd: Optional[_Path] = None,
+        timeout_ms: Optional[_Number] = None,
+        max_timeout_ms: Optional[_Number] = None,
+        max_output_bytes: Optional[_Number] = None,
+        max_spill_bytes: Optional[_Number] = None,
+        grace_ms: Optional[_Number] = None,
+        spill_dir: Optional[_Path] = None,
+        retain_settled: Optional[_Number] = None,
+        sandbox_mode: Optional["_SandboxModeName"] = None,
+        limits: Optional["_Limits"] = None,
+    ) -> None:
+        """Replaces the configuration for everything resolved or started
+        from now on, as the local ``reconfigure`` does."""
+        config = _config_params(
+            cwd, timeout_ms, max_timeout_ms, max_output_bytes, max_spill_bytes,
+            grace_ms, spill_dir, retain_settled, sandbox_mode, limits,
+        )  # fmt: skip
+        r = self._remote
+        r.check_open()
+        answer = r.call("reconfigure", {"config": config})
+        with _Shape("reconfigure"):
+            r.config = _obj(answer["config"])
+            r.sandbox_mode = _opt_str(r.config.get("sandbox_mode"))
+
+    # -- commands
+
+    def resolve(
+        self,
+        command: str,
+        *,
+        workdir: Optional[_FsPath] = None,
+        timeout_ms: Optional[_Number] = None,
+        stdout_max_bytes: Optional[_Number] = None,
+        stdin: Union[str, bytes, int, None] = None,
+        env: Optional[Mapping[str, str]] = None,
+        dsh_env: Optional[Mapping[str, str]] = None,
+        owner: Optional[str] = None,
+        sandbox_policy: Union[SandboxPolicy, _NativeSandboxPolicy, Mapping[str, Optional[_FsPath]], None] = None,
+        on_expiry: Optional[Literal["kill", "background"]] = None,
+        limits: Optional["_Limits"] = None,
+    ) -> Spec:
+        """Request → spec, by the far executor (its defaults, its cwd);
+        the keywords are the local ``resolve``'s. Raises
+        InvalidArgumentError naming the field."""
+        request: Dict[str, Any] = {"command": _required_str(command, "request.command", "")}
+        pipe = _is_pipe(stdin)
+        if pipe:
+            request["stdin_pipe"] = True
+        elif stdin is not None:
+            if isinstance(stdin, str):
+                request["stdin"] = _required_str(stdin, "request.stdin", "")
+            elif isinstance(stdin, bytes):
+                request["stdin_base64"] = base64.b64encode(stdin).decode("ascii")
+            else:
+                raise _invalid("request.stdin", "must be str, bytes or PIPE")
+        optional: Dict[str, Any] = {
+            "workdir": _path(workdir, "request.workdir", ""),
+            "timeout_ms": _number(timeout_ms, "request.timeout_ms"),
+            "stdout_max_bytes": _number(stdout_max_bytes, "request.stdout_max_bytes"),
+        }
+        if on_expiry is not None:
+            name = _utf8(on_expiry, "request.on_expiry", "")
+            if name is None:
+                raise _invalid("request.on_expiry", "must be 'kill' or 'background'")
+            optional["on_expiry"] = name
+        optional["env"] = _string_map(env, "request.env")
+        optional["dsh_env"] = _string_map(dsh_env, "request.dsh_env")
+        optional["owner"] = _optional_str(owner, "request.owner")
+        optional["sandbox_policy"] = _policy(sandbox_policy)
+        optional["limits"] = _limits(limits, "request")
+        request.update({k: v for k, v in optional.items() if v is not None})
+        r = self._remote
+        r.check_open()
+        answer = r.call("resolve", {"request": request}, oversize_field="request.stdin")
+        with _Shape("resolve"):
+            return Spec(_obj(answer["spec"]))
+
+    def _run_params(self, spec: Spec, cancel: Optional[CancelToken]) -> Tuple[Dict[str, Any], str]:
+        if not isinstance(spec, Spec):
+            raise TypeError(f"spec must be a Spec made by a remote Executor's resolve(), got {_type_name(spec)}")
+        r = self._remote
+        r.check_open()
+        if cancel is not None and cancel.cancelled:
+            raise AlreadyCancelledError(_ALREADY_CANCELLED)
+        run_id = f"run-{next(r.run_ids)}"
+        return {"spec": spec._wire, "run_id": run_id}, run_id
+
+    def run(self, spec: Spec, cancel: Optional[CancelToken] = None) -> RunResult:
+        """Runs ``spec`` in the foreground on the far side and returns its
+        RunResult. ``cancel``: a CancelToken whose ``cancel()`` aborts it.
+        Ctrl-C aborts the command, waits until it is gone, and re-raises."""
+        r = self._remote
+        r.refuse_blocking()
+        params, run_id = self._run_params(spec, cancel)
+        reply = r.send("run", params, oversize_field="spec.stdin")
+        try:
+            if cancel is None:
+                reply.wait(None)
+            else:
+                while not reply.wait(_CANCEL_POLL):
+                    if cancel.cancelled:
+                        r.conn.notify("cancel", {"run_id": run_id})
+                        reply.wait(None)
+                        break
+            value = reply.get()
+        except (KeyboardInterrupt, SystemExit):
+            r.conn.notify("cancel", {"run_id": run_id})
+            try:
+                reply.wait(None)
+            except BaseException:
+                pass
+            raise
+        with _Shape("run"):
+            return _run_result(value)
+
+    async def run_async(self, spec: Spec, cancel: Optional[CancelToken] = None) -> RunResult:
+        """Runs ``spec`` without blocking the event loop. Cancelling the
+        awaiting task aborts the command (as ``cancel`` does), waits until
+        it is gone, and re-raises ``asyncio.CancelledError``."""
+        r = self._remote
+        params, run_id = self._run_params(spec, cancel)
+        loop = asyncio.get_running_loop()
+        done: "asyncio.Future[RunResult]" = loop.create_future()
+
+        def answered(value: Any, error: Optional[BaseException]) -> None:
+            result: Optional[RunResult] = None
+            if error is None:
+                try:
+                    with _Shape("run"):
+                        result = _run_result(value)
+                except ProtocolError as e:
+                    error = e
+            _deliver(loop, done, result, error)
+
+        r.conn.request("run", params, answered, oversize_field="spec.stdin")
+        watcher: Optional["asyncio.Task[None]"] = None
+        if cancel is not None:
+            watcher = loop.create_task(self._watch_token(cancel, run_id, done))
+        try:
+            return await asyncio.shield(done)
+        except asyncio.CancelledError:
+            r.conn.notify("cancel", {"run_id": run_id})
+            try:
+                await done
+            except BaseException:
+                pass
+            raise
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+
+    async def _watch_token(self, cancel: CancelToken, run_id: str, done: "asyncio.Future[RunResult]") -> None:
+        # A CancelToken has no callback: it is looked at until the run ends.
+        while not done.done():
+            if cancel.cancelled:
+                self._remote.conn.notify("cancel", {"run_id": run_id})
+                return
+            await asyncio.sleep(_CANCEL_POLL)
+
+    def start(self, spec: Spec) -> Process:
+        """Starts ``spec`` in the background on the far side; returns its
+        Process at once."""
+        if not isinstance(spec, Spec):
+            raise TypeError(f"spec must be a Spec made by a remote Executor's resolve(), got {_type_name(spec)}")
+        r = self._remote
+        r.check_open()
+        answer = r.call("start", {"spec": spec._wire}, oversize_field="spec.stdin")
+        return r.process(answer.get("process") if isinstance(answer, dict) else None, "start")
+
+    # -- the registry
+
+    def get(self, id: str) -> Optional[Process]:
+        """The process registered as ``id``, or None."""
+        id = _id_arg(id)
+        r = self._remote
+        kept = r.registry()
+        if kept is not None:
+            state = kept.get(id)
+            return None if state is None else Process(r, state)
+        answer = r.call("get", {"id": id})
+        process = answer.get("process") if isinstance(answer, dict) else None
+        return None if process is None else r.process(process, "get")
+
+    def owner_of(self, id: str) -> Optional[str]:
+        """The ``owner`` stored at start; NotFoundError for an unknown id."""
+        id = _id_arg(id)
+        r = self._remote
+        kept = r.registry()
+        if kept is not None:
+            return Process(r, self._kept(kept, id)).owner
+        answer = r.call("owner_of", {"id": id})
+        with _Shape("owner_of"):
+            return _opt_str(answer["owner"])
+
+    def list(self) -> List[Process]:
+        """Every registered background process, in start order."""
+        r = self._remote
+        kept = r.registry()
+        if kept is not None:
+            return [Process(r, state) for state in kept.values()]
+        answer = r.call("list", {})
+        with _Shape("list"):
+            processes = answer["processes"]
+            if not isinstance(processes, list):
+                raise TypeError("processes is not a list")
+        return [r.process(p, "list") for p in processes]
+
+    def read_output(self, id: str) -> ProcessRead:
+        """``Process.read_output`` of the process registered as ``id``."""
+        id = _id_arg(id)
+        r = self._remote
+        kept = r.registry()
+        if kept is not None:
+            return self._kept(kept, id).take_final_read()
+        value = r.call("read_output", {"id": id})
+        with _Shape("read_output"):
+            return _process_read(value)
+
+    def kill(self, id: str) -> bool:
+        """``Process.kill`` of the process registered as ``id``."""
+        id = _id_arg(id)
+        r = self._remote
+        kept = r.registry()
+        if kept is not None:
+            self._kept(kept, id)
+            return False
+        answer = r.call("kill", {"id": id})
+        with _Shape("kill"):
+            return _bool(answer["began"])
+
+    def forget(self, id: str) -> None:
+        """Forgets a settled process (and its output and spill files);
+        StillRunningError while it runs, NotFoundError for an unknown id."""
+        id = _id_arg(id)
+        r = self._remote
+        kept = r.registry()
+        if kept is not None:
+            self._kept(kept, id)
+            del kept[id]
+            return
+        r.call("forget", {"id": id})
+
+    @staticmethod
+    def _kept(kept: Dict[str, _ProcState], id: str) -> _ProcState:
+        state = kept.get(id)
+        if state is None:
+            e = NotFoundError(f"no background process with id {json.dumps(id, ensure_ascii=False)}")
+            e.id = id
+            raise e
+        return state
+
+    def on_task_done(self, callback: Callable[[Process], object]) -> Unsubscribe:
+        """Calls ``callback(process)`` once for each background process that
+        settles from now on, from a listener thread of this executor; an
+        exception it raises goes to ``sys.unraisablehook``. Returns a
+        callable that unsubscribes."""
+        if not callable(callback):
+            raise TypeError(f"on_task_done: callback must be callable, got {_type_name(callback)}")
+        r = self._remote
+        return Unsubscribe(r, r.subscribe(callback))
+
+    # -- the end
+
+    def close(self) -> None:
+        """Disposes the far executor (kills everything it runs and waits),
+        delivers the task-done notifications already received, then ends
+        the transport. Idempotent. Afterwards ``get``, ``list``,
+        ``read_output`` and the process handles answer from what the
+        registry held at the close; ``resolve``, ``run`` and ``start`` raise
+        DisposedError. A connection already gone is not an error here."""
+        self._remote.close()
+        self._finalizer.detach()
+
+    def __repr__(self) -> str:
+        c = self._remote.config
+        return (
+            f"Executor(transport={self._remote.conn.transport.description!r}, timeout_ms={c.get('timeout_ms')}, "
+            f"max_timeout_ms={c.get('max_timeout_ms')}, max_output_bytes={c.get('max_output_bytes')}, "
+            f"grace_ms={c.get('grace_ms')}, disposed={_py_bool(self.disposed)})"
+        )

@@ -1,0 +1,804 @@
+"""dsh_native.remote.Executor: what is specific to driving `dsh serve` over a
+transport. The shared contract runs in test_contract.py against every
+transport; here: the errors are the local ones, a transport that goes away
+fails what waits on it and leaves nothing running, back-pressure crosses the
+connection, the unix socket face, and a server that breaks the protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import shlex
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from types import FrameType
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, cast
+
+import pytest
+
+import dsh_native
+from dsh_native import (
+    PIPE,
+    AlreadyCancelledError,
+    BlockingCallError,
+    CancelToken,
+    DisposedError,
+    DshError,
+    ForkedChildError,
+    InvalidArgumentError,
+    LimitUnavailableError,
+    NotFoundError,
+    SandboxUnavailableError,
+    SpawnError,
+    StdinClosedError,
+    StillRunningError,
+)
+from dsh_native.remote import Executor, Process, ProtocolError, TransportError
+
+from conftest import Sshd, alive, eventually, need_dsh_bin, read_until
+
+# Everything that could hang runs under this bound: a hang fails the test.
+WATCHDOG_S = 120
+
+
+@pytest.fixture(autouse=True)
+def watchdog() -> Iterator[None]:
+    """Raises in the main thread if a test runs past WATCHDOG_S (the client's
+    blocking waits wake up regularly, so the exception gets through)."""
+
+    def fire(signum: int, frame: Optional[FrameType]) -> None:
+        raise TimeoutError(f"the test ran for more than {WATCHDOG_S} s: a hang")
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(WATCHDOG_S)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture
+def dsh() -> str:
+    return need_dsh_bin()
+
+
+@pytest.fixture
+def stdio(dsh: str) -> List[str]:
+    return [dsh, "serve", "--stdio"]
+
+
+@pytest.fixture(params=["stdio", "ssh"])
+def serve(request: pytest.FixtureRequest, dsh: str) -> List[str]:
+    """The transport command of `dsh serve --stdio`: a child, or across ssh."""
+    if request.param == "stdio":
+        return [dsh, "serve", "--stdio"]
+    sshd: Sshd = request.getfixturevalue("sshd")
+    return sshd.serve_command(dsh)
+
+
+@pytest.fixture
+def rex(stdio: List[str]) -> Iterator[Executor]:
+    with Executor(stdio, grace_ms=300) as executor:
+        yield executor
+
+
+@pytest.fixture
+def tmp() -> Iterator[str]:
+    with tempfile.TemporaryDirectory(prefix="dsh-py-remote-") as d:
+        yield d
+
+
+def read_pid(path: str) -> int:
+    """The pid a command wrote to `path`, once it has."""
+
+    def written() -> bool:
+        try:
+            with open(path) as f:
+                return f.read().strip().isdigit()
+        except OSError:
+            return False
+
+    assert eventually(written), f"no pid in {path}"
+    with open(path) as f:
+        return int(f.read())
+
+
+def in_thread(fn: Callable[[], Any]) -> Tuple[threading.Thread, Dict[str, Any]]:
+    """Runs `fn` in a daemon thread; the dict gets its 'value' or 'error'
+    and the time it ended ('at')."""
+    out: Dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as e:
+            out["error"] = e
+        out["at"] = time.monotonic()
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    return t, out
+
+
+def pidfile_wrapper(pidfile: str, command: List[str]) -> List[str]:
+    """`command`, exec'd by a shell that first writes its pid to `pidfile`."""
+    return ["sh", "-c", f'echo $$ > {shlex.quote(pidfile)}; exec "$@"', "sh", *command]
+
+
+# the same errors as the local executor ---------------------------------------------
+
+
+def error_facts(e: BaseException) -> Tuple[Any, ...]:
+    """What a caller of either executor can look at."""
+    return (
+        type(e),
+        str(e),
+        getattr(e, "field", None),
+        getattr(e, "errno", None),
+        getattr(e, "id", None),
+        getattr(e, "reason", None),
+        getattr(e, "limit", None),
+    )
+
+
+def failures(ex: Any, make: Callable[..., Any], tmp: str) -> List[Tuple[Any, ...]]:
+    """Runs one fixed list of refused calls on `ex`; returns each error's facts."""
+    out: List[Tuple[Any, ...]] = []
+
+    def expect(call: Callable[[], Any]) -> None:
+        try:
+            call()
+        except DshError as e:
+            out.append(error_facts(e))
+        else:
+            out.append(("no error",))
+
+    r = ex.resolve
+    bad_requests: List[Dict[str, Any]] = [
+        {"timeout_ms": 0},
+        {"timeout_ms": float("nan")},
+        {"timeout_ms": True},
+        {"timeout_ms": "5"},
+        {"stdout_max_bytes": 2.5},
+        {"workdir": 5},
+        {"workdir": b""},
+        {"workdir": "/tmp/\0"},
+        {"env": {"A": 1}},
+        {"env": {"A": "x\0"}},
+        {"env": {"": "v"}},
+        {"env": ["A"]},
+        {"dsh_env": {"FOO": "v"}},
+        {"stdin": 5},
+        {"stdin": "\ud800"},
+        {"owner": 5},
+        {"on_expiry": "later"},
+        {"on_expiry": 5},
+        {"limits": {"bogus": 1}},
+        {"limits": {"memory_bytes": -1}},
+        {"limits": {"memory_bytes": float("inf")}},
+        {"limits": [1]},
+        {"sandbox_policy": {"mode": "nope"}},
+        {"sandbox_policy": {}},
+        {"sandbox_policy": 5},
+        {"sandbox_policy": {"mode": "read-only", "network": "sometimes"}},
+        {"sandbox_policy": {"mode": "read-only", "workspace_root": 5}},
+    ]
+    for kwargs in bad_requests:
+        expect(lambda: r("true", **kwargs))
+    expect(lambda: r(5))
+    expect(lambda: r("a\0b"))
+    expect(lambda: r(b"true"))
+    expect(lambda: ex.run(r("true", workdir="/nonexistent/dsh-py-remote")))
+    expect(lambda: ex.run(r("true", env={"PATH": "/nonexistent"})))
+    expect(lambda: ex.run(r("true", sandbox_policy={"mode": "workspace-write", "workspace_root": "/nonexistent/r"})))
+    expect(lambda: ex.run(r("true", limits={"open_files": 1 << 40})))
+    token = CancelToken()
+    token.cancel()
+    expect(lambda: ex.run(r("true"), cancel=token))
+    for call in (ex.owner_of, ex.read_output, ex.kill, ex.forget):
+        expect(lambda: call("bash-99"))
+    sleeper = ex.start(r("sleep 30"))
+    expect(lambda: ex.forget(sleeper.id))
+    expect(lambda: sleeper.write_stdin("x"))
+    piped = ex.start(r(f"cat > {tmp}/piped-{type(ex).__module__}", stdin=PIPE))
+    piped.close_stdin()
+    expect(lambda: piped.write_stdin("x"))
+    piped.wait(30)
+    expect(lambda: piped.write_stdin("x"))
+    exited = ex.start(r("true", stdin=PIPE))
+    exited.wait(30)
+    expect(lambda: exited.write_stdin("x"))
+    expect(lambda: ex.reconfigure(grace_ms=-1))
+    # (The core makes the directory even though it refuses the change.)
+    expect(lambda: ex.reconfigure(spill_dir=f"{tmp}/elsewhere"))
+    expect(lambda: make(grace_ms="100"))
+    expect(lambda: make(timeout_ms=10_000, max_timeout_ms=5_000))
+    expect(lambda: make(sandbox_mode="yolo"))
+    expect(lambda: make(limits={"processes": 0}))
+    sleeper.kill()
+    spec = r("true")
+    ex.close()
+    expect(lambda: ex.run(spec))
+    expect(lambda: ex.start(spec))
+    expect(lambda: ex.reconfigure(grace_ms=100))
+    return out
+
+
+def test_errors_have_the_local_classes_attributes_and_messages(stdio: List[str], tmp: str) -> None:
+    def make_remote(**config: Any) -> Executor:
+        e = Executor(stdio, **config)
+        e.close()
+        return e
+
+    def make_local(**config: Any) -> dsh_native.Executor:
+        e = dsh_native.Executor(**config)
+        e.close()
+        return e
+
+    local = failures(dsh_native.Executor(grace_ms=300), make_local, tmp)
+    remote = failures(Executor(stdio, grace_ms=300), make_remote, tmp)
+    assert len(local) == len(remote)
+    for i, (want, got) in enumerate(zip(local, remote)):
+        assert got == want, f"call {i}"
+    # Every class the list was meant to reach, reached.
+    kinds = {facts[0] for facts in local}
+    assert {
+        InvalidArgumentError, SpawnError, SandboxUnavailableError, AlreadyCancelledError,
+        NotFoundError, StillRunningError, StdinClosedError, DisposedError,
+    } <= kinds  # fmt: skip
+    reasons = {facts[5] for facts in local if facts[0] is StdinClosedError}
+    assert reasons == {"not-piped", "closed", "exited"}
+
+
+def test_a_limit_the_far_host_cannot_enforce_names_it(rex: Executor) -> None:
+    # Where every limit is enforceable this is the kernel's refusal instead;
+    # either way the class and the attribute are the local ones.
+    support = rex.limits_support()
+    assert support == dsh_native.limits_support()  # the same host here
+    unsupported = [k for k, v in support.items() if v == "unsupported"]
+    if not unsupported:
+        pytest.skip("every limit is enforceable on this host")
+    key = {"memory": "memory_bytes", "processes": "processes"}.get(unsupported[0], unsupported[0])
+    with pytest.raises(LimitUnavailableError) as info:
+        rex.run(rex.resolve("true", limits=cast(Any, {key: 1 << 20})))
+    assert info.value.limit == unsupported[0]
+
+
+def test_a_path_that_is_not_utf8_is_refused_naming_its_field(rex: Executor) -> None:
+    for workdir in (b"/tmp/\xff", os.fsdecode(b"/tmp/\xff")):
+        with pytest.raises(InvalidArgumentError) as info:
+            rex.resolve("true", workdir=workdir)
+        assert info.value.field == "request.workdir" and "not UTF-8" in str(info.value)
+    with pytest.raises(InvalidArgumentError) as info:
+        rex.resolve("true", sandbox_policy={"mode": "read-only", "workspace_root": b"/\xfe"})
+    assert info.value.field == "request.sandbox_policy" and "workspace_root is not UTF-8" in str(info.value)
+
+
+def test_a_message_past_the_protocol_limit_is_refused_naming_the_field(rex: Executor) -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        rex.resolve("wc -c", stdin=b"x" * (40 << 20))
+    assert info.value.field == "request.stdin" and "stdin=PIPE" in str(info.value)
+    # Nothing was sent: the connection still answers.
+    assert rex.run(rex.resolve("echo ok")).stdout.text == "ok\n"
+
+
+# the transport, the constructor ------------------------------------------------------
+
+
+def test_exactly_one_transport_of_the_right_type(stdio: List[str], tmp: str) -> None:
+    with pytest.raises(TypeError, match="exactly one"):
+        Executor()
+    with pytest.raises(TypeError, match="exactly one"):
+        Executor(stdio, socket=os.path.join(tmp, "s"))
+    with pytest.raises(TypeError, match="list of str"):
+        Executor("ssh host dsh serve --stdio")  # a str is a Sequence[str] to a type checker
+    with pytest.raises(TypeError, match="item 1"):
+        Executor(["ssh", 5])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="empty"):
+        Executor([])
+    with pytest.raises(TypeError):
+        Executor(stdio, timeout=5)  # type: ignore[call-arg]
+    # A bad configuration is refused before any transport is started.
+    with pytest.raises(InvalidArgumentError) as info:
+        Executor(["/nonexistent/never-started"], grace_ms=True)
+    assert info.value.field == "config.grace_ms"
+
+
+def test_a_transport_that_cannot_start_or_exits_at_once_is_named(tmp: str) -> None:
+    with pytest.raises(TransportError) as info:
+        Executor(["/nonexistent/dsh-transport", "serve"])
+    assert "/nonexistent/dsh-transport" in str(info.value) and isinstance(info.value, ConnectionError)
+    with pytest.raises(TransportError) as info:
+        Executor(["sh", "-c", "echo 'ssh: connect to host nowhere port 22: Connection refused' >&2; exit 255"])
+    message = str(info.value)
+    assert "exited with status 255" in message and "Connection refused" in message
+    assert info.value.transport is not None and info.value.transport.startswith("sh -c")
+    with pytest.raises(TransportError) as info:
+        Executor(socket=os.path.join(tmp, "nobody-listens"))
+    assert "nobody-listens" in str(info.value)
+
+
+def test_ssh_that_cannot_log_in_says_why(sshd: Sshd, dsh: str) -> None:
+    command = sshd.serve_command(dsh)
+    command[command.index("-i") + 1] = "/dev/null"  # no usable key
+    start = time.monotonic()
+    with pytest.raises(TransportError) as info:
+        Executor(command)
+    assert time.monotonic() - start < 30
+    assert "status 255" in str(info.value) and "Permission denied" in str(info.value)
+
+
+def test_spawn_and_terminals_are_not_offered() -> None:
+    # Not in the protocol: absent, not faked.
+    for name in ("spawn", "spawn_terminal", "_run_with_callback"):
+        assert not hasattr(Executor, name)
+
+
+def test_the_far_host_is_described(rex: Executor) -> None:
+    assert rex.server_version == dsh_native.__version__
+    assert rex.host_cwd == os.getcwd()  # a child inherits ours
+    assert rex.metadata_unavailable() == dsh_native.metadata_unavailable()
+    assert "transport=" in repr(rex) and "disposed=False" in repr(rex)
+
+
+def test_commands_get_the_server_environment_scrubbed(dsh: str) -> None:
+    command = ["env", "MY_API_KEY=leak1", "DSH_STALE=leak2", "db_password=leak3", "PLAIN_SETTING=kept",
+               dsh, "serve", "--stdio"]  # fmt: skip
+    with Executor(command) as ex:
+        out = ex.run(ex.resolve("env", env={"PAGER": "less"}, dsh_env={"DSH_X": "x"})).stdout.text
+    env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    assert "leak" not in out
+    assert (env["PLAIN_SETTING"], env["PAGER"], env["DSH_X"], env["NO_COLOR"]) == ("kept", "less", "x", "1")
+
+
+# listeners ----------------------------------------------------------------------------
+
+
+def test_task_done_listeners_hear_every_settle_with_final_facts(rex: Executor) -> None:
+    heard: List[Tuple[str, str, Optional[int], bool]] = []
+    refused: List[BaseException] = []
+    threads = set()
+
+    def listener(p: Process) -> None:
+        threads.add(threading.current_thread().name)
+        heard.append((p.id, p.status, p.exit_code, p.done))
+        try:
+            p.wait()
+        except BlockingCallError as e:  # as locally: a listener must not block
+            refused.append(e)
+
+    unsubscribe = rex.on_task_done(listener)
+    procs = [rex.start(rex.resolve(f"exit {i}")) for i in range(3)]
+    for p in procs:
+        p.wait(30)
+    assert eventually(lambda: len(heard) == 3 and len(refused) == 3)
+    assert sorted(heard) == [(f"bash-{i + 1}", "completed", i, True) for i in range(3)]
+    assert threading.current_thread().name not in threads
+    assert unsubscribe() is True and unsubscribe() is False
+    rex.start(rex.resolve("true")).wait(30)
+    rex.close()
+    assert len(heard) == 3
+    with pytest.raises(TypeError, match="callable"):
+        rex.on_task_done(5)  # type: ignore[arg-type]
+
+
+def test_close_from_a_listener_is_refused(rex: Executor) -> None:
+    seen: List[BaseException] = []
+
+    def listener(p: Process) -> None:
+        try:
+            rex.close()
+        except BaseException as e:
+            seen.append(e)
+
+    rex.on_task_done(listener)
+    rex.start(rex.resolve("true")).wait(30)
+    assert eventually(lambda: len(seen) == 1)
+    assert isinstance(seen[0], BlockingCallError)
+    assert not rex.disposed
+
+
+# stdin ----------------------------------------------------------------------------------
+
+
+def test_write_stdin_is_held_until_the_command_reads(rex: Executor, tmp: str) -> None:
+    go = os.path.join(tmp, "go")
+    p = rex.start(rex.resolve(f"while [ ! -e {go} ]; do sleep 0.01; done; wc -c", stdin=PIPE))
+    assert p.has_stdin_pipe
+    data = b"y" * (1 << 20)
+    t, out = in_thread(lambda: p.write_stdin(data))
+    t.join(1.0)
+    assert t.is_alive(), "1 MiB was taken by a command that does not read (no back-pressure)"
+    open(go, "w").close()
+    t.join(60)
+    assert not t.is_alive() and "error" not in out, out
+    assert p.close_stdin() is True and p.close_stdin() is False
+    p.wait(30)
+    assert p.read_output().delta.strip() == str(len(data))
+
+
+def test_a_write_larger_than_a_message_goes_in_pieces_in_order(rex: Executor) -> None:
+    # 40 MiB is past what one message holds (48 MiB of base64 text).
+    data = bytes(range(256)) * (160 << 12)
+    p = rex.start(rex.resolve("sha256sum", stdin=PIPE))
+    p.write_stdin(data[: 1 << 20])
+    p.write_stdin(data[1 << 20 :])
+    p.close_stdin()
+    p.wait(60)
+    import hashlib
+
+    assert p.read_output().delta.split()[0] == hashlib.sha256(data).hexdigest()
+
+
+def test_async_writes_waits_and_runs(rex: Executor, tmp: str) -> None:
+    async def main() -> None:
+        p = rex.start(rex.resolve("cat", stdin=PIPE))
+        await asyncio.gather(p.write_stdin_async("one "), p.write_stdin_async(b"two"))
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(p.wait_async(), 0.1)
+        for _ in range(20):  # polling leaves nothing behind
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(p.wait_async(), 0.001)
+        p.close_stdin()
+        await asyncio.wait_for(p.wait_async(), 30)
+        assert p.read_output().delta == "one two"
+        with pytest.raises(StdinClosedError) as info:
+            await p.write_stdin_async("late")
+        assert info.value.reason == "closed"
+        r = await rex.run_async(rex.resolve("echo async"))
+        assert r.stdout.text == "async\n"
+        token = CancelToken()
+        mark = os.path.join(tmp, "started")
+        task = asyncio.ensure_future(rex.run_async(rex.resolve(f"touch {mark}; sleep 30"), cancel=token))
+        while not os.path.exists(mark):
+            await asyncio.sleep(0.01)
+        token.cancel()
+        r = await asyncio.wait_for(task, 30)
+        assert r.aborted and r.signal == "SIGTERM"
+
+    asyncio.run(main())
+
+
+def test_cancelling_run_async_aborts_the_far_command(rex: Executor, tmp: str) -> None:
+    pidfile = os.path.join(tmp, "pid")
+
+    async def main() -> int:
+        task = asyncio.ensure_future(rex.run_async(rex.resolve(f"echo $$ > {pidfile}; exec sleep 300")))
+        while not os.path.exists(pidfile) or not open(pidfile).read().strip():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return read_pid(pidfile)
+
+    pid = asyncio.run(main())
+    assert not alive(pid), "the cancelled run's command outlived the cancellation"
+
+
+def test_ctrl_c_aborts_a_remote_run_and_raises(rex: Executor, tmp: str) -> None:
+    pidfile = os.path.join(tmp, "pid")
+    main = threading.main_thread().ident
+    assert main is not None and threading.current_thread().ident == main
+
+    def interrupt() -> None:
+        read_pid(pidfile)
+        signal.pthread_kill(main, signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        rex.run(rex.resolve(f"echo $$ > {pidfile}; exec sleep 300"))
+    assert not alive(read_pid(pidfile))
+    assert rex.run(rex.resolve("echo still")).stdout.text == "still\n"
+
+
+def test_many_threads_share_one_connection(rex: Executor) -> None:
+    def work(i: int) -> List[str]:
+        out = []
+        for j in range(10):
+            out.append(rex.run(rex.resolve(f"echo {i}-{j}")).stdout.text)
+            p = rex.start(rex.resolve(f"echo bg{i}-{j}"))
+            p.wait(30)
+            out.append(p.read_output().delta)
+        return out
+
+    workers = [in_thread(lambda i=i: work(i)) for i in range(8)]  # type: ignore[misc]
+    for i, (t, out) in enumerate(workers):
+        t.join(90)
+        assert not t.is_alive()
+        assert out.get("value") == [x for j in range(10) for x in (f"{i}-{j}\n", f"bg{i}-{j}\n")], out
+    assert len(rex.list()) == 80
+
+
+# a transport that goes away ----------------------------------------------------------------
+
+
+def test_a_dropped_transport_fails_every_waiter_and_leaves_nothing_running(serve: List[str], tmp: str) -> None:
+    transport_pid = os.path.join(tmp, "transport.pid")
+    ex = Executor(pidfile_wrapper(transport_pid, serve), grace_ms=300)
+    try:
+        bg = ex.start(ex.resolve(f"echo $$ > {tmp}/bg.pid; exec sleep 300"))
+        run_thread, run = in_thread(lambda: ex.run(ex.resolve(f"echo $$ > {tmp}/fg.pid; exec sleep 300")))
+        sleepers = [read_pid(f"{tmp}/bg.pid"), read_pid(f"{tmp}/fg.pid")]
+        wait_thread, waited = in_thread(lambda: bg.wait())
+        assert all(alive(pid) for pid in sleepers)
+        # The connection goes, as a network loss or a crash would take it.
+        dropped = time.monotonic()
+        os.kill(read_pid(transport_pid), signal.SIGKILL)
+        run_thread.join(30)
+        wait_thread.join(30)
+        assert not run_thread.is_alive() and not wait_thread.is_alive(), "a caller still waits on a dead transport"
+        for out in (run, waited):
+            e = out.get("error")
+            assert isinstance(e, TransportError), out
+            assert "killed by SIGKILL" in str(e) and serve[0] in str(e)
+            assert out["at"] - dropped < 10
+        # Nothing of this connection runs on the far side any more.
+        assert eventually(lambda: not any(alive(pid) for pid in sleepers), 10), "the far side kept running"
+        # Later calls fail at once, naming the transport; close is quiet.
+        assert ex.disposed
+        with pytest.raises(TransportError):
+            ex.list()
+        with pytest.raises(TransportError):
+            ex.resolve("true")
+        with pytest.raises(TransportError):
+            _ = bg.status
+        ex.close()
+        # Closed, it still says the connection was lost rather than make up
+        # an empty registry.
+        with pytest.raises(TransportError):
+            ex.list()
+    finally:
+        ex.close()
+
+
+def test_a_server_that_dies_mid_call_names_itself_and_its_last_words(tmp: str) -> None:
+    with Executor(fake_server(tmp, "exit-on-call")) as ex:
+        start = time.monotonic()
+        with pytest.raises(TransportError) as info:
+            ex.list()
+        assert time.monotonic() - start < 10
+        message = str(info.value)
+        assert "exited with status 3" in message and "fake server: something broke" in message
+
+
+def test_a_garbage_collected_executor_ends_its_connection(stdio: List[str], tmp: str) -> None:
+    ex = Executor(stdio, grace_ms=300)
+    ex.start(ex.resolve(f"echo $$ > {tmp}/pid; exec sleep 300"))
+    pid = read_pid(f"{tmp}/pid")
+    del ex
+    gc.collect()
+    assert eventually(lambda: not alive(pid), 15), "an unreferenced executor's command kept running"
+
+
+def test_executors_left_open_are_closed_at_interpreter_exit(stdio: List[str], tmp: str) -> None:
+    script = textwrap.dedent(
+        f"""
+        from dsh_native.remote import Executor
+        ex = Executor({stdio!r})
+        p = ex.start(ex.resolve("echo $$ > {tmp}/pid; echo started; exec sleep 300"))
+        while not p.read_output().delta:
+            pass
+        KEEP = ex  # referenced until the interpreter exits
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    pid = read_pid(f"{tmp}/pid")
+    assert not alive(pid), "a command outlived the program that left its executor open"
+
+
+def test_a_forked_child_cannot_use_the_parents_executor(rex: Executor) -> None:
+    p = rex.start(rex.resolve("sleep 30"))
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        code = 0
+        try:
+            rex.list()
+        except ForkedChildError:
+            code = 1
+        except BaseException:
+            code = 2
+        rex.close()  # must not dispose the parent's executor
+        os.write(w, bytes([code]))
+        os._exit(0)
+    os.close(w)
+    assert os.read(r, 1) == b"\x01"
+    os.waitpid(child, 0)
+    os.close(r)
+    assert p.status == "running" and rex.list()[0].id == p.id
+    p.kill()
+
+
+# the unix socket ---------------------------------------------------------------------------
+
+
+def test_the_unix_socket_face(dsh: str, tmp: str) -> None:
+    path = os.path.join(tmp, "dsh.sock")
+    server = subprocess.Popen([dsh, "serve", "--listen", f"unix:{path}"], stderr=subprocess.PIPE)
+    try:
+        assert eventually(lambda: os.path.exists(path)), "the socket never appeared"
+        assert stat.S_ISSOCK(os.lstat(path).st_mode)
+        assert stat.S_IMODE(os.lstat(path).st_mode) == 0o600
+        with Executor(socket=path, grace_ms=300) as a, Executor(socket=path) as b:
+            assert a.run(a.resolve("echo over the socket")).stdout.text == "over the socket\n"
+            p = a.start(a.resolve(f"echo $$ > {tmp}/pid; exec sleep 300"))
+            pid = read_pid(f"{tmp}/pid")
+            assert b.list() == [] and [q.id for q in a.list()] == [p.id]  # a registry each
+            a.close()
+            assert not alive(pid) and p.status == "killed"
+            assert b.run(b.resolve("echo b lives")).stdout.text == "b lives\n"
+            server.send_signal(signal.SIGTERM)
+            server.wait(30)
+            with pytest.raises(TransportError) as info:
+                b.list()
+            assert path in str(info.value)
+        assert not os.path.exists(path)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        assert server.stderr is not None
+        server.stderr.close()
+
+
+# a server that breaks the protocol ------------------------------------------------------------
+
+FAKE_SERVER = r"""
+import json, sys
+
+mode = sys.argv[1]
+
+
+def send(message):
+    sys.stdout.write(message if isinstance(message, str) else json.dumps(message))
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+
+
+for line in sys.stdin:
+    call = json.loads(line)
+    if call["method"] == "initialize":
+        version = 2 if mode == "version-2" else 1
+        if mode == "old-server":
+            send({"jsonrpc": "2.0", "id": call["id"], "error": {"code": -32602,
+                  "message": "protocol_version must be 0", "data": {"code": "INVALID_ARGUMENT",
+                  "field": "protocol_version"}}})
+            continue
+        send({"jsonrpc": "2.0", "id": call["id"], "result": {"protocol_version": version,
+              "config": {"timeout_ms": 1000}, "sandbox_mode": None, "host": {"cwd": "/", "facts": {}},
+              "server": {"name": "fake", "version": "0"}}})
+        continue
+    if mode == "not-json":
+        send("this is not json")
+    elif mode == "not-utf8":
+        sys.stdout.buffer.write(b'{"jsonrpc":"2.0","id":2,"result":"\xff"}\n')
+        sys.stdout.flush()
+    elif mode == "array":
+        send([{"jsonrpc": "2.0", "id": call["id"], "result": {}}])
+    elif mode == "unknown-id":
+        send({"jsonrpc": "2.0", "id": 999, "result": {}})
+    elif mode == "request":
+        send({"jsonrpc": "2.0", "id": 1, "method": "list", "params": {}})
+    elif mode == "null-id":
+        send({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "not JSON: oops"}})
+    elif mode == "bad-notification":
+        send({"jsonrpc": "2.0", "method": "task_done", "params": {"process": 5}})
+    elif mode == "wrong-shape":
+        send({"jsonrpc": "2.0", "id": call["id"], "result": {"processes": "none"}})
+    elif mode == "unknown-notification":
+        send({"jsonrpc": "2.0", "method": "news", "params": {"x": 1}})
+        send({"jsonrpc": "2.0", "id": call["id"], "result": {"processes": []}})
+    elif mode == "exit-on-call":
+        sys.stderr.write("fake server: something broke\n")
+        sys.stderr.flush()
+        sys.exit(3)
+"""
+
+
+def fake_server(tmp: str, mode: str) -> List[str]:
+    path = os.path.join(tmp, "fake_server.py")
+    with open(path, "w") as f:
+        f.write(FAKE_SERVER)
+    return [sys.executable, path, mode]
+
+
+@pytest.mark.parametrize(
+    "mode, needle",
+    [
+        ("not-json", "a line that is not JSON"),
+        ("not-utf8", "a line that is not JSON"),
+        ("array", "not a JSON-RPC 2.0 message"),
+        ("unknown-id", "a request this client did not send"),
+        ("request", "a request or a malformed notification"),
+        ("null-id", "could not read a message from this client (not JSON: oops)"),
+        ("bad-notification", "a notification of the wrong shape"),
+    ],
+)
+def test_a_server_that_breaks_the_protocol_is_a_clear_error(tmp: str, mode: str, needle: str) -> None:
+    ex = Executor(fake_server(tmp, mode))
+    start = time.monotonic()
+    with pytest.raises(ProtocolError) as info:
+        ex.list()
+    assert needle in str(info.value) and "fake_server.py" in str(info.value), str(info.value)
+    assert isinstance(info.value, TransportError)
+    # The stream cannot be trusted any more: the connection is ended.
+    with pytest.raises(ProtocolError):
+        ex.list()
+    assert ex.disposed
+    ex.close()
+    assert time.monotonic() - start < 15
+
+
+def test_a_result_of_the_wrong_shape_fails_its_call_only(tmp: str) -> None:
+    with Executor(fake_server(tmp, "wrong-shape")) as ex:
+        for _ in range(2):
+            with pytest.raises(ProtocolError, match="answer to list"):
+                ex.list()
+        assert not ex.disposed
+
+
+def test_a_notification_the_client_does_not_know_is_ignored(tmp: str) -> None:
+    with Executor(fake_server(tmp, "unknown-notification")) as ex:
+        assert ex.list() == []
+
+
+@pytest.mark.parametrize("mode", ["version-2", "old-server"])
+def test_a_server_of_another_protocol_version_is_refused(tmp: str, mode: str) -> None:
+    with pytest.raises(ProtocolError, match="protocol version"):
+        Executor(fake_server(tmp, mode))
+
+
+# a known issue of the server under sshd ----------------------------------------------------------
+
+
+def test_commands_of_a_server_under_sshd_do_not_source_bashrc(sshd: Sshd, dsh: str, tmp: str) -> None:
+    home = os.path.join(tmp, "home")
+    os.mkdir(home)
+    with open(os.path.join(home, ".bashrc"), "w") as f:
+        f.write(f"touch {home}/sourced\n")
+    # Does this host's bash source ~/.bashrc in a `bash -c` under sshd at all
+    # (Debian builds it with SSH_SOURCE_BASHRC)?
+    subprocess.run(sshd.ssh("env", f"HOME={home}", "bash", "-c", "true"), check=True, timeout=60)
+    if not os.path.exists(f"{home}/sourced"):
+        pytest.skip("this host's bash does not source ~/.bashrc for `bash -c` under sshd")
+    os.unlink(f"{home}/sourced")
+    with Executor(sshd.ssh("env", f"HOME={home}", dsh, "serve", "--stdio")) as ex:
+        ex.run(ex.resolve("true"))
+    if os.path.exists(f"{home}/sourced"):
+        pytest.xfail(
+            "known dsh issue: `dsh serve` started by sshd passes SSH_CLIENT to its commands at "
+            "shell level 1, so bash sources ~/.bashrc in every command (slow, and its output "
+            "lands in the command's); this test passes by itself once the command environment "
+            "drops SSH_CLIENT/SSH2_CLIENT or sets SHLVL"
+        )
+
+
+# the far side's processes, once the executor is closed ---------------------------------------------
+
+
+def test_after_close_handles_and_by_id_calls_answer_from_what_was_kept(rex: Executor) -> None:
+    done = rex.start(rex.resolve("echo kept"))
+    done.wait(30)
+    running = rex.start(rex.resolve("echo started; exec sleep 300"))
+    read_until(running, "started")  # type: ignore[arg-type]
+    rex.close()
+    assert [p.id for p in rex.list()] == [done.id, running.id]
+    got = rex.get(running.id)
+    assert got is not None and got.status == "killed" and got.done
+    assert rex.read_output(done.id).delta == "kept\n" and done.read_output().delta == ""
+    assert rex.owner_of(done.id) is None and rex.kill(done.id) is False
+    rex.forget(done.id)
+    with pytest.raises(NotFoundError):
+        rex.owner_of(done.id)
+    with pytest.raises(DisposedError):
+        rex.resolve("true")
+    with pytest.raises(StdinClosedError):
+        running.write_stdin("x")
