@@ -411,3 +411,28 @@ fn block(f: RunFuture) -> Result<RunResult> {
         .unwrap()
         .block_on(f)
 }
+
+#[test]
+fn a_refused_spill_dir_change_makes_no_directory() {
+    let exec = executor();
+    let elsewhere = std::env::temp_dir().join(format!("dsh-never-made-{}/spill", std::process::id()));
+    let err = exec
+        .reconfigure(ConfigInput {
+            spill_dir: Some(elsewhere.to_str().unwrap().to_owned()),
+            ..ConfigInput::default()
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("cannot change"), "{err}");
+    assert!(
+        !elsewhere.parent().unwrap().exists(),
+        "a refused reconfigure made {}",
+        elsewhere.display()
+    );
+    // The same directory, spelt as given at construction, is no change.
+    let here = executor_with(|c| c.spill_dir = Some(std::env::temp_dir().to_str().unwrap().to_owned()));
+    here.reconfigure(ConfigInput {
+        spill_dir: Some(std::env::temp_dir().to_str().unwrap().to_owned()),
+        ..ConfigInput::default()
+    })
+    .unwrap();
+}

@@ -74,13 +74,8 @@ class Sshd:
         ]  # fmt: skip
 
     def serve_command(self, dsh: str) -> List[str]:
-        """`dsh serve --stdio` across this sshd, as a harness would start it,
-        with SSH_CLIENT and SSH2_CLIENT removed from the server's environment:
-        Debian's bash sources ~/.bashrc in every `bash -c` that inherits one
-        of them at shell level 1, which is every command of a server started
-        by sshd (a known dsh issue: test_remote.py's
-        test_commands_of_a_server_under_sshd_do_not_source_bashrc)."""
-        return self.ssh("env", "-u", "SSH_CLIENT", "-u", "SSH2_CLIENT", dsh, "serve", "--stdio")
+        """`dsh serve --stdio` across this sshd, as a harness would start it."""
+        return self.ssh(dsh, "serve", "--stdio")
 
 
 @pytest.fixture(scope="session")

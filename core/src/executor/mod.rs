@@ -26,7 +26,7 @@ use crate::host::runtime;
 use crate::launch::ending::ExitFields;
 use crate::launch::supervisor::Slot;
 use crate::launch::tree::{sweep_counted, Spare, TagMatch};
-use crate::spec::config::{Config, ConfigInput};
+use crate::spec::config::{path_field, Config, ConfigInput};
 use crate::spec::error::{DshError, Field, FieldName, Result, Scope};
 use crate::spec::request::{resolve, Request, Spec};
 use crate::spec::sandbox::SandboxMode;
@@ -35,6 +35,7 @@ use crate::watch::escalation::kill_after;
 use crate::watch::output::StreamBuffer;
 use crate::watch::spill::{random_hex, SpillDir};
 use crate::watch::supervise::{Stop, Streams};
+use std::path::Path;
 
 /// Identifies a task-done listener for [`Executor::off_task_done`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -294,21 +295,24 @@ impl Executor {
         if !shared.is_open() {
             return Err(DshError::Disposed);
         }
-        let keeps_spill_dir = input.spill_dir.is_none();
-        let mut next = Config::new(input)?;
         let mut current = shared.config.write().unwrap_or_else(|p| p.into_inner());
-        if keeps_spill_dir {
-            next.spill_dir = current.spill_dir.clone();
+        // Compared as a path before `Config::new`, which would make a
+        // missing directory: a refused change leaves nothing behind.
+        let mut input = input;
+        if let Some(dir) = input.spill_dir.take() {
+            let field = Field::new(Scope::Config, FieldName::SpillDir);
+            if path_field(field, Path::new(&dir))? != current.spill_dir {
+                return Err(DshError::invalid(
+                    field,
+                    format!(
+                        "cannot change after the executor is made (it is {})",
+                        current.spill_dir.display()
+                    ),
+                ));
+            }
         }
-        if next.spill_dir != current.spill_dir {
-            return Err(DshError::invalid(
-                Field::new(Scope::Config, FieldName::SpillDir),
-                format!(
-                    "cannot change after the executor is made (it is {})",
-                    current.spill_dir.display()
-                ),
-            ));
-        }
+        let mut next = Config::new(input)?;
+        next.spill_dir = current.spill_dir.clone();
         *current = Arc::new(next);
         Ok(())
     }

@@ -228,9 +228,33 @@ fn layered<'a>(
         .collect()
 }
 
+/// Where the environment says sshd started the host (SSH_CLIENT or
+/// SSH2_CLIENT) and no shell level is set, bash takes itself for the shell
+/// sshd starts and reads ~/.bashrc before every `bash -c`: the user's
+/// set-up, its output and its cost in every command. A shell level of 1
+/// (the host's) says it is not that shell. A caller's own SHLVL stands.
+fn not_the_shell_sshd_starts<'a>(host: &HostEnv, layers: &mut Layers<'a>) {
+    let final_value = |name: &[u8]| -> Option<Vec<u8>> {
+        match layers.get(name) {
+            Some(v) => v.map(<[u8]>::to_vec),
+            None => host
+                .0
+                .iter()
+                .find(|(k, _)| k.as_slice() == name)
+                .map(|(_, v)| v.clone()),
+        }
+    };
+    let sshd = final_value(b"SSH_CLIENT").is_some() || final_value(b"SSH2_CLIENT").is_some();
+    let level = final_value(b"SHLVL").and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<i64>().ok());
+    if sshd && !layers.contains_key(b"SHLVL".as_slice()) && level.is_none_or(|l| l < 1) {
+        layers.insert(b"SHLVL", Some(b"1"));
+    }
+}
+
 /// The scrubbed host environment with `layers` over it, and last the
 /// executor's own tag.
 fn build<'a>(host: HostEnv, mut layers: Layers<'a>, tag: &'a str) -> Envp {
+    not_the_shell_sshd_starts(&host, &mut layers);
     layers.insert(EXEC_TAG_VAR.as_bytes(), Some(tag.as_bytes()));
     // Both are in name order: merge them, the layers winning a tie.
     let mut host_vars = host
