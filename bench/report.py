@@ -167,6 +167,38 @@ def subprocess_table(rows: List[Row], get: Any) -> List[str]:
     return lines
 
 
+def remote_table(rows: List[Row]) -> List[str]:
+    """docs/remote.md's figures: the Python remote executor against the local
+    one and against what ssh costs anyway."""
+    of = {(r["bench"], r["impl"]): r for r in rows if r["bench"].startswith("remote_")}
+    lines = ["\n### The remote executor (`dsh serve`; Python client; ssh to this machine)\n"]
+    lines.append("| measure | value | against |")
+    lines.append("|---|---|---|")
+    local = of[("remote_run_true", "local (Python)")]
+    for impl in ["remote, unix socket (Python)", "remote, pipe (Python)"]:
+        r = of[("remote_run_true", impl)]
+        lines.append(f"| `run` of `true`, {impl.split(',')[1].split('(')[0].strip()} | {fmt_us(r['median_us'])} | "
+                     f"local {fmt_us(local['median_us'])}: ×{r['median_us'] / local['median_us']:.2f} |")
+    unavailable = next((r for (b, _), r in of.items() if b == "remote_ssh_unavailable"), None)
+    if unavailable:
+        lines.append(f"| over ssh | not measured: {unavailable['impl']} | |")
+    else:
+        floor, r = of[("remote_run_true", "ssh host true (the remote floor)")], of[("remote_run_true", "remote, ssh (Python)")]
+        lines.append(f"| `run` of `true` over one ssh connection | {fmt_us(r['median_us'])} | `ssh host true` "
+                     f"{fmt_us(floor['median_us'])}: ×{r['median_us'] / floor['median_us']:.3f} |")
+    for impl in ["local (Python)", "remote, pipe (Python)", "remote, ssh (Python)"]:
+        r = of.get(("remote_stream", impl))
+        if r:
+            lines.append(f"| a {r['mib']} MiB result, {impl} | {r['mib_per_s']:.0f} MiB/s | |")
+    ls, rs = of[("remote_starts", "local (Python)")], of[("remote_starts", "remote, pipe (Python)")]
+    lines.append(f"| {rs['n']} background `sleep 0.2` over one connection, all settled | {rs['seconds'] * 1000:.0f} ms | "
+                 f"local {ls['seconds'] * 1000:.0f} ms |")
+    lg = of[("remote_linger", "dsh serve --linger")]
+    lines.append(f"| memory per lingering session (server and its supervisor; {lg['sessions']} sessions) | "
+                 f"{lg['kib_per_session']:.0f} KiB | |")
+    return lines
+
+
 def fmt_us(v: float) -> str:
     return f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.2f} µs"
 
@@ -185,6 +217,7 @@ def main() -> None:
     rows += run([py(), "bench/python/bench.py", "read", str(READS)])
     rows += terminal_rows()
     rows += subprocess_rows()
+    rows += run([py(), "bench/python/remote.py", "1" if QUICK else "0"])
 
     def get(bench: str, impl: str, host_mb: int = 0) -> Row:
         return next(r for r in rows if r["bench"] == bench and r["impl"] == impl and r.get("host_mb", 0) == host_mb)
@@ -305,6 +338,7 @@ def main() -> None:
 
     lines += terminal_table(rows, get)
     lines += subprocess_table(rows, get)
+    lines += remote_table(rows)
 
     text = "\n".join(lines)
     print(text)

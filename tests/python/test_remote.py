@@ -42,7 +42,8 @@ from dsh_native import (
 )
 from dsh_native.remote import Executor, Process, ProtocolError, TransportError
 
-from conftest import Sshd, alive, eventually, need_dsh_bin, read_until
+from conftest import alive, eventually, need_dsh_bin, read_until
+from sshd_server import Sshd
 
 # Everything that could hang runs under this bound: a hang fails the test.
 WATCHDOG_S = 120
