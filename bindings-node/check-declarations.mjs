@@ -1,12 +1,12 @@
 // Checks the package's declarations against its code (run by scripts/test,
 // Node stage, after `npm run build`):
 //
-// 1. Every declaration of index.d.ts, harness.d.mts and subprocess.d.mts (types, interfaces
-//    and their members, classes and their members, functions, constants)
-//    carries a JSDoc comment.
-// 2. What index.js, harness.mjs and subprocess.mjs export at run time is
-//    exactly what their .d.ts / .d.mts declare as values.
-// 3. Everything index.js and subprocess.mjs take from the native addon —
+// 1. Every declaration of index.d.ts, harness.d.mts, subprocess.d.mts and
+//    remote.d.mts (types, interfaces and their members, classes and their
+//    members, functions, constants) carries a JSDoc comment.
+// 2. What index.js, harness.mjs, subprocess.mjs and remote.mjs export at run
+//    time is exactly what their .d.ts / .d.mts declare as values.
+// 3. Everything index.js, subprocess.mjs and remote.mjs take from the native addon —
 //    the names they require from loader.js (which loads the addon) and every
 //    member used on a native executor, process, spawned program or cancel
 //    token — exists in the
@@ -240,19 +240,19 @@ async function checkSeamNames() {
   return seamNames.length
 }
 
-const jsdoc = checkJsDoc('index.d.ts') + checkJsDoc('harness.d.mts') + checkJsDoc('subprocess.d.mts')
+const jsdoc = checkJsDoc('index.d.ts') + checkJsDoc('harness.d.mts') + checkJsDoc('subprocess.d.mts') + checkJsDoc('remote.d.mts')
 compareExports('index.js', Object.keys(require('./index.js')), 'index.d.ts')
 compareExports('harness.mjs', Object.keys(await import('./harness.mjs')), 'harness.d.mts')
 compareExports('subprocess.mjs', Object.keys(await import('./subprocess.mjs')), 'subprocess.d.mts')
-const indexUses = checkNative('index.js')
-const subprocessUses = checkNative('subprocess.mjs')
-const uses = { imports: indexUses.imports + subprocessUses.imports, members: indexUses.members + subprocessUses.members }
+compareExports('remote.mjs', Object.keys(await import('./remote.mjs')), 'remote.d.mts')
+const nativeUsers = ['index.js', 'subprocess.mjs', 'remote.mjs'].map(checkNative)
+const uses = { imports: nativeUsers.reduce((n, u) => n + u.imports, 0), members: nativeUsers.reduce((n, u) => n + u.members, 0) }
 const seamNames = await checkSeamNames()
 
 for (const p of problems) console.error(`check-declarations: ${p}`)
 console.log(
-  `check-declarations: checked JSDoc on ${jsdoc} declarations, the exports of index.js and harness.mjs, ` +
-    `${uses.imports} names and ${uses.members} members index.js and subprocess.mjs take from the addon, ` +
+  `check-declarations: checked JSDoc on ${jsdoc} declarations, the exports of index.js, harness.mjs, subprocess.mjs and remote.mjs, ` +
+    `${uses.imports} names and ${uses.members} members index.js, subprocess.mjs and remote.mjs take from the addon, ` +
     `and ${seamNames} names of ${SEAM} in both entry points: ` +
     (problems.length ? `${problems.length} problems` : 'ok'),
 )

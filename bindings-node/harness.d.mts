@@ -11,6 +11,7 @@ import type z from '@deepseek-ai/schemastery'
 import { ShellExecutor } from '@deepseek-ai/dsh-shell'
 import type { ShellExecRequest, ShellExecSpec, ShellProcess, ShellRunResult } from '@deepseek-ai/dsh-shell'
 import type { SandboxMode } from '@deepseek-ai/dsh-sandbox'
+import type { RemoteTransport } from './remote.mjs'
 
 /**
  * The plugin config: the published executor's fields (the `shell` settings
@@ -49,9 +50,16 @@ export interface Config {
     /** Descriptors a process may hold. */
     openFiles?: number
   }
+  /**
+   * Run commands on a `dsh serve` server instead of here: the executor is
+   * then a `RemoteShellExecutor` (dsh-native/remote), connected while the
+   * plugin starts (`await ctx.plugin(...)`). Not a shell setting: fixed for
+   * the plugin's life; `spillDir` and a relative `cwd` are the server's.
+   */
+  transport?: RemoteTransport
 }
 
-/** The schema of {@link Config}, as the settings layer reads it (no defaults: the core applies them). */
+/** The schema of {@link Config}'s shell settings, as the settings layer reads them (no defaults: the core applies them); `transport` is the plugin's, in `NativeShellPlugin.Config`. */
 export declare const Config: z<Config>
 
 /**
@@ -63,9 +71,9 @@ export declare const Config: z<Config>
 export declare class NativeShellPlugin extends ShellExecutor {
   /** `['subprocess']`: background processes belong to the composition that owns `ctx.subprocess`. */
   static inject: string[]
-  /** The config schema, for cordis and the settings layer. */
+  /** The config schema, for cordis: the shell settings and `transport`. */
   static Config: z<Config>
-  /** Checks `config` (a bad field throws `INVALID_ARGUMENT`) and attaches the `shell` settings section. */
+  /** Checks `config` (a bad field throws `INVALID_ARGUMENT`) and attaches the `shell` settings section; with a `transport`, the plugin's start connects. */
   constructor(ctx: Context, config?: Config)
   /** The configuration new commands get (the settings section, when one is attached). */
   get config(): Config

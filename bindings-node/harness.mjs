@@ -2,12 +2,16 @@
 // It extends the published abstract `ShellExecutor` and registers as
 // `ctx.shell`, in place of `@deepseek-ai/dsh-bash-local`. It only adapts:
 // settings in, the seam's shapes out; every rule lives in the Rust core.
+// With a `transport` in its config the executor is a RemoteShellExecutor
+// (dsh-native/remote): the same API over `dsh serve`, connected while the
+// plugin starts.
 
 import { createRequire } from 'node:module'
 import { SHELL_SETTINGS_NAMESPACE, ShellExecutor } from '@deepseek-ai/dsh-shell'
 import { installSettingsSection } from '@deepseek-ai/dsh-settings'
 import { symbols } from '@deepseek-ai/cordis'
 import z from '@deepseek-ai/schemastery'
+import { RemoteShellExecutor } from './remote.mjs'
 
 const require = createRequire(import.meta.url)
 const native = require('./index.js')
@@ -40,6 +44,22 @@ const Config = z.object({
     })
     .description('Limits every command gets; a request may only tighten them (docs/limits.md).'),
 })
+
+/**
+ * Where a remote executor's server is (dsh-native/remote): a program
+ * speaking the protocol on its stdin and stdout, or a unix socket. Not a
+ * shell setting: it is fixed for the plugin's life.
+ */
+const Transport = z.union([
+  z.object({ command: z.array(z.string()).required().description('The program and its arguments, e.g. ssh host dsh serve --stdio.') }),
+  z.object({ socket: z.string().required().description('The path of a unix socket `dsh serve --listen unix:PATH` listens on.') }),
+])
+
+/** The plugin's config: the settings, and where the executor runs. */
+const PluginConfig = z.intersect([
+  Config,
+  z.object({ transport: Transport.description('Run commands on a `dsh serve` server instead of here (dsh-native/remote).') }),
+])
 
 /** The config fields the core knows, without keys whose value is absent. */
 function nativeConfig(section) {
@@ -80,6 +100,71 @@ function executorFor(ctx, config) {
 }
 
 /**
+ * A remote executor per composition and transport, kept like the local one
+ * (a background process survives an executor-only reload) and disposed
+ * when the composition tears down. A connection that was lost is replaced
+ * by the next load.
+ */
+const remotes = new WeakMap()
+
+async function remoteExecutorFor(ctx, transport, config) {
+  const anchor = ctx.subprocess[symbols.original].ctx
+  let byTransport = remotes.get(anchor)
+  if (byTransport === undefined) {
+    byTransport = new Map()
+    remotes.set(anchor, byTransport)
+    anchor.effect(
+      () => () => {
+        remotes.delete(anchor)
+        return Promise.all([...byTransport.values()].map((made) => made.then((ex) => ex.dispose(), () => {})))
+      },
+      'dsh-native remote shell processes',
+    )
+  }
+  const key = JSON.stringify(transport)
+  const made = byTransport.get(key)
+  if (made !== undefined) {
+    const ex = await made.catch(() => undefined)
+    if (ex !== undefined) {
+      try {
+        ex.reconfigure(config)
+        return ex
+      } catch (err) {
+        if (err.code !== 'CONNECTION_LOST') throw err
+        // Its processes settled when it was lost; a new connection replaces it.
+        byTransport.delete(key)
+        await ex.dispose()
+      }
+    }
+  }
+  const connecting = RemoteShellExecutor.connect({ transport, config })
+  byTransport.set(key, connecting)
+  connecting.catch(() => {
+    if (byTransport.get(key) === connecting) byTransport.delete(key)
+  })
+  return connecting
+}
+
+/** A config without its spillDir: on a remote executor that is the server's directory, checked there. */
+function withoutSpillDir(config) {
+  const { spillDir: _, ...rest } = config
+  return rest
+}
+
+/** The plugin's executor; a remote one exists once the plugin has started. */
+function executorOf(plugin) {
+  const ex = plugin[EXECUTOR]
+  if (ex === undefined) {
+    const err = new Error(
+      "dsh-native/harness: the remote executor is not connected yet: the plugin's start (connecting to its transport) has not finished; await ctx.plugin(...) first",
+    )
+    err.code = 'NOT_CONNECTED'
+    throw err
+  }
+  return ex
+}
+
+/**
  * `ctx.shell` backed by dsh-native. Reads the shell settings section the
  * published executor reads, and applies run-time changes to the next
  * command, as it does.
@@ -88,24 +173,40 @@ function executorFor(ctx, config) {
 // private fields do not survive a proxy.
 const EXECUTOR = Symbol('dsh-native executor')
 const SOURCE = Symbol('dsh-native config source')
+const TRANSPORT = Symbol('dsh-native transport')
 
 export class NativeShellPlugin extends ShellExecutor {
   static inject = ['subprocess']
-  static Config = Config
+  static Config = PluginConfig
 
   constructor(ctx, config) {
     super(ctx)
     const entry = nativeConfig(config)
     this[SOURCE] = () => entry
-    // Making (or reconfiguring) the executor validates the entry: a bad
-    // field throws INVALID_ARGUMENT here, before anything is registered.
-    this[EXECUTOR] = executorFor(ctx, entry)
-    installSettingsSection(ctx, SHELL_SETTINGS_NAMESPACE, Config, config ?? {}, {
-      validate: (value) => checkConfig(nativeConfig(value)),
+    const transport = config?.transport
+    this[TRANSPORT] = transport
+    // A remote server's spillDir is its own: checking it here would make a
+    // directory on this machine.
+    const check = transport === undefined ? checkConfig : (value) => checkConfig(withoutSpillDir(value))
+    if (transport === undefined) {
+      // Making (or reconfiguring) the executor validates the entry: a bad
+      // field throws INVALID_ARGUMENT here, before anything is registered.
+      this[EXECUTOR] = executorFor(ctx, entry)
+    } else {
+      // Checked now, as the local executor's is; the executor itself is
+      // connected in the plugin's start ([symbols.init]).
+      check(entry)
+    }
+    const { transport: _, ...section } = config ?? {}
+    installSettingsSection(ctx, SHELL_SETTINGS_NAMESPACE, Config, section, {
+      validate: (value) => check(nativeConfig(value)),
       setSource: (current) => {
         this[SOURCE] = current
       },
       onChange: () => {
+        // A remote executor not connected yet takes the settings as they
+        // are when it connects.
+        if (this[EXECUTOR] === undefined) return
         try {
           this[EXECUTOR].reconfigure(nativeConfig(this[SOURCE]()))
         } catch (err) {
@@ -117,6 +218,13 @@ export class NativeShellPlugin extends ShellExecutor {
     })
   }
 
+  /** Connects a remote executor (the plugin's start: cordis awaits it before `ctx.shell` is ready). */
+  async [symbols.init]() {
+    const transport = this[TRANSPORT]
+    if (transport === undefined) return
+    this[EXECUTOR] = await remoteExecutorFor(this.ctx, transport, nativeConfig(this[SOURCE]()))
+  }
+
   /** The configuration this executor runs with (what the settings say now). */
   get config() {
     return nativeConfig(this[SOURCE]())
@@ -124,19 +232,19 @@ export class NativeShellPlugin extends ShellExecutor {
 
   /** The default sandbox mode; undefined when commands are not confined. */
   get sandboxMode() {
-    return this[EXECUTOR].sandboxMode
+    return this[EXECUTOR]?.sandboxMode
   }
 
   resolve(request) {
-    return this[EXECUTOR].resolve(request)
+    return executorOf(this).resolve(request)
   }
 
-  run(spec) {
-    return this[EXECUTOR].run(spec)
+  async run(spec) {
+    return executorOf(this).run(spec)
   }
 
   start(spec) {
-    return this[EXECUTOR].start(spec)
+    return executorOf(this).start(spec)
   }
 
   /**
@@ -145,7 +253,7 @@ export class NativeShellPlugin extends ShellExecutor {
    * is reached. Not part of the seam's `ShellExecutor`.
    */
   get(id) {
-    return this[EXECUTOR].get(id)
+    return executorOf(this).get(id)
   }
 }
 

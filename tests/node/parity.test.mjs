@@ -8,6 +8,11 @@
 // shows (`differs.id`, a section of docs/compat.md) and pins down what each
 // side does. The doc and this table are checked against each other at the
 // end, so neither can drift from the other.
+//
+// Every case also runs through the native plugin over the protocol
+// (`transport: dsh serve --stdio`, dsh-native/remote), whose outcome must
+// be the local native plugin's, in a subtest of its own ("remote = native")
+// that says why when it cannot run.
 
 import test, { after } from 'node:test'
 import assert from 'node:assert/strict'
@@ -15,6 +20,7 @@ import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
+import { fileURLToPath } from 'node:url'
 
 import { createRequire } from 'node:module'
 import { seam, seamUrl, harnessUrl } from './seam.mjs'
@@ -26,8 +32,16 @@ const { default: LocalSubprocessRuntime } = await seam('@deepseek-ai/dsh-subproc
 const { default: LocalBashExecutor } = await seam('@deepseek-ai/dsh-bash-local')
 const { default: NativeShellPlugin } = await import(harnessUrl)
 
-const EXECUTORS = { published: LocalBashExecutor, native: NativeShellPlugin }
-const EXECUTOR_URLS = { published: seamUrl('@deepseek-ai/dsh-bash-local'), native: harnessUrl }
+const EXECUTORS = { published: LocalBashExecutor, native: NativeShellPlugin, remote: NativeShellPlugin }
+const EXECUTOR_URLS = { published: seamUrl('@deepseek-ai/dsh-bash-local'), native: harnessUrl, remote: harnessUrl }
+
+/** The server the remote side talks to: `dsh serve --stdio` of this checkout's build (or DSH_BIN). */
+const DSH_BIN = process.env.DSH_BIN ?? fileURLToPath(new URL('../../target/debug/dsh', import.meta.url))
+const REMOTE_TRANSPORT = { command: [DSH_BIN, 'serve', '--stdio'] }
+/** Why the remote side cannot run here, or undefined when it can. */
+const REMOTE_MISSING = fs.existsSync(DSH_BIN) ? undefined : `no dsh binary at ${DSH_BIN} (cargo build -p dsh-cli --bin dsh, or set DSH_BIN)`
+/** The config a side's plugin is loaded with: the remote one talks to a server. */
+const pluginConfig = (impl, config) => (impl === 'remote' ? { ...config, transport: REMOTE_TRANSPORT } : config)
 
 // ---------------------------------------------------------------- fixtures
 
@@ -71,13 +85,19 @@ async function compose(impl, config) {
   const root = new Context()
   await root.plugin(SUBPROCESS)
   // A plugin whose constructor throws rejects here, for both executors.
-  await root.plugin(EXECUTORS[impl], config)
+  await root.plugin(EXECUTORS[impl], pluginConfig(impl, config))
   return root
 }
 
-/** One composition per (executor, config), shared by the cases using it. */
-async function shellFor(impl, config) {
-  const key = `${impl} ${JSON.stringify(config)}`
+/**
+ * One composition per (executor, config), shared by the cases using it. A
+ * server sees the environment it was started with, so a case that sets
+ * this process's variables (`hostEnv`) gets a server of its own, started
+ * while they are set.
+ */
+async function shellFor(impl, config, hostEnv) {
+  const env = impl === 'remote' && hostEnv ? ` ${JSON.stringify(hostEnv)}` : ''
+  const key = `${impl} ${JSON.stringify(config)}${env}`
   if (!contexts.has(key)) contexts.set(key, compose(impl, config))
   return (await contexts.get(key)).shell
 }
@@ -900,10 +920,10 @@ async function outcome(c, impl) {
   try {
     if (c.exec) {
       // Cases that compose their own executor get no shared one.
-      const shell = await shellFor(impl, config).catch(() => undefined)
+      const shell = await shellFor(impl, config, c.hostEnv).catch(() => undefined)
       value = await c.exec({ impl, dir, shell })
     } else {
-      const shell = await shellFor(impl, config)
+      const shell = await shellFor(impl, config, c.hostEnv)
       value = await shell.run(shell.resolve(c.request))
     }
   } catch (e) {
@@ -912,10 +932,33 @@ async function outcome(c, impl) {
   return { value: normalize(value, extras, impl), extras: [...extras].sort() }
 }
 
+/**
+ * Values each executor makes its own, so the remote one's differ from the
+ * local one's by nature: compared here with that value set aside.
+ */
+const REMOTE_OWN = {
+  // Each executor tags its commands with a tag of its own.
+  'exec-tag': (remote, native) => {
+    assert.match(remote.DSH_EXEC_TAG, /^\S+$/)
+    assert.notEqual(remote.DSH_EXEC_TAG, native.DSH_EXEC_TAG)
+    const { DSH_EXEC_TAG: a, ...r } = remote
+    const { DSH_EXEC_TAG: b, ...n } = native
+    assert.deepEqual(r, n)
+  },
+}
+
 for (const c of CASES) {
-  test(`parity: ${c.name}`, async () => {
-    const run = () => Promise.all([outcome(c, 'published'), outcome(c, 'native')])
-    const [published, native] = c.hostEnv ? await withHostEnv(c.hostEnv, run) : await run()
+  test(`parity: ${c.name}`, async (t) => {
+    const sides = REMOTE_MISSING ? ['published', 'native'] : ['published', 'native', 'remote']
+    const run = () => Promise.all(sides.map((impl) => outcome(c, impl)))
+    const [published, native, remote] = c.hostEnv ? await withHostEnv(c.hostEnv, run) : await run()
+    await t.test('remote = native', (st) => {
+      if (remote === undefined) return st.skip(REMOTE_MISSING)
+      assert.deepEqual(remote.extras, native.extras, 'the extra fields the remote executor shows')
+      const own = REMOTE_OWN[c.differs?.id]
+      if (own) own(remote.value, native.value)
+      else assert.deepEqual(remote.value, native.value)
+    })
     assert.deepEqual(published.extras, [], 'the published shapes have no native extras')
     assert.deepEqual(native.extras, c.extras ?? [], 'the native extra fields this case shows')
     if (c.expect !== undefined) assert.deepEqual(published.value, c.expect, 'the published outcome, pinned')
@@ -968,12 +1011,12 @@ function descriptorsSeenFromHost(impl) {
     const [{ Context }, { default: Subprocess }, { default: Executor }] = await Promise.all(process.argv.slice(1, 4).map((u) => import(u)))
     const root = new Context()
     await root.plugin(Subprocess)
-    await root.plugin(Executor, { graceMs: 300 })
+    await root.plugin(Executor, JSON.parse(process.argv[4]))
     const r = await root.shell.run(root.shell.resolve({ command: 'ls /proc/$$/fd; true' }))
     process.stdout.write(r.stdout.text)
     await root.fiber.dispose()
   `
-  const urls = [seamUrl('@deepseek-ai/cordis'), seamUrl('@deepseek-ai/dsh-subprocess-local'), EXECUTOR_URLS[impl]]
+  const urls = [seamUrl('@deepseek-ai/cordis'), seamUrl('@deepseek-ai/dsh-subprocess-local'), EXECUTOR_URLS[impl], JSON.stringify(pluginConfig(impl, { graceMs: 300 }))]
   return new Promise((resolve, reject) => {
     // fd 20, past a gap: Node marks the contiguous low fds close-on-exec at
     // startup but leaves one past a gap inheritable, as it was passed.

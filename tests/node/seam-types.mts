@@ -195,3 +195,15 @@ import type { SubprocessHandle, SubprocessRuntime, SubprocessSpawnSpec } from '@
 declare const nativeSubprocess: NativeSubprocessRuntime
 export const subprocessAsSeam: SubprocessRuntime = nativeSubprocess
 export const spawnedAsSeam = (spec: SubprocessSpawnSpec): SubprocessHandle => nativeSubprocess.spawn(spec)
+
+// dsh-native/remote: the same API over the protocol; its process is the
+// seam's ShellProcess, its executor has the seam's methods and every member
+// of NativeShellExecutor, and its process every member of NativeShellProcess.
+import type { RemoteShellExecutor, RemoteShellProcess } from '../../bindings-node/remote.mjs'
+export type RemoteNames = [
+  Assignable<RemoteShellProcess, Seam.ShellProcess>,
+  BothWays<SeamPart<ReadOf<RemoteShellProcess>, ReadOf<Seam.ShellProcess>>, ReadOf<Seam.ShellProcess>>,
+  Assignable<Pick<RemoteShellExecutor, ExecutorMethods>, Pick<Seam.ShellExecutor, ExecutorMethods>>,
+  BothWays<keyof RemoteShellExecutor, keyof NativeShellExecutor>,
+  BothWays<keyof RemoteShellProcess, keyof NativeShellProcess>,
+]

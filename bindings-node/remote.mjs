@@ -1,0 +1,1494 @@
+// dsh-native/remote: the harness's ShellExecutor over the protocol face
+// (`dsh serve`: JSON-RPC 2.0, one message per line), so commands run on
+// another machine (`ssh host dsh serve --stdio`), in a container
+// (`kubectl exec … dsh serve --stdio`) or behind a unix socket, with the
+// API of the local NativeShellExecutor.
+//
+// What must answer synchronously is answered here, from the same rules:
+// `resolve` and the validation of every spec run through a local
+// NativeShellExecutor configured as the server is (it never runs anything),
+// and the registry is mirrored: each process's output is read ahead by
+// offset (`read_from`, never the server's consuming read), so `readOutput()`
+// is a synchronous consuming read exactly as a local one.
+
+import { spawn } from 'node:child_process'
+import { createRequire } from 'node:module'
+import net from 'node:net'
+
+const require = createRequire(import.meta.url)
+const { NativeShellExecutor, checkConfig } = require('./index.js')
+const { composeDelta } = require('./loader.js')
+const { version: PACKAGE_VERSION } = require('./package.json')
+
+/** The protocol version this client speaks. */
+const PROTOCOL_VERSION = 1
+/** The largest piece of a stdin write sent in one message (as the local executor hands them to the core). */
+const STDIN_PIECE = 1 << 20
+/** How much of a command transport's stderr is kept for error messages. */
+const STDERR_TAIL = 4096
+/**
+ * The longest message the server reads (the protocol's limit); a longer one
+ * would be answered with an error that names no request, so it is refused
+ * here instead.
+ */
+const MAX_MESSAGE_BYTES = 48 << 20
+/** How long an ended transport may take to close before it is killed. */
+const CLOSE_LIMIT_MS = 5000
+/** How long a transport program that exited (or closed its output) may take to close the rest. */
+const LINGER_MS = 1000
+/**
+ * A consuming read's window may have dropped up to this many continuation
+ * bytes at its start (a cut inside a character), so it holds at least
+ * `cap - WINDOW_SLACK` bytes once it slides.
+ */
+const WINDOW_SLACK = 3
+
+// ----------------------------------------------------------------- errors
+
+function describe(value) {
+  return value === null ? 'null' : typeof value
+}
+
+/** An INVALID_ARGUMENT error shaped like the local face's own (index.js). */
+function invalid(field, problem) {
+  const err = new TypeError(`${field} ${problem}`)
+  err.code = 'INVALID_ARGUMENT'
+  err.field = field
+  return err
+}
+
+function coded(code, message, extra) {
+  const err = new Error(message)
+  err.code = code
+  if (extra) Object.assign(err, extra)
+  return err
+}
+
+/** The core's STDIN_CLOSED error, for what the mirror knows itself. */
+function stdinClosed(id, reason) {
+  const why = {
+    'not-piped': 'it was not started with a stdin pipe',
+    closed: 'its stdin was closed by close_stdin',
+    exited: 'it has exited',
+  }[reason]
+  return coded('STDIN_CLOSED', `cannot write to the stdin of ${id}: ${why}`, { id, reason })
+}
+
+/** A string as Rust's `{:?}` shows it in the core's messages (`"bash-1"`). */
+function quoted(s) {
+  return JSON.stringify(s)
+}
+
+function snakeToCamel(segment) {
+  return segment.replace(/_([a-z0-9])/g, (_, c) => c.toUpperCase())
+}
+
+/**
+ * The server's field path in the local face's words, segment by segment
+ * (`request.timeout_ms` → `request.timeoutMs`); after `env` or `dshEnv`
+ * the rest is a variable's name and stays as it is.
+ */
+function camelField(path) {
+  const parts = path.split('.')
+  const out = []
+  for (let i = 0; i < parts.length; i++) {
+    out.push(snakeToCamel(parts[i]))
+    if (out[i] === 'env' || out[i] === 'dshEnv') {
+      if (i + 1 < parts.length) out.push(parts.slice(i + 1).join('.'))
+      break
+    }
+  }
+  return out.join('.')
+}
+
+/** JSON-RPC codes without a `data.code`: the protocol's own failures. */
+const RPC_CODES = { [-32700]: 'PROTOCOL_ERROR', [-32600]: 'PROTOCOL_ERROR', [-32601]: 'NOT_SUPPORTED', [-32602]: 'INVALID_ARGUMENT', [-32002]: 'PROTOCOL_ERROR' }
+
+/** A server error as the local face makes it: `code`, a camelCase `field`, `errno`, `id`, `reason`, `limit`. */
+function fromRpcError(error) {
+  const data = error !== null && typeof error === 'object' && error.data !== null && typeof error.data === 'object' ? error.data : {}
+  const rpc = error?.code
+  const code = typeof data.code === 'string' ? data.code : (RPC_CODES[rpc] ?? 'PROTOCOL_ERROR')
+  let message = typeof error?.message === 'string' ? error.message : `the server failed with ${JSON.stringify(error)}`
+  const extra = {}
+  if (typeof data.field === 'string') {
+    extra.field = camelField(data.field)
+    if (message.startsWith(data.field)) message = extra.field + message.slice(data.field.length)
+  }
+  // Node's errno is negated, as Node's own errors carry it.
+  if (typeof data.errno === 'number') extra.errno = -data.errno
+  if (typeof data.id === 'string') extra.id = data.id
+  if (typeof data.reason === 'string') extra.reason = data.reason
+  if (typeof data.limit === 'string') extra.limit = data.limit
+  return coded(code, message, extra)
+}
+
+// ----------------------------------------------------------------- shapes
+
+/** Config keys: the local face's, the protocol's. */
+const CONFIG_KEYS = [
+  ['cwd', 'cwd'],
+  ['timeoutMs', 'timeout_ms'],
+  ['maxTimeoutMs', 'max_timeout_ms'],
+  ['maxOutputBytes', 'max_output_bytes'],
+  ['maxSpillBytes', 'max_spill_bytes'],
+  ['graceMs', 'grace_ms'],
+  ['spillDir', 'spill_dir'],
+  ['retainSettled', 'retain_settled'],
+  ['sandboxMode', 'sandbox_mode'],
+  ['limits', 'limits'],
+]
+const LIMIT_KEYS = [
+  ['memoryBytes', 'memory_bytes'],
+  ['processes', 'processes'],
+  ['cpuSeconds', 'cpu_seconds'],
+  ['fileSizeBytes', 'file_size_bytes'],
+  ['openFiles', 'open_files'],
+]
+
+function isObject(v) {
+  return v !== null && typeof v === 'object'
+}
+
+/** A checked config for the wire: only the keys with a value. */
+function wireConfig(config) {
+  const out = {}
+  if (!isObject(config)) return out
+  for (const [camel, snake] of CONFIG_KEYS) {
+    const v = config[camel]
+    if (v === undefined) continue
+    if (camel === 'limits') {
+      const limits = {}
+      for (const [c, s] of LIMIT_KEYS) if (v[c] !== undefined) limits[s] = v[c]
+      out.limits = limits
+    } else {
+      out[snake] = v
+    }
+  }
+  return out
+}
+
+/**
+ * The server's effective config as the local resolver takes it: no
+ * `spillDir` (the resolver writes no output, so it must make no
+ * directory), and the server's cwd where the config names none.
+ */
+function resolverConfig(effective, hostCwd) {
+  const out = {}
+  for (const [camel, snake] of CONFIG_KEYS) {
+    const v = effective[snake]
+    if (camel === 'spillDir' || v === null || v === undefined) continue
+    if (camel === 'limits') {
+      const limits = {}
+      for (const [c, s] of LIMIT_KEYS) if (v[s] !== null && v[s] !== undefined) limits[c] = v[s]
+      out.limits = limits
+    } else {
+      out[camel] = v
+    }
+  }
+  if (out.cwd === undefined && typeof hostCwd === 'string') out.cwd = hostCwd
+  return out
+}
+
+/** A config without its spillDir, for a check that must not create a local directory. */
+function withoutSpillDir(config) {
+  if (!isObject(config) || config.spillDir === undefined) return config
+  const { spillDir: _, ...rest } = config
+  return rest
+}
+
+/**
+ * A relative path taken against the server's cwd, as the server would take
+ * it: both sides then make the same absolute path of the same text.
+ */
+function onServer(hostCwd, p) {
+  return p.startsWith('/') || typeof hostCwd !== 'string' ? p : `${hostCwd}/${p}`
+}
+
+/** Whether two absolute paths name the same place as Rust compares paths (by components: `.` and repeated or trailing slashes aside). */
+function samePath(a, b) {
+  const parts = (p) => p.split('/').filter((c) => c !== '' && c !== '.').join('/')
+  return parts(a) === parts(b)
+}
+
+function stringMap(v) {
+  if (v === undefined || v === null) return null
+  const out = {}
+  // Variable names are keys, which the replacer does not see.
+  for (const k of Object.keys(v)) if (v[k] !== undefined) out[wellFormedText(k)] = v[k]
+  return out
+}
+
+/** A spec the local resolver accepted, as the protocol takes it: every key, null where absent. */
+function wireSpec(spec) {
+  const stdin = spec.stdin
+  let stdinBase64 = null
+  let stdinPipe = false
+  if (typeof stdin === 'string') stdinBase64 = Buffer.from(stdin, 'utf8').toString('base64')
+  else if (ArrayBuffer.isView(stdin)) stdinBase64 = Buffer.from(stdin.buffer, stdin.byteOffset, stdin.byteLength).toString('base64')
+  else if (isObject(stdin)) stdinPipe = true
+  const policy = spec.sandboxPolicy
+  const limits = {}
+  for (const [c, s] of LIMIT_KEYS) limits[s] = spec.limits?.[c] ?? null
+  return {
+    command: spec.command,
+    workdir: spec.workdir,
+    timeout_ms: spec.timeoutMs,
+    stdout_max_bytes: spec.stdoutMaxBytes,
+    stdin_base64: stdinBase64,
+    stdin_pipe: stdinPipe,
+    on_expiry: spec.onExpiry ?? 'kill',
+    env: stringMap(spec.env),
+    dsh_env: stringMap(spec.dshEnv),
+    owner: spec.owner ?? null,
+    sandbox_policy: isObject(policy)
+      ? { mode: policy.mode, workspace_root: policy.workspaceRoot, session_id: policy.sessionId ?? null, network: policy.network ?? 'allow' }
+      : null,
+    limits,
+  }
+}
+
+/** Sandbox facts as the local face gives them: absent fields omitted, `allow` implied. */
+function sandboxInfo(s) {
+  if (!isObject(s)) return undefined
+  const out = { mode: s.mode, denied: s.denied }
+  if (s.enforcement != null) out.enforcement = s.enforcement
+  out.metadata = s.metadata
+  if (s.runner_failed != null) out.runnerFailed = s.runner_failed
+  if (s.network != null && s.network !== 'allow') out.network = s.network
+  if (s.network_enforcement != null) out.networkEnforcement = s.network_enforcement
+  return out
+}
+
+function enforcement(e) {
+  return isObject(e) && Object.keys(e).length > 0 ? { ...e } : undefined
+}
+
+function collected(o) {
+  const out = { text: o.text, truncated: o.truncated }
+  if (o.spill_path != null) out.spillPath = o.spill_path
+  if (o.spill_error != null) out.spillError = o.spill_error
+  return out
+}
+
+/** A run result in the ShellRunResult shape NativeShellExecutor gives (index.js `runResult`). */
+function runResult(r) {
+  const result = { exitCode: r.exit_code, signal: r.signal }
+  if (r.exit_status_unavailable) result.exitStatusUnavailable = true
+  result.timedOut = r.timed_out
+  result.aborted = r.aborted
+  result.timeoutMs = r.timeout_ms
+  result.stdout = collected(r.stdout)
+  result.stderr = collected(r.stderr)
+  const sandbox = sandboxInfo(r.sandbox)
+  if (sandbox !== undefined) result.sandbox = sandbox
+  if (r.survivors > 0) result.survivors = r.survivors
+  if (r.background_id != null) result.backgroundId = r.background_id
+  if (r.limit != null) result.limit = r.limit
+  const limits = enforcement(r.limits_enforcement)
+  if (limits !== undefined) result.limitsEnforcement = limits
+  return result
+}
+
+// -------------------------------------------------------------- arguments
+
+/** `signal` is the one field that is not data: an AbortSignal or absent (as index.js checks it). */
+function checkSignal(signal, field) {
+  if (signal === undefined) return undefined
+  const isSignal =
+    (typeof AbortSignal === 'function' && signal instanceof AbortSignal) ||
+    (signal !== null && typeof signal === 'object' && typeof signal.aborted === 'boolean' && typeof signal.addEventListener === 'function')
+  if (!isSignal) throw invalid(field, `must be an AbortSignal, got ${describe(signal)}`)
+  return signal
+}
+
+function checkObject(value, field) {
+  if (value === null || typeof value !== 'object') throw invalid(field, `must be an object, got ${describe(value)}`)
+}
+
+/** A transport checked, with the words errors name it by. */
+function checkTransport(transport) {
+  const shape = 'must be { command: string[] } (a program talking on its stdin and stdout) or { socket: string } (a unix socket)'
+  if (!isObject(transport)) throw invalid('transport', `${shape}, got ${describe(transport)}`)
+  for (const key of Object.keys(transport)) {
+    if (key !== 'command' && key !== 'socket') throw invalid(`transport.${key}`, 'is not a known field (expected one of: command, socket)')
+  }
+  const { command, socket } = transport
+  if ((command === undefined) === (socket === undefined)) throw invalid('transport', `${shape}: exactly one of the two`)
+  if (command !== undefined) {
+    if (!Array.isArray(command)) throw invalid('transport.command', `must be an array of strings (the program, then its arguments), got ${describe(command)}`)
+    if (command.length === 0) throw invalid('transport.command', 'must name a program (it is empty)')
+    command.forEach((arg, i) => {
+      if (typeof arg !== 'string') throw invalid(`transport.command.${i}`, `must be a string, got ${describe(arg)}`)
+    })
+    if (command[0] === '') throw invalid('transport.command.0', 'must name a program (it is empty)')
+    return { command: [...command], label: `\`${command.join(' ')}\`` }
+  }
+  if (typeof socket !== 'string') throw invalid('transport.socket', `must be a string (a unix socket's path), got ${describe(socket)}`)
+  if (socket === '') throw invalid('transport.socket', "must be a unix socket's path (it is empty)")
+  return { socket, label: `unix:${socket}` }
+}
+
+/**
+ * A string the server can read: a lone surrogate (which JSON carries as an
+ * escape the server refuses) becomes U+FFFD, as the addon's conversion of
+ * a JS string makes it.
+ */
+function wellFormedText(value) {
+  if (typeof value.isWellFormed === 'function') return value.isWellFormed() ? value : value.toWellFormed()
+  return /[\uD800-\uDFFF]/.test(value) ? Buffer.from(value, 'utf8').toString('utf8') : value
+}
+
+/** JSON.stringify's replacer: every string value well-formed. */
+function wellFormed(_key, value) {
+  return typeof value === 'string' ? wellFormedText(value) : value
+}
+
+// ------------------------------------------------------------- connection
+
+/**
+ * One JSON-RPC connection over a byte stream: requests answered by id,
+ * notifications handed on, and one end. When the stream ends unasked,
+ * every pending call fails with CONNECTION_LOST naming the transport and,
+ * for a command, the tail of its stderr.
+ */
+class Connection {
+  /** The transport's words, for errors. */
+  label
+  /** Set once the stream ended: the reason, for every later call. */
+  lostReason
+  onNotification = () => {}
+  onLost = () => {}
+  #pending = new Map()
+  #nextId = 0
+  #write
+  #end
+  #handles
+  #holds = 0
+  #chunks = []
+  #stderr = ''
+  #closing = false
+  #closed
+  #setClosed
+
+  /** Opens `transport`; resolves once the stream is up (spawned, or connected). */
+  static open(transport) {
+    const conn = new Connection(transport)
+    return conn.#ready.then(() => conn)
+  }
+
+  #ready
+  #opening = true
+  constructor(transport) {
+    this.label = transport.label
+    this.#handles = []
+    this.#closed = new Promise((resolve) => (this.#setClosed = resolve))
+    let readyResolve
+    let readyReject
+    this.#ready = new Promise((resolve, reject) => {
+      readyResolve = resolve
+      readyReject = reject
+    })
+    // A stream that ends before it is up fails the open itself.
+    this.onLost = (err) => readyReject(err)
+    this.#ready.then(
+      () => {
+        this.#opening = false
+        this.#updateRef()
+      },
+      () => {},
+    )
+    if (transport.command) {
+      const [program, ...args] = transport.command
+      let child
+      try {
+        child = spawn(program, args, { stdio: ['pipe', 'pipe', 'pipe'] })
+      } catch (err) {
+        // Refused before any process (a NUL byte in an argument).
+        this.#ended(`it could not be started: ${err.message}`)
+        return
+      }
+      let why
+      child.once('spawn', readyResolve)
+      child.on('error', (err) => {
+        why ??= `it could not be started: ${err.message}`
+        // A spawn failure may emit no close: end here.
+        if (child.pid === undefined) this.#ended(why)
+      })
+      // 'close' waits for its stdout to close too, which a process it left
+      // behind may hold: an exit, or an output that ended, is the end soon
+      // after (what was already written is read meanwhile).
+      const endSoon = (what) => {
+        const timer = setTimeout(() => {
+          why ??= what
+          this.#ended(why)
+          child.kill('SIGKILL')
+        }, LINGER_MS)
+        timer.unref()
+      }
+      child.on('exit', (code, signal) => {
+        why ??= signal ? `it was killed by ${signal}` : `it exited with status ${code}`
+        endSoon(why)
+      })
+      child.stdout.on('end', () => endSoon('it closed its stdout'))
+      child.stdin.on('error', () => {
+        // EPIPE: the server is gone, which its close reports.
+      })
+      child.stdout.on('data', (chunk) => this.#data(chunk))
+      child.stderr.setEncoding('utf8')
+      child.stderr.on('data', (text) => {
+        this.#stderr = (this.#stderr + text).slice(-STDERR_TAIL)
+      })
+      child.on('close', (code, signal) => {
+        why ??= signal ? `it was killed by ${signal}` : `it exited with status ${code}`
+        this.#ended(why)
+      })
+      this.#write = (line) => child.stdin.write(line)
+      this.#end = () => {
+        child.stdin.end()
+        const timer = setTimeout(() => child.kill('SIGKILL'), CLOSE_LIMIT_MS)
+        timer.unref()
+        this.#closed.then(() => clearTimeout(timer))
+      }
+      this.#handles = [child, child.stdin, child.stdout, child.stderr]
+    } else {
+      const socket = net.connect({ path: transport.socket })
+      let why
+      socket.once('connect', readyResolve)
+      socket.on('error', (err) => {
+        why ??= err.message
+      })
+      socket.on('data', (chunk) => this.#data(chunk))
+      socket.on('close', () => this.#ended(why ?? 'the server closed it'))
+      this.#write = (line) => socket.write(line)
+      this.#end = () => {
+        socket.end()
+        const timer = setTimeout(() => socket.destroy(), CLOSE_LIMIT_MS)
+        timer.unref()
+        this.#closed.then(() => clearTimeout(timer))
+      }
+      this.#handles = [socket]
+    }
+    this.#updateRef()
+  }
+
+  /** Keeps the event loop alive while `n` more things wait on the server (negative: fewer). */
+  hold(n) {
+    if (this.lostReason !== undefined) return
+    this.#holds += n
+    this.#updateRef()
+  }
+
+  #updateRef() {
+    // Like a local executor: an idle connection does not keep Node running;
+    // opening it, a call in flight or a running process does.
+    const ref = this.lostReason === undefined && (this.#opening || this.#closing || this.#holds > 0 || this.#pending.size > 0)
+    for (const h of this.#handles) (ref ? h.ref : h.unref)?.call(h)
+  }
+
+  /** A request; resolves with its result, rejects with the server's error as the local face makes it. */
+  call(method, params) {
+    let send
+    try {
+      send = this.prepare(method, params)
+    } catch (err) {
+      return Promise.reject(err)
+    }
+    return send()
+  }
+
+  /**
+   * A request made ready to send: what cannot be sent (a lost connection,
+   * a message past the server's limit) throws now, for a caller that must
+   * fail synchronously; `send()` then writes it and returns its answer.
+   */
+  prepare(method, params) {
+    if (this.lostReason !== undefined) throw this.lostError()
+    const id = ++this.#nextId
+    const line = `${JSON.stringify({ jsonrpc: '2.0', id, method, params }, wellFormed)}\n`
+    // Bytes are at most 3 per UTF-16 unit: most lines need no count.
+    if (line.length * 3 > MAX_MESSAGE_BYTES && Buffer.byteLength(line) > MAX_MESSAGE_BYTES) {
+      throw coded(
+        'MESSAGE_TOO_LARGE',
+        `dsh-native/remote: the ${method} call is ${Buffer.byteLength(line)} bytes as a protocol message, more than the ${MAX_MESSAGE_BYTES} one message may hold (a stdin that large can be written to a stdin pipe instead)`,
+      )
+    }
+    // Written before send() returns, so calls reach the server in call order.
+    return () => {
+      if (this.lostReason !== undefined) return Promise.reject(this.lostError())
+      return new Promise((resolve, reject) => {
+        this.#pending.set(id, { resolve, reject })
+        this.#updateRef()
+        this.#write(line)
+      })
+    }
+  }
+
+  /** A notification: nothing answers it, not even an error. */
+  notify(method, params) {
+    if (this.lostReason !== undefined) return
+    this.#write(`${JSON.stringify({ jsonrpc: '2.0', method, params }, wellFormed)}\n`)
+  }
+
+  /** A fresh CONNECTION_LOST error (each caller gets its own stack). */
+  lostError() {
+    const tail = this.#stderr.trim()
+    const stderr = tail ? `; its stderr ended with: ${tail}` : ''
+    return coded('CONNECTION_LOST', `dsh-native/remote: the connection to ${this.label} was lost: ${this.lostReason}${stderr}`, { transport: this.label })
+  }
+
+  /** Ends the stream (the server then disposes what it still has) and resolves once it is closed. */
+  close() {
+    this.#closing = true
+    this.#updateRef()
+    if (this.lostReason === undefined) this.#end()
+    return this.#closed
+  }
+
+  #data(chunk) {
+    let start = 0
+    for (;;) {
+      const nl = chunk.indexOf(10, start)
+      if (nl < 0) {
+        if (start < chunk.length) this.#chunks.push(chunk.subarray(start))
+        return
+      }
+      let line = chunk.subarray(start, nl)
+      if (this.#chunks.length > 0) {
+        this.#chunks.push(line)
+        line = Buffer.concat(this.#chunks)
+        this.#chunks = []
+      }
+      start = nl + 1
+      if (line.length > 0) this.#line(line)
+      if (this.lostReason !== undefined) return
+    }
+  }
+
+  #line(bytes) {
+    let message
+    try {
+      message = JSON.parse(bytes.toString('utf8'))
+    } catch {
+      return this.#broken(`the server sent a line that is not JSON: ${JSON.stringify(bytes.toString('utf8').slice(0, 200))}`)
+    }
+    if (!isObject(message)) return this.#broken(`the server sent ${JSON.stringify(message)}, not a message`)
+    if (typeof message.method === 'string' && message.id === undefined) {
+      try {
+        this.onNotification(message.method, message.params ?? {})
+      } catch (err) {
+        process.emitWarning(err instanceof Error ? err : new Error(String(err)), 'DshRemoteWarning')
+      }
+      return
+    }
+    const pending = this.#pending.get(message.id)
+    if (pending === undefined) {
+      // An answer to no request of ours: the server could not read one
+      // (id null), so a call would wait forever. Nothing can be trusted now.
+      const what = message.error ? `the error ${JSON.stringify(message.error)}` : `an answer to request ${JSON.stringify(message.id)}, which this client never sent`
+      return this.#broken(`the server sent ${what}`)
+    }
+    this.#pending.delete(message.id)
+    this.#updateRef()
+    if (message.error !== undefined) pending.reject(fromRpcError(message.error))
+    else pending.resolve(message.result)
+  }
+
+  /** The server broke the protocol: the stream is ended and treated as lost. */
+  #broken(why) {
+    this.#ended(`${why}; the connection was closed`)
+    for (const h of this.#handles) h.destroy?.()
+    this.#handles[0]?.kill?.('SIGKILL')
+  }
+
+  #ended(why) {
+    if (this.lostReason !== undefined) return
+    this.lostReason = this.#closing ? 'it was closed' : why
+    const pending = [...this.#pending.values()]
+    this.#pending.clear()
+    for (const p of pending) p.reject(this.lostError())
+    this.#holds = 0
+    this.#updateRef()
+    this.#setClosed()
+    if (!this.#closing) this.onLost(this.lostError())
+  }
+}
+
+// ----------------------------------------------------------------- mirror
+
+/** One stream of a mirrored process, read ahead by offset. */
+class StreamMirror {
+  /** Where the next consuming read starts (whole-stream offset). */
+  cursor = 0
+  /** Where the read-ahead text ends: `text` covers [cursor, end). */
+  end = 0
+  text = ''
+  /** Unread bytes slid out of the window since the last consuming read. */
+  lossy = false
+  /** The latest end the server told of. */
+  known = 0
+  /** The end the last read asked for: a read that ended short of it held back part of a character. */
+  covered = 0
+  /** The end once the process settled. */
+  finalEnd
+  /** A settled stream that read no further (its end held back an incomplete character). */
+  stuck = false
+  reading = false
+  spillPath = null
+  spillError = null
+  /** A lower bound of the window's size: a span larger than it minus WINDOW_SLACK may have slid out. */
+  cap
+
+  constructor(cap) {
+    this.cap = cap
+  }
+
+  caughtUp() {
+    return this.finalEnd !== undefined && (this.end >= this.finalEnd || this.stuck)
+  }
+
+  /** The read-ahead position, for a process whose consuming reads start at `offset`. */
+  startAt(offset) {
+    this.cursor = this.end = this.covered = offset
+    this.known = Math.max(this.known, offset)
+  }
+
+  /** What `discard_output` leaves: nothing to read, and a spill file no more. */
+  discard() {
+    this.text = ''
+    this.lossy = false
+    this.cursor = this.end = this.finalEnd ?? Math.max(this.end, this.known)
+    this.stuck = true
+    if (this.spillPath != null) {
+      this.spillPath = null
+      this.spillError = 'the process was forgotten'
+    }
+  }
+}
+
+/** One background process as the client knows it. */
+class Mirror {
+  status = 'running'
+  /** The server said it settled (or the connection ended). */
+  settled = false
+  /** Settled and its output read ahead to the end: `done` resolved. */
+  final = false
+  /** Its consuming reads' start is known (a hand-over learns it after the run's result). */
+  adopted = false
+  /** Forgotten or retired: its output is gone. */
+  discarded = false
+  /** Listeners are not told (a process the executor's disposal ended). */
+  quiet = false
+  /** A start the server refused: this side's alone. */
+  refusedHere = false
+  stopAsked = false
+  stdinClosed = false
+  exitCode = null
+  signal = null
+  exitStatusUnavailable = false
+  survivors = 0
+  sandbox
+  limit
+  limitsEnforcement
+  /** An adoption waiting for it to settle. */
+  snapshotWaiters = []
+  handle
+  done
+  resolveDone
+
+  constructor(id, spec, cap) {
+    this.id = id
+    this.command = spec.command
+    this.owner = typeof spec.owner === 'string' ? spec.owner : undefined
+    this.hasStdinPipe = isObject(spec.stdin) && !ArrayBuffer.isView(spec.stdin)
+    this.streams = { stdout: new StreamMirror(cap), stderr: new StreamMirror(cap) }
+    this.done = new Promise((resolve) => (this.resolveDone = resolve))
+  }
+
+  /** The consuming read: what was read ahead, then the cursors move on. */
+  read() {
+    const { stdout: o, stderr: e } = this.streams
+    const read = { task: this.handle, delta: composeDelta(o.text, e.text), lossy: o.lossy || e.lossy }
+    if (o.spillPath != null) read.stdoutSpillPath = o.spillPath
+    if (e.spillPath != null) read.stderrSpillPath = e.spillPath
+    if (o.spillError != null) read.stdoutSpillError = o.spillError
+    if (e.spillError != null) read.stderrSpillError = e.spillError
+    for (const s of [o, e]) {
+      s.cursor = s.end
+      s.text = ''
+      s.lossy = false
+    }
+    return read
+  }
+
+  /** A process snapshot's ending (the server's `process` object, settled). */
+  applyEnding(p) {
+    this.status = p.status
+    this.exitCode = p.exit_code ?? null
+    this.signal = p.signal ?? null
+    this.exitStatusUnavailable = p.exit_status_unavailable === true
+    this.survivors = p.survivors ?? 0
+    this.sandbox = sandboxInfo(p.sandbox)
+    this.limit = p.limit ?? undefined
+    this.limitsEnforcement = enforcement(p.limits_enforcement)
+  }
+}
+
+// ---------------------------------------------------------------- session
+
+/** An already-fired signal: what makes the local resolver check a spec and run nothing. */
+const CHECK_ONLY = AbortSignal.abort()
+
+/** Everything a RemoteShellExecutor holds (module-private, so processes and the executor share it). */
+class Session {
+  conn
+  resolver
+  hostCwd
+  /** The server's effective config (protocol keys), as last reported. */
+  effective
+  /** The settled processes kept in the registry, as the server keeps them. */
+  retain
+  /** The window a process started now gets (the resolver's maxOutputBytes). */
+  window
+  /** id → Mirror, in start order: the registry. */
+  procs = new Map()
+  /** Background ids of runs in flight: a hand-over at their timeout registers there. */
+  pending = new Map()
+  listeners = new Set()
+  /** Runs in flight, which dispose waits for. */
+  runs = new Set()
+  nextId = 0
+  nextRun = 0
+  disposed = false
+
+  constructor(conn, init) {
+    this.conn = conn
+    this.hostCwd = init.host?.cwd ?? null
+    this.effective = init.config
+    this.retain = init.config.retain_settled
+    this.resolver = new NativeShellExecutor(resolverConfig(init.config, this.hostCwd))
+    this.window = this.measureWindow()
+    conn.onNotification = (method, params) => this.notification(method, params)
+    conn.onLost = () => this.lost()
+  }
+
+  /** The resolver's maxOutputBytes: a request without stdoutMaxBytes gets exactly it. */
+  measureWindow() {
+    return this.resolver.resolve({ command: '', workdir: '/' }).stdoutMaxBytes
+  }
+
+  find(id) {
+    return this.procs.get(id) ?? this.pending.get(id)
+  }
+
+  /** The id the next process gets: `bash-1`, `bash-2`, … (this client's own counter; the server takes it as given). */
+  nextIdName() {
+    return `bash-${this.nextId + 1}`
+  }
+
+  takeId() {
+    const id = this.nextIdName()
+    this.nextId += 1
+    return id
+  }
+
+  /** A call whose answer nobody waits for; its failure changes nothing here. */
+  fire(method, params) {
+    this.conn.call(method, params).catch(() => {})
+  }
+
+  notification(method, params) {
+    if (method === 'output') {
+      const m = this.find(params.id)
+      if (m === undefined || m.discarded) return
+      m.streams.stdout.known = Math.max(m.streams.stdout.known, params.stdout_end)
+      m.streams.stderr.known = Math.max(m.streams.stderr.known, params.stderr_end)
+      this.pumpBoth(m)
+    } else if (method === 'task_done') {
+      const p = params.process
+      const m = this.find(p?.id)
+      if (m === undefined || m.settled) return
+      // As the core settles one: room is made before it counts as
+      // settled (so the oldest other settled one goes, not it), then
+      // again after.
+      this.retire(1)
+      this.settle(m, p)
+      this.retire(0)
+      this.pumpBoth(m)
+      this.finish(m)
+    }
+  }
+
+  /** Takes the server's settled snapshot: the ending and the final ends. */
+  settle(m, p) {
+    m.settled = true
+    m.applyEnding(p)
+    const o = p.output
+    for (const [name, end] of [['stdout', o.stdout_end], ['stderr', o.stderr_end]]) {
+      const s = m.streams[name]
+      s.finalEnd = end
+      s.known = Math.max(s.known, end)
+    }
+    for (const wake of m.snapshotWaiters.splice(0)) wake()
+  }
+
+  /**
+   * The retention rule of the core (`retire_oldest_settled`): the oldest
+   * settled processes, in start order, beyond `retainSettled` leave the
+   * registry, and their output goes; `settling` counts one about to settle.
+   */
+  retire(settling) {
+    let excess = [...this.procs.values()].filter((m) => m.settled).length + settling - this.retain
+    for (const m of [...this.procs.values()]) {
+      if (excess <= 0) break
+      if (!m.settled) continue
+      excess -= 1
+      this.procs.delete(m.id)
+      this.discard(m)
+    }
+  }
+
+  discard(m) {
+    m.discarded = true
+    m.streams.stdout.discard()
+    m.streams.stderr.discard()
+    this.finish(m)
+  }
+
+  pumpBoth(m) {
+    if (!m.adopted || m.discarded) return
+    this.pump(m, 'stdout')
+    this.pump(m, 'stderr')
+  }
+
+  /**
+   * Reads `name` ahead from where the read-ahead ends to what the server
+   * told of. A read that slid out of the window (`lossy`), or a span the
+   * window may no longer hold, is read again from the cursor instead: what
+   * a consuming read returns then is the window, and says so.
+   */
+  async pump(m, name) {
+    const s = m.streams[name]
+    if (s.reading) return
+    s.reading = true
+    try {
+      while (!m.discarded && this.conn.lostReason === undefined) {
+        const target = s.finalEnd ?? s.known
+        if (s.end >= target || s.stuck) break
+        if (s.finalEnd === undefined && s.known <= s.covered) break
+        const asked = target
+        const from = s.end
+        // A consuming read meanwhile moves the cursor to `from` and empties
+        // the text: the answer, which starts there, is still what follows.
+        // A lossy one is the window, all of it past `from`.
+        let r = await this.conn.call('read_from', { id: m.id, stream: name, from })
+        let replace = r.lossy
+        if (!r.lossy && r.next_offset - s.cursor > s.cap - WINDOW_SLACK) {
+          const cursor = s.cursor
+          const again = await this.conn.call('read_from', { id: m.id, stream: name, from: cursor })
+          // A consuming read meanwhile returned part of what this answer
+          // holds: ask again from where it left the cursor.
+          if (s.cursor !== cursor) continue
+          r = again
+          replace = true
+          // Whatever it returned is in the window, which is at most `cap`.
+          if (!r.lossy) s.cap = Math.max(s.cap, r.next_offset - cursor)
+        }
+        if (m.discarded) break
+        if (replace) {
+          s.text = r.text
+          if (r.lossy) s.lossy = true
+        } else {
+          s.text += r.text
+        }
+        const progressed = replace || r.next_offset > from
+        s.end = r.next_offset
+        s.covered = Math.max(asked, r.next_offset)
+        s.spillPath = r.spill_path
+        s.spillError = r.spill_error
+        // A settled stream that gives no more would be asked forever.
+        if (s.finalEnd !== undefined && !progressed) s.stuck = true
+      }
+    } catch (err) {
+      // Forgotten or retired by the server meanwhile: its output is gone
+      // there, as it is here. A lost connection settles everything itself.
+      if (err.code === 'NOT_FOUND') this.discard(m)
+      else if (err.code !== 'CONNECTION_LOST') process.emitWarning(err, 'DshRemoteWarning')
+      s.stuck = true
+    } finally {
+      s.reading = false
+    }
+    this.finish(m)
+  }
+
+  /** Resolves `done` once settled and read ahead to the end, telling the listeners first. */
+  finish(m) {
+    if (m.final || !m.settled || !m.adopted) return
+    if (!m.discarded && !(m.streams.stdout.caughtUp() && m.streams.stderr.caughtUp())) return
+    m.final = true
+    this.conn.hold(-1)
+    if (!m.quiet) {
+      for (const listener of [...this.listeners]) {
+        try {
+          listener(m.handle)
+        } catch (err) {
+          process.emitWarning(err instanceof Error ? err : new Error(String(err)), 'DshListenerWarning')
+        }
+      }
+    }
+    m.resolveDone()
+  }
+
+  /** A new mirror, held open (the event loop runs) until it is final. */
+  mirror(id, spec) {
+    const m = new Mirror(id, spec, this.window)
+    m.handle = new RemoteShellProcess(HANDLE, this, m)
+    this.conn.hold(1)
+    return m
+  }
+
+  /** A start the server refused after the mirror was made: a spawn failure, settled as the core settles one. */
+  refused(m, err) {
+    if (m.settled) return
+    this.retire(1)
+    m.refusedHere = true
+    m.settled = true
+    m.status = 'killed'
+    const s = m.streams.stderr
+    s.text = `spawn failed: ${err.message}`
+    s.end = s.finalEnd = s.known = Buffer.byteLength(s.text)
+    m.streams.stdout.finalEnd = 0
+    this.retire(0)
+    this.finish(m)
+  }
+
+  /**
+   * A run handed over at its timeout: its process joins the registry once
+   * its reads' start is known. The server registered it at the hand-over,
+   * possibly among starts made meanwhile, and counted it in its retention
+   * since: the registry is taken from the server's list, in its order.
+   */
+  async adopt(m) {
+    let listed
+    try {
+      listed = (await this.conn.call('list', {})).processes
+    } catch {
+      listed = undefined
+    }
+    const snapshot = listed?.find((p) => p.id === m.id)
+    if (listed !== undefined) this.reorder(listed, m)
+    // Settled and retired before the list: gone there, so gone here once its
+    // task_done (which it still gets) has settled it.
+    if (snapshot === undefined && listed !== undefined && !m.settled) {
+      await new Promise((resolve) => m.snapshotWaiters.push(resolve))
+    }
+    this.pending.delete(m.id)
+    m.adopted = true
+    if (snapshot === undefined) {
+      this.procs.delete(m.id)
+      this.discard(m)
+      return
+    }
+    m.streams.stdout.startAt(snapshot.output.stdout_read)
+    m.streams.stderr.startAt(snapshot.output.stderr_read)
+    this.pumpBoth(m)
+    this.finish(m)
+  }
+
+  /**
+   * The registry in the server's order (`listed`, with `m` joining it); a
+   * settled process the server no longer has was retired there: its
+   * output goes here too. A start only this side knows (refused by the
+   * server) keeps its place at the end.
+   */
+  reorder(listed, m) {
+    const order = new Map()
+    for (const p of listed) {
+      const known = p.id === m.id ? m : this.procs.get(p.id)
+      if (known !== undefined) order.set(p.id, known)
+    }
+    for (const [id, x] of this.procs) {
+      if (order.has(id)) continue
+      if (x.settled && !x.refusedHere) this.discard(x)
+      else order.set(id, x)
+    }
+    this.procs = order
+  }
+
+  /** The connection ended unasked: every process is settled with what is known, and nothing waits. */
+  lost() {
+    for (const m of [...this.procs.values(), ...this.pending.values()]) {
+      if (!m.settled) {
+        m.settled = true
+        m.status = 'killed'
+        m.exitCode = null
+        m.signal = null
+        m.exitStatusUnavailable = true
+        // A hand-over not yet in the registry was never the listeners' to hear of.
+        m.quiet = this.disposed || this.pending.has(m.id)
+      }
+      for (const s of Object.values(m.streams)) {
+        s.finalEnd ??= s.end
+        s.stuck = true
+      }
+      for (const wake of m.snapshotWaiters.splice(0)) wake()
+      m.adopted = true
+      this.finish(m)
+    }
+  }
+}
+
+// ---------------------------------------------------------------- classes
+
+const HANDLE = Symbol('dsh-native remote handle')
+const CONNECT = Symbol('dsh-native remote connect')
+
+/** A background process of a remote executor (the seam's ShellProcess); the same members as NativeShellProcess. */
+export class RemoteShellProcess {
+  #session
+  #m
+
+  constructor(token, session, m) {
+    if (token !== HANDLE) throw new TypeError('RemoteShellProcess is made by RemoteShellExecutor#start, get, list and listeners')
+    this.#session = session
+    this.#m = m
+    Object.defineProperty(this, 'id', { value: m.id, enumerable: true })
+    Object.defineProperty(this, 'command', { value: m.command, enumerable: true })
+  }
+
+  get status() {
+    return this.#m.status
+  }
+
+  get exitCode() {
+    return this.#m.exitCode
+  }
+
+  get signal() {
+    return this.#m.signal
+  }
+
+  /** Present (true) once settled when nobody could say how it ended (also when the connection was lost). */
+  get exitStatusUnavailable() {
+    return this.#m.exitStatusUnavailable || undefined
+  }
+
+  get survivors() {
+    return this.#m.survivors || undefined
+  }
+
+  get done() {
+    return this.#m.done
+  }
+
+  get sandbox() {
+    return this.#m.sandbox
+  }
+
+  get limit() {
+    return this.#m.limit
+  }
+
+  get limitsEnforcement() {
+    return this.#m.limitsEnforcement
+  }
+
+  get owner() {
+    return this.#m.owner
+  }
+
+  get hasStdinPipe() {
+    return this.#m.hasStdinPipe
+  }
+
+  readOutput() {
+    return this.#m.read()
+  }
+
+  kill() {
+    const m = this.#m
+    if (m.settled || m.status !== 'running' || m.stopAsked) return false
+    m.stopAsked = true
+    m.status = 'killed'
+    this.#session.fire('kill', { id: m.id })
+    return true
+  }
+
+  /**
+   * Writes `data` (a string as UTF-8, a Buffer or a Uint8Array) to the
+   * command's stdin; resolves once the server's bounded buffer took every
+   * byte (back-pressure), in 1 MiB messages, writes whole and in call order.
+   */
+  writeStdin(data) {
+    let bytes
+    if (typeof data === 'string') bytes = Buffer.from(data, 'utf8')
+    else if (Buffer.isBuffer(data)) bytes = data
+    else if (data instanceof Uint8Array) bytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength)
+    else return Promise.reject(invalid('data', `must be a string, a Buffer or a Uint8Array, got ${describe(data)}`))
+    const id = this.#m.id
+    const send = (piece) =>
+      this.#session.conn.call('write_stdin', { id, data_base64: piece.toString('base64') }).then(
+        () => undefined,
+        (err) => {
+          // A start the server refused, or a process it no longer has: its
+          // stdin is gone as a spawn failure's is.
+          throw err.code === 'NOT_FOUND' ? stdinClosed(id, 'exited') : err
+        },
+      )
+    if (bytes.length <= STDIN_PIECE) return this.#queueStdin(() => send(bytes))
+    return this.#queueStdin(async () => {
+      for (let at = 0; at < bytes.length; at += STDIN_PIECE) await send(bytes.subarray(at, at + STDIN_PIECE))
+    })
+  }
+
+  // As index.js: with nothing queued a write is sent at once, so
+  // `writeStdin(x); closeStdin()` delivers x; the pieces of one write are
+  // never interleaved with another's.
+  #stdinTail = Promise.resolve()
+  #stdinQueued = 0
+  #queueStdin(write) {
+    const written = this.#stdinQueued === 0 ? write() : this.#stdinTail.then(write)
+    this.#stdinQueued++
+    this.#stdinTail = written.catch(() => {}).finally(() => this.#stdinQueued--)
+    return written
+  }
+
+  closeStdin() {
+    const m = this.#m
+    if (!m.hasStdinPipe) throw stdinClosed(m.id, 'not-piped')
+    if (m.stdinClosed || m.settled) return false
+    m.stdinClosed = true
+    this.#session.fire('close_stdin', { id: m.id })
+    return true
+  }
+}
+
+/**
+ * The harness's ShellExecutor over `dsh serve` (docs/protocol.md): the API
+ * of NativeShellExecutor, made by `RemoteShellExecutor.connect()`.
+ */
+export class RemoteShellExecutor {
+  #s
+  #disposing
+
+  /**
+   * Connects: `transport` is `{ command: [...] }` (a program speaking the
+   * protocol on its stdin and stdout: `['ssh', 'host', 'dsh', 'serve',
+   * '--stdio']`) or `{ socket: path }` (`dsh serve --listen unix:PATH`);
+   * `config` is a NativeShellExecutorConfig for the server's executor.
+   */
+  static async connect(options) {
+    checkObject(options, 'options')
+    for (const key of Object.keys(options)) {
+      if (key !== 'transport' && key !== 'config') throw invalid(`options.${key}`, 'is not a known field (expected one of: transport, config)')
+    }
+    const transport = checkTransport(options.transport)
+    const config = options.config ?? undefined
+    // Every field but spillDir is checked here as the local face checks it
+    // (a spillDir is the server's directory, checked there).
+    checkConfig(withoutSpillDir(config))
+    if (isObject(config) && config.spillDir !== undefined && typeof config.spillDir !== 'string') checkConfig({ spillDir: config.spillDir })
+    const conn = await Connection.open(transport)
+    let init
+    try {
+      init = await conn.call('initialize', {
+        protocol_version: PROTOCOL_VERSION,
+        config: wireConfig(config),
+        output_notifications: true,
+        client: { name: 'dsh-native', version: PACKAGE_VERSION },
+      })
+    } catch (err) {
+      await conn.close()
+      throw err
+    }
+    return new RemoteShellExecutor(CONNECT, conn, init)
+  }
+
+  constructor(token, conn, init) {
+    if (token !== CONNECT) throw new TypeError('RemoteShellExecutor is made by RemoteShellExecutor.connect({ transport, config })')
+    this.#s = new Session(conn, init)
+  }
+
+  get sandboxMode() {
+    return this.#s.resolver.sandboxMode
+  }
+
+  reconfigure(config) {
+    const s = this.#s
+    // No command will run on a server that is gone: say so, as a disposed
+    // executor says DISPOSED.
+    if (!s.disposed && s.conn.lostReason !== undefined) throw s.conn.lostError()
+    // Checked whole before anything changes, as locally: a bad field
+    // changes nothing, here or there.
+    let local = withoutSpillDir(config ?? {})
+    if (isObject(local)) {
+      // Without a cwd the server resolves against its own; so must the resolver.
+      const cwd = local.cwd
+      local = { ...local, cwd: typeof cwd === 'string' && cwd !== '' ? onServer(s.hostCwd, cwd) : (cwd ?? s.hostCwd ?? undefined) }
+    }
+    checkConfig(local)
+    const spillDir = isObject(config) ? config.spillDir : undefined
+    if (spillDir !== undefined) {
+      if (typeof spillDir !== 'string') checkConfig({ spillDir })
+      const current = s.effective.spill_dir
+      if (!samePath(onServer(s.hostCwd, spillDir), current)) {
+        const err = new Error(`config.spillDir cannot change after the executor is made (it is ${current})`)
+        err.code = 'INVALID_ARGUMENT'
+        err.field = 'config.spillDir'
+        throw err
+      }
+    }
+    s.resolver.reconfigure(local)
+    s.window = s.measureWindow()
+    if (isObject(config) && typeof config.retainSettled === 'number') s.retain = config.retainSettled
+    const wire = wireConfig(config)
+    if (wire.cwd !== undefined) wire.cwd = local.cwd
+    s.conn.call('reconfigure', { config: wire }).then(
+      (answer) => {
+        s.effective = answer.config
+        s.retain = answer.config.retain_settled
+      },
+      (err) => {
+        if (err.code !== 'CONNECTION_LOST' && err.code !== 'DISPOSED') process.emitWarning(err, 'DshRemoteWarning')
+      },
+    )
+  }
+
+  resolve(request) {
+    const s = this.#s
+    // A relative workspaceRoot is taken against the server's cwd, as the
+    // server would take it.
+    const policy = isObject(request) ? request.sandboxPolicy : undefined
+    const root = isObject(policy) ? policy.workspaceRoot : undefined
+    if (typeof root === 'string' && root !== '' && !root.startsWith('/') && typeof s.hostCwd === 'string') {
+      request = { ...request, sandboxPolicy: { ...policy, workspaceRoot: `${s.hostCwd}/${root}` } }
+    }
+    return s.resolver.resolve(request)
+  }
+
+  async run(spec) {
+    const s = this.#s
+    checkObject(spec, 'spec')
+    const signal = checkSignal(spec.signal, 'spec.signal')
+    // The local resolver judges the spec by the core's rules and runs
+    // nothing: the error a bad spec (or an aborted signal) gets is the
+    // local face's own.
+    let refusal
+    try {
+      await s.resolver.run({ ...spec, signal: CHECK_ONLY })
+    } catch (err) {
+      if (err.code !== 'ABORT_ERR' || signal?.aborted) throw err
+      refusal = err
+    }
+    // Aborted while it was checked: refused as an already aborted one is,
+    // with the core's own error, and nothing is sent.
+    if (signal?.aborted) throw refusal ?? coded('ABORT_ERR', 'cancelled before the command started')
+    const wire = wireSpec(spec)
+    const runId = `run-${++s.nextRun}`
+    const params = { spec: wire, run_id: runId }
+    let handOver
+    if (wire.on_expiry === 'background') {
+      // Named now, so the handed-over process is known by our id and its
+      // notifications find it even before the result arrives.
+      handOver = s.mirror(s.takeId(), spec)
+      s.pending.set(handOver.id, handOver)
+      params.background_id = handOver.id
+    }
+    const onAbort = () => s.conn.notify('cancel', { run_id: runId })
+    const running = s.conn.call('run', params)
+    if (signal) {
+      if (signal.aborted) onAbort()
+      else signal.addEventListener('abort', onAbort, { once: true })
+    }
+    const whole = (async () => {
+      let result
+      try {
+        result = runResult((await running).result)
+      } catch (err) {
+        if (handOver) this.#drop(handOver)
+        throw err
+      } finally {
+        signal?.removeEventListener('abort', onAbort)
+      }
+      if (handOver && result.backgroundId === handOver.id) {
+        await s.adopt(handOver)
+        if (signal) {
+          // Handed over: from now on the signal kills the process, as for start().
+          const task = handOver.handle
+          if (signal.aborted) task.kill()
+          else if (!handOver.final) {
+            const onKill = () => task.kill()
+            signal.addEventListener('abort', onKill, { once: true })
+            task.done.then(() => signal.removeEventListener('abort', onKill))
+          }
+        }
+      } else if (handOver) {
+        this.#drop(handOver)
+      }
+      return result
+    })()
+    s.runs.add(whole)
+    const forget = () => s.runs.delete(whole)
+    whole.then(forget, forget)
+    return whole
+  }
+
+  /** A hand-over that did not happen: its mirror goes. */
+  #drop(m) {
+    const s = this.#s
+    s.pending.delete(m.id)
+    if (!m.final) {
+      m.final = true
+      s.conn.hold(-1)
+    }
+  }
+
+  start(spec) {
+    const s = this.#s
+    checkObject(spec, 'spec')
+    const signal = checkSignal(spec.signal, 'spec.signal')
+    try {
+      s.resolver.start({ ...spec, signal: CHECK_ONLY })
+    } catch (err) {
+      if (err.code !== 'ABORT_ERR' || signal?.aborted) throw err
+    }
+    // What cannot be sent (a lost connection, a spec past the message
+    // limit) throws here, as a refused local start throws, and takes no id.
+    const id = s.nextIdName()
+    const send = s.conn.prepare('start', { spec: wireSpec(spec), id })
+    s.takeId()
+    const m = s.mirror(id, spec)
+    m.adopted = true
+    s.procs.set(m.id, m)
+    send().catch((err) => {
+      if (err.code !== 'CONNECTION_LOST') s.refused(m, err)
+    })
+    if (signal) {
+      const onAbort = () => m.handle.kill()
+      signal.addEventListener('abort', onAbort, { once: true })
+      m.done.then(() => signal.removeEventListener('abort', onAbort))
+    }
+    return m.handle
+  }
+
+  get(id) {
+    const m = typeof id === 'string' ? this.#s.procs.get(id) : undefined
+    // The resolver has no processes: its answer for an id the mirror does
+    // not have (undefined, or the error for one that is not a string) is
+    // the local face's.
+    return m ? m.handle : this.#s.resolver.get(id)
+  }
+
+  ownerOf(id) {
+    const m = typeof id === 'string' ? this.#s.procs.get(id) : undefined
+    return m ? m.owner : this.#s.resolver.ownerOf(id)
+  }
+
+  list() {
+    return [...this.#s.procs.values()].map((m) => m.handle)
+  }
+
+  readOutput(id) {
+    const m = typeof id === 'string' ? this.#s.procs.get(id) : undefined
+    return m ? m.read() : this.#s.resolver.readOutput(id)
+  }
+
+  kill(id) {
+    const m = typeof id === 'string' ? this.#s.procs.get(id) : undefined
+    return m ? m.handle.kill() : this.#s.resolver.kill(id)
+  }
+
+  forget(id) {
+    const s = this.#s
+    const m = typeof id === 'string' ? s.procs.get(id) : undefined
+    if (!m) return s.resolver.forget(id)
+    if (!m.settled) {
+      throw coded('STILL_RUNNING', `background process ${quoted(id)} is still running: kill it and wait for it first`)
+    }
+    s.procs.delete(id)
+    s.discard(m)
+    s.fire('forget', { id })
+  }
+
+  onTaskDone(listener) {
+    if (typeof listener !== 'function') throw invalid('listener', `must be a function, got ${describe(listener)}`)
+    const listeners = this.#s.listeners
+    // One entry per subscription, so the same function may be added twice.
+    const entry = (p) => listener(p)
+    listeners.add(entry)
+    return () => {
+      listeners.delete(entry)
+    }
+  }
+
+  /** Terminal sessions are not in the protocol yet: always rejects with NOT_SUPPORTED. */
+  async spawnTerminal(_request) {
+    throw coded(
+      'NOT_SUPPORTED',
+      `dsh-native/remote: spawnTerminal is not supported over ${this.#s.conn.label}: protocol version ${PROTOCOL_VERSION} has no terminal sessions (use a local NativeShellExecutor for those)`,
+    )
+  }
+
+  dispose() {
+    this.#disposing ??= this.#dispose()
+    return this.#disposing
+  }
+
+  async #dispose() {
+    const s = this.#s
+    s.disposed = true
+    const local = s.resolver.dispose()
+    if (s.conn.lostReason === undefined) {
+      try {
+        await s.conn.call('dispose', {})
+        // The disposal settled what still ran without telling (its
+        // completions are not delivered): the registry says how each ended.
+        const { processes } = await s.conn.call('list', {})
+        const now = new Map(processes.map((p) => [p.id, p]))
+        for (const m of [...s.procs.values()]) {
+          // Retired by a settling the disposal caused: gone there, gone here.
+          if (!now.has(m.id) && m.settled && !m.refusedHere) {
+            s.procs.delete(m.id)
+            s.discard(m)
+          }
+        }
+        for (const m of [...s.procs.values(), ...s.pending.values()]) {
+          if (m.settled) continue
+          m.quiet = true
+          const p = now.get(m.id)
+          if (p?.settled) {
+            s.settle(m, p)
+            s.pumpBoth(m)
+            s.finish(m)
+          }
+        }
+        await Promise.allSettled([...s.runs])
+        await Promise.all([...s.procs.values()].filter((m) => m.settled).map((m) => m.done))
+        // Its spill files went with it: reads say so from now on.
+        const refreshed = []
+        for (const m of s.procs.values()) {
+          for (const [name, st] of Object.entries(m.streams)) {
+            if (st.spillPath == null || m.discarded) continue
+            refreshed.push(
+              s.conn.call('read_from', { id: m.id, stream: name, from: st.end }).then(
+                (r) => {
+                  st.spillPath = r.spill_path
+                  st.spillError = r.spill_error
+                },
+                () => {},
+              ),
+            )
+          }
+        }
+        await Promise.all(refreshed)
+      } catch (err) {
+        if (err.code !== 'CONNECTION_LOST') throw err
+      } finally {
+        await s.conn.close()
+        // Anything the server could not say settles as a lost connection would.
+        s.lost()
+      }
+    }
+    await local
+  }
+}

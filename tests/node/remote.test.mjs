@@ -1,0 +1,709 @@
+// dsh-native/remote: RemoteShellExecutor against a real `dsh serve`, over
+// its three kinds of transport (a child's stdio, a unix socket, ssh to an
+// sshd of the test's own). Where a behaviour is the local executor's, the
+// same calls go through a local NativeShellExecutor and the two answers are
+// compared; the rest pins down what only a remote executor does (a lost
+// connection, the mirror's reads by offset, back-pressure across the wire).
+
+import test, { after } from 'node:test'
+import assert from 'node:assert/strict'
+import { execFileSync, spawn } from 'node:child_process'
+import fs from 'node:fs'
+import { createRequire } from 'node:module'
+import net from 'node:net'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+import { seam, harnessUrl } from './seam.mjs'
+
+const { alive, eventually, tmpdir, NativeShellExecutor } = createRequire(import.meta.url)('./helpers.js')
+const { RemoteShellExecutor, RemoteShellProcess } = await import(new URL('../../bindings-node/remote.mjs', import.meta.url).href)
+
+const DSH_BIN = process.env.DSH_BIN ?? fileURLToPath(new URL('../../target/debug/dsh', import.meta.url))
+const NO_BIN = fs.existsSync(DSH_BIN) ? undefined : `no dsh binary at ${DSH_BIN} (cargo build -p dsh-cli --bin dsh, or set DSH_BIN)`
+const STDIO = { command: [DSH_BIN, 'serve', '--stdio'] }
+/** Generous: these wait on a real server, possibly on a loaded machine. */
+const T = { timeout: 60_000 }
+
+const opened = []
+after(async () => {
+  await Promise.allSettled(opened.map((ex) => ex.dispose()))
+})
+
+/** A connected executor (disposed after the file), with graceMs small enough for kills. */
+async function connect(config = {}, transport = STDIO) {
+  const ex = await RemoteShellExecutor.connect({ transport, config: { graceMs: 300, cwd: WORK, ...config } })
+  opened.push(ex)
+  return ex
+}
+
+/** A local executor with the same config, for the answer the remote one must give. */
+function local(config = {}) {
+  const ex = new NativeShellExecutor({ graceMs: 300, cwd: WORK, ...config })
+  after(() => ex.dispose())
+  return ex
+}
+
+const WORK = tmpdir()
+
+/** `promise`, or a failure naming `what` once `ms` passed. */
+function within(ms, promise, what) {
+  let timer
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms)
+  })
+  return Promise.race([promise.finally(() => clearTimeout(timer)), late])
+}
+
+/** Resolves once `file` exists: an fs.watch event, not a sleep. */
+function fileAppears(file) {
+  return new Promise((resolve) => {
+    const check = () => {
+      if (fs.existsSync(file)) {
+        watcher.close()
+        resolve()
+      }
+    }
+    const watcher = fs.watch(path.dirname(file), check)
+    check()
+  })
+}
+
+/** Everything a process says until `needle`, read by polling its consuming reads. */
+async function readUntil(p, needle) {
+  let seen = ''
+  const ok = await eventually(() => {
+    seen += p.readOutput().delta
+    return seen.includes(needle)
+  })
+  if (!ok) throw new Error(`never saw ${JSON.stringify(needle)}: ${JSON.stringify(seen)}`)
+  return seen
+}
+
+/** An error reduced to what the faces must agree on. */
+const shape = (e) => ({ code: e.code, field: e.field, message: e.message, errno: e.errno, reason: e.reason, id: e.id })
+
+/** The error `fn` throws or rejects with. */
+async function failure(fn) {
+  try {
+    await fn()
+  } catch (e) {
+    return e
+  }
+  assert.fail('expected an error')
+}
+
+/** A read without its task (the objects differ by face), spill files as their contents. */
+function plain(read) {
+  const { task, ...rest } = read
+  for (const key of ['stdoutSpillPath', 'stderrSpillPath']) {
+    if (rest[key] !== undefined) rest[key] = fs.readFileSync(rest[key], 'utf8')
+  }
+  return rest
+}
+
+const skipNoBin = NO_BIN ? { skip: NO_BIN } : {}
+
+test('connect: an initialized executor with the server\'s config; a bad config names the field as locally', { ...T, ...skipNoBin }, async () => {
+  const ex = await connect({ maxOutputBytes: 1234, sandboxMode: undefined })
+  assert.ok(ex instanceof RemoteShellExecutor)
+  assert.equal(ex.sandboxMode, undefined)
+  // resolve() is local, by the server's effective config.
+  assert.deepEqual(ex.resolve({ command: 'true' }), local({ maxOutputBytes: 1234 }).resolve({ command: 'true' }))
+  for (const config of [{ graceMs: 0 }, { timeoutMs: -1 }, { maxOutputBytes: Infinity }, { bogus: 1 }, { limits: { memoryBytes: 0.5 } }]) {
+    const remote = await failure(() => RemoteShellExecutor.connect({ transport: STDIO, config }))
+    const here = await failure(() => new NativeShellExecutor(config))
+    assert.deepEqual(shape(remote), shape(here), JSON.stringify(config))
+  }
+  // The server judges its own spill directory; its field comes back in camelCase.
+  const file = path.join(tmpdir(), 'a-file')
+  fs.writeFileSync(file, '')
+  const bad = await failure(() => RemoteShellExecutor.connect({ transport: STDIO, config: { spillDir: file } }))
+  assert.equal(bad.code, 'INVALID_ARGUMENT')
+  assert.equal(bad.field, 'config.spillDir')
+  assert.match(bad.message, /^config\.spillDir is not a directory/)
+  // The transport itself.
+  for (const [transport, field] of [
+    [undefined, 'transport'],
+    [{}, 'transport'],
+    [{ command: [] }, 'transport.command'],
+    [{ command: ['x', 5] }, 'transport.command.1'],
+    [{ socket: 5 }, 'transport.socket'],
+    [{ command: ['x'], socket: '/x' }, 'transport'],
+    [{ comand: ['x'] }, 'transport.comand'],
+  ]) {
+    const e = await failure(() => RemoteShellExecutor.connect({ transport }))
+    assert.deepEqual([e.code, e.field], ['INVALID_ARGUMENT', field], JSON.stringify(transport))
+  }
+  assert.throws(() => new RemoteShellExecutor(), /RemoteShellExecutor\.connect/)
+  // A program that is not there, and one that is not a server: CONNECTION_LOST naming it.
+  const missing = await failure(() => RemoteShellExecutor.connect({ transport: { command: ['/nonexistent-dsh-remote/dsh', 'serve'] } }))
+  assert.equal(missing.code, 'CONNECTION_LOST')
+  assert.match(missing.message, /\/nonexistent-dsh-remote\/dsh serve.*ENOENT/)
+  const notServer = await failure(() => RemoteShellExecutor.connect({ transport: { command: ['sh', '-c', 'echo oops >&2; exit 3'] } }))
+  assert.equal(notServer.code, 'CONNECTION_LOST')
+  assert.match(notServer.message, /exited with status 3.*oops/)
+})
+
+test('run: results, errors and the abort are the local executor\'s', { ...T, ...skipNoBin }, async () => {
+  const ex = await connect({ maxOutputBytes: 100 })
+  const here = local({ maxOutputBytes: 100 })
+  const requests = [
+    { command: 'echo out; echo err >&2; exit 3' },
+    { command: "printf 'héllo 😀\\n'" },
+    { command: 'seq 1 1000' },
+    { command: 'seq 1 1000 >&2' },
+    { command: 'cat', stdin: 'from stdin' },
+    { command: 'od -An -tx1', stdin: Buffer.from([0, 255, 1]) },
+    { command: 'echo "$A $DSH_B"', env: { A: 'a' }, dshEnv: { DSH_B: 'b' } },
+    { command: 'sleep 30', timeoutMs: 200 },
+    { command: 'kill -TERM $$' },
+  ]
+  for (const request of requests) {
+    const [r, l] = await Promise.all([ex.run(ex.resolve(request)), here.run(here.resolve(request))])
+    for (const s of ['stdout', 'stderr']) {
+      for (const o of [r[s], l[s]]) if (o.spillPath !== undefined) o.spillPath = fs.readFileSync(o.spillPath, 'utf8')
+    }
+    assert.deepEqual(r, l, request.command)
+  }
+  // Errors: the local face's code, field and message, whichever side found them.
+  const cases = [
+    (e) => e.resolve({ command: 'true', timeoutMs: 0 }),
+    (e) => e.resolve({ command: 'true', timeout_ms: 5 }),
+    (e) => e.resolve({ command: 'true', env: { A: 1 } }),
+    (e) => e.run({ ...e.resolve({ command: 'true' }), timeoutMs: 0 }),
+    (e) => e.run({ ...e.resolve({ command: 'true' }), work_dir: '/' }),
+    (e) => e.run({ ...e.resolve({ command: 'true' }), signal: 5 }),
+    (e) => e.run(null),
+    (e) => e.run(e.resolve({ command: 'true', stdin: { pipe: true } })),
+    (e) => e.run(e.resolve({ command: 'true', workdir: '/nonexistent-dsh-remote' })),
+    (e) => e.run(e.resolve({ command: 'true', workdir: '/etc/passwd' })),
+    (e) => e.start({ ...e.resolve({ command: 'true' }), stdoutMaxBytes: -1 }),
+    (e) => e.readOutput('bash-404'),
+    (e) => e.kill(5),
+    (e) => e.ownerOf('nope'),
+    (e) => e.forget('nope'),
+    (e) => e.onTaskDone('not a function'),
+  ]
+  for (const call of cases) {
+    const [r, l] = await Promise.all([failure(() => call(ex)), failure(() => call(here))])
+    assert.deepEqual(shape(r), shape(l), call.toString())
+  }
+  // An abort during the run; an already aborted signal sends nothing.
+  const dir = tmpdir()
+  const ac = new AbortController()
+  const started = path.join(dir, 'started')
+  const pending = ex.run(ex.resolve({ command: `echo up; touch ${started}; sleep 30`, signal: ac.signal }))
+  await fileAppears(started)
+  ac.abort()
+  const aborted = await within(10_000, pending, 'the aborted run')
+  assert.deepEqual([aborted.aborted, aborted.signal, aborted.stdout.text], [true, 'SIGTERM', 'up\n'])
+  const marker = path.join(dir, 'ran')
+  const gone = await failure(() => ex.run(ex.resolve({ command: `touch ${marker}`, signal: AbortSignal.abort() })))
+  assert.equal(gone.code, 'ABORT_ERR')
+  const goneStart = await failure(() => ex.start(ex.resolve({ command: `touch ${marker}`, signal: AbortSignal.abort() })))
+  assert.equal(goneStart.code, 'ABORT_ERR')
+  // The next command runs after both: had either been sent, its file would be there.
+  await ex.run(ex.resolve({ command: 'true' }))
+  assert.equal(fs.existsSync(marker), false)
+  assert.deepEqual(ex.list(), [])
+})
+
+test('what the wire cannot carry: lone surrogates as locally, an oversized message refused, a server that speaks no JSON', { ...T, ...skipNoBin }, async () => {
+  const ex = await connect()
+  const here = local()
+  // A lone surrogate reaches the command as U+FFFD, as the addon converts it
+  // (JSON would carry it as an escape the server refuses).
+  const request = { command: 'echo "x\uD800y $V"; env | grep ^K', env: { V: 'a\uDC00b', ['K\uD800']: 'k' } }
+  const [r, l] = await Promise.all([ex.run(ex.resolve(request)), here.run(here.resolve(request))])
+  assert.deepEqual(r, l)
+  assert.match(r.stdout.text, /^x\uFFFDy a\uFFFDb\n/)
+  // A spec past the protocol's 48 MiB message: refused here, the connection kept.
+  const huge = ex.resolve({ command: 'wc -c', stdin: 'x'.repeat(40 << 20) })
+  assert.equal((await failure(() => ex.run(huge))).code, 'MESSAGE_TOO_LARGE')
+  const before = ex.list().length
+  assert.equal((await failure(() => ex.start(huge))).code, 'MESSAGE_TOO_LARGE')
+  assert.equal(ex.list().length, before, 'a refused start registers nothing')
+  assert.equal((await ex.run(ex.resolve({ command: 'echo still here' }))).stdout.text, 'still here\n')
+  // Something on the transport's stdout before the server (a login banner):
+  // refused by name, and the transport is ended.
+  const dir = tmpdir()
+  const { pidfile, transport } = killable(dir, ['sh', '-c', `echo Welcome; exec '${DSH_BIN}' serve --stdio`])
+  const e = await failure(() => RemoteShellExecutor.connect({ transport }))
+  assert.equal(e.code, 'CONNECTION_LOST')
+  assert.match(e.message, /not JSON: "Welcome"/)
+  const pid = Number(fs.readFileSync(pidfile, 'utf8'))
+  assert.ok(await eventually(() => !alive(pid), 5000), 'the transport was ended')
+})
+
+test('start: the registry, reads, kill and forget behave as locally', { ...T, ...skipNoBin }, async () => {
+  const ex = await connect()
+  const settled = []
+  const off = ex.onTaskDone((p) => settled.push([p.id, p.status, p.readOutput().delta]))
+  const a = ex.start(ex.resolve({ command: 'echo a; echo b >&2; printf c', owner: 'me' }))
+  assert.ok(a instanceof RemoteShellProcess)
+  assert.equal(a.id, 'bash-1')
+  assert.equal(a.status, 'running')
+  assert.equal(ex.get('bash-1'), a)
+  assert.equal(ex.ownerOf('bash-1'), 'me')
+  assert.equal(a.owner, 'me')
+  assert.equal(a.hasStdinPipe, false)
+  await within(10_000, a.done, 'a.done')
+  assert.deepEqual([a.status, a.exitCode, a.signal, a.exitStatusUnavailable, a.survivors, a.sandbox], ['completed', 0, null, undefined, undefined, undefined])
+  // Read by the listener already, with everything in it.
+  assert.deepEqual(settled, [['bash-1', 'completed', 'a\nc\n[stderr]\nb\n']])
+  off()
+  const b = ex.start(ex.resolve({ command: 'echo up; sleep 30' }))
+  await readUntil(b, 'up')
+  assert.equal(b.kill(), true)
+  assert.equal(b.status, 'killed')
+  assert.equal(b.kill(), false)
+  assert.equal(ex.kill('bash-2'), false)
+  assert.equal(shape(await failure(() => ex.forget('bash-2'))).code, 'STILL_RUNNING')
+  await within(10_000, b.done, 'b.done')
+  assert.deepEqual([b.status, b.exitCode, b.signal], ['killed', null, 'SIGTERM'])
+  assert.deepEqual(ex.list().map((p) => p.id), ['bash-1', 'bash-2'])
+  ex.forget('bash-1')
+  assert.equal(ex.get('bash-1'), undefined)
+  assert.deepEqual(ex.list().map((p) => p.id), ['bash-2'])
+  assert.equal(settled.length, 1, 'unsubscribed')
+  // A spawn failure settles as killed with the error on stderr (as locally).
+  const failed = ex.start(ex.resolve({ command: 'true', workdir: '/nonexistent-dsh-remote' }))
+  await within(10_000, failed.done, 'failed.done')
+  assert.equal(failed.status, 'killed')
+  assert.match(failed.readOutput().delta, /^\[stderr\]\nspawn failed: ENOENT: .*\/nonexistent-dsh-remote/)
+  // The retention rule of the server, mirrored: the oldest settled go.
+  ex.reconfigure({ graceMs: 300, cwd: WORK, retainSettled: 1 })
+  const c = ex.start(ex.resolve({ command: 'echo c' }))
+  await within(10_000, c.done, 'c.done')
+  assert.deepEqual(ex.list().map((p) => p.id), [c.id])
+  assert.equal(c.readOutput().delta, 'c\n')
+  const terminal = await failure(() => ex.spawnTerminal({ argv: ['bash'] }))
+  assert.equal(terminal.code, 'NOT_SUPPORTED')
+  assert.match(terminal.message, /terminal/)
+})
+
+test('reads by offset: a character split across chunks is never split in a read', { ...T, ...skipNoBin }, async () => {
+  const ex = await connect()
+  const dir = tmpdir()
+  const [sent, go] = [path.join(dir, 'sent'), path.join(dir, 'go')]
+  // € is E2 82 AC: the first two bytes, then (once told) the last one.
+  const p = ex.start(ex.resolve({ command: `printf 'a\\342\\202'; touch ${sent}; while [ ! -e ${go} ]; do sleep 0.01; done; printf '\\254b'; printf '\\360\\237' >&2; sleep 0.1; printf '\\230\\200' >&2` }))
+  await fileAppears(sent)
+  const before = await readUntil(p, 'a')
+  fs.writeFileSync(go, '')
+  await within(10_000, p.done, 'p.done')
+  const rest = p.readOutput()
+  assert.equal(before + rest.delta, 'a€b\n[stderr]\n😀')
+  assert.ok(!before.includes('\uFFFD') && !rest.delta.includes('\uFFFD'), JSON.stringify([before, rest.delta]))
+  assert.equal(p.readOutput().delta, '')
+})
+
+test('reads by offset: lossy reads name the spill file, as locally, while it runs and after', { ...T, ...skipNoBin }, async () => {
+  const config = { maxOutputBytes: 1000 }
+  const ex = await connect(config)
+  const here = local(config)
+  const reads = async (e) => {
+    const dir = tmpdir()
+    const go = path.join(dir, 'go')
+    const p = e.start(e.resolve({ command: `seq 1 5000; seq 1 3000 >&2; while [ ! -e ${go} ]; do sleep 0.01; done; seq 1 20000` }))
+    const first = await readUntil(p, '3000\n')
+    fs.writeFileSync(go, '')
+    await p.done
+    return { first, last: plain(p.readOutput()), after: plain(p.readOutput()) }
+  }
+  const [r, l] = await Promise.all([reads(ex), reads(here)])
+  assert.equal(r.last.lossy, true)
+  assert.equal(r.last.stdoutSpillPath, Array.from({ length: 5000 }, (_, i) => `${i + 1}\n`).join('') + Array.from({ length: 20000 }, (_, i) => `${i + 1}\n`).join(''))
+  assert.deepEqual(r.last, l.last)
+  assert.deepEqual(r.after, l.after)
+  // The first read came while it ran: what it holds depends on timing, but
+  // it is the tail of the stream, and lossy with its spill file.
+  assert.ok(r.first.endsWith('2999\n3000\n'), r.first.slice(-20))
+})
+
+test('done: `await p.done; p.readOutput()` returns everything', { ...T, ...skipNoBin }, async () => {
+  const ex = await connect()
+  const expected = Array.from({ length: 3000 }, (_, i) => `line ${i}\n`).join('')
+  const ps = Array.from({ length: 5 }, () => ex.start(ex.resolve({ command: 'for i in $(seq 0 2999); do echo "line $i"; done; echo tail >&2' })))
+  for (const p of ps) {
+    await within(20_000, p.done, `${p.id}.done`)
+    assert.equal(p.readOutput().delta, `${expected}[stderr]\ntail\n`)
+  }
+})
+
+test('writeStdin: back-pressure across the wire, order, closeStdin and its errors', { ...T, ...skipNoBin }, async () => {
+  const ex = await connect()
+  const dir = tmpdir()
+  const go = path.join(dir, 'go')
+  const p = ex.start(ex.resolve({ command: `while [ ! -e ${go} ]; do sleep 0.01; done; wc -c`, stdin: { pipe: true } }))
+  assert.equal(p.hasStdinPipe, true)
+  let written = false
+  const big = p.writeStdin(Buffer.alloc(1 << 20, 'x')).then(() => {
+    written = true
+  })
+  const more = p.writeStdin('tail')
+  // A call sent after the write is answered after the server took it in:
+  // the write, 16 times the stdin buffer, is still waiting.
+  await ex.run(ex.resolve({ command: 'true' }))
+  assert.equal(written, false)
+  fs.writeFileSync(go, '')
+  await within(20_000, Promise.all([big, more]), 'the writes')
+  assert.equal(p.closeStdin(), true)
+  assert.equal(p.closeStdin(), false)
+  const closed = await failure(() => p.writeStdin('late'))
+  assert.deepEqual([closed.code, closed.reason, closed.id], ['STDIN_CLOSED', 'closed', p.id])
+  await within(10_000, p.done, 'p.done')
+  assert.equal(p.readOutput().delta.trim(), String((1 << 20) + 4))
+  const notPiped = ex.start(ex.resolve({ command: 'true' }))
+  const localEx = local()
+  const here = localEx.start(localEx.resolve({ command: 'true' }))
+  for (const call of [(q) => q.writeStdin('x'), (q) => q.closeStdin(), (q) => q.writeStdin(5)]) {
+    const [r, l] = await Promise.all([failure(() => call(notPiped)), failure(() => call(here))])
+    assert.deepEqual({ ...shape(r), id: undefined, message: undefined }, { ...shape(l), id: undefined, message: undefined })
+    assert.equal(r.message, l.message.replace(here.id, notPiped.id))
+  }
+  await notPiped.done
+  const exited = await failure(() => notPiped.writeStdin('x'))
+  assert.equal(exited.code, 'STDIN_CLOSED')
+})
+
+test("onExpiry 'background': the run hands over to the client's id, reads continue after the result", { ...T, ...skipNoBin }, async () => {
+  const ex = await connect()
+  const first = ex.start(ex.resolve({ command: 'true' }))
+  const dir = tmpdir()
+  const go = path.join(dir, 'go')
+  const r = await ex.run(ex.resolve({ command: `echo before; echo err >&2; while [ ! -e ${go} ]; do sleep 0.01; done; echo after`, timeoutMs: 200, onExpiry: 'background', owner: 'o' }))
+  assert.deepEqual([r.timedOut, r.exitCode, r.signal, r.stdout.text, r.stderr.text], [true, null, null, 'before\n', 'err\n'])
+  assert.equal(r.backgroundId, 'bash-2')
+  assert.equal(first.id, 'bash-1')
+  const p = ex.get(r.backgroundId)
+  assert.ok(p instanceof RemoteShellProcess)
+  assert.deepEqual([p.status, p.owner, p.command], ['running', 'o', `echo before; echo err >&2; while [ ! -e ${go} ]; do sleep 0.01; done; echo after`])
+  assert.equal(ex.start(ex.resolve({ command: 'true' })).id, 'bash-3')
+  fs.writeFileSync(go, '')
+  await within(10_000, p.done, 'p.done')
+  assert.deepEqual(p.readOutput(), { task: p, delta: 'after\n', lossy: false })
+  // A run that ends before its timeout hands nothing over.
+  const quick = await ex.run(ex.resolve({ command: 'echo quick', onExpiry: 'background' }))
+  assert.equal(quick.backgroundId, undefined)
+  // The signal of a handed-over run kills its process, as for start().
+  const ac = new AbortController()
+  const handed = await ex.run(ex.resolve({ command: 'echo up; sleep 30', timeoutMs: 200, onExpiry: 'background', signal: ac.signal }))
+  const q = ex.get(handed.backgroundId)
+  ac.abort()
+  assert.equal(q.status, 'killed')
+  await within(10_000, q.done, 'q.done')
+  assert.equal(q.signal, 'SIGTERM')
+  // A start's signal too.
+  const ac2 = new AbortController()
+  const s = ex.start(ex.resolve({ command: 'echo up; sleep 30', signal: ac2.signal }))
+  await readUntil(s, 'up')
+  ac2.abort()
+  await within(10_000, s.done, 's.done')
+  assert.deepEqual([s.status, s.signal], ['killed', 'SIGTERM'])
+})
+
+test('reconfigure: applied here at once and on the server; a bad field changes nothing', { ...T, ...skipNoBin }, async () => {
+  const ex = await connect()
+  const sub = path.join(WORK, 'sub')
+  fs.mkdirSync(sub, { recursive: true })
+  ex.reconfigure({ cwd: sub, timeoutMs: 5000, graceMs: 300 })
+  const spec = ex.resolve({ command: 'pwd' })
+  assert.deepEqual([spec.workdir, spec.timeoutMs], [sub, 5000])
+  assert.equal((await ex.run(spec)).stdout.text, `${sub}\n`)
+  const e = await failure(() => ex.reconfigure({ graceMs: 0 }))
+  assert.deepEqual([e.code, e.field], ['INVALID_ARGUMENT', 'config.graceMs'])
+  const moved = await failure(() => ex.reconfigure({ spillDir: tmpdir() }))
+  assert.deepEqual([moved.code, moved.field], ['INVALID_ARGUMENT', 'config.spillDir'])
+  assert.equal(ex.resolve({ command: 'true' }).workdir, sub)
+  ex.reconfigure({ sandboxMode: 'read-only' })
+  assert.equal(ex.sandboxMode, 'read-only')
+  // Without a cwd the server's own is the base, here as there (the server
+  // was started in this process's cwd).
+  ex.reconfigure({})
+  assert.equal(ex.sandboxMode, undefined)
+  const here = ex.resolve({ command: 'pwd' })
+  assert.equal(here.workdir, process.cwd())
+  assert.equal((await ex.run(here)).stdout.text, `${process.cwd()}\n`)
+  // A relative cwd is taken against the server's cwd (this process's here),
+  // as a local executor takes it against its own.
+  const relative = { cwd: path.relative(process.cwd(), sub) }
+  ex.reconfigure(relative)
+  const mine = local(relative)
+  assert.equal(ex.resolve({ command: 'pwd' }).workdir, mine.resolve({ command: 'pwd' }).workdir)
+  assert.equal((await ex.run(ex.resolve({ command: 'pwd' }))).stdout.text, (await mine.run(mine.resolve({ command: 'pwd' }))).stdout.text)
+})
+
+test('two executors are independent', { ...T, ...skipNoBin }, async () => {
+  const [a, b] = await Promise.all([connect(), connect()])
+  const pa = a.start(a.resolve({ command: 'echo a; sleep 30' }))
+  const pb = b.start(b.resolve({ command: 'echo b; sleep 30' }))
+  assert.deepEqual([pa.id, pb.id], ['bash-1', 'bash-1'])
+  await Promise.all([readUntil(pa, 'a'), readUntil(pb, 'b')])
+  assert.equal(a.kill('bash-1'), true)
+  await within(10_000, pa.done, 'pa.done')
+  assert.equal(pb.status, 'running')
+  await a.dispose()
+  assert.equal((await failure(() => a.run(a.resolve({ command: 'true' })))).code, 'DISPOSED')
+  assert.equal((await failure(() => a.start(a.resolve({ command: 'true' })))).code, 'DISPOSED')
+  assert.equal(pb.status, 'running')
+  assert.equal((await b.run(b.resolve({ command: 'echo still' }))).stdout.text, 'still\n')
+  await b.dispose()
+  await b.dispose()
+  assert.deepEqual([pb.status, pb.signal, pb.exitStatusUnavailable], ['killed', 'SIGTERM', undefined])
+  assert.equal(pb.readOutput().delta, '')
+})
+
+test('a unix socket transport', { ...T, ...skipNoBin }, async () => {
+  const dir = tmpdir()
+  const sock = path.join(dir, 'dsh.sock')
+  const server = spawn(DSH_BIN, ['serve', '--listen', `unix:${sock}`], { stdio: ['ignore', 'ignore', 'pipe'] })
+  const exited = new Promise((resolve) => server.once('exit', (code, signal) => resolve({ code, signal })))
+  try {
+    await within(10_000, fileAppears(sock), 'the socket')
+    // The file exists from the bind; connections are taken from the listen
+    // right after it: until then a connect is refused.
+    let ex
+    const up = await eventually(async () => {
+      ex = await connect({}, { socket: sock }).catch((e) => {
+        if (!/ECONNREFUSED/.test(e.message)) throw e
+      })
+      return ex !== undefined
+    }, 10_000)
+    assert.ok(up, 'the server listens')
+    const p = ex.start(ex.resolve({ command: 'echo $$; sleep 30' }))
+    const pid = Number((await readUntil(p, '\n')).trim())
+    assert.equal((await ex.run(ex.resolve({ command: 'echo over a socket' }))).stdout.text, 'over a socket\n')
+    await ex.dispose()
+    assert.equal(p.status, 'killed')
+    assert.equal(alive(pid), false)
+    // The server outlives its connections.
+    assert.equal(server.exitCode, null)
+    const missing = await failure(() => RemoteShellExecutor.connect({ transport: { socket: path.join(dir, 'none.sock') } }))
+    assert.equal(missing.code, 'CONNECTION_LOST')
+    assert.match(missing.message, /unix:.*none\.sock.*ENOENT/)
+  } finally {
+    server.kill('SIGTERM')
+    await within(10_000, exited, 'the server exit')
+  }
+})
+
+/** A server started through `bash -c 'echo $$ > pidfile; exec …'`, so the test can kill the transport's process. */
+function killable(dir, argv) {
+  const pidfile = path.join(dir, 'transport.pid')
+  const quoted = argv.map((a) => `'${a.replaceAll("'", "'\\''")}'`).join(' ')
+  return { pidfile, transport: { command: ['bash', '-c', `echo $$ > ${pidfile}; exec ${quoted}`] } }
+}
+
+/** Kills the transport mid-run: pending calls fail CONNECTION_LOST in bounded time, processes settle, commands end. */
+async function loseConnectionMidRun(transport, pidfile, config = {}) {
+  const dir = tmpdir()
+  const ex = await RemoteShellExecutor.connect({ transport, config: { graceMs: 300, cwd: dir, ...config } })
+  opened.push(ex)
+  const [runPid, bgPid] = [path.join(dir, 'run.pid'), path.join(dir, 'bg.pid')]
+  const bg = ex.start(ex.resolve({ command: `echo $$ > ${bgPid}; echo bg; exec sleep 60` }))
+  await readUntil(bg, 'bg')
+  const settledHeard = []
+  ex.onTaskDone((p) => settledHeard.push(p.id))
+  const pending = ex.run(ex.resolve({ command: `echo $$ > ${runPid}; exec sleep 60` }))
+  await fileAppears(runPid)
+  await eventually(() => fs.readFileSync(runPid, 'utf8').endsWith('\n'))
+  const pids = [runPid, bgPid].map((f) => Number(fs.readFileSync(f, 'utf8')))
+  process.kill(Number(fs.readFileSync(pidfile, 'utf8')), 'SIGKILL')
+  const lost = await within(10_000, failure(() => pending), 'the pending run to fail')
+  assert.equal(lost.code, 'CONNECTION_LOST')
+  assert.ok(lost.message.includes('bash -c'), lost.message)
+  await within(10_000, bg.done, 'the background process to settle')
+  assert.deepEqual([bg.status, bg.exitCode, bg.signal, bg.exitStatusUnavailable], ['killed', null, null, true])
+  assert.deepEqual(settledHeard, [bg.id])
+  assert.equal((await failure(() => ex.run(ex.resolve({ command: 'true' })))).code, 'CONNECTION_LOST')
+  assert.equal((await failure(() => ex.start(ex.resolve({ command: 'true' })))).code, 'CONNECTION_LOST')
+  assert.equal((await failure(() => ex.reconfigure({}))).code, 'CONNECTION_LOST')
+  assert.equal(bg.kill(), false)
+  await ex.dispose()
+  return pids
+}
+
+test('a transport that dies: calls fail with CONNECTION_LOST, processes settle, nothing hangs', { ...T, ...skipNoBin }, async () => {
+  const dir = tmpdir()
+  const { pidfile, transport } = killable(dir, [DSH_BIN, 'serve', '--stdio'])
+  const pids = await loseConnectionMidRun(transport, pidfile)
+  // The server was killed outright: its commands end with it (docs/host-death.md).
+  const gone = await eventually(() => pids.every((pid) => !alive(pid)), 5000)
+  assert.ok(gone, `still alive: ${pids.filter(alive)}`)
+})
+
+test('an idle executor does not keep Node running, and the server ends with it', { ...T, ...skipNoBin }, async () => {
+  const { pidfile, transport } = killable(tmpdir(), [DSH_BIN, 'serve', '--stdio'])
+  const script = `
+    const { RemoteShellExecutor } = await import(process.argv[1])
+    const ex = await RemoteShellExecutor.connect({ transport: JSON.parse(process.argv[2]) })
+    const r = await ex.run(ex.resolve({ command: 'echo ran' }))
+    const p = ex.start(ex.resolve({ command: 'sleep 0.3; echo bg' }))
+    await p.done
+    process.stdout.write(r.stdout.text + p.readOutput().delta)
+  `
+  const url = new URL('../../bindings-node/remote.mjs', import.meta.url).href
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script, url, JSON.stringify(transport)], { stdio: ['ignore', 'pipe', 'inherit'] })
+  let out = ''
+  child.stdout.on('data', (d) => (out += d))
+  const code = await within(20_000, new Promise((resolve) => child.once('exit', resolve)), 'the host to exit by itself')
+  assert.deepEqual([code, out], [0, 'ran\nbg\n'])
+  const pid = Number(fs.readFileSync(pidfile, 'utf8'))
+  assert.ok(await eventually(() => !alive(pid), 5000), 'the server ended with its host')
+})
+
+test('the harness plugin with a transport is the remote executor; a bad transport is refused at load', { ...T, ...skipNoBin }, async () => {
+  const { Context } = await seam('@deepseek-ai/cordis')
+  const { default: Subprocess } = await seam('@deepseek-ai/dsh-subprocess-local')
+  const { default: Plugin } = await import(harnessUrl)
+  const root = new Context()
+  await root.plugin(Subprocess)
+  await root.plugin(Plugin, { graceMs: 300, cwd: WORK, transport: STDIO })
+  const p = root.shell.start(root.shell.resolve({ command: 'echo $$; sleep 30' }))
+  assert.ok(p instanceof RemoteShellProcess)
+  const pid = Number((await readUntil(p, '\n')).trim())
+  assert.equal(root.shell.get(p.id), p)
+  assert.equal((await root.shell.run(root.shell.resolve({ command: 'echo hi' }))).stdout.text, 'hi\n')
+  await root.fiber.dispose()
+  assert.equal(p.status, 'killed')
+  assert.equal(alive(pid), false)
+  // As with the local executor, a reload of the plugin alone keeps its
+  // background processes (the composition owns them); a reload after the
+  // connection was lost connects anew.
+  const dir = tmpdir()
+  const { pidfile, transport } = killable(dir, [DSH_BIN, 'serve', '--stdio'])
+  const again = new Context()
+  await again.plugin(Subprocess)
+  const config = { graceMs: 300, cwd: WORK, transport }
+  const first = again.plugin(Plugin, config)
+  // Reachable before its start has connected: a clear error, not a crash.
+  await new Promise((resolve) => setImmediate(resolve))
+  assert.throws(() => again.shell.resolve({ command: 'true' }), (e) => e.code === 'NOT_CONNECTED')
+  await first
+  const kept = again.shell.start(again.shell.resolve({ command: 'echo up; sleep 30' }))
+  await readUntil(kept, 'up')
+  await first.dispose()
+  const second = again.plugin(Plugin, config)
+  await second
+  assert.equal(again.shell.get(kept.id), kept)
+  assert.equal(kept.status, 'running')
+  const serverPid = Number(fs.readFileSync(pidfile, 'utf8'))
+  process.kill(serverPid, 'SIGKILL')
+  await within(10_000, kept.done, 'the process of a lost connection to settle')
+  assert.equal(kept.exitStatusUnavailable, true)
+  await second.dispose()
+  await again.plugin(Plugin, config)
+  assert.notEqual(Number(fs.readFileSync(pidfile, 'utf8')), serverPid, 'a new server')
+  assert.equal((await again.shell.run(again.shell.resolve({ command: 'echo anew' }))).stdout.text, 'anew\n')
+  await again.fiber.dispose()
+  const bad = new Context()
+  await bad.plugin(Subprocess)
+  await assert.rejects(async () => bad.plugin(Plugin, { transport: { command: 'not an array' } }))
+  await assert.rejects(async () => bad.plugin(Plugin, { graceMs: 0, transport: STDIO }), (e) => e.field === 'config.graceMs')
+  await bad.fiber.dispose()
+})
+
+// ---------------------------------------------------------------- ssh
+
+const SSHD = '/usr/sbin/sshd'
+
+function sshSkip() {
+  if (NO_BIN) return NO_BIN
+  if (!fs.existsSync(SSHD)) return `no ${SSHD} (Debian's openssh-server)`
+  for (const tool of ['ssh', 'ssh-keygen']) {
+    try {
+      execFileSync('sh', ['-c', `command -v ${tool}`], { stdio: 'ignore' })
+    } catch {
+      return `no ${tool} (Debian's openssh-client)`
+    }
+  }
+  if (process.getuid?.() !== 0) return "sshd's privilege separation needs root here"
+  return undefined
+}
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer()
+    s.once('error', reject)
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address()
+      s.close(() => resolve(port))
+    })
+  })
+}
+
+/** An sshd of the test's own for root on 127.0.0.1 (keys made here; nothing of the system's configuration used). */
+async function startSshd() {
+  const dir = tmpdir()
+  for (const key of ['host', 'client']) execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', path.join(dir, key)])
+  fs.copyFileSync(path.join(dir, 'client.pub'), path.join(dir, 'authorized_keys'))
+  fs.mkdirSync('/run/sshd', { recursive: true })
+  const port = await freePort()
+  const config = path.join(dir, 'sshd_config')
+  fs.writeFileSync(
+    config,
+    [
+      `Port ${port}`,
+      'ListenAddress 127.0.0.1',
+      `HostKey ${dir}/host`,
+      `AuthorizedKeysFile ${dir}/authorized_keys`,
+      `PidFile ${dir}/sshd.pid`,
+      'PermitRootLogin prohibit-password',
+      'PasswordAuthentication no',
+      'KbdInteractiveAuthentication no',
+      'UsePAM no',
+      'StrictModes no',
+      'LogLevel ERROR',
+      '',
+    ].join('\n'),
+  )
+  const server = spawn(SSHD, ['-D', '-e', '-f', config], { stdio: ['ignore', 'ignore', 'ignore'] })
+  const listening = await eventually(
+    () =>
+      new Promise((resolve) => {
+        const c = net.connect(port, '127.0.0.1')
+        c.once('connect', () => {
+          c.destroy()
+          resolve(true)
+        })
+        c.once('error', () => resolve(false))
+      }),
+    10_000,
+  )
+  if (!listening) {
+    server.kill('SIGKILL')
+    throw new Error('sshd did not listen within 10 s')
+  }
+  after(() => server.kill('SIGKILL'))
+  const argv = (remote) => [
+    'ssh', '-p', String(port), '-i', path.join(dir, 'client'),
+    '-o', 'BatchMode=yes', '-o', 'StrictHostKeyChecking=no', '-o', 'UserKnownHostsFile=/dev/null', '-o', 'LogLevel=ERROR',
+    'root@127.0.0.1', remote,
+  ]
+  return { argv }
+}
+
+const SSH_SKIP = sshSkip()
+
+test('over ssh: the same API; a killed ssh client fails the pending calls and leaves nothing running', { ...T, ...(SSH_SKIP ? { skip: SSH_SKIP } : {}) }, async () => {
+  const sshd = await startSshd()
+  const remote = `${DSH_BIN} serve --stdio`
+  const ex = await connect({}, { command: sshd.argv(remote) })
+  const r = await ex.run(ex.resolve({ command: 'echo over ssh; printf é >&2' }))
+  assert.deepEqual([r.exitCode, r.stdout.text, r.stderr.text], [0, 'over ssh\n', 'é'])
+  const big = ex.start(ex.resolve({ command: 'seq 1 100000' }))
+  await within(20_000, big.done, 'big.done')
+  const read = big.readOutput()
+  assert.equal(read.lossy, true)
+  assert.equal(fs.readFileSync(read.stdoutSpillPath, 'utf8'), Array.from({ length: 100000 }, (_, i) => `${i + 1}\n`).join(''))
+  await ex.dispose()
+
+  const dir = tmpdir()
+  const { pidfile, transport } = killable(dir, sshd.argv(remote))
+  const pids = await loseConnectionMidRun(transport, pidfile)
+  // sshd closes the session; the server sees its input end and ends what it started.
+  const gone = await eventually(() => pids.every((pid) => !alive(pid)), 5000)
+  assert.ok(gone, `still alive: ${pids.filter(alive)}`)
+})
