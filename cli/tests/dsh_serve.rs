@@ -587,3 +587,34 @@ fn a_session_not_resumed_in_its_linger_time_is_ended() {
     unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
     assert!(wait_bounded(&mut server, "dsh serve").success());
 }
+
+#[test]
+fn a_socket_that_exists_accepts_at_once() {
+    let dir = TempDir::new("serve-ready");
+    for round in 0..10 {
+        let socket = dir.0.join(format!("s{round}.sock"));
+        let mut server = Command::new(env!("CARGO_BIN_EXE_dsh"))
+            .args(["serve", "--listen", &format!("unix:{}", socket.display())])
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while !socket.exists() {
+            assert!(start.elapsed() < support::LIMIT, "the socket never appeared");
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let connected = std::os::unix::net::UnixStream::connect(&socket);
+        assert!(
+            connected.is_ok(),
+            "round {round}: the socket was there but refused: {connected:?}"
+        );
+        // SAFETY: kill(2) takes integers.
+        unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+        assert!(wait_bounded(&mut server, "dsh serve").success());
+        let leftovers: Vec<_> = std::fs::read_dir(&dir.0)
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name())
+            .collect();
+        assert!(leftovers.is_empty(), "left behind: {leftovers:?}");
+    }
+}

@@ -58,7 +58,14 @@ pub struct Call {
 /// Decodes one line (without its newline). The error carries the id to
 /// answer with: the request's own when it could be read, else `null`.
 pub fn decode(line: &[u8]) -> Result<Call, (Value, RpcError)> {
-    let value: Value = serde_json::from_slice(line)
+    // Text that is not quite Unicode (bytes that are not UTF-8, a lone
+    // surrogate escape, which Python's json writes for a surrogate-escaped
+    // path) is read as the executor reads output: U+FFFD in its place. A
+    // parse error could not name the request, which would then wait
+    // forever for its answer.
+    let text = String::from_utf8_lossy(line);
+    let text = without_lone_surrogates(&text);
+    let value: Value = serde_json::from_str(&text)
         .map_err(|e| (Value::Null, RpcError::new(PARSE_ERROR, format!("not JSON: {e}"))))?;
     let Value::Object(mut message) = value else {
         let what = if value.is_array() {
@@ -125,6 +132,51 @@ pub fn decode(line: &[u8]) -> Result<Call, (Value, RpcError)> {
     Ok(Call { id, method, params })
 }
 
+/// `text` with each `\uXXXX` escape of a surrogate that has no partner
+/// replaced by `\uFFFD`.
+fn without_lone_surrogates(text: &str) -> std::borrow::Cow<'_, str> {
+    let b = text.as_bytes();
+    // The code unit of the escape at `i` (`\uXXXX` starting there).
+    let unit = |i: usize| -> Option<u16> {
+        if b.get(i) != Some(&b'\\') || b.get(i + 1) != Some(&b'u') {
+            return None;
+        }
+        u16::from_str_radix(text.get(i + 2..i + 6)?, 16).ok()
+    };
+    let mut out: Option<String> = None;
+    let (mut i, mut copied) = (0, 0);
+    while i < b.len() {
+        if b[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        let Some(u) = unit(i) else {
+            i += 2; // an escape of another kind (`\\` included): skip both
+            continue;
+        };
+        let high = (0xD800..0xDC00).contains(&u);
+        let low = (0xDC00..0xE000).contains(&u);
+        if high && unit(i + 6).is_some_and(|n| (0xDC00..0xE000).contains(&n)) {
+            i += 12; // a pair
+            continue;
+        }
+        if high || low {
+            let o = out.get_or_insert_with(String::new);
+            o.push_str(&text[copied..i]);
+            o.push_str("\\uFFFD");
+            copied = i + 6;
+        }
+        i += 6;
+    }
+    match out {
+        None => std::borrow::Cow::Borrowed(text),
+        Some(mut o) => {
+            o.push_str(&text[copied..]);
+            std::borrow::Cow::Owned(o)
+        }
+    }
+}
+
 /// The JSON type of `v`, for messages.
 pub fn type_of(v: &Value) -> &'static str {
     match v {
@@ -166,6 +218,35 @@ mod tests {
         );
         let n = decode(br#"{"jsonrpc":"2.0","method":"cancel","params":{"run_id":"a"}}"#).unwrap();
         assert_eq!(n.id, None);
+    }
+
+    #[test]
+    fn text_that_is_not_quite_unicode_is_read_with_replacement_characters() {
+        let command = |line: &[u8]| {
+            let c = decode(line).unwrap_or_else(|(_, e)| panic!("{e:?}"));
+            c.params["request"]["command"].as_str().unwrap().to_owned()
+        };
+        let call = |cmd: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":5,"method":"resolve","params":{{"request":{{"command":"{cmd}"}}}}}}"#
+            )
+        };
+        assert_eq!(command(call(r"a\ud800b").as_bytes()), "a\u{fffd}b");
+        assert_eq!(command(call(r"a\udc00").as_bytes()), "a\u{fffd}");
+        assert_eq!(
+            command(call(r"\ud800\ud800\udc00").as_bytes()),
+            "\u{fffd}\u{10000}"
+        );
+        assert_eq!(
+            command(call(r"\\ud800").as_bytes()),
+            "\\ud800",
+            "an escaped backslash is not an escape"
+        );
+        assert_eq!(command(call(r"\ud83d\ude00").as_bytes()), "\u{1f600}");
+        let mut bytes = call("a_b").into_bytes();
+        let at = bytes.iter().position(|b| *b == b'_').unwrap();
+        bytes[at] = 0xff;
+        assert_eq!(command(&bytes), "a\u{fffd}b");
     }
 
     #[test]

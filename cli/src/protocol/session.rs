@@ -438,6 +438,7 @@ impl Session {
         Ok(json!({
             "protocol_version": PROTOCOL_VERSION,
             "server": { "name": "dsh", "version": env!("CARGO_PKG_VERSION") },
+            "max_message_bytes": super::MAX_MESSAGE_BYTES,
             "methods": METHODS,
             "notifications": NOTIFICATIONS,
             "host": { "cwd": cwd, "facts": host_facts() },

@@ -100,8 +100,9 @@ async fn listen_unix(
 }
 
 /// A socket only this user may connect to: made under a umask that leaves
-/// no moment in which it is open to others. A stale socket (nobody
-/// listening) is replaced; a live one, or any other file, is refused.
+/// no moment in which it is open to others, and in place only once it
+/// listens. A stale socket (nobody listening) is replaced; a live one, or
+/// any other file, is refused.
 fn bind(path: &Path) -> io::Result<UnixListener> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
@@ -118,14 +119,25 @@ fn bind(path: &Path) -> io::Result<UnixListener> {
         }
         std::fs::remove_file(path)?;
     }
+    // Made under another name and renamed into place once it listens: a
+    // client that waits for PATH to appear can connect at once.
+    let mut making = path.as_os_str().to_owned();
+    making.push(format!(".{}.new", std::process::id()));
+    let making = PathBuf::from(making);
+    let _ = std::fs::remove_file(&making);
     // SAFETY: umask only swaps the process's file-creation mask; it is set
     // back right after the bind, before any other file is made.
     let old = unsafe { libc::umask(0o177) };
-    let bound = UnixListener::bind(path);
+    let bound = UnixListener::bind(&making);
     // SAFETY: as above, restoring the mask read before.
     unsafe { libc::umask(old) };
     let listener = bound?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    let placed = std::fs::set_permissions(&making, std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| std::fs::rename(&making, path));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&making);
+        return Err(e);
+    }
     Ok(listener)
 }
 
