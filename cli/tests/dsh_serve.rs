@@ -618,3 +618,87 @@ fn a_socket_that_exists_accepts_at_once() {
         assert!(leftovers.is_empty(), "left behind: {leftovers:?}");
     }
 }
+
+/// A server in pid, mount and network namespaces of its own, as in a
+/// container (`kubectl exec` into a pod): the same stdio transport.
+#[test]
+fn a_server_in_namespaces_of_its_own_serves_and_ends_with_its_connection() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !Path::new("/usr/bin/unshare").exists() {
+        return skip("needs root and unshare(1) (util-linux) to make the namespaces");
+    }
+    let dir = TempDir::new("serve-ns");
+    let mut command = Command::new("/usr/bin/unshare");
+    command
+        .args(["--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--"])
+        .arg(env!("CARGO_BIN_EXE_dsh"))
+        .args(["serve", "--stdio"]);
+    let mut rpc = Rpc::spawn(command);
+    rpc.initialize(json!({}));
+    // Its own pid namespace (the server is pid 1 there) and network (only lo).
+    let spec = rpc.spec(json!({ "command": "echo $PPID; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '", "timeout_ms": 30000 }));
+    let r = rpc.ok("run", json!({ "spec": spec }))["result"].clone();
+    let text = r["stdout"]["text"].as_str().unwrap().to_owned();
+    let mut lines = text.lines();
+    let parent: i32 = lines.next().unwrap().parse().unwrap();
+    assert!(
+        parent < 100,
+        "not in a pid namespace of its own: the command's parent is {parent}"
+    );
+    assert_eq!(
+        lines.collect::<Vec<_>>(),
+        ["lo"],
+        "not in a network namespace of its own: {text}"
+    );
+    // A process left running there, named from outside by its tag file.
+    let spec =
+        rpc.spec(json!({ "command": format!("sleep 300 & echo $! > {}; wait", dir.0.join("ns").display()) }));
+    rpc.ok("start", json!({ "spec": spec, "id": "left" }));
+    let inner = pid_in(&dir.0.join("ns"));
+    // Its pid outside: the sleep in the server's pid namespace whose pid
+    // there is the one it wrote.
+    let unshare = rpc.child().id();
+    let server: i32 = std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .expect("unshare's child, the server")
+        .parse()
+        .unwrap();
+    let namespace = |pid: i32| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
+    let outside: Vec<i32> = processes_named("sleep")
+        .into_iter()
+        .filter(|pid| namespace(*pid).is_some() && namespace(*pid) == namespace(server))
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+                s.lines().any(|l| {
+                    l.starts_with("NSpid:") && l.split_whitespace().last() == Some(&inner.to_string())
+                })
+            })
+        })
+        .collect();
+    assert_eq!(
+        outside.len(),
+        1,
+        "the sleep in the server's pid namespace: {outside:?}"
+    );
+    rpc.close_input();
+    for pid in outside {
+        gone_within(
+            pid,
+            Duration::from_secs(2),
+            "in the namespaces, after the connection ended",
+        );
+    }
+    assert!(rpc.wait_exit().success());
+}
+
+/// The pids of live processes whose name (comm) is `name`.
+fn processes_named(name: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == name))
+        .filter(|pid| alive(*pid))
+        .collect()
+}
