@@ -702,3 +702,99 @@ fn processes_named(name: &str) -> Vec<i32> {
         .filter(|pid| alive(*pid))
         .collect()
 }
+
+#[test]
+fn terminal_sessions_over_the_protocol() {
+    let mut rpc = Rpc::local();
+    let init = rpc.initialize(json!({}));
+    assert!(init["methods"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("terminal_spawn")));
+    let t = rpc.ok(
+        "terminal_spawn",
+        json!({ "request": { "argv": ["bash", "--norc", "--noprofile", "-i"], "rows": 30, "cols": 100, "env": { "PS1": "$ " } } }),
+    )["terminal"]
+        .clone();
+    let id = t["id"].as_str().unwrap().to_owned();
+    assert_eq!((&t["exited"], t["pid"].as_i64().is_some()), (&json!(false), true));
+    // Waiting for input, as the kernel shows it.
+    assert_eq!(
+        rpc.ok(
+            "terminal_wait_input_waiting",
+            json!({ "id": id, "timeout_ms": 20000 })
+        )["waiting"],
+        true
+    );
+    rpc.ok(
+        "terminal_write",
+        json!({ "id": id, "data": "stty size; echo \"é\"x\n" }),
+    );
+    let mut seen = String::new();
+    let start = Instant::now();
+    while !seen.contains("30 100") || !seen.contains("éx") {
+        assert!(start.elapsed() < support::LIMIT, "saw {seen:?}");
+        let r = rpc.ok("terminal_read", json!({ "id": id, "wait_ms": 5000 }));
+        seen.push_str(r["text"].as_str().unwrap());
+    }
+    rpc.ok("terminal_resize", json!({ "id": id, "rows": 40, "cols": 120 }));
+    let fg = rpc.ok("terminal_inspect_foreground", json!({ "id": id }))["foreground"].clone();
+    assert!(fg["process_group_id"].as_i64().is_some(), "{fg}");
+    let bad = rpc.call("terminal_resize", json!({ "id": id, "rows": 0, "cols": 1 }));
+    assert_eq!(bad["error"]["data"]["field"], "terminal.rows");
+    let bad = rpc.call(
+        "terminal_signal_foreground",
+        json!({ "id": id, "signal": "SIGUSR1" }),
+    );
+    assert_eq!(bad["error"]["data"]["field"], "terminal.signal");
+    // A long-poll answers empty when nothing comes in time (once the
+    // prompt the resize redrew has been read).
+    let start = Instant::now();
+    loop {
+        let quiet = rpc.ok("terminal_read", json!({ "id": id, "wait_ms": 300 }));
+        if quiet["text"] == "" {
+            assert_eq!(quiet["ended"], false);
+            break;
+        }
+        assert!(start.elapsed() < support::LIMIT, "never quiet");
+    }
+    rpc.ok("terminal_write", json!({ "id": id, "data": "exit 7\n" }));
+    let waited = rpc.ok("terminal_wait", json!({ "id": id, "timeout_ms": 30000 }));
+    assert_eq!(
+        (&waited["exited"], &waited["terminal"]["exit_code"]),
+        (&json!(true), &json!(7))
+    );
+    let exit = rpc.note(|n| n["method"] == "terminal_exit");
+    assert_eq!(exit["params"]["terminal"]["id"], id);
+    // Read to the end: `ended` once everything was taken.
+    let start = Instant::now();
+    loop {
+        let r = rpc.ok("terminal_read", json!({ "id": id, "wait_ms": 1000 }));
+        if r["ended"] == true {
+            break;
+        }
+        assert!(start.elapsed() < support::LIMIT);
+    }
+    let closed = rpc.call("terminal_write", json!({ "id": id, "data": "x" }));
+    assert_eq!(closed["error"]["data"]["code"], "TERMINAL_CLOSED");
+    let unknown = rpc.call("terminal_get", json!({ "id": "term-99" }));
+    assert_eq!(unknown["error"]["data"]["code"], "TERMINAL_CLOSED");
+
+    // terminate ends a session that ignores SIGHUP and SIGTERM.
+    let t = rpc.ok(
+        "terminal_spawn",
+        json!({ "request": { "command": "trap '' HUP TERM; sleep 300", "grace_ms": 200 } }),
+    )["terminal"]
+        .clone();
+    let survivors = rpc.ok("terminal_terminate", json!({ "id": t["id"] }))["survivors"].clone();
+    assert_eq!(survivors, 0);
+    assert_eq!(
+        rpc.ok("terminal_get", json!({ "id": t["id"] }))["terminal"]["exited"],
+        true
+    );
+    let both = rpc.call(
+        "terminal_spawn",
+        json!({ "request": { "command": "true", "argv": ["true"] } }),
+    );
+    assert_eq!(both["error"]["data"]["field"], "terminal.command");
+}

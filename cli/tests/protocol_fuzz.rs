@@ -49,6 +49,13 @@ const METHODS: &[&str] = &[
     "",
     "Run",
     "$/cancel",
+    "terminal_spawn",
+    "terminal_read",
+    "terminal_write",
+    "terminal_resize",
+    "terminal_signal_foreground",
+    "terminal_terminate",
+    "terminal_wait",
 ];
 const KEYS: &[&str] = &[
     "request",

@@ -141,6 +141,20 @@ def test_every_method_and_notification_matches_the_schema(server: Server) -> Non
     server.ok("kill", id="schema-2")
     server.ok("wait", id="schema-2")
 
+    # A terminal session, every call.
+    t = server.ok("terminal_spawn", request={"argv": ["bash", "--norc", "--noprofile", "-i"], "rows": 24, "cols": 80},
+                  id="t1")["terminal"]
+    assert server.ok("terminal_wait_input_waiting", id=t["id"], timeout_ms=20000)["waiting"] is True
+    server.ok("terminal_write", id=t["id"], data="echo hi\n")
+    server.ok("terminal_resize", id=t["id"], rows=30, cols=90)
+    server.ok("terminal_inspect_foreground", id=t["id"])
+    server.ok("terminal_signal_foreground", id=t["id"], signal="SIGINT")
+    server.ok("terminal_write", id=t["id"], data_base64=base64.b64encode(b"exit 3\n").decode())
+    assert server.ok("terminal_wait", id=t["id"], timeout_ms=30000)["exited"] is True
+    server.ok("terminal_read", id=t["id"], wait_ms=100)
+    server.ok("terminal_get", id=t["id"])
+    server.ok("terminal_terminate", id=t["id"])
+
     # Errors of several kinds, each an error object of the schema's.
     for method, params in [
         ("resolve", {"request": {"command": "x", "timeout_ms": -1}}),

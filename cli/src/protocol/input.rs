@@ -388,7 +388,7 @@ pub fn spec(v: &Value) -> Outcome<Spec> {
 
 /// `sandbox_policy` of a request: `mode`, and optionally `workspace_root`,
 /// `session_id`, `network`.
-fn policy_input(r: &Fields<'_>, scope: Scope) -> Outcome<Option<SandboxPolicyInput>> {
+pub fn policy_input(r: &Fields<'_>, scope: Scope) -> Outcome<Option<SandboxPolicyInput>> {
     let Some(v) = r.get("sandbox_policy") else {
         return Ok(None);
     };

@@ -19,6 +19,7 @@ use super::input::{self, Fault, Fields, Outcome};
 use super::output::{
     config_json, host_facts, offset_read_json, process_json, read_json, run_result_json, spec_json,
 };
+use super::terminals::{self, Terminals};
 use super::PROTOCOL_VERSION;
 
 /// Every method, in the order docs/protocol.md lists them.
@@ -43,7 +44,7 @@ pub const METHODS: &[&str] = &[
 ];
 
 /// Every notification the server sends.
-pub const NOTIFICATIONS: &[&str] = &["task_done", "output"];
+pub const NOTIFICATIONS: &[&str] = &["task_done", "output", "terminal_exit"];
 
 /// What goes to the client, in order; the connection's writer drains it.
 pub enum Out {
@@ -69,10 +70,11 @@ pub struct Session {
     /// the session it was set for was resumed meanwhile.
     generation: AtomicU64,
     output_notifications: AtomicBool,
+    terminals: Terminals,
 }
 
 /// The answer to a call: now, or later from a task that sends it itself.
-enum Reply {
+pub(super) enum Reply {
     Now(Value),
     Later,
 }
@@ -95,6 +97,7 @@ impl Session {
             token: OnceLock::new(),
             generation: AtomicU64::new(0),
             output_notifications: AtomicBool::new(false),
+            terminals: Terminals::default(),
         })
     }
 
@@ -239,7 +242,16 @@ impl Session {
         }
     }
 
-    fn answer(&self, id: &Option<Value>, outcome: Outcome<Value>) {
+    pub(super) fn terminals(&self) -> &Terminals {
+        &self.terminals
+    }
+
+    /// A notification: to the connection, or kept for the next one.
+    pub(super) fn notify(&self, method: &str, params: Value) {
+        self.send(frame::notification(method, params));
+    }
+
+    pub(super) fn answer(&self, id: &Option<Value>, outcome: Outcome<Value>) {
         // A notification is answered by nothing, not even its error.
         let Some(id) = id else { return };
         self.send(match outcome {
@@ -257,7 +269,7 @@ impl Session {
         }
     }
 
-    fn exec(&self) -> Outcome<&Executor> {
+    pub(super) fn exec(&self) -> Outcome<&Executor> {
         self.exec.get().ok_or_else(|| {
             Fault::Rpc(RpcError::new(
                 NOT_INITIALIZED,
@@ -277,6 +289,9 @@ impl Session {
         method: &str,
         params: &Map<String, Value>,
     ) -> Outcome<Reply> {
+        if let Some(outcome) = self.dispatch_terminal(id, method, params) {
+            return outcome;
+        }
         let known = |keys: &[&str]| Fields::of(params, "", keys);
         let now = |v: Value| Ok(Reply::Now(v));
         match method {
@@ -384,7 +399,11 @@ impl Session {
             }
             other => Err(Fault::Rpc(RpcError::new(
                 METHOD_NOT_FOUND,
-                format!("no method {other:?} (this server has: {})", METHODS.join(", ")),
+                format!(
+                    "no method {other:?} (this server has: {}, {})",
+                    METHODS.join(", "),
+                    terminals::METHODS.join(", ")
+                ),
             ))),
         }
     }
@@ -439,7 +458,7 @@ impl Session {
             "protocol_version": PROTOCOL_VERSION,
             "server": { "name": "dsh", "version": env!("CARGO_PKG_VERSION") },
             "max_message_bytes": super::MAX_MESSAGE_BYTES,
-            "methods": METHODS,
+            "methods": METHODS.iter().chain(terminals::METHODS).collect::<Vec<_>>(),
             "notifications": NOTIFICATIONS,
             "host": { "cwd": cwd, "facts": host_facts() },
             "config": config_json(&exec.config())?,

@@ -1,0 +1,321 @@
+//! Terminal sessions over the protocol (docs/terminals.md): `terminal_*`
+//! methods on the session's executor. Output is read by long-poll
+//! (`terminal_read` with `wait_ms`), which is its own flow control: the
+//! server sends output only as fast as the client asks for it.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dsh_core::{
+    DshError, Field, FieldName, Num, Scope, Terminal, TerminalProgram, TerminalRequest, TerminalSignal,
+};
+use serde_json::{json, Map, Value};
+
+use super::hub::lock;
+use super::input::{self, Fault, Fields, Outcome};
+use super::session::{Reply, Session};
+
+/// The methods of this module.
+pub const METHODS: &[&str] = &[
+    "terminal_spawn",
+    "terminal_get",
+    "terminal_read",
+    "terminal_write",
+    "terminal_resize",
+    "terminal_inspect_foreground",
+    "terminal_wait_input_waiting",
+    "terminal_signal_foreground",
+    "terminal_terminate",
+    "terminal_wait",
+];
+
+/// A session's terminals, by id.
+#[derive(Default)]
+pub struct Terminals {
+    by_id: Mutex<HashMap<String, Terminal>>,
+    next: Mutex<u64>,
+}
+
+fn snapshot(id: &str, t: &Terminal) -> Value {
+    json!({
+        "id": id,
+        "pid": t.pid(),
+        "exited": t.has_exited(),
+        "exit_code": t.exit_code(),
+        "signal": t.signal(),
+        "exit_status_unavailable": t.exit_status_unavailable(),
+        "survivors": t.survivors(),
+        "output_ended": t.output_ended(),
+    })
+}
+
+const REQUEST_KEYS: &[&str] = &[
+    "argv",
+    "command",
+    "cwd",
+    "env",
+    "dsh_env",
+    "rows",
+    "cols",
+    "grace_ms",
+    "sandbox_policy",
+];
+
+/// A terminal request: exactly one of `argv` (a program and its arguments)
+/// and `command` (a line for bash).
+fn request(v: &Value) -> Outcome<TerminalRequest> {
+    let r = Fields::new(v, "terminal", REQUEST_KEYS)?;
+    let f = |name| Field::new(Scope::Terminal, name);
+    let program = match (r.get("argv"), r.string("command")?) {
+        (Some(Value::Array(words)), None) => TerminalProgram::Argv(
+            words
+                .iter()
+                .map(|w| match w {
+                    Value::String(s) => Ok(s.clone()),
+                    _ => Err(Fault::Shape {
+                        field: "terminal.argv".into(),
+                        problem: "must be an array of strings".into(),
+                    }),
+                })
+                .collect::<Outcome<_>>()?,
+        ),
+        (None, Some(command)) => TerminalProgram::Command(command),
+        (Some(_), Some(_)) => {
+            return Err(Fault::Shape {
+                field: "terminal.command".into(),
+                problem: "cannot be given with terminal.argv: one or the other".into(),
+            })
+        }
+        (Some(_), None) => {
+            return Err(Fault::Shape {
+                field: "terminal.argv".into(),
+                problem: "must be an array of strings".into(),
+            })
+        }
+        (None, None) => {
+            return Err(Fault::Shape {
+                field: "terminal.argv".into(),
+                problem: "is required (or terminal.command)".into(),
+            })
+        }
+    };
+    let mut t = match program {
+        TerminalProgram::Argv(argv) => TerminalRequest::argv(argv),
+        TerminalProgram::Command(c) => TerminalRequest::command(c),
+    };
+    t.cwd = r.string("cwd")?.map(PathBuf::from);
+    t.env = r.strings("env")?;
+    t.dsh_env = r.strings("dsh_env")?;
+    t.rows = r.number("rows", f(FieldName::Rows))?;
+    t.cols = r.number("cols", f(FieldName::Cols))?;
+    t.grace_ms = r.number("grace_ms", f(FieldName::GraceMs))?;
+    t.sandbox_policy = input::policy_input(&r, Scope::Terminal)?;
+    Ok(t)
+}
+
+/// A duration in milliseconds (`wait_ms`, `timeout_ms`): none is no limit,
+/// and one past what a clock can count is none too.
+fn millis(p: &Fields<'_>, key: &str) -> Outcome<Option<Duration>> {
+    match p.get(key) {
+        None => Ok(None),
+        Some(Value::Number(n)) => match n.as_f64() {
+            Some(ms) if ms >= 0.0 => Ok(Duration::try_from_secs_f64(ms / 1000.0).ok()),
+            _ => Err(Fault::Shape {
+                field: key.into(),
+                problem: format!("must be a non-negative number of milliseconds, got {n}"),
+            }),
+        },
+        Some(other) => Err(Fault::Shape {
+            field: key.into(),
+            problem: format!("must be a number of milliseconds, got {other}"),
+        }),
+    }
+}
+
+impl Session {
+    fn terminal(&self, p: &Fields<'_>) -> Outcome<(String, Terminal)> {
+        let id = p.required_string("id")?;
+        let t = lock(&self.terminals().by_id).get(&id).cloned();
+        t.map(|t| (id.clone(), t)).ok_or_else(|| {
+            Fault::Core(DshError::TerminalClosed(format!(
+                "no terminal session with id {id:?}"
+            )))
+        })
+    }
+
+    /// A `terminal_*` call, or `None` for another method.
+    pub(super) fn dispatch_terminal(
+        self: &Arc<Self>,
+        id: &Option<Value>,
+        method: &str,
+        params: &Map<String, Value>,
+    ) -> Option<Outcome<Reply>> {
+        METHODS
+            .contains(&method)
+            .then(|| self.terminal_call(id, method, params))
+    }
+
+    fn terminal_call(
+        self: &Arc<Self>,
+        id: &Option<Value>,
+        method: &str,
+        params: &Map<String, Value>,
+    ) -> Outcome<Reply> {
+        let known = |keys: &[&str]| Fields::of(params, "", keys);
+        let later = |f: Box<dyn FnOnce(Arc<Session>, Option<Value>) + Send>| {
+            f(self.clone(), id.clone());
+            Ok(Reply::Later)
+        };
+        match method {
+            "terminal_spawn" => {
+                let p = known(&["request", "id"])?;
+                let spec = self.exec()?.resolve_terminal(request(p.required("request")?)?)?;
+                let tid = match p.string("id")? {
+                    Some(tid) => tid,
+                    None => {
+                        let mut next = lock(&self.terminals().next);
+                        *next += 1;
+                        format!("term-{next}")
+                    }
+                };
+                if lock(&self.terminals().by_id).contains_key(&tid) {
+                    return Err(Fault::Shape {
+                        field: "id".into(),
+                        problem: format!("{tid:?} is taken by another terminal"),
+                    });
+                }
+                let terminal = self.exec()?.spawn_terminal(&spec)?;
+                lock(&self.terminals().by_id).insert(tid.clone(), terminal.clone());
+                let session = Arc::downgrade(self);
+                let (t, exited_id) = (terminal.clone(), tid.clone());
+                terminal.when_exited(move || {
+                    if let Some(session) = session.upgrade() {
+                        session.notify("terminal_exit", json!({ "terminal": snapshot(&exited_id, &t) }));
+                    }
+                });
+                Ok(Reply::Now(json!({ "terminal": snapshot(&tid, &terminal) })))
+            }
+            "terminal_get" => {
+                let (tid, t) = self.terminal(&known(&["id"])?)?;
+                Ok(Reply::Now(json!({ "terminal": snapshot(&tid, &t) })))
+            }
+            "terminal_read" => {
+                let p = known(&["id", "wait_ms"])?;
+                let (_, t) = self.terminal(&p)?;
+                let wait = millis(&p, "wait_ms")?;
+                let read = t.read_output();
+                if !read.text.is_empty()
+                    || read.ended
+                    || wait == Some(Duration::ZERO)
+                    || p.get("wait_ms").is_none()
+                {
+                    return Ok(Reply::Now(json!({ "text": read.text, "ended": read.ended })));
+                }
+                later(Box::new(move |session, id| {
+                    tokio::spawn(async move {
+                        let next = match wait {
+                            Some(w) => tokio::time::timeout(w, t.next_output()).await.ok(),
+                            None => Some(t.next_output().await),
+                        };
+                        let answer = match next {
+                            Some(Some(text)) => json!({ "text": text, "ended": false }),
+                            Some(None) => json!({ "text": "", "ended": true }),
+                            None => json!({ "text": "", "ended": t.output_ended() }),
+                        };
+                        session.answer(&id, Ok(answer));
+                    });
+                }))
+            }
+            "terminal_write" => {
+                let p = known(&["id", "data", "data_base64"])?;
+                let (_, t) = self.terminal(&p)?;
+                let bytes = match (p.string("data")?, p.base64("data_base64")?) {
+                    (Some(text), None) => text.into_bytes(),
+                    (None, Some(bytes)) => bytes,
+                    _ => {
+                        return Err(Fault::Shape {
+                            field: "data".into(),
+                            problem: "is required (text), or data_base64 (bytes): one of them".into(),
+                        })
+                    }
+                };
+                later(Box::new(move |session, id| {
+                    t.write_with(bytes, move |outcome| {
+                        session.answer(&id, outcome.map(|()| json!({})).map_err(Fault::Core));
+                    })
+                }))
+            }
+            "terminal_resize" => {
+                let p = known(&["id", "rows", "cols"])?;
+                let (_, t) = self.terminal(&p)?;
+                let f = |name| Field::new(Scope::Terminal, name);
+                let rows = p.number("rows", f(FieldName::Rows))?.unwrap_or(Num(f64::NAN));
+                let cols = p.number("cols", f(FieldName::Cols))?.unwrap_or(Num(f64::NAN));
+                t.resize(rows, cols)?;
+                Ok(Reply::Now(json!({})))
+            }
+            "terminal_inspect_foreground" => {
+                let (_, t) = self.terminal(&known(&["id"])?)?;
+                later(Box::new(move |session, id| {
+                    t.inspect_foreground_with(move |fg| {
+                        let fg = fg.map(|f| json!({ "process_group_id": f.process_group_id, "input_waiting": f.input_waiting }));
+                        session.answer(&id, Ok(json!({ "foreground": fg })));
+                    })
+                }))
+            }
+            "terminal_wait_input_waiting" => {
+                let p = known(&["id", "timeout_ms"])?;
+                let (_, t) = self.terminal(&p)?;
+                let timeout = millis(&p, "timeout_ms")?;
+                later(Box::new(move |session, id| {
+                    t.wait_input_waiting_with(timeout, move |waiting| {
+                        session.answer(&id, Ok(json!({ "waiting": waiting })));
+                    })
+                }))
+            }
+            "terminal_signal_foreground" => {
+                let p = known(&["id", "signal"])?;
+                let (_, t) = self.terminal(&p)?;
+                let signal = TerminalSignal::parse(
+                    Field::new(Scope::Terminal, FieldName::Signal),
+                    &p.required_string("signal")?,
+                )?;
+                Ok(Reply::Now(
+                    json!({ "process_group_id": t.signal_foreground(signal)? }),
+                ))
+            }
+            "terminal_terminate" => {
+                let (_, t) = self.terminal(&known(&["id"])?)?;
+                later(Box::new(move |session, id| {
+                    t.terminate_with(move |survivors| {
+                        session.answer(&id, Ok(json!({ "survivors": survivors })))
+                    })
+                }))
+            }
+            "terminal_wait" => {
+                let p = known(&["id", "timeout_ms"])?;
+                let (tid, t) = self.terminal(&p)?;
+                let timeout = millis(&p, "timeout_ms")?;
+                later(Box::new(move |session, id| {
+                    tokio::spawn(async move {
+                        let exited = match timeout {
+                            Some(w) => tokio::time::timeout(w, t.wait()).await.is_ok(),
+                            None => {
+                                t.wait().await;
+                                true
+                            }
+                        };
+                        session.answer(
+                            &id,
+                            Ok(json!({ "exited": exited, "terminal": snapshot(&tid, &t) })),
+                        );
+                    });
+                }))
+            }
+            // Every name of METHODS has its arm above.
+            other => Err(Fault::Core(DshError::Internal(format!("no arm for {other}")))),
+        }
+    }
+}
