@@ -18,11 +18,10 @@ use dsh_core::{
     DEFAULT_MAX_TIMEOUT_MS,
 };
 use nix::sys::signal::Signal;
-use serde::Serialize;
 
 use args::{Options, Parsed};
 use dsh_cli::interrupt::Interrupt;
-use dsh_cli::json::{sandbox_json, EnforcementJson, SandboxJson};
+use dsh_cli::json::run_result_json;
 use dsh_cli::status::{emit, interrupted_status, signal_status, EXIT_CLI_ERROR, EXIT_TIMEOUT};
 use spill::{Keeper, Spill};
 
@@ -287,90 +286,16 @@ fn summarize(notes: &[String], at_line_start: bool) -> Result<(), String> {
     )
 }
 
-/// Destructured without `..`, so a field the core adds is a compile error
-/// here rather than silently missing from the JSON.
 fn result_json(r: &RunResult) -> String {
-    let RunResult {
-        exit_code,
-        signal,
-        exit_status_unavailable,
-        timed_out,
-        aborted,
-        timeout_ms,
-        stdout,
-        stderr,
-        sandbox,
-        survivors,
-        background_id,
-        limit,
-        limits_enforcement,
-    } = r;
-    let json = ResultJson {
-        exit_code: *exit_code,
-        signal: signal.as_deref(),
-        exit_status_unavailable: *exit_status_unavailable,
-        timed_out: *timed_out,
-        aborted: *aborted,
-        timeout_ms: *timeout_ms,
-        stdout: output_json(stdout),
-        stderr: output_json(stderr),
-        sandbox: sandbox.as_ref().map(sandbox_json),
-        survivors: *survivors,
-        background_id: background_id.as_deref(),
-        limit: limit.map(|l| l.as_str()),
-        limits_enforcement: EnforcementJson(*limits_enforcement),
-    };
     // Only strings, numbers, booleans and string-keyed maps: nothing here
     // can fail to serialize.
-    serde_json::to_string(&json).expect("a run result serializes")
-}
-
-/// The `--json` object. Fields serialize in the order written, and `None`
-/// as `null`; strings are escaped as RFC 8259 requires and otherwise kept
-/// as UTF-8 (the core's text is already valid UTF-8).
-#[derive(Serialize)]
-struct ResultJson<'a> {
-    exit_code: Option<i32>,
-    signal: Option<&'a str>,
-    exit_status_unavailable: bool,
-    timed_out: bool,
-    aborted: bool,
-    timeout_ms: u64,
-    stdout: OutputJson<'a>,
-    stderr: OutputJson<'a>,
-    sandbox: Option<SandboxJson>,
-    survivors: u32,
-    background_id: Option<&'a str>,
-    limit: Option<&'static str>,
-    limits_enforcement: EnforcementJson,
-}
-
-#[derive(Serialize)]
-struct OutputJson<'a> {
-    text: &'a str,
-    truncated: bool,
-    spill_path: Option<&'a str>,
-    spill_error: Option<&'a str>,
-}
-
-fn output_json(o: &CollectedOutput) -> OutputJson<'_> {
-    let CollectedOutput {
-        text,
-        truncated,
-        spill_path,
-        spill_error,
-    } = o;
-    OutputJson {
-        text,
-        truncated: *truncated,
-        spill_path: spill_path.as_deref(),
-        spill_error: spill_error.as_deref(),
-    }
+    serde_json::to_string(&run_result_json(r)).expect("a run result serializes")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Serialize;
 
     /// A string as the `--json` output writes one.
     fn esc(s: &str) -> String {

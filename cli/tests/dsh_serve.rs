@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 mod support;
 use support::rpc::Rpc;
 use support::sshd::{skip, Sshd};
-use support::{alive, wait_bounded, TempDir};
+use support::{alive, gone_within, wait_bounded, TempDir};
 
 /// Waits until a file holds a pid (a command wrote `$!` there).
 fn pid_in(file: &Path) -> i32 {
@@ -32,21 +32,6 @@ fn pid_in(file: &Path) -> i32 {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-/// Asserts `pid` is gone within `bound` of now (killing it if not, so a
-/// failure leaves nothing behind).
-fn gone_within(pid: i32, bound: Duration, what: &str) {
-    let start = Instant::now();
-    while alive(pid) && start.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let took = start.elapsed();
-    if alive(pid) {
-        // SAFETY: kill(2) takes integers; clean up before failing.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-    }
-    assert!(took < bound, "{what}: the command ran on {took:?}");
 }
 
 /// A command that leaves a grandchild (`sleep 300 &`) and names it.

@@ -281,3 +281,13 @@ pub fn first_pid(text: &str) -> i32 {
         .and_then(|l| l.trim().parse().ok())
         .unwrap_or_else(|| panic!("no pid in {text:?}"))
 }
+
+/// Drives a run future from a plain thread.
+#[allow(dead_code)] // not every test file drives futures
+pub fn runtime_block(f: dsh_core::RunFuture) -> dsh_core::Result<dsh_core::RunResult> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}

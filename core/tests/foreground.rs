@@ -447,15 +447,6 @@ fn a_run_ended_by_dispose_is_always_aborted_never_a_bare_sigterm() {
     }
 }
 
-/// Drives a run future from a plain thread.
-fn runtime_block(f: RunFuture) -> Result<RunResult> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
-}
-
 #[test]
 fn a_bad_spill_dir_is_refused_at_construction_and_a_missing_one_is_made_private() {
     let base = std::env::temp_dir().join(format!("dsh-spill-test-{}", std::process::id()));

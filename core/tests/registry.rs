@@ -389,27 +389,19 @@ fn ids_a_caller_chooses_are_held_and_skipped_by_the_numbering() {
     let run = exec.run_as(&background, None, "job-7");
     let err = exec.start_as(&spec(&exec, "true"), None, "job-7").unwrap_err();
     assert!(err.to_string().contains("taken"), "{err}");
-    let result = block(run).unwrap();
+    let result = runtime_block(run).unwrap();
     assert_eq!(result.background_id.as_deref(), Some("job-7"));
     assert!(exec.get("job-7").unwrap().kill());
 
     // A run that ends in time frees its id.
     let quick = exec.run_as(&spec(&exec, "true"), None, "job-8");
-    block(quick).unwrap();
+    runtime_block(quick).unwrap();
     assert_eq!(
         exec.start_as(&spec(&exec, "true"), None, "job-8").unwrap().id(),
         "job-8"
     );
     mine.kill();
     exec.dispose_blocking().unwrap();
-}
-
-fn block(f: RunFuture) -> Result<RunResult> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
 }
 
 #[test]

@@ -427,6 +427,16 @@ fn limits_input(r: &Fields<'_>, scope: Scope) -> Outcome<Option<LimitsInput>> {
     Ok(Some(out))
 }
 
+/// The bytes of a write: `data` (text) or `data_base64` (bytes), one of them.
+pub fn data(p: &Fields<'_>) -> Outcome<Vec<u8>> {
+    match (p.string("data")?, p.base64("data_base64")?) {
+        (Some(text), None) => Ok(text.into_bytes()),
+        (None, Some(bytes)) => Ok(bytes),
+        (Some(_), Some(_)) => shape("data_base64", "cannot be given with data"),
+        (None, None) => shape("data", "is required (text), or data_base64 (bytes)"),
+    }
+}
+
 /// The `id` of a by-id call.
 pub fn id(params: &Fields<'_>) -> Outcome<String> {
     params.required_string("id")

@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use dsh_core::{
-    limits_support, metadata_unavailable, CollectedOutput, Config, Limits, LimitsEnforcement, OffsetRead,
-    OutputOffsets, Process, ProcessRead, RunResult, Spec,
+    limits_support, metadata_unavailable, Config, Limits, LimitsEnforcement, OffsetRead, OutputOffsets,
+    Process, ProcessRead, RunResult, Spec,
 };
 use serde_json::{json, Map, Value};
 
@@ -77,47 +77,9 @@ pub fn spec_json(spec: &Spec) -> Outcome<Value> {
     }))
 }
 
-fn output_json(o: &CollectedOutput) -> Value {
-    let CollectedOutput {
-        text,
-        truncated,
-        spill_path,
-        spill_error,
-    } = o;
-    json!({ "text": text, "truncated": truncated, "spill_path": spill_path, "spill_error": spill_error })
-}
-
 pub fn run_result_json(r: &RunResult) -> Value {
-    let RunResult {
-        exit_code,
-        signal,
-        exit_status_unavailable,
-        timed_out,
-        aborted,
-        timeout_ms,
-        stdout,
-        stderr,
-        sandbox,
-        survivors,
-        background_id,
-        limit,
-        limits_enforcement,
-    } = r;
-    json!({
-        "exit_code": exit_code,
-        "signal": signal,
-        "exit_status_unavailable": exit_status_unavailable,
-        "timed_out": timed_out,
-        "aborted": aborted,
-        "timeout_ms": timeout_ms,
-        "stdout": output_json(stdout),
-        "stderr": output_json(stderr),
-        "sandbox": sandbox.as_ref().map(sandbox_json),
-        "survivors": survivors,
-        "background_id": background_id,
-        "limit": limit.map(|l| l.as_str()),
-        "limits_enforcement": enforcement_json(limits_enforcement),
-    })
+    // The shape `dsh-cli --json` and `dsh run --json` print, one place.
+    serde_json::to_value(crate::json::run_result_json(r)).unwrap_or(Value::Null)
 }
 
 /// A background process as it is now: every fact, live.

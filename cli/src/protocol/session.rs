@@ -534,22 +534,7 @@ impl Session {
 
     fn write_stdin(self: &Arc<Self>, id: &Option<Value>, p: &Fields<'_>) -> Outcome<Reply> {
         let process = self.process(p)?;
-        let bytes = match (p.string("data")?, p.base64("data_base64")?) {
-            (Some(text), None) => text.into_bytes(),
-            (None, Some(bytes)) => bytes,
-            (Some(_), Some(_)) => {
-                return Err(Fault::Shape {
-                    field: "data_base64".into(),
-                    problem: "cannot be given with data".into(),
-                })
-            }
-            (None, None) => {
-                return Err(Fault::Shape {
-                    field: "data".into(),
-                    problem: "is required (text), or data_base64 (bytes)".into(),
-                })
-            }
-        };
+        let bytes = input::data(p)?;
         let (session, id) = (self.clone(), id.clone());
         // Taken in call order, each whole; answered once every byte was
         // taken by the bounded stdin buffer (back-pressure).

@@ -231,16 +231,7 @@ impl Session {
             "terminal_write" => {
                 let p = known(&["id", "data", "data_base64"])?;
                 let (_, t) = self.terminal(&p)?;
-                let bytes = match (p.string("data")?, p.base64("data_base64")?) {
-                    (Some(text), None) => text.into_bytes(),
-                    (None, Some(bytes)) => bytes,
-                    _ => {
-                        return Err(Fault::Shape {
-                            field: "data".into(),
-                            problem: "is required (text), or data_base64 (bytes): one of them".into(),
-                        })
-                    }
-                };
+                let bytes = input::data(&p)?;
                 later(Box::new(move |session, id| {
                     t.write_with(bytes, move |outcome| {
                         session.answer(&id, outcome.map(|()| json!({})).map_err(Fault::Core));

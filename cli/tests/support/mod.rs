@@ -265,3 +265,18 @@ impl Parser<'_> {
         }
     }
 }
+
+/// Asserts `pid` is gone within `bound` of now (killing it if not, so a
+/// failure leaves nothing behind).
+pub fn gone_within(pid: i32, bound: Duration, what: &str) {
+    let start = Instant::now();
+    while alive(pid) && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = start.elapsed();
+    if alive(pid) {
+        // SAFETY: kill(2) takes integers; clean up before failing.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    assert!(took < bound, "{what}: the command ran on {took:?}");
+}
