@@ -24,6 +24,7 @@ import { fileURLToPath } from 'node:url'
 
 import { createRequire } from 'node:module'
 import { seam, seamUrl, harnessUrl } from './seam.mjs'
+import { shellQuote, sshdMissing, startSshd } from './sshd.mjs'
 
 const { alive, eventually } = createRequire(import.meta.url)('./helpers.js')
 
@@ -37,11 +38,28 @@ const EXECUTOR_URLS = { published: seamUrl('@deepseek-ai/dsh-bash-local'), nativ
 
 /** The server the remote side talks to: `dsh serve --stdio` of this checkout's build (or DSH_BIN). */
 const DSH_BIN = process.env.DSH_BIN ?? fileURLToPath(new URL('../../target/debug/dsh', import.meta.url))
-const REMOTE_TRANSPORT = { command: [DSH_BIN, 'serve', '--stdio'] }
 /** Why the remote side cannot run here, or undefined when it can. */
 const REMOTE_MISSING = fs.existsSync(DSH_BIN) ? undefined : `no dsh binary at ${DSH_BIN} (cargo build -p dsh-cli --bin dsh, or set DSH_BIN)`
+/**
+ * How the remote side reaches its server: over a real ssh connection to an
+ * sshd of the test's own where one can run (DSH_PARITY_REMOTE=stdio, or no
+ * sshd: a pipe to `dsh serve --stdio`).
+ */
+const REMOTE_VIA = process.env.DSH_PARITY_REMOTE ?? (sshdMissing() ? 'stdio' : 'ssh')
+const SSHD = REMOTE_VIA === 'ssh' && !REMOTE_MISSING ? await startSshd() : undefined
+if (REMOTE_VIA !== 'ssh') console.log(`# parity: the remote side over a pipe, not ssh: ${process.env.DSH_PARITY_REMOTE ? 'DSH_PARITY_REMOTE=stdio' : sshdMissing()}`)
+/**
+ * The transport, made when a composition is: over ssh, the server gets this
+ * process's environment as it is then (sshd would give it its own), so the
+ * cases that set host variables see them on the far side too.
+ */
+function remoteTransport() {
+  if (!SSHD) return { command: [DSH_BIN, 'serve', '--stdio'] }
+  const env = Object.entries(process.env).map(([k, v]) => shellQuote(`${k}=${v}`))
+  return { command: SSHD.argv(`env -i ${env.join(' ')} ${shellQuote(DSH_BIN)} serve --stdio`) }
+}
 /** The config a side's plugin is loaded with: the remote one talks to a server. */
-const pluginConfig = (impl, config) => (impl === 'remote' ? { ...config, transport: REMOTE_TRANSPORT } : config)
+const pluginConfig = (impl, config) => (impl === 'remote' ? { ...config, transport: remoteTransport() } : config)
 
 // ---------------------------------------------------------------- fixtures
 
