@@ -16,9 +16,15 @@
 // transport ended unasked (ssh killed, the server gone; each process then
 // settles `killed` with `exitStatusUnavailable`) and for every call after;
 // 'MESSAGE_TOO_LARGE' for a call past the 48 MiB one protocol message holds
-// (a stdin that large: write it to a stdin pipe instead); 'NOT_SUPPORTED'
-// from `spawnTerminal`, which the protocol does not have yet;
-// 'PROTOCOL_ERROR' for a server error that carries no code of its own.
+// (a stdin that large: write it to a stdin pipe instead); 'PROTOCOL_ERROR'
+// for a server error that carries no code of its own.
+//
+// Terminal sessions (`spawnTerminal`) have NativeTerminalHandle's members:
+// the output is read by long-poll into what `readOutput()` and `output`
+// share; reading stops while `output`'s buffer is full or once the
+// server's `maxOutputBytes` wait unread here (the server then holds the
+// rest, up to its own bound, and the program waits, as a local session's
+// does).
 
 import type {
   DshNativeError,
@@ -36,7 +42,11 @@ import type {
   LimitsEnforcement,
   OwnerToken,
   ShellProcessId,
+  TerminalForeground,
+  TerminalOutcome,
+  TerminalRead,
   TerminalRequest,
+  TerminalSignal,
 } from './index.js'
 
 /**
@@ -125,6 +135,60 @@ export declare class RemoteShellProcess {
 }
 
 /**
+ * A terminal session on the server (docs/terminals.md): the members of
+ * `NativeTerminalHandle`, so it goes wherever that one (or the published
+ * `SubprocessTerminalHandle`) is expected. `output` and `readOutput()` take
+ * from the same unread output: use one or the other. After a lost
+ * connection `done` resolves with both facts null and `exitStatusUnavailable`,
+ * `output` ends, pending calls reject with `CONNECTION_LOST`, and so does
+ * every later call (`resize` throws it).
+ */
+export declare class RemoteTerminalHandle {
+  /** Made by `RemoteShellExecutor#spawnTerminal`. */
+  private constructor()
+  /** The program's pid on the server: the leader of the session, and its group id. */
+  readonly pid: number
+  /** The terminal's output as UTF-8 bytes, in order, never split inside a character; ends once the output has ended (or the connection). */
+  readonly output: import('node:stream').Readable
+  /** Resolves when the program exits (`terminal_exit`); never rejects. */
+  readonly done: Promise<TerminalOutcome>
+  /** True once the program has exited (or the connection was lost). */
+  readonly exited: boolean
+  /** Present (true) once exited when nobody could say how it ended, and after a lost connection. */
+  readonly exitStatusUnavailable?: true
+  /** Present after `terminate()` or dispose when members of the session outlived the final SIGKILL. */
+  readonly survivors?: number
+  /** Consuming read of what arrived from the server so far. */
+  readOutput(): TerminalRead
+  /** Types into the terminal as given; resolves once the terminal took every byte; writes are whole and in call order; TERMINAL_CLOSED after the program exited. */
+  write(data: string | Buffer): Promise<void>
+  /**
+   * Changes the window size; the foreground group gets SIGWINCH. Checked
+   * here by the local rules (INVALID_ARGUMENT naming `terminal.rows` or
+   * `terminal.cols`; TERMINAL_CLOSED once the session is known to have
+   * ended), then sent: calls made after it see the new size. A refusal
+   * the server sends later cannot be thrown: TERMINAL_CLOSED (the session
+   * ended meanwhile) and CONNECTION_LOST change nothing; anything else is
+   * a process warning (`DshRemoteWarning`).
+   */
+  resize(rows: number, cols: number): void
+  /** The foreground group and whether the server's kernel shows it waiting for input; undefined once the program exited. */
+  inspectForeground(): Promise<TerminalForeground | undefined>
+  /** Resolves with true once the foreground group waits for input, with false when `timeoutMs` passed (none or Infinity: no limit; negative or NaN: INVALID_ARGUMENT naming `timeoutMs`) or the program exited. */
+  waitInputWaiting(timeoutMs?: number): Promise<boolean>
+  /** Signals the foreground group; resolves with its id (TERMINAL_CLOSED when there is none). */
+  signalForeground(signal: TerminalSignal): Promise<number>
+  /**
+   * Ends every member of the session; resolves once nothing is left, the
+   * output was read to its end (`readOutput()` then returns the rest with
+   * `ended`), and no call of this handle is in flight. Idempotent; once
+   * the executor's dispose began, it waits for the dispose (which ends
+   * every session); after a lost connection it rejects with CONNECTION_LOST.
+   */
+  terminate(): Promise<void>
+}
+
+/**
  * The harness's `ShellExecutor` on a `dsh serve` server: NativeShellExecutor's
  * members, shapes and errors. Several in one process are independent; each
  * ends what it started when it is disposed or its connection ends.
@@ -171,10 +235,13 @@ export declare class RemoteShellExecutor {
    */
   onTaskDone(listener: RemoteShellProcessListener): () => void
   /**
-   * Not supported: the protocol has no terminal sessions yet. Always
-   * rejects with an error of code `NOT_SUPPORTED`.
+   * Starts a terminal session on the server and resolves with its handle
+   * once it runs. The request is checked here first, as locally (errors
+   * name `request.*`); an already aborted `request.signal` rejects with
+   * ABORT_ERR and sends nothing (a later abort changes nothing, as locally).
+   * A program that cannot start rejects with its errno code (`ENOENT`).
    */
-  spawnTerminal(request: TerminalRequest): Promise<never>
+  spawnTerminal(request: TerminalRequest): Promise<RemoteTerminalHandle>
   /**
    * Disposes the server's executor (every running process is killed and
    * awaited, spill files removed), then ends the transport. Afterwards

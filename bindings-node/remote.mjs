@@ -10,10 +10,17 @@
 // and the registry is mirrored: each process's output is read ahead by
 // offset (`read_from`, never the server's consuming read), so `readOutput()`
 // is a synchronous consuming read exactly as a local one.
+//
+// Terminal sessions are the server's `terminal_*` methods: a handle reads
+// the output by long-poll, one read in flight, into what `readOutput()` and
+// the `output` stream share, and stops asking while the stream's buffer is
+// full or the server's `max_output_bytes` wait unread here (the server then
+// holds the rest and the program waits, as a local session's does).
 
 import { spawn } from 'node:child_process'
 import { createRequire } from 'node:module'
 import net from 'node:net'
+import { Readable } from 'node:stream'
 
 const require = createRequire(import.meta.url)
 const { NativeShellExecutor, checkConfig } = require('./index.js')
@@ -42,6 +49,12 @@ const LINGER_MS = 1000
  * `cap - WINDOW_SLACK` bytes once it slides.
  */
 const WINDOW_SLACK = 3
+/**
+ * A terminal_read's wait, past what any clock can count: the server
+ * answers once there is output or the output has ended, never with an
+ * empty timeout, so a silent program costs no traffic.
+ */
+const LONG_POLL_MS = 1e30
 
 // ----------------------------------------------------------------- errors
 
@@ -72,6 +85,48 @@ function stdinClosed(id, reason) {
     exited: 'it has exited',
   }[reason]
   return coded('STDIN_CLOSED', `cannot write to the stdin of ${id}: ${why}`, { id, reason })
+}
+
+/** An INVALID_ARGUMENT error as the addon throws it (an Error, not a TypeError): for what the core itself would refuse. */
+function refused(field, problem) {
+  return coded('INVALID_ARGUMENT', `${field} ${problem}`, { field })
+}
+
+// The core's TERMINAL_CLOSED messages, for what a terminal handle knows itself.
+const INPUT_GONE = "the terminal's program has exited: its input cannot be written"
+const NO_FOREGROUND = 'the terminal has no foreground process group (its program has exited)'
+const SESSION_ENDED = 'the terminal session has ended: it cannot be resized'
+
+/** The signals a terminal's foreground group can be sent, in the core's order (its message lists them so). */
+const TERMINAL_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGKILL', 'SIGTSTP', 'SIGHUP']
+
+/**
+ * A number as Rust's `{}` shows an f64 in the core's messages: never an
+ * exponent (`1e21` is `1000000000000000000000`), `inf`, `-0`.
+ */
+function rustNumber(v) {
+  if (Number.isNaN(v)) return 'NaN'
+  if (v === Infinity) return 'inf'
+  if (v === -Infinity) return '-inf'
+  if (Object.is(v, -0)) return '-0'
+  const text = String(v)
+  const m = /^(-?)(\d)(?:\.(\d+))?e([+-]\d+)$/.exec(text)
+  if (!m) return text
+  // The same shortest digits, with the point moved instead of an exponent.
+  const [, sign, lead, frac = '', exp] = m
+  const digits = lead + frac
+  const point = 1 + Number(exp)
+  if (point >= digits.length) return sign + digits + '0'.repeat(point - digits.length)
+  if (point <= 0) return `${sign}0.${'0'.repeat(-point)}${digits}`
+  return `${sign}${digits.slice(0, point)}.${digits.slice(point)}`
+}
+
+/** What is wrong with a terminal dimension by the core's rule (a whole number from 1 to 65535), or undefined. */
+function dimensionProblem(v) {
+  if (!Number.isFinite(v) || v <= 0) return `must be a positive finite number, got ${rustNumber(v)}`
+  if (!Number.isInteger(v)) return `must be a whole number, got ${rustNumber(v)}`
+  if (v > 65535) return `must be no greater than 65535, got ${rustNumber(v)}`
+  return undefined
 }
 
 /** A string as Rust's `{:?}` shows it in the core's messages (`"bash-1"`). */
@@ -246,6 +301,28 @@ function wireSpec(spec) {
       : null,
     limits,
   }
+}
+
+/** A terminal request the local resolver accepted, as `terminal_spawn` takes it: only the fields given. */
+function wireTerminalRequest(request) {
+  const out = {}
+  if (request.argv != null) out.argv = [...request.argv]
+  if (request.command != null) out.command = request.command
+  if (request.cwd != null) out.cwd = request.cwd
+  if (request.env != null) out.env = stringMap(request.env)
+  if (request.dshEnv != null) out.dsh_env = stringMap(request.dshEnv)
+  if (request.rows != null) out.rows = request.rows
+  if (request.cols != null) out.cols = request.cols
+  if (request.graceMs != null) out.grace_ms = request.graceMs
+  const policy = request.sandboxPolicy
+  if (isObject(policy)) {
+    const wire = { mode: policy.mode }
+    if (policy.workspaceRoot != null) wire.workspace_root = policy.workspaceRoot
+    if (policy.sessionId != null) wire.session_id = policy.sessionId
+    if (policy.network != null) wire.network = policy.network
+    out.sandbox_policy = wire
+  }
+  return out
 }
 
 /** Sandbox facts as the local face gives them: absent fields omitted, `allow` implied. */
@@ -757,9 +834,14 @@ class Session {
   listeners = new Set()
   /** Runs in flight, which dispose waits for. */
   runs = new Set()
+  /** id → TerminalMirror: the terminal sessions this client spawned. */
+  terms = new Map()
   nextId = 0
   nextRun = 0
+  nextTerm = 0
   disposed = false
+  /** The executor's dispose once it began (a terminal's terminate() then waits for it). */
+  disposal
 
   constructor(conn, init) {
     this.conn = conn
@@ -804,6 +886,9 @@ class Session {
       m.streams.stdout.known = Math.max(m.streams.stdout.known, params.stdout_end)
       m.streams.stderr.known = Math.max(m.streams.stderr.known, params.stderr_end)
       this.pumpBoth(m)
+    } else if (method === 'terminal_exit') {
+      // May come before the spawn's answer: the mirror exists from the call on.
+      this.terms.get(params.terminal?.id)?.apply(params.terminal)
     } else if (method === 'task_done') {
       const p = params.process
       const m = this.find(p?.id)
@@ -1017,6 +1102,7 @@ class Session {
 
   /** The connection ended unasked: every process is settled with what is known, and nothing waits. */
   lost() {
+    for (const t of this.terms.values()) t.lost(this.disposed)
     for (const m of [...this.procs.values(), ...this.pending.values()]) {
       if (!m.settled) {
         m.settled = true
@@ -1035,6 +1121,181 @@ class Session {
       m.adopted = true
       this.finish(m)
     }
+  }
+}
+
+// -------------------------------------------------------------- terminals
+
+/**
+ * One terminal session as the client knows it. Its output is read by
+ * long-poll (`terminal_read`, one in flight at a time) into `unread`, which
+ * `readOutput()` and the `output` stream take from, as the core's buffer
+ * is shared locally. Reading stops while the stream's buffer is full or
+ * `unread` holds the server's `max_output_bytes`: the server then keeps
+ * what the program prints, up to its own bound, and the program waits, as
+ * a local session's does.
+ */
+class TerminalMirror {
+  /** Exit facts (from `terminal_exit`, a snapshot, or a lost connection). */
+  exited = false
+  exitCode = null
+  signal = null
+  exitStatusUnavailable = false
+  survivors = 0
+  /** Text read from the server that nobody took yet, in pieces, and its UTF-8 size. */
+  unread = []
+  unreadBytes = 0
+  /** The server said the output has ended (or the connection did). */
+  outputEnded = false
+  /** The spawn was answered: the server knows the id, reads may start. */
+  spawned = false
+  reading = false
+  /** The stream asked for data (`_read`) and has had none since. */
+  wanting = false
+  /** The stream's last push found its buffer full: no more reads until it asks again. */
+  streamFull = false
+  streamEnded = false
+  /** Read to the end whatever the bounds (terminate and dispose: the rest is small and final). */
+  draining = false
+  /** terminate() completed: the session is over. */
+  terminated = false
+  /** The connection was lost (not closed by dispose): calls say so from now on. */
+  lostHere = false
+  /** This terminal keeps the event loop alive (as a local one does while its program runs). */
+  held = true
+  handle
+  done
+  #resolveDone
+  ended
+  #resolveEnded
+
+  constructor(session, id, bound) {
+    this.session = session
+    this.id = id
+    this.bound = bound
+    this.done = new Promise((resolve) => (this.#resolveDone = resolve))
+    this.ended = new Promise((resolve) => (this.#resolveEnded = resolve))
+    this.output = new Readable({
+      read: () => {
+        this.wanting = true
+        this.streamFull = false
+        this.deliver()
+        this.pump()
+      },
+    })
+    session.conn.hold(1)
+  }
+
+  /** A terminal snapshot of the server's: the pid, and the exit once it happened. */
+  apply(t) {
+    if (!isObject(t)) return
+    if (typeof t.survivors === 'number' && t.survivors > this.survivors) this.survivors = t.survivors
+    if (t.exited === true && !this.exited) {
+      this.exit(t.exit_code ?? null, t.signal ?? null, t.exit_status_unavailable === true)
+    }
+  }
+
+  exit(exitCode, signal, unavailable) {
+    if (this.exited) return
+    this.exited = true
+    this.exitCode = exitCode
+    this.signal = signal
+    this.exitStatusUnavailable = unavailable
+    this.release()
+    this.#resolveDone({ exitCode, signal })
+  }
+
+  release() {
+    if (!this.held) return
+    this.held = false
+    this.session.conn.hold(-1)
+  }
+
+  /** Everything unread, taken. */
+  take() {
+    const text = this.unread.length === 1 ? this.unread[0] : this.unread.join('')
+    this.unread = []
+    this.unreadBytes = 0
+    return text
+  }
+
+  /** The consuming read of the local face: what arrived, and whether the output has ended with it. */
+  read() {
+    const read = { text: this.take(), ended: this.outputEnded }
+    // Room was made: reading may go on.
+    this.pump()
+    return read
+  }
+
+  endOutput() {
+    this.outputEnded = true
+    this.#resolveEnded()
+    this.deliver()
+  }
+
+  /** Feeds the stream what it asked for, and its end once everything was delivered. */
+  deliver() {
+    const out = this.output
+    if (!this.wanting || this.streamEnded || out.destroyed) return
+    if (this.unread.length > 0) {
+      this.wanting = false
+      if (!out.push(Buffer.from(this.take(), 'utf8'))) this.streamFull = true
+    } else if (this.outputEnded) {
+      this.wanting = false
+      this.streamEnded = true
+      out.push(null)
+    }
+  }
+
+  /** Keeps one long-poll read in flight while the output is wanted. */
+  pump() {
+    const conn = this.session.conn
+    if (this.reading || this.outputEnded || !this.spawned || conn.lostReason !== undefined) return
+    if (!this.draining && (this.streamFull || this.unreadBytes >= this.bound)) return
+    this.reading = true
+    conn.call('terminal_read', { id: this.id, wait_ms: LONG_POLL_MS }).then(
+      (r) => {
+        this.reading = false
+        if (typeof r.text === 'string' && r.text !== '') {
+          this.unread.push(r.text)
+          this.unreadBytes += Buffer.byteLength(r.text)
+        }
+        if (r.ended === true) this.endOutput()
+        else this.deliver()
+        this.pump()
+      },
+      (err) => {
+        this.reading = false
+        // A lost connection ends the output itself (Session#lost); anything
+        // else would fail again on every ask: the output ends here.
+        if (err.code === 'CONNECTION_LOST') return
+        process.emitWarning(err, 'DshRemoteWarning')
+        this.endOutput()
+      },
+    )
+  }
+
+  /** Reads what the server still holds to the end, whatever the bounds; resolves once the output has ended. */
+  drain() {
+    this.draining = true
+    this.pump()
+    return this.ended
+  }
+
+  /** The connection ended: nobody can say how the program ended, and no more output will come. */
+  lost(disposed) {
+    if (!disposed) this.lostHere = true
+    this.held = false
+    this.exit(null, null, true)
+    this.endOutput()
+  }
+
+  /** A spawn the server refused or never answered: this side forgets it. */
+  abandon() {
+    this.release()
+    this.outputEnded = true
+    this.#resolveEnded()
+    this.output.destroy()
   }
 }
 
@@ -1160,6 +1421,201 @@ export class RemoteShellProcess {
     m.stdinClosed = true
     this.#session.fire('close_stdin', { id: m.id })
     return true
+  }
+}
+
+/**
+ * A terminal session on the server (docs/terminals.md): the members of
+ * NativeTerminalHandle, over the `terminal_*` methods. `output` and
+ * `readOutput()` take from the same unread output, read ahead by
+ * long-poll (bounded: see TerminalMirror).
+ */
+export class RemoteTerminalHandle {
+  #session
+  #m
+  #terminating
+  /** Calls in flight, which terminate() waits for (as locally). */
+  #inflight = new Set()
+  #writeTail = Promise.resolve()
+  #writesQueued = 0
+
+  constructor(token, session, m, pid) {
+    if (token !== HANDLE) throw new TypeError('RemoteTerminalHandle is made by RemoteShellExecutor#spawnTerminal')
+    this.#session = session
+    this.#m = m
+    Object.defineProperty(this, 'pid', { value: pid, enumerable: true })
+    Object.defineProperty(this, 'output', { value: m.output, enumerable: true })
+  }
+
+  /** Resolves with `{ exitCode, signal }` when the program exits (both null when the connection was lost); never rejects. */
+  get done() {
+    return this.#m.done
+  }
+
+  get exited() {
+    return this.#m.exited
+  }
+
+  /** Present (true) once exited when nobody could say how it ended (also when the connection was lost). */
+  get exitStatusUnavailable() {
+    return this.#m.exitStatusUnavailable || undefined
+  }
+
+  get survivors() {
+    return this.#m.survivors || undefined
+  }
+
+  readOutput() {
+    return this.#m.read()
+  }
+
+  /**
+   * What a call can be answered with here, without the server: after a
+   * lost connection, its error; `ifExited` once the program is known to
+   * have exited (what the server would answer, and all there is to say
+   * after dispose). Undefined: ask the server.
+   */
+  #known(ifExited) {
+    const m = this.#m
+    if (m.lostHere) return { error: this.#session.conn.lostError() }
+    if (m.exited) return ifExited
+    if (this.#session.conn.lostReason !== undefined) return { error: this.#session.conn.lostError() }
+    return undefined
+  }
+
+  #track(p) {
+    this.#inflight.add(p)
+    const forget = () => this.#inflight.delete(p)
+    p.then(forget, forget)
+    return p
+  }
+
+  #answer(known, ask) {
+    if (known !== undefined) return this.#track('error' in known ? Promise.reject(known.error) : Promise.resolve(known.value))
+    return this.#track(ask())
+  }
+
+  /**
+   * Types `data` (a string as UTF-8, a Buffer or any byte view) into the
+   * terminal; resolves once the terminal took every byte. Writes are whole
+   * and in call order; one past STDIN_PIECE goes in pieces, each sent once
+   * the previous was taken.
+   */
+  write(data) {
+    let payload
+    if (typeof data === 'string') payload = data
+    else if (ArrayBuffer.isView(data)) payload = Buffer.from(data.buffer, data.byteOffset, data.byteLength)
+    else return this.#track(Promise.reject(refused('terminal.data', `must be a string or a Buffer, got ${describe(data)}`)))
+    const m = this.#m
+    const conn = this.#session.conn
+    const send = async () => {
+      // Checked when its turn comes: a write queued behind one the exit
+      // refused is refused too, as locally.
+      const known = this.#known({ error: coded('TERMINAL_CLOSED', INPUT_GONE) })
+      if (known !== undefined) throw known.error
+      const id = m.id
+      if (typeof payload === 'string' && (payload.length * 3 <= STDIN_PIECE || Buffer.byteLength(payload) <= STDIN_PIECE)) {
+        await conn.call('terminal_write', { id, data: payload })
+        return
+      }
+      const bytes = typeof payload === 'string' ? Buffer.from(payload, 'utf8') : payload
+      for (let at = 0; at < bytes.length || at === 0; at += STDIN_PIECE) {
+        await conn.call('terminal_write', { id, data_base64: bytes.subarray(at, at + STDIN_PIECE).toString('base64') })
+      }
+    }
+    // With nothing queued it is sent at once, so a write and the call after
+    // it reach the server in that order.
+    const written = this.#writesQueued === 0 ? send() : this.#writeTail.then(send)
+    this.#writesQueued++
+    this.#writeTail = written.catch(() => {}).finally(() => this.#writesQueued--)
+    return this.#track(written)
+  }
+
+  /**
+   * Changes the window size. Checked here by the core's rules, and sent;
+   * a refusal the server sends afterwards cannot be thrown: TERMINAL_CLOSED
+   * (the session ended meanwhile) and CONNECTION_LOST (which `done` and
+   * `output` report) change nothing, anything else is a process warning
+   * (DshRemoteWarning).
+   */
+  resize(rows, cols) {
+    if (typeof rows !== 'number') throw refused('terminal.rows', `must be a number, got ${describe(rows)}`)
+    if (typeof cols !== 'number') throw refused('terminal.cols', `must be a number, got ${describe(cols)}`)
+    const rowsProblem = dimensionProblem(rows)
+    if (rowsProblem) throw refused('terminal.rows', rowsProblem)
+    const colsProblem = dimensionProblem(cols)
+    if (colsProblem) throw refused('terminal.cols', colsProblem)
+    const m = this.#m
+    const s = this.#session
+    if (m.lostHere) throw s.conn.lostError()
+    // Over once the program exited and its output ended (a dispose learns
+    // both before it closes the connection): the server would refuse it.
+    if (m.terminated || (m.exited && m.outputEnded)) throw coded('TERMINAL_CLOSED', SESSION_ENDED)
+    s.conn.call('terminal_resize', { id: m.id, rows, cols }).catch((err) => {
+      if (err.code !== 'TERMINAL_CLOSED' && err.code !== 'CONNECTION_LOST') process.emitWarning(err, 'DshRemoteWarning')
+    })
+  }
+
+  inspectForeground() {
+    const m = this.#m
+    return this.#answer(this.#known({ value: undefined }), async () => {
+      const { foreground } = await this.#session.conn.call('terminal_inspect_foreground', { id: m.id })
+      return isObject(foreground) ? { processGroupId: foreground.process_group_id, inputWaiting: foreground.input_waiting } : undefined
+    })
+  }
+
+  /** Resolves with true once the foreground group waits for input; false when `timeoutMs` passed or the program exited. */
+  waitInputWaiting(timeoutMs) {
+    if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !(timeoutMs >= 0))) {
+      return Promise.reject(invalid('timeoutMs', `must be a non-negative number of milliseconds or undefined, got ${typeof timeoutMs === 'number' ? timeoutMs : describe(timeoutMs)}`))
+    }
+    const params = { id: this.#m.id }
+    // Infinity: no limit, as undefined.
+    if (timeoutMs !== undefined && timeoutMs !== Infinity) params.timeout_ms = timeoutMs
+    return this.#answer(this.#known({ value: false }), async () => (await this.#session.conn.call('terminal_wait_input_waiting', params)).waiting)
+  }
+
+  signalForeground(signal) {
+    if (typeof signal !== 'string') return this.#track(Promise.reject(refused('terminal.signal', `must be a string, got ${describe(signal)}`)))
+    if (!TERMINAL_SIGNALS.includes(signal)) {
+      return this.#track(Promise.reject(refused('terminal.signal', `must be one of ${TERMINAL_SIGNALS.join(', ')}, got ${quoted(signal)}`)))
+    }
+    return this.#answer(
+      this.#known({ error: coded('TERMINAL_CLOSED', NO_FOREGROUND) }),
+      async () => (await this.#session.conn.call('terminal_signal_foreground', { id: this.#m.id, signal })).process_group_id,
+    )
+  }
+
+  /**
+   * Ends every member of the session; resolves once nothing is left, the
+   * output was read to its end (so `readOutput()` then returns the rest
+   * with `ended`), and no call of this handle is in flight. Idempotent.
+   * Once the executor's dispose began, it waits for the dispose (which
+   * ends every session); after a lost connection it rejects with
+   * CONNECTION_LOST.
+   */
+  terminate() {
+    this.#terminating ??= this.#terminate()
+    return this.#terminating
+  }
+
+  async #terminate() {
+    const m = this.#m
+    const s = this.#session
+    if (m.lostHere) throw s.conn.lostError()
+    if (s.disposed) {
+      // The dispose ends every session and reads what they left.
+      await s.disposal?.catch(() => {})
+    } else {
+      const { survivors } = await s.conn.call('terminal_terminate', { id: m.id })
+      if (survivors > m.survivors) m.survivors = survivors
+      // Its terminal_exit may still be on the way: the exit facts are
+      // asked for, so `exited` holds once this resolves, as locally.
+      if (!m.exited) m.apply((await s.conn.call('terminal_wait', { id: m.id })).terminal)
+      await m.drain()
+    }
+    m.terminated = true
+    await Promise.allSettled([...this.#inflight])
   }
 }
 
@@ -1421,17 +1877,88 @@ export class RemoteShellExecutor {
     }
   }
 
-  /** Terminal sessions are not in the protocol yet: always rejects with NOT_SUPPORTED. */
-  async spawnTerminal(_request) {
-    throw coded(
-      'NOT_SUPPORTED',
-      `dsh-native/remote: spawnTerminal is not supported over ${this.#s.conn.label}: protocol version ${PROTOCOL_VERSION} has no terminal sessions (use a local NativeShellExecutor for those)`,
-    )
+  /**
+   * Starts a terminal session on the server (`terminal_spawn`) and resolves
+   * with its handle once it runs. The request is checked here first by the
+   * local face's rules (its errors name `request.*`); `request.signal`
+   * cancels the allocation only, as locally: already aborted, nothing is
+   * sent.
+   */
+  async spawnTerminal(request) {
+    const s = this.#s
+    checkObject(request, 'request')
+    const signal = checkSignal(request.signal, 'request.signal')
+    // As locally, only an abort before the call counts: the check below
+    // answers after a turn of the event loop.
+    const abortedAtCall = signal?.aborted === true
+    // The local resolver judges the request and spawns nothing: an
+    // already-fired signal stops it right after the check.
+    let aborted
+    try {
+      await s.resolver.spawnTerminal({ ...request, signal: CHECK_ONLY })
+    } catch (err) {
+      if (err.code !== 'ABORT_ERR') throw err
+      aborted = err
+    }
+    if (abortedAtCall) throw aborted ?? coded('ABORT_ERR', 'cancelled before the command started')
+    if (s.disposed) throw coded('DISPOSED', 'executor is disposed')
+    const id = `term-${s.nextTerm + 1}`
+    // What cannot be sent throws here and takes no id.
+    const send = s.conn.prepare('terminal_spawn', { request: wireTerminalRequest(request), id })
+    s.nextTerm += 1
+    const m = new TerminalMirror(s, id, s.effective.max_output_bytes)
+    s.terms.set(id, m)
+    let answer
+    try {
+      answer = await send()
+    } catch (err) {
+      s.terms.delete(id)
+      m.abandon()
+      // The server names the request's fields `terminal.*`: the local face names them `request.*`.
+      if (typeof err.field === 'string' && err.field.startsWith('terminal.')) {
+        const field = `request.${err.field.slice('terminal.'.length)}`
+        if (err.message.startsWith(err.field)) err.message = field + err.message.slice(err.field.length)
+        err.field = field
+      }
+      throw err
+    }
+    m.apply(answer.terminal)
+    m.handle = new RemoteTerminalHandle(HANDLE, s, m, answer.terminal.pid)
+    m.spawned = true
+    m.pump()
+    return m.handle
   }
 
   dispose() {
     this.#disposing ??= this.#dispose()
+    this.#s.disposal ??= this.#disposing
     return this.#disposing
+  }
+
+  /**
+   * After the server's dispose, which ended every terminal session: their
+   * exit facts (and survivors) are asked for, and what they printed last is
+   * read, as a local handle keeps it; a server that never ends an output
+   * holds the dispose CLOSE_LIMIT_MS at most.
+   */
+  async #endTerminals() {
+    const s = this.#s
+    const terms = [...s.terms.values()].filter((t) => t.spawned)
+    await Promise.all(
+      terms.map(async (t) => {
+        try {
+          t.apply((await s.conn.call('terminal_get', { id: t.id })).terminal)
+        } catch (err) {
+          if (err.code !== 'CONNECTION_LOST') process.emitWarning(err, 'DshRemoteWarning')
+        }
+      }),
+    )
+    let timer
+    const late = new Promise((resolve) => {
+      timer = setTimeout(resolve, CLOSE_LIMIT_MS)
+    })
+    await Promise.race([Promise.all(terms.map((t) => t.drain())), late])
+    clearTimeout(timer)
   }
 
   async #dispose() {
@@ -1481,6 +2008,7 @@ export class RemoteShellExecutor {
           }
         }
         await Promise.all(refreshed)
+        await this.#endTerminals()
       } catch (err) {
         if (err.code !== 'CONNECTION_LOST') throw err
       } finally {

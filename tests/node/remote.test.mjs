@@ -8,16 +8,17 @@
 import test, { after } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFileSync, spawn } from 'node:child_process'
+import { createHash } from 'node:crypto'
 import fs from 'node:fs'
 import { createRequire } from 'node:module'
-import net from 'node:net'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 import { seam, harnessUrl } from './seam.mjs'
+import { sshdMissing, startSshd } from './sshd.mjs'
 
 const { alive, eventually, tmpdir, NativeShellExecutor } = createRequire(import.meta.url)('./helpers.js')
-const { RemoteShellExecutor, RemoteShellProcess } = await import(new URL('../../bindings-node/remote.mjs', import.meta.url).href)
+const { RemoteShellExecutor, RemoteShellProcess, RemoteTerminalHandle } = await import(new URL('../../bindings-node/remote.mjs', import.meta.url).href)
 
 const DSH_BIN = process.env.DSH_BIN ?? fileURLToPath(new URL('../../target/debug/dsh', import.meta.url))
 const NO_BIN = fs.existsSync(DSH_BIN) ? undefined : `no dsh binary at ${DSH_BIN} (cargo build -p dsh-cli --bin dsh, or set DSH_BIN)`
@@ -278,9 +279,6 @@ test('start: the registry, reads, kill and forget behave as locally', { ...T, ..
   await within(10_000, c.done, 'c.done')
   assert.deepEqual(ex.list().map((p) => p.id), [c.id])
   assert.equal(c.readOutput().delta, 'c\n')
-  const terminal = await failure(() => ex.spawnTerminal({ argv: ['bash'] }))
-  assert.equal(terminal.code, 'NOT_SUPPORTED')
-  assert.match(terminal.message, /terminal/)
 })
 
 test('reads by offset: a character split across chunks is never split in a read', { ...T, ...skipNoBin }, async () => {
@@ -605,87 +603,452 @@ test('the harness plugin with a transport is the remote executor; a bad transpor
   await bad.fiber.dispose()
 })
 
-// ---------------------------------------------------------------- ssh
+// ---------------------------------------------------------- terminals
 
-const SSHD = '/usr/sbin/sshd'
+/** An interactive bash with a prompt that is easy to wait for. */
+const BASH = { argv: ['bash', '--norc', '--noprofile', '-i'], env: { PS1: '$ ', HISTFILE: '' } }
 
-function sshSkip() {
-  if (NO_BIN) return NO_BIN
-  if (!fs.existsSync(SSHD)) return `no ${SSHD} (Debian's openssh-server)`
-  for (const tool of ['ssh', 'ssh-keygen']) {
-    try {
-      execFileSync('sh', ['-c', `command -v ${tool}`], { stdio: 'ignore' })
-    } catch {
-      return `no ${tool} (Debian's openssh-client)`
-    }
+/** A terminal's output as it comes, through its consuming reads (`via: 'reads'`) or its `output` stream. */
+function transcript(t, via) {
+  let seen = ''
+  let mark = 0
+  let ended = false
+  if (via === 'output') {
+    t.output.on('data', (chunk) => (seen += chunk.toString('utf8')))
+    t.output.on('end', () => (ended = true))
   }
-  if (process.getuid?.() !== 0) return "sshd's privilege separation needs root here"
-  return undefined
+  const take = () => {
+    if (via !== 'reads') return
+    const read = t.readOutput()
+    seen += read.text
+    ended = read.ended
+  }
+  return {
+    get seen() {
+      take()
+      return seen
+    },
+    /** The output has ended, and everything is in `seen`. */
+    get ended() {
+      take()
+      return ended
+    },
+    /** Waits for `needle` after what an earlier expect found. */
+    async expect(needle) {
+      const ok = await eventually(() => {
+        take()
+        return seen.indexOf(needle, mark) >= 0
+      }, 30_000)
+      if (!ok) throw new Error(`never saw ${JSON.stringify(needle)}: ${JSON.stringify(seen)}`)
+      mark = seen.indexOf(needle, mark) + needle.length
+    },
+  }
 }
 
-function freePort() {
+/** Resolves once `t.output` has ended (it is read meanwhile). */
+function outputEnd(t) {
   return new Promise((resolve, reject) => {
-    const s = net.createServer()
-    s.once('error', reject)
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address()
-      s.close(() => resolve(port))
-    })
+    if (t.output.readableEnded) return resolve()
+    t.output.once('end', resolve)
+    t.output.once('error', reject)
+    t.output.resume()
   })
 }
 
-/** An sshd of the test's own for root on 127.0.0.1 (keys made here; nothing of the system's configuration used). */
-async function startSshd() {
-  const dir = tmpdir()
-  for (const key of ['host', 'client']) execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', path.join(dir, key)])
-  fs.copyFileSync(path.join(dir, 'client.pub'), path.join(dir, 'authorized_keys'))
-  fs.mkdirSync('/run/sshd', { recursive: true })
-  const port = await freePort()
-  const config = path.join(dir, 'sshd_config')
-  fs.writeFileSync(
-    config,
-    [
-      `Port ${port}`,
-      'ListenAddress 127.0.0.1',
-      `HostKey ${dir}/host`,
-      `AuthorizedKeysFile ${dir}/authorized_keys`,
-      `PidFile ${dir}/sshd.pid`,
-      'PermitRootLogin prohibit-password',
-      'PasswordAuthentication no',
-      'KbdInteractiveAuthentication no',
-      'UsePAM no',
-      'StrictModes no',
-      'LogLevel ERROR',
-      '',
-    ].join('\n'),
-  )
-  const server = spawn(SSHD, ['-D', '-e', '-f', config], { stdio: ['ignore', 'ignore', 'ignore'] })
-  const listening = await eventually(
-    () =>
-      new Promise((resolve) => {
-        const c = net.connect(port, '127.0.0.1')
-        c.once('connect', () => {
-          c.destroy()
-          resolve(true)
-        })
-        c.once('error', () => resolve(false))
-      }),
-    10_000,
-  )
-  if (!listening) {
-    server.kill('SIGKILL')
-    throw new Error('sshd did not listen within 10 s')
+/** The outcome of a promise, errors reduced to their shape: for comparing faces. */
+async function outcome(fn) {
+  try {
+    return { value: await fn() }
+  } catch (e) {
+    return { error: shape(e) }
   }
-  after(() => server.kill('SIGKILL'))
-  const argv = (remote) => [
-    'ssh', '-p', String(port), '-i', path.join(dir, 'client'),
-    '-o', 'BatchMode=yes', '-o', 'StrictHostKeyChecking=no', '-o', 'UserKnownHostsFile=/dev/null', '-o', 'LogLevel=ERROR',
-    'root@127.0.0.1', remote,
-  ]
-  return { argv }
 }
 
-const SSH_SKIP = sshSkip()
+test('terminals: an interactive bash driven through write and readOutput, as locally', { ...T, ...skipNoBin }, async () => {
+  const ex = await connect()
+  const here = local()
+  const drive = async (e) => {
+    const t = await e.spawnTerminal(BASH)
+    const out = transcript(t, 'reads')
+    await out.expect('$ ')
+    const waiting = await t.waitInputWaiting(30_000)
+    const fg = await t.inspectForeground()
+    await t.write('echo "$((6 * 7)) $TERM $(pwd)"\r')
+    await out.expect(`42 xterm-256color ${WORK}`)
+    await t.write(Buffer.from('echo "é${PS1}x"\r'))
+    await out.expect('é$ x')
+    await out.expect('$ ')
+    assert.equal(t.exited, false)
+    await t.write('exit 7\r')
+    const done = await within(10_000, t.done, 'done')
+    // The rest comes, then the end: readOutput() says `ended` with it.
+    assert.ok(await eventually(() => out.ended, 10_000), 'the output ended')
+    const after = []
+    for (const call of [() => t.write('x'), () => t.inspectForeground(), () => t.waitInputWaiting(), () => t.signalForeground('SIGINT'), () => t.resize(10, 10), () => t.readOutput()]) {
+      after.push(await outcome(call))
+    }
+    await t.terminate()
+    return {
+      type: typeof t.pid,
+      pidIsGroup: fg.processGroupId === t.pid,
+      waiting,
+      inputWaiting: fg.inputWaiting,
+      done,
+      facts: [t.exited, t.exitStatusUnavailable, t.survivors],
+      after,
+      tail: out.seen.slice(out.seen.lastIndexOf('exit 7')),
+    }
+  }
+  const [r, l] = await Promise.all([drive(ex), drive(here)])
+  assert.deepEqual(r, l)
+  assert.deepEqual(r.done, { exitCode: 7, signal: null })
+  assert.equal(r.waiting, true)
+  assert.equal(r.after[0].error.code, 'TERMINAL_CLOSED')
+})
+
+test('terminals: output as a Readable; resize seen by stty and by the foreground group, bad sizes refused as locally', { ...T, ...skipNoBin }, async () => {
+  const ex = await connect()
+  const here = local()
+  const t = await ex.spawnTerminal({ ...BASH, rows: 30, cols: 100 })
+  assert.ok(t instanceof RemoteTerminalHandle)
+  const out = transcript(t, 'output')
+  await out.expect('$ ')
+  await t.write('stty size\r')
+  await out.expect('30 100')
+  // Sent in order with the write after it: the shell sees the new size.
+  t.resize(50, 120)
+  await t.write('echo size=$(stty size)\r')
+  await out.expect('size=50 120')
+  // A foreground program hears SIGWINCH.
+  await t.write(`bash --norc -c 'trap "echo winch=\\$(stty size); exit 0" WINCH; echo armed; while :; do sleep 0.05; done'\r`)
+  // Its output, not the echo of the line typed: the trap is set.
+  await out.expect('armed\r\n')
+  t.resize(40, 90)
+  await out.expect('winch=40 90')
+  await out.expect('$ ')
+  // The local rules, the local words: the type of each first, then each range.
+  const mine = await here.spawnTerminal({ argv: ['cat'] })
+  const sizes = [[0, 80], [24, '80'], [1.5, 3], [65536, 1], [NaN, 1], [Infinity, 1], [-Infinity, 1], [undefined, 1], [-1, 1], [1e21, 1], [1e-7, 1], [-0, 1], [24, null], [0, 'x'], [24, 10n], [24, 0.5], [24, 70000], [-1.5e-300, 1]]
+  for (const [rows, cols] of sizes) {
+    const [r, l] = [await failure(() => t.resize(rows, cols)), await failure(() => mine.resize(rows, cols))]
+    assert.deepEqual(shape(r), shape(l), String([rows, cols]))
+    assert.ok(['terminal.rows', 'terminal.cols'].includes(r.field), r.field)
+  }
+  t.resize(1, 65535)
+  await t.write('echo size=$(stty size)\r')
+  await out.expect('size=1 65535')
+  await mine.terminate()
+  await t.write('exit\r')
+  assert.deepEqual(await within(10_000, t.done, 'done'), { exitCode: 0, signal: null })
+  await within(10_000, outputEnd(t), 'the end of output')
+  assert.deepEqual(t.readOutput(), { text: '', ended: true })
+  assert.equal(shape(await failure(() => t.resize(24, 80))).code, 'TERMINAL_CLOSED')
+})
+
+test('terminals: waitInputWaiting sees the written line taken first; its bad timeouts as locally', { ...T, ...skipNoBin }, async () => {
+  const ex = await connect()
+  const dir = tmpdir()
+  const fifo = path.join(dir, 'go')
+  execFileSync('mkfifo', [fifo])
+  // After each line it reads, it waits on the fifo, not the terminal.
+  const t = await ex.spawnTerminal({ command: `while read -r x; do read -r y < '${fifo}'; done` })
+  for (let i = 0; i < 5; i++) {
+    assert.equal(await t.waitInputWaiting(30_000), true, `round ${i}`)
+    await t.write(`line${i}\n`)
+    assert.equal((await t.inspectForeground()).inputWaiting, false, `round ${i}: waiting right after a write`)
+    assert.equal(await t.waitInputWaiting(200), false)
+    fs.writeFileSync(fifo, 'go\n')
+  }
+  assert.equal(await t.waitInputWaiting(Infinity), true)
+  const here = local()
+  const mine = await here.spawnTerminal({ argv: ['cat'] })
+  for (const bad of [-1, 'x', NaN, null, -Infinity]) {
+    const [r, l] = await Promise.all([failure(() => t.waitInputWaiting(bad)), failure(() => mine.waitInputWaiting(bad))])
+    assert.deepEqual(shape(r), shape(l), String(bad))
+  }
+  await mine.terminate()
+  await t.terminate()
+  assert.equal(await t.waitInputWaiting(), false)
+})
+
+test('terminals: signalForeground interrupts `sleep 100` and resolves with its group; the shell survives', { ...T, ...skipNoBin }, async () => {
+  const ex = await connect()
+  const here = local()
+  const t = await ex.spawnTerminal(BASH)
+  const out = transcript(t, 'output')
+  assert.equal(await t.waitInputWaiting(30_000), true)
+  await t.write('sleep 100\r')
+  let job
+  assert.ok(await eventually(async () => (job = (await t.inspectForeground())?.processGroupId) !== t.pid, 30_000), 'sleep in the foreground')
+  assert.equal((await t.inspectForeground()).inputWaiting, false)
+  assert.equal(await t.signalForeground('SIGINT'), job)
+  assert.ok(await eventually(async () => (await t.inspectForeground())?.processGroupId === t.pid, 30_000), 'the shell in the foreground again')
+  await t.write('echo st=$?\r')
+  await out.expect('st=130')
+  const mine = await here.spawnTerminal({ argv: ['cat'] })
+  for (const bad of ['SIGUSR1', 'sigint', 5, undefined, '']) {
+    const [r, l] = await Promise.all([failure(() => t.signalForeground(bad)), failure(() => mine.signalForeground(bad))])
+    assert.deepEqual(shape(r), shape(l), String(bad))
+  }
+  await mine.terminate()
+  // Ctrl-C typed is the line discipline's SIGINT, as for a person.
+  await t.write('sleep 100\r')
+  assert.ok(await eventually(async () => (await t.inspectForeground())?.processGroupId !== t.pid, 30_000))
+  await t.write('\x03')
+  await t.write('echo again=$?\r')
+  await out.expect('again=130')
+  assert.equal(t.exited, false)
+  await t.terminate()
+  assert.equal(t.exited, true)
+  assert.deepEqual(await t.done, { exitCode: null, signal: 'SIGHUP' })
+  assert.equal(t.survivors, undefined)
+})
+
+test('terminals: terminate ends a session that traps HUP and TERM, with everything it started, as locally', { ...T, ...skipNoBin }, async () => {
+  const ex = await connect()
+  const here = local()
+  const command = `trap '' HUP TERM; echo pid=$$; (trap '' HUP TERM; exec sleep 1000) & echo child=$!; while :; do sleep 0.1; done`
+  const end = async (e) => {
+    const t = await e.spawnTerminal({ command, graceMs: 300 })
+    const out = transcript(t, 'reads')
+    await out.expect('child=')
+    await out.expect('\n')
+    const pids = [...out.seen.matchAll(/(?:pid|child)=(\d+)/g)].map((m) => Number(m[1]))
+    const first = t.terminate()
+    assert.equal(t.terminate(), first, 'idempotent')
+    await within(20_000, first, 'terminate')
+    const facts = { done: await t.done, exited: t.exited, survivors: t.survivors, unavailable: t.exitStatusUnavailable, read: t.readOutput(), alive: pids.filter(alive) }
+    await t.terminate()
+    return { facts, pids }
+  }
+  const [r, l] = await Promise.all([end(ex), end(here)])
+  assert.equal(r.pids.length, 2)
+  assert.deepEqual(r.facts, l.facts)
+  assert.deepEqual(r.facts, { done: { exitCode: null, signal: 'SIGKILL' }, exited: true, survivors: undefined, unavailable: undefined, read: { text: '', ended: true }, alive: [] })
+})
+
+test('terminals: a character is never split, through readOutput nor through output', { ...T, ...skipNoBin }, async () => {
+  const ex = await connect()
+  for (const via of ['reads', 'output']) {
+    const dir = tmpdir()
+    const [sent, go] = [path.join(dir, 'sent'), path.join(dir, 'go')]
+    // € is E2 82 AC and 😀 F0 9F 98 80: each printed in two parts, the second once told.
+    const t = await ex.spawnTerminal({
+      command: `printf 'a\\342\\202'; touch ${sent}; while [ ! -e ${go} ]; do sleep 0.01; done; printf '\\254b\\360\\237'; sleep 0.1; printf '\\230\\200c'`,
+    })
+    const chunks = []
+    if (via === 'output') t.output.on('data', (chunk) => chunks.push(chunk))
+    const out = transcript(t, via)
+    await fileAppears(sent)
+    await out.expect('a')
+    fs.writeFileSync(go, '')
+    await out.expect('c')
+    assert.equal(out.seen, 'a€b😀c', via)
+    for (const chunk of chunks) assert.deepEqual(Buffer.from(chunk.toString('utf8'), 'utf8'), chunk, 'every chunk whole UTF-8')
+    assert.deepEqual(await within(10_000, t.done, 'done'), { exitCode: 0, signal: null })
+  }
+})
+
+test('terminals: done and the output for programs that end at once, as locally', { ...T, ...skipNoBin }, async () => {
+  const ex = await connect()
+  const here = local()
+  const requests = [
+    { argv: ['true'] },
+    { command: 'exit 3' },
+    { command: 'kill -TERM $$' },
+    { command: "printf 'héllo 😀\\n'; exit 1" },
+    { command: 'echo "$A $DSH_B $TERM $PAGER"', env: { A: 'a' }, dshEnv: { DSH_B: 'b' } },
+    { command: 'pwd', cwd: '..' },
+    { command: 'stty size', rows: 7, cols: 9 },
+  ]
+  const end = async (e, request) => {
+    const t = await e.spawnTerminal(request)
+    const done = await within(10_000, t.done, JSON.stringify(request))
+    let text = ''
+    await within(
+      10_000,
+      eventually(() => {
+        const read = t.readOutput()
+        text += read.text
+        return read.ended
+      }),
+      'the end of output',
+    )
+    return { done, text, exited: t.exited }
+  }
+  for (const request of requests) {
+    const [r, l] = await Promise.all([end(ex, request), end(here, request)])
+    assert.deepEqual(r, l, JSON.stringify(request))
+  }
+  // Its exit may be told before the spawn is answered: it is still its own.
+  const many = await Promise.all(Array.from({ length: 20 }, () => ex.spawnTerminal({ argv: ['true'] })))
+  const outcomes = await within(20_000, Promise.all(many.map((t) => t.done)), 'twenty exits')
+  assert.deepEqual(outcomes, many.map(() => ({ exitCode: 0, signal: null })))
+  assert.equal(new Set(many.map((t) => t.pid)).size, 20)
+})
+
+test('terminals: request errors are the local face\'s; an aborted signal sends nothing; dispose ends every session', { ...T, ...skipNoBin }, async () => {
+  const ex = await connect()
+  const here = local()
+  const requests = [
+    null,
+    'bash',
+    { argv: ['true'], colums: 80 },
+    { argv: ['true'], command: 'true' },
+    {},
+    { argv: [] },
+    { argv: [''] },
+    { argv: 'true' },
+    { argv: ['true'], rows: 1.5 },
+    { argv: ['true'], rows: 0 },
+    { argv: ['true'], cols: 70000 },
+    { argv: ['true'], graceMs: -1 },
+    { argv: ['true'], env: { A: 1 } },
+    { argv: ['true'], dshEnv: { NOT_DSH: 'x' } },
+    { argv: ['true'], cwd: null },
+    { argv: ['true'], signal: 5 },
+    { argv: ['true'], sandboxPolicy: { mode: 'nope' } },
+    { argv: ['true'], sandboxPolicy: { mode: 'read-only', network: 'loopback' } },
+    { argv: ['no-such-program-dsh-remote'] },
+    { argv: ['true'], cwd: '/nonexistent-dsh-remote' },
+    { argv: ['true'], cwd: 'not-there' },
+    { argv: ['true'], signal: AbortSignal.abort() },
+    { argv: ['true'], rows: 0, signal: AbortSignal.abort() },
+  ]
+  for (const request of requests) {
+    const [r, l] = await Promise.all([failure(() => ex.spawnTerminal(request)), failure(() => here.spawnTerminal(request))])
+    assert.deepEqual(shape(r), shape(l), JSON.stringify(request))
+  }
+  const marker = path.join(tmpdir(), 'ran')
+  assert.equal((await failure(() => ex.spawnTerminal({ command: `touch ${marker}`, signal: AbortSignal.abort() }))).code, 'ABORT_ERR')
+  // Aborted after the call: the allocation went ahead, as locally.
+  const ac = new AbortController()
+  const spawning = ex.spawnTerminal({ command: 'echo kept; exec sleep 1000', signal: ac.signal })
+  ac.abort()
+  const kept = await spawning
+  // The next terminal runs after both: had the first been sent, its file would be there.
+  const later = await ex.spawnTerminal({ argv: ['true'] })
+  await within(10_000, later.done, 'later.done')
+  assert.equal(fs.existsSync(marker), false)
+  const write = transcript(kept, 'output')
+  await write.expect('kept')
+  const pid = kept.pid
+  await ex.dispose()
+  assert.deepEqual([kept.exited, kept.exitStatusUnavailable, kept.survivors], [true, undefined, undefined])
+  assert.deepEqual(await kept.done, { exitCode: null, signal: 'SIGHUP' })
+  assert.equal(alive(pid), false)
+  await within(10_000, outputEnd(kept), 'the end of output')
+  await within(10_000, kept.terminate(), 'terminate after dispose')
+  assert.equal((await failure(() => kept.write('x'))).code, 'TERMINAL_CLOSED')
+  assert.equal((await failure(() => kept.resize(10, 10))).code, 'TERMINAL_CLOSED')
+  assert.equal(await kept.inspectForeground(), undefined)
+  assert.equal(await kept.waitInputWaiting(), false)
+  assert.equal((await failure(() => ex.spawnTerminal({ argv: ['true'] }))).code, 'DISPOSED')
+  assert.equal((await failure(() => ex.spawnTerminal({ argv: ['true'], rows: 0 }))).field, 'request.rows')
+})
+
+test('terminals: writes past one message go in pieces, whole and in call order; bad data refused as locally', { ...T, ...skipNoBin }, async () => {
+  const ex = await connect()
+  const here = local()
+  const text = `${'é'.repeat(1_500_000)}ab` // 3 MB of UTF-8, more than one piece
+  const bytes = Buffer.alloc(2_500_000, 'z')
+  const all = Buffer.concat([Buffer.from('head'), Buffer.from(text), bytes, Buffer.from([0, 1, 2])])
+  // Raw mode: every byte reaches the program as typed.
+  const t = await ex.spawnTerminal({ command: `stty raw -echo; echo ready; head -c ${all.length} | sha256sum` })
+  const out = transcript(t, 'output')
+  await out.expect('ready')
+  const writes = [t.write('head'), t.write(text), t.write(bytes), t.write(new Uint8Array([0, 1, 2]))]
+  await within(60_000, Promise.all(writes), 'the writes')
+  await out.expect(createHash('sha256').update(all).digest('hex'))
+  assert.deepEqual(await within(10_000, t.done, 'done'), { exitCode: 0, signal: null })
+  const mine = await here.spawnTerminal({ argv: ['cat'] })
+  for (const bad of [5, null, undefined, {}, new ArrayBuffer(2), ['x']]) {
+    const [r, l] = await Promise.all([failure(() => t.write(bad)), failure(() => mine.write(bad))])
+    assert.deepEqual(shape(r), shape(l), String(bad))
+  }
+  await mine.terminate()
+})
+
+test('terminals: output respects back-pressure: nothing is asked for while its buffer is full, nothing is lost', { ...T, ...skipNoBin }, async () => {
+  const bound = 16_384
+  const ex = await connect({ maxOutputBytes: bound })
+  const lines = 300_000
+  const expected = Array.from({ length: lines }, (_, i) => `${i + 1}\r\n`).join('') + 'END\r\n'
+  // Nobody reads: what waits here is bounded and the program is held still.
+  const t = await ex.spawnTerminal({ command: `seq 1 ${lines}; echo END` })
+  let got = ''
+  assert.ok(await eventually(() => (got += t.readOutput().text).length > 0, 30_000))
+  // Proving that nothing more happens takes a while of nothing happening.
+  await new Promise((resolve) => setTimeout(resolve, 1000))
+  assert.equal(t.exited, false, 'the program waits for its reader')
+  const unread = t.readOutput().text
+  assert.ok(Buffer.byteLength(unread) <= 2 * bound, `${Buffer.byteLength(unread)} bytes read ahead`)
+  got += unread
+  // The stream, paused: its buffer fills, and no more is asked for.
+  const chunks = []
+  t.output.on('data', (chunk) => chunks.push(chunk))
+  await new Promise((resolve) => t.output.once('data', resolve))
+  t.output.pause()
+  await new Promise((resolve) => setTimeout(resolve, 1000))
+  assert.equal(t.exited, false, 'the program waits for the paused stream')
+  assert.ok(t.output.readableLength <= t.output.readableHighWaterMark + 2 * bound, String(t.output.readableLength))
+  t.output.resume()
+  await within(60_000, outputEnd(t), 'the end of output')
+  got += Buffer.concat(chunks).toString('utf8') + t.readOutput().text
+  assert.equal(got.length, expected.length)
+  assert.equal(got, expected)
+  assert.deepEqual(await t.done, { exitCode: 0, signal: null })
+})
+
+test('terminals: a lost transport fails pending calls, ends the output and resolves done as unavailable', { ...T, ...skipNoBin }, async () => {
+  const dir = tmpdir()
+  const { pidfile, transport } = killable(dir, [DSH_BIN, 'serve', '--stdio'])
+  const ex = await RemoteShellExecutor.connect({ transport, config: { graceMs: 300, cwd: dir } })
+  opened.push(ex)
+  const t = await ex.spawnTerminal({ command: 'echo up=$$; exec sleep 1000' })
+  const out = transcript(t, 'output')
+  await out.expect('up=')
+  await out.expect('\n')
+  const pid = Number(/up=(\d+)/.exec(out.seen)[1])
+  // The sleep never reads: this waits until the end.
+  const pending = t.waitInputWaiting()
+  const ended = outputEnd(t)
+  process.kill(Number(fs.readFileSync(pidfile, 'utf8')), 'SIGKILL')
+  const lost = await within(10_000, failure(() => pending), 'the pending call to fail')
+  assert.equal(lost.code, 'CONNECTION_LOST')
+  assert.ok(lost.message.includes('bash -c'), lost.message)
+  assert.deepEqual(await within(10_000, t.done, 'done'), { exitCode: null, signal: null })
+  assert.deepEqual([t.exited, t.exitStatusUnavailable], [true, true])
+  await within(10_000, ended, 'the end of output')
+  for (const call of [() => t.write('x'), () => t.inspectForeground(), () => t.waitInputWaiting(1), () => t.signalForeground('SIGINT'), () => t.terminate(), () => t.resize(10, 10), () => ex.spawnTerminal({ argv: ['true'] })]) {
+    assert.equal((await failure(call)).code, 'CONNECTION_LOST', call.toString())
+  }
+  // The server was killed outright: its session ends with it (docs/host-death.md).
+  assert.ok(await eventually(() => !alive(pid), 5000), `${pid} still alive`)
+  await ex.dispose()
+})
+
+test('terminals: a running session keeps Node running as a local one does; an ended one does not', { ...T, ...skipNoBin }, async () => {
+  const script = `
+    const { RemoteShellExecutor } = await import(process.argv[1])
+    const ex = await RemoteShellExecutor.connect({ transport: JSON.parse(process.argv[2]) })
+    const t = await ex.spawnTerminal({ command: 'sleep 0.3; echo bye' })
+    let seen = ''
+    t.output.on('data', (c) => (seen += c))
+    t.done.then((d) => process.on('exit', () => process.stdout.write(JSON.stringify({ d, seen }))))
+  `
+  const url = new URL('../../bindings-node/remote.mjs', import.meta.url).href
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script, url, JSON.stringify(STDIO)], { stdio: ['ignore', 'pipe', 'inherit'] })
+  let out = ''
+  child.stdout.on('data', (d) => (out += d))
+  const code = await within(20_000, new Promise((resolve) => child.once('exit', resolve)), 'the host to exit by itself')
+  assert.equal(code, 0)
+  assert.deepEqual(JSON.parse(out), { d: { exitCode: 0, signal: null }, seen: 'bye\r\n' })
+})
+
+// ---------------------------------------------------------------- ssh
+
+const SSH_SKIP = NO_BIN ?? sshdMissing()
 
 test('over ssh: the same API; a killed ssh client fails the pending calls and leaves nothing running', { ...T, ...(SSH_SKIP ? { skip: SSH_SKIP } : {}) }, async () => {
   const sshd = await startSshd()

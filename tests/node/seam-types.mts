@@ -199,8 +199,10 @@ export const spawnedAsSeam = (spec: SubprocessSpawnSpec): SubprocessHandle => na
 // dsh-native/remote: the same API over the protocol; its process is the
 // seam's ShellProcess, its executor has the seam's methods and every member
 // of NativeShellExecutor, and its process every member of NativeShellProcess.
-import type { RemoteShellExecutor, RemoteShellProcess } from '../../bindings-node/remote.mjs'
+import type { RemoteShellExecutor, RemoteShellProcess, RemoteTerminalHandle } from '../../bindings-node/remote.mjs'
 export type RemoteNames = [
+  Assignable<RemoteTerminalHandle, SubprocessTerminalHandle>,
+  BothWays<keyof RemoteTerminalHandle, keyof NativeTerminalHandle>,
   Assignable<RemoteShellProcess, Seam.ShellProcess>,
   BothWays<SeamPart<ReadOf<RemoteShellProcess>, ReadOf<Seam.ShellProcess>>, ReadOf<Seam.ShellProcess>>,
   Assignable<Pick<RemoteShellExecutor, ExecutorMethods>, Pick<Seam.ShellExecutor, ExecutorMethods>>,
