@@ -781,5 +781,31 @@ fn terminal_sessions_over_the_protocol() {
         "terminal_spawn",
         json!({ "request": { "command": "true", "argv": ["true"] } }),
     );
-    assert_eq!(both["error"]["data"]["field"], "terminal.command");
+    assert_eq!(both["error"]["data"]["field"], "request.command");
+    let rows = rpc.call(
+        "terminal_spawn",
+        json!({ "request": { "argv": ["true"], "rows": 0 } }),
+    );
+    assert_eq!(rows["error"]["data"]["field"], "request.rows");
+
+    // A session's exit is never told before its spawn is answered (a
+    // client that lets the server name it could not place it).
+    let mut answered = std::collections::HashSet::new();
+    for i in 0..100 {
+        rpc.send_line(json!({ "jsonrpc": "2.0", "id": 1000 + i, "method": "terminal_spawn", "params": { "request": { "argv": ["true"] } } }).to_string().as_bytes());
+    }
+    let mut exits = 0;
+    while answered.len() < 100 || exits < 100 {
+        let m = rpc.next();
+        if m["method"] == "terminal_exit" {
+            let tid = m["params"]["terminal"]["id"].as_str().unwrap().to_owned();
+            assert!(
+                answered.contains(&tid),
+                "{tid} exited before its spawn was answered"
+            );
+            exits += 1;
+        } else if let Some(tid) = m["result"]["terminal"]["id"].as_str() {
+            answered.insert(tid.to_owned());
+        }
+    }
 }

@@ -35,7 +35,32 @@ pub const METHODS: &[&str] = &[
 #[derive(Default)]
 pub struct Terminals {
     by_id: Mutex<HashMap<String, Terminal>>,
+    /// Ids in spawn order, for dropping the oldest ended ones.
+    order: Mutex<std::collections::VecDeque<String>>,
     next: Mutex<u64>,
+}
+
+/// Ended terminal sessions kept answerable (`terminal_get`, the rest of
+/// their output) beyond this many sessions in all, oldest dropped first, as
+/// the registry keeps settled processes (`retain_settled`).
+const RETAIN_TERMINALS: usize = 1000;
+
+impl Terminals {
+    fn insert(&self, id: String, terminal: Terminal) {
+        let mut by_id = lock(&self.by_id);
+        let mut order = lock(&self.order);
+        by_id.insert(id.clone(), terminal);
+        order.push_back(id);
+        let mut excess = by_id.len().saturating_sub(RETAIN_TERMINALS);
+        order.retain(|old| {
+            if excess > 0 && by_id.get(old).is_some_and(Terminal::has_exited) {
+                by_id.remove(old);
+                excess -= 1;
+                return false;
+            }
+            true
+        });
+    }
 }
 
 fn snapshot(id: &str, t: &Terminal) -> Value {
@@ -66,8 +91,9 @@ const REQUEST_KEYS: &[&str] = &[
 /// A terminal request: exactly one of `argv` (a program and its arguments)
 /// and `command` (a line for bash).
 fn request(v: &Value) -> Outcome<TerminalRequest> {
-    let r = Fields::new(v, "terminal", REQUEST_KEYS)?;
-    let f = |name| Field::new(Scope::Terminal, name);
+    // `request.*`, as the core names a terminal request's fields.
+    let r = Fields::new(v, "request", REQUEST_KEYS)?;
+    let f = |name| Field::new(Scope::Request, name);
     let program = match (r.get("argv"), r.string("command")?) {
         (Some(Value::Array(words)), None) => TerminalProgram::Argv(
             words
@@ -75,7 +101,7 @@ fn request(v: &Value) -> Outcome<TerminalRequest> {
                 .map(|w| match w {
                     Value::String(s) => Ok(s.clone()),
                     _ => Err(Fault::Shape {
-                        field: "terminal.argv".into(),
+                        field: "request.argv".into(),
                         problem: "must be an array of strings".into(),
                     }),
                 })
@@ -84,20 +110,20 @@ fn request(v: &Value) -> Outcome<TerminalRequest> {
         (None, Some(command)) => TerminalProgram::Command(command),
         (Some(_), Some(_)) => {
             return Err(Fault::Shape {
-                field: "terminal.command".into(),
-                problem: "cannot be given with terminal.argv: one or the other".into(),
+                field: "request.command".into(),
+                problem: "cannot be given with request.argv: one or the other".into(),
             })
         }
         (Some(_), None) => {
             return Err(Fault::Shape {
-                field: "terminal.argv".into(),
+                field: "request.argv".into(),
                 problem: "must be an array of strings".into(),
             })
         }
         (None, None) => {
             return Err(Fault::Shape {
-                field: "terminal.argv".into(),
-                problem: "is required (or terminal.command)".into(),
+                field: "request.argv".into(),
+                problem: "is required (or request.command)".into(),
             })
         }
     };
@@ -111,7 +137,7 @@ fn request(v: &Value) -> Outcome<TerminalRequest> {
     t.rows = r.number("rows", f(FieldName::Rows))?;
     t.cols = r.number("cols", f(FieldName::Cols))?;
     t.grace_ms = r.number("grace_ms", f(FieldName::GraceMs))?;
-    t.sandbox_policy = input::policy_input(&r, Scope::Terminal)?;
+    t.sandbox_policy = input::policy_input(&r, Scope::Request)?;
     Ok(t)
 }
 
@@ -187,15 +213,19 @@ impl Session {
                     });
                 }
                 let terminal = self.exec()?.spawn_terminal(&spec)?;
-                lock(&self.terminals().by_id).insert(tid.clone(), terminal.clone());
-                let session = Arc::downgrade(self);
-                let (t, exited_id) = (terminal.clone(), tid.clone());
-                terminal.when_exited(move || {
-                    if let Some(session) = session.upgrade() {
-                        session.notify("terminal_exit", json!({ "terminal": snapshot(&exited_id, &t) }));
-                    }
-                });
-                Ok(Reply::Now(json!({ "terminal": snapshot(&tid, &terminal) })))
+                self.terminals().insert(tid.clone(), terminal.clone());
+                later(Box::new(move |session, id| {
+                    // Answered before the exit can be told: a client hears of
+                    // the session before it hears that it ended.
+                    session.answer(&id, Ok(json!({ "terminal": snapshot(&tid, &terminal) })));
+                    let weak = Arc::downgrade(&session);
+                    let t = terminal.clone();
+                    terminal.when_exited(move || {
+                        if let Some(session) = weak.upgrade() {
+                            session.notify("terminal_exit", json!({ "terminal": snapshot(&tid, &t) }));
+                        }
+                    });
+                }))
             }
             "terminal_get" => {
                 let (tid, t) = self.terminal(&known(&["id"])?)?;
