@@ -1249,3 +1249,22 @@ fn a_dropped_write_still_writes_its_rest_in_order() {
     s.expect("next");
     assert_eq!(s.term.terminate_blocking().unwrap(), 0);
 }
+
+#[test]
+fn a_wait_for_input_longer_than_any_clock_is_no_limit() {
+    let exec = executor();
+    let t = exec
+        .spawn_terminal(
+            &exec
+                .resolve_terminal(TerminalRequest::argv(["bash", "--norc", "--noprofile", "-i"]))
+                .unwrap(),
+        )
+        .unwrap();
+    // Past what an Instant can hold: it once panicked on the core's thread
+    // and the answer never came.
+    assert!(t.wait_input_waiting(Some(Duration::from_secs(u64::MAX))).unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    t.wait_input_waiting_with(Some(Duration::MAX), move |w| tx.send(w).unwrap());
+    assert!(rx.recv_timeout(Duration::from_secs(60)).unwrap());
+    t.terminate_blocking().unwrap();
+}

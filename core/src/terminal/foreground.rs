@@ -571,7 +571,8 @@ impl Terminal {
     /// `/proc` every few milliseconds (1 ms at first, then up to 20 ms),
     /// waking early when the program exits.
     fn poll_input_waiting(&self, timeout: Option<Duration>) -> bool {
-        let end = timeout.map(|t| Instant::now() + t);
+        // A timeout past what an Instant can hold is no limit.
+        let end = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut step = Duration::from_millis(1);
         loop {
             match self.inspect_foreground() {
