@@ -657,8 +657,6 @@ NOT_UTF8 = "is not encodable as UTF-8 (a lone surrogate"
     ],
 )
 def test_a_lone_surrogate_is_refused_naming_the_field(ex, call, field, needle, transport):
-    if "spawn_terminal" in call.__code__.co_names:
-        skip_remote(transport, "spawn_terminal is not in the protocol")
     with pytest.raises(InvalidArgumentError) as info:
         call(ex)
     assert info.value.field == field
@@ -667,7 +665,6 @@ def test_a_lone_surrogate_is_refused_naming_the_field(ex, call, field, needle, t
 
 
 def test_a_lone_surrogate_written_to_a_terminal_or_as_its_signal_is_refused_naming_the_argument(ex, transport):
-    skip_remote(transport, "spawn_terminal is not in the protocol")
     term = ex.spawn_terminal(["cat"])
     try:
         with pytest.raises(InvalidArgumentError) as info:

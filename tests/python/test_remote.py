@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import re
 import shlex
 import signal
 import stat
@@ -19,7 +20,7 @@ import textwrap
 import threading
 import time
 from types import FrameType
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, cast
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union, cast
 
 import pytest
 
@@ -41,6 +42,8 @@ from dsh_native import (
     StillRunningError,
 )
 from dsh_native.remote import Executor, Process, ProtocolError, TransportError
+from dsh_native.remote import Foreground as RemoteForeground
+from dsh_native.remote import Terminal as RemoteTerminal
 
 from conftest import alive, eventually, need_dsh_bin, read_until
 from sshd_server import Sshd
@@ -337,10 +340,17 @@ def test_ssh_that_cannot_log_in_says_why(sshd: Sshd, dsh: str) -> None:
     assert "status 255" in str(info.value) and "Permission denied" in str(info.value)
 
 
-def test_spawn_and_terminals_are_not_offered() -> None:
-    # Not in the protocol: absent, not faked.
-    for name in ("spawn", "spawn_terminal", "_run_with_callback"):
+def test_spawn_is_not_offered_and_terminals_are() -> None:
+    # spawn is not in the protocol: absent, not faked.
+    for name in ("spawn", "_run_with_callback"):
         assert not hasattr(Executor, name)
+    # A terminal session has every member of the local one.
+    assert hasattr(Executor, "spawn_terminal")
+    foreground = RemoteForeground(process_group_id=1, input_waiting=False)
+    for local, remote in ((dsh_native.Terminal, RemoteTerminal), (dsh_native.Foreground, foreground)):
+        members = {n for n in dir(local) if not n.startswith("_") or n in ("__aiter__", "__anext__")}
+        assert members <= set(dir(remote)), members - set(dir(remote))
+    assert repr(foreground) == "Foreground(process_group_id=1, input_waiting=False)"
 
 
 def test_the_far_host_is_described(rex: Executor) -> None:
@@ -799,3 +809,567 @@ def test_after_close_handles_and_by_id_calls_answer_from_what_was_kept(rex: Exec
         rex.resolve("true")
     with pytest.raises(StdinClosedError):
         running.write_stdin("x")
+
+
+# terminal sessions ----------------------------------------------------------------------------------
+#
+# The terminal contract, run against the local executor and the remote one
+# over each transport: what test_contract.py skips for remotes, and what
+# only a connection can get wrong (a read that gave up, a lost transport).
+
+BASH = ["bash", "--norc", "--noprofile", "-i"]
+QUIET = {"PS1": "$ ", "HISTFILE": ""}
+
+AnyExecutor = Union[dsh_native.Executor, Executor]
+AnyTerminal = Union[dsh_native.Terminal, RemoteTerminal]
+
+
+@pytest.fixture(params=["local", "stdio", "ssh"])
+def make_any(request: pytest.FixtureRequest, dsh: str) -> Iterator[Callable[..., AnyExecutor]]:
+    """An executor constructor: the local one, or a remote one over `dsh
+    serve --stdio` as a child or across ssh. Each one made is closed."""
+    made: List[AnyExecutor] = []
+
+    def make(**config: Any) -> AnyExecutor:
+        executor: AnyExecutor
+        if request.param == "local":
+            executor = dsh_native.Executor(**config)
+        elif request.param == "stdio":
+            executor = Executor([dsh, "serve", "--stdio"], **config)
+        else:
+            sshd: Sshd = request.getfixturevalue("sshd")
+            executor = Executor(sshd.serve_command(dsh), **config)
+        made.append(executor)
+        return executor
+
+    yield make
+    for executor in made:
+        executor.close()
+
+
+@pytest.fixture
+def tex(make_any: Callable[..., AnyExecutor]) -> AnyExecutor:
+    return make_any(grace_ms=300)
+
+
+class Screen:
+    """Everything a terminal printed, and a cursor for `expect`."""
+
+    def __init__(self, term: AnyTerminal) -> None:
+        self.term = term
+        self.seen = ""
+        self.mark = 0
+
+    def expect(self, pattern: str, limit: float = 30.0) -> None:
+        end = time.monotonic() + limit
+        while pattern not in self.seen[self.mark :]:
+            assert time.monotonic() < end, f"never saw {pattern!r}: {self.seen!r}"
+            self.seen += self.term.read(timeout=0.5)
+        self.mark = self.seen.index(pattern, self.mark) + len(pattern)
+
+    def pids(self, count: int, limit: float = 30.0) -> List[int]:
+        """Waits for `count` lines `pid=N` (the echoed input shows `pid=$!`)."""
+        end = time.monotonic() + limit
+        while len(re.findall(r"pid=(\d+)\r?\n", self.seen)) < count:
+            assert time.monotonic() < end, f"never saw {count} pids: {self.seen!r}"
+            self.seen += self.term.read(timeout=0.5)
+        return [int(p) for p in re.findall(r"pid=(\d+)\r?\n", self.seen)]
+
+    def drain(self, limit: float = 30.0) -> str:
+        """Reads until the output has ended; what was read."""
+        end = time.monotonic() + limit
+        start = len(self.seen)
+        while not self.term.output_ended:
+            assert time.monotonic() < end, f"the output never ended: {self.seen!r}"
+            self.seen += self.term.read(timeout=0.5)
+        return self.seen[start:]
+
+
+def waiting(term: AnyTerminal) -> Union[dsh_native.Foreground, RemoteForeground]:
+    """The foreground, once the kernel shows it waiting for input."""
+    assert term.wait_input_waiting(timeout=30), f"never waiting: {term.inspect_foreground()!r}"
+    fg = term.inspect_foreground()
+    assert fg is not None and fg.input_waiting, fg
+    return fg
+
+
+def test_terminal_an_interactive_bash_is_driven_by_write_and_read(tex: AnyExecutor) -> None:
+    term = tex.spawn_terminal(BASH, env=QUIET)
+    screen = Screen(term)
+    assert waiting(term).process_group_id == term.pid
+    assert (term.exited, term.exit_code, term.signal) == (False, None, None)
+    term.write("echo $((6 * 7))-done\n")
+    screen.expect("42-done")
+    term.write(b"echo \xc3\xa9t\xc3\xa9-$((1 + 1))\n")
+    screen.expect("\u00e9t\u00e9-2")
+    term.write("exit 3\r")
+    term.wait(timeout=30)
+    assert (term.exited, term.exit_code, term.signal, term.exit_status_unavailable) == (True, 3, None, False)
+    with pytest.raises(dsh_native.TerminalClosedError):
+        term.write("x")
+    with pytest.raises(dsh_native.TerminalClosedError):
+        term.signal_foreground("SIGINT")
+    assert term.inspect_foreground() is None
+    assert term.wait_input_waiting(timeout=1) is False
+    screen.drain()
+    assert "exit" in screen.seen[screen.mark :]
+    assert term.output_ended and term.read_output() == "" and term.read(timeout=0.1) == ""
+    assert term.terminate() == 0 and term.survivors == 0
+
+
+def test_terminal_resize_is_seen_by_stty(tex: AnyExecutor) -> None:
+    term = tex.spawn_terminal(BASH, env=QUIET, rows=30, cols=100)
+    screen = Screen(term)
+    waiting(term)
+    term.write("echo size=$(stty size)\n")
+    screen.expect("size=30 100")
+    term.resize(45, 123.0)
+    term.write("echo size=$(stty size)\n")
+    screen.expect("size=45 123")
+    with pytest.raises(dsh_native.InvalidArgumentError) as e:
+        term.resize(0, 80)
+    assert e.value.field == "terminal.rows"
+    with pytest.raises(dsh_native.InvalidArgumentError) as e:
+        term.resize(24, 70000)
+    assert e.value.field == "terminal.cols"
+    assert term.terminate() == 0
+
+
+def test_terminal_wait_input_waiting_sees_the_written_line_taken_first(tex: AnyExecutor, tmp: str) -> None:
+    fifo = os.path.join(tmp, "go")
+    os.mkfifo(fifo)
+    # After each line it reads, it waits on the fifo, not the terminal.
+    term = tex.spawn_terminal(command=f"while read -r x; do read -r y < '{fifo}'; done")
+    for i in range(5):
+        assert term.wait_input_waiting(timeout=30)
+        term.write(f"line{i}\n")
+        fg = term.inspect_foreground()
+        assert fg is not None and not fg.input_waiting, f"round {i}: waiting right after a write"
+        assert term.wait_input_waiting(timeout=0.2) is False
+        with open(fifo, "w") as f:
+            f.write("go\n")
+    assert term.terminate() == 0
+    assert term.wait_input_waiting(timeout=1) is False
+
+
+def test_terminal_signal_foreground_interrupts_sleep_and_the_shell_survives(tex: AnyExecutor) -> None:
+    term = tex.spawn_terminal(BASH, env=QUIET)
+    screen = Screen(term)
+    waiting(term)
+    term.write("sleep 100\n")
+
+    def sleep_in_front() -> bool:
+        fg = term.inspect_foreground()
+        return fg is not None and fg.process_group_id != term.pid
+
+    assert eventually(sleep_in_front, 30.0)
+    fg = term.inspect_foreground()
+    assert fg is not None and not fg.input_waiting
+    assert term.signal_foreground("SIGINT") == fg.process_group_id
+    assert waiting(term).process_group_id == term.pid
+    term.write("echo st=$?\n")
+    screen.expect("st=130")
+    with pytest.raises(dsh_native.InvalidArgumentError) as e:
+        term.signal_foreground("SIGUSR1")  # type: ignore[arg-type]
+    assert e.value.field == "terminal.signal"
+    assert term.terminate() == 0
+    assert not alive(term.pid)
+
+
+def test_terminal_terminate_ends_a_session_that_traps_hup_and_term(tex: AnyExecutor) -> None:
+    term = tex.spawn_terminal(BASH, env=QUIET)
+    screen = Screen(term)
+    waiting(term)
+    term.write(
+        "trap '' HUP TERM; (trap '' TERM HUP; exec sleep 1000) & echo pid=$!; "
+        "nohup sleep 1000 >/dev/null 2>&1 & echo pid=$!\n"
+    )
+    pids = screen.pids(2) + [term.pid]
+    assert all(alive(p) for p in pids)
+    assert term.terminate() == 0
+    for p in pids:
+        assert not alive(p), f"{p} survived terminate()"
+    # The shell ignored SIGHUP and SIGTERM: SIGKILL after the grace ended it.
+    assert (term.exited, term.exit_code, term.signal, term.survivors) == (True, None, "SIGKILL", 0)
+    assert term.terminate() == 0  # idempotent
+    term.wait(timeout=0)
+
+
+def test_terminal_a_multibyte_character_is_never_split(tex: AnyExecutor) -> None:
+    # The euro sign's three bytes, with a pause after the first: the first
+    # read gets what is whole ("a"; all of it only on a host slower than
+    # the pause), and the incomplete character waits for its end.
+    term = tex.spawn_terminal(command="printf 'a\\342'; sleep 1; printf '\\202\\254b'; exec sleep 100")
+    chunks = [term.read(timeout=30)]
+    assert chunks[0] in ("a", "a\u20acb"), chunks
+    text = "".join(chunks)
+    end = time.monotonic() + 30
+    while "b" not in text:
+        assert time.monotonic() < end, text
+        chunk = term.read(timeout=0.5)
+        chunks.append(chunk)
+        text += chunk
+    assert text == "a\u20acb" and "\ufffd" not in text, chunks
+    assert term.terminate() == 0
+    # Many of them, read in whatever pieces they come in.
+    count = 100_000
+    term = tex.spawn_terminal(["python3", "-c", f"import sys; sys.stdout.write('\u20ac' * {count})"])
+    screen = Screen(term)
+    screen.drain(60)
+    assert screen.seen == "\u20ac" * count
+    term.wait(timeout=30)
+    assert term.exit_code == 0
+
+
+def test_terminal_exit_codes_and_signals(tex: AnyExecutor) -> None:
+    cases: List[Tuple[Dict[str, Any], Optional[int], Optional[str]]] = [
+        ({"command": "exit 7"}, 7, None),
+        ({"command": "true"}, 0, None),
+        ({"argv": ["sh", "-c", "exit 5"]}, 5, None),
+        ({"argv": ["sh", "-c", "kill -TERM $$"]}, None, "SIGTERM"),
+        ({"command": "kill -KILL $$"}, None, "SIGKILL"),
+    ]
+    for kwargs, code, sig in cases:
+        term = tex.spawn_terminal(**kwargs)
+        term.wait(timeout=30)
+        assert (term.exited, term.exit_code, term.signal) == (True, code, sig), kwargs
+        assert term.terminate() == 0
+
+
+def test_terminal_output_is_an_async_iterator_with_async_calls(tex: AnyExecutor) -> None:
+    term = tex.spawn_terminal(command="read -r -p 'go? ' a; echo got-$a")
+
+    async def main() -> str:
+        chunks: List[str] = []
+        it = term.__aiter__()
+        while "go? " not in "".join(chunks):
+            chunks.append(await it.__anext__())
+        await term.write_async("yes\n")
+        async for chunk in term:
+            chunks.append(chunk)
+        with pytest.raises(StopAsyncIteration):
+            await term.__anext__()
+        await term.wait_async()
+        assert await term.terminate_async() == 0
+        return "".join(chunks)
+
+    text = asyncio.run(asyncio.wait_for(main(), 30))
+    assert "got-yes" in text
+    assert term.exit_code == 0 and term.output_ended
+
+
+def test_terminal_output_nobody_reads_holds_the_program(make_any: Callable[..., AnyExecutor]) -> None:
+    # The bound on unread output holds across the connection: the remote
+    # client asks for output only when someone reads.
+    ex = make_any(grace_ms=300, max_output_bytes=1 << 16)
+    size = 4 << 20
+    term = ex.spawn_terminal(["python3", "-c", f"import sys; sys.stdout.write('x' * {size}); print('END')"])
+    with pytest.raises(TimeoutError):
+        term.wait(timeout=1.5)
+    screen = Screen(term)
+    screen.drain(60)
+    assert screen.seen.count("x") == size and screen.seen.endswith("END\r\n")
+    term.wait(timeout=30)
+    assert term.exit_code == 0
+
+
+def test_terminal_readers_on_many_threads_get_every_byte_once(tex: AnyExecutor) -> None:
+    term = tex.spawn_terminal(command="for i in $(seq 1 3000); do echo line-$i; done")
+    expected = "".join(f"line-{i}\r\n" for i in range(1, 3001))
+    got: List[List[str]] = [[] for _ in range(4)]
+
+    def reader(mine: List[str]) -> None:
+        end = time.monotonic() + 60
+        while not term.output_ended and time.monotonic() < end:
+            mine.append(term.read(timeout=0.2))
+
+    threads = [threading.Thread(target=reader, args=(g,), daemon=True) for g in got]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+        assert not t.is_alive()
+    text = "".join("".join(g) for g in got)
+    assert sorted(text) == sorted(expected), (len(text), len(expected))
+
+
+def test_terminal_read_waits_for_its_timeout_and_no_longer(tex: AnyExecutor) -> None:
+    term = tex.spawn_terminal(["sleep", "100"])
+    assert term.read_output() == "" and term.read(timeout=0) == ""
+    start = time.monotonic()
+    assert term.read(timeout=0.3) == ""
+    assert 0.25 <= time.monotonic() - start < 10
+    with pytest.raises(TimeoutError, match="is still running"):
+        term.wait(timeout=0.2)
+    with pytest.raises(TimeoutError):
+        term.wait(timeout=0)
+    assert not term.output_ended
+    assert term.terminate() == 0
+    assert term.exited and term.signal == "SIGHUP"
+
+
+def test_terminal_after_close_answers_from_what_was_kept(tex: AnyExecutor, tmp: str) -> None:
+    printed = os.path.join(tmp, "printed")
+    term = tex.spawn_terminal(command=f"echo kept-for-later; touch {printed}; exec sleep 1000")
+    assert eventually(lambda: os.path.exists(printed))
+    other = tex.spawn_terminal(["cat"])
+    tex.close()
+    assert (term.exited, term.exit_code, term.signal, term.survivors) == (True, None, "SIGHUP", 0)
+    screen = Screen(term)
+    screen.drain()
+    assert "kept-for-later" in screen.seen
+    assert term.output_ended and term.read_output() == "" and term.read(timeout=0.1) == ""
+    with pytest.raises(dsh_native.TerminalClosedError):
+        term.write("x")
+    with pytest.raises(dsh_native.TerminalClosedError):
+        term.resize(24, 80)
+    with pytest.raises(dsh_native.TerminalClosedError):
+        term.signal_foreground("SIGINT")
+    assert term.inspect_foreground() is None and term.wait_input_waiting(timeout=1) is False
+    assert term.terminate() == 0
+    term.wait(timeout=1)
+
+    async def rest() -> List[str]:
+        await other.wait_async()
+        return [chunk async for chunk in other]
+
+    assert asyncio.run(asyncio.wait_for(rest(), 30)) == []
+    assert other.exited and other.signal == "SIGHUP"
+    with pytest.raises(DisposedError):
+        tex.spawn_terminal(["true"])
+
+
+def test_terminal_a_write_goes_whole_and_in_order_whatever_its_pieces(
+    rex: Executor, tmp: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pieces of 1000 bytes: each write is several terminal_write calls.
+    import dsh_native.remote
+
+    monkeypatch.setattr(dsh_native.remote, "_STDIN_PIECE", 1000)
+    got = os.path.join(tmp, "got")
+    term = rex.spawn_terminal(command=f"stty raw -echo; head -c 20000 > {got}; echo done")
+    assert term.wait_input_waiting(timeout=30)
+    threads = [in_thread(lambda c=c: term.write(c * 5000)) for c in "ab"]  # type: ignore[misc]
+
+    async def more() -> None:
+        await asyncio.gather(term.write_async(b"c" * 5000), term.write_async("d" * 5000))
+
+    asyncio.run(asyncio.wait_for(more(), 30))
+    for t, out in threads:
+        t.join(30)
+        assert not t.is_alive() and "error" not in out, out
+    Screen(term).expect("done")
+    with open(got) as f:
+        data = f.read()
+    # Each write arrived whole, whatever the others did meanwhile.
+    assert sorted(re.findall(r"(.)\1*", data)) == list("abcd") and len(data) == 20000, data[:200]
+    assert [len(run) for run in re.findall(r"a+|b+|c+|d+", data)] == [5000] * 4
+
+
+def test_terminal_a_read_that_gave_up_loses_nothing(rex: Executor) -> None:
+    # What a read that was interrupted (Ctrl-C) or timed out (a cancelled
+    # __anext__) was going to get goes to the next reader, in order.
+    term = rex.spawn_terminal(
+        command="stty -echo; read -r a; echo got-$a; read -r b; echo second-$b; exec sleep 100"
+    )
+    main = threading.main_thread().ident
+    assert main is not None and threading.current_thread().ident == main
+    state = term._state
+
+    def interrupt() -> None:
+        assert eventually(lambda: state.reading)
+        signal.pthread_kill(main, signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        term.read(timeout=None)
+    term.write("one\n")
+    screen = Screen(term)
+    screen.expect("got-one")
+
+    async def main_loop() -> str:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(term.__anext__(), 0.3)
+        await term.write_async("two\n")
+        text = ""
+        while "second-two" not in text:
+            text += await term.__anext__()
+        return text
+
+    text = asyncio.run(asyncio.wait_for(main_loop(), 30))
+    assert screen.seen + text == "got-one\r\nsecond-two\r\n"
+    assert term.terminate() == 0
+
+
+def test_terminal_a_dropped_transport_fails_every_waiter(serve: List[str], tmp: str) -> None:
+    transport_pid = os.path.join(tmp, "transport.pid")
+    ex = Executor(pidfile_wrapper(transport_pid, serve), grace_ms=300)
+    try:
+        term = ex.spawn_terminal(command=f"stty -echo -icanon; echo $$ > {tmp}/t.pid; exec sleep 300")
+        pid = read_pid(f"{tmp}/t.pid")
+        assert term.wait_input_waiting(timeout=0.2) is False  # sleep reads nothing
+        calls: List[Callable[[], Any]] = [
+            lambda: term.read(timeout=None),
+            lambda: term.wait(),
+            lambda: term.wait_input_waiting(timeout=None),
+            # Held: the input queue (non-canonical: nothing is dropped) fills.
+            lambda: term.write(b"x" * (1 << 20)),
+        ]
+        waiters = [in_thread(call) for call in calls]
+
+        async def pending() -> List[BaseException]:
+            got = await asyncio.gather(term.__anext__(), term.wait_async(), return_exceptions=True)
+            return [g for g in got if isinstance(g, BaseException)]
+
+        async_waiter = in_thread(lambda: asyncio.run(asyncio.wait_for(pending(), 60)))
+        waiters.append(async_waiter)
+        time.sleep(0.5)  # (every call has been sent by now; none can answer)
+        assert all(t.is_alive() for t, _ in waiters), [out for _, out in waiters]
+        dropped = time.monotonic()
+        os.kill(read_pid(transport_pid), signal.SIGKILL)
+        for t, out in waiters:
+            t.join(30)
+            assert not t.is_alive(), "a caller still waits on a dead transport"
+        for _, out in waiters[:-1]:
+            assert isinstance(out.get("error"), TransportError), out
+            assert out["at"] - dropped < 10
+        errors = async_waiter[1].get("value")
+        assert errors is not None and len(errors) == 2, async_waiter
+        assert all(isinstance(e, TransportError) for e in errors), errors
+        assert eventually(lambda: not alive(pid), 10), "the far side kept the session running"
+        # Later calls fail at once, naming the transport.
+        for later in (term.read_output, lambda: term.exited, lambda: term.write("x"), term.terminate):
+            with pytest.raises(TransportError):
+                later()
+        with pytest.raises(TransportError):
+            ex.spawn_terminal(["true"])
+    finally:
+        ex.close()
+
+
+# The local face's errors for the same mistakes: class, message and
+# attributes. Checked types and ranges here, the core's words from the far
+# side (whose own parser says `terminal.*` where the local face says
+# `request.*`), and what a session says once it is over or closed.
+
+
+def terminal_failures(ex: Any, tmp: str) -> List[Tuple[Any, ...]]:
+    out: List[Tuple[Any, ...]] = []
+    pid = [0]
+
+    def expect(call: Callable[[], Any]) -> None:
+        try:
+            value = call()
+        except (DshError, ValueError, TimeoutError) as e:
+            facts = error_facts(e)
+            if isinstance(e, TimeoutError):  # it names the terminal's pid
+                facts = facts[:1] + (facts[1].replace(str(pid[0]), "PID"),) + facts[2:]
+            out.append(facts)
+        else:
+            if isinstance(value, (dsh_native.Terminal, RemoteTerminal)):
+                value.terminate()
+                value = "a terminal"
+            out.append(("no error", value))
+
+    s = ex.spawn_terminal
+    nan, inf = float("nan"), float("inf")
+    expect(lambda: s())
+    expect(lambda: s("bash"))
+    expect(lambda: s(5))
+    expect(lambda: s(("echo", 5)))
+    expect(lambda: s(["echo", "\ud800"]))
+    expect(lambda: s([]))
+    expect(lambda: s([""]))
+    expect(lambda: s(["a\0b"]))
+    expect(lambda: s(["true"], command="true"))
+    expect(lambda: s(command=5))
+    expect(lambda: s(command="a\0b"))
+    expect(lambda: s(["true"], cwd=5))
+    expect(lambda: s(["true"], cwd="/nonexistent/dsh-py-remote"))
+    expect(lambda: s(["true"], cwd=f"{tmp}/\0"))
+    expect(lambda: s(["true"], env={"A": 1}))
+    expect(lambda: s(["true"], env=["A"]))
+    expect(lambda: s(["true"], env={"A": "x\0"}))
+    expect(lambda: s(["true"], env={"": "v"}))
+    expect(lambda: s(["true"], dsh_env={"FOO": "v"}))
+    expect(lambda: s(["true"], dsh_env={"DSH_A": "\ud800"}))
+    for key in ("rows", "cols", "grace_ms"):
+        for bad in (0, -1, True, "5", 2.5, 70000, nan, inf, 1e12):
+            expect(lambda: s(["true"], **{key: bad}))
+    for policy in (
+        {"mode": "nope"},
+        {},
+        5,
+        {"mode": "read-only", "network": "sometimes"},
+        {"mode": "read-only", "workspace_root": 5},
+        {"mode": "read-only", "session_id": "\ud800"},
+        {"mode": "workspace-write", "workspace_root": "/nonexistent/r"},
+        {"mode": "read-only", "network": "loopback"},
+    ):
+        expect(lambda: s(["true"], sandbox_policy=policy))
+    expect(lambda: s(["no-such-program-dsh"]))
+    expect(lambda: s(["/nonexistent/dsh-program"]))
+    term = s(["cat"])
+    pid[0] = term.pid
+    expect(lambda: term.write(5))
+    expect(lambda: term.write(bytearray(b"x")))
+    expect(lambda: term.write("a\ud800"))
+    for rows, cols in ((0, 80), (24, 0), (None, 80), (True, 80), ("5", 80), (2.5, 80), (70000, 80), (nan, 80),
+                       (-0.0, 80), (1e20, 80), (10**400, 80)):  # fmt: skip
+        expect(lambda: term.resize(rows, cols))
+    expect(lambda: term.signal_foreground("SIGUSR1"))
+    expect(lambda: term.signal_foreground(5))
+    expect(lambda: term.signal_foreground("SIG\ud800"))
+    for timeout in (-1, -1.5, nan, inf, -1e300):
+        expect(lambda: term.read(timeout))
+        expect(lambda: term.wait(timeout))
+        expect(lambda: term.wait_input_waiting(timeout))
+    expect(lambda: term.wait(0.05))
+    expect(lambda: term.wait(0))
+    expect(lambda: term.write(b""))
+    expect(term.terminate)
+    for call in (
+        lambda: term.write("x"),
+        lambda: term.write(b""),
+        lambda: term.resize(24, 80),
+        lambda: term.signal_foreground("SIGINT"),
+        lambda: term.signal_foreground("SIGX"),
+        term.inspect_foreground,
+        lambda: term.wait_input_waiting(0.1),
+        lambda: (term.exited, term.exit_code, term.signal, term.survivors, term.exit_status_unavailable),
+    ):
+        expect(call)
+    other = s(["cat"])
+    pid[0] = other.pid
+    ex.close()
+    expect(lambda: s(["true"]))
+    for call in (
+        lambda: other.write("x"),
+        lambda: other.resize(24, 80),
+        lambda: other.resize(0, 80),
+        lambda: other.signal_foreground("SIGINT"),
+        lambda: other.signal_foreground("SIGX"),
+        lambda: other.wait(-1),
+        other.inspect_foreground,
+        lambda: other.wait_input_waiting(0.1),
+        lambda: other.wait(0),
+        other.terminate,
+        lambda: (other.exited, other.exit_code, other.signal, other.survivors, other.read_output(), other.output_ended),
+    ):
+        expect(call)
+    return out
+
+
+def test_terminal_errors_have_the_local_classes_attributes_and_messages(stdio: List[str], tmp: str) -> None:
+    local = terminal_failures(dsh_native.Executor(grace_ms=300), tmp)
+    remote = terminal_failures(Executor(stdio, grace_ms=300), tmp)
+    assert len(local) == len(remote)
+    for i, (want, got) in enumerate(zip(local, remote)):
+        assert got == want, f"call {i}"
+    kinds = {facts[0] for facts in local}
+    assert {
+        dsh_native.InvalidArgumentError, SpawnError, dsh_native.TerminalClosedError, DisposedError,
+        ValueError, TimeoutError,
+    } <= kinds  # fmt: skip
+    fields = {facts[2] for facts in local if facts[0] is dsh_native.InvalidArgumentError}
+    assert {"request.argv", "request.rows", "request.sandbox_policy", "terminal.rows", "terminal.signal"} <= fields

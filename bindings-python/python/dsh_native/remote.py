@@ -21,8 +21,12 @@ What differs from the local executor, and why:
   environment is the server's, and spill paths name files over there.
 - Paths travel as UTF-8 text (the protocol's rule): a path whose bytes are
   not UTF-8 is refused naming its field.
-- ``spawn`` and ``spawn_terminal`` are not in the protocol, so they are not
-  here.
+- ``spawn`` is not in the protocol, so it is not here.
+- A :class:`Terminal` (``spawn_terminal``) reads its output by long-poll:
+  the server sends output only when a reader asks (``read``, ``async
+  for``), so its bound on unread output holds across the connection, and
+  what a reader that gave up was sent goes to the next one. Its facts are
+  asked of the server until final; ``Foreground`` is a plain value here.
 - A transport that ends (ssh killed, network gone, server crashed) fails
   every pending and later call with :class:`TransportError`, naming the
   transport and quoting the end of its stderr.
@@ -34,6 +38,7 @@ import asyncio
 import atexit
 import base64
 import copy
+import decimal
 import errno as _errno
 import itertools
 import json
@@ -96,6 +101,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CollectedOutput",
     "Executor",
+    "Foreground",
     "PIPE",
     "Process",
     "ProcessRead",
@@ -104,6 +110,7 @@ __all__ = [
     "SandboxInfo",
     "SandboxPolicy",
     "Spec",
+    "Terminal",
     "TransportError",
     "Unsubscribe",
 ]
@@ -122,8 +129,9 @@ PROTOCOL_VERSION = 1
 # is answered with an error nobody could match to its call, so none is sent.
 _MAX_MESSAGE_BYTES = 48 << 20
 
-# Stdin larger than this goes in several write_stdin calls, each well under
-# the line limit once in base64; the server takes them in call order.
+# Stdin (or a terminal write) larger than this goes in several write_stdin
+# (terminal_write) calls, each well under the line limit once in base64; the
+# server takes them in call order.
 _STDIN_PIECE = 16 << 20
 
 # How long a blocking wait sleeps before letting Python look for Ctrl-C: a
@@ -313,6 +321,19 @@ def _rust_float(f: float) -> str:
     return "inf" if f > 0 else "-inf"
 
 
+def _rust_f64(f: float) -> str:
+    """``f`` as Rust's ``{}`` shows an f64 (``0``, ``-1``, ``2.5``,
+    ``100000000000000000000``, ``NaN``, ``inf``): the core puts the value
+    it refused in its message that way, and the messages made here for the
+    same refusals must read the same."""
+    if not math.isfinite(f):
+        return _rust_float(f)
+    text = format(decimal.Decimal(repr(f)), "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
+
+
 def _number(v: object, field: str) -> Optional[_Number]:
     """A number for the core to judge. JSON has no NaN or infinity: those
     are refused here with the core's own words."""
@@ -484,9 +505,74 @@ def _timeout_arg(timeout: Optional[float]) -> Optional[float]:
         raise TypeError(f"timeout must be a number of seconds or None, got {_type_name(timeout)}")
     t = float(timeout)
     if not (math.isfinite(t) and t >= 0):
-        shown = _rust_float(t) if not math.isfinite(t) else repr(t)
-        raise ValueError(f"timeout must be a non-negative number of seconds, got {shown}")
+        raise ValueError(f"timeout must be a non-negative number of seconds, got {_rust_f64(t)}")
     return t
+
+
+def _argv_list(v: object, field: str) -> List[str]:
+    """A program and its arguments, as the local face takes them (a
+    sequence of str; a str alone is refused, not split)."""
+    if isinstance(v, str):
+        raise _invalid(field, "must be a list of str, got a str")
+    if not isinstance(v, Sequence):
+        raise _invalid(field, f"must be a list of str, got {_type_name(v)}")
+    argv: List[str] = []
+    for i, item in enumerate(v):
+        arg = _utf8(item, field, f"item {i} ")
+        if arg is None:
+            raise _invalid(field, f"must be a list of str, item {i} is {_type_name(item)}")
+        argv.append(arg)
+    return argv
+
+
+def _dimension_number(v: object, field: str) -> float:
+    """A terminal dimension's type, checked as the local ``resize`` does
+    (the range is :func:`_dimension`'s)."""
+    if v is None:
+        raise _invalid(field, "must be a number, got None")
+    if isinstance(v, bool):
+        raise _invalid(field, "must be a number, got a bool")
+    try:
+        if isinstance(v, (str, bytes, bytearray)):
+            raise TypeError
+        return float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        raise _invalid(field, f"must be a number, got {v!r}") from None
+
+
+def _dimension(f: float, field: str) -> int:
+    """The core's rule for rows and columns (a whole number from 1 to
+    65535), here because a session whose end was learnt at ``close`` has
+    nobody left to ask, and the local face still judges the value first."""
+    if not math.isfinite(f) or f <= 0:
+        raise _invalid(field, f"must be a positive finite number, got {_rust_f64(f)}")
+    if f != math.floor(f):
+        raise _invalid(field, f"must be a whole number, got {_rust_f64(f)}")
+    if f > 65535:
+        raise _invalid(field, f"must be no greater than 65535, got {_rust_f64(f)}")
+    return int(f)
+
+
+def _terminal_pieces(data: object) -> List[Dict[str, str]]:
+    """A terminal write's data as ``terminal_write`` params, in pieces that
+    each fit in one message (the server writes them in call order). Text
+    that fits goes as text, readable in a trace; anything else as base64."""
+    field = "terminal.data"
+    if isinstance(data, str):
+        text = _required_str(data, field, "")
+        raw = text.encode("utf-8")
+        if len(raw) <= _STDIN_PIECE:
+            return [{"data": text}]
+    elif isinstance(data, bytes):
+        raw = bytes(data)
+    else:
+        raise _invalid(field, "must be str or bytes")
+    if not raw:
+        return [{"data_base64": ""}]
+    return [
+        {"data_base64": base64.b64encode(raw[i : i + _STDIN_PIECE]).decode("ascii")}
+        for i in range(0, len(raw), _STDIN_PIECE)
+    ]
 
 
 # Results --------------------------------------------------------------------
@@ -1519,6 +1605,536 @@ class Unsubscribe:
             return self._remote.listeners.pop(self._id, None) is not None
 
 
+# Terminal sessions ---------------------------------------------------------------------
+
+# A long-poll that waits until there is output, however long: a value past
+# what any clock counts, which the server reads as no limit.
+_FOREVER_MS = 1e300
+
+# A timeout longer than this (about 31 years) is waited as none, and not
+# sent: the server's clock overflows on some longer ones (past ~9.2e18 s).
+_FOREVER_S = 1e9
+
+_TERMINAL_SIGNALS = ("SIGINT", "SIGTERM", "SIGKILL", "SIGTSTP", "SIGHUP")
+
+# The core's words when a session cannot take a call, for a session whose
+# end was learnt at ``close``: nobody is left on the far side to say them.
+_INPUT_GONE = "the terminal's program has exited: its input cannot be written"
+_RESIZE_GONE = "the terminal session has ended: it cannot be resized"
+_NO_FOREGROUND = "the terminal has no foreground process group (its program has exited)"
+
+# How long ``close`` goes on reading what disposed sessions printed last
+# (their output ends as soon as the kernel reports the hangup: at once).
+_KEEP_OUTPUT_S = 10.0
+
+
+@dataclass(frozen=True, eq=False)
+class Foreground:
+    """A terminal's foreground process group, and whether the kernel of the
+    far host shows it blocked reading the terminal (docs/terminals.md)."""
+
+    process_group_id: int
+    input_waiting: bool
+
+    def __repr__(self) -> str:
+        waiting = _py_bool(self.input_waiting)
+        return f"Foreground(process_group_id={self.process_group_id}, input_waiting={waiting})"
+
+
+def _term_snapshot(v: Any) -> Dict[str, Any]:
+    """A terminal as the server sent it, its facts checked once here."""
+    o = _obj(v)
+    _str(o["id"])
+    _int(o["pid"])
+    _bool(o["exited"])
+    _opt_int(o.get("exit_code"))
+    _opt_str(o.get("signal"))
+    _bool(o.get("exit_status_unavailable", False))
+    _int(o.get("survivors", 0))
+    _bool(o.get("output_ended", False))
+    return o
+
+
+def _request_field(e: InvalidArgumentError) -> InvalidArgumentError:
+    """The server names a terminal request's fields ``terminal.*`` where its
+    own parser refuses them; the local face (and the core) say
+    ``request.*``: the same refusal, named as the local face names it."""
+    field = e.field
+    if not (isinstance(field, str) and field.startswith("terminal.")):
+        return e
+    local = "request." + field[len("terminal.") :]
+    message = str(e)
+    if message.startswith(field):
+        message = local + message[len(field) :]
+    renamed = InvalidArgumentError(message)
+    renamed.field = local
+    return renamed
+
+
+_Handout = Tuple[asyncio.AbstractEventLoop, "asyncio.Future[str]", Optional[str], Optional[BaseException]]
+
+
+class _TermState:
+    """What this client knows of one terminal session: its last snapshot,
+    and the output taken from the server but not yet by a reader.
+
+    Every ``terminal_read`` of a session goes through here, one at a time:
+    the server answers a long-poll when output arrives, so two reads in
+    flight could have their answers cross and the text arrive out of
+    order. A read's text goes to ``unread`` first, whoever asked: a reader
+    that gave up (a timeout, Ctrl-C, a cancelled ``__anext__``) leaves what
+    its read brings to the next reader, so nothing is lost; and nothing is
+    asked of the server while nobody reads, so its back-pressure holds."""
+
+    __slots__ = (
+        "id", "lock", "changed", "snapshot", "exited", "unread", "ended", "reading", "reads_sent",
+        "reads_done", "failure", "final", "output_waiters", "exit_waiters", "watch_sent", "write_lock",
+        "__weakref__",
+    )  # fmt: skip
+
+    def __init__(self, id: str) -> None:
+        self.id = id
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self.snapshot: Dict[str, Any] = {"id": id, "pid": 0, "exited": False}
+        # Set once the program exited (or the connection failed): wakes waiters.
+        self.exited = threading.Event()
+        self.unread: List[str] = []
+        # The server said the output ended and every byte was read.
+        self.ended = False
+        self.reading = False
+        self.reads_sent = 0
+        self.reads_done = 0
+        self.failure: Optional[BaseException] = None
+        # Closed: the facts and the output were kept at the close; nothing
+        # more is asked of the server.
+        self.final = False
+        self.output_waiters: List[Tuple[asyncio.AbstractEventLoop, "asyncio.Future[str]"]] = []
+        self.exit_waiters: List[Tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]] = []
+        self.watch_sent = False
+        # Held while one write sends its pieces: a write reaches the terminal
+        # whole, as a local one does, whatever other threads write.
+        self.write_lock = threading.Lock()
+
+    @property
+    def pid(self) -> int:
+        return int(self.snapshot["pid"])
+
+    @property
+    def over(self) -> bool:
+        """No more output will come: read to the end, or kept at the close."""
+        return self.ended or self.final
+
+    def update(self, snapshot: Dict[str, Any]) -> None:
+        with self.lock:
+            if self.snapshot["exited"] and not snapshot["exited"]:
+                return  # never back from exited (an older answer arriving late)
+            self.snapshot = snapshot
+            if not snapshot["exited"]:
+                return
+            waiters, self.exit_waiters = self.exit_waiters, []
+        self.exited.set()
+        for loop, future in waiters:
+            _deliver(loop, future, None, None)
+
+    def fail(self, error: BaseException) -> None:
+        """The connection is gone: every waiter gets ``error``, once what
+        was already taken has been read."""
+        with self.lock:
+            if self.final or self.failure is not None:
+                return
+            self.failure = error
+            handouts = self.serve()
+            waiters, self.exit_waiters = self.exit_waiters, []
+            self.changed.notify_all()
+        self.exited.set()
+        self.hand(handouts)
+        for loop, future in waiters:
+            _deliver(loop, future, None, _fresh(error))
+
+    def take(self) -> str:
+        """What was taken from the server and not read yet (lock held)."""
+        text = "".join(self.unread)
+        self.unread.clear()
+        return text
+
+    def taken_or_failure(self) -> str:
+        with self.lock:
+            text = self.take()
+            if not text and not self.over and self.failure is not None:
+                raise _fresh(self.failure)
+        return text
+
+    def serve(self) -> List[_Handout]:
+        """Hands what there is to the async readers waiting (lock held):
+        the text to the first, the end (or the failure) to all once the
+        text is read. Delivered by :meth:`hand`, outside the lock."""
+        out: List[_Handout] = []
+        while self.output_waiters:
+            if self.unread:
+                loop, future = self.output_waiters.pop(0)
+                out.append((loop, future, self.take(), None))
+            elif self.over:
+                loop, future = self.output_waiters.pop(0)
+                out.append((loop, future, None, StopAsyncIteration()))
+            elif self.failure is not None:
+                loop, future = self.output_waiters.pop(0)
+                out.append((loop, future, None, _fresh(self.failure)))
+            else:
+                break
+        return out
+
+    def hand(self, handouts: List[_Handout]) -> None:
+        for loop, future, text, error in handouts:
+            if text is None:
+                _deliver(loop, future, None, error)
+                continue
+            try:
+                loop.call_soon_threadsafe(self._settle_text, future, text)
+            except RuntimeError:  # the loop is closed: the text waits for another reader
+                self.put_back(text)
+
+    def _settle_text(self, future: "asyncio.Future[str]", text: str) -> None:
+        # On the future's loop. Cancelled meanwhile (asyncio.wait_for timed
+        # out): the text is not lost, it goes back for the next reader.
+        if future.done():
+            self.put_back(text)
+        else:
+            future.set_result(text)
+
+    def put_back(self, text: str) -> None:
+        with self.lock:
+            self.unread.insert(0, text)
+            handouts = self.serve()
+            self.changed.notify_all()
+        self.hand(handouts)
+
+    def begin_read(self) -> int:
+        """Marks a read in flight (lock held); its number."""
+        self.reading = True
+        self.reads_sent += 1
+        return self.reads_sent
+
+    def wait_reads(self, upto: int) -> None:
+        """Until the reads numbered up to ``upto`` were answered (lock
+        held). Bounded: a read answers at once or when output comes, and
+        a lost connection answers every read with its failure."""
+        while self.reads_done < upto:
+            self.changed.wait(_SIGNAL_POLL)
+
+
+class Terminal:
+    """A terminal session on the far side (``Executor.spawn_terminal``): a
+    program leading a new session whose controlling terminal is a
+    pseudo-terminal there, with the local ``Terminal``'s members.
+
+    Output: ``read_output()`` (what is there), ``read(timeout)`` (waits for
+    some), or ``async for chunk in terminal``; all take from one cursor,
+    never the same text twice, never split inside a UTF-8 character. The
+    server holds the unread output (bounded by ``max_output_bytes``, beyond
+    which the program waits for a reader) and sends it only when a reader
+    asks. A fact that can change (``exited``, ``survivors``, …) is asked of
+    the server until it is final. After the executor is closed, the handle
+    answers from what the close kept: the final facts and the last output."""
+
+    __slots__ = ("_remote", "_state")
+
+    def __init__(self, remote: "_Remote", state: _TermState) -> None:
+        self._remote = remote
+        self._state = state
+
+    # -- facts
+
+    @property
+    def pid(self) -> int:
+        """The program's pid on the far host: the session's leader, and its group id."""
+        return self._state.pid
+
+    @property
+    def exited(self) -> bool:
+        """True once the program has exited."""
+        return bool(self._remote.term_now(self._state, live=False)["exited"])
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        """The program's exit code; None while it runs or when a signal ended it."""
+        return _opt_int(self._remote.term_now(self._state, live=False).get("exit_code"))
+
+    @property
+    def signal(self) -> Optional[str]:
+        """The signal that ended the program (``'SIGHUP'``), if one did."""
+        return _opt_str(self._remote.term_now(self._state, live=False).get("signal"))
+
+    @property
+    def exit_status_unavailable(self) -> bool:
+        """True when the program ended but nobody could say how."""
+        return bool(self._remote.term_now(self._state, live=False).get("exit_status_unavailable", False))
+
+    @property
+    def survivors(self) -> int:
+        """After ``terminate()`` or close: members of the session still
+        alive when the stop finished (expected: 0)."""
+        return int(self._remote.term_now(self._state, live=True).get("survivors", 0))
+
+    @property
+    def output_ended(self) -> bool:
+        """True once the output has ended and everything was read (takes
+        nothing: what the server says is checked against the reads still
+        on their way, so unread text is never reported as the end)."""
+        return self._remote.term_output_ended(self._state)
+
+    # -- output
+
+    def read_output(self) -> str:
+        """Consuming read: the output since the previous read ('' if
+        none). Asks the server unless a read is on its way already (then
+        what has arrived is what there is)."""
+        self._remote.check_here()
+        return self._remote.term_read_now(self._state)
+
+    def read(self, timeout: Optional[float] = None) -> str:
+        """Waits until there is output, it has ended, or ``timeout`` seconds
+        passed (None: no limit), and takes what there is ('' at the end or
+        on timeout). The wait is a long-poll on the server; Ctrl-C stops
+        this call, and what the poll brings later goes to the next read."""
+        t = _timeout_arg(timeout)
+        self._remote.check_here()
+        if t == 0:
+            return self._remote.term_read_now(self._state)
+        self._remote.refuse_blocking()
+        deadline = None if t is None or t > _FOREVER_S else time.monotonic() + t
+        self._remote.term_await_output(self._state, deadline, keep=False)
+        return self._state.taken_or_failure()
+
+    def __aiter__(self) -> "Terminal":
+        return self
+
+    def __anext__(self) -> "asyncio.Future[str]":
+        """The next chunk of output; StopAsyncIteration once it has ended."""
+        self._remote.check_here()
+        return self._remote.term_next(self._state)
+
+    # -- input
+
+    def write(self, data: Union[str, bytes]) -> None:
+        """Writes ``data`` (str as UTF-8, or bytes) to the terminal's input
+        as typed, and returns once the terminal took all of it (a program
+        that does not read holds the writer). TerminalClosedError once the
+        program has exited. Ctrl-C stops the wait, not the write."""
+        pieces = _terminal_pieces(data)
+        r = self._remote
+        r.check_here()
+        if self._state.final:
+            raise TerminalClosedError(_INPUT_GONE)
+        r.refuse_blocking()
+        for reply in r.term_write(self._state, pieces):
+            reply.get()
+
+    def write_async(self, data: Union[str, bytes]) -> "asyncio.Future[None]":
+        """``write`` as an awaitable that never blocks the event loop."""
+        pieces = _terminal_pieces(data)
+        loop = asyncio.get_running_loop()
+        future: "asyncio.Future[None]" = loop.create_future()
+        r = self._remote
+        r.check_here()
+        if self._state.final:
+            future.set_exception(TerminalClosedError(_INPUT_GONE))
+            return future
+        left = [len(pieces)]
+        lock = threading.Lock()
+
+        def one(value: Any, error: Optional[BaseException]) -> None:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if error is not None:
+                _deliver(loop, future, None, error)
+            elif last:
+                _deliver(loop, future, None, None)
+
+        try:
+            r.term_write(self._state, pieces, one)
+        except BaseException as e:
+            future.set_exception(e)
+        return future
+
+    def resize(self, rows: _Number, cols: _Number) -> None:
+        """Changes the window size (rows and columns, 1 to 65535); the
+        foreground group gets SIGWINCH."""
+        f_rows = _dimension_number(rows, "terminal.rows")
+        f_cols = _dimension_number(cols, "terminal.cols")
+        params = {
+            "id": self._state.id,
+            "rows": _dimension(f_rows, "terminal.rows"),
+            "cols": _dimension(f_cols, "terminal.cols"),
+        }
+        r = self._remote
+        r.check_here()
+        if self._state.final:
+            raise TerminalClosedError(_RESIZE_GONE)
+        r.call("terminal_resize", params)
+
+    # -- the foreground
+
+    def inspect_foreground(self) -> Optional[Foreground]:
+        """The foreground process group and whether the far kernel shows it
+        waiting for input; None once the program has exited."""
+        r = self._remote
+        r.check_here()
+        if self._state.final:
+            return None
+        value = r.call("terminal_inspect_foreground", {"id": self._state.id})
+        with _Shape("terminal_inspect_foreground"):
+            fg = value["foreground"]
+            if fg is None:
+                return None
+            fg = _obj(fg)
+            return Foreground(
+                process_group_id=_int(fg["process_group_id"]), input_waiting=_bool(fg["input_waiting"])
+            )
+
+    def wait_input_waiting(self, timeout: Optional[float] = None) -> bool:
+        """Blocks until the far kernel shows the foreground group waiting
+        for input, ``timeout`` seconds passed (None: no limit), or the
+        program exited; returns whether it is waiting. Right after a write
+        it is True only once the program took what was written and waits
+        again. The server does the watching: one round trip."""
+        t = _timeout_arg(timeout)
+        r = self._remote
+        r.check_here()
+        if self._state.final:
+            return False
+        if t != 0:
+            r.refuse_blocking()
+        params: Dict[str, Any] = {"id": self._state.id}
+        if t is not None and t <= _FOREVER_S:
+            params["timeout_ms"] = t * 1000
+        value = r.call("terminal_wait_input_waiting", params)
+        with _Shape("terminal_wait_input_waiting"):
+            return _bool(value["waiting"])
+
+    def signal_foreground(self, signal: Literal["SIGINT", "SIGTERM", "SIGKILL", "SIGTSTP", "SIGHUP"]) -> int:
+        """Sends ``signal`` (``'SIGINT'``, ``'SIGTERM'``, ``'SIGKILL'``,
+        ``'SIGTSTP'`` or ``'SIGHUP'``) to the foreground process group and
+        returns that group's id. TerminalClosedError when there is none."""
+        name = _required_str(signal, "terminal.signal", "")
+        r = self._remote
+        r.check_here()
+        if self._state.final:
+            if name not in _TERMINAL_SIGNALS:
+                raise _invalid(
+                    "terminal.signal",
+                    f"must be one of {', '.join(_TERMINAL_SIGNALS)}, got {json.dumps(name, ensure_ascii=False)}",
+                )
+            raise TerminalClosedError(_NO_FOREGROUND)
+        value = r.call("terminal_signal_foreground", {"id": self._state.id, "signal": name})
+        with _Shape("terminal_signal_foreground"):
+            return _int(value["process_group_id"])
+
+    # -- the end
+
+    def terminate(self) -> int:
+        """Ends every member of the session (SIGHUP and SIGTERM, SIGKILL
+        after the grace period) and returns once none is left, with the
+        number of survivors (expected: 0). Idempotent."""
+        r = self._remote
+        r.check_here()
+        st = self._state
+        if st.final:
+            return int(st.snapshot.get("survivors", 0))
+        r.refuse_blocking()
+        value = r.call("terminal_terminate", {"id": st.id})
+        with _Shape("terminal_terminate"):
+            return r.term_survivors(st, value)
+
+    def terminate_async(self) -> "asyncio.Future[int]":
+        """``terminate`` as an awaitable that never blocks the event loop."""
+        loop = asyncio.get_running_loop()
+        future: "asyncio.Future[int]" = loop.create_future()
+        r = self._remote
+        r.check_here()
+        st = self._state
+        if st.final:
+            future.set_result(int(st.snapshot.get("survivors", 0)))
+            return future
+
+        def answered(value: Any, error: Optional[BaseException]) -> None:
+            survivors: Optional[int] = None
+            if error is None:
+                try:
+                    with _Shape("terminal_terminate"):
+                        survivors = r.term_survivors(st, value)
+                except ProtocolError as e:
+                    error = e
+            _deliver(loop, future, survivors, error)
+
+        try:
+            r.conn.request("terminal_terminate", {"id": st.id}, answered)
+        except BaseException as e:
+            future.set_exception(e)
+        return future
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        """Blocks until the program exits; TimeoutError after ``timeout``
+        seconds (None: no limit). Ctrl-C interrupts the wait, not the program."""
+        t = _timeout_arg(timeout)
+        r = self._remote
+        r.check_here()
+        st = self._state
+        if st.snapshot["exited"]:
+            return
+        if t == 0:
+            # No time to hear of an exit: ask.
+            if r.term_now(st, live=True)["exited"]:
+                return
+            raise TimeoutError(f"terminal {st.pid} is still running")
+        r.refuse_blocking()
+        r.term_watch(st)
+        if not _wait_event(st.exited, None if t is None or t > _FOREVER_S else t):
+            raise TimeoutError(f"terminal {st.pid} is still running")
+        if not st.snapshot["exited"] and st.failure is not None:
+            raise _fresh(st.failure)
+
+    def wait_async(self) -> "asyncio.Future[None]":
+        """An asyncio future that completes (with None) when the program
+        exits. Cancelling it leaves nothing behind: one wait per session is
+        in flight, however many futures there are."""
+        loop = asyncio.get_running_loop()
+        future: "asyncio.Future[None]" = loop.create_future()
+        r = self._remote
+        r.check_here()
+        st = self._state
+        with st.lock:
+            if st.snapshot["exited"]:
+                future.set_result(None)
+                return future
+            if st.failure is not None:
+                future.set_exception(_fresh(st.failure))
+                return future
+            st.exit_waiters.append((loop, future))
+
+        def withdraw(f: "asyncio.Future[None]") -> None:
+            if f.cancelled():
+                with st.lock:
+                    st.exit_waiters = [w for w in st.exit_waiters if w[1] is not f]
+
+        future.add_done_callback(withdraw)
+        try:
+            r.term_watch(st)
+        except BaseException as e:
+            st.fail(e)
+        return future
+
+    def __repr__(self) -> str:
+        # From what is known here: a repr never waits on the network.
+        s = self._state.snapshot
+        signal = s.get("signal")
+        return (
+            f"Terminal(pid={s['pid']}, exited={_py_bool(bool(s['exited']))}, "
+            f"exit_code={s.get('exit_code')!r}, signal={'None' if signal is None else repr(signal)})"
+        )
+
+
 # Set on every listener thread: blocking there would hold every later
 # delivery (the local executor refuses it the same way).
 _in_listener = threading.local()
@@ -1546,6 +2162,8 @@ class _Remote:
         self.sandbox_mode: Optional[str] = None
         self.host: Dict[str, Any] = {}
         self.server: Dict[str, Any] = {}
+        self.terminals: "weakref.WeakValueDictionary[str, _TermState]" = weakref.WeakValueDictionary()
+        self.term_ids = itertools.count(1)
         self.conn = _Connection(transport, self._notified, self._lost)
 
     # -- calls
@@ -1703,9 +2321,255 @@ class _Remote:
             raise _stdin_closed(state.id, "not-piped")
         return False
 
+    # -- terminal sessions
+
+    def spawn_terminal(self, request: Dict[str, Any]) -> Terminal:
+        # The id is chosen here, so that a terminal_exit that overtakes the
+        # spawn's answer (the program may exit at once) finds its session.
+        tid = f"term-{next(self.term_ids)}"
+        state = _TermState(tid)
+        with self.lock:
+            self.terminals[tid] = state
+        field = "request.argv" if "argv" in request else "request.command"
+        try:
+            answer = self.call("terminal_spawn", {"request": request, "id": tid}, oversize_field=field)
+            with _Shape("terminal_spawn"):
+                state.update(_term_snapshot(answer["terminal"]))
+        except InvalidArgumentError as e:
+            self._forget_terminal(tid)
+            raise _request_field(e) from None
+        except (KeyboardInterrupt, SystemExit):
+            # Interrupted while it started: nobody will have its handle, so
+            # it is ended rather than left running until the close.
+            self._forget_terminal(tid)
+            self.conn.notify("terminal_terminate", {"id": tid})
+            raise
+        except BaseException:
+            self._forget_terminal(tid)
+            raise
+        return Terminal(self, state)
+
+    def _forget_terminal(self, tid: str) -> None:
+        with self.lock:
+            self.terminals.pop(tid, None)
+
+    def term_now(self, st: _TermState, *, live: bool) -> Dict[str, Any]:
+        """The session's facts: what is known when it is final (or, unless
+        ``live``, once the program exited: exit facts never change), else
+        the server's answer now."""
+        snap = st.snapshot
+        if st.final or os.getpid() != self.pid:
+            return snap
+        if not live and snap["exited"]:
+            return snap
+        if st.failure is not None:
+            raise _fresh(st.failure)
+        if self.ended:
+            return snap
+        value = self.call("terminal_get", {"id": st.id})
+        with _Shape("terminal_get"):
+            st.update(_term_snapshot(value["terminal"]))
+        return st.snapshot
+
+    def term_output_ended(self, st: _TermState) -> bool:
+        with st.lock:
+            if st.unread:
+                return False
+            if st.over:
+                return True
+        snap = self.term_now(st, live=True)
+        if not snap.get("output_ended"):
+            return False
+        # The server has nothing left: everything went to reads of ours. A
+        # long-poll's answer may come after this one, so the reads sent
+        # before it must be in before the end can be told.
+        with st.lock:
+            st.wait_reads(st.reads_sent)
+            if st.unread:
+                return False
+            if not st.reading:
+                st.ended = True
+            return True
+
+    def start_term_read(self, st: _TermState, wait_ms: Optional[float]) -> None:
+        """Sends the one ``terminal_read`` in flight (the caller marked it
+        with ``begin_read``): at once, or a long-poll of ``wait_ms``."""
+        params: Dict[str, Any] = {"id": st.id}
+        if wait_ms is not None:
+            params["wait_ms"] = wait_ms
+        try:
+            self.conn.request("terminal_read", params, lambda v, e: self._term_read_answered(st, v, e))
+        except BaseException as e:
+            self._term_read_answered(st, None, e)
+
+    def _term_read_answered(self, st: _TermState, value: Any, error: Optional[BaseException]) -> None:
+        again = False
+        failed: Optional[BaseException] = None
+        with st.lock:
+            st.reading = False
+            st.reads_done += 1
+            text, ended = "", False
+            if error is None:
+                try:
+                    with _Shape("terminal_read"):
+                        text, ended = _str(value["text"]), _bool(value["ended"])
+                except ProtocolError as e:
+                    error = e
+            if error is None:
+                if text:
+                    st.unread.append(text)
+                if ended:
+                    st.ended = True
+            elif isinstance(error, TerminalClosedError):
+                st.ended = True  # the server no longer has it: nothing more will come
+            else:
+                failed = error
+            handouts = st.serve()
+            if failed is None and st.output_waiters and not st.over and st.failure is None:
+                # Async readers still wait: the next long-poll, at once.
+                st.begin_read()
+                again = True
+            st.changed.notify_all()
+        st.hand(handouts)
+        if failed is not None:
+            st.fail(failed)  # every reader and waiter hears of it
+        if again:
+            self.start_term_read(st, _FOREVER_MS)
+
+    def term_read_now(self, st: _TermState) -> str:
+        """``read_output``: one read at once, unless one is on its way
+        (then what has arrived is what there is)."""
+        with st.lock:
+            mine = None if (st.reading or st.over or st.failure is not None) else st.begin_read()
+        if mine is not None:
+            self.start_term_read(st, None)
+            with st.lock:
+                st.wait_reads(mine)
+        return st.taken_or_failure()
+
+    def term_await_output(self, st: _TermState, deadline: Optional[float], *, keep: bool) -> None:
+        """Until there is unread output (``keep``: until the output ended,
+        taking every piece into ``unread``), the output ended, the
+        connection failed, or ``deadline`` passed. Long-polls for the time
+        left; a poll already on its way is waited for instead."""
+        while True:
+            with st.lock:
+                if (st.unread and not keep) or st.over or st.failure is not None:
+                    return
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return
+                if st.reading:
+                    st.changed.wait(_SIGNAL_POLL if left is None else min(left, _SIGNAL_POLL))
+                    continue
+                st.begin_read()
+            self.start_term_read(st, _FOREVER_MS if left is None else left * 1000)
+
+    def term_next(self, st: _TermState) -> "asyncio.Future[str]":
+        loop = asyncio.get_running_loop()
+        future: "asyncio.Future[str]" = loop.create_future()
+        with st.lock:
+            if st.unread:
+                future.set_result(st.take())
+                return future
+            if st.over:
+                future.set_exception(StopAsyncIteration())
+                return future
+            if st.failure is not None:
+                future.set_exception(_fresh(st.failure))
+                return future
+            st.output_waiters.append((loop, future))
+            start = not st.reading
+            if start:
+                st.begin_read()
+
+        def withdraw(f: "asyncio.Future[str]") -> None:
+            # Cancelled: its place goes; a poll on its way still brings its
+            # text, to the next reader.
+            if f.cancelled():
+                with st.lock:
+                    st.output_waiters = [w for w in st.output_waiters if w[1] is not f]
+
+        future.add_done_callback(withdraw)
+        if start:
+            self.start_term_read(st, _FOREVER_MS)
+        return future
+
+    def term_write(self, st: _TermState, pieces: List[Dict[str, str]], callback: Optional[_Callback] = None) -> List[_Reply]:
+        """Sends one write's pieces back to back (the server writes them in
+        call order); each is answered once the terminal took it."""
+        replies: List[_Reply] = []
+        with st.write_lock:
+            for piece in pieces:
+                reply = _Reply()
+                replies.append(reply)
+                self.conn.request("terminal_write", {"id": st.id, **piece}, callback or reply.settle)
+        return replies
+
+    def term_survivors(self, st: _TermState, value: Any) -> int:
+        survivors = _int(_obj(value)["survivors"])
+        with st.lock:
+            st.snapshot = {**st.snapshot, "survivors": survivors}
+        return survivors
+
+    def term_watch(self, st: _TermState) -> None:
+        """Makes sure one ``terminal_wait`` is in flight: its answer (or a
+        terminal_exit, or the close) wakes every waiter."""
+        with st.lock:
+            if st.watch_sent or st.snapshot["exited"] or st.failure is not None or st.final:
+                return
+            st.watch_sent = True
+
+        def answered(value: Any, error: Optional[BaseException]) -> None:
+            if error is None:
+                try:
+                    with _Shape("terminal_wait"):
+                        st.update(_term_snapshot(value["terminal"]))
+                except ProtocolError as e:
+                    st.fail(e)
+            else:
+                st.fail(error)
+
+        try:
+            self.conn.request("terminal_wait", {"id": st.id}, answered)
+        except BaseException:
+            with st.lock:
+                st.watch_sent = False
+            raise
+
+    def _keep_terminals(self) -> None:
+        """At the close, after dispose ended every session: the final facts
+        and the last output of each session a handle is left for, so that
+        the handles answer afterwards as local ones do. Bounded."""
+        with self.lock:
+            states = [st for st in self.terminals.values() if st.snapshot["pid"]]
+        gets = [(st, self.send("terminal_get", {"id": st.id})) for st in states]
+        deadline = time.monotonic() + _KEEP_OUTPUT_S
+        for st in states:
+            self.term_await_output(st, deadline, keep=True)
+        for st, reply in gets:
+            try:
+                with _Shape("terminal_get"):
+                    st.update(_term_snapshot(reply.get()["terminal"]))
+            except DshError:
+                continue
+            with st.lock:
+                st.wait_reads(st.reads_sent)
+                st.final = True
+                handouts = st.serve()
+                st.changed.notify_all()
+            st.hand(handouts)
+
     # -- the reader's news
 
     def _notified(self, method: str, params: Dict[str, Any]) -> None:
+        if method == "terminal_exit":
+            snapshot = _term_snapshot(params["terminal"])
+            with self.lock:
+                st = self.terminals.get(str(snapshot["id"]))
+            if st is not None:
+                st.update(snapshot)
+            return
         if method != "task_done":
             return  # a notification this client did not ask for: not ours to judge
         state = self.apply(_snapshot(params["process"]))
@@ -1717,8 +2581,11 @@ class _Remote:
     def _lost(self, failure: BaseException) -> None:
         with self.lock:
             states = list(self.states.values())
+            terminals = list(self.terminals.values())
         for state in states:
             state.fail(failure)
+        for terminal in terminals:
+            terminal.fail(failure)
 
     # -- listeners
 
@@ -1769,6 +2636,7 @@ class _Remote:
             try:
                 self.send("dispose", {}).get()
                 self._keep_registry()
+                self._keep_terminals()
             except (TransportError, DisposedError):
                 pass  # the far side disposes by itself when the connection ends
             with self.lock:
@@ -1783,8 +2651,11 @@ class _Remote:
             self.ended = True
             with self.lock:
                 states = list(self.states.values())
+                terminals = list(self.terminals.values())
             for state in states:
                 state.fail(DisposedError(_DISPOSED))
+            for terminal in terminals:
+                terminal.fail(DisposedError(_DISPOSED))
             self.closed.set()
 
     def _keep_registry(self) -> None:
@@ -2149,6 +3020,51 @@ class Executor:
         r.check_open()
         answer = r.call("start", {"spec": spec._wire}, oversize_field="spec.stdin")
         return r.process(answer.get("process") if isinstance(answer, dict) else None, "start")
+
+    # -- terminal sessions
+
+    def spawn_terminal(
+        self,
+        argv: Optional[Sequence[str]] = None,
+        *,
+        command: Optional[str] = None,
+        cwd: Optional[_FsPath] = None,
+        env: Optional[Mapping[str, str]] = None,
+        dsh_env: Optional[Mapping[str, str]] = None,
+        rows: Optional[_Number] = None,
+        cols: Optional[_Number] = None,
+        grace_ms: Optional[_Number] = None,
+        sandbox_policy: Union[SandboxPolicy, _NativeSandboxPolicy, Mapping[str, Optional[_FsPath]], None] = None,
+    ) -> Terminal:
+        """Starts a terminal session on the far side (docs/terminals.md):
+        ``argv`` (a program and its arguments, looked up on the far PATH)
+        or ``command`` (a line for bash), exactly one; the keywords are the
+        local ``spawn_terminal``'s, ``cwd`` a path over there. Returns once
+        the program has started. Raises InvalidArgumentError naming the
+        field (``request.rows``), SpawnError when it cannot start."""
+        if argv is not None and command is not None:
+            raise _invalid("request.argv", "and command cannot both be given")
+        request: Dict[str, Any] = {}
+        if argv is not None:
+            request["argv"] = _argv_list(argv, "request.argv")
+        elif command is not None:
+            request["command"] = _required_str(command, "request.command", "")
+        else:
+            raise _invalid("request.argv", "is required (or command, a line for bash)")
+        optional: Dict[str, Any] = {
+            "cwd": _path(cwd, "request.cwd", ""),
+            "env": _string_map(env, "request.env"),
+            "dsh_env": _string_map(dsh_env, "request.dsh_env"),
+            "rows": _number(rows, "request.rows"),
+            "cols": _number(cols, "request.cols"),
+            "grace_ms": _number(grace_ms, "request.grace_ms"),
+            "sandbox_policy": _policy(sandbox_policy),
+        }
+        request.update({k: v for k, v in optional.items() if v is not None})
+        r = self._remote
+        r.check_open()
+        r.refuse_blocking()
+        return r.spawn_terminal(request)
 
     # -- the registry
 
