@@ -983,7 +983,7 @@ impl Executor {
             .detach(move || rx.recv())
             .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("the spawn was lost"))?
             .map_err(|e| to_pyerr(py, e))?;
-        Ok(crate::terminal::Terminal { inner })
+        Ok(crate::terminal::Terminal::new(inner))
     }
 
     /// Disposes the executor: kills every running process and everything

@@ -2,6 +2,8 @@
 //! the GIL and wake up regularly for Ctrl-C; the async ones settle asyncio
 //! futures from a core thread; the output is an async iterator.
 
+use std::sync::{Arc, Mutex, PoisonError};
+
 use pyo3::exceptions::{PyStopAsyncIteration, PyTimeoutError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
@@ -86,6 +88,39 @@ impl Foreground {
 #[pyclass(frozen, module = "dsh_native")]
 pub struct Terminal {
     pub(crate) inner: dsh_core::Terminal,
+    /// Output an async read took for a future that was cancelled before it
+    /// got it (`asyncio.wait_for` timing out): the next read's, first.
+    pub(crate) carry: Arc<Mutex<String>>,
+}
+
+impl Terminal {
+    pub(crate) fn new(inner: dsh_core::Terminal) -> Self {
+        Terminal {
+            inner,
+            carry: Arc::default(),
+        }
+    }
+
+    fn take_carry(&self) -> String {
+        std::mem::take(&mut *self.carry.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// Keeps output a cancelled async read could not deliver (called on the
+/// event loop by `dsh_native._helpers.resolve_or_keep`).
+#[pyclass(frozen, module = "dsh_native")]
+pub struct KeepOutput {
+    carry: Arc<Mutex<String>>,
+}
+
+#[pymethods]
+impl KeepOutput {
+    fn __call__(&self, text: String) {
+        self.carry
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push_str(&text);
+    }
 }
 
 /// The bytes of a write, held (never copied) until the terminal took them:
@@ -171,13 +206,19 @@ impl Terminal {
 
     /// Consuming read: the output since the previous read ('' if none).
     fn read_output(&self) -> String {
-        self.inner.read_output().text
+        let mut text = self.take_carry();
+        text.push_str(&self.inner.read_output().text);
+        text
     }
 
     /// True once the output has ended and everything was read.
     #[getter]
     fn output_ended(&self) -> bool {
-        self.inner.output_ended()
+        self.carry
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+            && self.inner.output_ended()
     }
 
     /// Waits (GIL released) until there is output, it has ended, or
@@ -185,6 +226,10 @@ impl Terminal {
     /// ('' at the end or on timeout).
     #[pyo3(signature = (timeout=None))]
     fn read(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<String> {
+        let carried = self.take_carry();
+        if !carried.is_empty() {
+            return Ok(carried + &self.inner.read_output().text);
+        }
         let read = wait_until(py, deadline(timeout)?, |slice| {
             let read = self.inner.read_output_timeout(Some(slice))?;
             Ok((!read.text.is_empty() || read.ended).then_some(read.text))
@@ -200,9 +245,34 @@ impl Terminal {
     /// The next chunk of output; StopAsyncIteration once it has ended.
     fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let (future, settle) = future_pair(py)?;
+        let carried = self.take_carry();
+        if !carried.is_empty() {
+            // Called on the loop's thread: settled here.
+            future.call_method1("set_result", (carried,))?;
+            return Ok(future);
+        }
+        let keep = Py::new(
+            py,
+            KeepOutput {
+                carry: self.carry.clone(),
+            },
+        )?;
+        let resolve_or_keep = py
+            .import("dsh_native._helpers")?
+            .getattr("resolve_or_keep")?
+            .unbind();
         self.inner.next_output_with(move |out| {
             Python::try_attach(|py| match out {
-                Some(text) => settle.call(Some(PyString::new(py, &text).into_any().unbind()), None),
+                // Output must not be lost to a read that was given up.
+                Some(text) => {
+                    let args = (
+                        resolve_or_keep,
+                        settle.future.clone_ref(py),
+                        PyString::new(py, &text).into_any().unbind(),
+                        keep,
+                    );
+                    let _ = settle.event_loop.call_method1(py, "call_soon_threadsafe", args);
+                }
                 None => settle.call(None, Some(PyStopAsyncIteration::new_err(()))),
             });
         });

@@ -290,3 +290,27 @@ def test_a_big_write_to_a_program_that_never_reads_copies_nothing(mode: str, kin
     allowed = (32 << 20) if kind == "bytes" else (128 << 20) + (32 << 20)
     assert seen["held"] < allowed, seen
     assert seen["peak"] < allowed, seen
+
+
+def test_an_async_read_given_up_loses_no_output(ex: dsh_native.Executor) -> None:
+    """`asyncio.wait_for(anext(term), t)` that times out cancels its future;
+    output that arrives for it afterwards belongs to the next read."""
+    term = ex.spawn_terminal(command="stty -echo; read -r a; echo got-$a; read -r b; echo second-$b")
+
+    async def main() -> str:
+        it = term.__aiter__()
+        assert term.wait_input_waiting(30)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(it.__anext__(), 0.3)
+        await term.write_async("one\n")
+        # The cancelled read has taken "got-one" by now, or will.
+        assert term.wait_input_waiting(30)
+        await term.write_async("two\n")
+        seen = ""
+        async for chunk in it:
+            seen += chunk
+        return seen
+
+    seen = asyncio.run(asyncio.wait_for(main(), 60))
+    assert "got-one" in seen and "second-two" in seen, repr(seen)
+    term.wait(30)
