@@ -64,9 +64,18 @@ fn new_token() -> String {
     let mut bytes = [0u8; 16];
     let mut filled = 0;
     while filled < bytes.len() {
+        // The system call, not glibc's wrapper: the prebuilt dsh links
+        // against glibc 2.17, which has none (getrandom(2) is Linux 3.17).
         // SAFETY: the pointer and length describe the unfilled tail of
         // `bytes`, which getrandom(2) only writes into.
-        let n = unsafe { libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0) };
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_getrandom,
+                bytes[filled..].as_mut_ptr(),
+                bytes.len() - filled,
+                0,
+            )
+        };
         if n > 0 {
             filled += n as usize;
         } else if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
