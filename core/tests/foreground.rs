@@ -745,3 +745,97 @@ fn a_spill_directory_removed_while_spilling_is_a_spill_error_not_a_dangling_path
         r.stdout.spill_error
     );
 }
+
+/// What a tap saw, per stream: the bytes in order, and whether every chunk
+/// began where the one before ended.
+#[derive(Default)]
+struct Seen {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    contiguous: bool,
+    chunks: usize,
+}
+
+fn tap_into(seen: &std::sync::Arc<std::sync::Mutex<Seen>>) -> OutputTap {
+    seen.lock().unwrap().contiguous = true;
+    let seen = seen.clone();
+    std::sync::Arc::new(move |stream, offset, chunk: &[u8]| {
+        let mut s = seen.lock().unwrap();
+        s.chunks += 1;
+        let bytes = match stream {
+            OutputStream::Stdout => &mut s.stdout,
+            OutputStream::Stderr => &mut s.stderr,
+        };
+        let at = bytes.len() as u64;
+        bytes.extend_from_slice(chunk);
+        if offset != at {
+            s.contiguous = false;
+        }
+    })
+}
+
+#[test]
+fn a_streamed_run_shows_every_byte_in_order_before_it_resolves() {
+    // More than the stdout cap (the result keeps only its tail) and a
+    // character cut at every chunk boundary the kernel cares to make.
+    let exec = executor_with(|c| c.max_output_bytes = n(1000));
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Seen::default()));
+    let spec = exec
+        .resolve(Request::new(
+            "for i in $(seq 1 3000); do printf 'é%05d\\n' $i; done; echo bad >&2; printf '\\xff'",
+        ))
+        .unwrap();
+    let result = runtime_block(exec.run_streamed(&spec, None, None, tap_into(&seen))).unwrap();
+    let seen = seen.lock().unwrap();
+    let expected: String = (1..=3000).map(|i| format!("é{i:05}\n")).collect();
+    let mut want = expected.into_bytes();
+    want.push(0xff);
+    assert!(
+        seen.contiguous,
+        "a chunk's offset was not where the last one ended"
+    );
+    assert_eq!(seen.stdout.len(), want.len());
+    assert!(
+        seen.stdout == want,
+        "the tap's stdout differs from what the command wrote"
+    );
+    assert_eq!(seen.stderr, b"bad\n");
+    // The result is a run's result, capped as always.
+    assert!(result.stdout.truncated);
+    assert_eq!(result.stderr.text, "bad\n");
+    assert_eq!(result.exit_code, Some(0));
+}
+
+#[test]
+fn a_streamed_run_handed_over_shows_nothing_after_the_hand_over() {
+    let exec = executor();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Seen::default()));
+    let mut req = Request::new("echo before; sleep 0.6; echo after");
+    req.timeout_ms = Some(Num(200.0));
+    req.on_expiry = Some(OnExpiry::Background);
+    let spec = exec.resolve(req).unwrap();
+    let result = runtime_block(exec.run_streamed(&spec, None, Some("job-s"), tap_into(&seen))).unwrap();
+    assert_eq!(result.background_id.as_deref(), Some("job-s"));
+    let process = exec.get("job-s").unwrap();
+    assert!(
+        process.wait_timeout(Some(Duration::from_secs(20))).unwrap(),
+        "the handed-over process never settled"
+    );
+    assert_eq!(process.read_from(OutputStream::Stdout, 0).text, "before\nafter\n");
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.stdout, b"before\n", "the tap saw output after the hand-over");
+    exec.dispose_blocking().unwrap();
+}
+
+#[test]
+fn a_streamed_run_with_a_taken_id_is_refused_before_anything_runs() {
+    let exec = executor();
+    let held = exec.start_as(&spec(&exec, "sleep 30"), None, "mine").unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Seen::default()));
+    let err = runtime_block(exec.run_streamed(&spec(&exec, "echo no"), None, Some("mine"), tap_into(&seen)))
+        .unwrap_err();
+    assert!(err.to_string().contains("taken"), "{err}");
+    assert_eq!(seen.lock().unwrap().chunks, 0);
+    held.kill();
+    exec.dispose_blocking().unwrap();
+}

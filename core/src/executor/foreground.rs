@@ -23,6 +23,7 @@ use crate::launch::spawn::LaunchedCommand;
 use crate::spec::error::{DshError, Field, FieldName, Result, Scope};
 use crate::spec::request::{OnExpiry, Spec};
 use crate::sys::lock;
+use crate::watch::output::OutputTap;
 use crate::watch::supervise::{supervise, Outcome, StdinSource, Stop, Streams};
 
 use super::background::{background_ending, failed_ending, Reservation};
@@ -106,6 +107,9 @@ pub(super) struct RunStops {
     pub active: ActiveRun,
     /// The id a hand-over registers the process as (`run_as`).
     pub background_id: Option<Reservation>,
+    /// Shown the output as it arrives, until the run ends or is handed
+    /// over (`run_streamed`).
+    pub tap: Option<OutputTap>,
 }
 
 impl RunStops {
@@ -115,6 +119,7 @@ impl RunStops {
             on_drop: on_drop.clone(),
             active,
             background_id: None,
+            tap: None,
         }
     }
 
@@ -161,8 +166,10 @@ impl ExecutorInner {
             on_drop,
             active: _active,
             background_id: _,
+            tap,
         } = stops;
         let streams = self.streams(spec.stdout_max_bytes);
+        lock(&streams).tap = tap;
         let stop = async {
             tokio::select! {
                 _ = RunStops::caller_cancelled(&cancel) => Stop::Cancel,
@@ -199,6 +206,7 @@ impl ExecutorInner {
         let spawned = launch(&spec, host_env, &tag, &self.supervisors)?;
         let read_only_mounts = spawned.read_only_mounts;
         let process = self.new_process(&spec, spec.stdout_max_bytes);
+        lock(&process.shared.streams).tap = stops.tap.clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<Result<RunResult>>();
         let shared = self;
         runtime::handle().spawn(async move {
@@ -207,6 +215,7 @@ impl ExecutorInner {
                 on_drop,
                 active: _active,
                 background_id,
+                tap: _,
             } = stops;
             let mut tx = Some(tx);
             let handed = |p: &Process| p.shared.id.get().is_some();
@@ -241,6 +250,8 @@ impl ExecutorInner {
                 }
                 let result = {
                     let mut streams = lock(&process.shared.streams);
+                    // The run is over: what comes next is read from the registry.
+                    streams.tap = None;
                     let stdout = streams.stdout.hand_over(config.max_output_bytes);
                     let stderr = streams.stderr.hand_over(config.max_output_bytes);
                     RunResult {
@@ -322,7 +333,7 @@ impl Executor {
     /// Runs `spec` in the foreground (docs/running.md). Fails only when the command could
     /// not be started; every ending of a started command is a result.
     pub fn run(&self, spec: &Spec, cancel: Option<&CancelToken>) -> RunFuture {
-        self.run_registering(spec, cancel, None)
+        self.run_registering(spec, cancel, None, None)
     }
 
     /// [`Executor::run`] whose hand-over at the timeout (`on_expiry`
@@ -332,11 +343,34 @@ impl Executor {
     /// empty or held is [`DshError::InvalidArgument`] on `spec.id`.
     pub fn run_as(&self, spec: &Spec, cancel: Option<&CancelToken>, background_id: &str) -> RunFuture {
         match self.shared().reserve(background_id) {
-            Ok(r) => self.run_registering(spec, cancel, Some(r)),
+            Ok(r) => self.run_registering(spec, cancel, Some(r), None),
             Err(e) => RunFuture {
                 inner: RunFutureInner::Failed(Some(e)),
             },
         }
+    }
+
+    /// [`Executor::run`] (or [`Executor::run_as`], given a `background_id`)
+    /// that shows `tap` the output as it arrives, each chunk once and in
+    /// order per stream, all of it before the run's future resolves (and
+    /// nothing after a hand-over). The result is the same as without a
+    /// tap: the tap sees every byte, the result keeps what the caps keep.
+    pub fn run_streamed(
+        &self,
+        spec: &Spec,
+        cancel: Option<&CancelToken>,
+        background_id: Option<&str>,
+        tap: OutputTap,
+    ) -> RunFuture {
+        let reservation = match background_id.map(|id| self.shared().reserve(id)).transpose() {
+            Ok(r) => r,
+            Err(e) => {
+                return RunFuture {
+                    inner: RunFutureInner::Failed(Some(e)),
+                }
+            }
+        };
+        self.run_registering(spec, cancel, reservation, Some(tap))
     }
 
     fn run_registering(
@@ -344,6 +378,7 @@ impl Executor {
         spec: &Spec,
         cancel: Option<&CancelToken>,
         background_id: Option<Reservation>,
+        tap: Option<OutputTap>,
     ) -> RunFuture {
         let active = match self.admit_run(spec, cancel) {
             Ok(a) => a,
@@ -356,6 +391,7 @@ impl Executor {
         let on_drop = CancelToken::new();
         let mut stops = RunStops::new(active, cancel, &on_drop);
         stops.background_id = background_id;
+        stops.tap = tap;
         let task = runtime::handle().spawn(self.shared().clone().run_task(
             spec.clone(),
             HostEnv::capture(),

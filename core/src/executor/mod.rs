@@ -191,6 +191,7 @@ impl ExecutorInner {
                 self.spill.clone(),
                 "stderr",
             ),
+            tap: None,
         })
     }
 

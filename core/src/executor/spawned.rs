@@ -52,14 +52,7 @@ pub struct Spawned {
     pub stderr: Option<OwnedFd>,
 }
 
-/// One of a program's output streams.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum OutputStream {
-    /// Its stdout.
-    Stdout,
-    /// Its stderr.
-    Stderr,
-}
+pub use crate::watch::output::OutputStream;
 
 impl ExecutorInner {
     fn spawn_streams(&self, spec: &SpawnSpec) -> Mutex<Streams> {
@@ -77,6 +70,7 @@ impl ExecutorInner {
         Mutex::new(Streams {
             stdout: buffer(spec.stdout, "stdout"),
             stderr: buffer(spec.stderr, "stderr"),
+            tap: None,
         })
     }
 }

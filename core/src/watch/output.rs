@@ -7,6 +7,23 @@ use std::sync::Arc;
 
 use crate::watch::spill::{SpillDir, SpillFile};
 
+/// One of a program's output streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OutputStream {
+    /// Its stdout.
+    Stdout,
+    /// Its stderr.
+    Stderr,
+}
+
+/// Sees a foreground run's output as it arrives
+/// ([`Executor::run_streamed`](crate::Executor::run_streamed)): each chunk
+/// as it was read, with the whole-stream offset of its first byte. Chunks
+/// are raw bytes, so one may end inside a character that the next one
+/// finishes. It is called on the core's thread, so it must return at once
+/// (hand the bytes on, never wait for a reader).
+pub type OutputTap = Arc<dyn Fn(OutputStream, u64, &[u8]) + Send + Sync>;
+
 /// Where a stream's complete copy stands.
 enum Spill {
     /// Not needed yet: the stream fits in the tail.
@@ -154,6 +171,11 @@ impl StreamBuffer {
             label,
             closed: false,
         }
+    }
+
+    /// Bytes received in all: the whole-stream offset of the next byte.
+    pub(crate) fn end(&self) -> u64 {
+        self.total
     }
 
     fn window_start(&self) -> u64 {

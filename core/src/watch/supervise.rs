@@ -23,7 +23,7 @@ use crate::sys::lock;
 use crate::watch::escalation::Escalation;
 pub(crate) use crate::watch::escalation::{tree, Stop};
 use crate::watch::limit_events::LimitEvents;
-use crate::watch::output::StreamBuffer;
+use crate::watch::output::{OutputStream, OutputTap, StreamBuffer};
 use crate::watch::stdin::{PipeWork, StdinEnd, StdinPipe};
 
 const CHUNK: usize = 64 * 1024;
@@ -37,6 +37,26 @@ const LIMIT_BACKSTOP: Duration = Duration::from_secs(1);
 pub(crate) struct Streams {
     pub stdout: StreamBuffer,
     pub stderr: StreamBuffer,
+    /// Shown each chunk as it is kept (a streamed run), until taken away.
+    pub tap: Option<OutputTap>,
+}
+
+/// Keeps a chunk read from `which`, then shows it to the tap, outside the
+/// lock (a reader of the process is never held up by it).
+fn feed(streams: &Mutex<Streams>, which: OutputStream, chunk: &[u8]) {
+    let tapped = {
+        let mut s = lock(streams);
+        let buffer = match which {
+            OutputStream::Stdout => &mut s.stdout,
+            OutputStream::Stderr => &mut s.stderr,
+        };
+        let offset = buffer.end();
+        buffer.push(chunk);
+        s.tap.clone().map(|tap| (tap, offset))
+    };
+    if let Some((tap, offset)) = tapped {
+        tap(which, offset, chunk);
+    }
 }
 
 pub(crate) struct Outcome {
@@ -471,8 +491,8 @@ async fn supervise_inner(
             },
             _ = timer(|| tokio::time::sleep_until(timeout_at.unwrap_or(never))), if timeout_at.is_some() && escalation.stopped().is_none() && !exited => Event::Stop(Stop::Timeout),
             _ = timer(|| tokio::time::sleep_until(escalation.kill_due().unwrap_or(never))), if escalation.kill_due().is_some() => Event::KillNow,
-            r = read_chunk(out.as_ref(), |b| lock(streams).stdout.push(b)), if out_open => Event::Stdout(r),
-            r = read_chunk(err.as_ref(), |b| lock(streams).stderr.push(b)), if err_open => Event::Stderr(r),
+            r = read_chunk(out.as_ref(), |b| feed(streams, OutputStream::Stdout, b)), if out_open => Event::Stdout(r),
+            r = read_chunk(err.as_ref(), |b| feed(streams, OutputStream::Stderr, b)), if err_open => Event::Stderr(r),
             r = write_chunk(stdin_fd.as_ref(), &stdin[stdin_pos..]), if stdin_fd.is_some() && pipe.is_none() => Event::Stdin(r),
             w = pump(pipe, stdin_fd.as_ref()), if stdin_fd.is_some() && pipe.is_some() => Event::Pipe(w),
             r = read_report(&report_fd, &mut report), if !exited => Event::Report(r),
