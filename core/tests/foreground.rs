@@ -762,6 +762,7 @@ fn tap_into(seen: &std::sync::Arc<std::sync::Mutex<Seen>>) -> OutputTap {
     std::sync::Arc::new(move |stream, offset, chunk: &[u8]| {
         let mut s = seen.lock().unwrap();
         s.chunks += 1;
+        assert!(!chunk.is_empty(), "the tap was shown an empty chunk");
         let bytes = match stream {
             OutputStream::Stdout => &mut s.stdout,
             OutputStream::Stderr => &mut s.stderr,

@@ -113,6 +113,8 @@ def test_every_method_and_notification_matches_the_schema(server: Server) -> Non
     result = server.ok("run", spec=spec, run_id="r1")["result"]
     assert (result["exit_code"], result["stdout"]["text"]) == (3, "out\n")
     assert server.ok("cancel", run_id="r1") == {"cancelled": False}
+    streamed = server.ok("run", spec=spec, run_id="r2", stream=True)
+    assert streamed["stream_ends"] == {"stdout": 4, "stderr": 4}
 
     with_stdin = server.ok("resolve", request={"command": "cat", "stdin_base64": base64.b64encode(b"\x00\xff").decode()})["spec"]
     assert with_stdin["stdin_base64"] == "AP8="

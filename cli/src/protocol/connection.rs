@@ -76,6 +76,7 @@ where
         let mut end = false;
         while let Some(first) = outbox.recv().await {
             let mut batch = Vec::new();
+            let mut streamed = Vec::new();
             // What else is ready goes in the same write.
             for message in std::iter::once(first).chain(std::iter::from_fn(|| outbox.try_recv().ok())) {
                 match message {
@@ -83,12 +84,20 @@ where
                         batch.extend_from_slice(line.as_bytes());
                         batch.push(b'\n');
                     }
+                    Out::Streamed { line, unwritten } => {
+                        batch.extend_from_slice(line.as_bytes());
+                        batch.push(b'\n');
+                        streamed.push((line.len(), unwritten));
+                    }
                     Out::End => end = true,
                 }
             }
             if writer.write_all(&batch).await.is_err() || writer.flush().await.is_err() {
                 let _ = gone_tx.send(true);
                 return;
+            }
+            for (bytes, unwritten) in streamed {
+                unwritten.fetch_sub(bytes, std::sync::atomic::Ordering::SeqCst);
             }
             if end {
                 return;

@@ -8,6 +8,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
+use serde_json::Value;
+
 use super::session::{Out, Outbox, Session};
 
 /// The sessions of one server process.
@@ -98,7 +100,9 @@ pub enum Link {
 /// the oldest are dropped and the resuming client is told (`missed`).
 #[derive(Default)]
 pub struct Backlog {
-    lines: VecDeque<String>,
+    /// Each message, with the id of the call it answers (`None`: a
+    /// notification).
+    lines: VecDeque<(Option<Value>, String)>,
     bytes: usize,
     pub missed: bool,
 }
@@ -107,12 +111,12 @@ pub struct Backlog {
 const BACKLOG_BYTES: usize = 16 << 20;
 
 impl Backlog {
-    pub fn push(&mut self, line: String) {
+    pub fn push(&mut self, answers: Option<Value>, line: String) {
         self.bytes += line.len();
-        self.lines.push_back(line);
+        self.lines.push_back((answers, line));
         while self.bytes > BACKLOG_BYTES {
             match self.lines.pop_front() {
-                Some(old) => {
+                Some((_, old)) => {
                     self.bytes -= old.len();
                     self.missed = true;
                 }
@@ -121,9 +125,14 @@ impl Backlog {
         }
     }
 
+    /// The ids of the calls whose answers are kept here.
+    pub fn answers(&self) -> impl Iterator<Item = &Value> {
+        self.lines.iter().filter_map(|(id, _)| id.as_ref())
+    }
+
     /// Sends everything kept, in order, to a connection taking over.
     pub fn drain_into(self, out: &Outbox) {
-        for line in self.lines {
+        for (_, line) in self.lines {
             let _ = out.send(Out::Line(line));
         }
     }

@@ -195,3 +195,11 @@ pub fn host_facts() -> Value {
         "metadata_unavailable": metadata_unavailable(),
     })
 }
+
+/// A stream's name on the wire, as `read_from` takes it.
+pub fn stream_name(stream: dsh_core::OutputStream) -> &'static str {
+    match stream {
+        dsh_core::OutputStream::Stdout => "stdout",
+        dsh_core::OutputStream::Stderr => "stderr",
+    }
+}

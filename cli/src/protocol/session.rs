@@ -5,11 +5,13 @@
 //! in order and answered when it completes, out of order with later calls.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use dsh_core::{CancelToken, DshError, Executor, Field, FieldName, Num, OutputStream, Process, Scope};
+use dsh_core::{
+    CancelToken, DshError, Executor, Field, FieldName, Num, OutputStream, OutputTap, Process, Scope,
+};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -18,6 +20,7 @@ use super::hub::{lock, Backlog, Hub, Link};
 use super::input::{self, Fault, Fields, Outcome};
 use super::output::{
     config_json, host_facts, offset_read_json, process_json, read_json, run_result_json, spec_json,
+    stream_name,
 };
 use super::terminals::{self, Terminals};
 use super::PROTOCOL_VERSION;
@@ -44,12 +47,23 @@ pub const METHODS: &[&str] = &[
 ];
 
 /// Every notification the server sends.
-pub const NOTIFICATIONS: &[&str] = &["task_done", "output", "terminal_exit"];
+pub const NOTIFICATIONS: &[&str] = &["task_done", "output", "run_output", "terminal_exit"];
+
+/// How many bytes of `run_output` may wait to be written to a connection;
+/// past it chunks are left out (the next one's offset shows the gap), so
+/// a client that reads slower than its commands write costs the server
+/// this much at most.
+pub const STREAM_QUEUE_BYTES: usize = 8 << 20;
 
 /// What goes to the client, in order; the connection's writer drains it.
 pub enum Out {
     /// One message.
     Line(String),
+    /// A `run_output` notification, counted in `unwritten` until written.
+    Streamed {
+        line: String,
+        unwritten: Arc<AtomicUsize>,
+    },
     /// Nothing more: the writer flushes and stops.
     End,
 }
@@ -71,6 +85,11 @@ pub struct Session {
     generation: AtomicU64,
     output_notifications: AtomicBool,
     terminals: Terminals,
+    /// The ids of the calls taken and not answered yet: with the answers
+    /// kept in a backlog, what a resuming connection is still owed.
+    owed: Mutex<Vec<Value>>,
+    /// Bytes of `run_output` handed to the connection and not yet written.
+    stream_unwritten: Arc<AtomicUsize>,
 }
 
 /// The answer to a call: now, or later from a task that sends it itself.
@@ -98,6 +117,8 @@ impl Session {
             generation: AtomicU64::new(0),
             output_notifications: AtomicBool::new(false),
             terminals: Terminals::default(),
+            owed: Mutex::new(Vec::new()),
+            stream_unwritten: Arc::new(AtomicUsize::new(0)),
         })
     }
 
@@ -167,7 +188,8 @@ impl Session {
                 Next::Stay
             }
             Err((id, e)) => {
-                self.send(frame::error_response(&id, &e));
+                let answers = (!id.is_null()).then_some(&id);
+                self.send(answers, frame::error_response(&id, &e));
                 Next::Stay
             }
         }
@@ -175,19 +197,67 @@ impl Session {
 
     /// To the attached connection, or kept for the next one. A message for
     /// a connection that is going (its writer has stopped) is kept too.
-    fn send(&self, line: String) {
+    /// `answers`: the id of the call it answers.
+    fn send(&self, answers: Option<&Value>, line: String) {
         let mut link = lock(&self.link);
         match &mut *link {
             Link::Attached(out) => {
                 if let Err(e) = out.send(Out::Line(line)) {
                     let Out::Line(line) = e.0 else { return };
                     let mut backlog = Backlog::default();
-                    backlog.push(line);
+                    backlog.push(answers.cloned(), line);
                     *link = Link::Detached(backlog);
                 }
             }
-            Link::Detached(backlog) => backlog.push(line),
+            Link::Detached(backlog) => backlog.push(answers.cloned(), line),
         }
+    }
+
+    /// A chunk of a streamed run's output, to the attached connection only
+    /// (nothing is kept while none is: the result has the output), and
+    /// left out while more than [`STREAM_QUEUE_BYTES`] wait to be written.
+    fn stream(&self, run_id: &str, stream: OutputStream, offset: u64, chunk: &[u8]) {
+        let unwritten = &self.stream_unwritten;
+        if unwritten.load(Ordering::SeqCst) > STREAM_QUEUE_BYTES {
+            return;
+        }
+        let line = frame::notification(
+            "run_output",
+            json!({
+                "run_id": run_id,
+                "stream": stream_name(stream),
+                "offset": offset,
+                "data_base64": input::encode_base64(chunk),
+            }),
+        );
+        if let Link::Attached(out) = &*lock(&self.link) {
+            unwritten.fetch_add(line.len(), Ordering::SeqCst);
+            let streamed = Out::Streamed {
+                line,
+                unwritten: unwritten.clone(),
+            };
+            if let Err(e) = out.send(streamed) {
+                if let Out::Streamed { line, .. } = e.0 {
+                    unwritten.fetch_sub(line.len(), Ordering::SeqCst);
+                }
+            }
+        }
+    }
+
+    /// The calls a resuming connection will get answers to: those still
+    /// running and those answered into the backlog. (An answer moves from
+    /// the first to the second before it leaves `owed`, so none is missed.)
+    fn pending(&self) -> Vec<Value> {
+        let mut pending: Vec<Value> = match &*lock(&self.link) {
+            Link::Detached(backlog) => backlog.answers().cloned().collect(),
+            Link::Attached(_) => Vec::new(),
+        };
+        for id in lock(&self.owed).iter() {
+            if !pending.contains(id) {
+                pending.push(id.clone());
+            }
+        }
+        pending
     }
 
     fn is_attached(&self) -> bool {
@@ -220,12 +290,14 @@ impl Session {
         match found {
             Ok((session, mut welcome)) => {
                 let Some(id) = id else { return Next::Stay };
-                // The answer says whether messages were dropped while away.
+                // The answer says whether messages were dropped while away,
+                // and which calls will still be answered.
                 let missed = match &*lock(&session.link) {
                     Link::Detached(b) => b.missed,
                     Link::Attached(_) => false,
                 };
                 welcome["session"]["missed"] = json!(missed);
+                welcome["session"]["pending"] = json!(session.pending());
                 let answer = frame::response(&id, welcome);
                 match session.attach(out, answer) {
                     Ok(_) => Next::Switch(session),
@@ -248,20 +320,31 @@ impl Session {
 
     /// A notification: to the connection, or kept for the next one.
     pub(super) fn notify(&self, method: &str, params: Value) {
-        self.send(frame::notification(method, params));
+        self.send(None, frame::notification(method, params));
     }
 
     pub(super) fn answer(&self, id: &Option<Value>, outcome: Outcome<Value>) {
         // A notification is answered by nothing, not even its error.
         let Some(id) = id else { return };
-        self.send(match outcome {
-            Ok(result) => frame::response(id, result),
-            Err(fault) => frame::error_response(id, &fault.to_rpc()),
-        });
+        self.send(
+            Some(id),
+            match outcome {
+                Ok(result) => frame::response(id, result),
+                Err(fault) => frame::error_response(id, &fault.to_rpc()),
+            },
+        );
+        // Only now, so that it is always in `owed` or in the backlog.
+        let mut owed = lock(&self.owed);
+        if let Some(i) = owed.iter().position(|o| o == id) {
+            owed.remove(i);
+        }
     }
 
     fn handle(self: &Arc<Self>, call: Call) {
         let Call { id, method, params } = call;
+        if let Some(id) = &id {
+            lock(&self.owed).push(id.clone());
+        }
         match self.dispatch(&id, &method, &params) {
             Ok(Reply::Later) => {}
             Ok(Reply::Now(v)) => self.answer(&id, Ok(v)),
@@ -307,7 +390,7 @@ impl Session {
                 let spec = self.exec()?.resolve(request)?;
                 now(json!({ "spec": spec_json(&spec)? }))
             }
-            "run" => self.run(id, &known(&["spec", "run_id", "background_id"])?),
+            "run" => self.run(id, &known(&["spec", "run_id", "background_id", "stream"])?),
             "cancel" => {
                 let run_id = known(&["run_id"])?.required_string("run_id")?;
                 let token = lock(&self.runs).get(&run_id).cloned();
@@ -421,10 +504,10 @@ impl Session {
         let session = Arc::downgrade(self);
         exec.on_task_done(Arc::new(move |process: &Process| {
             if let Some(session) = session.upgrade() {
-                session.send(frame::notification(
-                    "task_done",
-                    json!({ "process": process_json(process) }),
-                ));
+                session.send(
+                    None,
+                    frame::notification("task_done", json!({ "process": process_json(process) })),
+                );
             }
         }));
         // Two initializes racing is not possible: calls are taken in order.
@@ -451,6 +534,7 @@ impl Session {
                 "linger_ms": linger.as_millis() as u64,
                 "resumed": resumed,
                 "missed": false,
+                "pending": [],
             }),
             _ => Value::Null,
         };
@@ -471,6 +555,13 @@ impl Session {
         let spec = input::spec(p.required("spec")?)?;
         let run_id = p.string("run_id")?;
         let background_id = p.string("background_id")?;
+        let streamed = p.bool("stream")?.unwrap_or(false);
+        if streamed && run_id.is_none() {
+            return Err(Fault::Shape {
+                field: "run_id".into(),
+                problem: "is needed with stream: true (run_output names the run by it)".into(),
+            });
+        }
         let exec = self.exec()?;
         let token = CancelToken::new();
         if let Some(r) = &run_id {
@@ -483,9 +574,23 @@ impl Session {
             }
             runs.insert(r.clone(), token.clone());
         }
-        let future = match &background_id {
-            Some(b) => exec.run_as(&spec, Some(&token), b),
-            None => exec.run(&spec, Some(&token)),
+        // Where each stream ended, as the tap saw it: what the client
+        // compares its chunks with (some are left out for a slow client).
+        let ends = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+        let future = match (&background_id, &run_id) {
+            (b, Some(r)) if streamed => {
+                let (session, r, ends) = (Arc::downgrade(self), r.clone(), ends.clone());
+                let tap: OutputTap = Arc::new(move |stream, offset, chunk: &[u8]| {
+                    let end = &ends[usize::from(stream == OutputStream::Stderr)];
+                    end.store(offset + chunk.len() as u64, Ordering::SeqCst);
+                    if let Some(session) = session.upgrade() {
+                        session.stream(&r, stream, offset, chunk);
+                    }
+                });
+                exec.run_streamed(&spec, Some(&token), b.as_deref(), tap)
+            }
+            (Some(b), _) => exec.run_as(&spec, Some(&token), b),
+            (None, _) => exec.run(&spec, Some(&token)),
         };
         let (session, id) = (self.clone(), id.clone());
         tokio::spawn(async move {
@@ -494,7 +599,16 @@ impl Session {
                 lock(&session.runs).remove(r);
             }
             let outcome = outcome
-                .map(|r| json!({ "result": run_result_json(&r) }))
+                .map(|r| match streamed {
+                    true => json!({
+                        "result": run_result_json(&r),
+                        "stream_ends": {
+                            "stdout": ends[0].load(Ordering::SeqCst),
+                            "stderr": ends[1].load(Ordering::SeqCst),
+                        },
+                    }),
+                    false => json!({ "result": run_result_json(&r) }),
+                })
                 .map_err(Fault::Core);
             session.answer(&id, outcome);
         });
@@ -585,10 +699,13 @@ async fn watch_output(session: std::sync::Weak<Session>) {
             // While no connection is attached nothing is kept of these: the
             // resuming client reads again from its own offsets.
             if (settled || told.get(id) != Some(&ends)) && session.is_attached() {
-                session.send(frame::notification(
-                    "output",
-                    json!({ "id": id, "stdout_end": ends.0, "stderr_end": ends.1, "settled": settled }),
-                ));
+                session.send(
+                    None,
+                    frame::notification(
+                        "output",
+                        json!({ "id": id, "stdout_end": ends.0, "stderr_end": ends.1, "settled": settled }),
+                    ),
+                );
             }
             if settled {
                 done.insert(id.to_owned());

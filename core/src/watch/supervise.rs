@@ -44,6 +44,10 @@ pub(crate) struct Streams {
 /// Keeps a chunk read from `which`, then shows it to the tap, outside the
 /// lock (a reader of the process is never held up by it).
 fn feed(streams: &Mutex<Streams>, which: OutputStream, chunk: &[u8]) {
+    if chunk.is_empty() {
+        // The end of the stream: nothing to keep or show.
+        return;
+    }
     let tapped = {
         let mut s = lock(streams);
         let buffer = match which {
