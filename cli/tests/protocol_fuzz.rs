@@ -29,40 +29,29 @@ impl Noise {
     }
 }
 
-const METHODS: &[&str] = &[
-    "initialize",
-    "resolve",
-    "run",
-    "cancel",
-    "start",
-    "get",
-    "list",
-    "owner_of",
-    "read_output",
-    "wait",
-    "write_stdin",
-    "close_stdin",
-    "kill",
-    "forget",
-    "reconfigure",
-    "dispose",
-    "",
-    "Run",
-    "$/cancel",
-    "terminal_spawn",
-    "terminal_read",
-    "terminal_write",
-    "terminal_resize",
-    "terminal_signal_foreground",
-    "terminal_terminate",
-    "terminal_wait",
-];
+/// Every method the server has (from its own lists, so a new one is
+/// fuzzed too), and names it does not.
+fn methods() -> &'static [&'static str] {
+    static ALL: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    ALL.get_or_init(|| {
+        let served = dsh_cli::protocol::session::METHODS
+            .iter()
+            .chain(dsh_cli::protocol::terminals::METHODS);
+        served
+            .copied()
+            .chain(["", "Run", "$/cancel", "terminal_"])
+            .collect()
+    })
+}
+
 const KEYS: &[&str] = &[
     "request",
     "spec",
     "id",
     "config",
     "run_id",
+    "stream",
+    "resume",
     "data",
     "data_base64",
     "timeout_ms",
@@ -126,7 +115,7 @@ fn harmless_params(n: &mut Noise) -> Value {
 /// One line of input: noise of some kind.
 fn line(n: &mut Noise, id: u64) -> Vec<u8> {
     let call =
-        json!({ "jsonrpc": "2.0", "id": id, "method": *n.pick(METHODS), "params": harmless_params(n) });
+        json!({ "jsonrpc": "2.0", "id": id, "method": *n.pick(methods()), "params": harmless_params(n) });
     let text = call.to_string().into_bytes();
     match n.below(10) {
         0 => (0..n.below(200))
@@ -158,7 +147,7 @@ fn line(n: &mut Noise, id: u64) -> Vec<u8> {
                 Value::Object(_) => Value::Array(vec![value(n, 2)]),
                 v => v,
             };
-            json!({ "jsonrpc": "2.0", "id": id, "method": *n.pick(METHODS), "params": params })
+            json!({ "jsonrpc": "2.0", "id": id, "method": *n.pick(methods()), "params": params })
                 .to_string()
                 .into_bytes()
         }
