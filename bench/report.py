@@ -190,6 +190,11 @@ def remote_table(rows: List[Row]) -> List[str]:
         r = of.get(("remote_stream", impl))
         if r:
             lines.append(f"| a {r['mib']} MiB result, {impl} | {r['mib_per_s']:.0f} MiB/s | |")
+    for via in ["pipe", "ssh"]:
+        r, floor = of.get(("remote_streamed", f"streamed, {via}")), of.get(("remote_streamed", f"{via} alone (the floor)"))
+        if r and floor:
+            lines.append(f"| {r['mib']} MiB streamed as it comes (`run {{stream: true}}`, bare client), {via} | "
+                         f"{r['mib_per_s']:.0f} MiB/s | the {via} alone {floor['mib_per_s']:.0f} MiB/s |")
     ls, rs = of[("remote_starts", "local (Python)")], of[("remote_starts", "remote, pipe (Python)")]
     lines.append(f"| {rs['n']} background `sleep 0.2` over one connection, all settled | {rs['seconds'] * 1000:.0f} ms | "
                  f"local {ls['seconds'] * 1000:.0f} ms |")

@@ -5,7 +5,9 @@ row per measurement. Usage: remote.py QUICK(0|1)
   `dsh serve --stdio`; remote over ssh to this machine, against `ssh host
   true` (the remote floor: what one command over ssh costs anyway).
 - throughput: a run whose result holds N MiB of output, locally, over a
-  pipe and over ssh.
+  pipe and over ssh; and N MiB streamed as it comes (`run {stream: true}`,
+  read by a bare protocol client), over a pipe and over ssh, against the
+  same bytes through the pipe or ssh alone (the floor).
 - 1000 background processes over one connection, against the local
   executor.
 - memory per lingering session of `dsh serve --listen --linger`.
@@ -69,6 +71,53 @@ def stream(ex: Any, impl: str) -> None:
     secs = time.perf_counter() - t
     assert got == size, f"{got} of {size} bytes"
     row("remote_stream", impl, mib=STREAM_MIB, seconds=secs, mib_per_s=STREAM_MIB / secs)
+
+
+def streamed(transport: List[str], impl: str) -> None:
+    """N MiB streamed by `run {stream: true}` to a bare client that decodes
+    every chunk: the protocol's cost, without a client library's."""
+    import base64
+    size = STREAM_MIB << 20
+    server = subprocess.Popen(transport, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert server.stdin and server.stdout
+    def send(i: int, method: str, params: Any) -> None:
+        server.stdin.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}).encode() + b"\n")
+        server.stdin.flush()
+    def answer(i: int) -> Any:
+        while True:
+            m = json.loads(server.stdout.readline())
+            if m.get("id") == i:
+                return m["result"]
+    try:
+        send(1, "initialize", {"protocol_version": 1})
+        answer(1)
+        send(2, "resolve", {"request": {"command": f"head -c {size} /dev/zero", "timeout_ms": 600_000}})
+        spec = answer(2)["spec"]
+        t = time.perf_counter()
+        send(3, "run", {"spec": spec, "run_id": "s", "stream": True})
+        got = 0
+        while True:
+            m = json.loads(server.stdout.readline())
+            if m.get("method") == "run_output":
+                got += len(base64.b64decode(m["params"]["data_base64"]))
+            elif m.get("id") == 3:
+                break
+        secs = time.perf_counter() - t
+        assert got == size, f"{got} of {size} bytes streamed"
+        row("remote_streamed", impl, mib=STREAM_MIB, seconds=secs, mib_per_s=STREAM_MIB / secs)
+    finally:
+        server.stdin.close()
+        server.wait(60)
+
+
+def floor_stream(transport: List[str], impl: str) -> None:
+    """The same bytes through the transport alone."""
+    size = STREAM_MIB << 20
+    t = time.perf_counter()
+    out = subprocess.run(transport + [f"head -c {size} /dev/zero"], stdout=subprocess.PIPE, check=True).stdout
+    secs = time.perf_counter() - t
+    assert len(out) == size
+    row("remote_streamed", impl, mib=STREAM_MIB, seconds=secs, mib_per_s=STREAM_MIB / secs)
 
 
 def starts(ex: Any, impl: str) -> None:
@@ -162,6 +211,8 @@ def main() -> None:
                 latency("remote_run_true", "remote, pipe (Python)", run_true(ex))
                 stream(ex, "remote, pipe (Python)")
                 starts(ex, "remote, pipe (Python)")
+            streamed([DSH, "serve", "--stdio"], "streamed, pipe")
+            floor_stream(["sh", "-c"], "pipe alone (the floor)")
         finally:
             server.terminate()
             server.wait(60)
@@ -172,6 +223,8 @@ def main() -> None:
                 with RemoteExecutor(sshd.serve_command(DSH)) as ex:
                     latency("remote_run_true", "remote, ssh (Python)", run_true(ex))
                     stream(ex, "remote, ssh (Python)")
+                streamed(sshd.serve_command(DSH), "streamed, ssh")
+                floor_stream(sshd.ssh(), "ssh alone (the floor)")
         except Unavailable as why:
             row("remote_ssh_unavailable", str(why))
         lingering_memory(tmp)
