@@ -278,3 +278,54 @@ fn a_resumed_session_is_told_which_calls_it_will_still_get_answers_to() {
     assert_eq!(other.initialize(json!({}))["session"]["pending"], json!([]));
     stop(server);
 }
+
+#[test]
+fn a_resumed_session_streams_again_after_a_connection_that_read_nothing() {
+    let dir = TempDir::new("serve-stream-resume");
+    let (server, socket) = listening(&dir, Some("30"));
+    // A connection that streams 64 MiB, reads nothing, and drops: what it
+    // left unwritten must not count against the next connection.
+    let stream = UnixStream::connect(&socket).unwrap();
+    let mut input = stream.try_clone().unwrap();
+    let mut lines = BufReader::new(stream);
+    let mut line = String::new();
+    input
+        .write_all(
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocol_version\":1}}\n",
+        )
+        .unwrap();
+    lines.read_line(&mut line).unwrap();
+    let token = serde_json::from_str::<Value>(&line).unwrap()["result"]["session"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let run = json!({ "jsonrpc": "2.0", "id": 2, "method": "run", "params": {
+        "spec": { "command": "head -c 67108864 /dev/zero", "workdir": "/", "timeout_ms": 120000,
+                  "stdout_max_bytes": 1000, "stdin_base64": null, "stdin_pipe": false, "on_expiry": "kill",
+                  "env": {}, "dsh_env": {}, "owner": null, "sandbox_policy": null, "limits": {} },
+        "run_id": "big", "stream": true } });
+    input.write_all(format!("{run}\n").as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    drop((input, lines));
+
+    let mut rpc = Rpc::unix(&socket);
+    let resumed = rpc.ok("initialize", json!({ "protocol_version": 1, "resume": token }));
+    assert_eq!(resumed["session"]["resumed"], true);
+    // The run's answer was queued behind chunks never written: it is kept,
+    // and said to be coming.
+    assert_eq!(resumed["session"]["pending"], json!([2]), "{resumed}");
+    let big = rpc.answer(2);
+    assert_eq!(big["result"]["result"]["exit_code"], 0, "{big}");
+    let spec = rpc.spec(json!({ "command": "echo again" }));
+    let answer = rpc.call("run", json!({ "spec": spec, "run_id": "small", "stream": true }));
+    assert_eq!(answer["result"]["stream_ends"]["stdout"], 6);
+    let notes: Vec<Value> = rpc
+        .notes
+        .iter()
+        .filter(|n| n["params"]["run_id"] == "small")
+        .cloned()
+        .collect();
+    let (out, _) = streamed(&notes, "small");
+    assert_eq!(out, b"again\n", "the resumed session's stream was withheld");
+    stop(server);
+}

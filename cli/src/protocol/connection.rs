@@ -6,6 +6,7 @@
 use std::io;
 
 use dsh_core::CancelToken;
+use std::sync::atomic::Ordering;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -64,46 +65,16 @@ async fn next_line<R: AsyncBufRead + Unpin>(reader: &mut R, max: usize) -> io::R
 /// awaited) or, where the hub lets sessions linger and the server is not
 /// stopping, is kept for a connection that resumes it. Returns once that
 /// is done.
-pub async fn serve<R, W>(mut reader: R, mut writer: W, stop: CancelToken, hub: Arc<Hub>)
+pub async fn serve<R, W>(mut reader: R, writer: W, stop: CancelToken, hub: Arc<Hub>)
 where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (out, mut outbox) = mpsc::unbounded_channel::<Out>();
+    let (out, outbox) = mpsc::unbounded_channel::<Out>();
     let mut session = Session::new(out.clone(), hub);
     let (gone_tx, mut gone) = tokio::sync::watch::channel(false);
-    let writing = tokio::spawn(async move {
-        let mut end = false;
-        while let Some(first) = outbox.recv().await {
-            let mut batch = Vec::new();
-            let mut streamed = Vec::new();
-            // What else is ready goes in the same write.
-            for message in std::iter::once(first).chain(std::iter::from_fn(|| outbox.try_recv().ok())) {
-                match message {
-                    Out::Line(line) => {
-                        batch.extend_from_slice(line.as_bytes());
-                        batch.push(b'\n');
-                    }
-                    Out::Streamed { line, unwritten } => {
-                        batch.extend_from_slice(line.as_bytes());
-                        batch.push(b'\n');
-                        streamed.push((line.len(), unwritten));
-                    }
-                    Out::End => end = true,
-                }
-            }
-            if writer.write_all(&batch).await.is_err() || writer.flush().await.is_err() {
-                let _ = gone_tx.send(true);
-                return;
-            }
-            for (bytes, unwritten) in streamed {
-                unwritten.fetch_sub(bytes, std::sync::atomic::Ordering::SeqCst);
-            }
-            if end {
-                return;
-            }
-        }
-    });
+    let give_up = CancelToken::new();
+    let writing = tokio::spawn(write_out(writer, outbox, gone_tx, give_up.clone()));
     loop {
         tokio::select! {
             line = next_line(&mut reader, MAX_MESSAGE_BYTES) => match line {
@@ -111,8 +82,10 @@ where
                     if line.iter().all(u8::is_ascii_whitespace) {
                         continue;
                     }
-                    if let Next::Switch(resumed) = session.handle_line(&line) {
-                        session = resumed;
+                    if let Next::Resume(call) = session.handle_line(&line) {
+                        if let Some(resumed) = session.resume(call).await {
+                            session = resumed;
+                        }
                     }
                 }
                 Ok(Some(Line::TooLong(n))) => {
@@ -128,18 +101,93 @@ where
             _ = stop.cancelled() => break,
         }
     }
-    if stop.is_cancelled() {
-        session.close().await;
-    } else {
-        session.end_connection().await;
-    }
     // What was answered before the end (a half-closed input's last
     // answers) is still written, unless the client does not read it.
-    let _ = out.send(Out::End);
-    let abort = writing.abort_handle();
-    if tokio::time::timeout(FLUSH_LIMIT, writing).await.is_err() {
-        abort.abort();
+    let finish_writing = || async {
+        let _ = out.send(Out::End);
+        let mut writing = writing;
+        match tokio::time::timeout(FLUSH_LIMIT, &mut writing).await {
+            Ok(unsent) => unsent.unwrap_or_default(),
+            Err(_) => {
+                give_up.cancel();
+                writing.await.unwrap_or_default()
+            }
+        }
+    };
+    if stop.is_cancelled() {
+        session.close().await;
+        finish_writing().await;
+    } else if session.linger().is_some() {
+        // Kept first: what the connection never began to write goes to
+        // the next one.
+        let unsent = finish_writing().await;
+        session.end_connection(unsent).await;
+    } else {
+        session.end_connection(Vec::new()).await;
+        finish_writing().await;
     }
+}
+
+/// Writes the outbox to the connection, what is ready in one write, until
+/// `Out::End`, a failed write, or `give_up`. Returns the messages it never
+/// began to write, in order (a streamed chunk is not among them: it is not
+/// kept). A batch that was being written when it stopped is neither: the
+/// client may have had part of it.
+async fn write_out<W: AsyncWrite + Unpin>(
+    mut writer: W,
+    mut outbox: mpsc::UnboundedReceiver<Out>,
+    gone: tokio::sync::watch::Sender<bool>,
+    give_up: CancelToken,
+) -> Vec<String> {
+    let unsent = |outbox: &mut mpsc::UnboundedReceiver<Out>| {
+        std::iter::from_fn(|| outbox.try_recv().ok())
+            .filter_map(|m| match m {
+                Out::Line(line) => Some(line),
+                Out::Streamed { .. } | Out::End => None,
+            })
+            .collect()
+    };
+    while let Some(first) = outbox.recv().await {
+        let mut batch = Vec::new();
+        let mut streamed = Vec::new();
+        let mut end = false;
+        // What else is ready goes in the same write.
+        for message in std::iter::once(first).chain(std::iter::from_fn(|| outbox.try_recv().ok())) {
+            match message {
+                Out::Line(line) => {
+                    batch.extend_from_slice(line.as_bytes());
+                    batch.push(b'\n');
+                }
+                Out::Streamed { line, unwritten } => {
+                    batch.extend_from_slice(line.as_bytes());
+                    batch.push(b'\n');
+                    streamed.push((line.len(), unwritten));
+                }
+                Out::End => {
+                    end = true;
+                    break;
+                }
+            }
+        }
+        let written = tokio::select! {
+            r = async { writer.write_all(&batch).await?; writer.flush().await } => r.is_ok(),
+            _ = give_up.cancelled() => return unsent(&mut outbox),
+        };
+        if !written {
+            let _ = gone.send(true);
+            return unsent(&mut outbox);
+        }
+        for (bytes, unwritten) in streamed {
+            // Never below zero: a new connection may have reset the count.
+            let _ = unwritten.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                Some(n.saturating_sub(bytes))
+            });
+        }
+        if end {
+            return Vec::new();
+        }
+    }
+    Vec::new()
 }
 
 /// How long the last answers may take to be written after the end.

@@ -193,6 +193,15 @@ pub fn response(id: &Value, result: Value) -> String {
     json!({ "jsonrpc": "2.0", "id": id, "result": result }).to_string()
 }
 
+/// The id of the call a message answers (`None` for a notification).
+pub fn answered_id(line: &str) -> Option<Value> {
+    let message: Value = serde_json::from_str(line).ok()?;
+    match message.get("method") {
+        Some(_) => None,
+        None => message.get("id").filter(|id| !id.is_null()).cloned(),
+    }
+}
+
 pub fn error_response(id: &Value, error: &RpcError) -> String {
     json!({ "jsonrpc": "2.0", "id": id, "error": error.to_json() }).to_string()
 }

@@ -125,6 +125,14 @@ impl Backlog {
         }
     }
 
+    /// Keeps `later`'s messages after these.
+    pub fn append(&mut self, later: Backlog) {
+        self.missed |= later.missed;
+        for (answers, line) in later.lines {
+            self.push(answers, line);
+        }
+    }
+
     /// The ids of the calls whose answers are kept here.
     pub fn answers(&self) -> impl Iterator<Item = &Value> {
         self.lines.iter().filter_map(|(id, _)| id.as_ref())

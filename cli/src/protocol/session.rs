@@ -102,9 +102,12 @@ pub(super) enum Reply {
 pub enum Next {
     /// Goes on with the same session.
     Stay,
-    /// Goes on with this (resumed) session; its own is dropped.
-    Switch(Arc<Session>),
+    /// Resumes the session this `initialize` names ([`Session::resume`]).
+    Resume(Call),
 }
+
+/// How long a resume waits for the session's old connection to end.
+pub const RESUME_WAIT: Duration = Duration::from_secs(5);
 
 impl Session {
     pub fn new(out: Outbox, hub: Arc<Hub>) -> Arc<Session> {
@@ -122,22 +125,37 @@ impl Session {
         })
     }
 
-    /// The connection ended (not by a server shutdown): a session that may
-    /// linger is kept for the hub's linger time, awaiting `resume`; any
-    /// other is disposed, and everything it started ended and awaited.
-    pub async fn end_connection(self: &Arc<Self>) {
-        let lingering = match (self.hub.linger, self.token.get(), self.exec.get()) {
+    /// The hub's linger time, when this session is kept after its
+    /// connection ends.
+    pub fn linger(&self) -> Option<Duration> {
+        match (self.hub.linger, self.token.get(), self.exec.get()) {
             (Some(linger), Some(_), Some(exec)) if !exec.is_disposed() => Some(linger),
             _ => None,
-        };
-        let Some(linger) = lingering else {
+        }
+    }
+
+    /// The connection ended (not by a server shutdown): a session that may
+    /// linger is kept for the hub's linger time, awaiting `resume`, with
+    /// `unsent` (the messages its connection never began to write) first
+    /// in what is kept; any other is disposed, and everything it started
+    /// ended and awaited.
+    pub async fn end_connection(self: &Arc<Self>, unsent: Vec<String>) {
+        let Some(linger) = self.linger() else {
             return self.close().await;
         };
         let generation = {
             let mut link = lock(&self.link);
-            if let Link::Attached(_) = &*link {
-                *link = Link::Detached(Backlog::default());
+            let mut kept = Backlog::default();
+            for line in unsent {
+                kept.push(frame::answered_id(&line), line);
             }
+            // What was kept since the writer stopped comes after the unsent.
+            if let Link::Detached(later) = std::mem::replace(&mut *link, Link::Detached(Backlog::default())) {
+                kept.append(later);
+            }
+            *link = Link::Detached(kept);
+            // Written no more: nothing of the old connection is waiting.
+            self.stream_unwritten.store(0, Ordering::SeqCst);
             self.generation.fetch_add(1, Ordering::SeqCst) + 1
         };
         let session = self.clone();
@@ -151,24 +169,26 @@ impl Session {
     }
 
     /// Takes over a lingering session for a new connection: the answer to
-    /// its `initialize` first, then what was kept, in order.
-    fn attach(&self, out: Outbox, answer: String) -> Outcome<bool> {
+    /// its `initialize` first (`welcome`, told whether messages were
+    /// dropped while away and which calls will still be answered), then
+    /// what was kept, in order. Refused while another connection has it.
+    fn attach(&self, out: &Outbox, id: &Value, mut welcome: Value) -> Outcome<()> {
         let mut link = lock(&self.link);
-        let backlog = match std::mem::replace(&mut *link, Link::Attached(out.clone())) {
-            Link::Detached(backlog) => backlog,
-            attached @ Link::Attached(_) => {
-                *link = attached;
-                return Err(Fault::Rpc(RpcError::new(
-                    frame::INVALID_REQUEST,
-                    "the session is attached to another connection",
-                )));
-            }
+        let Link::Detached(backlog) = &*link else {
+            return Err(Fault::Rpc(RpcError::new(
+                frame::INVALID_REQUEST,
+                "the session is attached to another connection",
+            )));
+        };
+        welcome["session"]["missed"] = json!(backlog.missed);
+        welcome["session"]["pending"] = json!(self.pending(backlog));
+        let Link::Detached(backlog) = std::mem::replace(&mut *link, Link::Attached(out.clone())) else {
+            unreachable!("matched above, under the same lock")
         };
         self.generation.fetch_add(1, Ordering::SeqCst);
-        let missed = backlog.missed;
-        let _ = out.send(Out::Line(answer));
-        backlog.drain_into(&out);
-        Ok(missed)
+        let _ = out.send(Out::Line(frame::response(id, welcome)));
+        backlog.drain_into(out);
+        Ok(())
     }
 
     /// The session's executor, once `initialize` made it.
@@ -181,7 +201,7 @@ impl Session {
     pub fn handle_line(self: &Arc<Self>, line: &[u8]) -> Next {
         match frame::decode(line) {
             Ok(call) if call.method == "initialize" && call.params.contains_key("resume") => {
-                self.resume(call)
+                Next::Resume(call)
             }
             Ok(call) => {
                 self.handle(call);
@@ -247,11 +267,8 @@ impl Session {
     /// The calls a resuming connection will get answers to: those still
     /// running and those answered into the backlog. (An answer moves from
     /// the first to the second before it leaves `owed`, so none is missed.)
-    fn pending(&self) -> Vec<Value> {
-        let mut pending: Vec<Value> = match &*lock(&self.link) {
-            Link::Detached(backlog) => backlog.answers().cloned().collect(),
-            Link::Attached(_) => Vec::new(),
-        };
+    fn pending(&self, backlog: &Backlog) -> Vec<Value> {
+        let mut pending: Vec<Value> = backlog.answers().cloned().collect();
         for id in lock(&self.owed).iter() {
             if !pending.contains(id) {
                 pending.push(id.clone());
@@ -264,54 +281,49 @@ impl Session {
         matches!(&*lock(&self.link), Link::Attached(_))
     }
 
-    /// `initialize {resume: token}` on a new connection.
-    fn resume(self: &Arc<Self>, call: Call) -> Next {
+    /// `initialize {resume: token}` on a new connection: the session it
+    /// takes over, if it did. A client that reconnects at once may come
+    /// before the server has seen its old connection end: the session is
+    /// waited for, up to [`RESUME_WAIT`].
+    pub async fn resume(self: &Arc<Self>, call: Call) -> Option<Arc<Session>> {
         let Call { id, params, .. } = call;
-        let found = (|| -> Outcome<(Arc<Session>, Value)> {
-            let p = Fields::of(&params, "", &["protocol_version", "resume", "client"])?;
-            check_version(&p)?;
-            if self.exec.get().is_some() {
-                return Err(already_initialized());
-            }
-            let token = p.required_string("resume")?;
-            let session = self.hub.find(&token).ok_or_else(|| {
-                Fault::Rpc(RpcError::new(
-                    frame::INVALID_PARAMS,
-                    "no session to resume with this token: it was never made here, its linger time passed, or it was disposed",
-                ))
-            })?;
-            let welcome = session.welcome(true)?;
-            Ok((session, welcome))
-        })();
         let out = match &*lock(&self.link) {
             Link::Attached(out) => out.clone(),
-            Link::Detached(_) => return Next::Stay,
+            Link::Detached(_) => return None,
         };
-        match found {
-            Ok((session, mut welcome)) => {
-                let Some(id) = id else { return Next::Stay };
-                // The answer says whether messages were dropped while away,
-                // and which calls will still be answered.
-                let missed = match &*lock(&session.link) {
-                    Link::Detached(b) => b.missed,
-                    Link::Attached(_) => false,
-                };
-                welcome["session"]["missed"] = json!(missed);
-                welcome["session"]["pending"] = json!(session.pending());
-                let answer = frame::response(&id, welcome);
-                match session.attach(out, answer) {
-                    Ok(_) => Next::Switch(session),
-                    Err(f) => {
-                        self.answer(&Some(id), Err(f));
-                        Next::Stay
-                    }
-                }
+        let deadline = tokio::time::Instant::now() + RESUME_WAIT;
+        let fault = loop {
+            let (session, welcome) = match self.resumable(&params) {
+                Ok(found) => found,
+                Err(f) => break f,
+            };
+            let Some(id) = &id else { return None };
+            match session.attach(&out, id, welcome) {
+                Ok(()) => return Some(session),
+                Err(f) if tokio::time::Instant::now() >= deadline => break f,
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
             }
-            Err(f) => {
-                self.answer(&id, Err(f));
-                Next::Stay
-            }
+        };
+        self.answer(&id, Err(fault));
+        None
+    }
+
+    /// The lingering session `params` names, and the answer it resumes with.
+    fn resumable(&self, params: &Map<String, Value>) -> Outcome<(Arc<Session>, Value)> {
+        let p = Fields::of(params, "", &["protocol_version", "resume", "client"])?;
+        check_version(&p)?;
+        if self.exec.get().is_some() {
+            return Err(already_initialized());
         }
+        let token = p.required_string("resume")?;
+        let session = self.hub.find(&token).ok_or_else(|| {
+            Fault::Rpc(RpcError::new(
+                frame::INVALID_PARAMS,
+                "no session to resume with this token: it was never made here, its linger time passed, or it was disposed",
+            ))
+        })?;
+        let welcome = session.welcome(true)?;
+        Ok((session, welcome))
     }
 
     pub(super) fn terminals(&self) -> &Terminals {
