@@ -52,7 +52,7 @@ pub use spec::terminal::{
 };
 pub use terminal::{Foreground, PendingWrite, Terminal, TerminalRead, WriteBuffer, WRITE_PIECE};
 pub use watch::escalation::KILL_GIVE_UP;
-pub use watch::output::{CollectedOutput, OffsetRead, OutputOffsets, OutputTap};
+pub use watch::output::{CollectedOutput, OffsetRead, OutputOffsets, OutputTap, OutputValve};
 pub use watch::stdin::{StdinEnd, STDIN_BUFFER_BYTES};
 
 /// The Rust examples of README.md and docs/ are doctests: `cargo test --doc`

@@ -786,7 +786,7 @@ fn a_streamed_run_shows_every_byte_in_order_before_it_resolves() {
             "for i in $(seq 1 3000); do printf 'é%05d\\n' $i; done; echo bad >&2; printf '\\xff'",
         ))
         .unwrap();
-    let result = runtime_block(exec.run_streamed(&spec, None, None, tap_into(&seen))).unwrap();
+    let result = runtime_block(exec.run_streamed(&spec, None, None, tap_into(&seen), None)).unwrap();
     let seen = seen.lock().unwrap();
     let expected: String = (1..=3000).map(|i| format!("é{i:05}\n")).collect();
     let mut want = expected.into_bytes();
@@ -815,7 +815,7 @@ fn a_streamed_run_handed_over_shows_nothing_after_the_hand_over() {
     req.timeout_ms = Some(Num(200.0));
     req.on_expiry = Some(OnExpiry::Background);
     let spec = exec.resolve(req).unwrap();
-    let result = runtime_block(exec.run_streamed(&spec, None, Some("job-s"), tap_into(&seen))).unwrap();
+    let result = runtime_block(exec.run_streamed(&spec, None, Some("job-s"), tap_into(&seen), None)).unwrap();
     assert_eq!(result.background_id.as_deref(), Some("job-s"));
     let process = exec.get("job-s").unwrap();
     assert!(
@@ -833,10 +833,56 @@ fn a_streamed_run_with_a_taken_id_is_refused_before_anything_runs() {
     let exec = executor();
     let held = exec.start_as(&spec(&exec, "sleep 30"), None, "mine").unwrap();
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Seen::default()));
-    let err = runtime_block(exec.run_streamed(&spec(&exec, "echo no"), None, Some("mine"), tap_into(&seen)))
-        .unwrap_err();
+    let err =
+        runtime_block(exec.run_streamed(&spec(&exec, "echo no"), None, Some("mine"), tap_into(&seen), None))
+            .unwrap_err();
     assert!(err.to_string().contains("taken"), "{err}");
     assert_eq!(seen.lock().unwrap().chunks, 0);
     held.kill();
     exec.dispose_blocking().unwrap();
+}
+
+#[test]
+fn a_shut_valve_holds_the_command_back_and_its_timeout_still_fires() {
+    let exec = executor_with(|c| c.grace_ms = n(300));
+    let dir = temp_dir("valve");
+    let mark = dir.join("wrote-it-all");
+    let mut req = Request::new(format!("head -c 1048576 /dev/zero; touch {}", mark.display()));
+    req.timeout_ms = Some(Num(1500.0));
+    let spec = exec.resolve(req).unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Seen::default()));
+    let valve = std::sync::Arc::new(OutputValve::default());
+    valve.shut();
+    let result = runtime_block(exec.run_streamed(&spec, None, None, tap_into(&seen), Some(valve))).unwrap();
+    // Held from the start: the command never got past its full pipe.
+    assert!(result.timed_out, "{result:?}");
+    assert!(
+        !mark.exists(),
+        "the command wrote everything through a shut valve"
+    );
+}
+
+#[test]
+fn an_opened_valve_lets_the_command_finish_with_nothing_lost() {
+    let exec = executor();
+    let spec = exec
+        .resolve(Request::new("head -c 3000000 /dev/zero; echo end"))
+        .unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Seen::default()));
+    let valve = std::sync::Arc::new(OutputValve::default());
+    valve.shut();
+    let run = exec.run_streamed(&spec, None, None, tap_into(&seen), Some(valve.clone()));
+    let opener = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        // Opened and shut again while it runs: it still gets through.
+        valve.open();
+        valve.shut();
+        valve.open();
+    });
+    let result = runtime_block(run).unwrap();
+    opener.join().unwrap();
+    assert_eq!(result.exit_code, Some(0));
+    let seen = seen.lock().unwrap();
+    assert!(seen.contiguous);
+    assert_eq!(seen.stdout.len(), 3_000_004);
 }

@@ -6,7 +6,6 @@
 use std::io;
 
 use dsh_core::CancelToken;
-use std::sync::atomic::Ordering;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -158,10 +157,10 @@ async fn write_out<W: AsyncWrite + Unpin>(
                     batch.extend_from_slice(line.as_bytes());
                     batch.push(b'\n');
                 }
-                Out::Streamed { line, unwritten } => {
+                Out::Streamed { line, queue } => {
                     batch.extend_from_slice(line.as_bytes());
                     batch.push(b'\n');
-                    streamed.push((line.len(), unwritten));
+                    streamed.push((line.len(), queue));
                 }
                 Out::End => {
                     end = true;
@@ -177,11 +176,8 @@ async fn write_out<W: AsyncWrite + Unpin>(
             let _ = gone.send(true);
             return unsent(&mut outbox);
         }
-        for (bytes, unwritten) in streamed {
-            // Never below zero: a new connection may have reset the count.
-            let _ = unwritten.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                Some(n.saturating_sub(bytes))
-            });
+        for (bytes, queue) in streamed {
+            queue.written(bytes);
         }
         if end {
             return Vec::new();

@@ -9,6 +9,7 @@ pub mod hub;
 pub mod input;
 pub mod output;
 pub mod session;
+pub mod stream_queue;
 pub mod terminals;
 
 /// The version `initialize` must ask for.

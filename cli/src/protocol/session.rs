@@ -5,7 +5,7 @@
 //! in order and answered when it completes, out of order with later calls.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -22,6 +22,7 @@ use super::output::{
     config_json, host_facts, offset_read_json, process_json, read_json, run_result_json, spec_json,
     stream_name,
 };
+use super::stream_queue::StreamQueue;
 use super::terminals::{self, Terminals};
 use super::PROTOCOL_VERSION;
 
@@ -49,21 +50,12 @@ pub const METHODS: &[&str] = &[
 /// Every notification the server sends.
 pub const NOTIFICATIONS: &[&str] = &["task_done", "output", "run_output", "terminal_exit"];
 
-/// How many bytes of `run_output` may wait to be written to a connection;
-/// past it chunks are left out (the next one's offset shows the gap), so
-/// a client that reads slower than its commands write costs the server
-/// this much at most.
-pub const STREAM_QUEUE_BYTES: usize = 8 << 20;
-
 /// What goes to the client, in order; the connection's writer drains it.
 pub enum Out {
     /// One message.
     Line(String),
-    /// A `run_output` notification, counted in `unwritten` until written.
-    Streamed {
-        line: String,
-        unwritten: Arc<AtomicUsize>,
-    },
+    /// A `run_output` notification, counted in `queue` until written.
+    Streamed { line: String, queue: Arc<StreamQueue> },
     /// Nothing more: the writer flushes and stops.
     End,
 }
@@ -88,8 +80,8 @@ pub struct Session {
     /// The ids of the calls taken and not answered yet: with the answers
     /// kept in a backlog, what a resuming connection is still owed.
     owed: Mutex<Vec<Value>>,
-    /// Bytes of `run_output` handed to the connection and not yet written.
-    stream_unwritten: Arc<AtomicUsize>,
+    /// `run_output` handed to the connection and not yet written.
+    stream_queue: Arc<StreamQueue>,
 }
 
 /// The answer to a call: now, or later from a task that sends it itself.
@@ -121,7 +113,7 @@ impl Session {
             output_notifications: AtomicBool::new(false),
             terminals: Terminals::default(),
             owed: Mutex::new(Vec::new()),
-            stream_unwritten: Arc::new(AtomicUsize::new(0)),
+            stream_queue: Arc::default(),
         })
     }
 
@@ -155,7 +147,7 @@ impl Session {
             }
             *link = Link::Detached(kept);
             // Written no more: nothing of the old connection is waiting.
-            self.stream_unwritten.store(0, Ordering::SeqCst);
+            self.stream_queue.reset();
             self.generation.fetch_add(1, Ordering::SeqCst) + 1
         };
         let session = self.clone();
@@ -234,13 +226,10 @@ impl Session {
     }
 
     /// A chunk of a streamed run's output, to the attached connection only
-    /// (nothing is kept while none is: the result has the output), and
-    /// left out while more than [`STREAM_QUEUE_BYTES`] wait to be written.
+    /// (nothing is kept while none is: the result has the output); the
+    /// session's streamed runs are held back while the connection is
+    /// behind (docs/protocol.md, `run`).
     fn stream(&self, run_id: &str, stream: OutputStream, offset: u64, chunk: &[u8]) {
-        let unwritten = &self.stream_unwritten;
-        if unwritten.load(Ordering::SeqCst) > STREAM_QUEUE_BYTES {
-            return;
-        }
         let line = frame::notification(
             "run_output",
             json!({
@@ -250,17 +239,20 @@ impl Session {
                 "data_base64": input::encode_base64(chunk),
             }),
         );
-        if let Link::Attached(out) = &*lock(&self.link) {
-            unwritten.fetch_add(line.len(), Ordering::SeqCst);
-            let streamed = Out::Streamed {
-                line,
-                unwritten: unwritten.clone(),
-            };
-            if let Err(e) = out.send(streamed) {
-                if let Out::Streamed { line, .. } = e.0 {
-                    unwritten.fetch_sub(line.len(), Ordering::SeqCst);
-                }
-            }
+        let queue = &self.stream_queue;
+        let Link::Attached(out) = &*lock(&self.link) else {
+            return queue.reset();
+        };
+        if !queue.queue(line.len()) {
+            return;
+        }
+        let bytes = line.len();
+        let streamed = Out::Streamed {
+            line,
+            queue: queue.clone(),
+        };
+        if out.send(streamed).is_err() {
+            queue.written(bytes);
         }
     }
 
@@ -587,11 +579,12 @@ impl Session {
             runs.insert(r.clone(), token.clone());
         }
         // Where each stream ended, as the tap saw it: what the client
-        // compares its chunks with (some are left out for a slow client).
+        // compares its chunks with (some may have been left out).
         let ends = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
         let future = match (&background_id, &run_id) {
             (b, Some(r)) if streamed => {
                 let (session, r, ends) = (Arc::downgrade(self), r.clone(), ends.clone());
+                let valve = self.stream_queue.valve.clone();
                 let tap: OutputTap = Arc::new(move |stream, offset, chunk: &[u8]| {
                     let end = &ends[usize::from(stream == OutputStream::Stderr)];
                     end.store(offset + chunk.len() as u64, Ordering::SeqCst);
@@ -599,7 +592,7 @@ impl Session {
                         session.stream(&r, stream, offset, chunk);
                     }
                 });
-                exec.run_streamed(&spec, Some(&token), b.as_deref(), tap)
+                exec.run_streamed(&spec, Some(&token), b.as_deref(), tap, Some(valve))
             }
             (Some(b), _) => exec.run_as(&spec, Some(&token), b),
             (None, _) => exec.run(&spec, Some(&token)),

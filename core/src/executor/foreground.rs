@@ -23,7 +23,7 @@ use crate::launch::spawn::LaunchedCommand;
 use crate::spec::error::{DshError, Field, FieldName, Result, Scope};
 use crate::spec::request::{OnExpiry, Spec};
 use crate::sys::lock;
-use crate::watch::output::OutputTap;
+use crate::watch::output::{OutputTap, OutputValve};
 use crate::watch::supervise::{supervise, Outcome, StdinSource, Stop, Streams};
 
 use super::background::{background_ending, failed_ending, Reservation};
@@ -108,8 +108,8 @@ pub(super) struct RunStops {
     /// The id a hand-over registers the process as (`run_as`).
     pub background_id: Option<Reservation>,
     /// Shown the output as it arrives, until the run ends or is handed
-    /// over (`run_streamed`).
-    pub tap: Option<OutputTap>,
+    /// over, and what holds the command back meanwhile (`run_streamed`).
+    pub tap: Option<(OutputTap, Option<Arc<OutputValve>>)>,
 }
 
 impl RunStops {
@@ -169,7 +169,10 @@ impl ExecutorInner {
             tap,
         } = stops;
         let streams = self.streams(spec.stdout_max_bytes);
-        lock(&streams).tap = tap;
+        if let Some((tap, valve)) = tap {
+            let mut s = lock(&streams);
+            (s.tap, s.valve) = (Some(tap), valve);
+        }
         let stop = async {
             tokio::select! {
                 _ = RunStops::caller_cancelled(&cancel) => Stop::Cancel,
@@ -206,7 +209,10 @@ impl ExecutorInner {
         let spawned = launch(&spec, host_env, &tag, &self.supervisors)?;
         let read_only_mounts = spawned.read_only_mounts;
         let process = self.new_process(&spec, spec.stdout_max_bytes);
-        lock(&process.shared.streams).tap = stops.tap.clone();
+        if let Some((tap, valve)) = stops.tap.clone() {
+            let mut s = lock(&process.shared.streams);
+            (s.tap, s.valve) = (Some(tap), valve);
+        }
         let (tx, rx) = tokio::sync::oneshot::channel::<Result<RunResult>>();
         let shared = self;
         runtime::handle().spawn(async move {
@@ -251,7 +257,7 @@ impl ExecutorInner {
                 let result = {
                     let mut streams = lock(&process.shared.streams);
                     // The run is over: what comes next is read from the registry.
-                    streams.tap = None;
+                    (streams.tap, streams.valve) = (None, None);
                     let stdout = streams.stdout.hand_over(config.max_output_bytes);
                     let stderr = streams.stderr.hand_over(config.max_output_bytes);
                     RunResult {
@@ -355,12 +361,14 @@ impl Executor {
     /// order per stream, all of it before the run's future resolves (and
     /// nothing after a hand-over). The result is the same as without a
     /// tap: the tap sees every byte, the result keeps what the caps keep.
+    /// While `valve` is shut the output is not read (see [`OutputValve`]).
     pub fn run_streamed(
         &self,
         spec: &Spec,
         cancel: Option<&CancelToken>,
         background_id: Option<&str>,
         tap: OutputTap,
+        valve: Option<Arc<OutputValve>>,
     ) -> RunFuture {
         let reservation = match background_id.map(|id| self.shared().reserve(id)).transpose() {
             Ok(r) => r,
@@ -370,7 +378,7 @@ impl Executor {
                 }
             }
         };
-        self.run_registering(spec, cancel, reservation, Some(tap))
+        self.run_registering(spec, cancel, reservation, Some((tap, valve)))
     }
 
     fn run_registering(
@@ -378,7 +386,7 @@ impl Executor {
         spec: &Spec,
         cancel: Option<&CancelToken>,
         background_id: Option<Reservation>,
-        tap: Option<OutputTap>,
+        tap: Option<(OutputTap, Option<Arc<OutputValve>>)>,
     ) -> RunFuture {
         let active = match self.admit_run(spec, cancel) {
             Ok(a) => a,

@@ -192,6 +192,7 @@ impl ExecutorInner {
                 "stderr",
             ),
             tap: None,
+            valve: None,
         })
     }
 

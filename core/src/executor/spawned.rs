@@ -71,6 +71,7 @@ impl ExecutorInner {
             stdout: buffer(spec.stdout, "stdout"),
             stderr: buffer(spec.stderr, "stderr"),
             tap: None,
+            valve: None,
         })
     }
 }

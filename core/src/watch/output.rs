@@ -3,7 +3,9 @@
 //! never split a UTF-8 character.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use crate::sys::lock;
 
 use crate::watch::spill::{SpillDir, SpillFile};
 
@@ -23,6 +25,44 @@ pub enum OutputStream {
 /// finishes. It is called on the core's thread, so it must return at once
 /// (hand the bytes on, never wait for a reader).
 pub type OutputTap = Arc<dyn Fn(OutputStream, u64, &[u8]) + Send + Sync>;
+
+/// Lets whoever a streamed run's tap hands the output to hold the command
+/// back: while the valve is shut the run's output is not read, so the
+/// command blocks once its pipe is full, as it would writing to a slow
+/// terminal. The timeout and every stop still apply, and a command that
+/// exited or is being stopped is read whatever the valve says. Open until
+/// shut.
+#[derive(Debug, Default)]
+pub struct OutputValve {
+    shut: std::sync::atomic::AtomicBool,
+    opened: tokio::sync::Notify,
+}
+
+impl OutputValve {
+    /// Holds the output back from the next read on.
+    pub fn shut(&self) {
+        self.shut.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Lets it flow again.
+    pub fn open(&self) {
+        self.shut.store(false, std::sync::atomic::Ordering::SeqCst);
+        // A stored permit: a run that checks the valve and then waits
+        // cannot miss this.
+        self.opened.notify_one();
+    }
+
+    pub(crate) fn is_shut(&self) -> bool {
+        self.shut.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub(crate) async fn opened(valve: Option<&OutputValve>) {
+        match valve {
+            Some(v) => v.opened.notified().await,
+            None => std::future::pending().await,
+        }
+    }
+}
 
 /// Where a stream's complete copy stands.
 enum Spill {
@@ -402,6 +442,38 @@ impl StreamBuffer {
         }
         self.read_pos = from + (split + bytes.len()) as u64;
         (String::from_utf8_lossy(&bytes).into_owned(), lossy)
+    }
+}
+
+/// A run's two collected streams, and who else sees them.
+pub(crate) struct Streams {
+    pub stdout: StreamBuffer,
+    pub stderr: StreamBuffer,
+    /// Shown each chunk as it is kept (a streamed run), until taken away.
+    pub tap: Option<OutputTap>,
+    /// Holds the reads back while the tap's reader catches up.
+    pub valve: Option<Arc<OutputValve>>,
+}
+
+/// Keeps a chunk read from `which`, then shows it to the tap, outside the
+/// lock (a reader of the process is never held up by it).
+pub(crate) fn feed(streams: &Mutex<Streams>, which: OutputStream, chunk: &[u8]) {
+    if chunk.is_empty() {
+        // The end of the stream: nothing to keep or show.
+        return;
+    }
+    let tapped = {
+        let mut s = lock(streams);
+        let buffer = match which {
+            OutputStream::Stdout => &mut s.stdout,
+            OutputStream::Stderr => &mut s.stderr,
+        };
+        let offset = buffer.end();
+        buffer.push(chunk);
+        s.tap.clone().map(|tap| (tap, offset))
+    };
+    if let Some((tap, offset)) = tapped {
+        tap(which, offset, chunk);
     }
 }
 

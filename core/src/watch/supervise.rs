@@ -23,7 +23,7 @@ use crate::sys::lock;
 use crate::watch::escalation::Escalation;
 pub(crate) use crate::watch::escalation::{tree, Stop};
 use crate::watch::limit_events::LimitEvents;
-use crate::watch::output::{OutputStream, OutputTap, StreamBuffer};
+use crate::watch::output::{feed, OutputStream, OutputValve};
 use crate::watch::stdin::{PipeWork, StdinEnd, StdinPipe};
 
 const CHUNK: usize = 64 * 1024;
@@ -34,34 +34,7 @@ const LIMIT_TICK: Duration = Duration::from_millis(50);
 /// announcement ever not come.
 const LIMIT_BACKSTOP: Duration = Duration::from_secs(1);
 
-pub(crate) struct Streams {
-    pub stdout: StreamBuffer,
-    pub stderr: StreamBuffer,
-    /// Shown each chunk as it is kept (a streamed run), until taken away.
-    pub tap: Option<OutputTap>,
-}
-
-/// Keeps a chunk read from `which`, then shows it to the tap, outside the
-/// lock (a reader of the process is never held up by it).
-fn feed(streams: &Mutex<Streams>, which: OutputStream, chunk: &[u8]) {
-    if chunk.is_empty() {
-        // The end of the stream: nothing to keep or show.
-        return;
-    }
-    let tapped = {
-        let mut s = lock(streams);
-        let buffer = match which {
-            OutputStream::Stdout => &mut s.stdout,
-            OutputStream::Stderr => &mut s.stderr,
-        };
-        let offset = buffer.end();
-        buffer.push(chunk);
-        s.tap.clone().map(|tap| (tap, offset))
-    };
-    if let Some((tap, offset)) = tapped {
-        tap(which, offset, chunk);
-    }
-}
+pub(crate) use crate::watch::output::Streams;
 
 pub(crate) struct Outcome {
     pub status: ExitStatus,
@@ -477,6 +450,10 @@ async fn supervise_inner(
             live.mark(p);
             marked = true;
         }
+        // A streamed run's reader may hold the output back while the
+        // command runs; never once it exited or is being stopped.
+        let valve = lock(streams).valve.clone();
+        let held = !exited && escalation.stopped().is_none() && valve.as_ref().is_some_and(|v| v.is_shut());
         let event = if let Some(r) = unhandled.take() {
             Event::Report(r)
         } else {
@@ -495,8 +472,9 @@ async fn supervise_inner(
             },
             _ = timer(|| tokio::time::sleep_until(timeout_at.unwrap_or(never))), if timeout_at.is_some() && escalation.stopped().is_none() && !exited => Event::Stop(Stop::Timeout),
             _ = timer(|| tokio::time::sleep_until(escalation.kill_due().unwrap_or(never))), if escalation.kill_due().is_some() => Event::KillNow,
-            r = read_chunk(out.as_ref(), |b| feed(streams, OutputStream::Stdout, b)), if out_open => Event::Stdout(r),
-            r = read_chunk(err.as_ref(), |b| feed(streams, OutputStream::Stderr, b)), if err_open => Event::Stderr(r),
+            r = read_chunk(out.as_ref(), |b| feed(streams, OutputStream::Stdout, b)), if out_open && !held => Event::Stdout(r),
+            r = read_chunk(err.as_ref(), |b| feed(streams, OutputStream::Stderr, b)), if err_open && !held => Event::Stderr(r),
+            _ = OutputValve::opened(valve.as_deref()), if held => Event::Tick,
             r = write_chunk(stdin_fd.as_ref(), &stdin[stdin_pos..]), if stdin_fd.is_some() && pipe.is_none() => Event::Stdin(r),
             w = pump(pipe, stdin_fd.as_ref()), if stdin_fd.is_some() && pipe.is_some() => Event::Pipe(w),
             r = read_report(&report_fd, &mut report), if !exited => Event::Report(r),
