@@ -809,3 +809,52 @@ fn terminal_sessions_over_the_protocol() {
         }
     }
 }
+
+#[test]
+fn a_relay_whose_lingering_server_died_ends_though_its_input_is_open() {
+    let dir = TempDir::new("serve-relay-orphan");
+    let socket = dir.0.join("r.sock");
+    // The relay's stdin stays open (as an idle ssh connection's would).
+    let mut relay = Command::new(env!("CARGO_BIN_EXE_dsh"))
+        .args(["serve", "--stdio", "--linger", "5", "--socket"])
+        .arg(&socket)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let server = loop {
+        if let [pid] = processes_naming(&socket.display().to_string())[..] {
+            break pid;
+        }
+        assert!(start.elapsed() < support::LIMIT, "no lingering server started");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // SAFETY: kill(2) takes integers.
+    unsafe { libc::kill(server, libc::SIGKILL) };
+    let status = wait_bounded(&mut relay, "the relay after its server died");
+    assert!(
+        !status.success(),
+        "the relay said nothing of its server's death: {status}"
+    );
+    // And SIGTERM ends a relay whose input is open.
+    let mut second = Command::new(env!("CARGO_BIN_EXE_dsh"))
+        .args(["serve", "--stdio", "--linger", "5", "--socket"])
+        .arg(&socket)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while processes_naming(&socket.display().to_string()).is_empty() {
+        assert!(start.elapsed() < support::LIMIT, "no lingering server started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: kill(2) takes integers.
+    unsafe { libc::kill(second.id() as i32, libc::SIGTERM) };
+    wait_bounded(&mut second, "the relay after SIGTERM");
+    for pid in processes_naming(&socket.display().to_string()) {
+        // SAFETY: kill(2) takes integers.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+}

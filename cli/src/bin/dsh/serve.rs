@@ -26,7 +26,7 @@ pub fn serve(listen: Listen, interrupt: &Interrupt) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start: {e}"))?;
     let stop = interrupt.token().clone();
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         match listen {
             Listen::Stdio { linger: None, .. } => {
                 let stdin = BufReader::new(tokio::io::stdin());
@@ -52,7 +52,11 @@ pub fn serve(listen: Listen, interrupt: &Interrupt) -> Result<(), String> {
                 listen_unix(&path, stop, hub, exit_when_idle).await
             }
         }
-    })
+    });
+    // Not a drop, which would wait for the blocking read of a stdin that
+    // is still open (a relay whose server died, a signal to a --stdio).
+    runtime.shutdown_background();
+    served
 }
 
 async fn listen_unix(
@@ -182,11 +186,16 @@ async fn relay(socket: &Path, linger: u64, stop: CancelToken) -> Result<(), Stri
             // The client is gone (or done): the server sees the end, and
             // its session lingers.
             let _ = to_server.shutdown().await;
+            Ok(())
         }
-        _ = tokio::io::copy(&mut from_server, &mut stdout) => {}
-        _ = stop.cancelled() => {}
+        // The server never ends a connection first unless it is stopping
+        // or died: the client must hear of it, so this relay ends too.
+        _ = tokio::io::copy(&mut from_server, &mut stdout) => Err(format!(
+            "the lingering server at {} ended the connection (stopped or killed)",
+            socket.display()
+        )),
+        _ = stop.cancelled() => Ok(()),
     }
-    Ok(())
 }
 
 /// Starts `dsh serve --listen unix:SOCKET --linger N` in a session of its
