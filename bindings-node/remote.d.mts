@@ -15,9 +15,28 @@
 // 'CONNECTION_LOST' (with `transport`) for every call pending when the
 // transport ended unasked (ssh killed, the server gone; each process then
 // settles `killed` with `exitStatusUnavailable`) and for every call after;
+// 'ANSWER_LOST' (with `transport`) for a call whose answer was lost with a
+// dropped connection whose session was then resumed (below);
 // 'MESSAGE_TOO_LARGE' for a call past the 48 MiB one protocol message holds
 // (a stdin that large: write it to a stdin pipe instead); 'PROTOCOL_ERROR'
 // for a server error that carries no code of its own.
+//
+// Against a server that keeps sessions (`dsh serve --stdio --linger
+// SECONDS`, docs/remote.md), a transport that ends unasked is started again
+// and the session resumed, retried with a growing pause (100 ms, doubled,
+// at most 2 s) until the server's linger time has passed since the drop;
+// meanwhile calls wait. Then every call the server still answers keeps
+// waiting. Of the others (their answers lost with the connection), a call
+// that only reads is sent again, and so is one that does the same sent
+// twice (kill, closeStdin, forget, the latest reconfigure, dispose); a
+// start or spawnTerminal is looked up by the id this side chose (a start
+// the server never had settles `killed`, the reason on stderr); any other
+// (run, writeStdin, a terminal's write, …) rejects with ANSWER_LOST: it
+// may have taken effect. Each process's output is read on from this
+// side's offsets, so `readOutput()` across a drop returns every byte
+// once. A resume that fails (the linger time passed, the server refused
+// the token, the transport's program cannot be started) loses the
+// connection as above. `transport.reconnect: false` turns this off.
 //
 // Terminal sessions (`spawnTerminal`) have NativeTerminalHandle's members:
 // the output is read by long-poll into what `readOutput()` and `output`
@@ -53,9 +72,47 @@ import type {
  * How to reach `dsh serve`: a program speaking the protocol on its stdin
  * and stdout (`['ssh', 'host', 'dsh', 'serve', '--stdio']`; its stderr is
  * kept for error messages), or the path of a unix socket a `dsh serve
- * --listen unix:PATH` listens on.
+ * --listen unix:PATH` listens on. With either, `reconnect` (default true)
+ * says whether a dropped connection to a server that keeps sessions
+ * (`--linger`) is started again (the program run anew, the socket
+ * connected anew) and its session resumed.
  */
-export type RemoteTransport = { command: string[] } | { socket: string }
+export type RemoteTransport = ({ command: string[] } | { socket: string }) & {
+  /** Start the transport again and resume the session when it drops, while the server keeps it (default true; only against `--linger`). */
+  reconnect?: boolean | undefined
+}
+
+/** A piece of a streamed run's output, as the command wrote it. */
+export interface RemoteOutputChunk {
+  /** Which stream it came from. */
+  stream: 'stdout' | 'stderr'
+  /**
+   * The stream's byte offset of `data[0]`. Chunks of a stream come in
+   * order; one that starts past where the previous ended says that the
+   * bytes between were left out (see {@link RemoteRunOptions.onOutput}).
+   */
+  offset: number
+  /** The bytes, raw: a chunk may end inside a character that the next one finishes. */
+  data: Uint8Array
+}
+
+/** What `RemoteShellExecutor#run` takes beside the spec. */
+export interface RemoteRunOptions {
+  /**
+   * Called with each chunk of the output while the command runs, in order
+   * per stream, all before `run` resolves (none after a hand-over at the
+   * timeout). A caller that reads slower than the command writes holds
+   * the command back once 8 MiB wait to be sent (as a slow terminal
+   * would; its timeout still runs). Chunks may still be left out for a
+   * slow reader (of output that comes after the command exited or while it
+   * is being stopped, past 32 MiB waiting) and while the connection is
+   * down: a chunk's `offset` past where the previous one ended shows it.
+   * The result is the same as without it (capped, the spill file whole).
+   * A throw cancels the run (as its signal would), and `run` rejects with
+   * what was thrown once the run has ended.
+   */
+  onOutput?: ((chunk: RemoteOutputChunk) => void) | undefined
+}
 
 /** What `RemoteShellExecutor.connect()` takes. */
 export interface RemoteConnectOptions {
@@ -69,9 +126,9 @@ export interface RemoteConnectOptions {
   config?: NativeShellExecutorConfig | undefined
 }
 
-/** A remote error: a {@link DshNativeError}, with the transport named when the connection was lost. */
+/** A remote error: a {@link DshNativeError}, with the transport named when the connection (or an answer) was lost. */
 export interface RemoteError extends DshNativeError {
-  /** With `CONNECTION_LOST`: the transport, as `` `ssh host dsh serve --stdio` `` or `unix:PATH`. */
+  /** With `CONNECTION_LOST` and `ANSWER_LOST`: the transport, as `` `ssh host dsh serve --stdio` `` or `unix:PATH`. */
   transport?: string
 }
 
@@ -123,7 +180,8 @@ export declare class RemoteShellProcess {
    * command's stdin; resolves once the server's bounded buffer took every
    * byte, so a command that does not read keeps the promise waiting
    * (back-pressure). Writes are whole and in call order. Rejects with
-   * `STDIN_CLOSED` (and a `reason`) as locally, and with `CONNECTION_LOST`.
+   * `STDIN_CLOSED` (and a `reason`) as locally, with `CONNECTION_LOST`, and
+   * with `ANSWER_LOST` when the connection dropped before it was answered.
    */
   writeStdin(data: string | Uint8Array): Promise<void>
   /**
@@ -212,8 +270,12 @@ export declare class RemoteShellExecutor {
   reconfigure(config: NativeShellExecutorConfig): void
   /** Synchronous, by the server's configuration; adds no key for an absent optional field. */
   resolve<R extends ShellExecRequest>(request: R & NoExtraKeys<R, ShellExecRequest>): ResolvedSpec<R>
-  /** Runs the spec on the server; `spec.signal` aborts it (already aborted: rejects ABORT_ERR, nothing is sent). */
-  run(spec: ShellExecSpec): Promise<ShellRunResult>
+  /**
+   * Runs the spec on the server; `spec.signal` aborts it (already aborted:
+   * rejects ABORT_ERR, nothing is sent); `options.onOutput` sees the output
+   * as it comes.
+   */
+  run(spec: ShellExecSpec, options?: RemoteRunOptions): Promise<ShellRunResult>
   /** Returns at once (a bad spec throws as locally); a start the server refuses settles `killed` with the error on stderr. */
   start(spec: ShellExecSpec): RemoteShellProcess
   /** The process registered as `id`, or undefined. */
@@ -245,7 +307,10 @@ export declare class RemoteShellExecutor {
   /**
    * Disposes the server's executor (every running process is killed and
    * awaited, spill files removed), then ends the transport. Afterwards
-   * `run` and `start` fail with DISPOSED. Idempotent.
+   * `run` and `start` fail with DISPOSED. Idempotent. While a dropped
+   * session is being resumed it waits for the resume (at most the
+   * server's linger time), so the far side's processes are ended rather
+   * than left to linger.
    */
   dispose(): Promise<void>
 }

@@ -16,6 +16,12 @@
 // the `output` stream share, and stops asking while the stream's buffer is
 // full or the server's `max_output_bytes` wait unread here (the server then
 // holds the rest and the program waits, as a local session's does).
+//
+// Against a server that keeps sessions (`--linger`), a transport that drops
+// is started again and the session resumed (Connection#reconnect): calls
+// wait meanwhile, those the server no longer owes are sent again when they
+// only read (READING_METHODS) or fail with ANSWER_LOST, and the mirrors are
+// brought back in line by offset (Session#resumed).
 
 import { spawn } from 'node:child_process'
 import { createRequire } from 'node:module'
@@ -29,6 +35,8 @@ const { version: PACKAGE_VERSION } = require('./package.json')
 
 /** The protocol version this client speaks. */
 const PROTOCOL_VERSION = 1
+/** How this client names itself to the server (for its logs). */
+const CLIENT = { name: 'dsh-native', version: PACKAGE_VERSION }
 /** The largest piece of a stdin write sent in one message (as the local executor hands them to the core). */
 const STDIN_PIECE = 1 << 20
 /** How much of a command transport's stderr is kept for error messages. */
@@ -55,6 +63,27 @@ const WINDOW_SLACK = 3
  * empty timeout, so a silent program costs no traffic.
  */
 const LONG_POLL_MS = 1e30
+/** The pause before the first attempt to resume a dropped session; doubled after each failed one, up to RECONNECT_MAX_MS. */
+const RECONNECT_FIRST_MS = 100
+const RECONNECT_MAX_MS = 2000
+/**
+ * The methods that only read. One whose answer was lost with a dropped
+ * connection is sent again once the session is resumed (asking twice
+ * changes nothing); any other may have taken effect, and fails with
+ * ANSWER_LOST. (`terminal_read` consumes what it returns: not one.)
+ */
+const READING_METHODS = new Set([
+  'resolve',
+  'get',
+  'list',
+  'owner_of',
+  'read_from',
+  'wait',
+  'terminal_get',
+  'terminal_wait',
+  'terminal_inspect_foreground',
+  'terminal_wait_input_waiting',
+])
 
 // ----------------------------------------------------------------- errors
 
@@ -383,15 +412,31 @@ function checkObject(value, field) {
   if (value === null || typeof value !== 'object') throw invalid(field, `must be an object, got ${describe(value)}`)
 }
 
-/** A transport checked, with the words errors name it by. */
+/** run()'s options checked: its `onOutput` callback, or undefined. */
+function checkRunOptions(options) {
+  if (options === undefined) return undefined
+  checkObject(options, 'options')
+  for (const key of Object.keys(options)) {
+    if (key !== 'onOutput') throw invalid(`options.${key}`, 'is not a known field (expected: onOutput)')
+  }
+  const { onOutput } = options
+  if (onOutput !== undefined && typeof onOutput !== 'function') throw invalid('options.onOutput', `must be a function, got ${describe(onOutput)}`)
+  return onOutput
+}
+
+/** A transport checked, with the words errors name it by, and whether a dropped session is resumed (`reconnect`, default true). */
 function checkTransport(transport) {
   const shape = 'must be { command: string[] } (a program talking on its stdin and stdout) or { socket: string } (a unix socket)'
   if (!isObject(transport)) throw invalid('transport', `${shape}, got ${describe(transport)}`)
   for (const key of Object.keys(transport)) {
-    if (key !== 'command' && key !== 'socket') throw invalid(`transport.${key}`, 'is not a known field (expected one of: command, socket)')
+    if (key !== 'command' && key !== 'socket' && key !== 'reconnect') {
+      throw invalid(`transport.${key}`, 'is not a known field (expected one of: command, socket, reconnect)')
+    }
   }
   const { command, socket } = transport
   if ((command === undefined) === (socket === undefined)) throw invalid('transport', `${shape}: exactly one of the two`)
+  const reconnect = transport.reconnect ?? true
+  if (typeof reconnect !== 'boolean') throw invalid('transport.reconnect', `must be a boolean, got ${describe(transport.reconnect)}`)
   if (command !== undefined) {
     if (!Array.isArray(command)) throw invalid('transport.command', `must be an array of strings (the program, then its arguments), got ${describe(command)}`)
     if (command.length === 0) throw invalid('transport.command', 'must name a program (it is empty)')
@@ -399,11 +444,11 @@ function checkTransport(transport) {
       if (typeof arg !== 'string') throw invalid(`transport.command.${i}`, `must be a string, got ${describe(arg)}`)
     })
     if (command[0] === '') throw invalid('transport.command.0', 'must name a program (it is empty)')
-    return { command: [...command], label: `\`${command.join(' ')}\`` }
+    return { command: [...command], label: `\`${command.join(' ')}\``, reconnect }
   }
   if (typeof socket !== 'string') throw invalid('transport.socket', `must be a string (a unix socket's path), got ${describe(socket)}`)
   if (socket === '') throw invalid('transport.socket', "must be a unix socket's path (it is empty)")
-  return { socket, label: `unix:${socket}` }
+  return { socket, label: `unix:${socket}`, reconnect }
 }
 
 /**
@@ -424,129 +469,237 @@ function wellFormed(_key, value) {
 // ------------------------------------------------------------- connection
 
 /**
- * One JSON-RPC connection over a byte stream: requests answered by id,
- * notifications handed on, and one end. When the stream ends unasked,
+ * One start of a transport: a spawned program (its stdin and stdout carry
+ * the protocol, its stderr is handed on for messages) or a connected unix
+ * socket, until it ends. A connection has one at a time; a session resumed
+ * after a drop goes on over a new one.
+ */
+class TransportLink {
+  /** Resolves once the link is up (spawned, or connected); rejects with why when it ended before. */
+  ready
+  #failReady
+  #onEnd
+  #handles = []
+  #over = false
+  #closed
+  #setClosed
+  #write
+  #end
+
+  /** `onData(chunk)`, `onStderr(text)`, and `onEnd(why)` once, however it ended (also before it was up). */
+  constructor(transport, { onData, onStderr, onEnd }) {
+    this.#onEnd = onEnd
+    this.#closed = new Promise((resolve) => (this.#setClosed = resolve))
+    let up
+    let failed
+    this.ready = new Promise((resolve, reject) => {
+      up = resolve
+      failed = reject
+    })
+    // A link that ends before it is up fails `ready` (only then: once up, a rejection changes nothing).
+    this.ready.catch(() => {})
+    this.#failReady = (why) => failed(new Error(why))
+    if (transport.command) this.#spawn(transport.command, up, onData, onStderr)
+    else this.#connect(transport.socket, up, onData)
+  }
+
+  #spawn([program, ...args], up, onData, onStderr) {
+    let child
+    try {
+      child = spawn(program, args, { stdio: ['pipe', 'pipe', 'pipe'] })
+    } catch (err) {
+      // Refused before any process (a NUL byte in an argument); told
+      // after the constructor, as any other end is.
+      queueMicrotask(() => this.#ended(`it could not be started: ${err.message}`))
+      return
+    }
+    let why
+    child.once('spawn', up)
+    child.on('error', (err) => {
+      why ??= `it could not be started: ${err.message}`
+      // A spawn failure may emit no close: end here.
+      if (child.pid === undefined) this.#ended(why)
+    })
+    // 'close' waits for its stdout to close too, which a process it left
+    // behind may hold: an exit, or an output that ended, is the end soon
+    // after (what was already written is read meanwhile).
+    const endSoon = (what) => {
+      const timer = setTimeout(() => {
+        why ??= what
+        this.#ended(why)
+        child.kill('SIGKILL')
+      }, LINGER_MS)
+      timer.unref()
+    }
+    child.on('exit', (code, signal) => {
+      why ??= signal ? `it was killed by ${signal}` : `it exited with status ${code}`
+      endSoon(why)
+    })
+    child.stdout.on('end', () => endSoon('it closed its stdout'))
+    child.stdin.on('error', () => {
+      // EPIPE: the server is gone, which its close reports.
+    })
+    child.stdout.on('data', (chunk) => {
+      if (!this.#over) onData(chunk)
+    })
+    child.stderr.setEncoding('utf8')
+    child.stderr.on('data', onStderr)
+    child.on('close', (code, signal) => {
+      why ??= signal ? `it was killed by ${signal}` : `it exited with status ${code}`
+      this.#ended(why)
+    })
+    this.#write = (line) => child.stdin.write(line)
+    this.#end = () => {
+      child.stdin.end()
+      this.#killAfter(CLOSE_LIMIT_MS)
+    }
+    this.#handles = [child, child.stdin, child.stdout, child.stderr]
+  }
+
+  #connect(path, up, onData) {
+    const socket = net.connect({ path })
+    let why
+    socket.once('connect', up)
+    socket.on('error', (err) => {
+      why ??= err.message
+    })
+    socket.on('data', (chunk) => {
+      if (!this.#over) onData(chunk)
+    })
+    socket.on('close', () => this.#ended(why ?? 'the server closed it'))
+    this.#write = (line) => socket.write(line)
+    this.#end = () => {
+      socket.end()
+      this.#killAfter(CLOSE_LIMIT_MS)
+    }
+    this.#handles = [socket]
+  }
+
+  write(line) {
+    if (!this.#over) this.#write(line)
+  }
+
+  /** Ends the far side's input (the server then ends or keeps the session), and the link once it closes (at most CLOSE_LIMIT_MS later). */
+  end() {
+    if (this.#over) return
+    this.#end()
+  }
+
+  /** Ends the link now, for `why`: nothing more is read or written, and a program is killed. */
+  destroy(why = 'this client ended it') {
+    this.#ended(why)
+    for (const h of this.#handles) h.destroy?.()
+    this.#handles[0]?.kill?.('SIGKILL')
+  }
+
+  /** Whether the link keeps the event loop alive. */
+  setRef(ref) {
+    for (const h of this.#handles) (ref ? h.ref : h.unref)?.call(h)
+  }
+
+  #killAfter(ms) {
+    const timer = setTimeout(() => this.destroy(`it did not close within ${ms} ms`), ms)
+    timer.unref()
+    this.#closed.then(() => clearTimeout(timer))
+  }
+
+  #ended(why) {
+    if (this.#over) return
+    this.#over = true
+    this.#failReady(why)
+    this.#setClosed()
+    this.#onEnd(why)
+  }
+}
+
+/**
+ * One JSON-RPC session over a transport: requests answered by id,
+ * notifications handed on, and one end. When the transport ends unasked,
  * every pending call fails with CONNECTION_LOST naming the transport and,
- * for a command, the tail of its stderr.
+ * for a command, the tail of its stderr, unless the session may be
+ * resumed (`resumeWith`): the transport is then started again and the
+ * session taken over (`initialize {resume}`), while calls wait.
  */
 class Connection {
   /** The transport's words, for errors. */
   label
-  /** Set once the stream ended: the reason, for every later call. */
+  /** Set once the connection is over: the reason, for every later call. */
   lostReason
   onNotification = () => {}
   onLost = () => {}
+  /** The session was resumed over a new link: what the mirrors missed is asked for again. */
+  onResumed = () => {}
+  #transport
+  /** The transport as now started; undefined between a drop and the next attempt. */
+  #link
+  /** id → the call awaiting its answer: `{ method, line, sent, resolve, reject }`. */
   #pending = new Map()
+  /** Messages made while reconnecting, written in order once the session is resumed. */
+  #unsent = []
   #nextId = 0
-  #write
-  #end
-  #handles
   #holds = 0
   #chunks = []
   #stderr = ''
+  #opening = true
   #closing = false
   #closed
   #setClosed
+  /** What resumes the session (`{ token, lingerMs }`), when it may be resumed. */
+  #resume
+  /**
+   * While the transport is started again: why it dropped (`drop`), the
+   * `deadline`, the `pause` between attempts and the attempt's time `limit`
+   * (timers), whether the limit cut the attempt short, what ends the pause
+   * early (`wake`), and the attempt's `initialize {resume}` call while it
+   * waits for its answer (`resumeCall`, `{ id, resolve, reject }`: not a
+   * pending call, which would keep the event loop alive by itself).
+   */
+  #reconnecting
 
   /** Opens `transport`; resolves once the stream is up (spawned, or connected). */
-  static open(transport) {
+  static async open(transport) {
     const conn = new Connection(transport)
-    return conn.#ready.then(() => conn)
+    const link = conn.#startLink()
+    try {
+      await link.ready
+    } catch {
+      // The link's end made the connection lost, with why.
+      throw conn.lostError()
+    }
+    conn.#opening = false
+    conn.#updateRef()
+    return conn
   }
 
-  #ready
-  #opening = true
   constructor(transport) {
+    this.#transport = transport
     this.label = transport.label
-    this.#handles = []
     this.#closed = new Promise((resolve) => (this.#setClosed = resolve))
-    let readyResolve
-    let readyReject
-    this.#ready = new Promise((resolve, reject) => {
-      readyResolve = resolve
-      readyReject = reject
-    })
-    // A stream that ends before it is up fails the open itself.
-    this.onLost = (err) => readyReject(err)
-    this.#ready.then(
-      () => {
-        this.#opening = false
-        this.#updateRef()
-      },
-      () => {},
-    )
-    if (transport.command) {
-      const [program, ...args] = transport.command
-      let child
-      try {
-        child = spawn(program, args, { stdio: ['pipe', 'pipe', 'pipe'] })
-      } catch (err) {
-        // Refused before any process (a NUL byte in an argument).
-        this.#ended(`it could not be started: ${err.message}`)
-        return
-      }
-      let why
-      child.once('spawn', readyResolve)
-      child.on('error', (err) => {
-        why ??= `it could not be started: ${err.message}`
-        // A spawn failure may emit no close: end here.
-        if (child.pid === undefined) this.#ended(why)
-      })
-      // 'close' waits for its stdout to close too, which a process it left
-      // behind may hold: an exit, or an output that ended, is the end soon
-      // after (what was already written is read meanwhile).
-      const endSoon = (what) => {
-        const timer = setTimeout(() => {
-          why ??= what
-          this.#ended(why)
-          child.kill('SIGKILL')
-        }, LINGER_MS)
-        timer.unref()
-      }
-      child.on('exit', (code, signal) => {
-        why ??= signal ? `it was killed by ${signal}` : `it exited with status ${code}`
-        endSoon(why)
-      })
-      child.stdout.on('end', () => endSoon('it closed its stdout'))
-      child.stdin.on('error', () => {
-        // EPIPE: the server is gone, which its close reports.
-      })
-      child.stdout.on('data', (chunk) => this.#data(chunk))
-      child.stderr.setEncoding('utf8')
-      child.stderr.on('data', (text) => {
+  }
+
+  /** A new link of the transport, the connection's from now on. */
+  #startLink() {
+    const link = new TransportLink(this.#transport, {
+      onData: (chunk) => this.#data(chunk),
+      onStderr: (text) => {
         this.#stderr = (this.#stderr + text).slice(-STDERR_TAIL)
-      })
-      child.on('close', (code, signal) => {
-        why ??= signal ? `it was killed by ${signal}` : `it exited with status ${code}`
-        this.#ended(why)
-      })
-      this.#write = (line) => child.stdin.write(line)
-      this.#end = () => {
-        child.stdin.end()
-        const timer = setTimeout(() => child.kill('SIGKILL'), CLOSE_LIMIT_MS)
-        timer.unref()
-        this.#closed.then(() => clearTimeout(timer))
-      }
-      this.#handles = [child, child.stdin, child.stdout, child.stderr]
-    } else {
-      const socket = net.connect({ path: transport.socket })
-      let why
-      socket.once('connect', readyResolve)
-      socket.on('error', (err) => {
-        why ??= err.message
-      })
-      socket.on('data', (chunk) => this.#data(chunk))
-      socket.on('close', () => this.#ended(why ?? 'the server closed it'))
-      this.#write = (line) => socket.write(line)
-      this.#end = () => {
-        socket.end()
-        const timer = setTimeout(() => socket.destroy(), CLOSE_LIMIT_MS)
-        timer.unref()
-        this.#closed.then(() => clearTimeout(timer))
-      }
-      this.#handles = [socket]
-    }
+      },
+      onEnd: (why) => {
+        if (this.#link === link) this.#linkEnded(why)
+      },
+    })
+    this.#link = link
     this.#updateRef()
+    return link
+  }
+
+  /**
+   * From now on a transport that ends unasked is started again and the
+   * session resumed (`session`: initialize's answer's), until its linger
+   * time has passed.
+   */
+  resumeWith(session) {
+    this.#resume = { token: session.token, lingerMs: session.linger_ms }
   }
 
   /** Keeps the event loop alive while `n` more things wait on the server (negative: fewer). */
@@ -558,9 +711,14 @@ class Connection {
 
   #updateRef() {
     // Like a local executor: an idle connection does not keep Node running;
-    // opening it, a call in flight or a running process does.
+    // opening it, a call in flight or a running process does, also while
+    // it is being resumed.
     const ref = this.lostReason === undefined && (this.#opening || this.#closing || this.#holds > 0 || this.#pending.size > 0)
-    for (const h of this.#handles) (ref ? h.ref : h.unref)?.call(h)
+    this.#link?.setRef(ref)
+    const r = this.#reconnecting
+    for (const timer of [r?.pause, r?.limit]) {
+      if (timer !== undefined) (ref ? timer.ref : timer.unref).call(timer)
+    }
   }
 
   /** A request; resolves with its result, rejects with the server's error as the local face makes it. */
@@ -590,11 +748,12 @@ class Connection {
         `dsh-native/remote: the ${method} call is ${Buffer.byteLength(line)} bytes as a protocol message, more than the ${MAX_MESSAGE_BYTES} one message may hold (a stdin that large can be written to a stdin pipe instead)`,
       )
     }
-    // Written before send() returns, so calls reach the server in call order.
+    // Written before send() returns (or queued in order while reconnecting),
+    // so calls reach the server in call order.
     return () => {
       if (this.lostReason !== undefined) return Promise.reject(this.lostError())
       return new Promise((resolve, reject) => {
-        this.#pending.set(id, { resolve, reject })
+        this.#pending.set(id, { method, line, sent: this.#reconnecting === undefined, resolve, reject })
         this.#updateRef()
         this.#write(line)
       })
@@ -607,6 +766,11 @@ class Connection {
     this.#write(`${JSON.stringify({ jsonrpc: '2.0', method, params }, wellFormed)}\n`)
   }
 
+  #write(line) {
+    if (this.#reconnecting !== undefined) this.#unsent.push(line)
+    else this.#link.write(line)
+  }
+
   /** A fresh CONNECTION_LOST error (each caller gets its own stack). */
   lostError() {
     const tail = this.#stderr.trim()
@@ -614,11 +778,29 @@ class Connection {
     return coded('CONNECTION_LOST', `dsh-native/remote: the connection to ${this.label} was lost: ${this.lostReason}${stderr}`, { transport: this.label })
   }
 
-  /** Ends the stream (the server then disposes what it still has) and resolves once it is closed. */
+  /** The error of a call whose answer was lost with a dropped connection, the session resumed since. */
+  #answerLost(method, drop) {
+    return coded(
+      'ANSWER_LOST',
+      `dsh-native/remote: the connection to ${this.label} dropped (${drop}) before the answer to ${method} came; the session was resumed, but the call may have taken effect`,
+      { transport: this.label },
+    )
+  }
+
+  /**
+   * Ends the stream (the server then disposes what it still has) and
+   * resolves once it is closed. While reconnecting, the reconnection stops:
+   * the server's session then ends with its linger time.
+   */
   close() {
     this.#closing = true
     this.#updateRef()
-    if (this.lostReason === undefined) this.#end()
+    if (this.#reconnecting !== undefined) {
+      this.#reconnecting.wake()
+      this.#link?.destroy()
+    } else if (this.lostReason === undefined) {
+      this.#link.end()
+    }
     return this.#closed
   }
 
@@ -658,31 +840,182 @@ class Connection {
       }
       return
     }
-    const pending = this.#pending.get(message.id)
+    const resume = this.#reconnecting?.resumeCall
+    const pending = resume?.id === message.id ? resume : this.#pending.get(message.id)
     if (pending === undefined) {
       // An answer to no request of ours: the server could not read one
       // (id null), so a call would wait forever. Nothing can be trusted now.
       const what = message.error ? `the error ${JSON.stringify(message.error)}` : `an answer to request ${JSON.stringify(message.id)}, which this client never sent`
       return this.#broken(`the server sent ${what}`)
     }
-    this.#pending.delete(message.id)
+    if (pending === resume) this.#reconnecting.resumeCall = undefined
+    else this.#pending.delete(message.id)
     this.#updateRef()
     if (message.error !== undefined) pending.reject(fromRpcError(message.error))
     else pending.resolve(message.result)
   }
 
-  /** The server broke the protocol: the stream is ended and treated as lost. */
+  /** The server broke the protocol: the stream is ended and treated as lost (a resume would not mend it). */
   #broken(why) {
+    const link = this.#link
     this.#ended(`${why}; the connection was closed`)
-    for (const h of this.#handles) h.destroy?.()
-    this.#handles[0]?.kill?.('SIGKILL')
+    link?.destroy()
+  }
+
+  /** The link ended: the connection is over, or the session is resumed over a new one. */
+  #linkEnded(why) {
+    this.#link = undefined
+    // A line cut short by the end is no message.
+    this.#chunks = []
+    const r = this.#reconnecting
+    if (r !== undefined) {
+      // An attempt's link: the attempt fails (its resume call gets no answer).
+      const resume = r.resumeCall
+      r.resumeCall = undefined
+      resume?.reject(new Error(why))
+      return
+    }
+    // Resumable once initialize gave a token (resumeWith), unless closing.
+    if (this.#closing || this.#resume === undefined) this.#ended(why)
+    else this.#reconnect(why)
+  }
+
+  /**
+   * Starts the transport again and resumes the session, after a pause of
+   * RECONNECT_FIRST_MS doubled after each failed attempt up to
+   * RECONNECT_MAX_MS, until the session's linger time has passed since the
+   * drop (the server has disposed it then). Meanwhile calls wait. Gives up
+   * at once when the transport's program cannot be started or the server
+   * refuses the token; the connection is then lost as a transport without
+   * a session is.
+   */
+  async #reconnect(drop) {
+    const { lingerMs } = this.#resume
+    const r = { drop, deadline: performance.now() + lingerMs, pause: undefined, limit: undefined, cutShort: false, wake: () => {}, resumeCall: undefined }
+    this.#reconnecting = r
+    let delay = RECONNECT_FIRST_MS
+    // Why the last attempt failed; one the deadline cut short says less
+    // than the one before it.
+    let failure
+    let final = false
+    while (!this.#closing && this.lostReason === undefined) {
+      const wait = Math.min(delay, r.deadline - performance.now())
+      if (wait <= 0) break
+      await new Promise((resolve) => {
+        r.wake = resolve
+        r.pause = setTimeout(resolve, wait)
+        this.#updateRef()
+      })
+      clearTimeout(r.pause)
+      r.pause = undefined
+      if (this.#closing || this.lostReason !== undefined) break
+      try {
+        await this.#attempt(r)
+        return
+      } catch (err) {
+        if (failure === undefined || !r.cutShort) failure = err.message
+        final = err.final === true
+        if (final) break
+      }
+      delay = Math.min(delay * 2, RECONNECT_MAX_MS)
+    }
+    this.#reconnecting = undefined
+    this.#ended(
+      final
+        ? `${drop}, and the session could not be resumed: ${failure}`
+        : `${drop}, and the session could not be resumed within its ${lingerMs} ms linger time (the last attempt: ${failure ?? 'none was made'})`,
+    )
+  }
+
+  /** One attempt: a new link, and `initialize {resume}` over it; resolves once the session is resumed. */
+  async #attempt(r) {
+    const link = this.#startLink()
+    // An attempt that hangs (an ssh that never connects) ends at the deadline.
+    r.cutShort = false
+    r.limit = setTimeout(() => {
+      r.cutShort = true
+      link.destroy('it had not resumed the session when the linger time ran out')
+    }, Math.max(0, r.deadline - performance.now()))
+    this.#updateRef()
+    try {
+      try {
+        await link.ready
+      } catch (err) {
+        // A program that cannot be started will not be the next time; a
+        // socket nobody listens at may be listened at again (a forwarder
+        // restarted): this client cannot tell that from a dead server.
+        if (this.#transport.command) err.final = true
+        throw err
+      }
+      await new Promise((resolve, reject) => {
+        const id = ++this.#nextId
+        const params = { protocol_version: PROTOCOL_VERSION, resume: this.#resume.token, client: CLIENT }
+        const line = `${JSON.stringify({ jsonrpc: '2.0', id, method: 'initialize', params })}\n`
+        // The answer is taken as it arrives, before the answers kept for
+        // the session that follow it in the same read.
+        const resumed = (welcome) => {
+          this.#resumed(welcome)
+          resolve()
+        }
+        const refused = (err) => {
+          // INVALID_ARGUMENT: the token is refused (the linger time passed,
+          // or this is another server). Otherwise (the session is still
+          // attached to the connection that dropped, which the server has
+          // not seen end yet) the next attempt may succeed.
+          if (err.code === 'INVALID_ARGUMENT') err.final = true
+          reject(err)
+        }
+        r.resumeCall = { id, resolve: resumed, reject: refused }
+        link.write(line)
+      })
+    } catch (err) {
+      if (this.#link === link) this.#link = undefined
+      link.destroy()
+      throw err
+    } finally {
+      clearTimeout(r.limit)
+      r.limit = undefined
+    }
+  }
+
+  /**
+   * The session was resumed: every call the server will still answer (its
+   * `pending`) keeps waiting; one it will not was never received or
+   * answered on the link that dropped: a reading call is sent again, any
+   * other fails with ANSWER_LOST. Then what was made meanwhile is sent.
+   */
+  #resumed(welcome) {
+    const r = this.#reconnecting
+    this.#reconnecting = undefined
+    const owed = new Set(welcome.session?.pending ?? [])
+    const lost = []
+    for (const [id, call] of this.#pending) {
+      if (!call.sent || owed.has(id)) continue
+      if (READING_METHODS.has(call.method)) {
+        this.#link.write(call.line)
+      } else {
+        this.#pending.delete(id)
+        lost.push(call)
+      }
+    }
+    for (const line of this.#unsent.splice(0)) this.#link.write(line)
+    for (const call of this.#pending.values()) call.sent = true
+    this.#updateRef()
+    for (const call of lost) call.reject(this.#answerLost(call.method, r.drop))
+    this.onResumed(welcome.session)
   }
 
   #ended(why) {
     if (this.lostReason !== undefined) return
     this.lostReason = this.#closing ? 'it was closed' : why
+    this.#link = undefined
+    // A reconnection under way stops: its pause ends, its attempt fails.
+    const r = this.#reconnecting
+    r?.wake()
+    r?.resumeCall?.reject(this.lostError())
     const pending = [...this.#pending.values()]
     this.#pending.clear()
+    this.#unsent = []
     for (const p of pending) p.reject(this.lostError())
     this.#holds = 0
     this.#updateRef()
@@ -834,6 +1167,10 @@ class Session {
   listeners = new Set()
   /** Runs in flight, which dispose waits for. */
   runs = new Set()
+  /** run_id → what takes the `run_output` chunks of a streamed run. */
+  outputSinks = new Map()
+  /** How many reconfigure calls were made: one whose answer was lost is sent again only while it is the latest. */
+  reconfigures = 0
   /** id → TerminalMirror: the terminal sessions this client spawned. */
   terms = new Map()
   nextId = 0
@@ -852,6 +1189,7 @@ class Session {
     this.window = this.measureWindow()
     conn.onNotification = (method, params) => this.notification(method, params)
     conn.onLost = () => this.lost()
+    conn.onResumed = () => this.resumed()
   }
 
   /** The resolver's maxOutputBytes: a request without stdoutMaxBytes gets exactly it. */
@@ -874,9 +1212,15 @@ class Session {
     return id
   }
 
-  /** A call whose answer nobody waits for; its failure changes nothing here. */
+  /**
+   * A call whose answer nobody waits for; its failure changes nothing here.
+   * Each such call (kill, close_stdin, forget) does the same sent twice, so
+   * one whose answer was lost with a dropped connection is sent again.
+   */
   fire(method, params) {
-    this.conn.call(method, params).catch(() => {})
+    this.conn.call(method, params).catch((err) => {
+      if (err.code === 'ANSWER_LOST') this.fire(method, params)
+    })
   }
 
   notification(method, params) {
@@ -893,14 +1237,54 @@ class Session {
       const p = params.process
       const m = this.find(p?.id)
       if (m === undefined || m.settled) return
-      // As the core settles one: room is made before it counts as
-      // settled (so the oldest other settled one goes, not it), then
-      // again after.
-      this.retire(1)
-      this.settle(m, p)
-      this.retire(0)
-      this.pumpBoth(m)
-      this.finish(m)
+      this.settledThere(m, p)
+    } else if (method === 'run_output') {
+      this.outputSinks.get(params.run_id)?.(params)
+    }
+  }
+
+  /** The server says `m` settled (`p`, its snapshot): as its task_done. */
+  settledThere(m, p) {
+    // As the core settles one: room is made before it counts as settled
+    // (so the oldest other settled one goes, not it), then again after.
+    this.retire(1)
+    this.settle(m, p)
+    this.retire(0)
+    this.pumpBoth(m)
+    this.finish(m)
+  }
+
+  /**
+   * The session was resumed over a new connection. What the server had
+   * to say meanwhile (answers, task_done, terminal_exit) came right after
+   * the resume; `output` notifications were not kept: each running
+   * process's ends are asked for (`get`), and its output read on from the
+   * mirror's own offsets, so every byte arrives once. A process the server
+   * does not have was never started there (its start was lost with the
+   * connection). Each terminal's exit facts are asked for too.
+   */
+  resumed() {
+    const warn = (err) => {
+      if (err.code !== 'CONNECTION_LOST') process.emitWarning(err, 'DshRemoteWarning')
+    }
+    for (const m of this.procs.values()) {
+      if (m.settled || m.discarded) continue
+      this.conn.call('get', { id: m.id }).then(({ process: p }) => {
+        if (m.discarded || m.settled) return
+        if (p == null) {
+          this.refused(m, new Error(`the connection to ${this.conn.label} dropped before the server had this start: it has no process of this id`))
+          return
+        }
+        const { stdout, stderr } = m.streams
+        stdout.known = Math.max(stdout.known, p.output.stdout_end)
+        stderr.known = Math.max(stderr.known, p.output.stderr_end)
+        if (p.settled) this.settledThere(m, p)
+        else this.pumpBoth(m)
+      }, warn)
+    }
+    for (const t of this.terms.values()) {
+      if (!t.spawned || t.exited) continue
+      this.conn.call('terminal_get', { id: t.id }).then(({ terminal }) => t.apply(terminal), warn)
     }
   }
 
@@ -1266,9 +1650,17 @@ class TerminalMirror {
       },
       (err) => {
         this.reading = false
-        // A lost connection ends the output itself (Session#lost); anything
-        // else would fail again on every ask: the output ends here.
+        // A lost connection ends the output itself (Session#lost).
         if (err.code === 'CONNECTION_LOST') return
+        if (err.code === 'ANSWER_LOST') {
+          // What that read took from the server was lost with the
+          // connection (a terminal's output has no offsets to read again
+          // from): said, and reading goes on.
+          process.emitWarning(`dsh-native/remote: output of terminal ${this.id} may be missing: ${err.message}`, 'DshRemoteWarning')
+          this.pump()
+          return
+        }
+        // Anything else would fail again on every ask: the output ends here.
         process.emitWarning(err, 'DshRemoteWarning')
         this.endOutput()
       },
@@ -1651,12 +2043,15 @@ export class RemoteShellExecutor {
         protocol_version: PROTOCOL_VERSION,
         config: wireConfig(config),
         output_notifications: true,
-        client: { name: 'dsh-native', version: PACKAGE_VERSION },
+        client: CLIENT,
       })
     } catch (err) {
       await conn.close()
       throw err
     }
+    // A server that keeps sessions (`--linger`) gave a token: a dropped
+    // transport is then started again and the session resumed.
+    if (transport.reconnect && typeof init.session?.token === 'string') conn.resumeWith(init.session)
     return new RemoteShellExecutor(CONNECT, conn, init)
   }
 
@@ -1699,15 +2094,22 @@ export class RemoteShellExecutor {
     if (isObject(config) && typeof config.retainSettled === 'number') s.retain = config.retainSettled
     const wire = wireConfig(config)
     if (wire.cwd !== undefined) wire.cwd = local.cwd
-    s.conn.call('reconfigure', { config: wire }).then(
-      (answer) => {
-        s.effective = answer.config
-        s.retain = answer.config.retain_settled
-      },
-      (err) => {
-        if (err.code !== 'CONNECTION_LOST' && err.code !== 'DISPOSED') process.emitWarning(err, 'DshRemoteWarning')
-      },
-    )
+    const nth = ++s.reconfigures
+    const send = () =>
+      s.conn.call('reconfigure', { config: wire }).then(
+        (answer) => {
+          s.effective = answer.config
+          s.retain = answer.config.retain_settled
+        },
+        (err) => {
+          // Its answer was lost with a dropped connection: a whole
+          // configuration, so sending it again is sending it once, unless
+          // a later one was sent since (that one is then in force).
+          if (err.code === 'ANSWER_LOST' && nth === s.reconfigures) return send()
+          if (err.code !== 'CONNECTION_LOST' && err.code !== 'DISPOSED' && err.code !== 'ANSWER_LOST') process.emitWarning(err, 'DshRemoteWarning')
+        },
+      )
+    send()
   }
 
   resolve(request) {
@@ -1722,10 +2124,11 @@ export class RemoteShellExecutor {
     return s.resolver.resolve(request)
   }
 
-  async run(spec) {
+  async run(spec, options) {
     const s = this.#s
     checkObject(spec, 'spec')
     const signal = checkSignal(spec.signal, 'spec.signal')
+    const onOutput = checkRunOptions(options)
     // The local resolver judges the spec by the core's rules and runs
     // nothing: the error a bad spec (or an aborted signal) gets is the
     // local face's own.
@@ -1750,37 +2153,58 @@ export class RemoteShellExecutor {
       s.pending.set(handOver.id, handOver)
       params.background_id = handOver.id
     }
-    const onAbort = () => s.conn.notify('cancel', { run_id: runId })
+    const cancel = () => s.conn.notify('cancel', { run_id: runId })
+    // What onOutput threw: the run is cancelled, and rejects with it once
+    // its answer came (the callback's failure is the caller's, never the
+    // connection's).
+    let outputFailure
+    if (onOutput) {
+      params.stream = true
+      s.outputSinks.set(runId, (chunk) => {
+        if (outputFailure) return
+        try {
+          onOutput({ stream: chunk.stream, offset: chunk.offset, data: Buffer.from(chunk.data_base64, 'base64') })
+        } catch (error) {
+          outputFailure = { error }
+          cancel()
+        }
+      })
+    }
     const running = s.conn.call('run', params)
     if (signal) {
-      if (signal.aborted) onAbort()
-      else signal.addEventListener('abort', onAbort, { once: true })
+      if (signal.aborted) cancel()
+      else signal.addEventListener('abort', cancel, { once: true })
     }
     const whole = (async () => {
       let result
       try {
         result = runResult((await running).result)
       } catch (err) {
-        if (handOver) this.#drop(handOver)
+        // Its answer lost with a dropped connection, the run may have been
+        // handed over before: the process is then kept, known by its id.
+        const handedOver = handOver && err.code === 'ANSWER_LOST' && (await s.conn.call('get', { id: handOver.id }).catch(() => undefined))?.process
+        if (handedOver) await s.adopt(handOver)
+        else if (handOver) this.#drop(handOver)
         throw err
       } finally {
-        signal?.removeEventListener('abort', onAbort)
+        signal?.removeEventListener('abort', cancel)
+        s.outputSinks.delete(runId)
       }
       if (handOver && result.backgroundId === handOver.id) {
         await s.adopt(handOver)
-        if (signal) {
-          // Handed over: from now on the signal kills the process, as for start().
-          const task = handOver.handle
-          if (signal.aborted) task.kill()
-          else if (!handOver.final) {
-            const onKill = () => task.kill()
-            signal.addEventListener('abort', onKill, { once: true })
-            task.done.then(() => signal.removeEventListener('abort', onKill))
-          }
+        // Handed over: from now on the signal kills the process, as for
+        // start(); a failed onOutput asked for its end already.
+        const task = handOver.handle
+        if (signal?.aborted || outputFailure) task.kill()
+        else if (signal && !handOver.final) {
+          const onKill = () => task.kill()
+          signal.addEventListener('abort', onKill, { once: true })
+          task.done.then(() => signal.removeEventListener('abort', onKill))
         }
       } else if (handOver) {
         this.#drop(handOver)
       }
+      if (outputFailure) throw outputFailure.error
       return result
     })()
     s.runs.add(whole)
@@ -1817,7 +2241,9 @@ export class RemoteShellExecutor {
     m.adopted = true
     s.procs.set(m.id, m)
     send().catch((err) => {
-      if (err.code !== 'CONNECTION_LOST') s.refused(m, err)
+      // A lost connection settles every process itself; a start whose
+      // answer was lost is looked up once the session is resumed (Session#resumed).
+      if (err.code !== 'CONNECTION_LOST' && err.code !== 'ANSWER_LOST') s.refused(m, err)
     })
     if (signal) {
       const onAbort = () => m.handle.kill()
@@ -1910,7 +2336,14 @@ export class RemoteShellExecutor {
     s.terms.set(id, m)
     let answer
     try {
-      answer = await send()
+      answer = await send().catch(async (err) => {
+        // Its answer lost with a dropped connection: the session may have
+        // been made; it is looked up by the id chosen here.
+        if (err.code !== 'ANSWER_LOST') throw err
+        const found = await s.conn.call('terminal_get', { id }).catch(() => undefined)
+        if (found === undefined) throw err
+        return found
+      })
     } catch (err) {
       s.terms.delete(id)
       m.abandon()
@@ -1967,7 +2400,13 @@ export class RemoteShellExecutor {
     const local = s.resolver.dispose()
     if (s.conn.lostReason === undefined) {
       try {
-        await s.conn.call('dispose', {})
+        await s.conn.call('dispose', {}).catch((err) => {
+          // Its answer lost with a dropped connection, the session resumed
+          // since: the server never had it (a disposal refuses the token
+          // at once), so it is sent again.
+          if (err.code === 'ANSWER_LOST') return s.conn.call('dispose', {})
+          throw err
+        })
         // The disposal settled what still ran without telling (its
         // completions are not delivered): the registry says how each ended.
         const { processes } = await s.conn.call('list', {})

@@ -210,6 +210,87 @@ test('run: results, errors and the abort are the local executor\'s', { ...T, ...
   assert.deepEqual(ex.list(), [])
 })
 
+/** The chunks of `stream` that onOutput saw, each starting where the previous ended, joined. */
+function streamed(chunks, stream) {
+  const mine = chunks.filter((c) => c.stream === stream)
+  let at = 0
+  for (const c of mine) {
+    assert.ok(c.data instanceof Uint8Array)
+    assert.equal(c.offset, at, `a ${stream} chunk at ${c.offset}, where ${at} was expected`)
+    at += c.data.length
+  }
+  return Buffer.concat(mine.map((c) => c.data))
+}
+
+/** A run result with its spill files' contents in place of their paths (which differ from run to run). */
+function spilled(result) {
+  const out = structuredClone(result)
+  for (const s of ['stdout', 'stderr']) if (out[s].spillPath !== undefined) out[s].spillPath = fs.readFileSync(out[s].spillPath, 'utf8')
+  return out
+}
+
+test('run with onOutput: every byte in order, raw, as the command wrote it (past 1 MiB, not UTF-8); the result is the same as without', { ...T, ...skipNoBin }, async () => {
+  const ex = await connect()
+  const dir = tmpdir()
+  const data = path.join(dir, 'data')
+  const bytes = Buffer.alloc(1_500_000)
+  for (let i = 0; i < bytes.length; i++) bytes[i] = (i * 7 + (i >> 9)) & 0xff
+  fs.writeFileSync(data, bytes)
+  // € (E2 82 AC) written in two pieces: a chunk may end inside a character.
+  const request = { command: `cat ${data}; printf '\\342\\202' >&2; sleep 0.1; printf '\\254 err' >&2; exit 4` }
+  const chunks = []
+  const r = await ex.run(ex.resolve(request), { onOutput: (c) => chunks.push(c) })
+  assert.ok(streamed(chunks, 'stdout').equals(bytes), 'stdout as written')
+  assert.ok(chunks.filter((c) => c.stream === 'stdout').length > 1, 'in several chunks')
+  assert.deepEqual(streamed(chunks, 'stderr'), Buffer.from('€ err'))
+  assert.deepEqual(chunks.find((c) => c.stream === 'stderr').data, Buffer.from([0xe2, 0x82]))
+  assert.equal(r.exitCode, 4)
+  assert.deepEqual(spilled(r), spilled(await ex.run(ex.resolve(request))))
+})
+
+test('run with onOutput: the first chunk comes while the command runs, and the signal aborts it', { ...T, ...skipNoBin }, async () => {
+  const ex = await connect()
+  const pidFile = path.join(tmpdir(), 'pid')
+  const ac = new AbortController()
+  let first
+  const seen = new Promise((resolve) => (first = resolve))
+  const running = ex.run(ex.resolve({ command: `echo $$ > ${pidFile}; echo up; exec sleep 30`, signal: ac.signal }), { onOutput: (c) => first(c) })
+  const c = await within(10_000, seen, 'the first chunk')
+  assert.deepEqual([c.stream, c.offset], ['stdout', 0])
+  assert.ok('up\n'.startsWith(Buffer.from(c.data).toString()), JSON.stringify(Buffer.from(c.data).toString()))
+  const pid = Number(fs.readFileSync(pidFile, 'utf8'))
+  assert.ok(alive(pid), 'still running when its first output arrived')
+  ac.abort()
+  const r = await within(10_000, running, 'the aborted run')
+  assert.deepEqual([r.aborted, r.signal, r.stdout.text], [true, 'SIGTERM', 'up\n'])
+})
+
+test('run with onOutput: a throw cancels the run, which rejects with it; bad options are refused', { ...T, ...skipNoBin }, async () => {
+  const ex = await connect()
+  const pidFile = path.join(tmpdir(), 'pid')
+  const boom = new Error('boom')
+  let calls = 0
+  const onOutput = () => {
+    calls += 1
+    throw boom
+  }
+  const e = await within(10_000, failure(() => ex.run(ex.resolve({ command: `echo $$ > ${pidFile}; echo one; sleep 0.2; echo two; exec sleep 30` }), { onOutput })), 'the run to reject')
+  assert.equal(e, boom)
+  assert.equal(calls, 1, 'not called after it threw')
+  const pid = Number(fs.readFileSync(pidFile, 'utf8'))
+  assert.ok(await eventually(() => !alive(pid), 5000), 'the run was cancelled')
+  // The executor goes on.
+  assert.equal((await ex.run(ex.resolve({ command: 'echo still' }), { onOutput: () => {} })).stdout.text, 'still\n')
+  for (const [options, field] of [
+    [5, 'options'],
+    [{ onOutput: 'x' }, 'options.onOutput'],
+    [{ onOuptut: () => {} }, 'options.onOuptut'],
+  ]) {
+    const bad = await failure(() => ex.run(ex.resolve({ command: 'true' }), options))
+    assert.deepEqual([bad.code, bad.field], ['INVALID_ARGUMENT', field], JSON.stringify(options))
+  }
+})
+
 test('what the wire cannot carry: lone surrogates as locally, an oversized message refused, a server that speaks no JSON', { ...T, ...skipNoBin }, async () => {
   const ex = await connect()
   const here = local()
