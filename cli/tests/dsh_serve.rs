@@ -4,6 +4,7 @@
 //! connection that ends (input closed, server killed, socket server
 //! stopped, ssh dropped) leaves nothing running.
 
+use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
@@ -853,6 +854,47 @@ fn a_relay_whose_lingering_server_died_ends_though_its_input_is_open() {
     // SAFETY: kill(2) takes integers.
     unsafe { libc::kill(second.id() as i32, libc::SIGTERM) };
     wait_bounded(&mut second, "the relay after SIGTERM");
+    for pid in processes_naming(&socket.display().to_string()) {
+        // SAFETY: kill(2) takes integers.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+}
+
+#[test]
+fn a_relay_whose_input_ends_still_passes_on_the_last_answers() {
+    let dir = TempDir::new("serve-relay-halfclose");
+    let socket = dir.0.join("r.sock");
+    let requests = concat!(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocol_version":1}}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","id":2,"method":"list","params":{}}"#,
+        "\n"
+    );
+    for round in 0..10 {
+        let mut relay = Command::new(env!("CARGO_BIN_EXE_dsh"))
+            .args(["serve", "--stdio", "--linger", "5", "--socket"])
+            .arg(&socket)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        relay
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(requests.as_bytes())
+            .unwrap();
+        wait_bounded(&mut relay, "the relay after its input ended");
+        let mut out = String::new();
+        relay.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        let answers: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let ids: Vec<&Value> = answers.iter().map(|a| &a["id"]).collect();
+        assert_eq!(ids, [&json!(1), &json!(2)], "round {round}: {out}");
+        assert!(
+            answers[0]["result"]["session"]["token"].is_string(),
+            "the token is what resumes"
+        );
+    }
     for pid in processes_naming(&socket.display().to_string()) {
         // SAFETY: kill(2) takes integers.
         unsafe { libc::kill(pid, libc::SIGTERM) };

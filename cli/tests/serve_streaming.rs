@@ -109,6 +109,8 @@ fn a_streamed_run_needs_a_run_id() {
     let spec = rpc.spec(json!({ "command": "echo never" }));
     let refused = rpc.call("run", json!({ "spec": spec, "stream": true }));
     assert_eq!(refused["error"]["data"]["field"], "run_id", "{refused}");
+    let empty = rpc.call("run", json!({ "spec": spec, "run_id": "", "stream": true }));
+    assert_eq!(empty["error"]["data"]["field"], "run_id", "{empty}");
     let wrong = rpc.call("run", json!({ "spec": spec, "run_id": "x", "stream": "yes" }));
     assert_eq!(wrong["error"]["data"]["field"], "stream", "{wrong}");
 }
@@ -322,5 +324,53 @@ fn a_resumed_session_streams_again_after_a_connection_that_read_nothing() {
         .collect();
     let (out, _) = streamed(&notes, "small");
     assert_eq!(out, b"again\n", "the resumed session's stream was withheld");
+    stop(server);
+}
+
+#[test]
+fn an_answer_that_comes_after_the_input_ended_is_kept_for_the_resume() {
+    let dir = TempDir::new("serve-halfclose-kept");
+    let (server, socket) = listening(&dir, Some("30"));
+    let stream = UnixStream::connect(&socket).unwrap();
+    let mut input = stream.try_clone().unwrap();
+    let mut lines = BufReader::new(stream);
+    let mut read_all = String::new();
+    input
+        .write_all(
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocol_version\":1}}\n",
+        )
+        .unwrap();
+    lines.read_line(&mut read_all).unwrap();
+    let token = serde_json::from_str::<Value>(&read_all).unwrap()["result"]["session"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let run = json!({ "jsonrpc": "2.0", "id": 5, "method": "run", "params": {
+        "spec": { "command": "sleep 0.5; echo late", "workdir": "/", "timeout_ms": 30000,
+                  "stdout_max_bytes": 1000, "stdin_base64": null, "stdin_pipe": false, "on_expiry": "kill",
+                  "env": {}, "dsh_env": {}, "owner": null, "sandbox_policy": null, "limits": {} } } });
+    // Output the client has not read yet is ahead of everything else.
+    let flood = json!({ "jsonrpc": "2.0", "id": 4, "method": "run", "params": {
+        "spec": { "command": "head -c 6000000 /dev/zero", "workdir": "/", "timeout_ms": 30000,
+                  "stdout_max_bytes": 1000, "stdin_base64": null, "stdin_pipe": false, "on_expiry": "kill",
+                  "env": {}, "dsh_env": {}, "owner": null, "sandbox_policy": null, "limits": {} },
+        "run_id": "flood", "stream": true } });
+    input.write_all(format!("{flood}\n{run}\n").as_bytes()).unwrap();
+    // The client is done sending, and reads on to the end, a little later.
+    std::thread::sleep(Duration::from_millis(200));
+    input.shutdown(std::net::Shutdown::Write).unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut lines, &mut rest).unwrap();
+    let mut rpc = Rpc::unix(&socket);
+    let resumed = rpc.ok("initialize", json!({ "protocol_version": 1, "resume": token }));
+    let pending = resumed["session"]["pending"].as_array().unwrap();
+    if rest.contains("\"id\":5,") || rest.contains(",\"id\":5") {
+        // Written before the end: then it is not owed again.
+        assert!(!pending.contains(&json!(5)), "{pending:?}");
+    } else {
+        assert!(pending.contains(&json!(5)), "the answer was lost: {pending:?}");
+        assert_eq!(rpc.answer(5)["result"]["result"]["stdout"]["text"], "late\n");
+    }
     stop(server);
 }

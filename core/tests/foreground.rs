@@ -855,7 +855,11 @@ fn a_shut_valve_holds_the_command_back_and_its_timeout_still_fires() {
     valve.shut();
     let result = runtime_block(exec.run_streamed(&spec, None, None, tap_into(&seen), Some(valve))).unwrap();
     // Held from the start: the command never got past its full pipe.
-    assert!(result.timed_out, "{result:?}");
+    assert!(
+        result.timed_out,
+        "the run ended on its own: {:?}",
+        result.exit_code
+    );
     assert!(
         !mark.exists(),
         "the command wrote everything through a shut valve"
@@ -885,4 +889,29 @@ fn an_opened_valve_lets_the_command_finish_with_nothing_lost() {
     let seen = seen.lock().unwrap();
     assert!(seen.contiguous);
     assert_eq!(seen.stdout.len(), 3_000_004);
+}
+
+#[test]
+fn one_open_lets_every_run_the_valve_held_go_on() {
+    let exec = executor();
+    let mut req = Request::new("head -c 1048576 /dev/zero");
+    req.timeout_ms = Some(Num(30_000.0));
+    let spec = exec.resolve(req).unwrap();
+    let valve = std::sync::Arc::new(OutputValve::default());
+    valve.shut();
+    let runs: Vec<_> = (0..3)
+        .map(|_| {
+            let seen = std::sync::Arc::new(std::sync::Mutex::new(Seen::default()));
+            let run = exec.run_streamed(&spec, None, None, tap_into(&seen), Some(valve.clone()));
+            std::thread::spawn(move || runtime_block(run))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // One open, as when the connection goes: every held run must wake.
+    valve.open();
+    for run in runs {
+        let result = run.join().unwrap().unwrap();
+        assert!(!result.timed_out, "a run stayed held after the valve opened");
+        assert_eq!(result.exit_code, Some(0));
+    }
 }

@@ -106,10 +106,10 @@ where
         let _ = out.send(Out::End);
         let mut writing = writing;
         match tokio::time::timeout(FLUSH_LIMIT, &mut writing).await {
-            Ok(unsent) => unsent.unwrap_or_default(),
+            Ok(rest) => rest.ok(),
             Err(_) => {
                 give_up.cancel();
-                writing.await.unwrap_or_default()
+                writing.await.ok()
             }
         }
     };
@@ -119,33 +119,26 @@ where
     } else if session.linger().is_some() {
         // Kept first: what the connection never began to write goes to
         // the next one.
-        let unsent = finish_writing().await;
-        session.end_connection(unsent).await;
+        let rest = finish_writing().await;
+        session.end_connection(&out, rest).await;
     } else {
-        session.end_connection(Vec::new()).await;
+        session.end_connection(&out, None).await;
         finish_writing().await;
     }
 }
 
 /// Writes the outbox to the connection, what is ready in one write, until
-/// `Out::End`, a failed write, or `give_up`. Returns the messages it never
-/// began to write, in order (a streamed chunk is not among them: it is not
-/// kept). A batch that was being written when it stopped is neither: the
-/// client may have had part of it.
+/// `Out::End`, a failed write, or `give_up`. Returns the outbox with what
+/// it never began to write, still open: a message sent until the session
+/// lets go of the connection is kept, not lost with a closed channel. A
+/// batch that was being written when it stopped is neither written nor
+/// kept: the client may have had part of it.
 async fn write_out<W: AsyncWrite + Unpin>(
     mut writer: W,
     mut outbox: mpsc::UnboundedReceiver<Out>,
     gone: tokio::sync::watch::Sender<bool>,
     give_up: CancelToken,
-) -> Vec<String> {
-    let unsent = |outbox: &mut mpsc::UnboundedReceiver<Out>| {
-        std::iter::from_fn(|| outbox.try_recv().ok())
-            .filter_map(|m| match m {
-                Out::Line(line) => Some(line),
-                Out::Streamed { .. } | Out::End => None,
-            })
-            .collect()
-    };
+) -> mpsc::UnboundedReceiver<Out> {
     while let Some(first) = outbox.recv().await {
         let mut batch = Vec::new();
         let mut streamed = Vec::new();
@@ -170,20 +163,20 @@ async fn write_out<W: AsyncWrite + Unpin>(
         }
         let written = tokio::select! {
             r = async { writer.write_all(&batch).await?; writer.flush().await } => r.is_ok(),
-            _ = give_up.cancelled() => return unsent(&mut outbox),
+            _ = give_up.cancelled() => return outbox,
         };
         if !written {
             let _ = gone.send(true);
-            return unsent(&mut outbox);
+            return outbox;
         }
         for (bytes, queue) in streamed {
             queue.written(bytes);
         }
         if end {
-            return Vec::new();
+            return outbox;
         }
     }
-    Vec::new()
+    outbox
 }
 
 /// How long the last answers may take to be written after the end.

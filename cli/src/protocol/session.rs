@@ -13,7 +13,7 @@ use dsh_core::{
     CancelToken, DshError, Executor, Field, FieldName, Num, OutputStream, OutputTap, Process, Scope,
 };
 use serde_json::{json, Map, Value};
-use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use super::frame::{self, Call, RpcError, INVALID_PARAMS, METHOD_NOT_FOUND, NOT_INITIALIZED};
 use super::hub::{lock, Backlog, Hub, Link};
@@ -126,22 +126,33 @@ impl Session {
         }
     }
 
-    /// The connection ended (not by a server shutdown): a session that may
-    /// linger is kept for the hub's linger time, awaiting `resume`, with
-    /// `unsent` (the messages its connection never began to write) first
-    /// in what is kept; any other is disposed, and everything it started
-    /// ended and awaited.
-    pub async fn end_connection(self: &Arc<Self>, unsent: Vec<String>) {
+    /// The connection whose outbox is `out` ended (not by a server
+    /// shutdown): a session that may linger is kept for the hub's linger
+    /// time, awaiting `resume`, with what `unsent` still holds (what the
+    /// connection never began to write) first in what is kept; any other is
+    /// disposed, and everything it started ended and awaited.
+    pub async fn end_connection(self: &Arc<Self>, out: &Outbox, unsent: Option<UnboundedReceiver<Out>>) {
         let Some(linger) = self.linger() else {
             return self.close().await;
         };
         let generation = {
             let mut link = lock(&self.link);
-            let mut kept = Backlog::default();
-            for line in unsent {
-                kept.push(frame::answered_id(&line), line);
+            if let Link::Attached(current) = &*link {
+                if !current.same_channel(out) {
+                    // Another connection has it already: not ours to end.
+                    return;
+                }
             }
-            // What was kept since the writer stopped comes after the unsent.
+            let mut kept = Backlog::default();
+            if let Some(mut unsent) = unsent {
+                // Under the link's lock nothing more is sent to it.
+                unsent.close();
+                while let Ok(message) = unsent.try_recv() {
+                    if let Out::Line(line) = message {
+                        kept.push(frame::answered_id(&line), line);
+                    }
+                }
+            }
             if let Link::Detached(later) = std::mem::replace(&mut *link, Link::Detached(Backlog::default())) {
                 kept.append(later);
             }
@@ -230,6 +241,10 @@ impl Session {
     /// session's streamed runs are held back while the connection is
     /// behind (docs/protocol.md, `run`).
     fn stream(&self, run_id: &str, stream: OutputStream, offset: u64, chunk: &[u8]) {
+        if !self.is_attached() {
+            // Not even encoded: nobody would read it.
+            return self.stream_queue.reset();
+        }
         let line = frame::notification(
             "run_output",
             json!({
@@ -560,6 +575,12 @@ impl Session {
         let run_id = p.string("run_id")?;
         let background_id = p.string("background_id")?;
         let streamed = p.bool("stream")?.unwrap_or(false);
+        if run_id.as_deref() == Some("") {
+            return Err(Fault::Shape {
+                field: "run_id".into(),
+                problem: "must not be empty".into(),
+            });
+        }
         if streamed && run_id.is_none() {
             return Err(Fault::Shape {
                 field: "run_id".into(),

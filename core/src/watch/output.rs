@@ -44,23 +44,30 @@ impl OutputValve {
         self.shut.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// Lets it flow again.
+    /// Lets it flow again, for every run it holds.
     pub fn open(&self) {
         self.shut.store(false, std::sync::atomic::Ordering::SeqCst);
-        // A stored permit: a run that checks the valve and then waits
-        // cannot miss this.
-        self.opened.notify_one();
+        self.opened.notify_waiters();
     }
 
     pub(crate) fn is_shut(&self) -> bool {
         self.shut.load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// Resolves once `valve` is open (never without one).
     pub(crate) async fn opened(valve: Option<&OutputValve>) {
-        match valve {
-            Some(v) => v.opened.notified().await,
-            None => std::future::pending().await,
+        let Some(valve) = valve else {
+            return std::future::pending().await;
+        };
+        let notified = valve.opened.notified();
+        tokio::pin!(notified);
+        // Registered before the look, so an `open` between the two is not
+        // missed (`notify_waiters` wakes only those registered).
+        notified.as_mut().enable();
+        if !valve.is_shut() {
+            return;
         }
+        notified.await
     }
 }
 

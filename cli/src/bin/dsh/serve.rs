@@ -181,22 +181,31 @@ async fn relay(socket: &Path, linger: u64, stop: CancelToken) -> Result<(), Stri
     let (mut from_server, mut to_server) = stream.into_split();
     let mut stdin = tokio::io::stdin();
     let mut stdout = tokio::io::stdout();
+    let to_client = tokio::io::copy(&mut from_server, &mut stdout);
+    tokio::pin!(to_client);
     tokio::select! {
         _ = tokio::io::copy(&mut stdin, &mut to_server) => {
-            // The client is gone (or done): the server sees the end, and
-            // its session lingers.
+            // The client's input ended (it is done, or its connection
+            // dropped): the server sees the end, its session lingers, and
+            // what it still writes (the answers to the last calls) goes
+            // out before this relay does, as from a --stdio server.
             let _ = to_server.shutdown().await;
+            let _ = tokio::time::timeout(RELAY_DRAIN_LIMIT, &mut to_client).await;
             Ok(())
         }
         // The server never ends a connection first unless it is stopping
         // or died: the client must hear of it, so this relay ends too.
-        _ = tokio::io::copy(&mut from_server, &mut stdout) => Err(format!(
+        _ = &mut to_client => Err(format!(
             "the lingering server at {} ended the connection (stopped or killed)",
             socket.display()
         )),
         _ = stop.cancelled() => Ok(()),
     }
 }
+
+/// How long a relay whose input ended waits for the server's last answers
+/// (the server itself gives them 2 s).
+const RELAY_DRAIN_LIMIT: Duration = Duration::from_secs(5);
 
 /// Starts `dsh serve --listen unix:SOCKET --linger N` in a session of its
 /// own (no terminal's hangup reaches it) and waits until it listens.
