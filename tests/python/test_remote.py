@@ -2,7 +2,9 @@
 transport. The shared contract runs in test_contract.py against every
 transport; here: the errors are the local ones, a transport that goes away
 fails what waits on it and leaves nothing running, back-pressure crosses the
-connection, the unix socket face, and a server that breaks the protocol."""
+connection, a run's output streamed as it comes, the unix socket face, and a
+server that breaks the protocol. test_remote_resume.py: a server that keeps
+sessions, and a client that reconnects."""
 
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ from dsh_native import (
     StdinClosedError,
     StillRunningError,
 )
-from dsh_native.remote import Executor, Process, ProtocolError, TransportError
+from dsh_native.remote import Executor, OutputChunk, Process, ProtocolError, RunResult, Spec, TransportError
 from dsh_native.remote import Foreground as RemoteForeground
 from dsh_native.remote import Terminal as RemoteTerminal
 
@@ -310,6 +312,8 @@ def test_exactly_one_transport_of_the_right_type(stdio: List[str], tmp: str) -> 
         Executor([])
     with pytest.raises(TypeError):
         Executor(stdio, timeout=5)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="reconnect must be a bool"):
+        Executor(["/nonexistent/never-started"], reconnect="yes")  # type: ignore[arg-type]
     # A bad configuration is refused before any transport is started.
     with pytest.raises(InvalidArgumentError) as info:
         Executor(["/nonexistent/never-started"], grace_ms=True)
@@ -526,6 +530,156 @@ def test_many_threads_share_one_connection(rex: Executor) -> None:
         assert not t.is_alive()
         assert out.get("value") == [x for j in range(10) for x in (f"{i}-{j}\n", f"bg{i}-{j}\n")], out
     assert len(rex.list()) == 80
+
+
+# streamed runs ------------------------------------------------------------------------------
+
+
+def run_streamed(
+    ex: Executor, spec: Spec, how: str, on_output: Callable[[OutputChunk], object], cancel: Optional[CancelToken] = None
+) -> RunResult:
+    """``ex.run(spec, cancel, on_output=...)``, or its asyncio face."""
+    if how == "sync":
+        return ex.run(spec, cancel, on_output=on_output)
+
+    async def main() -> RunResult:
+        return await ex.run_async(spec, cancel, on_output=on_output)
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_on_output_gets_every_byte_in_order_as_the_command_wrote_it(rex: Executor, tmp: str, how: str) -> None:
+    # More than 1 MiB, every byte value, and bytes that are not UTF-8 (a
+    # character cut in two among them).
+    payload = bytes(range(256)) * 4096 + "\u00e9".encode()[:1] + os.urandom(256 << 10)
+    errors = b"to stderr \xff\n" * 2000
+    with open(os.path.join(tmp, "out"), "wb") as f:
+        f.write(payload)
+    with open(os.path.join(tmp, "err"), "wb") as f:
+        f.write(errors)
+    chunks: List[OutputChunk] = []
+    threads = set()
+
+    def on_output(chunk: OutputChunk) -> None:
+        chunks.append(chunk)
+        threads.add(threading.get_ident())
+
+    spec = rex.resolve(f"cat {tmp}/out; cat {tmp}/err >&2; cat {tmp}/out")
+    result = run_streamed(rex, spec, how, on_output)
+    assert result.exit_code == 0 and result.stdout.truncated  # the result is capped, as always
+    for stream, expected in (("stdout", payload * 2), ("stderr", errors)):
+        mine = [c for c in chunks if c.stream == stream]
+        assert all(isinstance(c.data, bytes) and c.data for c in mine)
+        assert b"".join(c.data for c in mine) == expected
+        offsets = [c.offset for c in mine]
+        assert offsets == [sum(len(c.data) for c in mine[:i]) for i in range(len(mine))], "a gap or a repeat"
+    # On the caller's thread (run) or the event loop's (run_async, here the
+    # same thread): never the connection's reader.
+    assert threads == {threading.get_ident()}
+
+
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_the_first_chunk_comes_while_the_command_still_runs(rex: Executor, tmp: str, how: str) -> None:
+    pidfile = os.path.join(tmp, "pid")
+    token = CancelToken()
+    seen: List[Tuple[OutputChunk, bool]] = []
+
+    def on_output(chunk: OutputChunk) -> None:
+        seen.append((chunk, alive(read_pid(pidfile))))
+        token.cancel()  # it would run for 300 s: the chunk came first
+
+    spec = rex.resolve(f"echo $$ > {pidfile}; echo first; exec sleep 300")
+    begun = time.monotonic()
+    result = run_streamed(rex, spec, how, on_output, token)
+    assert time.monotonic() - begun < 30
+    assert seen == [(OutputChunk("stdout", 0, b"first\n"), True)]
+    assert result.aborted and result.stdout.text == "first\n"
+
+
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_an_exception_in_on_output_cancels_the_run_and_is_raised_after_it(rex: Executor, tmp: str, how: str) -> None:
+    pidfile = os.path.join(tmp, "pid")
+    calls: List[OutputChunk] = []
+
+    class Stop(Exception):
+        pass
+
+    def on_output(chunk: OutputChunk) -> None:
+        calls.append(chunk)
+        raise Stop("enough")
+
+    spec = rex.resolve(f"echo $$ > {pidfile}; for i in $(seq 1 1000); do echo $i; done; exec sleep 300")
+    begun = time.monotonic()
+    with pytest.raises(Stop, match="enough"):
+        run_streamed(rex, spec, how, on_output)
+    assert time.monotonic() - begun < 30
+    assert len(calls) == 1, "a chunk was handed over after the exception"
+    # Raised once the run's answer came: the command is gone by then.
+    assert not alive(read_pid(pidfile))
+    assert rex.run(rex.resolve("echo after")).stdout.text == "after\n"
+
+
+def contiguous(chunks: List[OutputChunk]) -> bool:
+    return all(b.offset == a.offset + len(a.data) for a, b in zip(chunks, chunks[1:]))
+
+
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_a_slow_on_output_holds_the_command_back_and_misses_nothing(rex: Executor, how: str) -> None:
+    # 24 MiB, past what may wait here (8 MiB) and on the server (8 MiB)
+    # while the callback lingers over its first chunk (for less than the
+    # 2 s after which it would not be waited for): the command is held back.
+    size = 24 << 20
+    chunks: List[OutputChunk] = []
+
+    def on_output(chunk: OutputChunk) -> None:
+        if not chunks:
+            time.sleep(1.5)
+        chunks.append(chunk)
+
+    result = run_streamed(rex, rex.resolve(f"head -c {size} /dev/zero", timeout_ms=100_000), how, on_output)
+    assert result.exit_code == 0
+    assert chunks[0].offset == 0 and contiguous(chunks), "a chunk was left out"
+    assert sum(len(c.data) for c in chunks) == size
+
+
+def test_an_on_output_that_waits_on_the_connection_is_not_waited_for(rex: Executor) -> None:
+    """While 8 MiB wait for the callback the connection is read no further;
+    a callback that waits for an answer itself would wait for ever. After
+    2 s of taking nothing it is not waited for: chunks are left out."""
+    size = 40 << 20
+    chunks: List[OutputChunk] = []
+    listed: List[int] = []
+
+    def on_output(chunk: OutputChunk) -> None:
+        if not chunks:
+            # Until nearly 8 MiB wait and no more come: the reader waits for
+            # this callback (the client's own count; nothing outside shows
+            # it). Then a call, whose answer is behind the chunk it holds.
+            (stream,) = rex._remote.run_streams.values()
+            seen = [0]
+
+            def held() -> bool:
+                before, seen[0] = seen[0], stream.waiting_bytes
+                time.sleep(0.2)
+                return seen[0] > (7 << 20) and stream.waiting_bytes == before == seen[0]
+
+            assert eventually(held, 30)
+            listed.append(len(rex.list()))
+        chunks.append(chunk)
+
+    begun = time.monotonic()
+    result = rex.run(rex.resolve(f"head -c {size} /dev/zero", timeout_ms=100_000), on_output=on_output)
+    assert time.monotonic() - begun < 60
+    assert result.exit_code == 0 and listed == [0]
+    assert not contiguous(chunks), "nothing was left out: the callback was waited for"
+    assert all(b.offset > a.offset for a, b in zip(chunks, chunks[1:]))
+
+
+def test_on_output_must_be_callable(rex: Executor) -> None:
+    with pytest.raises(TypeError, match="on_output must be callable"):
+        rex.run(rex.resolve("true"), on_output=5)  # type: ignore[arg-type]
+    assert rex.run(rex.resolve("echo fine"), on_output=None).stdout.text == "fine\n"
 
 
 # a transport that goes away ----------------------------------------------------------------

@@ -29,7 +29,13 @@ What differs from the local executor, and why:
   asked of the server until final; ``Foreground`` is a plain value here.
 - A transport that ends (ssh killed, network gone, server crashed) fails
   every pending and later call with :class:`TransportError`, naming the
-  transport and quoting the end of its stderr.
+  transport and quoting the end of its stderr; unless the server keeps
+  sessions (``dsh serve --stdio --linger SECONDS``): then the client starts
+  the transport again and resumes the session, calls made meanwhile wait,
+  and output is read by offset so that none is lost or read twice
+  (``Executor``, ``reconnect``).
+- ``run(..., on_output=...)`` hands the output over as it arrives, in
+  :class:`OutputChunk` pieces, besides the result.
 """
 
 from __future__ import annotations
@@ -37,9 +43,11 @@ from __future__ import annotations
 import asyncio
 import atexit
 import base64
+import collections
 import copy
 import decimal
 import errno as _errno
+import functools
 import itertools
 import json
 import math
@@ -99,9 +107,11 @@ if TYPE_CHECKING:
     from ._native import _Limits, _SandboxModeName
 
 __all__ = [
+    "AnswerLost",
     "CollectedOutput",
     "Executor",
     "Foreground",
+    "OutputChunk",
     "PIPE",
     "Process",
     "ProcessRead",
@@ -146,6 +156,35 @@ _STDERR_TAIL_BYTES = 8192
 
 _LIMIT_KEYS = ("memory_bytes", "processes", "cpu_seconds", "file_size_bytes", "open_files")
 
+# Who this client is, in each initialize (the server's logs).
+_CLIENT = {"name": "dsh_native.remote", "version": __version__}
+
+# Reconnecting to a session that lingers: the first retry after this long,
+# the wait doubling up to the most, until the session's linger time passed.
+_RECONNECT_FIRST_S = 0.1
+_RECONNECT_MOST_S = 2.0
+
+# The calls that only read. After a reconnection, one whose answer was lost
+# with the connection is asked again (docs/protocol.md, "Lingering
+# sessions"); any other may have taken effect, and fails with AnswerLost.
+_READING_METHODS = frozenset(
+    {
+        "resolve", "get", "list", "owner_of", "read_from", "wait",
+        "terminal_get", "terminal_wait", "terminal_inspect_foreground", "terminal_wait_input_waiting",
+    }
+)  # fmt: skip
+
+# How many bytes of a streamed run's output may wait here for ``on_output``.
+# Past it the connection is read no further until the callback catches up,
+# so the server holds the run back (docs/protocol.md, ``run``), as a slow
+# terminal holds a command: a slow callback costs this much memory at most.
+_STREAM_AHEAD_BYTES = 8 << 20
+
+# How long a callback may take no chunk while that much waits before chunks
+# are left out instead: one that waits for something this connection must
+# bring (a call of its own) would otherwise wait for ever.
+_STREAM_STALL_S = 2.0
+
 
 # Errors -----------------------------------------------------------------
 
@@ -153,11 +192,25 @@ _LIMIT_KEYS = ("memory_bytes", "processes", "cpu_seconds", "file_size_bytes", "o
 class TransportError(DshError, ConnectionError):
     """The connection to the server is gone (or never came up): every call
     pending on it failed with this, and every later one does too. The far
-    side stops everything this connection started when it notices the end.
-    ``transport`` names the transport; the message quotes the end of its
-    stderr, where ssh and kubectl explain themselves."""
+    side stops everything this connection started when it notices the end
+    (or, where sessions linger, when their time passed and nobody resumed
+    this one). ``transport`` names the transport; the message quotes the
+    end of its stderr, where ssh and kubectl explain themselves. Its
+    subclass :class:`AnswerLost` is one call's loss on a connection that
+    was resumed: the executor goes on."""
 
     transport: Optional[str] = None
+
+
+class AnswerLost(TransportError):
+    """The connection dropped while this call was on its way, and was
+    resumed, but the answer was lost with it: the call may have taken
+    effect or not (a ``start``, a ``kill``, a ``write_stdin``: look before
+    doing it again). Only this call failed; the executor goes on. Calls
+    that only read are asked again instead and never fail this way.
+    ``method`` names the protocol method (``kill``, ``write_stdin``)."""
+
+    method: Optional[str] = None
 
 
 class ProtocolError(TransportError):
@@ -185,6 +238,13 @@ _STDIN_END = {
 def _invalid(field: str, problem: str) -> InvalidArgumentError:
     e = InvalidArgumentError(f"{field} {problem}")
     e.field = field
+    return e
+
+
+def _not_found(id: str) -> NotFoundError:
+    """The core's error for an id the registry does not have."""
+    e = NotFoundError(f"no background process with id {json.dumps(id, ensure_ascii=False)}")
+    e.id = id
     return e
 
 
@@ -683,6 +743,31 @@ class ProcessRead:
 _NOTHING_READ = ProcessRead("", False, None, None, None, None)
 
 
+class OutputChunk(NamedTuple):
+    """A piece of a streamed run's output, as ``run(..., on_output=...)``
+    hands it over: ``data``, the bytes as the command wrote them (a chunk
+    may end inside a character that the next one finishes); ``stream``,
+    ``'stdout'`` or ``'stderr'``; ``offset``, where ``data`` starts in that
+    stream. A stream's chunks come in order, and one that starts past where
+    the previous one ended shows output left out for a slow reader."""
+
+    stream: Literal["stdout", "stderr"]
+    offset: int
+    data: bytes
+
+
+def _compose_delta(stdout: str, stderr: str) -> str:
+    """A read's ``delta`` from its two streams' text, as a consuming read
+    composes it (the core's ``compose_delta``, docs/running.md): the stdout
+    part, then, only when there is stderr text, a newline if the stdout
+    part lacks one, the line ``[stderr]`` and the stderr part."""
+    if not stderr:
+        return stdout
+    if stdout and not stdout.endswith("\n"):
+        stdout += "\n"
+    return f"{stdout}[stderr]\n{stderr}"
+
+
 def _opt_str(v: Any) -> Optional[str]:
     if v is None or isinstance(v, str):
         return v
@@ -784,6 +869,27 @@ def _process_read(v: Any) -> ProcessRead:
     )
 
 
+class _StreamRead(NamedTuple):
+    """One stream's ``read_from`` answer."""
+
+    text: str
+    next_offset: int
+    lossy: bool
+    spill_path: Optional[str]
+    spill_error: Optional[str]
+
+
+def _stream_read(v: Any) -> _StreamRead:
+    o = _obj(v)
+    return _StreamRead(
+        text=_str(o["text"]),
+        next_offset=_int(o["next_offset"]),
+        lossy=_bool(o["lossy"]),
+        spill_path=_opt_str(o.get("spill_path")),
+        spill_error=_opt_str(o.get("spill_error")),
+    )
+
+
 def _snapshot(v: Any) -> Dict[str, Any]:
     """A process as the server sent it, its facts checked once here so that
     the properties can read them without a second thought."""
@@ -801,6 +907,9 @@ def _snapshot(v: Any) -> Dict[str, Any]:
     _opt_str(o.get("limit"))
     _str_map(o.get("limits_enforcement") or {})
     _bool(o.get("has_stdin_pipe", False))
+    output = _obj(o.get("output") or {})
+    _int(output.get("stdout_read", 0))
+    _int(output.get("stderr_read", 0))
     return o
 
 
@@ -999,6 +1108,16 @@ class _Transport:
 
     description: str
 
+    def __init__(self) -> None:
+        # Writers take turns, so that lines never interleave.
+        self.write_lock = threading.Lock()
+
+    def reopen(self) -> Optional["_Transport"]:
+        """The same connection made again, for a reconnection: None when it
+        cannot be made now but may be soon; TransportError when it cannot
+        be made at all."""
+        raise NotImplementedError
+
     def write(self, data: bytes) -> None:
         raise NotImplementedError
 
@@ -1025,6 +1144,7 @@ class _Transport:
 
 class _CommandTransport(_Transport):
     def __init__(self, argv: List[str]) -> None:
+        super().__init__()
         self.argv = argv
         self.description = shlex.join(argv)
         try:
@@ -1065,6 +1185,12 @@ class _CommandTransport(_Transport):
         with self._tail_lock:
             return bytes(self._tail).decode("utf-8", "replace").strip()
 
+    def reopen(self) -> Optional[_Transport]:
+        # A command that cannot be started now will not be later (it is
+        # missing, or not executable); one that starts and then fails (ssh
+        # with the network down) is tried again by the caller.
+        return _CommandTransport(self.argv)
+
     def write(self, data: bytes) -> None:
         pipe = self._proc.stdin
         assert pipe is not None
@@ -1085,9 +1211,12 @@ class _CommandTransport(_Transport):
                 pass
 
     def terminate(self) -> None:
-        if self._proc.poll() is None:
+        # The whole process group it leads (a session of its own): a child
+        # of the transport (a shell's) would hold its pipes open. Only while
+        # it is not reaped, when its pid, the group's id, is still its own.
+        if self._proc.returncode is None:
             try:
-                self._proc.kill()
+                os.killpg(self._proc.pid, signal.SIGKILL)
             except OSError:
                 pass
 
@@ -1127,6 +1256,8 @@ class _CommandTransport(_Transport):
 
 class _SocketTransport(_Transport):
     def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
         self.description = f"unix:{path}"
         self._sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
@@ -1137,6 +1268,16 @@ class _SocketTransport(_Transport):
             err.transport = self.description
             raise err from e
         self._reader = self._sock.makefile("rb")
+
+    def reopen(self) -> Optional[_Transport]:
+        try:
+            return _SocketTransport(self.path)
+        except TransportError as e:
+            # A full listen queue empties; a socket nobody listens at means
+            # the server is gone, and the sessions it kept with it.
+            if isinstance(e.__cause__, OSError) and e.__cause__.errno == _errno.EAGAIN:
+                return None
+            raise
 
     def write(self, data: bytes) -> None:
         self._sock.sendall(data)
@@ -1177,14 +1318,51 @@ class _Pending(NamedTuple):
     callback: _Callback
 
 
+class _Resumable(NamedTuple):
+    """A session the server keeps after its connection ends (``dsh serve
+    --linger``), and what this client does to take it back."""
+
+    token: str
+    linger_s: float
+    # Called on the reader thread once the session is back, with the answer
+    # to the resuming initialize; must not wait for an answer itself.
+    on_resumed: Callable[[Dict[str, Any]], None]
+
+
+class _TryAgain(Exception):
+    """A reconnection attempt failed in a way the next one may not (the
+    transport ended before the answer came, or the server has not seen the
+    end of the connection that dropped yet); the message says how."""
+
+
+class _Refused(Exception):
+    """The server will not resume the session (its time passed, or it was
+    never made there); the message is the server's."""
+
+
+# The JSON-RPC error a resume gets while the session is still attached to
+# the connection that dropped (its end not seen by the server yet): the
+# next attempt, a moment later, succeeds.
+_INVALID_REQUEST = -32600
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+def _is_id(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 class _Connection:
     """JSON-RPC over a transport: requests out, answers matched to their
     callers by id, notifications handed on, and one failure for everything
-    pending when the stream ends. One reader thread; writers take turns."""
+    pending when the stream ends. One reader thread; writers take turns.
+
+    Where the session lingers (``resume_with``), an end nobody asked for is
+    not the end: the reader starts the transport again and resumes the
+    session, while lines wait in the outbox, then sorts the calls that were
+    on their way by what the server says it still owes (``_resumed``)."""
 
     def __init__(
         self,
@@ -1196,17 +1374,35 @@ class _Connection:
         self._on_notification = on_notification
         self._on_lost = on_lost
         self._lock = threading.Lock()
-        self._write_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._pending: Dict[int, _Pending] = {}
         self._failure: Optional[BaseException] = None
         self._closing = False
+        # False while the connection is being made again: lines wait in the
+        # outbox (with their request's id; None for a notification), and go
+        # out in order after the resume, before any new one.
+        self._live = True
+        self._outbox: List[Tuple[Optional[int], bytes]] = []
+        # Lines whose write failed (the transport was dead) since the last
+        # resume: never taken, since the server takes no line it did not
+        # get whole, so they go out again after the next resume.
+        self._unsent: List[Tuple[Optional[int], bytes]] = []
+        # How many resumes sorted the calls on their way: a write that fails
+        # after a resume already sorted its call is no longer for _unsent.
+        self._resumes = 0
+        self._resumable: Optional[_Resumable] = None
+        # Set by shutdown: the pause between two reconnection attempts ends.
+        self._stop = threading.Event()
         self._reader = threading.Thread(target=self._read_loop, name="dsh-remote-reader", daemon=True)
         self._reader.start()
 
     @property
     def failure(self) -> Optional[BaseException]:
         return self._failure
+
+    def resume_with(self, resumable: _Resumable) -> None:
+        """From now on an unexpected end is followed by a reconnection."""
+        self._resumable = resumable
 
     def _transport_error(self, message: str) -> TransportError:
         e = TransportError(message)
@@ -1241,55 +1437,239 @@ class _Connection:
             if self._failure is not None:
                 raise _fresh(self._failure)
             self._pending[id] = _Pending(method, params, callback)
-        self._write(line)
+            route = self._route(id, line)
+        if route is not None:
+            self._write_line(route, id, line)
 
     def notify(self, method: str, params: Dict[str, Any]) -> None:
         """Sends a notification (no answer, not even an error)."""
-        if self._failure is None:
-            self._write(_encode({"jsonrpc": "2.0", "method": method, "params": params}))
+        line = _encode({"jsonrpc": "2.0", "method": method, "params": params})
+        with self._lock:
+            if self._failure is not None:
+                return
+            route = self._route(None, line)
+        if route is not None:
+            self._write_line(route, None, line)
 
-    def _write(self, line: bytes) -> None:
+    def _route(self, id: Optional[int], line: bytes) -> Optional[Tuple[_Transport, int]]:
+        """Where one message (``id``: its request's, None for a
+        notification) goes now (lock held): the transport, with the count of
+        resumes so far; or None, kept in the outbox while the connection is
+        being made again."""
+        if self._live:
+            return self.transport, self._resumes
+        self._outbox.append((id, line))
+        return None
+
+    def _write_line(self, route: Tuple[_Transport, int], id: Optional[int], line: bytes) -> None:
+        transport, resumes = route
+        if self._write(transport, line):
+            return
+        with self._lock:
+            # Not sorted by a resume yet: it goes out again after the next.
+            if self._resumable is not None and self._resumes == resumes and self._failure is None:
+                self._unsent.append((id, line))
+
+    def _write(self, transport: _Transport, data: bytes) -> bool:
+        """False when the transport is gone (it is ended from here): the
+        reader sees its end and fails every pending call with how the
+        transport ended, or reconnects and sorts them out."""
         try:
-            with self._write_lock:
-                self.transport.write(line)
+            with transport.write_lock:
+                transport.write(data)
+            return True
         except (OSError, ValueError):
-            # The stream is gone; the reader sees its end and fails every
-            # pending call (this one too) with how the transport ended.
-            self.transport.terminate()
+            transport.terminate()
+            return False
 
     def _read_loop(self) -> None:
-        failure: Optional[BaseException] = None
-        try:
-            while True:
-                line = self.transport.read_line()
-                if not line:
-                    break
-                if line.strip():
-                    self._dispatch(line)
-        except ProtocolError as e:
-            failure = e
-            self.transport.terminate()
-        except Exception as e:  # a read error, or a bug here: never a silent hang
-            failure = self._transport_error(
-                f"reading from the transport `{self.transport.description}` failed: {e!r}"
-            )
-            self.transport.terminate()
-        if failure is None:
-            if self._closing:
-                failure = DisposedError(_DISPOSED)
-            else:
-                failure = self._transport_error(self.transport.ended())
+        while True:
+            failure = self._read_to_end()
+            if failure is None:
+                resumable = self._resumable
+                if self._closing:
+                    failure = DisposedError(_DISPOSED)
+                elif resumable is None:
+                    failure = self._transport_error(self.transport.ended())
+                else:
+                    try:
+                        failure = self._reconnect(resumable)
+                    except Exception as e:  # a bug here: never a silent hang
+                        failure = self._transport_error(f"reconnecting to `{self.transport.description}` failed: {e!r}")
+                    if failure is None:
+                        continue
+            break
         with self._lock:
             if self._failure is None:
                 self._failure = failure
             pending = list(self._pending.values())
             self._pending.clear()
+            self._outbox.clear()
+            self._unsent.clear()
         for p in pending:
             self._call_back(p.callback, None, _fresh(failure))
         try:
             self._on_lost(failure)
         except BaseException as e:
             _report_unraisable(e, self._on_lost)
+
+    def _read_to_end(self) -> Optional[BaseException]:
+        """Takes the transport's lines until it ends: None then; else why
+        the stream cannot be read any more (it is ended from here)."""
+        transport = self.transport
+        try:
+            while True:
+                line = transport.read_line()
+                if not line:
+                    return None
+                if line.strip():
+                    self._dispatch(line)
+        except ProtocolError as e:
+            transport.terminate()
+            return e
+        except Exception as e:  # a read error, or a bug here: never a silent hang
+            failure = self._transport_error(f"reading from the transport `{transport.description}` failed: {e!r}")
+            transport.terminate()
+            return failure
+
+    # -- reconnecting
+
+    def _reconnect(self, resumable: _Resumable) -> Optional[BaseException]:
+        """The transport ended, not by our hand, while the server keeps the
+        session: makes the connection again and resumes the session, trying
+        again after a pause (doubling, up to a most) until the session's
+        linger time has passed since the loss. None once resumed; else the
+        failure for everything pending."""
+        deadline = time.monotonic() + resumable.linger_s
+        with self._lock:
+            self._live = False
+        lost = self.transport
+        how = lost.ended()
+        lost.reap()
+        pause = _RECONNECT_FIRST_S
+        last = "it could not be made yet"
+        while True:
+            if self._closing:
+                return DisposedError(_DISPOSED)
+            try:
+                attempt = lost.reopen()
+            except TransportError as e:
+                return self._transport_error(f"{how}; it cannot be started again to resume the session: {e}")
+            if attempt is not None:
+                with self._lock:
+                    self.transport = attempt  # so that shutdown ends it
+                if self._closing:
+                    attempt.reap()
+                    return DisposedError(_DISPOSED)
+                try:
+                    answer = self._resume_on(attempt, resumable.token, deadline)
+                except _TryAgain as e:
+                    last = str(e)
+                    attempt.reap()
+                except (_Refused, ProtocolError) as e:
+                    attempt.reap()
+                    return self._transport_error(f"{how}; the server did not resume the session: {e}")
+                else:
+                    self._resumed(attempt, answer, how, resumable)
+                    return None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return self._transport_error(
+                    f"{how}; the session could not be resumed within the {resumable.linger_s:g} s "
+                    f"the server keeps it; the last attempt: {last}"
+                )
+            self._stop.wait(min(pause, left))
+            pause = min(pause * 2, _RECONNECT_MOST_S)
+
+    def _resume_on(self, attempt: _Transport, token: str, deadline: float) -> Dict[str, Any]:
+        """Sends ``initialize {resume}`` on a new transport and takes its
+        answer, the first thing the server sends (what it kept follows).
+        The attempt is ended at the deadline, however far it got."""
+        id = next(self._ids)
+        params = {"protocol_version": PROTOCOL_VERSION, "resume": token, "client": _CLIENT}
+        # Ended at the deadline: ssh to a host that does not answer hangs.
+        watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), attempt.terminate)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            self._write(attempt, _encode({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": params}))
+            while True:
+                try:
+                    line = attempt.read_line()
+                except OSError as e:
+                    raise _TryAgain(f"reading from `{attempt.description}` failed: {e!r}") from None
+                if not line:
+                    raise _TryAgain(attempt.ended())
+                if not line.strip():
+                    continue
+                try:
+                    message = json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
+                except (UnicodeDecodeError, ValueError):
+                    message = None
+                if isinstance(message, dict) and message.get("id") == id and "method" not in message:
+                    break
+                self._dispatch(line)  # anything else, as always (the server sends nothing before)
+        finally:
+            watchdog.cancel()
+        error = message.get("error")
+        if error is not None:
+            said = error.get("message") if isinstance(error, dict) else error
+            if isinstance(error, dict) and error.get("code") == _INVALID_REQUEST:
+                raise _TryAgain(f"the server said: {said}")
+            raise _Refused(said)
+        with _Shape("initialize"):
+            info = _obj(message["result"])
+            session = _obj(info["session"])
+            if session["resumed"] is not True:
+                raise ValueError("the session was not resumed")
+            if not isinstance(session["pending"], list):
+                raise TypeError("session.pending is not a list")
+        return info
+
+    def _resumed(self, transport: _Transport, info: Dict[str, Any], how: str, resumable: _Resumable) -> None:
+        """The session is back on ``transport``. A call that was on its way
+        waits on when the server says it still owes the answer (``pending``);
+        one that only reads is asked again; any other fails with AnswerLost.
+        Then what never got through and what waited for the connection go
+        out, in order, before any new line."""
+        owed = {id for id in info["session"]["pending"] if _is_id(id)}
+        lost: List[_Pending] = []
+        lines: List[bytes] = []
+        with self._lock:
+            waiting = {id for id, _ in self._outbox + self._unsent if id is not None}
+            for id, p in list(self._pending.items()):
+                if id in owed or id in waiting:
+                    continue
+                if p.method in _READING_METHODS:
+                    lines.append(_encode({"jsonrpc": "2.0", "id": id, "method": p.method, "params": p.params}))
+                else:
+                    lost.append(self._pending.pop(id))
+            lines.extend(line for _, line in self._unsent)
+            self._unsent.clear()
+            self._resumes += 1
+        while True:
+            with self._lock:
+                lines.extend(line for _, line in self._outbox)
+                self._outbox.clear()
+                if not lines:
+                    self._live = True
+                    break
+            self._write(transport, b"".join(lines))
+            lines = []
+        for p in lost:
+            e = AnswerLost(
+                f"the connection to the server dropped before the answer to {p.method} came ({how}); "
+                f"the session was resumed, but {p.method} may have taken effect or not"
+            )
+            e.transport = transport.description
+            e.method = p.method
+            self._call_back(p.callback, None, e)
+        try:
+            resumable.on_resumed(info)
+        except BaseException as e:
+            _report_unraisable(e, resumable.on_resumed)
+
+    # -- what the server sends
 
     def _broken(self, what: str, line: bytes) -> ProtocolError:
         e = ProtocolError(
@@ -1320,7 +1700,7 @@ class _Connection:
             said = error.get("message") if isinstance(error, dict) else None
             raise self._broken(f"it could not read a message from this client ({said})", line)
         with self._lock:
-            pending = self._pending.pop(id, None) if isinstance(id, int) and not isinstance(id, bool) else None
+            pending = self._pending.pop(id, None) if _is_id(id) else None
         if pending is None:
             raise self._broken("an answer to a request this client did not send", line)
         if "error" in message:
@@ -1343,9 +1723,11 @@ class _Connection:
         """Ends the connection from our side, waits (bounded) for the server
         to finish and the reader to see the end, and releases the transport."""
         self._closing = True
+        self._stop.set()
+        transport = self.transport
         try:
-            with self._write_lock:
-                self.transport.end_input()
+            with transport.write_lock:
+                transport.end_input()
         except Exception:
             pass
         if threading.current_thread() is not self._reader:
@@ -1359,6 +1741,7 @@ class _Connection:
         """Ends the connection without waiting (from a finalizer, which may
         run on any thread, the reader's included)."""
         self._closing = True
+        self._stop.set()
         threading.Thread(target=self.shutdown, name="dsh-remote-close", daemon=True).start()
 
 
@@ -1375,7 +1758,10 @@ class _ProcState:
     handle to it: its last snapshot, whether it has settled, who waits for
     that, and (once the executor is closed) its output not yet read."""
 
-    __slots__ = ("lock", "snapshot", "settled", "failure", "wait_sent", "async_waiters", "final_read", "__weakref__")
+    __slots__ = (
+        "lock", "snapshot", "settled", "failure", "wait_sent", "async_waiters", "final_read", "announced",
+        "__weakref__",
+    )  # fmt: skip
 
     def __init__(self, snapshot: Dict[str, Any]) -> None:
         self.lock = threading.Lock()
@@ -1385,6 +1771,9 @@ class _ProcState:
         self.wait_sent = False
         self.async_waiters: List[Tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]] = []
         self.final_read: Optional[ProcessRead] = None
+        # Handed to the task-done listeners (from its task_done, or from a
+        # refresh after a reconnection that found it settled): once only.
+        self.announced = False
         if snapshot["settled"]:
             self.settled.set()
 
@@ -1418,6 +1807,28 @@ class _ProcState:
         with self.lock:
             read, self.final_read = self.final_read, None
         return read if read is not None else _NOTHING_READ
+
+    def announce(self) -> bool:
+        """True the first time: the listeners are to hear of it now."""
+        with self.lock:
+            first, self.announced = not self.announced, True
+        return first
+
+
+class _ReadCursor:
+    """Where this client's next read of one process's output starts in
+    each stream (whole-stream byte offsets), when it reads by offset: a
+    read whose answer a dropped connection lost is asked again from the
+    same place, so nothing is lost or read twice. Kept by id for as long as
+    the server keeps the process, whoever holds a handle to it."""
+
+    __slots__ = ("lock", "stdout", "stderr")
+
+    def __init__(self, stdout: int, stderr: int) -> None:
+        # The two offsets move together, and only from where a read began.
+        self.lock = threading.Lock()
+        self.stdout = stdout
+        self.stderr = stderr
 
 
 class Process:
@@ -1688,8 +2099,8 @@ class _TermState:
 
     __slots__ = (
         "id", "lock", "changed", "snapshot", "exited", "unread", "ended", "reading", "reads_sent",
-        "reads_done", "failure", "final", "output_waiters", "exit_waiters", "watch_sent", "write_lock",
-        "__weakref__",
+        "reads_done", "failure", "lost", "final", "output_waiters", "exit_waiters", "watch_sent",
+        "write_lock", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, id: str) -> None:
@@ -1706,6 +2117,9 @@ class _TermState:
         self.reads_sent = 0
         self.reads_done = 0
         self.failure: Optional[BaseException] = None
+        # A read's answer went with a dropped connection (AnswerLost): the
+        # next reader is told, once, and the session goes on.
+        self.lost: Optional[BaseException] = None
         # Closed: the facts and the output were kept at the close; nothing
         # more is asked of the server.
         self.final = False
@@ -1761,8 +2175,12 @@ class _TermState:
     def taken_or_failure(self) -> str:
         with self.lock:
             text = self.take()
-            if not text and not self.over and self.failure is not None:
-                raise _fresh(self.failure)
+            if not text and not self.over:
+                if self.lost is not None:
+                    lost, self.lost = self.lost, None
+                    raise lost
+                if self.failure is not None:
+                    raise _fresh(self.failure)
         return text
 
     def serve(self) -> List[_Handout]:
@@ -1777,6 +2195,10 @@ class _TermState:
             elif self.over:
                 loop, future = self.output_waiters.pop(0)
                 out.append((loop, future, None, StopAsyncIteration()))
+            elif self.lost is not None:
+                loop, future = self.output_waiters.pop(0)
+                out.append((loop, future, None, self.lost))
+                self.lost = None
             elif self.failure is not None:
                 loop, future = self.output_waiters.pop(0)
                 out.append((loop, future, None, _fresh(self.failure)))
@@ -2135,6 +2557,113 @@ class Terminal:
         )
 
 
+# Streamed runs ------------------------------------------------------------------------
+
+
+class _RunStream:
+    """One streamed run's chunks on their way from the reader thread to
+    ``on_output``: taken by the caller's thread (``run``) or handed to its
+    event loop one by one (``run_async``); in order, all before the run
+    returns. While _STREAM_AHEAD_BYTES wait, the reader waits too (the
+    server then holds the run back), unless the callback has taken nothing
+    for _STREAM_STALL_S: then chunks are left out (their offsets show the
+    gap). The first exception ``on_output`` raises stops the deliveries and
+    cancels the run, which raises it once its answer came."""
+
+    __slots__ = (
+        "on_output", "cancel_run", "loop", "lock", "changed", "queued", "waiting_bytes", "taken_at",
+        "ended", "stopped", "error",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        on_output: Callable[[OutputChunk], object],
+        cancel_run: Callable[[], None],
+        loop: Optional[asyncio.AbstractEventLoop],
+    ) -> None:
+        self.on_output = on_output
+        self.cancel_run = cancel_run
+        self.loop = loop
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        # For ``run``: the chunks its thread has not taken yet.
+        self.queued: "collections.deque[OutputChunk]" = collections.deque()
+        self.waiting_bytes = 0
+        # When the callback last took a chunk, or chunks began to wait.
+        self.taken_at = time.monotonic()
+        # The run's answer came: no chunk follows.
+        self.ended = False
+        # Nothing more is handed over: the callback raised, or the caller
+        # gave up on the run.
+        self.stopped = False
+        self.error: Optional[BaseException] = None
+
+    def arrived(self, chunk: OutputChunk) -> None:
+        """On the reader thread, as the server sends it."""
+        with self.lock:
+            while not self.stopped and self.waiting_bytes + len(chunk.data) > _STREAM_AHEAD_BYTES:
+                stalled = time.monotonic() - self.taken_at
+                if stalled >= _STREAM_STALL_S:
+                    return  # left out: the callback is not taking any
+                self.changed.wait(_STREAM_STALL_S - stalled)
+            if self.stopped:
+                return
+            if self.waiting_bytes == 0:
+                self.taken_at = time.monotonic()  # idle until now, not stalled
+            self.waiting_bytes += len(chunk.data)
+            if self.loop is None:
+                self.queued.append(chunk)
+                self.changed.notify_all()
+                return
+        try:
+            self.loop.call_soon_threadsafe(self.hand, chunk)
+        except RuntimeError:  # the loop is closed: nobody awaits the run
+            self.stop()
+
+    def end(self) -> None:
+        """On the reader thread, once the run's answer came."""
+        with self.lock:
+            self.ended = True
+            self.changed.notify_all()
+
+    def stop(self) -> None:
+        """Nothing more is handed over (the chunks waiting are dropped)."""
+        with self.lock:
+            self.stopped = True
+            self.queued.clear()
+            self.changed.notify_all()
+
+    def hand(self, chunk: OutputChunk) -> None:
+        """Calls ``on_output`` with one chunk, unless the stream stopped."""
+        with self.lock:
+            self.waiting_bytes -= len(chunk.data)
+            self.taken_at = time.monotonic()
+            self.changed.notify_all()
+            if self.stopped:
+                return
+        try:
+            self.on_output(chunk)
+        except BaseException as e:  # Ctrl-C in the callback too: the run is cancelled, then it is raised
+            self.error = e
+            self.stop()
+            self.cancel_run()
+
+    def hand_over(self, timeout: float) -> bool:
+        """``run``'s side: waits up to ``timeout`` for chunks and hands over
+        those that came; True once the run's answer came and every chunk
+        before it was handed over (or left out, once the deliveries
+        stopped)."""
+        with self.lock:
+            if not self.queued and not self.ended:
+                self.changed.wait(timeout)
+            chunks = list(self.queued)
+            self.queued.clear()
+            ended = self.ended
+        for chunk in chunks:
+            self.hand(chunk)
+        return ended
+
+
 # Set on every listener thread: blocking there would hold every later
 # delivery (the local executor refuses it the same way).
 _in_listener = threading.local()
@@ -2154,6 +2683,12 @@ class _Remote:
         self.deliveries: Optional["queue.Queue[Optional[_ProcState]]"] = None
         self.dispatcher: Optional[threading.Thread] = None
         self.run_ids = itertools.count(1)
+        # run_id → the stream of a run(..., on_output=...) on its way.
+        self.run_streams: Dict[str, _RunStream] = {}
+        # None: a process's output is read by the server's consuming read.
+        # Where the session can be resumed (keep_session), by offset from
+        # this client's own cursors instead, id → cursor.
+        self.cursors: Optional[Dict[str, _ReadCursor]] = None
         self.closing = False
         self.ended = False
         self.closed = threading.Event()
@@ -2197,6 +2732,53 @@ class _Remote:
         self.check_here()
         return self.send(method, params, oversize_field=oversize_field).get()
 
+    def keep_session(self, session: Any) -> None:
+        """After initialize, where the server keeps the session when its
+        connection ends (``session`` is its answer's): output is read by
+        offset from now on, and a dropped connection is made again."""
+        with _Shape("initialize"):
+            s = _obj(session)
+            token = _str(s["token"])
+            linger_ms = _int(s["linger_ms"])
+        self.cursors = {}
+        self.conn.resume_with(_Resumable(token, linger_ms / 1000, self._resumed))
+
+    def _resumed(self, info: Dict[str, Any]) -> None:
+        """The session is back after a dropped connection (on the reader
+        thread: nothing here waits). The configuration in force is the
+        server's (a reconfigure whose answer was lost may have taken
+        effect); each process and terminal session still running here is
+        asked again, since a task_done or terminal_exit the server had to
+        leave out while nobody listened (``missed``) would never come.
+        Output needs nothing: it is read by offset, and reads on their way
+        were asked again."""
+        with _Shape("initialize"):
+            self.config = _obj(info["config"])
+            self.sandbox_mode = _opt_str(self.config.get("sandbox_mode"))
+        with self.lock:
+            states = [st for st in self.states.values() if not st.snapshot["settled"]]
+            terminals = [t for t in self.terminals.values() if t.snapshot["pid"] and not t.snapshot["exited"]]
+        for state in states:
+            self.conn.request("get", {"id": state.id}, functools.partial(self._refreshed, state))
+        for term in terminals:
+            self.conn.request("terminal_get", {"id": term.id}, functools.partial(self._term_refreshed, term))
+
+    def _refreshed(self, state: _ProcState, value: Any, error: Optional[BaseException]) -> None:
+        if error is not None:
+            return
+        with _Shape("get"):
+            process = _obj(value)["process"]
+            if process is None:
+                return  # forgotten meanwhile: what is known of it stays
+            state = self.apply(_snapshot(process))
+        if state.snapshot["settled"]:
+            self._announce(state)  # its task_done may be one that was left out
+
+    def _term_refreshed(self, term: _TermState, value: Any, error: Optional[BaseException]) -> None:
+        if error is None:
+            with _Shape("terminal_get"):
+                term.update(_term_snapshot(value["terminal"]))
+
     def registry(self) -> Optional[Dict[str, _ProcState]]:
         """After ``close``: what the registry held when it closed; else None
         (the server answers). Raises when nothing could be kept (the
@@ -2214,6 +2796,11 @@ class _Remote:
     def apply(self, snapshot: Dict[str, Any]) -> _ProcState:
         id = str(snapshot["id"])
         with self.lock:
+            if self.cursors is not None and id not in self.cursors:
+                # Where its consuming reads would start: 0, or for a run
+                # handed over at its timeout, just after the run's result.
+                output = snapshot.get("output") or {}
+                self.cursors[id] = _ReadCursor(int(output.get("stdout_read", 0)), int(output.get("stderr_read", 0)))
             state = self.states.get(id)
             if state is None:
                 state = _ProcState(snapshot)
@@ -2277,11 +2864,96 @@ class _Remote:
         if self.registry() is not None:
             return state.take_final_read()
         try:
-            value = self.call("read_output", {"id": state.id})
+            return self.read_output(state.id)
         except NotFoundError:
             return _NOTHING_READ  # forgotten: its output went with it
-        with _Shape("read_output"):
-            return _process_read(value)
+
+    def read_output(self, id: str) -> ProcessRead:
+        """A consuming read of the process ``id`` (NotFoundError once the
+        server no longer has it)."""
+        self.check_here()
+        return self.begin_read(id)()
+
+    def begin_read(self, id: str) -> Callable[[], ProcessRead]:
+        """Sends the read of a process's new output and returns what waits
+        for its answer. The server's consuming read; or, where the session
+        can be resumed, a read from this client's own offsets: two
+        ``read_from``, which a reconnection asks again, the cursor moving
+        only once both answers are in."""
+        if self.cursors is None:
+            reply = self.send("read_output", {"id": id})
+
+            def consumed() -> ProcessRead:
+                value = reply.get()
+                with _Shape("read_output"):
+                    return _process_read(value)
+
+            return consumed
+        cursor = self._cursor(id)
+
+        def ask(offsets: Tuple[int, int]) -> Tuple[_Reply, _Reply]:
+            return (
+                self.send("read_from", {"id": id, "stream": "stdout", "from": offsets[0]}),
+                self.send("read_from", {"id": id, "stream": "stderr", "from": offsets[1]}),
+            )
+
+        with cursor.lock:
+            asked = (cursor.stdout, cursor.stderr)
+        replies = ask(asked)
+
+        def by_offset() -> ProcessRead:
+            nonlocal asked, replies
+            while True:
+                try:
+                    o_value, e_value = replies[0].get(), replies[1].get()
+                except NotFoundError:
+                    self.drop_cursor(id)
+                    raise
+                with _Shape("read_from"):
+                    o, e = _stream_read(o_value), _stream_read(e_value)
+                with cursor.lock:
+                    if (cursor.stdout, cursor.stderr) == asked:
+                        cursor.stdout, cursor.stderr = o.next_offset, e.next_offset
+                        break
+                    # Another read of this process came back first, with
+                    # some of this one's text: from where it left off.
+                    asked = (cursor.stdout, cursor.stderr)
+                replies = ask(asked)
+            return ProcessRead(
+                delta=_compose_delta(o.text, e.text),
+                lossy=o.lossy or e.lossy,
+                stdout_spill_path=o.spill_path,
+                stderr_spill_path=e.spill_path,
+                stdout_spill_error=o.spill_error,
+                stderr_spill_error=e.spill_error,
+            )
+
+        return by_offset
+
+    def _cursor(self, id: str) -> _ReadCursor:
+        """This client's offsets of ``id``. A process not seen yet (a run
+        handed over at its timeout) is looked up first: its snapshot says
+        where its reads start. NotFoundError for one the server does not
+        have."""
+        assert self.cursors is not None
+        with self.lock:
+            cursor = self.cursors.get(id)
+        if cursor is None:
+            found = self.call("get", {"id": id})
+            with _Shape("get"):
+                if found["process"] is not None:
+                    self.apply(_snapshot(found["process"]))
+            with self.lock:
+                cursor = self.cursors.get(id)
+        if cursor is None:
+            raise _not_found(id)
+        return cursor
+
+    def drop_cursor(self, id: str) -> None:
+        """The process is gone from the server (forgotten), and its output."""
+        with self.lock:
+            if self.cursors is not None:
+                self.cursors.pop(id, None)
 
     def kill_of(self, state: _ProcState) -> bool:
         if state.snapshot["settled"] or self.registry() is not None:
@@ -2332,7 +3004,10 @@ class _Remote:
             self.terminals[tid] = state
         field = "request.argv" if "argv" in request else "request.command"
         try:
-            answer = self.call("terminal_spawn", {"request": request, "id": tid}, oversize_field=field)
+            try:
+                answer = self.call("terminal_spawn", {"request": request, "id": tid}, oversize_field=field)
+            except AnswerLost as lost:
+                answer = self._spawned_anyway(tid, lost)
             with _Shape("terminal_spawn"):
                 state.update(_term_snapshot(answer["terminal"]))
         except InvalidArgumentError as e:
@@ -2348,6 +3023,15 @@ class _Remote:
             self._forget_terminal(tid)
             raise
         return Terminal(self, state)
+
+    def _spawned_anyway(self, tid: str, lost: AnswerLost) -> Any:
+        """A terminal_spawn whose answer a dropped connection lost: the
+        session may have been made, and is looked up by the id chosen here
+        (``lost`` is raised when it was not)."""
+        try:
+            return self.call("terminal_get", {"id": tid})
+        except TerminalClosedError:
+            raise lost from None
 
     def _forget_terminal(self, tid: str) -> None:
         with self.lock:
@@ -2422,6 +3106,8 @@ class _Remote:
                     st.ended = True
             elif isinstance(error, TerminalClosedError):
                 st.ended = True  # the server no longer has it: nothing more will come
+            elif isinstance(error, AnswerLost):
+                st.lost = error  # the text it brought is gone; the session is not
             else:
                 failed = error
             handouts = st.serve()
@@ -2454,7 +3140,7 @@ class _Remote:
         left; a poll already on its way is waited for instead."""
         while True:
             with st.lock:
-                if (st.unread and not keep) or st.over or st.failure is not None:
+                if ((st.unread or st.lost is not None) and not keep) or st.over or st.failure is not None:
                     return
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -2474,6 +3160,10 @@ class _Remote:
                 return future
             if st.over:
                 future.set_exception(StopAsyncIteration())
+                return future
+            if st.lost is not None:
+                future.set_exception(st.lost)
+                st.lost = None
                 return future
             if st.failure is not None:
                 future.set_exception(_fresh(st.failure))
@@ -2570,13 +3260,57 @@ class _Remote:
             if st is not None:
                 st.update(snapshot)
             return
+        if method == "run_output":
+            with self.lock:
+                stream = self.run_streams.get(params["run_id"])
+            if stream is not None:
+                name = _str(params["stream"])
+                if name not in ("stdout", "stderr"):
+                    raise ValueError(f"run_output of a stream named {name!r}")
+                data = base64.b64decode(_str(params["data_base64"]), validate=True)
+                stream.arrived(OutputChunk("stdout" if name == "stdout" else "stderr", _int(params["offset"]), data))
+            return
         if method != "task_done":
             return  # a notification this client did not ask for: not ours to judge
-        state = self.apply(_snapshot(params["process"]))
+        self._announce(self.apply(_snapshot(params["process"])))
+
+    def _announce(self, state: _ProcState) -> None:
+        """Hands a settled process to the task-done listeners, once."""
+        if not state.announce():
+            return
         with self.lock:
             deliveries = self.deliveries if self.listeners else None
         if deliveries is not None:
             deliveries.put(state)
+
+    # -- streamed runs
+
+    def open_stream(
+        self,
+        params: Dict[str, Any],
+        run_id: str,
+        on_output: Optional[Callable[[OutputChunk], object]],
+        loop: Optional[asyncio.AbstractEventLoop],
+    ) -> Optional[_RunStream]:
+        """For ``run(..., on_output=...)``: asks the server to stream the
+        run's output and routes its run_output notifications to a new
+        stream until ``close_stream``. None without ``on_output``."""
+        if on_output is None:
+            return None
+        if not callable(on_output):
+            raise TypeError(f"on_output must be callable, got {_type_name(on_output)}")
+        stream = _RunStream(on_output, lambda: self.conn.notify("cancel", {"run_id": run_id}), loop)
+        params["stream"] = True
+        with self.lock:
+            self.run_streams[run_id] = stream
+        return stream
+
+    def close_stream(self, run_id: str, stream: _RunStream) -> None:
+        """The run's answer came (or it was never sent): nothing follows.
+        The chunks before it are still handed over."""
+        with self.lock:
+            self.run_streams.pop(run_id, None)
+        stream.end()
 
     def _lost(self, failure: BaseException) -> None:
         with self.lock:
@@ -2634,7 +3368,13 @@ class _Remote:
             return
         try:
             try:
-                self.send("dispose", {}).get()
+                try:
+                    self.send("dispose", {}).get()
+                except AnswerLost:
+                    # The connection dropped and came back meanwhile; a
+                    # second dispose is harmless, and the first may never
+                    # have reached the server.
+                    self.send("dispose", {}).get()
                 self._keep_registry()
                 self._keep_terminals()
             except (TransportError, DisposedError):
@@ -2666,13 +3406,12 @@ class _Remote:
         listed = self.send("list", {}).get()
         with _Shape("list"):
             snapshots = [_snapshot(p) for p in listed["processes"]]
-        reads = [(snap, self.send("read_output", {"id": snap["id"]})) for snap in snapshots]
+        states = [self.apply(snap) for snap in snapshots]
+        reads = [(state, self.begin_read(state.id)) for state in states]
         stash: Dict[str, _ProcState] = {}
-        for snap, reply in reads:
-            state = self.apply(snap)
+        for state, read in reads:
             try:
-                with _Shape("read_output"):
-                    state.final_read = _process_read(reply.get())
+                state.final_read = read()
             except NotFoundError:
                 pass
             stash[state.id] = state
@@ -2738,6 +3477,27 @@ class Executor:
     transport that cannot be started or that ends raises TransportError.
     Use it as a context manager: leaving the block calls :meth:`close`.
     Executors still open at interpreter exit are closed then.
+
+    ``reconnect`` (default True) matters where the server keeps a session
+    after its connection ends (``dsh serve --stdio --linger SECONDS``, or
+    ``dsh serve --listen unix:PATH --linger SECONDS``). When the transport
+    then ends without ``close()``, the client starts it again (the same
+    command, or the socket), retrying after 100 ms, doubling up to 2 s,
+    for as long as the server keeps the session, and resumes it. Calls
+    made meanwhile wait and are sent after the resume (``close()`` too,
+    which disposes the session then). A call that was on its way keeps
+    waiting for its answer when the server still owes it; one that only
+    reads (``get``, ``list``, ``wait``, a read of output, …) is asked
+    again; any other fails with :class:`AnswerLost`, since it may or may
+    not have taken effect (a terminal session, whose id is chosen here, is
+    looked up instead; ``close()`` disposes again). Each process's output
+    is read by this client's
+    own offsets (``read_from``), so ``read_output`` returns every byte
+    once across a drop. When the session cannot be resumed in its linger
+    time (the server went away, or refused the session), everything fails
+    with TransportError as it does without a lingering server. With
+    ``reconnect=False``, or a server that keeps no sessions, a dropped
+    transport ends the executor at once.
     """
 
     __slots__ = ("_remote", "_finalizer", "__weakref__")
@@ -2757,21 +3517,19 @@ class Executor:
         retain_settled: Optional[_Number] = None,
         sandbox_mode: Optional["_SandboxModeName"] = None,
         limits: Optional["_Limits"] = None,
+        reconnect: bool = True,
     ) -> None:
         # Bad input is refused before anything is started.
         config = _config_params(
             cwd, timeout_ms, max_timeout_ms, max_output_bytes, max_spill_bytes,
             grace_ms, spill_dir, retain_settled, sandbox_mode, limits,
         )  # fmt: skip
+        if not isinstance(reconnect, bool):
+            raise TypeError(f"reconnect must be a bool, got {_type_name(reconnect)}")
         remote = _Remote(_transport(command, socket))
         try:
             info = remote.call(
-                "initialize",
-                {
-                    "protocol_version": PROTOCOL_VERSION,
-                    "config": config,
-                    "client": {"name": "dsh_native.remote", "version": __version__},
-                },
+                "initialize", {"protocol_version": PROTOCOL_VERSION, "config": config, "client": _CLIENT}
             )
             with _Shape("initialize"):
                 if info["protocol_version"] != PROTOCOL_VERSION:
@@ -2780,6 +3538,8 @@ class Executor:
                 remote.sandbox_mode = _opt_str(info.get("sandbox_mode"))
                 remote.host = _obj(info.get("host") or {})
                 remote.server = _obj(info.get("server") or {})
+            if reconnect and info.get("session") is not None:
+                remote.keep_session(info["session"])
         except InvalidArgumentError as e:
             remote.closing = True
             remote.conn.shutdown()
@@ -2939,42 +3699,102 @@ class Executor:
         run_id = f"run-{next(r.run_ids)}"
         return {"spec": spec._wire, "run_id": run_id}, run_id
 
-    def run(self, spec: Spec, cancel: Optional[CancelToken] = None) -> RunResult:
+    def run(
+        self,
+        spec: Spec,
+        cancel: Optional[CancelToken] = None,
+        *,
+        on_output: Optional[Callable[[OutputChunk], object]] = None,
+    ) -> RunResult:
         """Runs ``spec`` in the foreground on the far side and returns its
         RunResult. ``cancel``: a CancelToken whose ``cancel()`` aborts it.
-        Ctrl-C aborts the command, waits until it is gone, and re-raises."""
+        Ctrl-C aborts the command, waits until it is gone, and re-raises.
+
+        ``on_output``: called on this thread with each :class:`OutputChunk`
+        of the output as it arrives, in order, every one before ``run``
+        returns (the result holds the output as always). A callback slower
+        than the command holds it back, as a slow terminal does: once 8 MiB
+        wait for it, the connection is read no further until it catches up
+        (other calls' answers wait too), and the server stops reading the
+        command's output. One that takes nothing for 2 s meanwhile (it
+        waits for something itself) is not waited for: chunks are left
+        out, as they are while the connection is down; a chunk whose
+        ``offset`` is past the end of the one before shows the gap. An
+        exception it raises cancels the run, no chunk is handed over after
+        it, and ``run`` raises it once the run's answer came."""
         r = self._remote
         r.refuse_blocking()
         params, run_id = self._run_params(spec, cancel)
-        reply = r.send("run", params, oversize_field="spec.stdin")
-        try:
-            if cancel is None:
-                reply.wait(None)
-            else:
-                while not reply.wait(_CANCEL_POLL):
-                    if cancel.cancelled:
-                        r.conn.notify("cancel", {"run_id": run_id})
-                        reply.wait(None)
-                        break
-            value = reply.get()
-        except (KeyboardInterrupt, SystemExit):
+        stream = r.open_stream(params, run_id, on_output, None)
+        reply = _Reply()
+
+        def answered(value: Any, error: Optional[BaseException]) -> None:
+            reply.settle(value, error)
+            if stream is not None:
+                r.close_stream(run_id, stream)
+
+        def cancel_run() -> None:
             r.conn.notify("cancel", {"run_id": run_id})
+
+        try:
+            r.conn.request("run", params, answered, oversize_field="spec.stdin")
+        except BaseException:
+            if stream is not None:
+                r.close_stream(run_id, stream)
+            raise
+        try:
+            self._await_run(reply, stream, cancel, cancel_run)
+        except (KeyboardInterrupt, SystemExit):
+            if stream is not None:
+                stream.stop()  # nobody takes chunks any more: the reader must not wait for it
+            cancel_run()
             try:
                 reply.wait(None)
             except BaseException:
                 pass
             raise
+        if stream is not None and stream.error is not None:
+            raise stream.error
+        value = reply.get()
         with _Shape("run"):
             return _run_result(value)
 
-    async def run_async(self, spec: Spec, cancel: Optional[CancelToken] = None) -> RunResult:
+    @staticmethod
+    def _await_run(
+        reply: _Reply, stream: Optional[_RunStream], cancel: Optional[CancelToken], cancel_run: Callable[[], None]
+    ) -> None:
+        """Until the run's answer came and, streamed, every chunk before it
+        was handed over; a CancelToken's ``cancel()`` is passed on."""
+        poll = _CANCEL_POLL if cancel is not None else _SIGNAL_POLL
+        while True:
+            if stream is not None:
+                if stream.hand_over(poll):
+                    return
+            elif reply.wait(None if cancel is None else poll):
+                return
+            if cancel is not None and cancel.cancelled:
+                cancel_run()
+                cancel = None
+
+    async def run_async(
+        self,
+        spec: Spec,
+        cancel: Optional[CancelToken] = None,
+        *,
+        on_output: Optional[Callable[[OutputChunk], object]] = None,
+    ) -> RunResult:
         """Runs ``spec`` without blocking the event loop. Cancelling the
         awaiting task aborts the command (as ``cancel`` does), waits until
-        it is gone, and re-raises ``asyncio.CancelledError``."""
+        it is gone, and re-raises ``asyncio.CancelledError``.
+
+        ``on_output``: as for :meth:`run`, called on the event loop's
+        thread; an exception it raises cancels the run and is raised here
+        once the run's answer came."""
         r = self._remote
         params, run_id = self._run_params(spec, cancel)
         loop = asyncio.get_running_loop()
         done: "asyncio.Future[RunResult]" = loop.create_future()
+        stream = r.open_stream(params, run_id, on_output, loop)
 
         def answered(value: Any, error: Optional[BaseException]) -> None:
             result: Optional[RunResult] = None
@@ -2984,15 +3804,36 @@ class Executor:
                         result = _run_result(value)
                 except ProtocolError as e:
                     error = e
-            _deliver(loop, done, result, error)
+            if stream is None:
+                _deliver(loop, done, result, error)
+                return
+            r.close_stream(run_id, stream)
+            streamed = stream
 
-        r.conn.request("run", params, answered, oversize_field="spec.stdin")
+            def settle() -> None:
+                # On the loop, after every chunk handed to it before: the
+                # callback's exception, if it raised one, is the outcome.
+                resolve_future(done, result, streamed.error if streamed.error is not None else error)
+
+            try:
+                loop.call_soon_threadsafe(settle)
+            except RuntimeError:  # the loop is closed: nobody is waiting
+                pass
+
+        try:
+            r.conn.request("run", params, answered, oversize_field="spec.stdin")
+        except BaseException:
+            if stream is not None:
+                r.close_stream(run_id, stream)
+            raise
         watcher: Optional["asyncio.Task[None]"] = None
         if cancel is not None:
             watcher = loop.create_task(self._watch_token(cancel, run_id, done))
         try:
             return await asyncio.shield(done)
         except asyncio.CancelledError:
+            if stream is not None:
+                stream.stop()
             r.conn.notify("cancel", {"run_id": run_id})
             try:
                 await done
@@ -3111,9 +3952,7 @@ class Executor:
         kept = r.registry()
         if kept is not None:
             return self._kept(kept, id).take_final_read()
-        value = r.call("read_output", {"id": id})
-        with _Shape("read_output"):
-            return _process_read(value)
+        return r.read_output(id)
 
     def kill(self, id: str) -> bool:
         """``Process.kill`` of the process registered as ``id``."""
@@ -3138,14 +3977,13 @@ class Executor:
             del kept[id]
             return
         r.call("forget", {"id": id})
+        r.drop_cursor(id)
 
     @staticmethod
     def _kept(kept: Dict[str, _ProcState], id: str) -> _ProcState:
         state = kept.get(id)
         if state is None:
-            e = NotFoundError(f"no background process with id {json.dumps(id, ensure_ascii=False)}")
-            e.id = id
-            raise e
+            raise _not_found(id)
         return state
 
     def on_task_done(self, callback: Callable[[Process], object]) -> Unsubscribe:

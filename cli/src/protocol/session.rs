@@ -323,11 +323,10 @@ impl Session {
             return Err(already_initialized());
         }
         let token = p.required_string("resume")?;
-        let session = self.hub.find(&token).ok_or_else(|| {
-            Fault::Rpc(RpcError::new(
-                frame::INVALID_PARAMS,
-                "no session to resume with this token: it was never made here, its linger time passed, or it was disposed",
-            ))
+        let session = self.hub.find(&token).ok_or_else(|| Fault::Shape {
+            field: "resume".into(),
+            problem: "has no session to resume with this token: it was never made here, its linger time passed, or it was disposed"
+                .into(),
         })?;
         let welcome = session.welcome(true)?;
         Ok((session, welcome))
