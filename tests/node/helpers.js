@@ -91,4 +91,13 @@ function withMarker(marker) {
   return n
 }
 
-module.exports = { executor, alive, eventually, readUntil, tmpdir, landlockMissing, withMarker, NativeBashExecutor, NativeShellExecutor }
+/** The name a process runs as (/proc/PID/comm), or undefined once it is gone. */
+function comm(pid) {
+  try {
+    return fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim()
+  } catch {
+    return undefined
+  }
+}
+
+module.exports = { executor, alive, comm, eventually, readUntil, tmpdir, landlockMissing, withMarker, NativeBashExecutor, NativeShellExecutor }

@@ -17,7 +17,7 @@ import { fileURLToPath } from 'node:url'
 import { seam, harnessUrl } from './seam.mjs'
 import { sshdMissing, startSshd } from './sshd.mjs'
 
-const { alive, eventually, tmpdir, NativeShellExecutor } = createRequire(import.meta.url)('./helpers.js')
+const { alive, comm, eventually, tmpdir, NativeShellExecutor } = createRequire(import.meta.url)('./helpers.js')
 const { RemoteShellExecutor, RemoteShellProcess, RemoteTerminalHandle } = await import(new URL('../../bindings-node/remote.mjs', import.meta.url).href)
 
 const DSH_BIN = process.env.DSH_BIN ?? fileURLToPath(new URL('../../target/debug/dsh', import.meta.url))
@@ -861,6 +861,8 @@ test('terminals: signalForeground interrupts `sleep 100` and resolves with its g
   await t.write('sleep 100\r')
   let job
   assert.ok(await eventually(async () => (job = (await t.inspectForeground())?.processGroupId) !== t.pid, 30_000), 'sleep in the foreground')
+  // Signalled before it became sleep, bash's forked child may swallow it.
+  assert.ok(await eventually(() => comm(job) === 'sleep', 30_000), 'the job became sleep')
   assert.equal((await t.inspectForeground()).inputWaiting, false)
   assert.equal(await t.signalForeground('SIGINT'), job)
   assert.ok(await eventually(async () => (await t.inspectForeground())?.processGroupId === t.pid, 30_000), 'the shell in the foreground again')
@@ -874,7 +876,9 @@ test('terminals: signalForeground interrupts `sleep 100` and resolves with its g
   await mine.terminate()
   // Ctrl-C typed is the line discipline's SIGINT, as for a person.
   await t.write('sleep 100\r')
-  assert.ok(await eventually(async () => (await t.inspectForeground())?.processGroupId !== t.pid, 30_000))
+  let again
+  assert.ok(await eventually(async () => (again = (await t.inspectForeground())?.processGroupId) !== t.pid, 30_000))
+  assert.ok(await eventually(() => comm(again) === 'sleep', 30_000), 'the job became sleep')
   await t.write('\x03')
   await t.write('echo again=$?\r')
   await out.expect('again=130')

@@ -6,7 +6,7 @@
 const test = require('node:test')
 const assert = require('node:assert/strict')
 
-const { executor, alive, eventually } = require('./helpers.js')
+const { executor, alive, comm, eventually } = require('./helpers.js')
 
 /** Collects `handle.output` and waits for patterns in it. */
 function watch(handle) {
@@ -72,6 +72,8 @@ test('signalForeground interrupts the foreground job and resolves with its group
     await t.write('sleep 100\n')
     let job
     assert.ok(await eventually(async () => (job = (await t.inspectForeground())?.processGroupId) !== t.pid))
+    // Signalled before it became sleep, bash's forked child may swallow it.
+    assert.ok(await eventually(() => comm(job) === 'sleep'), 'the job became sleep')
     assert.equal((await t.inspectForeground()).inputWaiting, false)
     assert.equal(await t.signalForeground('SIGINT'), job)
     assert.ok(await eventually(async () => (await t.inspectForeground())?.processGroupId === t.pid))
