@@ -106,6 +106,14 @@ function coded(code, message, extra) {
   return err
 }
 
+/** A write not sent because one before it to `id` was lost with a connection. */
+function notSentBehind(method, id) {
+  return coded(
+    'ANSWER_LOST',
+    `dsh-native/remote: ${method} to ${id} was not sent: an earlier write to it was lost with the connection, and this one would have reached it out of order`,
+  )
+}
+
 /** The core's STDIN_CLOSED error, for what the mirror knows itself. */
 function stdinClosed(id, reason) {
   const why = {
@@ -1799,10 +1807,20 @@ export class RemoteShellProcess {
   // never interleaved with another's.
   #stdinTail = Promise.resolve()
   #stdinQueued = 0
+  /** A write lost with a connection: those queued behind it are not sent. */
+  #stdinLost
   #queueStdin(write) {
-    const written = this.#stdinQueued === 0 ? write() : this.#stdinTail.then(write)
+    const inTurn = () => (this.#stdinLost === undefined ? write() : Promise.reject(notSentBehind('write_stdin', this.#m.id)))
+    const written = this.#stdinQueued === 0 ? inTurn() : this.#stdinTail.then(inTurn)
     this.#stdinQueued++
-    this.#stdinTail = written.catch(() => {}).finally(() => this.#stdinQueued--)
+    this.#stdinTail = written
+      .catch((err) => {
+        if (err?.code === 'ANSWER_LOST') this.#stdinLost = err
+      })
+      .finally(() => {
+        // The queue behind the lost write has been refused: new writes go.
+        if (--this.#stdinQueued === 0) this.#stdinLost = undefined
+      })
     return written
   }
 
@@ -1830,6 +1848,8 @@ export class RemoteTerminalHandle {
   #inflight = new Set()
   #writeTail = Promise.resolve()
   #writesQueued = 0
+  /** A write lost with a connection: those queued behind it are not sent. */
+  #writeLost
 
   constructor(token, session, m, pid) {
     if (token !== HANDLE) throw new TypeError('RemoteTerminalHandle is made by RemoteShellExecutor#spawnTerminal')
@@ -1916,10 +1936,18 @@ export class RemoteTerminalHandle {
       }
     }
     // With nothing queued it is sent at once, so a write and the call after
-    // it reach the server in that order.
-    const written = this.#writesQueued === 0 ? send() : this.#writeTail.then(send)
+    // it reach the server in that order. Writes queued behind one lost
+    // with a connection are not sent: they would arrive out of order.
+    const inTurn = () => (this.#writeLost === undefined ? send() : Promise.reject(notSentBehind('terminal_write', m.id)))
+    const written = this.#writesQueued === 0 ? inTurn() : this.#writeTail.then(inTurn)
     this.#writesQueued++
-    this.#writeTail = written.catch(() => {}).finally(() => this.#writesQueued--)
+    this.#writeTail = written
+      .catch((err) => {
+        if (err?.code === 'ANSWER_LOST') this.#writeLost = err
+      })
+      .finally(() => {
+        if (--this.#writesQueued === 0) this.#writeLost = undefined
+      })
     return this.#track(written)
   }
 

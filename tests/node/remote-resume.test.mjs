@@ -213,6 +213,33 @@ test('calls whose answers were lost with the drop: a start that never arrived se
   }
 })
 
+test('a write queued behind one lost with the drop is not sent: bytes never arrive out of order', { ...T, ...skipNoBin }, async () => {
+  const dir = tmpdir()
+  const r = relay(dir, 30)
+  let ex
+  try {
+    ex = await connect(r.transport, dir)
+    const got = path.join(dir, 'got')
+    const p = ex.start(ex.resolve({ command: `cat > ${got}`, stdin: { pipe: true } }))
+    await within(20_000, ex.run(ex.resolve({ command: 'true' })), 'the start to be answered')
+    process.kill(transportPid(r), 'SIGKILL')
+    // A goes into a transport that will never read it; B waits behind A.
+    const a = p.writeStdin('A').then(() => 'written', (e) => e)
+    const b = p.writeStdin('B').then(() => 'written', (e) => e)
+    const [ea, eb] = await within(30_000, Promise.all([a, b]), 'the two writes to settle')
+    assert.equal(ea.code, 'ANSWER_LOST', String(ea))
+    assert.equal(eb.code, 'ANSWER_LOST', String(eb))
+    assert.match(eb.message, /was not sent/)
+    // The queue behind the lost write was refused; a new write goes.
+    await p.writeStdin('C')
+    p.closeStdin()
+    await within(20_000, p.done, 'cat to end')
+    assert.equal(fs.readFileSync(got, 'utf8'), 'C', 'B reached the program without A')
+  } finally {
+    await cleanUp(ex, r)
+  }
+})
+
 test('a terminal session across the drop: its output read on, a write made meanwhile delivered', { ...T, ...skipNoBin }, async () => {
   const dir = tmpdir()
   const r = relay(dir, 30)

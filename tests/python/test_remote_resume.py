@@ -313,6 +313,33 @@ def test_a_call_whose_answer_was_lost_fails_and_a_read_is_asked_again(relay: Rel
         p.wait(30)
 
 
+def test_a_write_queued_behind_a_lost_one_is_not_sent(relay: Relay, tmp: str) -> None:
+    got = os.path.join(tmp, "got")
+    with Executor(relay.command(30), grace_ms=300) as ex:
+        p = ex.start(ex.resolve(f"cat > {got}", stdin=PIPE))
+        pid = relay.pid()
+        # A goes into a relay that passes nothing on, and dies with it.
+        os.kill(pid, signal.SIGSTOP)
+        pending = ex._remote.conn._pending
+        a_t, a = in_thread(lambda: p.write_stdin("A"))
+        assert eventually(lambda: [c.method for c in list(pending.values())] == ["write_stdin"], 10)
+        time.sleep(0.3)  # written, a moment after it was registered
+        relay.delay(1)
+        relay.drop()
+        # B is made while the client reconnects: it waits behind A.
+        b_t, b = in_thread(lambda: p.write_stdin("B"))
+        a_t.join(60)
+        b_t.join(60)
+        assert isinstance(a.get("error"), AnswerLost), a
+        e = b.get("error")
+        assert isinstance(e, AnswerLost) and "was not sent" in str(e), b
+        # B never reached the program ahead of (or without) A.
+        p.close_stdin()
+        p.wait(30)
+        with open(got) as f:
+            assert f.read() == ""
+
+
 def test_calls_whose_answers_were_lost_after_they_took_effect(relay: Relay, tmp: str) -> None:
     with Executor(relay.command(30, holdable=True), grace_ms=300) as ex:
         p = ex.start(ex.resolve(f"echo $$ > {tmp}/bg.pid; exec sleep 300"))

@@ -1312,6 +1312,12 @@ class _SocketTransport(_Transport):
 # The connection ---------------------------------------------------------------------
 
 
+# Writes that reach a process or terminal in the order they were made: once
+# one of them is lost with a connection, the ones queued behind it to the
+# same target are not sent (the bytes would arrive out of order).
+_ORDERED_WRITES = frozenset({"write_stdin", "close_stdin", "terminal_write"})
+
+
 class _Pending(NamedTuple):
     method: str
     params: Dict[str, Any]
@@ -1626,6 +1632,24 @@ class _Connection:
                 raise TypeError("session.pending is not a list")
         return info
 
+    def _hold_writes_behind(self, lost: List[_Pending]) -> List[_Pending]:
+        """Takes out of the queues (under the lock) the writes waiting to go
+        to a target one of the ``lost`` writes was for, and returns them."""
+        broken = {p.params.get("id") for p in lost if p.method in _ORDERED_WRITES}
+        if not broken:
+            return []
+
+        def behind(id: Optional[int]) -> bool:
+            p = self._pending.get(id) if id is not None else None
+            return p is not None and p.method in _ORDERED_WRITES and p.params.get("id") in broken
+
+        held: List[_Pending] = []
+        for queue in (self._unsent, self._outbox):
+            ids = [id for id, _ in queue if behind(id)]
+            queue[:] = [(id, line) for id, line in queue if id not in ids]
+            held.extend(self._pending.pop(id) for id in ids if id is not None)
+        return held
+
     def _resumed(self, transport: _Transport, info: Dict[str, Any], how: str, resumable: _Resumable) -> None:
         """The session is back on ``transport``. A call that was on its way
         waits on when the server says it still owes the answer (``pending``);
@@ -1644,6 +1668,7 @@ class _Connection:
                     lines.append(_encode({"jsonrpc": "2.0", "id": id, "method": p.method, "params": p.params}))
                 else:
                     lost.append(self._pending.pop(id))
+            held = self._hold_writes_behind(lost)
             lines.extend(line for _, line in self._unsent)
             self._unsent.clear()
             self._resumes += 1
@@ -1660,6 +1685,14 @@ class _Connection:
             e = AnswerLost(
                 f"the connection to the server dropped before the answer to {p.method} came ({how}); "
                 f"the session was resumed, but {p.method} may have taken effect or not"
+            )
+            e.transport = transport.description
+            e.method = p.method
+            self._call_back(p.callback, None, e)
+        for p in held:
+            e = AnswerLost(
+                f"{p.method} was not sent: an earlier write to {p.params.get('id')!r} was lost with the "
+                f"connection ({how}), and this one would have reached it out of order"
             )
             e.transport = transport.description
             e.method = p.method
