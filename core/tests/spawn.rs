@@ -801,3 +801,28 @@ fn a_spawn_request_takes_what_it_leaves_out_from_the_configuration() {
         Err(DshError::InvalidArgument { .. })
     ));
 }
+
+/// A census that reads a process while it is in execve sees no
+/// environment (no tag): the tree must not be taken for gone then.
+#[test]
+fn a_tree_whose_member_is_exec_ing_is_not_gone() {
+    let exec = executor();
+    let mut gone = 0;
+    for _ in 0..40 {
+        // The leader exits while its child execs, again and again.
+        let s = exec
+            .spawn(&sh(
+                "(exec sh -c 'exec sh -c \"exec sh -c \\\"exec sleep 300\\\"\"') >/dev/null 2>&1 & exit 0",
+            ))
+            .unwrap();
+        if s.process
+            .wait_tree_timeout(Some(Duration::from_millis(300)))
+            .unwrap()
+        {
+            gone += 1;
+        }
+        s.process.terminate();
+        assert!(s.process.wait_tree_timeout(Some(LONG)).unwrap());
+    }
+    assert_eq!(gone, 0, "{gone} of 40 live trees were taken for gone");
+}

@@ -254,10 +254,43 @@ fn untagged_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> Option<Untagged> {
 }
 
 fn tag_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
-    if !read_file(&format!("{pid}/environ"), buf) {
+    let environ = format!("{pid}/environ");
+    if !read_file(&environ, buf) {
         return None;
     }
+    // A process in execve shows no environment for a moment: read as
+    // untagged then, it would escape a sweep, and a census would take its
+    // tree for gone. Kernel threads and zombies have none for good.
+    let mut rereads = 0;
+    while buf.is_empty() && rereads < EXEC_REREADS && in_user_space(pid) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        if !read_file(&environ, buf) {
+            return None;
+        }
+        rereads += 1;
+    }
     tag_in(buf).map(<[u8]>::to_vec)
+}
+
+/// How many times an environment that reads empty is read again.
+const EXEC_REREADS: u32 = 10;
+
+/// The kernel's flag of a kernel thread in `/proc/<pid>/stat`.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// A live process of user space (not a zombie, not a kernel thread).
+fn in_user_space(pid: libc::pid_t) -> bool {
+    let mut stat = Vec::new();
+    if !read_file(&format!("{pid}/stat"), &mut stat) {
+        return false;
+    }
+    let mut fields = stat_fields(&stat);
+    if matches!(fields.next(), Some("Z" | "X")) {
+        return false;
+    }
+    // After the state: ppid, pgrp, session, tty_nr, tpgid, flags.
+    let flags: u64 = fields.nth(5).and_then(|f| f.parse().ok()).unwrap_or(PF_KTHREAD);
+    flags & PF_KTHREAD == 0
 }
 
 /// How many members a census hands back pinned: a watch waits for them,
@@ -557,138 +590,5 @@ pub(crate) async fn census(matcher: TagMatch) -> Swept {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_parent_is_signalled_before_its_descendants() {
-        // (pid, parent): 30 under 20 under 10; 40 under 30; 50 alone.
-        let targets = vec![
-            (40, Some(30)),
-            (30, Some(20)),
-            (50, Some(1)),
-            (20, Some(10)),
-            (10, Some(1)),
-        ];
-        let order: Vec<i32> = ancestors_first(targets, |t| t.0, |t| t.1)
-            .iter()
-            .map(|t| t.0)
-            .collect();
-        let at = |p: i32| order.iter().position(|&x| x == p).unwrap();
-        assert!(at(10) < at(20) && at(20) < at(30) && at(30) < at(40), "{order:?}");
-        // A cycle (a recycled pid in a racy snapshot) still ends.
-        let cycle = vec![(1, Some(2)), (2, Some(1))];
-        assert_eq!(ancestors_first(cycle, |t| t.0, |t| t.1).len(), 2);
-    }
-
-    #[test]
-    fn tag_is_found_only_as_a_whole_variable() {
-        assert_eq!(tag_in(b"A=1\0DSH_EXEC_TAG=ab.3\0B=2\0"), Some(&b"ab.3"[..]));
-        assert_eq!(tag_in(b"XDSH_EXEC_TAG=ab\0"), None);
-        assert_eq!(tag_in(b"DSH_EXEC_TAGS=ab\0"), None);
-        assert_eq!(tag_in(b""), None);
-        assert_eq!(tag_in(b"DSH_EXEC_TAG="), Some(&b""[..]));
-    }
-
-    #[test]
-    fn exact_and_prefix_matches() {
-        let one = TagMatch::command("ab.3");
-        assert!(one.matches(b"ab.3"));
-        assert!(
-            !one.matches(b"ab.30"),
-            "a command's tag is not a prefix of another's"
-        );
-        let all = TagMatch::executor("ab.");
-        assert!(all.matches(b"ab.3") && all.matches(b"ab.30"));
-        assert!(!all.matches(b"abc.3"));
-    }
-
-    #[test]
-    fn parent_pid_survives_parentheses_in_the_name_and_zombies_have_none() {
-        assert_eq!(parent_in_stat(b"42 (a) b) S 7 42 42 0"), Some(7));
-        assert_eq!(parent_in_stat(b"42 (x) Z 7 42 42 0"), None);
-        assert_eq!(parent_in_stat(b"garbage"), None);
-    }
-
-    #[test]
-    fn process_group_is_read_after_the_name_and_from_zombies_too() {
-        assert_eq!(group_in_stat(b"42 (a) b) S 7 40 40 0"), Some(40));
-        assert_eq!(group_in_stat(b"42 (x) Z 7 42 42 0"), Some(42));
-        assert_eq!(group_in_stat(b"42 (x) S"), None);
-    }
-
-    #[test]
-    fn a_term_sweep_spares_only_groups_whose_signal_reaches_them() {
-        let leaders = HashSet::from([100]);
-        let plain = TagMatch::command("x.1");
-        assert!(!plain.spares(Some(100), &leaders));
-        let one = TagMatch::command("x.1").sparing(Spare::Group(100));
-        assert!(one.spares(Some(100), &leaders));
-        assert!(
-            !one.spares(Some(200), &leaders),
-            "a member that left the group is swept"
-        );
-        assert!(!one.spares(None, &leaders), "an unknown group is swept");
-        let all = TagMatch::executor("x.").sparing(Spare::CommandGroups);
-        assert!(all.spares(Some(100), &leaders));
-        assert!(
-            !all.spares(Some(300), &leaders),
-            "a group whose leader is gone is swept"
-        );
-    }
-
-    fn untagged(pairs: &[(libc::pid_t, libc::pid_t, libc::pid_t)]) -> HashMap<libc::pid_t, Untagged> {
-        pairs
-            .iter()
-            .map(|&(pid, parent, session)| (pid, Untagged { parent, session }))
-            .collect()
-    }
-
-    #[test]
-    fn descendants_are_selected_through_untagged_parents() {
-        // 10 tagged → 11 (untagged child) → 12; 20 tagged with another
-        // command's tag; 30 unrelated; 13 child of 12.
-        let tags: HashMap<_, _> = [(10, b"x.1".to_vec()), (20, b"x.2".to_vec())].into();
-        let others = untagged(&[(11, 10, 10), (12, 11, 10), (13, 12, 10), (30, 1, 1), (21, 20, 20)]);
-        let one = TagMatch::command("x.1");
-        let all = TagMatch::executor("x.");
-        let other = TagMatch::command("y.1");
-        let sel = select(&[&one, &all, &other], &tags, &others);
-        assert_eq!(sel[0], HashSet::from([10, 11, 12, 13]));
-        assert_eq!(sel[1], HashSet::from([10, 11, 12, 13, 20, 21]));
-        assert!(sel[2].is_empty());
-    }
-
-    #[test]
-    fn an_orphan_without_the_tag_is_the_commands_while_in_its_session() {
-        // Supervisor 5 leads nothing; command x.1's leader 10 (tagged),
-        // x.2's leader 20. 11: `env -i` child of 10, orphaned (now the
-        // supervisor's child) but still in session 10. 12: its child. 13:
-        // `env -i` + setsid + orphaned: session 13, parent 5 — x.1 cannot
-        // claim it, nobody else either. 99 is unrelated (parent 1).
-        let tags: HashMap<_, _> = [(10, b"x.1".to_vec()), (20, b"x.2".to_vec())].into();
-        let others = untagged(&[(11, 5, 10), (12, 11, 10), (13, 5, 13), (99, 1, 99)]);
-        let one = TagMatch::command("x.1").in_session(10);
-        let two = TagMatch::command("x.2").in_session(20);
-        let sel = select(&[&one, &two], &tags, &others);
-        assert_eq!(sel[0], HashSet::from([10, 11, 12]));
-        assert_eq!(sel[1], HashSet::from([20]));
-        // The executor's sweep takes the supervisor's whole subtree (not
-        // the supervisor itself), 13 included, and nothing else.
-        let all = TagMatch::executor("x.").under(Some(5));
-        let sel = select(&[&all], &tags, &others);
-        assert_eq!(sel[0], HashSet::from([10, 11, 12, 13, 20]));
-        // A command's supervisor is not a root of its sweep.
-        let one_under = TagMatch::command("x.1").in_session(10).under(Some(5));
-        assert_eq!(
-            select(&[&one_under], &tags, &others)[0],
-            HashSet::from([10, 11, 12])
-        );
-    }
-
-    #[test]
-    fn the_session_is_read_after_the_name() {
-        assert_eq!(session_in_stat(b"42 (a) b) S 7 40 39 0"), Some(39));
-        assert_eq!(session_in_stat(b"42 (x) S 7 40"), None);
-    }
-}
+#[path = "tree_tests.rs"]
+mod tests;
