@@ -811,26 +811,36 @@ fn terminal_sessions_over_the_protocol() {
     }
 }
 
+/// `dsh serve --stdio --linger 5 --socket SOCKET`, its input a pipe kept
+/// open (as an idle ssh connection's would be).
+fn relay_to(socket: &Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_dsh"))
+        .args(["serve", "--stdio", "--linger", "5", "--socket"])
+        .arg(socket)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// The pid of the one lingering server at `socket`, once it runs.
+fn lingering_server(socket: &Path) -> i32 {
+    let start = Instant::now();
+    loop {
+        if let [pid] = processes_naming(&socket.display().to_string())[..] {
+            return pid;
+        }
+        assert!(start.elapsed() < support::LIMIT, "no lingering server started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[test]
 fn a_relay_whose_lingering_server_died_ends_though_its_input_is_open() {
     let dir = TempDir::new("serve-relay-orphan");
     let socket = dir.0.join("r.sock");
-    // The relay's stdin stays open (as an idle ssh connection's would).
-    let mut relay = Command::new(env!("CARGO_BIN_EXE_dsh"))
-        .args(["serve", "--stdio", "--linger", "5", "--socket"])
-        .arg(&socket)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    let server = loop {
-        if let [pid] = processes_naming(&socket.display().to_string())[..] {
-            break pid;
-        }
-        assert!(start.elapsed() < support::LIMIT, "no lingering server started");
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let mut relay = relay_to(&socket);
+    let server = lingering_server(&socket);
     // SAFETY: kill(2) takes integers.
     unsafe { libc::kill(server, libc::SIGKILL) };
     let status = wait_bounded(&mut relay, "the relay after its server died");
@@ -839,18 +849,8 @@ fn a_relay_whose_lingering_server_died_ends_though_its_input_is_open() {
         "the relay said nothing of its server's death: {status}"
     );
     // And SIGTERM ends a relay whose input is open.
-    let mut second = Command::new(env!("CARGO_BIN_EXE_dsh"))
-        .args(["serve", "--stdio", "--linger", "5", "--socket"])
-        .arg(&socket)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while processes_naming(&socket.display().to_string()).is_empty() {
-        assert!(start.elapsed() < support::LIMIT, "no lingering server started");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let mut second = relay_to(&socket);
+    lingering_server(&socket);
     // SAFETY: kill(2) takes integers.
     unsafe { libc::kill(second.id() as i32, libc::SIGTERM) };
     wait_bounded(&mut second, "the relay after SIGTERM");

@@ -1,4 +1,5 @@
 'use strict'
+const assert = require('node:assert/strict')
 const fs = require('node:fs')
 const os = require('node:os')
 const path = require('node:path')
@@ -100,4 +101,23 @@ function comm(pid) {
   }
 }
 
-module.exports = { executor, alive, comm, eventually, readUntil, tmpdir, landlockMissing, withMarker, NativeBashExecutor, NativeShellExecutor }
+/** `promise`, or a failure naming `what` once `ms` passed. */
+function within(ms, promise, what) {
+  let timer
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms)
+  })
+  return Promise.race([promise.finally(() => clearTimeout(timer)), late])
+}
+
+/** The error `fn` throws or rejects with. */
+async function failure(fn) {
+  try {
+    await fn()
+  } catch (e) {
+    return e
+  }
+  assert.fail('expected an error')
+}
+
+module.exports = { executor, alive, comm, eventually, failure, within, readUntil, tmpdir, landlockMissing, withMarker, NativeBashExecutor, NativeShellExecutor }

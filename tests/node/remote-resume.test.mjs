@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url'
 
 import { sshdMissing, startSshd } from './sshd.mjs'
 
-const { alive, eventually, readUntil, tmpdir } = createRequire(import.meta.url)('./helpers.js')
+const { alive, eventually, failure, readUntil, tmpdir, within } = createRequire(import.meta.url)('./helpers.js')
 const remoteUrl = new URL('../../bindings-node/remote.mjs', import.meta.url).href
 const { RemoteShellExecutor } = await import(remoteUrl)
 
@@ -31,25 +31,6 @@ const sockets = []
 after(() => {
   for (const socket of sockets) stopLingering(socket)
 })
-
-/** `promise`, or a failure naming `what` once `ms` passed. */
-function within(ms, promise, what) {
-  let timer
-  const late = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms)
-  })
-  return Promise.race([promise.finally(() => clearTimeout(timer)), late])
-}
-
-/** The error `fn` throws or rejects with. */
-async function failure(fn) {
-  try {
-    await fn()
-  } catch (e) {
-    return e
-  }
-  assert.fail('expected an error')
-}
 
 /** Resolves once `file` exists: an fs.watch event, not a sleep. */
 function fileAppears(file) {

@@ -17,7 +17,7 @@ import { fileURLToPath } from 'node:url'
 import { seam, harnessUrl } from './seam.mjs'
 import { sshdMissing, startSshd } from './sshd.mjs'
 
-const { alive, comm, eventually, tmpdir, NativeShellExecutor } = createRequire(import.meta.url)('./helpers.js')
+const { alive, comm, eventually, failure, tmpdir, within, NativeShellExecutor } = createRequire(import.meta.url)('./helpers.js')
 const { RemoteShellExecutor, RemoteShellProcess, RemoteTerminalHandle } = await import(new URL('../../bindings-node/remote.mjs', import.meta.url).href)
 
 const DSH_BIN = process.env.DSH_BIN ?? fileURLToPath(new URL('../../target/debug/dsh', import.meta.url))
@@ -47,15 +47,6 @@ function local(config = {}) {
 
 const WORK = tmpdir()
 
-/** `promise`, or a failure naming `what` once `ms` passed. */
-function within(ms, promise, what) {
-  let timer
-  const late = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms)
-  })
-  return Promise.race([promise.finally(() => clearTimeout(timer)), late])
-}
-
 /** Resolves once `file` exists: an fs.watch event, not a sleep. */
 function fileAppears(file) {
   return new Promise((resolve) => {
@@ -83,16 +74,6 @@ async function readUntil(p, needle) {
 
 /** An error reduced to what the faces must agree on. */
 const shape = (e) => ({ code: e.code, field: e.field, message: e.message, errno: e.errno, reason: e.reason, id: e.id })
-
-/** The error `fn` throws or rejects with. */
-async function failure(fn) {
-  try {
-    await fn()
-  } catch (e) {
-    return e
-  }
-  assert.fail('expected an error')
-}
 
 /** A read without its task (the objects differ by face), spill files as their contents. */
 function plain(read) {

@@ -1681,22 +1681,24 @@ class _Connection:
                     break
             self._write(transport, b"".join(lines))
             lines = []
+        def fail(p: _Pending, message: str) -> None:
+            e = AnswerLost(message)
+            e.transport = transport.description
+            e.method = p.method
+            self._call_back(p.callback, None, e)
+
         for p in lost:
-            e = AnswerLost(
+            fail(
+                p,
                 f"the connection to the server dropped before the answer to {p.method} came ({how}); "
-                f"the session was resumed, but {p.method} may have taken effect or not"
+                f"the session was resumed, but {p.method} may have taken effect or not",
             )
-            e.transport = transport.description
-            e.method = p.method
-            self._call_back(p.callback, None, e)
         for p in held:
-            e = AnswerLost(
+            fail(
+                p,
                 f"{p.method} was not sent: an earlier write to {p.params.get('id')!r} was lost with the "
-                f"connection ({how}), and this one would have reached it out of order"
+                f"connection ({how}), and this one would have reached it out of order",
             )
-            e.transport = transport.description
-            e.method = p.method
-            self._call_back(p.callback, None, e)
         try:
             resumable.on_resumed(info)
         except BaseException as e:
