@@ -294,6 +294,9 @@ test('a resume that cannot be made gives up: the lingering server killed too (it
     const pending = ex.run(ex.resolve({ command: `touch ${started}; exec sleep 60` }))
     await fileAppears(started)
     const [server] = lingering(killed.socket)
+    // The relay is stopped first: it would otherwise see the server die and
+    // end by itself (status 125) before its own SIGKILL arrives.
+    process.kill(transportPid(killed), 'SIGSTOP')
     process.kill(server, 'SIGKILL')
     process.kill(transportPid(killed), 'SIGKILL')
     const lost = await within(10_000, failure(() => pending), 'the pending run to fail')
