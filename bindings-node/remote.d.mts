@@ -109,9 +109,11 @@ export interface RemoteRunOptions {
    * down: a chunk's `offset` past where the previous one ended shows it.
    * The result is the same as without it (capped, the spill file whole).
    * A throw cancels the run (as its signal would), and `run` rejects with
-   * what was thrown once the run has ended.
+   * what was thrown once the run has ended. An async callback's promise is
+   * waited for before `run` settles, and its rejection counts as a throw
+   * (it is never left unhandled).
    */
-  onOutput?: ((chunk: RemoteOutputChunk) => void) | undefined
+  onOutput?: ((chunk: RemoteOutputChunk) => void | PromiseLike<void>) | undefined
 }
 
 /** What `RemoteShellExecutor.connect()` takes. */

@@ -962,6 +962,14 @@ class Connection {
         // The answer is taken as it arrives, before the answers kept for
         // the session that follow it in the same read.
         const resumed = (welcome) => {
+          // What is read here must be there: a server that breaks the
+          // protocol ends the attempt, and with it the session.
+          const pending = welcome?.session?.pending
+          if (welcome?.session?.resumed !== true || !Array.isArray(pending)) {
+            const err = new Error(`the server answered the resume with ${JSON.stringify(welcome)?.slice(0, 200)}, not a resumed session with its pending calls`)
+            err.final = true
+            return reject(err)
+          }
           this.#resumed(welcome)
           resolve()
         }
@@ -995,7 +1003,7 @@ class Connection {
   #resumed(welcome) {
     const r = this.#reconnecting
     this.#reconnecting = undefined
-    const owed = new Set(welcome.session?.pending ?? [])
+    const owed = new Set(welcome.session.pending)
     const lost = []
     for (const [id, call] of this.#pending) {
       if (!call.sent || owed.has(id)) continue
@@ -1177,6 +1185,12 @@ class Session {
   runs = new Set()
   /** run_id → what takes the `run_output` chunks of a streamed run. */
   outputSinks = new Map()
+  /**
+   * The run_ids of runs in flight whose cancel was sent: sent again once a
+   * dropped session is resumed, since it may have been lost with the drop
+   * (the server takes a second cancel of a run as the first).
+   */
+  cancelled = new Set()
   /** How many reconfigure calls were made: one whose answer was lost is sent again only while it is the latest. */
   reconfigures = 0
   /** id → TerminalMirror: the terminal sessions this client spawned. */
@@ -1275,6 +1289,7 @@ class Session {
     const warn = (err) => {
       if (err.code !== 'CONNECTION_LOST') process.emitWarning(err, 'DshRemoteWarning')
     }
+    for (const runId of this.cancelled) this.conn.notify('cancel', { run_id: runId })
     for (const m of this.procs.values()) {
       if (m.settled || m.discarded) continue
       this.conn.call('get', { id: m.id }).then(({ process: p }) => {
@@ -2181,20 +2196,36 @@ export class RemoteShellExecutor {
       s.pending.set(handOver.id, handOver)
       params.background_id = handOver.id
     }
-    const cancel = () => s.conn.notify('cancel', { run_id: runId })
-    // What onOutput threw: the run is cancelled, and rejects with it once
-    // its answer came (the callback's failure is the caller's, never the
-    // connection's).
+    const cancel = () => {
+      s.cancelled.add(runId)
+      s.conn.notify('cancel', { run_id: runId })
+    }
+    // What onOutput threw, or the promise it returned rejected with: the
+    // run is cancelled, and rejects with it once its answer came and every
+    // promise onOutput returned has settled (the callback's failure is the
+    // caller's, never the connection's, and never an unhandled rejection).
     let outputFailure
+    const callbacks = new Set()
+    const failed = (error) => {
+      if (outputFailure) return
+      outputFailure = { error }
+      cancel()
+    }
     if (onOutput) {
       params.stream = true
       s.outputSinks.set(runId, (chunk) => {
         if (outputFailure) return
+        let returned
         try {
-          onOutput({ stream: chunk.stream, offset: chunk.offset, data: Buffer.from(chunk.data_base64, 'base64') })
+          returned = onOutput({ stream: chunk.stream, offset: chunk.offset, data: Buffer.from(chunk.data_base64, 'base64') })
         } catch (error) {
-          outputFailure = { error }
-          cancel()
+          failed(error)
+          return
+        }
+        if (typeof returned?.then === 'function') {
+          const settled = Promise.resolve(returned).then(() => {}, failed)
+          callbacks.add(settled)
+          settled.then(() => callbacks.delete(settled))
         }
       })
     }
@@ -2217,6 +2248,8 @@ export class RemoteShellExecutor {
       } finally {
         signal?.removeEventListener('abort', cancel)
         s.outputSinks.delete(runId)
+        s.cancelled.delete(runId)
+        await Promise.all(callbacks)
       }
       if (handOver && result.backgroundId === handOver.id) {
         await s.adopt(handOver)

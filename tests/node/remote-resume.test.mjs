@@ -221,6 +221,61 @@ test('a write queued behind one lost with the drop is not sent: bytes never arri
   }
 })
 
+test('a cancel lost with the drop is sent again once the session is resumed: the aborted run ends, it does not run on', { ...T, ...skipNoBin }, async () => {
+  const dir = tmpdir()
+  const r = relay(dir, 30)
+  let ex
+  try {
+    ex = await connect(r.transport, dir)
+    const started = path.join(dir, 'started')
+    const ac = new AbortController()
+    const running = ex.run(ex.resolve({ command: `touch ${started}; echo up; exec sleep 60`, signal: ac.signal }))
+    await fileAppears(started)
+    // The relay is stopped, so the cancel waits in its input pipe, and the
+    // pipe is lost with the relay: the server never hears it.
+    const first = transportPid(r)
+    process.kill(first, 'SIGSTOP')
+    ac.abort()
+    await new Promise((resolve) => setImmediate(resolve))
+    process.kill(first, 'SIGKILL')
+    const result = await within(20_000, running, 'the aborted run to end after the resume')
+    assert.deepEqual([result.aborted, result.signal, result.stdout.text], [true, 'SIGTERM', 'up\n'])
+    assert.notEqual(transportPid(r), first, 'resumed over a new transport')
+  } finally {
+    await cleanUp(ex, r)
+  }
+})
+
+test('a resume answer that breaks the protocol ends the connection with that said, never an uncaught exception', { ...T, ...skipNoBin }, async () => {
+  const dir = tmpdir()
+  const r = relay(dir, 30)
+  // Once `fake` exists, the transport is a server that answers the resume
+  // with a session whose `pending` is not a list.
+  const fake = path.join(dir, 'fake')
+  const answer = `const rl = require('readline').createInterface({ input: process.stdin }); rl.once('line', (l) => { const { id } = JSON.parse(l); process.stdout.write(JSON.stringify({ jsonrpc: '2.0', id, result: { session: { resumed: true, pending: 5 } } }) + '\\n') })`
+  const [cmd, flag, script, bin] = r.transport.command
+  const transport = { command: [cmd, flag, `if [ -e ${fake} ]; then echo $$ > ${r.pidFile}; exec node -e "${answer}"; fi; ${script}`, bin] }
+  const uncaught = []
+  const onUncaught = (err) => uncaught.push(err)
+  process.on('uncaughtException', onUncaught)
+  let ex
+  try {
+    ex = await connect(transport, dir)
+    const started = path.join(dir, 'started')
+    const pending = ex.run(ex.resolve({ command: `touch ${started}; exec sleep 60` }))
+    await fileAppears(started)
+    fs.writeFileSync(fake, '')
+    process.kill(transportPid(r), 'SIGKILL')
+    const lost = await within(10_000, failure(() => pending), 'the pending run to fail')
+    assert.equal(lost.code, 'CONNECTION_LOST')
+    assert.match(lost.message, /could not be resumed: .*pending/)
+    assert.deepEqual(uncaught, [])
+  } finally {
+    process.off('uncaughtException', onUncaught)
+    await cleanUp(ex, r)
+  }
+})
+
 test('a terminal session across the drop: its output read on, a write made meanwhile delivered', { ...T, ...skipNoBin }, async () => {
   const dir = tmpdir()
   const r = relay(dir, 30)

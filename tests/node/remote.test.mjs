@@ -272,6 +272,40 @@ test('run with onOutput: a throw cancels the run, which rejects with it; bad opt
   }
 })
 
+test('run with an async onOutput: a rejection cancels the run like a throw, and the run settles after every promise it returned', { ...T, ...skipNoBin }, async () => {
+  const ex = await connect()
+  const pidFile = path.join(tmpdir(), 'pid')
+  const boom = new Error('async boom')
+  const unhandled = []
+  const onUnhandled = (err) => unhandled.push(err)
+  process.on('unhandledRejection', onUnhandled)
+  try {
+    const e = await within(10_000, failure(() => ex.run(ex.resolve({ command: `echo $$ > ${pidFile}; echo one; exec sleep 30` }), {
+      onOutput: async () => {
+        await new Promise((resolve) => setImmediate(resolve))
+        throw boom
+      },
+    })), 'the run to reject')
+    assert.equal(e, boom)
+    const pid = Number(fs.readFileSync(pidFile, 'utf8'))
+    assert.ok(await eventually(() => !alive(pid), 5000), 'the run was cancelled')
+    // Every chunk's promise has settled before the run does.
+    let pending = 0
+    const r = await ex.run(ex.resolve({ command: 'echo a; sleep 0.05; echo b' }), {
+      onOutput: async () => {
+        pending += 1
+        await new Promise((resolve) => setTimeout(resolve, 100))
+        pending -= 1
+      },
+    })
+    assert.deepEqual([r.stdout.text, pending], ['a\nb\n', 0])
+    await new Promise((resolve) => setImmediate(resolve))
+    assert.deepEqual(unhandled, [])
+  } finally {
+    process.off('unhandledRejection', onUnhandled)
+  }
+})
+
 test('what the wire cannot carry: lone surrogates as locally, an oversized message refused, a server that speaks no JSON', { ...T, ...skipNoBin }, async () => {
   const ex = await connect()
   const here = local()

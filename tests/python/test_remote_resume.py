@@ -20,7 +20,7 @@ from typing import Any, Iterator, List, Optional
 
 import pytest
 
-from dsh_native import NotFoundError
+from dsh_native import CancelToken, NotFoundError
 from dsh_native.remote import PIPE, AnswerLost, Executor, OutputChunk, Process, TransportError
 
 from conftest import alive, eventually, need_dsh_bin
@@ -311,6 +311,36 @@ def test_a_call_whose_answer_was_lost_fails_and_a_read_is_asked_again(relay: Rel
         assert p.status == "running"
         assert p.kill() is True
         p.wait(30)
+
+
+def queued_in_pipe(pid: int, fd: int) -> int:
+    """How many bytes wait unread in the pipe that is ``pid``'s ``fd``."""
+    import fcntl
+    import struct
+    import termios
+
+    with open(f"/proc/{pid}/fd/{fd}", "rb", buffering=0) as pipe:
+        return int(struct.unpack("i", fcntl.ioctl(pipe.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0])
+
+
+def test_a_cancel_lost_with_the_drop_is_sent_again_once_resumed(relay: Relay, tmp: str) -> None:
+    with Executor(relay.command(30), grace_ms=300) as ex:
+        mark = os.path.join(tmp, "started")
+        token = CancelToken()
+        t, out = in_thread(lambda: ex.run(ex.resolve(f"touch {mark}; echo up; exec sleep 60"), token))
+        started(mark)
+        # The relay stopped, the cancel waits in its input pipe, and is lost
+        # with it: the server never hears it.
+        pid = relay.pid()
+        os.kill(pid, signal.SIGSTOP)
+        token.cancel()
+        assert eventually(lambda: queued_in_pipe(pid, 0) > 0, 10), "the cancel never reached the relay's pipe"
+        relay.drop()
+        t.join(30)
+        assert not t.is_alive(), "the cancelled run went on after the resume"
+        result = out.get("value")
+        assert result is not None, out
+        assert (result.aborted, result.signal, result.stdout.text) == (True, "SIGTERM", "up\n")
 
 
 def test_a_write_queued_behind_a_lost_one_is_not_sent(relay: Relay, tmp: str) -> None:

@@ -77,6 +77,7 @@ from typing import (
     NamedTuple,
     Optional,
     Sequence,
+    Set,
     Tuple,
     Type,
     Union,
@@ -2720,6 +2721,10 @@ class _Remote:
         self.run_ids = itertools.count(1)
         # run_id → the stream of a run(..., on_output=...) on its way.
         self.run_streams: Dict[str, _RunStream] = {}
+        # The runs on their way whose cancel was sent: sent again once a
+        # dropped session is resumed, since it may have been lost with the
+        # drop (the server takes a second cancel of a run as the first).
+        self.cancelled_runs: Set[str] = set()
         # None: a process's output is read by the server's consuming read.
         # Where the session can be resumed (keep_session), by offset from
         # this client's own cursors instead, id → cursor.
@@ -2793,6 +2798,9 @@ class _Remote:
         with self.lock:
             states = [st for st in self.states.values() if not st.snapshot["settled"]]
             terminals = [t for t in self.terminals.values() if t.snapshot["pid"] and not t.snapshot["exited"]]
+            cancelled = list(self.cancelled_runs)
+        for run_id in cancelled:
+            self.conn.notify("cancel", {"run_id": run_id})
         for state in states:
             self.conn.request("get", {"id": state.id}, functools.partial(self._refreshed, state))
         for term in terminals:
@@ -3334,11 +3342,22 @@ class _Remote:
             return None
         if not callable(on_output):
             raise TypeError(f"on_output must be callable, got {_type_name(on_output)}")
-        stream = _RunStream(on_output, lambda: self.conn.notify("cancel", {"run_id": run_id}), loop)
+        stream = _RunStream(on_output, lambda: self.cancel_run(run_id), loop)
         params["stream"] = True
         with self.lock:
             self.run_streams[run_id] = stream
         return stream
+
+    def cancel_run(self, run_id: str) -> None:
+        """Asks the server to cancel a run on its way."""
+        with self.lock:
+            self.cancelled_runs.add(run_id)
+        self.conn.notify("cancel", {"run_id": run_id})
+
+    def run_answered(self, run_id: str) -> None:
+        """The run's answer came (or it was never sent): no cancel is owed."""
+        with self.lock:
+            self.cancelled_runs.discard(run_id)
 
     def close_stream(self, run_id: str, stream: _RunStream) -> None:
         """The run's answer came (or it was never sent): nothing follows.
@@ -3764,16 +3783,18 @@ class Executor:
         reply = _Reply()
 
         def answered(value: Any, error: Optional[BaseException]) -> None:
+            r.run_answered(run_id)
             reply.settle(value, error)
             if stream is not None:
                 r.close_stream(run_id, stream)
 
         def cancel_run() -> None:
-            r.conn.notify("cancel", {"run_id": run_id})
+            r.cancel_run(run_id)
 
         try:
             r.conn.request("run", params, answered, oversize_field="spec.stdin")
         except BaseException:
+            r.run_answered(run_id)
             if stream is not None:
                 r.close_stream(run_id, stream)
             raise
@@ -3832,6 +3853,7 @@ class Executor:
         stream = r.open_stream(params, run_id, on_output, loop)
 
         def answered(value: Any, error: Optional[BaseException]) -> None:
+            r.run_answered(run_id)
             result: Optional[RunResult] = None
             if error is None:
                 try:
@@ -3858,6 +3880,7 @@ class Executor:
         try:
             r.conn.request("run", params, answered, oversize_field="spec.stdin")
         except BaseException:
+            r.run_answered(run_id)
             if stream is not None:
                 r.close_stream(run_id, stream)
             raise
@@ -3869,7 +3892,7 @@ class Executor:
         except asyncio.CancelledError:
             if stream is not None:
                 stream.stop()
-            r.conn.notify("cancel", {"run_id": run_id})
+            r.cancel_run(run_id)
             try:
                 await done
             except BaseException:
@@ -3883,7 +3906,7 @@ class Executor:
         # A CancelToken has no callback: it is looked at until the run ends.
         while not done.done():
             if cancel.cancelled:
-                self._remote.conn.notify("cancel", {"run_id": run_id})
+                self._remote.cancel_run(run_id)
                 return
             await asyncio.sleep(_CANCEL_POLL)
 
