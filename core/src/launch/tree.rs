@@ -258,12 +258,21 @@ fn tag_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
     if !read_file(&environ, buf) {
         return None;
     }
-    // A process in execve shows no environment for a moment: read as
-    // untagged then, it would escape a sweep, and a census would take its
-    // tree for gone. Kernel threads and zombies have none for good.
+    // A process in execve shows no environment for a moment (its new
+    // memory has none yet, or the read took its old memory as it went):
+    // read as untagged then, it would escape a sweep, and a census would
+    // take its tree for gone. One whose environment is empty (the
+    // supervisor's, `env -i`'s) is read once more (an execve lays its
+    // environment out as an empty one that grows), then taken as it is.
     let mut rereads = 0;
-    while buf.is_empty() && rereads < EXEC_REREADS && in_user_space(pid) {
-        std::thread::sleep(std::time::Duration::from_millis(1));
+    let mut empty_seen = false;
+    while buf.is_empty() && rereads < EXEC_REREADS {
+        match environment_now(pid) {
+            Environment::Coming => std::thread::sleep(std::time::Duration::from_millis(1)),
+            Environment::There => {}
+            Environment::Empty if !empty_seen => empty_seen = true,
+            Environment::Empty | Environment::NoProcess => break,
+        }
         if !read_file(&environ, buf) {
             return None;
         }
@@ -278,19 +287,39 @@ const EXEC_REREADS: u32 = 10;
 /// The kernel's flag of a kernel thread in `/proc/<pid>/stat`.
 const PF_KTHREAD: u64 = 0x0020_0000;
 
-/// A live process of user space (not a zombie, not a kernel thread).
-fn in_user_space(pid: libc::pid_t) -> bool {
+/// What a process's memory says of its environment at this moment.
+#[derive(Debug, PartialEq, Eq)]
+enum Environment {
+    /// In execve: its new memory has no environment laid out yet.
+    Coming,
+    /// Laid out and not empty (a read that found none read the memory
+    /// an execve was leaving).
+    There,
+    /// Empty: an empty environment still has a place (and an execve's
+    /// looks so while it is laid out).
+    Empty,
+    /// No process of user space: a zombie, a kernel thread, gone.
+    NoProcess,
+}
+
+/// [`Environment`] from `env_start` and `env_end` in `/proc/<pid>/stat`.
+fn environment_now(pid: libc::pid_t) -> Environment {
     let mut stat = Vec::new();
     if !read_file(&format!("{pid}/stat"), &mut stat) {
-        return false;
+        return Environment::NoProcess;
     }
-    let mut fields = stat_fields(&stat);
-    if matches!(fields.next(), Some("Z" | "X")) {
-        return false;
+    // From the state on: state is 0, flags 6, env_start 47, env_end 48
+    // (stat's 3rd, 9th, 50th and 51st fields, proc(5)).
+    let fields: Vec<&str> = stat_fields(&stat).collect();
+    let number = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+    let live = !matches!(fields.first(), Some(&("Z" | "X")));
+    let user_space = number(6).is_some_and(|flags| flags & PF_KTHREAD == 0);
+    match (live && user_space, number(47), number(48)) {
+        (false, _, _) => Environment::NoProcess,
+        (true, _, Some(0)) => Environment::Coming,
+        (true, Some(start), Some(end)) if end > start => Environment::There,
+        (true, _, _) => Environment::Empty,
     }
-    // After the state: ppid, pgrp, session, tty_nr, tpgid, flags.
-    let flags: u64 = fields.nth(5).and_then(|f| f.parse().ok()).unwrap_or(PF_KTHREAD);
-    flags & PF_KTHREAD == 0
 }
 
 /// How many members a census hands back pinned: a watch waits for them,

@@ -133,3 +133,45 @@ fn the_session_is_read_after_the_name() {
     assert_eq!(session_in_stat(b"42 (a) b) S 7 40 39 0"), Some(39));
     assert_eq!(session_in_stat(b"42 (x) S 7 40"), None);
 }
+
+#[test]
+fn an_empty_environment_is_read_again_only_while_it_is_coming() {
+    // A live process whose environment is empty for good (as the
+    // supervisor's is, and `env -i`'s children): not taken for one in
+    // execve, or every scan would wait for it, 10 ms each time.
+    let mut child = std::process::Command::new("/bin/sleep")
+        .arg("30")
+        .env_clear()
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut environ = Vec::new();
+    // Up when its environment is readable (empty) and its exec is done.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !(read_file(&format!("{pid}/cmdline"), &mut environ) && environ.starts_with(b"/bin/sleep")) {
+        assert!(std::time::Instant::now() < deadline, "sleep never ran");
+        std::thread::yield_now();
+    }
+    assert!(read_file(&format!("{pid}/environ"), &mut environ));
+    assert!(environ.is_empty());
+    assert_eq!(
+        environment_now(pid),
+        Environment::Empty,
+        "a live process with an empty environment"
+    );
+    // Nor a kernel thread (kthreadd), nor a zombie.
+    assert_eq!(environment_now(2), Environment::NoProcess);
+    child.kill().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while crate::sys::process_state(pid) != Some(b'Z') {
+        assert!(std::time::Instant::now() < deadline, "never a zombie");
+        std::thread::yield_now();
+    }
+    assert_eq!(environment_now(pid), Environment::NoProcess, "a zombie");
+    child.wait().unwrap();
+    // A process with an environment: read again at once.
+    assert_eq!(
+        environment_now(crate::host::forked::current_pid()),
+        Environment::There
+    );
+}
