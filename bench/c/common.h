@@ -17,12 +17,17 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* One JSON line: {"bench":..,"impl":..,"host_mb":..,"median_us":..,"min_us":..,"max_us":..,"n":..} */
-static void report(const char *bench, const char *impl, long host_mb, double *samples, int n) {
+/* One JSON line: {"bench":..,"impl":..,"host_mb":..,"median_us":..,"min_us":..,"max_us":..,"n":..EXTRA}
+ * (EXTRA: more fields, each starting with a comma, or ""). */
+static void report_with(const char *bench, const char *impl, long host_mb, double *samples, int n, const char *extra) {
     qsort(samples, (size_t)n, sizeof *samples, cmp_double);
-    printf("{\"bench\":\"%s\",\"impl\":\"%s\",\"host_mb\":%ld,\"median_us\":%.3f,\"min_us\":%.3f,\"max_us\":%.3f,\"n\":%d}\n",
-           bench, impl, host_mb, samples[n / 2], samples[0], samples[n - 1], n);
+    printf("{\"bench\":\"%s\",\"impl\":\"%s\",\"host_mb\":%ld,\"median_us\":%.3f,\"min_us\":%.3f,\"max_us\":%.3f,\"n\":%d%s}\n",
+           bench, impl, host_mb, samples[n / 2], samples[0], samples[n - 1], n, extra);
     fflush(stdout);
+}
+
+static void report(const char *bench, const char *impl, long host_mb, double *samples, int n) {
+    report_with(bench, impl, host_mb, samples, n, "");
 }
 
 /* Touches `mb` MiB so the host's page tables are that large. */

@@ -30,6 +30,60 @@ fn ballast(mb: u64) -> Vec<u8> {
     v
 }
 
+/// Microseconds per `run_blocking(spec)` and per floor spawn of the same
+/// command (posix_spawn and waitpid from this process), one after the
+/// other, after five warm-up rounds: both meet the machine as it is at
+/// that moment, so their ratio does not drift with it.
+fn time_paired(
+    exec: &Executor,
+    spec: &dsh_core::Spec,
+    iter: usize,
+) -> Result<(Vec<f64>, Vec<f64>), dsh_core::DshError> {
+    for _ in 0..5 {
+        floor_once();
+        exec.run_blocking(spec, None)?;
+    }
+    let (mut floor, mut dsh) = (Vec::with_capacity(iter), Vec::with_capacity(iter));
+    for _ in 0..iter {
+        let t = Instant::now();
+        floor_once();
+        floor.push(t.elapsed().as_secs_f64() * 1e6);
+        let t = Instant::now();
+        exec.run_blocking(spec, None)?;
+        dsh.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok((floor, dsh))
+}
+
+/// The floor's spawn: `bash -c true` by posix_spawn, waited for.
+fn floor_once() {
+    extern "C" {
+        static environ: *const *mut libc::c_char;
+    }
+    let argv = [
+        c"bash".as_ptr(),
+        c"-c".as_ptr(),
+        c"true".as_ptr(),
+        std::ptr::null(),
+    ];
+    let mut pid = 0;
+    // SAFETY: argv is NULL-terminated and outlives the call; environ is
+    // the process's environment, which nothing here changes meanwhile.
+    let spawned = unsafe {
+        libc::posix_spawn(
+            &mut pid,
+            c"/bin/bash".as_ptr(),
+            std::ptr::null(),
+            std::ptr::null(),
+            argv.as_ptr() as *const *mut libc::c_char,
+            environ,
+        )
+    };
+    assert_eq!(spawned, 0, "posix_spawn of /bin/bash failed");
+    // SAFETY: pid is our child; a null status pointer is allowed.
+    unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+}
+
 /// Microseconds per `run_blocking(spec)`, after five warm-up runs.
 fn time_runs(exec: &Executor, spec: &dsh_core::Spec, iter: usize) -> Result<Vec<f64>, dsh_core::DshError> {
     for _ in 0..5 {
@@ -42,6 +96,12 @@ fn time_runs(exec: &Executor, spec: &dsh_core::Spec, iter: usize) -> Result<Vec<
             Ok(t.elapsed().as_secs_f64() * 1e6)
         })
         .collect()
+}
+
+fn median(samples: &[f64]) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    sorted[sorted.len() / 2]
 }
 
 fn rss_kib() -> u64 {
@@ -65,7 +125,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let _ballast = ballast(mb);
             let exec = Executor::new(ConfigInput::default())?;
             let spec = exec.resolve(Request::new("true"))?;
-            report("run_true", mb, time_runs(&exec, &spec, iter)?, "");
+            let (floor, dsh) = time_paired(&exec, &spec, iter)?;
+            let paired = format!(",\"paired_floor_us\":{:.3}", median(&floor));
+            report("run_true", mb, dsh, &paired);
             exec.dispose_blocking()?;
         }
         Some("spawn") => {
