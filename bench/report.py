@@ -61,9 +61,8 @@ def latency_rows() -> List[Row]:
             got += run([py(), "bench/python/bench.py", "latency", it, str(mb), "subprocess"])
             floor = next(r["median_us"] for r in got if r["impl"] == "floor (C posix_spawn)")
             for r in got:
-                # Rust and C pair each run with a floor spawn from their own
-                # process; the others are held against the floor's run
-                # just before theirs.
+                # Every dsh row and its language's reference pair each run
+                # with a floor spawn (in-process, or floor.c's lockstep).
                 r["ratio"] = r["median_us"] / r.get("paired_floor_us", floor)
                 rounds.setdefault((r["impl"], mb), []).append(r)
     rows: List[Row] = []
@@ -237,9 +236,8 @@ def main() -> None:
     lines.append(f"Machine: {machine}\n")
 
     lines.append(f"### `run` of `true` (median, min–max; ratio to the floor: the median over {ROUNDS} rounds "
-                 "of the ratio of medians within a round; Rust and C pair each run with a floor spawn "
-                 "from the same process, one after the other, Node and Python take the floor's run "
-                 "just before theirs)\n")
+                 "of the ratio of medians within a round, each run paired with a floor spawn just before it: "
+                 "in-process for Rust and C, by a C floor process in lockstep for Node and Python)\n")
     lines.append("| implementation | host memory | median | min – max | × floor | target |")
     lines.append("|---|---|---|---|---|---|")
     targets = {"dsh (Rust)": 1.1, "dsh (C)": 1.1, "dsh (Node)": 1.2, "dsh (Python)": 1.2}

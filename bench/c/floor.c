@@ -1,8 +1,12 @@
 /* The floor: posix_spawn("/bin/bash", "-c", "true") + waitpid, in a loop.
- * Usage: floor latency ITER HOST_MB | floor starts N  (N × `sleep 0.2`, all reaped) */
+ * Usage: floor latency ITER HOST_MB | floor starts N  (N × `sleep 0.2`, all reaped)
+ *      | floor lockstep  (one spawn per byte read on stdin, its microseconds
+ *        written back as a line: a driver in another language pairs each of
+ *        its runs with one of these, as the Rust and C drivers do in-process) */
 #include "common.h"
 #include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 extern char **environ;
 
@@ -27,6 +31,17 @@ int main(int argc, char **argv) {
         }
         report("run_true", "floor (C posix_spawn)", mb, s, iter);
         free(b);
+        return 0;
+    }
+    if (argc >= 2 && strcmp(argv[1], "lockstep") == 0) {
+        char go;
+        while (read(0, &go, 1) == 1) {
+            double t = now_us();
+            pid_t pid = spawn_bash("true");
+            waitpid(pid, NULL, 0);
+            printf("%.3f\n", now_us() - t);
+            fflush(stdout);
+        }
         return 0;
     }
     if (argc >= 3 && strcmp(argv[1], "starts") == 0) {

@@ -4,6 +4,7 @@
 //   node bench.js starts N                      start() blocking time, N concurrent `sleep 0.2`, threads and memory
 //   node bench.js read ITER                     readOutput() on an idle process
 const fs = require('node:fs')
+const path = require('node:path')
 const { spawn } = require('node:child_process')
 const { NativeBashExecutor } = require('../../bindings-node')
 
@@ -35,6 +36,36 @@ function cpRun(command) {
   })
 }
 
+/** The C floor in lockstep: `once()` has it spawn `bash -c true` once and resolves with its microseconds. */
+function lockstepFloor() {
+  const child = spawn(path.join(__dirname, '..', '..', 'target', 'bench', 'floor'), ['lockstep'], { stdio: ['pipe', 'pipe', 'inherit'] })
+  let buffered = ''
+  let waiting
+  child.stdout.on('data', (d) => {
+    buffered += d
+    const nl = buffered.indexOf('\n')
+    if (nl >= 0 && waiting) {
+      const line = buffered.slice(0, nl)
+      buffered = buffered.slice(nl + 1)
+      const resolve = waiting
+      waiting = undefined
+      resolve(Number(line))
+    }
+  })
+  return {
+    once: () =>
+      new Promise((resolve) => {
+        waiting = resolve
+        child.stdin.write('x')
+      }),
+    end: () =>
+      new Promise((resolve) => {
+        child.on('close', resolve)
+        child.stdin.end()
+      }),
+  }
+}
+
 function status(key) {
   const line = fs.readFileSync('/proc/self/status', 'utf8').split('\n').find((l) => l.startsWith(key))
   return Number(line.split(/\s+/)[1])
@@ -49,14 +80,24 @@ async function main() {
     const ex = new NativeBashExecutor()
     const spec = ex.resolve({ command: 'true' })
     const once = which === 'cp' ? () => cpRun('true') : () => ex.run(spec)
-    for (let i = 0; i < 5; i++) await once()
+    // Each run paired with a floor spawn, one after the other (see
+    // floor.c's lockstep): both meet the machine as it is then.
+    const floor = lockstepFloor()
+    for (let i = 0; i < 5; i++) {
+      await floor.once()
+      await once()
+    }
     const samples = []
+    const floors = []
     for (let i = 0; i < iter; i++) {
+      floors.push(await floor.once())
       const t = us()
       await once()
       samples.push(us() - t)
     }
-    report('run_true', which === 'cp' ? 'Node child_process' : 'dsh (Node)', mb, samples)
+    await floor.end()
+    floors.sort((x, y) => x - y)
+    report('run_true', which === 'cp' ? 'Node child_process' : 'dsh (Node)', mb, samples, { paired_floor_us: floors[floors.length >> 1] })
     await ex.dispose()
     void keep
   } else if (mode === 'starts') {

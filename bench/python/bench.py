@@ -4,11 +4,15 @@
 """
 
 import json
+import os
 import subprocess
 import sys
 import time
 
 from dsh_native import Executor
+
+
+FLOOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "target", "bench", "floor")
 
 
 def report(bench, impl, host_mb, samples, **extra):
@@ -36,14 +40,28 @@ def main():
             else:
                 def once():
                     ex.run(spec)
+            # Each run paired with a floor spawn, one after the other (see
+            # floor.c's lockstep): both meet the machine as it is then.
+            floor = subprocess.Popen([FLOOR, "lockstep"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+
+            def floor_once():
+                floor.stdin.write(b"x")
+                return float(floor.stdout.readline())
+
             for _ in range(5):
+                floor_once()
                 once()
-            samples = []
+            samples, floors = [], []
             for _ in range(iters):
+                floors.append(floor_once())
                 t = time.perf_counter()
                 once()
                 samples.append((time.perf_counter() - t) * 1e6)
-        report("run_true", "Python subprocess" if which == "subprocess" else "dsh (Python)", mb, samples)
+            floor.stdin.close()
+            floor.wait()
+        floors.sort()
+        report("run_true", "Python subprocess" if which == "subprocess" else "dsh (Python)", mb, samples,
+               paired_floor_us=floors[len(floors) // 2])
         del keep
     elif mode == "read":
         iters = int(sys.argv[2])
