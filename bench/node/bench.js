@@ -4,9 +4,9 @@
 //   node bench.js starts N                      start() blocking time, N concurrent `sleep 0.2`, threads and memory
 //   node bench.js read ITER                     readOutput() on an idle process
 const fs = require('node:fs')
-const path = require('node:path')
 const { spawn } = require('node:child_process')
 const { NativeBashExecutor } = require('../../bindings-node')
+const { lockstepFloor } = require('./floor.js')
 
 function report(bench, impl, hostMb, samples, extra = {}) {
   samples.sort((a, b) => a - b)
@@ -34,36 +34,6 @@ function cpRun(command) {
     child.on('error', reject)
     child.on('close', (code, signal) => resolve({ code, signal, stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString() }))
   })
-}
-
-/** The C floor in lockstep: `once()` has it spawn `bash -c true` once and resolves with its microseconds. */
-function lockstepFloor() {
-  const child = spawn(path.join(__dirname, '..', '..', 'target', 'bench', 'floor'), ['lockstep'], { stdio: ['pipe', 'pipe', 'inherit'] })
-  let buffered = ''
-  let waiting
-  child.stdout.on('data', (d) => {
-    buffered += d
-    const nl = buffered.indexOf('\n')
-    if (nl >= 0 && waiting) {
-      const line = buffered.slice(0, nl)
-      buffered = buffered.slice(nl + 1)
-      const resolve = waiting
-      waiting = undefined
-      resolve(Number(line))
-    }
-  })
-  return {
-    once: () =>
-      new Promise((resolve) => {
-        waiting = resolve
-        child.stdin.write('x')
-      }),
-    end: () =>
-      new Promise((resolve) => {
-        child.on('close', resolve)
-        child.stdin.end()
-      }),
-  }
 }
 
 function status(key) {

@@ -145,11 +145,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 s.process.wait_timeout(None)?;
                 Ok(t.elapsed().as_secs_f64() * 1e6)
             };
-            for _ in 0..5 {
-                once()?;
+            let mut floor = Vec::with_capacity(iter);
+            let mut samples = Vec::with_capacity(iter);
+            for i in 0..iter + 5 {
+                let t = Instant::now();
+                floor_once();
+                let floor_us = t.elapsed().as_secs_f64() * 1e6;
+                let spawned_us = once()?;
+                if i >= 5 {
+                    floor.push(floor_us);
+                    samples.push(spawned_us);
+                }
             }
-            let samples = (0..iter).map(|_| once()).collect::<Result<Vec<_>, _>>()?;
-            report_as("spawn_true", "dsh (Rust)", 0, samples, "");
+            let paired = format!(",\"paired_floor_us\":{:.3}", median(&floor));
+            report_as("spawn_true", "dsh (Rust)", 0, samples, &paired);
             exec.dispose_blocking()?;
         }
         Some("terminal-spawn") => {
