@@ -620,6 +620,29 @@ def test_an_exception_in_on_output_cancels_the_run_and_is_raised_after_it(rex: E
     assert rex.run(rex.resolve("echo after")).stdout.text == "after\n"
 
 
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_an_exception_in_on_output_after_a_hand_over_kills_the_handed_over_process(
+    rex: Executor, tmp: str, how: str
+) -> None:
+    # The callback raises only after the run was handed over at its
+    # timeout: its cancel finds no run, and the caller, who gets the
+    # exception, never learns the background id. The process is killed.
+    pidfile = os.path.join(tmp, "pid")
+
+    class Stop(Exception):
+        pass
+
+    def on_output(chunk: OutputChunk) -> None:
+        time.sleep(1.5)  # past the 300 ms timeout: handed over meanwhile
+        raise Stop("late")
+
+    spec = rex.resolve(f"echo $$ > {pidfile}; echo up; exec sleep 300", timeout_ms=300, on_expiry="background")
+    with pytest.raises(Stop, match="late"):
+        run_streamed(rex, spec, how, on_output)
+    pid = read_pid(pidfile)
+    assert eventually(lambda: not alive(pid), 10), "the handed-over process outlived the failed run"
+
+
 def contiguous(chunks: List[OutputChunk]) -> bool:
     return all(b.offset == a.offset + len(a.data) for a, b in zip(chunks, chunks[1:]))
 

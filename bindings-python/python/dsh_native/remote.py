@@ -3354,6 +3354,18 @@ class _Remote:
             self.cancelled_runs.add(run_id)
         self.conn.notify("cancel", {"run_id": run_id})
 
+    def kill_handed_over(self, result: Optional[RunResult]) -> None:
+        """A run whose ``on_output`` raised is not returned: a process it
+        was handed over to at its timeout (the cancel came after the hand-
+        over) would run on unseen, so it is killed. Sends without waiting
+        (from the event loop too); its answer changes nothing."""
+        if result is None or result.background_id is None:
+            return
+        try:
+            self.conn.request("kill", {"id": result.background_id}, lambda value, error: None)
+        except BaseException:
+            pass  # the connection is gone: so is the process, with the session
+
     def run_answered(self, run_id: str) -> None:
         """The run's answer came (or it was never sent): no cancel is owed."""
         with self.lock:
@@ -3775,7 +3787,8 @@ class Executor:
         out, as they are while the connection is down; a chunk whose
         ``offset`` is past the end of the one before shows the gap. An
         exception it raises cancels the run, no chunk is handed over after
-        it, and ``run`` raises it once the run's answer came."""
+        it, and ``run`` raises it once the run's answer came (a process the
+        run was handed over to at its timeout meanwhile is killed)."""
         r = self._remote
         r.refuse_blocking()
         params, run_id = self._run_params(spec, cancel)
@@ -3810,6 +3823,12 @@ class Executor:
                 pass
             raise
         if stream is not None and stream.error is not None:
+            try:
+                with _Shape("run"):
+                    handed_over: Optional[RunResult] = _run_result(reply.get())
+            except BaseException:
+                handed_over = None
+            r.kill_handed_over(handed_over)
             raise stream.error
         value = reply.get()
         with _Shape("run"):
@@ -3870,6 +3889,8 @@ class Executor:
             def settle() -> None:
                 # On the loop, after every chunk handed to it before: the
                 # callback's exception, if it raised one, is the outcome.
+                if streamed.error is not None:
+                    r.kill_handed_over(result)
                 resolve_future(done, result, streamed.error if streamed.error is not None else error)
 
             try:
