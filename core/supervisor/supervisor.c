@@ -916,12 +916,21 @@ static void on_exit_of(struct command *c) {
  * after the earlier one was reaped on the strength of the close. */
 static void read_releases(void) {
     int32_t pids[256];
-    ssize_t n;
+    ssize_t n = -1;
     while (release_fd >= 0 && ((n = read(release_fd, pids, sizeof pids)) > 0 || (n < 0 && errno == EINTR))) {
         for (ssize_t i = 0; i < n / (ssize_t)sizeof *pids; i++) {
             struct command *c = leader(pids[i]);
             if (c) c->released = 1;
         }
+    }
+    /* The host's end closed (it is exiting; its control socket may close a
+     * moment later): no release comes any more, and a pipe at its end of
+     * file would wake epoll again and again. Report pipes that close still
+     * release their leaders. */
+    if (release_fd >= 0 && n == 0) {
+        epoll_ctl(epfd, EPOLL_CTL_DEL, release_fd, NULL);
+        close(release_fd);
+        release_fd = -1;
     }
 }
 

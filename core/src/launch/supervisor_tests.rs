@@ -183,3 +183,50 @@ fn a_command_that_cannot_be_born_in_its_group_does_not_start() {
     }
     assert!(matches!(next(&d.report, &mut reader), Report::Ended));
 }
+
+/// The supervisor's CPU time so far, in clock ticks (utime + stime).
+fn cpu_ticks(pid: libc::pid_t) -> u64 {
+    let stat = crate::sys::proc::read(&format!("{pid}/stat")).unwrap();
+    // From the state on, utime and stime are the 12th and 13th (stat's
+    // 14th and 15th fields).
+    let fields: Vec<&str> = crate::sys::stat_fields(&stat).collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+#[test]
+fn a_release_pipe_closed_before_the_control_socket_does_not_make_the_supervisor_spin() {
+    // At the host's exit its descriptors close one by one: the release
+    // pipe's end may go before the control socket. The supervisor must
+    // sleep meanwhile, not poll a pipe at its end of file.
+    let sup = super::start().unwrap();
+    let d = start(&sup, &[c"/bin/true"]);
+    let mut reader = ReportReader::default();
+    let Report::Spawned(pid) = next(&d.report, &mut reader) else {
+        panic!("SPAWNED first");
+    };
+    assert!(matches!(next(&d.report, &mut reader), Report::Exited(_)));
+    d.releaser.release(Some(pid), d.report);
+    // The host's end of the release pipe closes (dup2 closes the pipe's
+    // end atomically; the descriptor, /dev/null now, stays the pipe's
+    // owner's to close).
+    let null = std::fs::File::open("/dev/null").unwrap();
+    // SAFETY: both descriptors are open; the target is owned by `sup` and
+    // stays open (as /dev/null) until `sup` drops it.
+    assert!(unsafe { libc::dup2(null.as_raw_fd(), sup.releases.write.as_raw_fd()) } >= 0);
+    let before = cpu_ticks(sup.pid());
+    std::thread::sleep(Duration::from_millis(500));
+    let used = cpu_ticks(sup.pid()) - before;
+    assert!(
+        used < 10,
+        "the supervisor used {used} ticks of CPU in 500 ms doing nothing"
+    );
+    // And it still starts commands, reaped once their report pipe closes.
+    let d = start(&sup, &[c"/bin/true"]);
+    let mut reader = ReportReader::default();
+    assert!(matches!(next(&d.report, &mut reader), Report::Spawned(_)));
+    assert!(matches!(
+        next(&d.report, &mut reader),
+        Report::Exited(ExitStatus::Code(0))
+    ));
+    d.releaser.release(None, d.report);
+}
