@@ -259,18 +259,16 @@ fn tag_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
         return None;
     }
     // A process in execve shows no environment for a moment (its new
-    // memory has none yet, or the read took its old memory as it went):
-    // read as untagged then, it would escape a sweep, and a census would
-    // take its tree for gone. One whose environment is empty (the
-    // supervisor's, `env -i`'s) is read once more (an execve lays its
-    // environment out as an empty one that grows), then taken as it is.
+    // memory has none yet, or only the place of one while it is laid
+    // out, or the read took its old memory as it went): read as untagged
+    // then, it would escape a sweep, and a census would take its tree for
+    // gone. One whose environment is empty for good (the supervisor's,
+    // `env -i`'s) is not read again.
     let mut rereads = 0;
-    let mut empty_seen = false;
     while buf.is_empty() && rereads < EXEC_REREADS {
         match environment_now(pid) {
             Environment::Coming => std::thread::sleep(std::time::Duration::from_millis(1)),
             Environment::There => {}
-            Environment::Empty if !empty_seen => empty_seen = true,
             Environment::Empty | Environment::NoProcess => break,
         }
         if !read_file(&environ, buf) {
@@ -290,35 +288,56 @@ const PF_KTHREAD: u64 = 0x0020_0000;
 /// What a process's memory says of its environment at this moment.
 #[derive(Debug, PartialEq, Eq)]
 enum Environment {
-    /// In execve: its new memory has no environment laid out yet.
+    /// In execve: its new memory has no environment yet (`env_end` 0), or
+    /// its place only, while the strings are laid out (an empty one in a
+    /// running process: an execve runs).
     Coming,
     /// Laid out and not empty (a read that found none read the memory
     /// an execve was leaving).
     There,
-    /// Empty: an empty environment still has a place (and an execve's
-    /// looks so while it is laid out).
+    /// Empty, in a process that is not running: an empty environment
+    /// still has a place.
     Empty,
     /// No process of user space: a zombie, a kernel thread, gone.
     NoProcess,
 }
 
-/// [`Environment`] from `env_start` and `env_end` in `/proc/<pid>/stat`.
-fn environment_now(pid: libc::pid_t) -> Environment {
+/// What `/proc/<pid>/stat` says of a process: its state letter, whether it
+/// is a kernel thread, and where its environment starts and ends.
+#[derive(Debug)]
+struct EnvironmentBounds {
+    state: u8,
+    kernel_thread: bool,
+    start: u64,
+    end: u64,
+}
+
+fn environment_bounds(pid: libc::pid_t) -> Option<EnvironmentBounds> {
     let mut stat = Vec::new();
     if !read_file(&format!("{pid}/stat"), &mut stat) {
-        return Environment::NoProcess;
+        return None;
     }
     // From the state on: state is 0, flags 6, env_start 47, env_end 48
     // (stat's 3rd, 9th, 50th and 51st fields, proc(5)).
     let fields: Vec<&str> = stat_fields(&stat).collect();
-    let number = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
-    let live = !matches!(fields.first(), Some(&("Z" | "X")));
-    let user_space = number(6).is_some_and(|flags| flags & PF_KTHREAD == 0);
-    match (live && user_space, number(47), number(48)) {
-        (false, _, _) => Environment::NoProcess,
-        (true, _, Some(0)) => Environment::Coming,
-        (true, Some(start), Some(end)) if end > start => Environment::There,
-        (true, _, _) => Environment::Empty,
+    let number = |i: usize| fields.get(i)?.parse::<u64>().ok();
+    Some(EnvironmentBounds {
+        state: *fields.first()?.as_bytes().first()?,
+        kernel_thread: number(6)? & PF_KTHREAD != 0,
+        start: number(47)?,
+        end: number(48)?,
+    })
+}
+
+/// [`Environment`] from [`environment_bounds`].
+fn environment_now(pid: libc::pid_t) -> Environment {
+    match environment_bounds(pid) {
+        None => Environment::NoProcess,
+        Some(b) if b.kernel_thread || matches!(b.state, b'Z' | b'X') => Environment::NoProcess,
+        Some(b) if b.end == 0 => Environment::Coming,
+        Some(b) if b.end > b.start => Environment::There,
+        Some(b) if matches!(b.state, b'R' | b'D') => Environment::Coming,
+        Some(_) => Environment::Empty,
     }
 }
 

@@ -154,13 +154,29 @@ fn an_empty_environment_is_read_again_only_while_it_is_coming() {
     }
     assert!(read_file(&format!("{pid}/environ"), &mut environ));
     assert!(environ.is_empty());
+    // Asleep (sleep(1) waits in the kernel), so not in an execve.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while crate::sys::process_state(pid) != Some(b'S') {
+        assert!(std::time::Instant::now() < deadline, "sleep never slept");
+        std::thread::yield_now();
+    }
     assert_eq!(
         environment_now(pid),
         Environment::Empty,
         "a live process with an empty environment"
     );
-    // Nor a kernel thread (kthreadd), nor a zombie.
-    assert_eq!(environment_now(2), Environment::NoProcess);
+    // Nor a kernel thread (where one can be seen: not in a pid namespace
+    // of our own), nor a zombie.
+    let kernel_thread = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .find(|&p| environment_bounds(p).is_some_and(|b| b.kernel_thread));
+    match kernel_thread {
+        Some(k) => assert_eq!(environment_now(k), Environment::NoProcess),
+        None => {
+            eprintln!("no kernel thread visible here (a pid namespace of our own): that case is not checked")
+        }
+    }
     child.kill().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while crate::sys::process_state(pid) != Some(b'Z') {
@@ -169,9 +185,15 @@ fn an_empty_environment_is_read_again_only_while_it_is_coming() {
     }
     assert_eq!(environment_now(pid), Environment::NoProcess, "a zombie");
     child.wait().unwrap();
-    // A process with an environment: read again at once.
+    // A process with an environment: read again at once. The bounds are
+    // the environment's own: as long as what /proc/<pid>/environ reads.
+    let me = crate::host::forked::current_pid();
+    assert_eq!(environment_now(me), Environment::There);
+    let b = environment_bounds(me).unwrap();
+    assert!(read_file(&format!("{me}/environ"), &mut environ));
     assert_eq!(
-        environment_now(crate::host::forked::current_pid()),
-        Environment::There
+        (b.end - b.start) as usize,
+        environ.len(),
+        "env_start and env_end are not the environment's"
     );
 }
