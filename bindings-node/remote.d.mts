@@ -110,8 +110,9 @@ export interface RemoteRunOptions {
    * The result is the same as without it (capped, the spill file whole).
    * A throw cancels the run (as its signal would), and `run` rejects with
    * what was thrown once the run has ended. An async callback's promise is
-   * waited for before `run` settles, and its rejection counts as a throw
-   * (it is never left unhandled).
+   * waited for before `run` settles (not by `dispose()`), and its rejection
+   * counts as a throw (it is never left unhandled); a process the run was
+   * handed over to at its timeout is then killed.
    */
   onOutput?: ((chunk: RemoteOutputChunk) => void | PromiseLike<void>) | undefined
 }

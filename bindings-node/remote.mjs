@@ -2196,7 +2196,11 @@ export class RemoteShellExecutor {
       s.pending.set(handOver.id, handOver)
       params.background_id = handOver.id
     }
+    // Once the answer came there is nothing to cancel (a handed-over
+    // process is killed instead), and nothing to send again after a drop.
+    let answered = false
     const cancel = () => {
+      if (answered) return
       s.cancelled.add(runId)
       s.conn.notify('cancel', { run_id: runId })
     }
@@ -2234,7 +2238,9 @@ export class RemoteShellExecutor {
       if (signal.aborted) cancel()
       else signal.addEventListener('abort', cancel, { once: true })
     }
-    const whole = (async () => {
+    // The run's own ending, which dispose waits for: its answer, and a
+    // hand-over adopted.
+    const ending = (async () => {
       let result
       try {
         result = runResult((await running).result)
@@ -2246,32 +2252,45 @@ export class RemoteShellExecutor {
         else if (handOver) this.#drop(handOver)
         throw err
       } finally {
+        answered = true
         signal?.removeEventListener('abort', cancel)
         s.outputSinks.delete(runId)
         s.cancelled.delete(runId)
-        await Promise.all(callbacks)
       }
       if (handOver && result.backgroundId === handOver.id) {
         await s.adopt(handOver)
         // Handed over: from now on the signal kills the process, as for
-        // start(); a failed onOutput asked for its end already.
+        // start().
         const task = handOver.handle
-        if (signal?.aborted || outputFailure) task.kill()
+        if (signal?.aborted) task.kill()
         else if (signal && !handOver.final) {
           const onKill = () => task.kill()
           signal.addEventListener('abort', onKill, { once: true })
           task.done.then(() => signal.removeEventListener('abort', onKill))
         }
-      } else if (handOver) {
-        this.#drop(handOver)
+        return { result, task }
       }
-      if (outputFailure) throw outputFailure.error
-      return result
+      if (handOver) this.#drop(handOver)
+      return { result }
     })()
-    s.runs.add(whole)
-    const forget = () => s.runs.delete(whole)
-    whole.then(forget, forget)
-    return whole
+    s.runs.add(ending)
+    const forget = () => s.runs.delete(ending)
+    ending.then(forget, forget)
+    // What the caller gets, once every promise onOutput returned has
+    // settled too (dispose does not wait for those). A failed onOutput is
+    // the outcome, and a process the run was handed over to goes with it.
+    return ending.then(
+      async ({ result, task }) => {
+        await Promise.all(callbacks)
+        if (!outputFailure) return result
+        task?.kill()
+        throw outputFailure.error
+      },
+      async (err) => {
+        await Promise.all(callbacks)
+        throw err
+      },
+    )
   }
 
   /** A hand-over that did not happen: its mirror goes. */

@@ -7,7 +7,7 @@
 
 import test, { after } from 'node:test'
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
+import { execFileSync, spawn } from 'node:child_process'
 import fs from 'node:fs'
 import { createRequire } from 'node:module'
 import net from 'node:net'
@@ -65,6 +65,17 @@ function relay(dir, linger) {
     `exec "$0" serve --stdio --linger ${linger} --socket ${files.socket}`,
   ].join('; ')
   return { ...files, transport: { command: ['bash', '-c', script, DSH_BIN] } }
+}
+
+/**
+ * How many bytes wait unread on `pid`'s standard input: Node gives a child
+ * a socket there, whose receive queue `ss` shows.
+ */
+function queuedOnStdin(pid) {
+  const line = execFileSync('ss', ['-x', '-p', '-H'], { encoding: 'utf8' })
+    .split('\n')
+    .find((l) => l.includes(`pid=${pid},fd=0)`))
+  return line === undefined ? 0 : Number(line.trim().split(/\s+/)[2])
 }
 
 /** The pid of the transport as last started. */
@@ -236,7 +247,7 @@ test('a cancel lost with the drop is sent again once the session is resumed: the
     const first = transportPid(r)
     process.kill(first, 'SIGSTOP')
     ac.abort()
-    await new Promise((resolve) => setImmediate(resolve))
+    assert.ok(await eventually(() => queuedOnStdin(first) > 0, 10_000), "the cancel never reached the stopped relay's input")
     process.kill(first, 'SIGKILL')
     const result = await within(20_000, running, 'the aborted run to end after the resume')
     assert.deepEqual([result.aborted, result.signal, result.stdout.text], [true, 'SIGTERM', 'up\n'])

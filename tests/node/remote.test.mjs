@@ -301,6 +301,12 @@ test('run with an async onOutput: a rejection cancels the run like a throw, and 
     assert.deepEqual([r.stdout.text, pending], ['a\nb\n', 0])
     await new Promise((resolve) => setImmediate(resolve))
     assert.deepEqual(unhandled, [])
+    // One whose promise never settles holds its run, never dispose().
+    const seen = new Promise((resolve) => {
+      void ex.run(ex.resolve({ command: 'echo held' }), { onOutput: () => (resolve(), new Promise(() => {})) })
+    })
+    await within(10_000, seen, 'the held run\'s output')
+    await within(10_000, ex.dispose(), 'dispose() with a run held by its onOutput')
   } finally {
     process.off('unhandledRejection', onUnhandled)
   }

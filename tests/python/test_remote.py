@@ -641,6 +641,9 @@ def test_an_exception_in_on_output_after_a_hand_over_kills_the_handed_over_proce
         run_streamed(rex, spec, how, on_output)
     pid = read_pid(pidfile)
     assert eventually(lambda: not alive(pid), 10), "the handed-over process outlived the failed run"
+    # The callback's late cancel is not kept to be sent again after a
+    # future drop (there is no run left to cancel).
+    assert rex._remote.cancelled_runs == set()
 
 
 def contiguous(chunks: List[OutputChunk]) -> bool:

@@ -2721,9 +2721,11 @@ class _Remote:
         self.run_ids = itertools.count(1)
         # run_id → the stream of a run(..., on_output=...) on its way.
         self.run_streams: Dict[str, _RunStream] = {}
-        # The runs on their way whose cancel was sent: sent again once a
-        # dropped session is resumed, since it may have been lost with the
-        # drop (the server takes a second cancel of a run as the first).
+        # The runs on their way (sent, not answered), and those of them
+        # whose cancel was sent: that is sent again once a dropped session
+        # is resumed, since it may have been lost with the drop (the server
+        # takes a second cancel of a run as the first).
+        self.runs_on_their_way: Set[str] = set()
         self.cancelled_runs: Set[str] = set()
         # None: a process's output is read by the server's consuming read.
         # Where the session can be resumed (keep_session), by offset from
@@ -3348,9 +3350,18 @@ class _Remote:
             self.run_streams[run_id] = stream
         return stream
 
-    def cancel_run(self, run_id: str) -> None:
-        """Asks the server to cancel a run on its way."""
+    def run_sent(self, run_id: str) -> None:
+        """The run is on its way until :meth:`run_answered`."""
         with self.lock:
+            self.runs_on_their_way.add(run_id)
+
+    def cancel_run(self, run_id: str) -> None:
+        """Asks the server to cancel a run on its way; once it was answered
+        there is nothing to cancel (a process it was handed over to is
+        killed instead: :meth:`kill_handed_over`)."""
+        with self.lock:
+            if run_id not in self.runs_on_their_way:
+                return
             self.cancelled_runs.add(run_id)
         self.conn.notify("cancel", {"run_id": run_id})
 
@@ -3369,6 +3380,7 @@ class _Remote:
     def run_answered(self, run_id: str) -> None:
         """The run's answer came (or it was never sent): no cancel is owed."""
         with self.lock:
+            self.runs_on_their_way.discard(run_id)
             self.cancelled_runs.discard(run_id)
 
     def close_stream(self, run_id: str, stream: _RunStream) -> None:
@@ -3804,6 +3816,7 @@ class Executor:
         def cancel_run() -> None:
             r.cancel_run(run_id)
 
+        r.run_sent(run_id)
         try:
             r.conn.request("run", params, answered, oversize_field="spec.stdin")
         except BaseException:
@@ -3898,6 +3911,7 @@ class Executor:
             except RuntimeError:  # the loop is closed: nobody is waiting
                 pass
 
+        r.run_sent(run_id)
         try:
             r.conn.request("run", params, answered, oversize_field="spec.stdin")
         except BaseException:
