@@ -23,6 +23,15 @@ const { RemoteShellExecutor } = await import(remoteUrl)
 const DSH_BIN = process.env.DSH_BIN ?? fileURLToPath(new URL('../../target/debug/dsh', import.meta.url))
 const NO_BIN = fs.existsSync(DSH_BIN) ? undefined : `no dsh binary at ${DSH_BIN} (cargo build -p dsh-cli --bin dsh, or set DSH_BIN)`
 const skipNoBin = NO_BIN ? { skip: NO_BIN } : {}
+const NO_SS = (() => {
+  try {
+    execFileSync('ss', ['-V'], { stdio: 'ignore' })
+    return undefined
+  } catch {
+    return 'no ss (iproute2) to read a stopped relay\'s input queue with'
+  }
+})()
+const skipNoSs = NO_SS ? { skip: NO_SS } : {}
 /** Generous: these wait on real servers, possibly on a loaded machine. */
 const T = { timeout: 90_000 }
 
@@ -232,7 +241,7 @@ test('a write queued behind one lost with the drop is not sent: bytes never arri
   }
 })
 
-test('a cancel lost with the drop is sent again once the session is resumed: the aborted run ends, it does not run on', { ...T, ...skipNoBin }, async () => {
+test('a cancel lost with the drop is sent again once the session is resumed: the aborted run ends, it does not run on', { ...T, ...skipNoBin, ...skipNoSs }, async () => {
   const dir = tmpdir()
   const r = relay(dir, 30)
   let ex
