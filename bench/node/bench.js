@@ -6,7 +6,7 @@
 const fs = require('node:fs')
 const { spawn } = require('node:child_process')
 const { NativeBashExecutor } = require('../../bindings-node')
-const { lockstepFloor } = require('./floor.js')
+const { interleaved, median } = require('./floor.js')
 
 function report(bench, impl, hostMb, samples, extra = {}) {
   samples.sort((a, b) => a - b)
@@ -50,24 +50,9 @@ async function main() {
     const ex = new NativeBashExecutor()
     const spec = ex.resolve({ command: 'true' })
     const once = which === 'cp' ? () => cpRun('true') : () => ex.run(spec)
-    // Each run paired with a floor spawn, one after the other (see
-    // floor.c's lockstep): both meet the machine as it is then.
-    const floor = lockstepFloor()
-    for (let i = 0; i < 5; i++) {
-      await floor.once()
-      await once()
-    }
-    const samples = []
-    const floors = []
-    for (let i = 0; i < iter; i++) {
-      floors.push(await floor.once())
-      const t = us()
-      await once()
-      samples.push(us() - t)
-    }
-    await floor.end()
-    floors.sort((x, y) => x - y)
-    report('run_true', which === 'cp' ? 'Node child_process' : 'dsh (Node)', mb, samples, { paired_floor_us: floors[floors.length >> 1] })
+    // Interleaved with floor spawns, in blocks (floor.js).
+    const { samples, floors } = await interleaved(iter, once)
+    report('run_true', which === 'cp' ? 'Node child_process' : 'dsh (Node)', mb, samples, { paired_floor_us: median(floors) })
     await ex.dispose()
     void keep
   } else if (mode === 'starts') {

@@ -16,7 +16,7 @@
 import { createRequire } from 'node:module'
 
 const require = createRequire(new URL('../../bindings-node/package.json', import.meta.url))
-const { lockstepFloor } = createRequire(import.meta.url)('./floor.js')
+const { interleaved, median } = createRequire(import.meta.url)('./floor.js')
 
 // The published provider needs Node 22 (`Promise.withResolvers`).
 Promise.withResolvers ??= function withResolvers() {
@@ -79,23 +79,9 @@ if (mode === 'spawn') {
     const h = sp.spawn(spec(['bash', '-c', 'true'], out))
     await Promise.all([drain(h.stdout), drain(h.stderr), h.done])
   }
-  // Each spawn paired with a floor spawn just before it (floor.js).
-  const floor = lockstepFloor()
-  for (let i = 0; i < 5; i++) {
-    await floor.once()
-    await once()
-  }
-  const samples = []
-  const floors = []
-  for (let i = 0; i < iter; i++) {
-    floors.push(await floor.once())
-    const t = us()
-    await once()
-    samples.push(us() - t)
-  }
-  await floor.end()
-  floors.sort((x, y) => x - y)
-  report(`subprocess_spawn_${stdioMode}`, name, mb, samples, { paired_floor_us: floors[floors.length >> 1] })
+  // Interleaved with floor spawns, in blocks (floor.js).
+  const { samples, floors } = await interleaved(iter, once)
+  report(`subprocess_spawn_${stdioMode}`, name, mb, samples, { paired_floor_us: median(floors) })
   void keep
 } else if (mode === 'pipe') {
   const bytes = Number(a)

@@ -30,28 +30,52 @@ fn ballast(mb: u64) -> Vec<u8> {
     v
 }
 
+/// How many floor spawns, then as many dsh runs, make one block of the
+/// interleaved measurement; the first of each block is left out, as it
+/// pays for what the other kind left behind (dsh's executor finishes a
+/// run's bookkeeping after it returned).
+const BLOCK: usize = 10;
+
 /// Microseconds per `run_blocking(spec)` and per floor spawn of the same
-/// command (posix_spawn and waitpid from this process), one after the
-/// other, after five warm-up rounds: both meet the machine as it is at
-/// that moment, so their ratio does not drift with it.
+/// command (posix_spawn and waitpid from this process), interleaved in
+/// blocks of [`BLOCK`], after five warm-up rounds: both meet the machine as
+/// it is at that moment, so their ratio does not drift with it.
 fn time_paired(
     exec: &Executor,
     spec: &dsh_core::Spec,
     iter: usize,
 ) -> Result<(Vec<f64>, Vec<f64>), dsh_core::DshError> {
+    time_interleaved(iter, || exec.run_blocking(spec, None).map(drop))
+}
+
+/// [`time_paired`] for any operation.
+fn time_interleaved(
+    iter: usize,
+    mut op: impl FnMut() -> Result<(), dsh_core::DshError>,
+) -> Result<(Vec<f64>, Vec<f64>), dsh_core::DshError> {
     for _ in 0..5 {
         floor_once();
-        exec.run_blocking(spec, None)?;
+        op()?;
     }
     let (mut floor, mut dsh) = (Vec::with_capacity(iter), Vec::with_capacity(iter));
-    for _ in 0..iter {
-        let t = Instant::now();
-        floor_once();
-        floor.push(t.elapsed().as_secs_f64() * 1e6);
-        let t = Instant::now();
-        exec.run_blocking(spec, None)?;
-        dsh.push(t.elapsed().as_secs_f64() * 1e6);
+    while dsh.len() < iter {
+        for i in 0..BLOCK {
+            let t = Instant::now();
+            floor_once();
+            if i > 0 {
+                floor.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        for i in 0..BLOCK {
+            let t = Instant::now();
+            op()?;
+            if i > 0 {
+                dsh.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+        }
     }
+    floor.truncate(iter);
+    dsh.truncate(iter);
     Ok((floor, dsh))
 }
 
@@ -145,18 +169,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 s.process.wait_timeout(None)?;
                 Ok(t.elapsed().as_secs_f64() * 1e6)
             };
-            let mut floor = Vec::with_capacity(iter);
-            let mut samples = Vec::with_capacity(iter);
-            for i in 0..iter + 5 {
-                let t = Instant::now();
-                floor_once();
-                let floor_us = t.elapsed().as_secs_f64() * 1e6;
-                let spawned_us = once()?;
-                if i >= 5 {
-                    floor.push(floor_us);
-                    samples.push(spawned_us);
-                }
-            }
+            let (floor, samples) = time_interleaved(iter, || once().map(drop))?;
             let paired = format!(",\"paired_floor_us\":{:.3}", median(&floor));
             report_as("spawn_true", "dsh (Rust)", 0, samples, &paired);
             exec.dispose_blocking()?;
