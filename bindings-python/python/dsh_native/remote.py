@@ -3374,7 +3374,7 @@ class _Remote:
             return
         try:
             self.conn.request("kill", {"id": result.background_id}, lambda value, error: None)
-        except BaseException:
+        except DshError:
             pass  # the connection is gone: so is the process, with the session
 
     def run_answered(self, run_id: str) -> None:
