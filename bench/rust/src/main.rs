@@ -36,19 +36,10 @@ fn ballast(mb: u64) -> Vec<u8> {
 /// run's bookkeeping after it returned).
 const BLOCK: usize = 10;
 
-/// Microseconds per `run_blocking(spec)` and per floor spawn of the same
-/// command (posix_spawn and waitpid from this process), interleaved in
-/// blocks of [`BLOCK`], after five warm-up rounds: both meet the machine as
-/// it is at that moment, so their ratio does not drift with it.
-fn time_paired(
-    exec: &Executor,
-    spec: &dsh_core::Spec,
-    iter: usize,
-) -> Result<(Vec<f64>, Vec<f64>), dsh_core::DshError> {
-    time_interleaved(iter, || exec.run_blocking(spec, None).map(drop))
-}
-
-/// [`time_paired`] for any operation.
+/// Microseconds per `op` and per floor spawn of `bash -c true` (posix_spawn
+/// and waitpid from this process), interleaved in blocks of [`BLOCK`],
+/// after five warm-up rounds: both meet the machine as it is at that
+/// moment, so their ratio does not drift with it. Returns (floor, op).
 fn time_interleaved(
     iter: usize,
     mut op: impl FnMut() -> Result<(), dsh_core::DshError>,
@@ -149,7 +140,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let _ballast = ballast(mb);
             let exec = Executor::new(ConfigInput::default())?;
             let spec = exec.resolve(Request::new("true"))?;
-            let (floor, dsh) = time_paired(&exec, &spec, iter)?;
+            let (floor, dsh) = time_interleaved(iter, || exec.run_blocking(&spec, None).map(drop))?;
             let paired = format!(",\"paired_floor_us\":{:.3}", median(&floor));
             report("run_true", mb, dsh, &paired);
             exec.dispose_blocking()?;

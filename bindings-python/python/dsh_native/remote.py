@@ -3350,10 +3350,30 @@ class _Remote:
             self.run_streams[run_id] = stream
         return stream
 
-    def run_sent(self, run_id: str) -> None:
-        """The run is on its way until :meth:`run_answered`."""
+    def send_run(
+        self,
+        params: Dict[str, Any],
+        run_id: str,
+        stream: Optional[_RunStream],
+        answered: Callable[[Any, Optional[BaseException]], None],
+    ) -> None:
+        """Sends a run; ``answered`` gets its answer. The run is on its way
+        (a cancel may be owed to it) until then; one that could not be sent
+        never is, and its stream is closed."""
+
+        def on_answer(value: Any, error: Optional[BaseException]) -> None:
+            self.run_answered(run_id)
+            answered(value, error)
+
         with self.lock:
             self.runs_on_their_way.add(run_id)
+        try:
+            self.conn.request("run", params, on_answer, oversize_field="spec.stdin")
+        except BaseException:
+            self.run_answered(run_id)
+            if stream is not None:
+                self.close_stream(run_id, stream)
+            raise
 
     def cancel_run(self, run_id: str) -> None:
         """Asks the server to cancel a run on its way; once it was answered
@@ -3378,7 +3398,8 @@ class _Remote:
             pass  # the connection is gone: so is the process, with the session
 
     def run_answered(self, run_id: str) -> None:
-        """The run's answer came (or it was never sent): no cancel is owed."""
+        """The run's answer came (or it was never sent): no cancel is owed.
+        (:meth:`send_run` calls it.)"""
         with self.lock:
             self.runs_on_their_way.discard(run_id)
             self.cancelled_runs.discard(run_id)
@@ -3808,7 +3829,6 @@ class Executor:
         reply = _Reply()
 
         def answered(value: Any, error: Optional[BaseException]) -> None:
-            r.run_answered(run_id)
             reply.settle(value, error)
             if stream is not None:
                 r.close_stream(run_id, stream)
@@ -3816,14 +3836,7 @@ class Executor:
         def cancel_run() -> None:
             r.cancel_run(run_id)
 
-        r.run_sent(run_id)
-        try:
-            r.conn.request("run", params, answered, oversize_field="spec.stdin")
-        except BaseException:
-            r.run_answered(run_id)
-            if stream is not None:
-                r.close_stream(run_id, stream)
-            raise
+        r.send_run(params, run_id, stream, answered)
         try:
             self._await_run(reply, stream, cancel, cancel_run)
         except (KeyboardInterrupt, SystemExit):
@@ -3885,7 +3898,6 @@ class Executor:
         stream = r.open_stream(params, run_id, on_output, loop)
 
         def answered(value: Any, error: Optional[BaseException]) -> None:
-            r.run_answered(run_id)
             result: Optional[RunResult] = None
             if error is None:
                 try:
@@ -3911,14 +3923,7 @@ class Executor:
             except RuntimeError:  # the loop is closed: nobody is waiting
                 pass
 
-        r.run_sent(run_id)
-        try:
-            r.conn.request("run", params, answered, oversize_field="spec.stdin")
-        except BaseException:
-            r.run_answered(run_id)
-            if stream is not None:
-                r.close_stream(run_id, stream)
-            raise
+        r.send_run(params, run_id, stream, answered)
         watcher: Optional["asyncio.Task[None]"] = None
         if cancel is not None:
             watcher = loop.create_task(self._watch_token(cancel, run_id, done))
