@@ -2,14 +2,15 @@
 //! the GIL and wake up regularly for Ctrl-C; the async ones settle asyncio
 //! futures from a core thread; the output is an async iterator.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
-use pyo3::exceptions::{PyStopAsyncIteration, PyTimeoutError};
+use pyo3::exceptions::PyTimeoutError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
 use dsh_core::{Field, FieldName, Scope, TerminalSignal};
 
+use crate::async_reads::AsyncReads;
 use crate::waiting::{deadline, wait_until};
 use crate::{number, required_str, to_pyerr, type_error, utf8};
 
@@ -88,38 +89,17 @@ impl Foreground {
 #[pyclass(frozen, module = "dsh_native")]
 pub struct Terminal {
     pub(crate) inner: dsh_core::Terminal,
-    /// Output an async read took for a future that was cancelled before it
-    /// got it (`asyncio.wait_for` timing out): the next read's, first.
-    pub(crate) carry: Arc<Mutex<String>>,
+    /// The async reads, and the output they read for futures that were
+    /// given up (`asyncio.wait_for` timing out): the next read's, first.
+    reads: Arc<AsyncReads>,
 }
 
 impl Terminal {
     pub(crate) fn new(inner: dsh_core::Terminal) -> Self {
         Terminal {
+            reads: AsyncReads::new(inner.clone()),
             inner,
-            carry: Arc::default(),
         }
-    }
-
-    fn take_carry(&self) -> String {
-        std::mem::take(&mut *self.carry.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-}
-
-/// Keeps output a cancelled async read could not deliver (called on the
-/// event loop by `dsh_native._helpers.resolve_or_keep`).
-#[pyclass(frozen, module = "dsh_native")]
-pub struct KeepOutput {
-    carry: Arc<Mutex<String>>,
-}
-
-#[pymethods]
-impl KeepOutput {
-    fn __call__(&self, text: String) {
-        self.carry
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push_str(&text);
     }
 }
 
@@ -205,20 +185,16 @@ impl Terminal {
     }
 
     /// Consuming read: the output since the previous read ('' if none).
-    fn read_output(&self) -> String {
-        let mut text = self.take_carry();
+    fn read_output(&self, py: Python<'_>) -> String {
+        let mut text = self.reads.take_carry(py);
         text.push_str(&self.inner.read_output().text);
         text
     }
 
     /// True once the output has ended and everything was read.
     #[getter]
-    fn output_ended(&self) -> bool {
-        self.carry
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_empty()
-            && self.inner.output_ended()
+    fn output_ended(&self, py: Python<'_>) -> bool {
+        self.inner.output_ended() && self.reads.all_handed_out(py)
     }
 
     /// Waits (GIL released) until there is output, it has ended, or
@@ -226,7 +202,7 @@ impl Terminal {
     /// ('' at the end or on timeout).
     #[pyo3(signature = (timeout=None))]
     fn read(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<String> {
-        let carried = self.take_carry();
+        let carried = self.reads.take_carry(py);
         if !carried.is_empty() {
             return Ok(carried + &self.inner.read_output().text);
         }
@@ -244,39 +220,7 @@ impl Terminal {
 
     /// The next chunk of output; StopAsyncIteration once it has ended.
     fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let (future, settle) = future_pair(py)?;
-        let carried = self.take_carry();
-        if !carried.is_empty() {
-            // Called on the loop's thread: settled here.
-            future.call_method1("set_result", (carried,))?;
-            return Ok(future);
-        }
-        let keep = Py::new(
-            py,
-            KeepOutput {
-                carry: self.carry.clone(),
-            },
-        )?;
-        let resolve_or_keep = py
-            .import("dsh_native._helpers")?
-            .getattr("resolve_or_keep")?
-            .unbind();
-        self.inner.next_output_with(move |out| {
-            Python::try_attach(|py| match out {
-                // Output must not be lost to a read that was given up.
-                Some(text) => {
-                    let args = (
-                        resolve_or_keep,
-                        settle.future.clone_ref(py),
-                        PyString::new(py, &text).into_any().unbind(),
-                        keep,
-                    );
-                    let _ = settle.event_loop.call_method1(py, "call_soon_threadsafe", args);
-                }
-                None => settle.call(None, Some(PyStopAsyncIteration::new_err(()))),
-            });
-        });
-        Ok(future)
+        self.reads.next_chunk(py)
     }
 
     /// Writes ``data`` (str as UTF-8, or bytes) to the terminal's input as

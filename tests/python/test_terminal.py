@@ -314,3 +314,100 @@ def test_an_async_read_given_up_loses_no_output(ex: dsh_native.Executor) -> None
     seen = asyncio.run(asyncio.wait_for(main(), 60))
     assert "got-one" in seen and "second-two" in seen, repr(seen)
     term.wait(30)
+
+
+def test_output_a_given_up_read_took_is_not_overtaken_by_the_end(ex: dsh_native.Executor) -> None:
+    """The given-up read takes the program's last output and the program
+    ends while the loop is busy; the next read must still get that output,
+    not StopAsyncIteration (CI saw '' here once: a second read told the end
+    before the first one's text reached the loop)."""
+    term = ex.spawn_terminal(command="stty -echo; read -r a; echo got-$a")
+
+    async def main() -> str:
+        it = term.__aiter__()
+        assert term.wait_input_waiting(30)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(it.__anext__(), 0.3)
+        await term.write_async("one\n")
+        # The loop stays busy (the GIL let go) while the program prints and
+        # exits: the given-up read takes the text meanwhile.
+        term.wait(30)
+        return "".join([chunk async for chunk in it])
+
+    seen = asyncio.run(asyncio.wait_for(main(), 60))
+    assert seen == "got-one\r\n", repr(seen)
+
+
+_NUMBERED = "stty -echo; for i in $(seq 1 400); do echo L$i; [ $((i % 20)) = 0 ] && sleep 0.01; done; true"
+_ALL_LINES = "".join(f"L{i}\r\n" for i in range(1, 401))
+
+
+def test_many_given_up_reads_lose_and_reorder_nothing(ex: dsh_native.Executor) -> None:
+    """Reads given up after a fraction of a millisecond, over and over, while
+    the program prints: every byte arrives once, in order."""
+    term = ex.spawn_terminal(command=_NUMBERED)
+
+    async def main() -> "tuple[str, int]":
+        it = term.__aiter__()
+        seen, given_up = "", 0
+        while True:
+            try:
+                seen += await asyncio.wait_for(it.__anext__(), 0.0002)
+            except asyncio.TimeoutError:
+                given_up += 1
+            except StopAsyncIteration:
+                return seen, given_up
+
+    seen, given_up = asyncio.run(asyncio.wait_for(main(), 120))
+    assert seen == _ALL_LINES, (given_up, seen[:200])
+    print("reads given up:", given_up)
+
+
+def test_two_tasks_reading_at_once_share_the_output(ex: dsh_native.Executor) -> None:
+    """Two tasks iterating one terminal: each chunk goes to one of them, in
+    order, and both see the end."""
+    term = ex.spawn_terminal(command=_NUMBERED)
+
+    async def reader(parts: "list[tuple[int, str]]", order: "list[int]") -> None:
+        async for chunk in term:
+            order.append(len(order))
+            parts.append((order[-1], chunk))
+
+    async def main() -> str:
+        a: "list[tuple[int, str]]" = []
+        b: "list[tuple[int, str]]" = []
+        order: "list[int]" = []
+        await asyncio.gather(reader(a, order), reader(b, order))
+        return "".join(chunk for _, chunk in sorted(a + b))
+
+    assert asyncio.run(asyncio.wait_for(main(), 120)) == _ALL_LINES
+
+
+def test_output_read_for_a_closed_loop_goes_to_the_next_read(ex: dsh_native.Executor) -> None:
+    """A read given up in one `asyncio.run`, whose loop is closed when the
+    output arrives: a later read (blocking, or on a new loop) gets it."""
+    term = ex.spawn_terminal(command="stty -echo; read -r a; echo got-$a; read -r b; echo second-$b")
+    assert term.wait_input_waiting(30)
+
+    async def give_up() -> None:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(term.__anext__(), 0.2)
+
+    asyncio.run(give_up())
+    term.write("one\n")
+    assert term.wait_input_waiting(30)
+    seen = ""
+    deadline = time.monotonic() + 30
+    while "got-one" not in seen and time.monotonic() < deadline:
+        seen += term.read(1)
+    assert seen == "got-one\r\n", repr(seen)
+
+    asyncio.run(give_up())
+    term.write("two\n")
+    term.wait(30)
+
+    async def rest() -> str:
+        return "".join([chunk async for chunk in term])
+
+    assert asyncio.run(asyncio.wait_for(rest(), 60)) == "second-two\r\n"
+    assert term.output_ended
