@@ -1323,9 +1323,9 @@ def test_terminal_a_write_goes_whole_and_in_order_whatever_its_pieces(
     rex: Executor, tmp: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Pieces of 1000 bytes: each write is several terminal_write calls.
-    import dsh_native.remote
+    import dsh_native.remote._checks
 
-    monkeypatch.setattr(dsh_native.remote, "_STDIN_PIECE", 1000)
+    monkeypatch.setattr(dsh_native.remote._checks, "_STDIN_PIECE", 1000)
     got = os.path.join(tmp, "got")
     term = rex.spawn_terminal(command=f"stty raw -echo; head -c 20000 > {got}; echo done")
     assert term.wait_input_waiting(timeout=30)
