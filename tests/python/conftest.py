@@ -125,10 +125,28 @@ def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             state = f.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        # Gone, or going while /proc was read (ESRCH).
+    except (OSError, IndexError):
+        # Gone, or going while /proc was read (ESRCH, or an empty read).
         return False
     return state not in ("Z", "X")
+
+
+def live_pids(proc_file: str, matches: Callable[[List[bytes]], bool]) -> List[int]:
+    """Live processes whose /proc/PID/``proc_file`` (a NUL-separated list:
+    ``cmdline``, ``environ``) ``matches``; processes that end or cannot be
+    read meanwhile are left out."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/{proc_file}", "rb") as f:
+                fields = f.read().split(b"\0")
+        except OSError:
+            continue
+        if matches(fields) and alive(int(entry)):
+            found.append(int(entry))
+    return found
 
 
 def read_until(p: dsh_native.Process, needle: str) -> str:

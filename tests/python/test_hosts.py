@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+from conftest import alive, live_pids
+
 LIMIT = 90
 
 
@@ -314,30 +316,11 @@ threading.Event().wait()
 """ % (ROUTES,)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rpartition(")")[2].split()[0]
-        return state not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
-
-
 def _marked(mark: str) -> list[int]:
     """Live processes carrying HOST_DEATH_MARK=mark (all the host's commands
     started except the env -i ones)."""
     want = f"HOST_DEATH_MARK={mark}".encode()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                if want in f.read().split(b"\0") and _alive(int(name)):
-                    found.append(int(name))
-        except OSError:
-            pass
-    return found
+    return live_pids("environ", lambda env: want in env)
 
 
 def _die_with_the_test() -> None:
@@ -368,7 +351,7 @@ def test_host_death_leaves_no_process_of_its_commands(ending: str, tmp_path: "os
                     continue  # it exited
                 with open(os.path.join(tmp_path, place, route)) as f:
                     pids.append(int(f.read()))
-        assert all(_alive(p) for p in pids), pids
+        assert all(alive(p) for p in pids), pids
         if ending == "sigkill":
             host_proc.kill()
             died = time.monotonic()
@@ -380,7 +363,7 @@ def test_host_death_leaves_no_process_of_its_commands(ending: str, tmp_path: "os
             died = time.monotonic()
 
         def left() -> list[int]:
-            return [p for p in pids if _alive(p)] + _marked(mark)
+            return [p for p in pids if alive(p)] + _marked(mark)
 
         while left() and time.monotonic() - died < 10:
             time.sleep(0.01)

@@ -23,7 +23,7 @@ import pytest
 from dsh_native import CancelToken, NotFoundError
 from dsh_native.remote import PIPE, AnswerLost, Executor, OutputChunk, Process, TransportError
 
-from conftest import alive, eventually, need_dsh_bin
+from conftest import alive, eventually, live_pids, need_dsh_bin
 from sshd_server import Sshd
 from test_remote import in_thread, read_pid, watchdog  # noqa: F401 (watchdog: autouse, bounds every test)
 
@@ -87,18 +87,8 @@ class Relay:
 
     def servers(self) -> List[int]:
         """The lingering servers listening at this relay's socket."""
-        found = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    argv = f.read().split(b"\0")
-            except OSError:
-                continue
-            if b"--listen" in argv and f"unix:{self.socket}".encode() in argv and alive(int(entry)):
-                found.append(int(entry))
-        return found
+        listen = f"unix:{self.socket}".encode()
+        return live_pids("cmdline", lambda argv: b"--listen" in argv and listen in argv)
 
     def kill_servers(self, sig: int) -> None:
         for pid in self.servers():
