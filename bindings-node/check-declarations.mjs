@@ -6,7 +6,8 @@
 //    members, functions, constants) carries a JSDoc comment.
 // 2. What index.js, harness.mjs, subprocess.mjs and remote.mjs export at run
 //    time is exactly what their .d.ts / .d.mts declare as values.
-// 3. Everything index.js, subprocess.mjs and remote.mjs take from the native addon —
+// 3. Everything index.js, subprocess.mjs and the parts of remote.mjs (remote/)
+//    take from the native addon —
 //    the names they require from loader.js (which loads the addon) and every
 //    member used on a native executor, process, spawned program or cancel
 //    token — exists in the
@@ -19,7 +20,7 @@
 //
 // Usage: node check-declarations.mjs (from bindings-node/).
 
-import { readFileSync } from 'node:fs'
+import { readdirSync, readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import ts from 'typescript'
 
@@ -101,6 +102,8 @@ function compareExports(jsFile, runtime, dtsFile) {
 
 // The module through which index.js loads the addon.
 const LOADER = './loader.js'
+// How `file` names it: a file in a folder (remote/) names it from there.
+const loaderFrom = (file) => (file.includes('/') ? `.${LOADER}` : LOADER)
 
 // Which native class a receiver holds, in each class of index.js and subprocess.mjs.
 const RECEIVERS = {
@@ -118,7 +121,7 @@ function nativeUses(file) {
     if (
       ts.isVariableDeclaration(node) &&
       (node.initializer?.getText() ?? '').startsWith('require(') &&
-      node.initializer.getText().includes(`'${LOADER}'`) &&
+      node.initializer.getText().includes(`'${loaderFrom(file)}'`) &&
       ts.isObjectBindingPattern(node.name)
     ) {
       node.name.elements.forEach((e) => imports.push((e.propertyName ?? e.name).getText()))
@@ -151,10 +154,10 @@ function checkNative(file) {
   const native = require(LOADER)
   const declared = declaredNative()
   const { imports, members } = nativeUses(file)
-  if (imports.length === 0) problem(`${file}: no \`const { … } = require('${LOADER}')\` found`)
+  if (imports.length === 0) problem(`${file}: no \`const { … } = require('${loaderFrom(file)}')\` found`)
   for (const name of imports) {
-    if (!(name in native)) problem(`${file} requires ${name} from ${LOADER}, which the addon does not export`)
-    if (!declared.exports.has(name)) problem(`${file} requires ${name} from ${LOADER}, which native.d.ts does not declare`)
+    if (!(name in native)) problem(`${file} requires ${name} from ${loaderFrom(file)}, which the addon does not export`)
+    if (!declared.exports.has(name)) problem(`${file} requires ${name} from ${loaderFrom(file)}, which native.d.ts does not declare`)
   }
   const seen = new Set()
   for (const { target, name, at } of members) {
@@ -245,14 +248,18 @@ compareExports('index.js', Object.keys(require('./index.js')), 'index.d.ts')
 compareExports('harness.mjs', Object.keys(await import('./harness.mjs')), 'harness.d.mts')
 compareExports('subprocess.mjs', Object.keys(await import('./subprocess.mjs')), 'subprocess.d.mts')
 compareExports('remote.mjs', Object.keys(await import('./remote.mjs')), 'remote.d.mts')
-const nativeUsers = ['index.js', 'subprocess.mjs', 'remote.mjs'].map(checkNative)
+// remote.mjs's parts that load the addon (today remote/session.mjs alone).
+const remoteParts = readdirSync(new URL('./remote/', import.meta.url))
+  .map((f) => `remote/${f}`)
+  .filter((f) => readFileSync(new URL(f, import.meta.url), 'utf8').includes(`require('${loaderFrom(f)}')`))
+const nativeUsers = ['index.js', 'subprocess.mjs', ...remoteParts].map(checkNative)
 const uses = { imports: nativeUsers.reduce((n, u) => n + u.imports, 0), members: nativeUsers.reduce((n, u) => n + u.members, 0) }
 const seamNames = await checkSeamNames()
 
 for (const p of problems) console.error(`check-declarations: ${p}`)
 console.log(
   `check-declarations: checked JSDoc on ${jsdoc} declarations, the exports of index.js, harness.mjs, subprocess.mjs and remote.mjs, ` +
-    `${uses.imports} names and ${uses.members} members index.js, subprocess.mjs and remote.mjs take from the addon, ` +
+    `${uses.imports} names and ${uses.members} members index.js, subprocess.mjs and ${remoteParts.join(', ')} take from the addon, ` +
     `and ${seamNames} names of ${SEAM} in both entry points: ` +
     (problems.length ? `${problems.length} problems` : 'ok'),
 )

@@ -1,0 +1,137 @@
+// dsh-native/remote's RemoteShellProcess: the handle of a background
+// process, with the members of NativeShellProcess, over the process's
+// mirror (Mirror, in session.mjs) and the server's kill, write_stdin and
+// close_stdin.
+
+import { STDIN_PIECE, HANDLE } from './constants.mjs'
+import { describe, invalid, notSentBehind, stdinClosed } from './wire.mjs'
+
+/** A background process of a remote executor (the seam's ShellProcess); the same members as NativeShellProcess. */
+export class RemoteShellProcess {
+  #session
+  #m
+
+  constructor(token, session, m) {
+    if (token !== HANDLE) throw new TypeError('RemoteShellProcess is made by RemoteShellExecutor#start, get, list and listeners')
+    this.#session = session
+    this.#m = m
+    Object.defineProperty(this, 'id', { value: m.id, enumerable: true })
+    Object.defineProperty(this, 'command', { value: m.command, enumerable: true })
+  }
+
+  get status() {
+    return this.#m.status
+  }
+
+  get exitCode() {
+    return this.#m.exitCode
+  }
+
+  get signal() {
+    return this.#m.signal
+  }
+
+  /** Present (true) once settled when nobody could say how it ended (also when the connection was lost). */
+  get exitStatusUnavailable() {
+    return this.#m.exitStatusUnavailable || undefined
+  }
+
+  get survivors() {
+    return this.#m.survivors || undefined
+  }
+
+  get done() {
+    return this.#m.done
+  }
+
+  get sandbox() {
+    return this.#m.sandbox
+  }
+
+  get limit() {
+    return this.#m.limit
+  }
+
+  get limitsEnforcement() {
+    return this.#m.limitsEnforcement
+  }
+
+  get owner() {
+    return this.#m.owner
+  }
+
+  get hasStdinPipe() {
+    return this.#m.hasStdinPipe
+  }
+
+  readOutput() {
+    return this.#m.read()
+  }
+
+  kill() {
+    const m = this.#m
+    if (m.settled || m.status !== 'running' || m.stopAsked) return false
+    m.stopAsked = true
+    m.status = 'killed'
+    this.#session.fire('kill', { id: m.id })
+    return true
+  }
+
+  /**
+   * Writes `data` (a string as UTF-8, a Buffer or a Uint8Array) to the
+   * command's stdin; resolves once the server's bounded buffer took every
+   * byte (back-pressure), in 1 MiB messages, writes whole and in call order.
+   */
+  writeStdin(data) {
+    let bytes
+    if (typeof data === 'string') bytes = Buffer.from(data, 'utf8')
+    else if (Buffer.isBuffer(data)) bytes = data
+    else if (data instanceof Uint8Array) bytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength)
+    else return Promise.reject(invalid('data', `must be a string, a Buffer or a Uint8Array, got ${describe(data)}`))
+    const id = this.#m.id
+    const send = (piece) =>
+      this.#session.conn.call('write_stdin', { id, data_base64: piece.toString('base64') }).then(
+        () => undefined,
+        (err) => {
+          // A start the server refused, or a process it no longer has: its
+          // stdin is gone as a spawn failure's is.
+          throw err.code === 'NOT_FOUND' ? stdinClosed(id, 'exited') : err
+        },
+      )
+    if (bytes.length <= STDIN_PIECE) return this.#queueStdin(() => send(bytes))
+    return this.#queueStdin(async () => {
+      for (let at = 0; at < bytes.length; at += STDIN_PIECE) await send(bytes.subarray(at, at + STDIN_PIECE))
+    })
+  }
+
+  // As index.js: with nothing queued a write is sent at once, so
+  // `writeStdin(x); closeStdin()` delivers x; the pieces of one write are
+  // never interleaved with another's.
+  #stdinTail = Promise.resolve()
+  #stdinQueued = 0
+  /** A write lost with a connection: those queued behind it are not sent. */
+  #stdinLost
+  #queueStdin(write) {
+    const inTurn = () => (this.#stdinLost === undefined ? write() : Promise.reject(notSentBehind('write_stdin', this.#m.id)))
+    const written = this.#stdinQueued === 0 ? inTurn() : this.#stdinTail.then(inTurn)
+    this.#stdinQueued++
+    this.#stdinTail = written
+      .catch((err) => {
+        if (err?.code === 'ANSWER_LOST') this.#stdinLost = err
+      })
+      .finally(() => {
+        // The queue behind the lost write has been refused: new writes go.
+        if (--this.#stdinQueued === 0) this.#stdinLost = undefined
+      })
+    return written
+  }
+
+  closeStdin() {
+    const m = this.#m
+    if (!m.hasStdinPipe) throw stdinClosed(m.id, 'not-piped')
+    if (m.stdinClosed || m.settled) return false
+    m.stdinClosed = true
+    this.#session.fire('close_stdin', { id: m.id })
+    return true
+  }
+}
