@@ -2,7 +2,6 @@
 //! core inputs, core results into typed objects, core errors into the
 //! exception classes of `dsh_native._errors` (one mapping, `to_pyerr`).
 
-mod async_reads;
 mod executor;
 mod results;
 mod spawned;

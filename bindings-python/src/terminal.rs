@@ -2,15 +2,13 @@
 //! the GIL and wake up regularly for Ctrl-C; the async ones settle asyncio
 //! futures from a core thread; the output is an async iterator.
 
-use std::sync::Arc;
-
 use pyo3::exceptions::PyTimeoutError;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyString};
 
 use dsh_core::{Field, FieldName, Scope, TerminalSignal};
 
-use crate::async_reads::AsyncReads;
 use crate::waiting::{deadline, wait_until};
 use crate::{number, required_str, to_pyerr, type_error, utf8};
 
@@ -89,16 +87,16 @@ impl Foreground {
 #[pyclass(frozen, module = "dsh_native")]
 pub struct Terminal {
     pub(crate) inner: dsh_core::Terminal,
-    /// The async reads, and the output they read for futures that were
-    /// given up (`asyncio.wait_for` timing out): the next read's, first.
-    reads: Arc<AsyncReads>,
+    /// Wakes the async readers (`dsh_native._helpers.Readiness`), made by
+    /// the first one.
+    readiness: PyOnceLock<Py<PyAny>>,
 }
 
 impl Terminal {
     pub(crate) fn new(inner: dsh_core::Terminal) -> Self {
         Terminal {
-            reads: AsyncReads::new(inner.clone()),
             inner,
+            readiness: PyOnceLock::new(),
         }
     }
 }
@@ -185,16 +183,14 @@ impl Terminal {
     }
 
     /// Consuming read: the output since the previous read ('' if none).
-    fn read_output(&self, py: Python<'_>) -> String {
-        let mut text = self.reads.take_carry(py);
-        text.push_str(&self.inner.read_output().text);
-        text
+    fn read_output(&self) -> String {
+        self.inner.read_output().text
     }
 
     /// True once the output has ended and everything was read.
     #[getter]
-    fn output_ended(&self, py: Python<'_>) -> bool {
-        self.inner.output_ended() && self.reads.all_handed_out(py)
+    fn output_ended(&self) -> bool {
+        self.inner.output_ended()
     }
 
     /// Waits (GIL released) until there is output, it has ended, or
@@ -202,10 +198,6 @@ impl Terminal {
     /// ('' at the end or on timeout).
     #[pyo3(signature = (timeout=None))]
     fn read(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<String> {
-        let carried = self.reads.take_carry(py);
-        if !carried.is_empty() {
-            return Ok(carried + &self.inner.read_output().text);
-        }
         let read = wait_until(py, deadline(timeout)?, |slice| {
             let read = self.inner.read_output_timeout(Some(slice))?;
             Ok((!read.text.is_empty() || read.ended).then_some(read.text))
@@ -218,9 +210,30 @@ impl Terminal {
         slf
     }
 
-    /// The next chunk of output; StopAsyncIteration once it has ended.
-    fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.reads.next_chunk(py)
+    /// The next chunk of output; StopAsyncIteration once it has ended. A
+    /// coroutine that takes the output itself when it runs again after a
+    /// wake-up: a read given up while it waited (`asyncio.wait_for`, a
+    /// cancelled task) has taken nothing (`dsh_native._helpers.next_chunk`).
+    fn __anext__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let helpers = py.import("dsh_native._helpers")?;
+        let readiness = slf
+            .get()
+            .readiness
+            .get_or_try_init(py, || helpers.getattr("Readiness")?.call0().map(Bound::unbind))?;
+        helpers.getattr("next_chunk")?.call1((slf, readiness))
+    }
+
+    /// Calls ``on_ready()`` on the callback thread once there is output to
+    /// read or the output has ended; takes nothing (for ``Readiness``).
+    fn _when_output_ready(&self, on_ready: Py<PyAny>) {
+        self.inner.when_output_ready(move || {
+            Python::try_attach(|py| {
+                if let Err(e) = on_ready.call0(py) {
+                    e.write_unraisable(py, Some(on_ready.bind(py)));
+                }
+            });
+        });
     }
 
     /// Writes ``data`` (str as UTF-8, or bytes) to the terminal's input as

@@ -1268,3 +1268,53 @@ fn a_wait_for_input_longer_than_any_clock_is_no_limit() {
     assert!(rx.recv_timeout(Duration::from_secs(60)).unwrap());
     t.terminate_blocking().unwrap();
 }
+
+/// `when_output_ready` wakes when output waits or the output ended, and
+/// takes nothing: what woke it is still there for the reader.
+#[test]
+fn a_readiness_wake_up_takes_nothing() {
+    let exec = executor();
+    let mut request = TerminalRequest::argv([
+        "bash",
+        "--norc",
+        "--noprofile",
+        "-c",
+        "stty -echo; read -r a; echo got-$a",
+    ]);
+    request.env = Some(map(&[("HISTFILE", "")]));
+    let spec = exec.resolve_terminal(request).unwrap();
+    let term = exec.spawn_terminal(&spec).unwrap();
+    let woken = || {
+        let (tx, rx) = std::sync::mpsc::channel();
+        term.when_output_ready(move || {
+            let _ = tx.send(());
+        });
+        rx
+    };
+    assert!(
+        term.wait_input_waiting(Some(LIMIT)).unwrap(),
+        "the program never waited for input"
+    );
+    let first = woken();
+    // Nothing to read yet: no wake-up.
+    assert!(
+        first.recv_timeout(Duration::from_millis(200)).is_err(),
+        "woken with nothing to read"
+    );
+    term.write_blocking(b"one\n").unwrap();
+    first.recv_timeout(LIMIT).expect("no wake-up once output came");
+    // Still there: a second waiter is woken at once, and the reader gets it all.
+    woken()
+        .recv_timeout(LIMIT)
+        .expect("no wake-up while output waits");
+    let mut seen = String::new();
+    while !seen.contains("got-one") {
+        seen += &term.read_output_timeout(Some(LIMIT)).unwrap().text;
+    }
+    assert_eq!(seen, "got-one\r\n");
+    // The end wakes a waiter too.
+    let end = woken();
+    end.recv_timeout(LIMIT)
+        .expect("no wake-up at the end of the output");
+    assert!(term.read_output().ended);
+}

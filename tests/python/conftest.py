@@ -36,10 +36,16 @@ def need_dsh_bin() -> str:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    # Only the contract tests run against every transport; every other file
-    # keeps the local executor (its `transport` is "local").
-    if metafunc.definition.path.name == "test_contract.py" and "transport" in metafunc.fixturenames:
+    # The contract tests run against every transport, the terminal tests
+    # against a remote executor over a pipe too (its Terminal keeps the same
+    # contract); every other file keeps the local executor (its `transport`
+    # is "local").
+    if "transport" not in metafunc.fixturenames:
+        return
+    if metafunc.definition.path.name == "test_contract.py":
         metafunc.parametrize("transport", TRANSPORTS, indirect=True)
+    elif metafunc.definition.path.name == "test_terminal.py":
+        metafunc.parametrize("transport", ["local", "stdio"], indirect=True)
 
 
 @pytest.fixture

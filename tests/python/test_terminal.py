@@ -411,3 +411,95 @@ def test_output_read_for_a_closed_loop_goes_to_the_next_read(ex: dsh_native.Exec
 
     assert asyncio.run(asyncio.wait_for(rest(), 60)) == "second-two\r\n"
     assert term.output_ended
+
+
+def test_a_read_cancelled_after_its_wake_up_loses_nothing(ex: dsh_native.Executor) -> None:
+    """The reading task is woken (output came) and cancelled before it runs
+    again, as `asyncio.timeout` and 3.12's `wait_for` do: the output stays
+    for the next read."""
+    term = ex.spawn_terminal(command="stty -echo; read -r a; echo got-$a")
+
+    async def main() -> str:
+        assert term.wait_input_waiting(30)
+        reader = asyncio.ensure_future(term.__anext__())
+        await asyncio.sleep(0.1)  # the reader waits for output
+        # The loop busy while the output comes: the wake-up waits.
+        term.write("one\n")
+        term.wait(30)
+        asyncio.get_running_loop().call_soon(reader.cancel)  # right after it
+        with pytest.raises(asyncio.CancelledError):
+            await reader
+        return "".join([chunk async for chunk in term])
+
+    assert asyncio.run(asyncio.wait_for(main(), 60)) == "got-one\r\n"
+
+
+def test_blocking_and_async_reads_take_in_one_order(ex: dsh_native.Executor) -> None:
+    """An async read given up, then blocking reads while the loop is busy:
+    what they get comes before what the async reads get after them."""
+    term = ex.spawn_terminal(command="stty -echo; read -r a; echo A-$a; sleep 0.5; echo B; sleep 0.5")
+
+    async def main() -> "tuple[str, str]":
+        assert term.wait_input_waiting(30)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(term.__anext__(), 0.2)
+        term.write("x\n")
+        first, deadline = "", time.monotonic() + 30
+        while "A-x" not in first and time.monotonic() < deadline:
+            first += term.read(1)
+        rest = "".join([chunk async for chunk in term])
+        return first, rest
+
+    first, rest = asyncio.run(asyncio.wait_for(main(), 60))
+    assert "A-x" in first and first + rest == "A-x\r\nB\r\n", (first, rest)
+
+
+def test_a_read_given_up_on_a_loop_left_open_holds_nothing_back(ex: dsh_native.Executor) -> None:
+    """A read given up on a loop that is stopped but never closed
+    (`run_until_complete`): readers elsewhere still get everything."""
+    term = ex.spawn_terminal(command="stty -echo; read -r a; echo got-$a")
+    assert term.wait_input_waiting(30)
+    idle = asyncio.new_event_loop()
+    try:
+
+        async def give_up() -> None:
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(term.__anext__(), 0.1)
+
+        idle.run_until_complete(give_up())
+        term.write("one\n")
+
+        async def rest() -> str:
+            return "".join([chunk async for chunk in term])
+
+        assert asyncio.run(asyncio.wait_for(rest(), 30)) == "got-one\r\n"
+        assert term.output_ended
+    finally:
+        idle.close()
+
+
+def test_reads_given_up_while_the_program_is_quiet_are_not_kept(ex: dsh_native.Executor) -> None:
+    """A poller gives up thousands of reads on a quiet program: what waits
+    for output stays bounded (only readers still waiting are kept)."""
+    import gc
+
+    term = ex.spawn_terminal(command="stty -echo; read -r a; echo got-$a")
+
+    def futures() -> int:
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if isinstance(o, asyncio.Future))
+
+    async def main() -> "tuple[int, str]":
+        assert term.wait_input_waiting(30)
+        for _ in range(3000):
+            try:
+                await asyncio.wait_for(term.__anext__(), 0.0005)
+            except asyncio.TimeoutError:
+                pass
+        held = futures()
+        await term.write_async("one\n")
+        return held, await asyncio.wait_for(term.__anext__(), 30)
+
+    held, text = asyncio.run(asyncio.wait_for(main(), 120))
+    assert text == "got-one\r\n"
+    assert held < 100, held

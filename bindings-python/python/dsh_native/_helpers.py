@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Optional
+import threading
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple
+
+if TYPE_CHECKING:
+    from ._native import Terminal
 
 
 def resolve_future(future: "asyncio.Future[Any]", result: Any, error: Optional[BaseException]) -> None:
@@ -14,3 +18,63 @@ def resolve_future(future: "asyncio.Future[Any]", result: Any, error: Optional[B
         future.set_exception(error)
     else:
         future.set_result(result)
+
+
+class Readiness:
+    """Wake-ups for a terminal's async readers: one wait in the core at a
+    time, and every reader waiting then woken, on its own loop, once there
+    is output or it has ended. A woken reader takes the output itself when
+    it runs (``next_chunk``): one given up in between has taken nothing, and
+    every read, async or not, takes from the core in one order."""
+
+    def __init__(self) -> None:
+        # Reentrant: a finalizer run by the collector inside a locked
+        # section may wait on this terminal too.
+        self._lock = threading.RLock()
+        self._waiting: List[Tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]] = []
+        self._asked = False
+
+    def wait(self, terminal: "Terminal") -> "asyncio.Future[None]":
+        loop = asyncio.get_running_loop()
+        woken: "asyncio.Future[None]" = loop.create_future()
+        with self._lock:
+            # Readers that gave up are not kept: a quiet program would
+            # otherwise gather any number of them.
+            self._waiting = [w for w in self._waiting if not w[1].done()]
+            self._waiting.append((loop, woken))
+            ask, self._asked = not self._asked, True
+        if ask:
+            try:
+                terminal._when_output_ready(self._ready)
+            except BaseException:
+                with self._lock:
+                    self._asked = False
+                raise
+        return woken
+
+    def _ready(self) -> None:
+        """On the callback thread: there is output, or it has ended."""
+        with self._lock:
+            waiting, self._waiting, self._asked = self._waiting, [], False
+        for loop, woken in waiting:
+            try:
+                loop.call_soon_threadsafe(_wake, woken)
+            except RuntimeError:  # its loop is closed: nobody waits there
+                pass
+
+
+def _wake(woken: "asyncio.Future[None]") -> None:
+    if not woken.done():
+        woken.set_result(None)
+
+
+async def next_chunk(terminal: "Terminal", readiness: Readiness) -> str:
+    """``Terminal.__anext__``: the output is taken here, in one step with
+    the return, never for a reader that is no longer there."""
+    while True:
+        text = terminal.read_output()
+        if text:
+            return text
+        if terminal.output_ended:
+            raise StopAsyncIteration
+        await readiness.wait(terminal)

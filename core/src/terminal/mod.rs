@@ -231,14 +231,24 @@ impl Terminal {
         });
     }
 
-    /// [`Terminal::next_output_with`] for a face whose callback only hands
-    /// the value to its own event loop: `on_output` runs on the core's I/O
-    /// thread as soon as output arrives, saving the hop through the
-    /// callback thread. It must be quick, must not block, and must not call
-    /// back into dsh.
-    pub fn next_output_inline(&self, on_output: impl FnOnce(Option<String>) + Send + 'static) {
+    /// Calls `on_ready` on the callback thread once there is output to
+    /// read or the output has ended (at once if so already). It takes
+    /// nothing: the reader then takes what there is with
+    /// [`Terminal::read_output`]. For a face whose readers may give up while
+    /// they wait (Python's cancelled tasks): a reader that is gone when the
+    /// wait ends has taken nothing, so nothing is lost or reordered.
+    pub fn when_output_ready(&self, on_ready: impl FnOnce() + Send + 'static) {
         let this = self.clone();
-        runtime::handle().spawn(async move { on_output(this.next_output().await) });
+        runtime::handle().spawn(async move {
+            let mut rx = this.shared.output_tx.subscribe();
+            loop {
+                rx.borrow_and_update();
+                if !nothing_to_read(&lock(&this.shared.output)) || rx.changed().await.is_err() {
+                    break;
+                }
+            }
+            callbacks::dispatch(on_ready);
+        });
     }
 
     /// Blocks until there is output, it has ended, or `timeout` passed
@@ -249,17 +259,16 @@ impl Terminal {
             forked::check_host(self.shared.host_pid)?;
             runtime::refuse_blocking()?;
             let guard = lock(&self.shared.output);
-            let empty = |o: &mut Output| o.bytes.len() <= incomplete_suffix_len(o) && !o.ended;
             let guard = match timeout {
                 None => self
                     .shared
                     .output_cv
-                    .wait_while(guard, empty)
+                    .wait_while(guard, |o| nothing_to_read(o))
                     .unwrap_or_else(|e| e.into_inner()),
                 Some(t) => {
                     self.shared
                         .output_cv
-                        .wait_timeout_while(guard, t, empty)
+                        .wait_timeout_while(guard, t, |o| nothing_to_read(o))
                         .unwrap_or_else(|e| e.into_inner())
                         .0
                 }
@@ -442,6 +451,12 @@ impl Terminal {
         let this = self.clone();
         runtime::block_on(async move { this.terminate().await })
     }
+}
+
+/// Nothing a read would return: no whole character waits, and the output
+/// has not ended.
+fn nothing_to_read(o: &Output) -> bool {
+    o.bytes.len() <= incomplete_suffix_len(o) && !o.ended
 }
 
 fn incomplete_suffix_len(o: &Output) -> usize {

@@ -524,13 +524,13 @@ class _Remote:
                 st.lost = error  # the text it brought is gone; the session is not
             else:
                 failed = error
-            handouts = st.serve()
+            readers = st.serve()
             if failed is None and st.output_waiters and not st.over and st.failure is None:
                 # Async readers still wait: the next long-poll, at once.
                 st.begin_read()
                 again = True
             st.changed.notify_all()
-        st.hand(handouts)
+        st.hand(readers)
         if failed is not None:
             st.fail(failed)  # every reader and waiter hears of it
         if again:
@@ -565,39 +565,38 @@ class _Remote:
                 st.begin_read()
             self.start_term_read(st, _FOREVER_MS if left is None else left * 1000)
 
-    def term_next(self, st: _TermState) -> "asyncio.Future[str]":
+    async def term_next(self, st: _TermState) -> str:
+        """``__anext__``: what was read, taken here in one step with the
+        return; otherwise a wait for a wake-up (starting a long-poll if
+        none is on its way), after which this reader looks again. A reader
+        given up while it waited has taken nothing."""
         loop = asyncio.get_running_loop()
-        future: "asyncio.Future[str]" = loop.create_future()
-        with st.lock:
-            if st.unread:
-                future.set_result(st.take())
-                return future
-            if st.over:
-                future.set_exception(StopAsyncIteration())
-                return future
-            if st.lost is not None:
-                future.set_exception(st.lost)
-                st.lost = None
-                return future
-            if st.failure is not None:
-                future.set_exception(_fresh(st.failure))
-                return future
-            st.output_waiters.append((loop, future))
-            start = not st.reading
+        while True:
+            with st.lock:
+                if st.unread:
+                    return st.take()
+                if st.over:
+                    raise StopAsyncIteration
+                if st.lost is not None:
+                    lost, st.lost = st.lost, None
+                    raise lost
+                if st.failure is not None:
+                    raise _fresh(st.failure)
+                woken: "asyncio.Future[None]" = loop.create_future()
+                st.output_waiters.append((loop, woken))
+                start = not st.reading
+                if start:
+                    st.begin_read()
             if start:
-                st.begin_read()
-
-        def withdraw(f: "asyncio.Future[str]") -> None:
-            # Cancelled: its place goes; a poll on its way still brings its
-            # text, to the next reader.
-            if f.cancelled():
-                with st.lock:
-                    st.output_waiters = [w for w in st.output_waiters if w[1] is not f]
-
-        future.add_done_callback(withdraw)
-        if start:
-            self.start_term_read(st, _FOREVER_MS)
-        return future
+                self.start_term_read(st, _FOREVER_MS)
+            try:
+                await woken
+            finally:
+                if not woken.done() or woken.cancelled():
+                    # Given up: its place goes (a poll on its way still
+                    # brings its text, for whoever reads next).
+                    with st.lock:
+                        st.output_waiters = [w for w in st.output_waiters if w[1] is not woken]
 
     def term_write(self, st: _TermState, pieces: List[Dict[str, str]], callback: Optional[_Callback] = None) -> List[_Reply]:
         """Sends one write's pieces back to back (the server writes them in
@@ -660,9 +659,9 @@ class _Remote:
             with st.lock:
                 st.wait_reads(st.reads_sent)
                 st.final = True
-                handouts = st.serve()
+                readers = st.serve()
                 st.changed.notify_all()
-            st.hand(handouts)
+            st.hand(readers)
 
     # -- the reader's news
 

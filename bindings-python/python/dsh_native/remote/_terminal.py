@@ -10,7 +10,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Literal, Optional, Tuple, TYPE_CHECKING, Union
+from typing import Any, Awaitable, Dict, List, Literal, Optional, Tuple, TYPE_CHECKING, Union
 
 from .._errors import InvalidArgumentError, TerminalClosedError
 from ._checks import (
@@ -96,7 +96,12 @@ def _request_field(e: InvalidArgumentError) -> InvalidArgumentError:
     return renamed
 
 
-_Handout = Tuple[asyncio.AbstractEventLoop, "asyncio.Future[str]", Optional[str], Optional[BaseException]]
+_Waiter = Tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
+
+
+def _wake(woken: "asyncio.Future[None]") -> None:
+    if not woken.done():
+        woken.set_result(None)
 
 
 class _TermState:
@@ -106,10 +111,12 @@ class _TermState:
     Every ``terminal_read`` of a session goes through here, one at a time:
     the server answers a long-poll when output arrives, so two reads in
     flight could have their answers cross and the text arrive out of
-    order. A read's text goes to ``unread`` first, whoever asked: a reader
-    that gave up (a timeout, Ctrl-C, a cancelled ``__anext__``) leaves what
-    its read brings to the next reader, so nothing is lost; and nothing is
-    asked of the server while nobody reads, so its back-pressure holds."""
+    order. A read's text goes to ``unread``, whoever asked, and readers
+    take it from there themselves (an async reader once it runs again
+    after its wake-up): a reader that gave up (a timeout, Ctrl-C, a
+    cancelled ``__anext__``) has taken nothing, so nothing is lost; and
+    nothing is asked of the server while nobody reads, so its back-pressure
+    holds."""
 
     __slots__ = (
         "id", "lock", "changed", "snapshot", "exited", "unread", "ended", "reading", "reads_sent",
@@ -137,7 +144,8 @@ class _TermState:
         # Closed: the facts and the output were kept at the close; nothing
         # more is asked of the server.
         self.final = False
-        self.output_waiters: List[Tuple[asyncio.AbstractEventLoop, "asyncio.Future[str]"]] = []
+        # Async readers waiting for a wake-up: output, its end, or a failure.
+        self.output_waiters: List[_Waiter] = []
         self.exit_waiters: List[Tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]] = []
         self.watch_sent = False
         # Held while one write sends its pieces: a write reaches the terminal
@@ -172,11 +180,11 @@ class _TermState:
             if self.final or self.failure is not None:
                 return
             self.failure = error
-            handouts = self.serve()
+            readers = self.serve()
             waiters, self.exit_waiters = self.exit_waiters, []
             self.changed.notify_all()
         self.exited.set()
-        self.hand(handouts)
+        self.hand(readers)
         for loop, future in waiters:
             _deliver(loop, future, None, _fresh(error))
 
@@ -197,53 +205,22 @@ class _TermState:
                     raise _fresh(self.failure)
         return text
 
-    def serve(self) -> List[_Handout]:
-        """Hands what there is to the async readers waiting (lock held):
-        the text to the first, the end (or the failure) to all once the
-        text is read. Delivered by :meth:`hand`, outside the lock."""
-        out: List[_Handout] = []
-        while self.output_waiters:
-            if self.unread:
-                loop, future = self.output_waiters.pop(0)
-                out.append((loop, future, self.take(), None))
-            elif self.over:
-                loop, future = self.output_waiters.pop(0)
-                out.append((loop, future, None, StopAsyncIteration()))
-            elif self.lost is not None:
-                loop, future = self.output_waiters.pop(0)
-                out.append((loop, future, None, self.lost))
-                self.lost = None
-            elif self.failure is not None:
-                loop, future = self.output_waiters.pop(0)
-                out.append((loop, future, None, _fresh(self.failure)))
-            else:
-                break
-        return out
+    def serve(self) -> List[_Waiter]:
+        """The async readers to wake (lock held): all of them, once there
+        is something for them (text, the end, a lost read or the failure);
+        they take it themselves when they run. Woken by :meth:`hand`,
+        outside the lock."""
+        if self.unread or self.over or self.lost is not None or self.failure is not None:
+            waiters, self.output_waiters = self.output_waiters, []
+            return waiters
+        return []
 
-    def hand(self, handouts: List[_Handout]) -> None:
-        for loop, future, text, error in handouts:
-            if text is None:
-                _deliver(loop, future, None, error)
-                continue
+    def hand(self, waiters: List[_Waiter]) -> None:
+        for loop, woken in waiters:
             try:
-                loop.call_soon_threadsafe(self._settle_text, future, text)
-            except RuntimeError:  # the loop is closed: the text waits for another reader
-                self.put_back(text)
-
-    def _settle_text(self, future: "asyncio.Future[str]", text: str) -> None:
-        # On the future's loop. Cancelled meanwhile (asyncio.wait_for timed
-        # out): the text is not lost, it goes back for the next reader.
-        if future.done():
-            self.put_back(text)
-        else:
-            future.set_result(text)
-
-    def put_back(self, text: str) -> None:
-        with self.lock:
-            self.unread.insert(0, text)
-            handouts = self.serve()
-            self.changed.notify_all()
-        self.hand(handouts)
+                loop.call_soon_threadsafe(_wake, woken)
+            except RuntimeError:  # the loop is closed: nobody waits there
+                pass
 
     def begin_read(self) -> int:
         """Marks a read in flight (lock held); its number."""
@@ -345,7 +322,7 @@ class Terminal:
     def __aiter__(self) -> "Terminal":
         return self
 
-    def __anext__(self) -> "asyncio.Future[str]":
+    def __anext__(self) -> Awaitable[str]:
         """The next chunk of output; StopAsyncIteration once it has ended."""
         self._remote.check_here()
         return self._remote.term_next(self._state)
