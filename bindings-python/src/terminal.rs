@@ -226,14 +226,16 @@ impl Terminal {
 
     /// Calls ``on_ready()`` on the callback thread once there is output to
     /// read or the output has ended; takes nothing (for ``Readiness``).
-    fn _when_output_ready(&self, on_ready: Py<PyAny>) {
-        self.inner.when_output_ready(move || {
-            Python::try_attach(|py| {
-                if let Err(e) = on_ready.call0(py) {
-                    e.write_unraisable(py, Some(on_ready.bind(py)));
-                }
-            });
-        });
+    fn _when_output_ready(&self, py: Python<'_>, on_ready: Py<PyAny>) -> PyResult<()> {
+        self.inner
+            .when_output_ready(move || {
+                Python::try_attach(|py| {
+                    if let Err(e) = on_ready.call0(py) {
+                        e.write_unraisable(py, Some(on_ready.bind(py)));
+                    }
+                });
+            })
+            .map_err(|e| to_pyerr(py, e))
     }
 
     /// Writes ``data`` (str as UTF-8, or bytes) to the terminal's input as

@@ -1288,7 +1288,8 @@ fn a_readiness_wake_up_takes_nothing() {
         let (tx, rx) = std::sync::mpsc::channel();
         term.when_output_ready(move || {
             let _ = tx.send(());
-        });
+        })
+        .unwrap();
         rx
     };
     assert!(

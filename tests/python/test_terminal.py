@@ -503,3 +503,63 @@ def test_reads_given_up_while_the_program_is_quiet_are_not_kept(ex: dsh_native.E
     held, text = asyncio.run(asyncio.wait_for(main(), 120))
     assert text == "got-one\r\n"
     assert held < 100, held
+
+
+def test_readers_left_on_closed_loops_are_not_kept(ex: dsh_native.Executor) -> None:
+    """Readers left waiting on loops that were then closed (never
+    cancelled), on a quiet program: neither they nor their loops are kept."""
+    import gc
+
+    term = ex.spawn_terminal(command="stty -echo; read -r a; echo got-$a")
+    assert term.wait_input_waiting(30)
+    for _ in range(300):
+        loop = asyncio.new_event_loop()
+        loop.create_task(term.__anext__())
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()
+    del loop
+
+    async def last() -> "tuple[int, str]":
+        reader = asyncio.ensure_future(term.__anext__())
+        await asyncio.sleep(0.05)  # it waits too: the closed loops' readers go now
+        gc.collect()
+        loops = sum(1 for o in gc.get_objects() if isinstance(o, asyncio.AbstractEventLoop))
+        await term.write_async("one\n")
+        return loops, await asyncio.wait_for(reader, 30)
+
+    loops, text = asyncio.run(asyncio.wait_for(last(), 60))
+    assert text == "got-one\r\n"
+    assert loops < 10, loops
+
+
+_FORKED_ASYNC_READ = """
+import asyncio, os, sys
+import dsh_native
+ex = dsh_native.Executor()
+term = ex.spawn_terminal(command="stty -echo; sleep 30")
+pid = os.fork()
+if pid == 0:
+    async def one():
+        return await asyncio.wait_for(term.__anext__(), 10)
+    try:
+        asyncio.run(one())
+        os._exit(2)
+    except dsh_native.ForkedChildError:
+        os._exit(0)
+    except BaseException:
+        os._exit(3)
+_, status = os.waitpid(pid, 0)
+term.terminate()
+print(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_an_async_read_in_a_forked_child_is_refused() -> None:
+    """In a forked child the parent's terminal refuses an async read as it
+    refuses a blocking one (ForkedChildError), instead of waiting forever."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _FORKED_ASYNC_READ], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0", (done.stdout, done.stderr)

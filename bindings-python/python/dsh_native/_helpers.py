@@ -37,19 +37,25 @@ class Readiness:
     def wait(self, terminal: "Terminal") -> "asyncio.Future[None]":
         loop = asyncio.get_running_loop()
         woken: "asyncio.Future[None]" = loop.create_future()
-        with self._lock:
-            # Readers that gave up are not kept: a quiet program would
-            # otherwise gather any number of them.
-            self._waiting = [w for w in self._waiting if not w[1].done()]
-            self._waiting.append((loop, woken))
-            ask, self._asked = not self._asked, True
-        if ask:
-            try:
+        asking = False
+        try:
+            with self._lock:
+                # Readers that gave up, or whose loop is gone, are not kept:
+                # a quiet program would otherwise gather any number of them.
+                self._waiting = [w for w in self._waiting if not (w[1].done() or w[0].is_closed())]
+                self._waiting.append((loop, woken))
+                asking = not self._asked
+                self._asked = True
+            if asking:
                 terminal._when_output_ready(self._ready)
-            except BaseException:
+                asking = False
+        except BaseException:
+            # Not asked after all (refused, or Ctrl-C on the way): the next
+            # reader asks, or every later read would wait for nothing.
+            if asking:
                 with self._lock:
                     self._asked = False
-                raise
+            raise
         return woken
 
     def _ready(self) -> None:

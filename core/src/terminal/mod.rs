@@ -237,7 +237,9 @@ impl Terminal {
     /// [`Terminal::read_output`]. For a face whose readers may give up while
     /// they wait (Python's cancelled tasks): a reader that is gone when the
     /// wait ends has taken nothing, so nothing is lost or reordered.
-    pub fn when_output_ready(&self, on_ready: impl FnOnce() + Send + 'static) {
+    /// [`DshError::ForkedChild`] in a forked child.
+    pub fn when_output_ready(&self, on_ready: impl FnOnce() + Send + 'static) -> Result<()> {
+        forked::check_host(self.shared.host_pid)?;
         let this = self.clone();
         runtime::handle().spawn(async move {
             let mut rx = this.shared.output_tx.subscribe();
@@ -249,6 +251,7 @@ impl Terminal {
             }
             callbacks::dispatch(on_ready);
         });
+        Ok(())
     }
 
     /// Blocks until there is output, it has ended, or `timeout` passed

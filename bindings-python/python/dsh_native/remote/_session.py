@@ -539,12 +539,22 @@ class _Remote:
     def term_read_now(self, st: _TermState) -> str:
         """``read_output``: one read at once, unless one is on its way
         (then what has arrived is what there is)."""
-        with st.lock:
-            mine = None if (st.reading or st.over or st.failure is not None) else st.begin_read()
-        if mine is not None:
-            self.start_term_read(st, None)
+        mine = None
+        try:
             with st.lock:
-                st.wait_reads(mine)
+                if not (st.reading or st.over or st.failure is not None):
+                    mine = 0  # first: an undo of a read not begun is harmless
+                    mine = st.begin_read()
+            if mine is not None:
+                self.start_term_read(st, None)
+                sent: int = mine
+                mine = None
+                with st.lock:
+                    st.wait_reads(sent)
+        except BaseException:
+            if mine is not None:
+                st.read_not_sent()
+            raise
         return st.taken_or_failure()
 
     def term_await_output(self, st: _TermState, deadline: Optional[float], *, keep: bool) -> None:
@@ -553,17 +563,25 @@ class _Remote:
         connection failed, or ``deadline`` passed. Long-polls for the time
         left; a poll already on its way is waited for instead."""
         while True:
-            with st.lock:
-                if ((st.unread or st.lost is not None) and not keep) or st.over or st.failure is not None:
-                    return
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return
-                if st.reading:
-                    st.changed.wait(_SIGNAL_POLL if left is None else min(left, _SIGNAL_POLL))
-                    continue
-                st.begin_read()
-            self.start_term_read(st, _FOREVER_MS if left is None else left * 1000)
+            begun = False
+            try:
+                with st.lock:
+                    if ((st.unread or st.lost is not None) and not keep) or st.over or st.failure is not None:
+                        return
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return
+                    if st.reading:
+                        st.changed.wait(_SIGNAL_POLL if left is None else min(left, _SIGNAL_POLL))
+                        continue
+                    begun = True  # first: an undo of a read not begun is harmless
+                    st.begin_read()
+                self.start_term_read(st, _FOREVER_MS if left is None else left * 1000)
+                begun = False
+            except BaseException:
+                if begun:
+                    st.read_not_sent()  # Ctrl-C on the way: the next reader asks
+                raise
 
     async def term_next(self, st: _TermState) -> str:
         """``__anext__``: what was read, taken here in one step with the
@@ -572,31 +590,37 @@ class _Remote:
         given up while it waited has taken nothing."""
         loop = asyncio.get_running_loop()
         while True:
-            with st.lock:
-                if st.unread:
-                    return st.take()
-                if st.over:
-                    raise StopAsyncIteration
-                if st.lost is not None:
-                    lost, st.lost = st.lost, None
-                    raise lost
-                if st.failure is not None:
-                    raise _fresh(st.failure)
-                woken: "asyncio.Future[None]" = loop.create_future()
-                st.output_waiters.append((loop, woken))
-                start = not st.reading
-                if start:
-                    st.begin_read()
-            if start:
-                self.start_term_read(st, _FOREVER_MS)
+            begun = False
             try:
-                await woken
-            finally:
-                if not woken.done() or woken.cancelled():
-                    # Given up: its place goes (a poll on its way still
-                    # brings its text, for whoever reads next).
-                    with st.lock:
-                        st.output_waiters = [w for w in st.output_waiters if w[1] is not woken]
+                with st.lock:
+                    if st.unread:
+                        return st.take()
+                    if st.over:
+                        raise StopAsyncIteration
+                    if st.lost is not None:
+                        lost, st.lost = st.lost, None
+                        raise lost
+                    if st.failure is not None:
+                        raise _fresh(st.failure)
+                    woken: "asyncio.Future[None]" = loop.create_future()
+                    # Readers that gave up, or whose loop is gone, go now
+                    # (never from the reader's own `finally`: a finalizer
+                    # may run that, on a thread that holds this lock).
+                    st.output_waiters = [
+                        w for w in st.output_waiters if not (w[1].done() or w[0].is_closed())
+                    ]
+                    st.output_waiters.append((loop, woken))
+                    if not st.reading:
+                        begun = True  # first: an undo of a read not begun is harmless
+                        st.begin_read()
+                if begun:
+                    self.start_term_read(st, _FOREVER_MS)
+                    begun = False
+            except BaseException:
+                if begun:
+                    st.read_not_sent()  # Ctrl-C on the way: the next reader asks
+                raise
+            await woken
 
     def term_write(self, st: _TermState, pieces: List[Dict[str, str]], callback: Optional[_Callback] = None) -> List[_Reply]:
         """Sends one write's pieces back to back (the server writes them in

@@ -228,6 +228,15 @@ class _TermState:
         self.reads_sent += 1
         return self.reads_sent
 
+    def read_not_sent(self) -> None:
+        """A read marked with ``begin_read`` was not sent after all (an
+        exception, Ctrl-C, on its way): as if answered with nothing, so
+        the next reader asks."""
+        with self.lock:
+            self.reading = False
+            self.reads_done += 1
+            self.changed.notify_all()
+
     def wait_reads(self, upto: int) -> None:
         """Until the reads numbered up to ``upto`` were answered (lock
         held). Bounded: a read answers at once or when output comes, and
