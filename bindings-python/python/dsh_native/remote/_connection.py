@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import queue
 import threading
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, TYPE_CHECKING

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Dict, List, Literal, Optional, Tuple, TYPE_CHECKING, Union
+from typing import Any, Dict, Literal, Optional, TYPE_CHECKING, Union
 
 from ._checks import _fresh, _stdin_pieces, _timeout_arg
 from ._results import _NOTHING_READ, _opt_int, _opt_str, _sandbox_info
-from ._transport import _deliver, _wait_event
+from ._transport import _deliver, _FactWaiters, _wait_event
 
 if TYPE_CHECKING:
     from ._results import ProcessRead, SandboxInfo
@@ -22,7 +22,7 @@ class _ProcState:
     that, and (once the executor is closed) its output not yet read."""
 
     __slots__ = (
-        "lock", "snapshot", "settled", "failure", "wait_sent", "async_waiters", "final_read", "announced",
+        "lock", "snapshot", "settled", "failure", "wait_sent", "settle_waiters", "final_read", "announced",
         "__weakref__",
     )  # fmt: skip
 
@@ -32,7 +32,7 @@ class _ProcState:
         self.settled = threading.Event()
         self.failure: Optional[BaseException] = None
         self.wait_sent = False
-        self.async_waiters: List[Tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]] = []
+        self.settle_waiters = _FactWaiters(self.lock)
         self.final_read: Optional[ProcessRead] = None
         # Handed to the task-done listeners (from its task_done, or from a
         # refresh after a reconnection that found it settled): once only.
@@ -51,20 +51,18 @@ class _ProcState:
             self.snapshot = snapshot
             if not snapshot["settled"]:
                 return
-            waiters, self.async_waiters = self.async_waiters, []
+            waiters = self.settle_waiters.take()
         self.settled.set()
-        for loop, future in waiters:
-            _deliver(loop, future, None, None)
+        _FactWaiters.tell(waiters, None)
 
     def fail(self, error: BaseException) -> None:
         with self.lock:
             if self.snapshot["settled"] or self.failure is not None:
                 return
             self.failure = error
-            waiters, self.async_waiters = self.async_waiters, []
+            waiters = self.settle_waiters.take()
         self.settled.set()
-        for loop, future in waiters:
-            _deliver(loop, future, None, _fresh(error))
+        _FactWaiters.tell(waiters, error)
 
     def take_final_read(self) -> ProcessRead:
         with self.lock:
@@ -234,28 +232,13 @@ class Process:
         """An asyncio future that completes when the process settles.
         Cancelling it (``asyncio.wait_for`` timing out) leaves nothing behind:
         one wait per process is in flight, however many futures poll."""
-        loop = asyncio.get_running_loop()
-        future: "asyncio.Future[None]" = loop.create_future()
         st = self._state
-        with st.lock:
-            if st.snapshot["settled"]:
-                future.set_result(None)
-                return future
-            if st.failure is not None:
-                future.set_exception(_fresh(st.failure))
-                return future
-            st.async_waiters.append((loop, future))
-
-        def withdraw(f: "asyncio.Future[None]") -> None:
-            if f.cancelled():
-                with st.lock:
-                    st.async_waiters = [w for w in st.async_waiters if w[1] is not f]
-
-        future.add_done_callback(withdraw)
-        try:
-            self._remote.watch(st)
-        except BaseException as e:
-            st.fail(e)
+        future, watch = st.settle_waiters.future(lambda: bool(st.snapshot["settled"]), lambda: st.failure)
+        if watch:
+            try:
+                self._remote.watch(st)
+            except BaseException as e:
+                st.fail(e)
         return future
 
     def __repr__(self) -> str:

@@ -4,7 +4,6 @@ face's, field for field), and ``Spec``, a resolved request."""
 from __future__ import annotations
 
 import base64
-import signal
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Dict, Literal, NamedTuple, Optional, Type

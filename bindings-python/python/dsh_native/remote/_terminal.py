@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from ._checks import (
     _timeout_arg,
 )
 from ._results import _bool, _int, _obj, _opt_int, _opt_str, _py_bool, _Shape, _str
-from ._transport import _deliver, _wait_event
+from ._transport import _deliver, _FactWaiters, _wait_event
 
 if TYPE_CHECKING:
     from ._checks import _Number
@@ -146,7 +145,7 @@ class _TermState:
         self.final = False
         # Async readers waiting for a wake-up: output, its end, or a failure.
         self.output_waiters: List[_Waiter] = []
-        self.exit_waiters: List[Tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]] = []
+        self.exit_waiters = _FactWaiters(self.lock)
         self.watch_sent = False
         # Held while one write sends its pieces: a write reaches the terminal
         # whole, as a local one does, whatever other threads write.
@@ -168,10 +167,9 @@ class _TermState:
             self.snapshot = snapshot
             if not snapshot["exited"]:
                 return
-            waiters, self.exit_waiters = self.exit_waiters, []
+            waiters = self.exit_waiters.take()
         self.exited.set()
-        for loop, future in waiters:
-            _deliver(loop, future, None, None)
+        _FactWaiters.tell(waiters, None)
 
     def fail(self, error: BaseException) -> None:
         """The connection is gone: every waiter gets ``error``, once what
@@ -181,12 +179,11 @@ class _TermState:
                 return
             self.failure = error
             readers = self.serve()
-            waiters, self.exit_waiters = self.exit_waiters, []
+            waiters = self.exit_waiters.take()
             self.changed.notify_all()
         self.exited.set()
         self.hand(readers)
-        for loop, future in waiters:
-            _deliver(loop, future, None, _fresh(error))
+        _FactWaiters.tell(waiters, error)
 
     def take(self) -> str:
         """What was taken from the server and not read yet (lock held)."""
@@ -521,30 +518,15 @@ class Terminal:
         """An asyncio future that completes (with None) when the program
         exits. Cancelling it leaves nothing behind: one wait per session is
         in flight, however many futures there are."""
-        loop = asyncio.get_running_loop()
-        future: "asyncio.Future[None]" = loop.create_future()
         r = self._remote
         r.check_here()
         st = self._state
-        with st.lock:
-            if st.snapshot["exited"]:
-                future.set_result(None)
-                return future
-            if st.failure is not None:
-                future.set_exception(_fresh(st.failure))
-                return future
-            st.exit_waiters.append((loop, future))
-
-        def withdraw(f: "asyncio.Future[None]") -> None:
-            if f.cancelled():
-                with st.lock:
-                    st.exit_waiters = [w for w in st.exit_waiters if w[1] is not f]
-
-        future.add_done_callback(withdraw)
-        try:
-            r.term_watch(st)
-        except BaseException as e:
-            st.fail(e)
+        future, watch = st.exit_waiters.future(lambda: bool(st.snapshot["exited"]), lambda: st.failure)
+        if watch:
+            try:
+                r.term_watch(st)
+            except BaseException as e:
+                st.fail(e)
         return future
 
     def __repr__(self) -> str:

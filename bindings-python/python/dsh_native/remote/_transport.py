@@ -17,10 +17,10 @@ import threading
 import time
 import traceback
 from types import TracebackType
-from typing import Any, Callable, List, NamedTuple, Optional, Type
+from typing import Any, Callable, List, NamedTuple, Optional, Tuple, Type
 
 from .._helpers import resolve_future
-from ._checks import _SIGNAL_POLL, _STDERR_TAIL_BYTES, TransportError
+from ._checks import _fresh, _SIGNAL_POLL, _STDERR_TAIL_BYTES, TransportError
 
 
 def _wait_event(event: threading.Event, timeout: Optional[float]) -> bool:
@@ -67,6 +67,56 @@ def _deliver(loop: asyncio.AbstractEventLoop, future: "asyncio.Future[Any]", val
         loop.call_soon_threadsafe(resolve_future, future, value, error)
     except RuntimeError:  # the loop is closed: nobody is waiting
         pass
+
+
+class _FactWaiters:
+    """Futures waiting for one fact to hold (a process settled, a program
+    exited), each on its own loop. A cancelled one is withdrawn, so polling
+    (``asyncio.wait_for`` timing out) never accumulates. Guarded by the
+    owner's lock."""
+
+    __slots__ = ("lock", "waiting")
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.lock = lock
+        self.waiting: List[Tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]] = []
+
+    def future(
+        self, holds: Callable[[], bool], failure: Callable[[], Optional[BaseException]]
+    ) -> "Tuple[asyncio.Future[None], bool]":
+        """A future of the fact, on the running loop, settled at once when
+        the fact holds or the connection failed; else waiting, and True:
+        the caller then has the fact watched."""
+        loop = asyncio.get_running_loop()
+        future: "asyncio.Future[None]" = loop.create_future()
+        with self.lock:
+            if holds():
+                future.set_result(None)
+                return future, False
+            failed = failure()
+            if failed is not None:
+                future.set_exception(_fresh(failed))
+                return future, False
+            self.waiting.append((loop, future))
+
+        def withdraw(f: "asyncio.Future[None]") -> None:
+            if f.cancelled():
+                with self.lock:
+                    self.waiting = [w for w in self.waiting if w[1] is not f]
+
+        future.add_done_callback(withdraw)
+        return future, True
+
+    def take(self) -> List[Tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]]:
+        """Every waiting future, to be told (lock held)."""
+        waiting, self.waiting = self.waiting, []
+        return waiting
+
+    @staticmethod
+    def tell(waiting: List[Tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]], error: Optional[BaseException]) -> None:
+        """The fact holds (``error`` None), or the connection failed."""
+        for loop, future in waiting:
+            _deliver(loop, future, None, None if error is None else _fresh(error))
 
 
 # Unraisable errors of listeners -------------------------------------------------
