@@ -6,7 +6,7 @@ close()."""
 import asyncio
 import re
 import time
-from typing import List
+from typing import Any, List
 
 import pytest
 
@@ -317,10 +317,10 @@ def test_an_async_read_given_up_loses_no_output(ex: dsh_native.Executor) -> None
 
 
 def test_output_a_given_up_read_took_is_not_overtaken_by_the_end(ex: dsh_native.Executor) -> None:
-    """The given-up read takes the program's last output and the program
-    ends while the loop is busy; the next read must still get that output,
-    not StopAsyncIteration (CI saw '' here once: a second read told the end
-    before the first one's text reached the loop)."""
+    """A read given up, then the program prints its last output and ends
+    while the loop is busy; the next read must still get that output, not
+    StopAsyncIteration (CI saw '' here once, when a given-up read took the
+    text and a second read told the end before the text reached the loop)."""
     term = ex.spawn_terminal(command="stty -echo; read -r a; echo got-$a")
 
     async def main() -> str:
@@ -330,7 +330,7 @@ def test_output_a_given_up_read_took_is_not_overtaken_by_the_end(ex: dsh_native.
             await asyncio.wait_for(it.__anext__(), 0.3)
         await term.write_async("one\n")
         # The loop stays busy (the GIL let go) while the program prints and
-        # exits: the given-up read takes the text meanwhile.
+        # exits.
         term.wait(30)
         return "".join([chunk async for chunk in it])
 
@@ -413,19 +413,37 @@ def test_output_read_for_a_closed_loop_goes_to_the_next_read(ex: dsh_native.Exec
     assert term.output_ended
 
 
-def test_a_read_cancelled_after_its_wake_up_loses_nothing(ex: dsh_native.Executor) -> None:
+def test_a_read_cancelled_after_its_wake_up_loses_nothing(
+    ex: dsh_native.Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The reading task is woken (output came) and cancelled before it runs
     again, as `asyncio.timeout` and 3.12's `wait_for` do: the output stays
     for the next read."""
+    import threading
+
+    import dsh_native._helpers
+    import dsh_native.remote._terminal
+
+    woken = threading.Event()
+    wake_all = dsh_native._helpers.wake_all
+
+    def waking(waiting: Any) -> None:
+        wake_all(waiting)
+        if waiting:
+            woken.set()
+
+    # Told when the reader's wake-up is on its loop's queue (local or remote).
+    monkeypatch.setattr(dsh_native._helpers, "wake_all", waking)
+    monkeypatch.setattr(dsh_native.remote._terminal, "wake_all", waking)
     term = ex.spawn_terminal(command="stty -echo; read -r a; echo got-$a")
 
     async def main() -> str:
         assert term.wait_input_waiting(30)
         reader = asyncio.ensure_future(term.__anext__())
-        await asyncio.sleep(0.1)  # the reader waits for output
-        # The loop busy while the output comes: the wake-up waits.
+        await asyncio.sleep(0)  # the reader runs up to its wait
+        # The loop busy while the output comes: the wake-up is queued.
         term.write("one\n")
-        term.wait(30)
+        assert woken.wait(30), "the reader was never woken"
         asyncio.get_running_loop().call_soon(reader.cancel)  # right after it
         with pytest.raises(asyncio.CancelledError):
             await reader

@@ -28,9 +28,7 @@ class Readiness:
     every read, async or not, takes from the core in one order."""
 
     def __init__(self) -> None:
-        # Reentrant: a finalizer run by the collector inside a locked
-        # section may wait on this terminal too.
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
         self._waiting: List[Tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]] = []
         self._asked = False
 
@@ -40,9 +38,7 @@ class Readiness:
         asking = False
         try:
             with self._lock:
-                # Readers that gave up, or whose loop is gone, are not kept:
-                # a quiet program would otherwise gather any number of them.
-                self._waiting = [w for w in self._waiting if not (w[1].done() or w[0].is_closed())]
+                self._waiting = still_waiting(self._waiting)
                 self._waiting.append((loop, woken))
                 asking = not self._asked
                 self._asked = True
@@ -62,11 +58,25 @@ class Readiness:
         """On the callback thread: there is output, or it has ended."""
         with self._lock:
             waiting, self._waiting, self._asked = self._waiting, [], False
-        for loop, woken in waiting:
-            try:
-                loop.call_soon_threadsafe(_wake, woken)
-            except RuntimeError:  # its loop is closed: nobody waits there
-                pass
+        wake_all(waiting)
+
+
+def still_waiting(
+    waiting: List[Tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]],
+) -> List[Tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]]:
+    """The waiters that still wait: not those given up, nor those whose loop
+    is closed (a quiet program would otherwise gather any number)."""
+    return [w for w in waiting if not (w[1].done() or w[0].is_closed())]
+
+
+def wake_all(waiting: List[Tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]]) -> None:
+    """Wakes each waiter on its own loop (from any thread); a waiter whose
+    loop is closed is nobody's."""
+    for loop, woken in waiting:
+        try:
+            loop.call_soon_threadsafe(_wake, woken)
+        except RuntimeError:
+            pass
 
 
 def _wake(woken: "asyncio.Future[None]") -> None:

@@ -64,11 +64,3 @@ __all__ = [
     "TransportError",
     "Unsubscribe",
 ]
-
-# The public names are this module's, whichever file defines them (reprs,
-# tracebacks and documentation say dsh_native.remote.X).
-for _name in __all__:
-    _value = globals()[_name]
-    if isinstance(_value, type):
-        _value.__module__ = __name__
-del _name, _value

@@ -24,6 +24,7 @@ from .._errors import (
     NotFoundError,
     TerminalClosedError,
 )
+from .._helpers import still_waiting
 from ._checks import (
     AnswerLost,
     _DISPOSED,
@@ -489,23 +490,27 @@ class _Remote:
                 st.ended = True
             return True
 
-    def start_term_read(self, st: _TermState, wait_ms: Optional[float]) -> None:
-        """Sends the one ``terminal_read`` in flight (the caller marked it
-        with ``begin_read``): at once, or a long-poll of ``wait_ms``."""
+    def start_term_read(self, st: _TermState, n: int, wait_ms: Optional[float]) -> None:
+        """Sends read ``n``, the one ``terminal_read`` in flight (the caller
+        marked it with ``begin_read``): at once, or a long-poll of
+        ``wait_ms``. A Ctrl-C on its way undoes the mark and is raised; any
+        other failure is the read's answer."""
         params: Dict[str, Any] = {"id": st.id}
         if wait_ms is not None:
             params["wait_ms"] = wait_ms
         try:
-            self.conn.request("terminal_read", params, lambda v, e: self._term_read_answered(st, v, e))
-        except BaseException as e:
-            self._term_read_answered(st, None, e)
+            self.conn.request("terminal_read", params, lambda v, e: self._term_read_answered(st, n, v, e))
+        except Exception as e:
+            self._term_read_answered(st, n, None, e)
+        except BaseException:
+            st.read_not_sent(n)
+            raise
 
-    def _term_read_answered(self, st: _TermState, value: Any, error: Optional[BaseException]) -> None:
-        again = False
+    def _term_read_answered(self, st: _TermState, n: int, value: Any, error: Optional[BaseException]) -> None:
+        again: Optional[int] = None
         failed: Optional[BaseException] = None
         with st.lock:
-            st.reading = False
-            st.reads_done += 1
+            st.read_over(n)
             text, ended = "", False
             if error is None:
                 try:
@@ -525,35 +530,32 @@ class _Remote:
             else:
                 failed = error
             readers = st.serve()
-            if failed is None and st.output_waiters and not st.over and st.failure is None:
+            st.output_waiters = still_waiting(st.output_waiters)
+            if failed is None and st.output_waiters and not st.over and st.failure is None and not st.reading:
                 # Async readers still wait: the next long-poll, at once.
-                st.begin_read()
-                again = True
+                again = st.begin_read()
             st.changed.notify_all()
         st.hand(readers)
         if failed is not None:
             st.fail(failed)  # every reader and waiter hears of it
-        if again:
-            self.start_term_read(st, _FOREVER_MS)
+        if again is not None:
+            self.start_term_read(st, again, _FOREVER_MS)
 
     def term_read_now(self, st: _TermState) -> str:
         """``read_output``: one read at once, unless one is on its way
         (then what has arrived is what there is)."""
-        mine = None
+        mine: Optional[int] = None
         try:
             with st.lock:
                 if not (st.reading or st.over or st.failure is not None):
-                    mine = 0  # first: an undo of a read not begun is harmless
                     mine = st.begin_read()
             if mine is not None:
-                self.start_term_read(st, None)
-                sent: int = mine
-                mine = None
+                self.start_term_read(st, mine, None)
                 with st.lock:
-                    st.wait_reads(sent)
+                    st.wait_reads(mine)
         except BaseException:
             if mine is not None:
-                st.read_not_sent()
+                st.read_not_sent(mine)  # Ctrl-C on the way: the next reader asks
             raise
         return st.taken_or_failure()
 
@@ -563,7 +565,7 @@ class _Remote:
         connection failed, or ``deadline`` passed. Long-polls for the time
         left; a poll already on its way is waited for instead."""
         while True:
-            begun = False
+            mine: Optional[int] = None
             try:
                 with st.lock:
                     if ((st.unread or st.lost is not None) and not keep) or st.over or st.failure is not None:
@@ -574,13 +576,11 @@ class _Remote:
                     if st.reading:
                         st.changed.wait(_SIGNAL_POLL if left is None else min(left, _SIGNAL_POLL))
                         continue
-                    begun = True  # first: an undo of a read not begun is harmless
-                    st.begin_read()
-                self.start_term_read(st, _FOREVER_MS if left is None else left * 1000)
-                begun = False
+                    mine = st.begin_read()
+                self.start_term_read(st, mine, _FOREVER_MS if left is None else left * 1000)
             except BaseException:
-                if begun:
-                    st.read_not_sent()  # Ctrl-C on the way: the next reader asks
+                if mine is not None:
+                    st.read_not_sent(mine)  # Ctrl-C on the way: the next reader asks
                 raise
 
     async def term_next(self, st: _TermState) -> str:
@@ -590,7 +590,7 @@ class _Remote:
         given up while it waited has taken nothing."""
         loop = asyncio.get_running_loop()
         while True:
-            begun = False
+            mine: Optional[int] = None
             try:
                 with st.lock:
                     if st.unread:
@@ -606,19 +606,15 @@ class _Remote:
                     # Readers that gave up, or whose loop is gone, go now
                     # (never from the reader's own `finally`: a finalizer
                     # may run that, on a thread that holds this lock).
-                    st.output_waiters = [
-                        w for w in st.output_waiters if not (w[1].done() or w[0].is_closed())
-                    ]
+                    st.output_waiters = still_waiting(st.output_waiters)
                     st.output_waiters.append((loop, woken))
                     if not st.reading:
-                        begun = True  # first: an undo of a read not begun is harmless
-                        st.begin_read()
-                if begun:
-                    self.start_term_read(st, _FOREVER_MS)
-                    begun = False
+                        mine = st.begin_read()
+                if mine is not None:
+                    self.start_term_read(st, mine, _FOREVER_MS)
             except BaseException:
-                if begun:
-                    st.read_not_sent()  # Ctrl-C on the way: the next reader asks
+                if mine is not None:
+                    st.read_not_sent(mine)  # Ctrl-C on the way: the next reader asks
                 raise
             await woken
 

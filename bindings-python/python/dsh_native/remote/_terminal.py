@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Dict, List, Literal, Optional, Tuple, TYPE_CHECKING, Union
 
 from .._errors import InvalidArgumentError, TerminalClosedError
+from .._helpers import wake_all
 from ._checks import (
     _dimension,
     _dimension_number,
@@ -96,11 +97,6 @@ def _request_field(e: InvalidArgumentError) -> InvalidArgumentError:
 
 
 _Waiter = Tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
-
-
-def _wake(woken: "asyncio.Future[None]") -> None:
-    if not woken.done():
-        woken.set_result(None)
 
 
 class _TermState:
@@ -213,25 +209,28 @@ class _TermState:
         return []
 
     def hand(self, waiters: List[_Waiter]) -> None:
-        for loop, woken in waiters:
-            try:
-                loop.call_soon_threadsafe(_wake, woken)
-            except RuntimeError:  # the loop is closed: nobody waits there
-                pass
+        wake_all(waiters)
 
     def begin_read(self) -> int:
         """Marks a read in flight (lock held); its number."""
-        self.reading = True
         self.reads_sent += 1
+        self.reading = True
         return self.reads_sent
 
-    def read_not_sent(self) -> None:
-        """A read marked with ``begin_read`` was not sent after all (an
-        exception, Ctrl-C, on its way): as if answered with nothing, so
-        the next reader asks."""
-        with self.lock:
+    def read_over(self, n: int) -> None:
+        """Read ``n`` was answered, or not sent after all (lock held). Each
+        counts once however often it is told, and only the latest read
+        clears ``reading`` (an older one told late leaves a newer in flight)."""
+        self.reads_done = max(self.reads_done, n)
+        if n == self.reads_sent:
             self.reading = False
-            self.reads_done += 1
+
+    def read_not_sent(self, n: int) -> None:
+        """Read ``n``, marked with ``begin_read``, was not sent after all
+        (Ctrl-C on its way): as if answered with nothing, so the next
+        reader asks."""
+        with self.lock:
+            self.read_over(n)
             self.changed.notify_all()
 
     def wait_reads(self, upto: int) -> None:

@@ -19,7 +19,7 @@ import traceback
 from types import TracebackType
 from typing import Any, Callable, List, NamedTuple, Optional, Tuple, Type
 
-from .._helpers import resolve_future
+from .._helpers import resolve_future, still_waiting
 from ._checks import _fresh, _SIGNAL_POLL, _STDERR_TAIL_BYTES, TransportError
 
 
@@ -71,7 +71,8 @@ def _deliver(loop: asyncio.AbstractEventLoop, future: "asyncio.Future[Any]", val
 
 class _FactWaiters:
     """Futures waiting for one fact to hold (a process settled, a program
-    exited), each on its own loop. A cancelled one is withdrawn, so polling
+    exited), each on its own loop. A cancelled one is withdrawn, and one
+    whose loop was closed is dropped by the next, so polling
     (``asyncio.wait_for`` timing out) never accumulates. Guarded by the
     owner's lock."""
 
@@ -97,6 +98,7 @@ class _FactWaiters:
             if failed is not None:
                 future.set_exception(_fresh(failed))
                 return future, False
+            self.waiting = still_waiting(self.waiting)
             self.waiting.append((loop, future))
 
         def withdraw(f: "asyncio.Future[None]") -> None:
