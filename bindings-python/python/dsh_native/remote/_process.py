@@ -9,7 +9,7 @@ from typing import Any, Dict, Literal, Optional, TYPE_CHECKING, Union
 
 from ._checks import _fresh, _stdin_pieces, _timeout_arg
 from ._results import _NOTHING_READ, _opt_int, _opt_str, _sandbox_info
-from ._transport import _deliver, _FactWaiters, _wait_event
+from ._transport import _all_answered, _FactWaiters, _wait_event
 
 if TYPE_CHECKING:
     from ._results import ProcessRead, SandboxInfo
@@ -191,17 +191,7 @@ class Process:
         pieces = _stdin_pieces(data)
         loop = asyncio.get_running_loop()
         future: "asyncio.Future[None]" = loop.create_future()
-        left = [len(pieces)]
-        lock = threading.Lock()
-
-        def one(value: Any, error: Optional[BaseException]) -> None:
-            with lock:
-                left[0] -= 1
-                last = left[0] == 0
-            if error is not None:
-                _deliver(loop, future, None, error)
-            elif last:
-                _deliver(loop, future, None, None)
+        one = _all_answered(loop, future, len(pieces))
 
         try:
             for piece in pieces:

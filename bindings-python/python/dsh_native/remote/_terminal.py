@@ -25,7 +25,7 @@ from ._checks import (
     _timeout_arg,
 )
 from ._results import _bool, _int, _obj, _opt_int, _opt_str, _py_bool, _Shape, _str
-from ._transport import _deliver, _FactWaiters, _wait_event
+from ._transport import _all_answered, _deliver, _FactWaiters, _wait_event
 
 if TYPE_CHECKING:
     from ._checks import _Number
@@ -358,17 +358,7 @@ class Terminal:
         if self._state.final:
             future.set_exception(TerminalClosedError(_INPUT_GONE))
             return future
-        left = [len(pieces)]
-        lock = threading.Lock()
-
-        def one(value: Any, error: Optional[BaseException]) -> None:
-            with lock:
-                left[0] -= 1
-                last = left[0] == 0
-            if error is not None:
-                _deliver(loop, future, None, error)
-            elif last:
-                _deliver(loop, future, None, None)
+        one = _all_answered(loop, future, len(pieces))
 
         try:
             r.term_write(self._state, pieces, one)

@@ -69,6 +69,25 @@ def _deliver(loop: asyncio.AbstractEventLoop, future: "asyncio.Future[Any]", val
         pass
 
 
+def _all_answered(loop: asyncio.AbstractEventLoop, future: "asyncio.Future[None]", count: int) -> "_Callback":
+    """The callback of each of ``count`` calls that make one write: settles
+    ``future`` with the first failure, or with None once every call was
+    answered."""
+    left = [count]
+    lock = threading.Lock()
+
+    def one(value: Any, error: Optional[BaseException]) -> None:
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if error is not None:
+            _deliver(loop, future, None, error)
+        elif last:
+            _deliver(loop, future, None, None)
+
+    return one
+
+
 class _FactWaiters:
     """Futures waiting for one fact to hold (a process settled, a program
     exited), each on its own loop. A cancelled one is withdrawn, and one
