@@ -1,8 +1,10 @@
-//! Foreground runs on the JS thread's own event loop (the core's
-//! `HostLoop`): the command is asked for on the JS thread, and libuv wakes
-//! that thread when the supervisor reports, as the supervisor's report
-//! wakes a blocking caller. Without this, each run cost two hand-offs
-//! between threads (JS thread → core I/O thread → JS thread).
+//! Foreground runs and spawned programs on the JS thread's own event loop
+//! (the core's `HostLoop`): the command is asked for on the JS thread, and
+//! libuv wakes that thread when the supervisor reports, as the
+//! supervisor's report wakes a blocking caller. Without this, each run
+//! cost two hand-offs between threads (JS thread → core I/O thread → JS
+//! thread), and each spawn's `done` three (through the core's callback
+//! thread as well).
 //!
 //! libuv is node's, found at run time: under a runtime that has napi but
 //! not libuv's symbols, every run takes the core's threads instead.
@@ -21,6 +23,7 @@ use napi::{sys, Env};
 use crate::convert::js_error;
 use crate::executor::RunValue;
 use crate::settle::{self, Channel, Settle};
+use crate::spawn::SpawnDone;
 
 /// The few libuv functions used, looked up in the running process.
 struct Uv {
@@ -70,22 +73,50 @@ unsafe fn function<F: Copy>(name: &CStr) -> Option<F> {
     (!p.is_null()).then(|| unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
 }
 
-/// One JS thread's foreground runs.
+/// One JS thread's foreground runs and spawned programs.
 struct Driver {
     env: sys::napi_env,
     host: HostLoop,
     /// libuv's poll handle on `host.fd()`; closed with the environment.
     handle: Cell<*mut c_void>,
-    runs: RefCell<Vec<Pending>>,
+    pending: RefCell<Vec<Pending>>,
     waker: Arc<TurnWaker>,
 }
 
-/// A run not ended yet, and its promise.
+/// Work not ended yet, and what its end settles.
 struct Pending {
-    run: HostRun,
-    settle: Settle,
-    /// Set when it has news: a turn polls only the runs that do.
+    work: Work,
+    /// Set when it has news: a turn polls only the work that does.
     news: Arc<News>,
+}
+
+enum Work {
+    /// A foreground run and its promise.
+    Run(HostRun, Option<Settle>),
+    /// A spawned program's supervision, and its `done` promises.
+    Spawn(HostRun<()>, Arc<SpawnDone>),
+}
+
+/// What settles an ended piece of work's promises, after the turn.
+type Ending = Box<dyn FnOnce(Env)>;
+
+impl Work {
+    fn poll(&mut self, host: &HostLoop, cx: &mut Context<'_>) -> Poll<Ending> {
+        match self {
+            Work::Run(run, settle) => host.poll(run, cx).map(|outcome| {
+                let settle = settle.take();
+                Box::new(move |env: Env| {
+                    if let Some(settle) = settle {
+                        settle.resolve_here(env, RunValue::of(&env, outcome))
+                    }
+                }) as Ending
+            }),
+            Work::Spawn(run, done) => host.poll(run, cx).map(|outcome| {
+                let done = done.clone();
+                Box::new(move |env: Env| done.ended(env, outcome)) as Ending
+            }),
+        }
+    }
 }
 
 /// A run's waker: marks the run and asks for a turn.
@@ -155,22 +186,45 @@ pub(crate) fn run<'e>(
     };
     let (settle, promise) = settle::promise(env)?;
     match executor.run_on_host_loop(&driver.host, spec, cancel) {
-        Ok(run) => {
-            let news = Arc::new(News {
-                woken: AtomicBool::new(true),
-                turn: driver.waker.clone(),
-            });
-            driver.runs.borrow_mut().push(Pending { run, settle, news });
-            // Polled at once, here: it registers its descriptors and timers.
-            turn(*env);
-        }
+        Ok(run) => driver.add(*env, Work::Run(run, Some(settle))),
         Err(e) => settle.resolve_here(*env, RunValue::of(env, Err(e))),
     }
     Ok(Some(promise))
 }
 
-/// Polls the runs of this thread that have news; those that ended settle
-/// their promise.
+/// Spawns `spec`'s program watched by this JS thread's loop, or returns
+/// `None` when this runtime has no libuv (the caller then spawns it on the
+/// core's threads). Its `done` promises come from the [`SpawnDone`].
+pub(crate) fn spawn(
+    env: &Env,
+    executor: &dsh_core::Executor,
+    spec: &dsh_core::SpawnSpec,
+) -> Result<Option<(dsh_core::Spawned, Arc<SpawnDone>)>> {
+    let Some(driver) = driver(env)? else {
+        return Ok(None);
+    };
+    let (spawned, run) = executor
+        .spawn_on_host_loop(&driver.host, spec)
+        .map_err(|e| js_error(env, &e))?;
+    let done = Arc::new(SpawnDone::new(spawned.process.clone()));
+    driver.add(*env, Work::Spawn(run, done.clone()));
+    Ok(Some((spawned, done)))
+}
+
+impl Driver {
+    fn add(&self, env: Env, work: Work) {
+        let news = Arc::new(News {
+            woken: AtomicBool::new(true),
+            turn: self.waker.clone(),
+        });
+        self.pending.borrow_mut().push(Pending { work, news });
+        // Polled at once, here: it registers its descriptors and timers.
+        turn(env);
+    }
+}
+
+/// Polls the work of this thread that has news; what ended settles its
+/// promises.
 fn turn(env: Env) {
     let Some(driver) = DRIVER.with(Cell::get).filter(|d| d.env == env.raw()) else {
         return;
@@ -183,34 +237,31 @@ fn turn(env: Env) {
         // that follow; only those that come after them need another round.
         let _ = driver.host.dispatch();
         driver.waker.again.store(false, Ordering::Release);
-        let mut runs = driver.runs.borrow_mut();
+        let mut pending = driver.pending.borrow_mut();
         let mut i = 0;
-        while i < runs.len() {
-            let pending = &mut runs[i];
-            if !pending.news.woken.swap(false, Ordering::AcqRel) {
+        while i < pending.len() {
+            let work = &mut pending[i];
+            if !work.news.woken.swap(false, Ordering::AcqRel) {
                 i += 1;
                 continue;
             }
-            let waker = Waker::from(pending.news.clone());
-            match driver
-                .host
-                .poll(&mut pending.run, &mut Context::from_waker(&waker))
-            {
+            let waker = Waker::from(work.news.clone());
+            match work.work.poll(&driver.host, &mut Context::from_waker(&waker)) {
                 Poll::Pending => i += 1,
-                Poll::Ready(outcome) => {
-                    let Pending { settle, .. } = runs.swap_remove(i);
-                    ended.push((settle, outcome));
+                Poll::Ready(ending) => {
+                    pending.swap_remove(i);
+                    ended.push(ending);
                 }
             }
         }
-        drop(runs);
+        drop(pending);
         if !driver.waker.again.load(Ordering::Acquire) {
             break;
         }
     }
     IN_TURN.with(|t| t.set(false));
-    for (settle, outcome) in ended {
-        settle.resolve_here(env, RunValue::of(&env, outcome));
+    for ending in ended {
+        ending(env);
     }
 }
 
@@ -256,7 +307,7 @@ fn driver(env: &Env) -> Result<Option<&'static Driver>> {
         env: env.raw(),
         host,
         handle: Cell::new(handle),
-        runs: RefCell::new(Vec::new()),
+        pending: RefCell::new(Vec::new()),
         waker: Arc::new(TurnWaker {
             requested: AtomicBool::new(false),
             again: AtomicBool::new(false),
@@ -286,8 +337,8 @@ unsafe extern "C" fn torn_down(_arg: *mut c_void) {
     let Some(driver) = DRIVER.with(|d| d.take()) else {
         return;
     };
-    let runs = std::mem::take(&mut *driver.runs.borrow_mut());
-    drop(runs);
+    let pending = std::mem::take(&mut *driver.pending.borrow_mut());
+    drop(pending);
     let handle = driver.handle.replace(std::ptr::null_mut());
     if let (Some(uv), false) = (uv(), handle.is_null()) {
         // SAFETY: the handle started in `driver`; libuv frees nothing of

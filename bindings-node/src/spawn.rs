@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::{IntoRawFd, OwnedFd};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use napi::bindgen_prelude::*;
 use napi::Env;
@@ -14,7 +14,8 @@ use dsh_core::{DshError, Field, FieldName, OutputStream, Scope, SpawnOutput, Spa
 
 use crate::convert::js_error;
 use crate::executor::NativeExecutor;
-use crate::settle;
+use crate::foreground;
+use crate::settle::{self, Settle};
 
 fn field(name: FieldName) -> Field {
     Field::new(Scope::Spawn, name)
@@ -123,11 +124,15 @@ impl NativeExecutor {
             })
         })()
         .map_err(|e| js_error(&env, &e))?;
-        let spawned = self.inner.spawn(&spec).map_err(|e| js_error(&env, &e))?;
+        let (spawned, host_done) = match foreground::spawn(&env, &self.inner, &spec)? {
+            Some((spawned, done)) => (spawned, Some(done)),
+            None => (self.inner.spawn(&spec).map_err(|e| js_error(&env, &e))?, None),
+        };
         Ok(NativeSpawned {
             pid: spawned.pid,
             fds: Mutex::new([spawned.stdin, spawned.stdout, spawned.stderr]),
             inner: spawned.process,
+            host_done,
         })
     }
 
@@ -156,6 +161,79 @@ pub struct NativeSpawned {
     pid: i32,
     /// stdin, stdout, stderr: the raw ends not yet taken by JS.
     fds: Mutex<[Option<OwnedFd>; 3]>,
+    /// Watched by this JS thread's loop: `done` is settled there.
+    host_done: Option<Arc<SpawnDone>>,
+}
+
+/// The `done` promises of a program watched by its JS thread's loop
+/// (`foreground::spawn`), settled there when its supervision ends: no
+/// core thread is involved between the supervisor's report and `done`.
+pub(crate) struct SpawnDone {
+    process: dsh_core::Process,
+    state: Mutex<DoneState>,
+}
+
+#[derive(Default)]
+struct DoneState {
+    /// Promises asked for before the end.
+    waiting: Vec<Settle>,
+    /// Why the supervision failed without settling the process.
+    failed: Option<DshError>,
+}
+
+impl SpawnDone {
+    pub(crate) fn new(process: dsh_core::Process) -> SpawnDone {
+        SpawnDone {
+            process,
+            state: Mutex::default(),
+        }
+    }
+
+    /// A `done` promise. Called on the JS thread, as `ended` is: a process
+    /// not settled yet has not ended its supervision, which then settles
+    /// this promise.
+    fn promise<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        let (settle, promise) = settle::promise(env)?;
+        let mut state = lock(&self.state);
+        if self.process.is_settled() {
+            drop(state);
+            settle.resolve_here(*env, Ok(self.outcome()));
+        } else if let Some(e) = &state.failed {
+            settle.resolve_here(*env, Err::<SpawnOutcome, _>(js_error(env, e)));
+        } else {
+            state.waiting.push(settle);
+        }
+        Ok(promise)
+    }
+
+    /// The supervision ended (on the JS thread, in a turn of its loop):
+    /// the promises asked for meanwhile settle with the exit facts, or,
+    /// should it have failed without settling the process, its error.
+    pub(crate) fn ended(&self, env: Env, outcome: dsh_core::Result<()>) {
+        let mut state = lock(&self.state);
+        if let Err(e) = outcome {
+            if !self.process.is_settled() {
+                state.failed = Some(e);
+            }
+        }
+        for settle in std::mem::take(&mut state.waiting) {
+            match &state.failed {
+                Some(e) => settle.resolve_here(env, Err::<SpawnOutcome, _>(js_error(&env, e))),
+                None => settle.resolve_here(env, Ok(self.outcome())),
+            }
+        }
+    }
+
+    fn outcome(&self) -> SpawnOutcome {
+        SpawnOutcome {
+            exit_code: self.process.exit_code(),
+            signal: self.process.signal(),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn stream(name: &str) -> Option<OutputStream> {
@@ -177,7 +255,7 @@ impl NativeSpawned {
     /// owns it from then on; null when there is none (or it was taken).
     #[napi]
     pub fn take_fd(&self, index: u32) -> Option<i32> {
-        let mut fds = self.fds.lock().unwrap_or_else(|e| e.into_inner());
+        let mut fds = lock(&self.fds);
         fds.get_mut(index as usize)?.take().map(IntoRawFd::into_raw_fd)
     }
 
@@ -205,6 +283,9 @@ impl NativeSpawned {
     /// crossing instead of a getter call per fact).
     #[napi]
     pub fn done<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        if let Some(done) = &self.host_done {
+            return done.promise(env);
+        }
         let (deferred, promise) = settle::promise(env)?;
         let process = self.inner.clone();
         self.inner

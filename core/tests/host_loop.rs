@@ -58,7 +58,7 @@ impl Host {
     /// Drives `run` the way a host's loop does: poll it, then sleep until
     /// the host loop's descriptor or the waker's pipe says to poll again.
     /// Returns the result and how many times the loop slept.
-    fn drive(&self, mut run: HostRun, limit: Duration) -> (Result<RunResult>, usize) {
+    fn drive<T: Send + 'static>(&self, mut run: HostRun<T>, limit: Duration) -> (Result<T>, usize) {
         let waker = Waker::from(self.waker.clone());
         let mut cx = Context::from_waker(&waker);
         let deadline = Instant::now() + limit;
@@ -403,5 +403,125 @@ fn the_timeouts_sigterm_reaches_the_command_while_the_host_thread_is_busy() {
         (r.exit_code, r.stdout.text.as_str()),
         (Some(7), "got-term\n"),
         "{r:?}"
+    );
+}
+
+// Spawned programs (docs/spawn.md) on the host's loop: the same supervision
+// as on the core's threads, read by the host's thread.
+
+fn spawn_of(exec: &Executor, script: &str, grace_ms: u32) -> SpawnSpec {
+    exec.resolve_spawn(SpawnRequest {
+        argv: vec!["bash".into(), "-c".into(), script.into()],
+        grace_ms: n(grace_ms),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn dead_or_zombie(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[test]
+fn a_spawn_on_the_hosts_loop_settles_with_its_exit_and_output() {
+    let exec = executor();
+    let host = Host::new();
+    let (spawned, run) = exec
+        .spawn_on_host_loop(
+            &host.host,
+            &spawn_of(&exec, "echo out; echo err >&2; exit 3", 500),
+        )
+        .unwrap();
+    assert!(!spawned.process.is_settled() || spawned.process.exit_code() == Some(3));
+    let (r, sleeps) = host.drive(run, Duration::from_secs(30));
+    r.unwrap();
+    assert!(sleeps > 0, "the host slept until the supervisor reported");
+    let p = &spawned.process;
+    assert!(p.is_settled(), "settled once its supervision is ready");
+    assert_eq!(p.exit_code(), Some(3));
+    assert_eq!(p.read_from(OutputStream::Stdout, 0).text, "out\n");
+    assert_eq!(p.read_from(OutputStream::Stderr, 0).text, "err\n");
+}
+
+#[test]
+fn a_spawn_that_writes_stdin_bytes_is_watched_by_the_cores_threads() {
+    let exec = executor();
+    let host = Host::new();
+    let mut spec = spawn_of(&exec, "cat", 500);
+    spec.stdin = SpawnStdin::Bytes(b"fed\n".to_vec());
+    let (spawned, run) = exec.spawn_on_host_loop(&host.host, &spec).unwrap();
+    // Settles without the host's loop (the bytes go out from a core thread).
+    assert!(spawned
+        .process
+        .wait_timeout(Some(Duration::from_secs(30)))
+        .unwrap());
+    let (r, _) = host.drive(run, Duration::from_secs(30));
+    r.unwrap();
+    assert_eq!(spawned.process.read_from(OutputStream::Stdout, 0).text, "fed\n");
+}
+
+#[test]
+fn terminate_escalates_on_time_though_the_host_does_not_poll() {
+    // The grace is kept by the core's runtime: its SIGKILL must not wait
+    // for a host thread that is busy elsewhere.
+    let exec = executor();
+    let host = Host::new();
+    let (spawned, mut run) = exec
+        .spawn_on_host_loop(
+            &host.host,
+            &spawn_of(&exec, "trap '' TERM; echo ready; exec sleep 30", 300),
+        )
+        .unwrap();
+    let waker = Waker::from(host.waker.clone());
+    let mut cx = Context::from_waker(&waker);
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            host.host.dispatch().unwrap();
+            assert!(host.host.poll(&mut run, &mut cx).is_pending());
+            spawned.process.read_from(OutputStream::Stdout, 0).text == "ready\n"
+        }),
+        "the program started"
+    );
+    spawned.process.terminate();
+    // The host is busy: no dispatch, no poll.
+    assert!(
+        eventually(Duration::from_secs(10), || dead_or_zombie(spawned.pid)),
+        "the program outlived its grace while the host did not poll"
+    );
+    let (r, _) = host.drive(run, Duration::from_secs(30));
+    r.unwrap();
+    assert_eq!(spawned.process.signal().as_deref(), Some("SIGKILL"));
+}
+
+#[test]
+fn a_spawn_whose_host_run_is_dropped_unfinished_is_ended_with_its_tree() {
+    let exec = executor();
+    let host = Host::new();
+    let (spawned, mut run) = exec
+        .spawn_on_host_loop(&host.host, &spawn_of(&exec, "sleep 30 & echo $!; wait", 300))
+        .unwrap();
+    let waker = Waker::from(host.waker.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut child = 0;
+    assert!(eventually(Duration::from_secs(20), || {
+        host.host.dispatch().unwrap();
+        assert!(host.host.poll(&mut run, &mut cx).is_pending());
+        let text = spawned.process.read_from(OutputStream::Stdout, 0).text;
+        child = if text.is_empty() { 0 } else { first_pid(&text) };
+        child > 0
+    }));
+    // The host's environment goes away with the program running.
+    drop(run);
+    assert!(spawned.process.is_settled(), "the drop waited for the end");
+    assert_eq!(spawned.process.signal().as_deref(), Some("SIGTERM"));
+    assert!(
+        eventually(Duration::from_secs(10), || !alive(child)),
+        "the tree was ended"
     );
 }

@@ -130,6 +130,30 @@ for (const [name, timeoutMs, dispose] of [
   })
 }
 
+// A stop the JS thread asks for itself just before it goes busy (an
+// abort): the SIGTERM goes out at once, not when the thread next turns.
+test('an abort just before the JS thread goes busy reaches the TERM trap while it is busy', () => {
+  const out = child(
+    `
+    const mark = require('node:path').join(require('node:os').tmpdir(), 'dsh-abort-busy-' + process.pid)
+    const ac = new AbortController()
+    const pending = ex.run(ex.resolve({ command: "trap 'touch " + mark + "; exit 7' TERM; echo ready; sleep 30 & wait", signal: ac.signal }))
+    // The trap is armed by then (the thread turns meanwhile).
+    setTimeout(async () => {
+      ac.abort()
+      const start = Date.now()
+      while (Date.now() - start < 4000 && !fs.existsSync(mark)) {}
+      const trapRanWhileBusy = fs.existsSync(mark)
+      const r = await pending
+      fs.rmSync(mark, { force: true })
+      process.stdout.write(JSON.stringify({ trapRanWhileBusy, exitCode: r.exitCode, aborted: r.aborted }))
+    }, 500)
+  `,
+    { config: '{ graceMs: 10000 }' },
+  )
+  assert.deepEqual(JSON.parse(out), { trapRanWhileBusy: true, exitCode: 7, aborted: true })
+})
+
 // The executor's supervisor is stopped while a run waits (from outside its
 // commands' reach: where Landlock cannot scope signals, before Linux 6.12, a
 // command can do it with "kill -STOP $PPID"): the run settles at its

@@ -1,4 +1,5 @@
-//! Foreground runs driven by the host's own event loop (Node's libuv).
+//! Foreground runs and spawned programs driven by the host's own event
+//! loop (Node's libuv).
 //!
 //! Such a host's thread cannot block while a command runs, and handing the
 //! run to the core's threads costs two thread hand-offs per command: the
@@ -12,9 +13,10 @@
 //!
 //! Timers (the timeout, the grace period, the limit checks) are kept by the
 //! core's runtime: the host's loop only learns of descriptors. When one
-//! fires, or the run is cancelled or its executor disposed from another
-//! thread, a core thread polls the run at once (see `RunWaker`), so what
-//! the stop does never waits for a busy host thread.
+//! fires, or the run is stopped (cancelled, killed, its executor disposed)
+//! from any thread, the host's own included, a core thread polls the run at
+//! once (see `RunWaker`), so what the stop does never waits for a busy
+//! host thread.
 
 use std::future::Future;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -42,10 +44,11 @@ pub struct HostLoop {
     owner: libc::pid_t,
 }
 
-/// A foreground run on a [`HostLoop`]: poll it with [`HostLoop::poll`]
+/// Work on a [`HostLoop`] (a foreground run, or a spawned program's
+/// supervision, whose output is `()`): poll it with [`HostLoop::poll`]
 /// until it is ready.
-pub struct HostRun {
-    shared: Arc<RunShared>,
+pub struct HostRun<T: Send + 'static = RunResult> {
+    shared: Arc<RunShared<T>>,
     /// Wakes the run's host, or has a core thread poll it (see [`RunWaker`]).
     waker: Waker,
     /// Stops the command when the run is dropped before its end.
@@ -57,40 +60,41 @@ pub struct HostRun {
     owner: libc::pid_t,
 }
 
-type RunFuture = Pin<Box<dyn Future<Output = Result<RunResult>> + Send>>;
+type RunFuture<T> = Pin<Box<dyn Future<Output = Result<T>> + Send>>;
 
 /// What the host's thread and the core's threads share of a run.
-struct RunShared {
-    state: Mutex<RunState>,
+struct RunShared<T> {
+    state: Mutex<RunState<T>>,
     /// The waker of the host's last poll: woken when the run has news for
     /// it (kept apart from `state`: a poll holding `state` may wake it).
     host: Mutex<Option<Waker>>,
     host_thread: ThreadId,
 }
 
-struct RunState {
+struct RunState<T> {
     /// None once it has ended (or was taken by a drop).
-    run: Option<RunFuture>,
+    run: Option<RunFuture<T>>,
     /// What it ended with, when a core thread's poll ended it.
-    ended: Option<Result<RunResult>>,
+    ended: Option<Result<T>>,
 }
 
-/// The waker the run's future is polled with. A wake on the host's thread
+/// The waker the run's future is polled with. A wake in the host's turn
 /// (its reactor handing out descriptor news) asks the host for a poll. A
 /// wake from anywhere else (a timer kept by the core's runtime, a
-/// cancellation, dispose) is answered by a core thread polling the run at
-/// once: a host thread that is busy then delays no signal, grace period or
-/// limit (docs/hosts.md); the host's next poll takes the result.
-struct RunWaker(Weak<RunShared>);
+/// cancellation, dispose, a kill, from any thread) is answered by a core
+/// thread polling the run at once: a host thread that is busy then delays
+/// no signal, grace period or limit (docs/hosts.md); the host's next poll
+/// takes the result.
+struct RunWaker<T>(Weak<RunShared<T>>);
 
-impl Wake for RunWaker {
+impl<T: Send + 'static> Wake for RunWaker<T> {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref()
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
         let Some(shared) = self.0.upgrade() else { return };
-        if std::thread::current().id() == shared.host_thread {
+        if IN_HOST_TURN.get() && std::thread::current().id() == shared.host_thread {
             shared.wake_host();
             return;
         }
@@ -99,7 +103,31 @@ impl Wake for RunWaker {
     }
 }
 
-impl RunShared {
+thread_local! {
+    /// Set while this thread dispatches or polls for its [`HostLoop`]: a
+    /// wake then is its reactor handing out news, answered by the host's
+    /// next poll. A wake from the host's own code outside a turn (a kill,
+    /// a terminate, an abort, made just before the host's thread goes
+    /// busy) is answered by a core thread at once, as a timer's is.
+    static IN_HOST_TURN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the calling thread as in its host's turn while it lives.
+struct HostTurn(bool);
+
+impl HostTurn {
+    fn enter() -> HostTurn {
+        HostTurn(IN_HOST_TURN.replace(true))
+    }
+}
+
+impl Drop for HostTurn {
+    fn drop(&mut self) {
+        IN_HOST_TURN.set(self.0);
+    }
+}
+
+impl<T: Send + 'static> RunShared<T> {
     fn wake_host(&self) {
         if let Some(w) = lock(&self.host).as_ref() {
             w.wake_by_ref();
@@ -151,6 +179,7 @@ impl HostLoop {
     /// concerns; then poll them. Never blocks.
     pub fn dispatch(&self) -> Result<()> {
         self.check()?;
+        let _turn = HostTurn::enter();
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 32];
         loop {
             // SAFETY: `events` has room for the 32 entries asked for.
@@ -169,10 +198,11 @@ impl HostLoop {
     /// when it should be polled again other than after [`HostLoop::fd`]
     /// became readable: a timer fired, the caller cancelled, the executor
     /// is being disposed.
-    pub fn poll(&self, run: &mut HostRun, cx: &mut Context<'_>) -> Poll<Result<RunResult>> {
+    pub fn poll<T: Send + 'static>(&self, run: &mut HostRun<T>, cx: &mut Context<'_>) -> Poll<Result<T>> {
         if let Err(e) = self.check() {
             return Poll::Ready(Err(e));
         }
+        let _turn = HostTurn::enter();
         {
             let mut host = lock(&run.shared.host);
             if !host.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
@@ -230,13 +260,13 @@ impl HostLoop {
     }
 }
 
-impl HostRun {
+impl<T: Send + 'static> HostRun<T> {
     /// `run` must stop its command when `on_drop` fires.
     pub(crate) fn new(
         host: &HostLoop,
-        run: impl Future<Output = Result<RunResult>> + Send + 'static,
+        run: impl Future<Output = Result<T>> + Send + 'static,
         on_drop: CancelToken,
-    ) -> HostRun {
+    ) -> HostRun<T> {
         let shared = Arc::new(RunShared {
             state: Mutex::new(RunState {
                 run: Some(Box::pin(run)),
@@ -256,7 +286,7 @@ impl HostRun {
     }
 }
 
-impl Drop for HostRun {
+impl<T: Send + 'static> Drop for HostRun<T> {
     /// Dropped before its end (the host's environment is going away): the
     /// command is stopped as a cancellation stops it, and waited for here,
     /// since only this thread's reactor reads its events.

@@ -5,8 +5,10 @@
 //! leader has exited, and a wait for the tree's end.
 
 use std::collections::BTreeMap;
-use std::os::fd::OwnedFd;
+use std::future::Future;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,7 +17,9 @@ use tokio::sync::watch;
 
 use crate::confine;
 use crate::confine::governor;
+use crate::executor::host_loop::{HostLoop, HostRun};
 use crate::executor::process::{Process, ProcessInner, State, Tree, WaiterId};
+use crate::host::cancel::CancelToken;
 use crate::host::latch::Latch;
 use crate::host::runtime::{self, timer};
 use crate::launch::env::HostEnv;
@@ -84,6 +88,41 @@ impl Executor {
     /// [`Executor::list`] and friends are for background commands; dispose
     /// still stops it and waits for it.
     pub fn spawn(&self, spec: &SpawnSpec) -> Result<Spawned> {
+        let started = self.start_spawn(spec, CancelToken::new())?;
+        runtime::handle().spawn(started.supervision);
+        Ok(started.spawned)
+    }
+
+    /// [`Executor::spawn`] for a host with its own event loop (see
+    /// [`HostLoop`]): the program is watched by the host's thread, which
+    /// polls the returned [`HostRun`] whenever `host.fd()` is readable,
+    /// and settles there. The process settles when the `HostRun` is ready;
+    /// a `HostRun` dropped before that kills the program's tree (with its
+    /// grace) and waits for it. A spawn that writes its stdin from bytes
+    /// is watched by the core's threads instead (a write may raise
+    /// SIGPIPE), as is one whose descriptors the host's loop refuses.
+    pub fn spawn_on_host_loop(&self, host: &HostLoop, spec: &SpawnSpec) -> Result<(Spawned, HostRun<()>)> {
+        let on_drop = CancelToken::new();
+        let started = self.start_spawn(spec, on_drop.clone())?;
+        let on_host = !matches!(spec.stdin, SpawnStdin::Bytes(_)) && host.watch(&started.watched).is_ok();
+        let supervision = started.supervision;
+        let run = if on_host {
+            let supervised = async move {
+                supervision.await;
+                Ok(())
+            };
+            HostRun::new(host, supervised, on_drop)
+        } else {
+            let joined = runtime::spawned(supervision);
+            HostRun::new(host, joined, on_drop)
+        };
+        Ok((started.spawned, run))
+    }
+
+    /// Admits and launches `spec`'s program; its supervision, which
+    /// settles the process, is for the caller to run. `on_drop` ends the
+    /// program as `terminate` does.
+    fn start_spawn(&self, spec: &SpawnSpec, on_drop: CancelToken) -> Result<StartedSpawn> {
         let shared = self.shared();
         let active = shared.admit(|config| spec.check(config), None)?;
         confine::check(spec.sandbox_policy.as_ref())?;
@@ -94,6 +133,15 @@ impl Executor {
             .pid
             .ok_or_else(|| DshError::Internal("a spawn returned without its pid".into()))?;
         let handed = std::mem::take(&mut launched.handed);
+        let watched = [
+            Some(&launched.report),
+            launched.stdout.as_ref(),
+            launched.stderr.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .map(AsRawFd::as_raw_fd)
+        .collect();
         let process = Process {
             shared: Arc::new(ProcessInner {
                 host_pid: shared.host_pid,
@@ -115,7 +163,7 @@ impl Executor {
                 }),
             }),
         };
-        let task = {
+        let supervision = {
             let shared = shared.clone();
             let process = process.clone();
             let spec = spec.clone();
@@ -125,6 +173,7 @@ impl Executor {
                 let stop = async {
                     tokio::select! {
                         r = stop_rx.wait_for(|s| s.is_some()) => r.ok().and_then(|s| *s).unwrap_or(Stop::Kill),
+                        _ = on_drop.cancelled() => Stop::Kill,
                         _ = shared.disposing() => Stop::Dispose,
                     }
                 };
@@ -149,15 +198,27 @@ impl Executor {
                 process.settle(ending, sandbox, survivors, |_| {});
             }
         };
-        runtime::handle().spawn(task);
-        Ok(Spawned {
-            process,
-            pid,
-            stdin: handed.stdin,
-            stdout: handed.stdout,
-            stderr: handed.stderr,
+        Ok(StartedSpawn {
+            spawned: Spawned {
+                process,
+                pid,
+                stdin: handed.stdin,
+                stdout: handed.stdout,
+                stderr: handed.stderr,
+            },
+            watched,
+            supervision: Box::pin(supervision),
         })
     }
+}
+
+/// A launched spawn whose supervision has not started yet.
+struct StartedSpawn {
+    spawned: Spawned,
+    /// The descriptors its supervision reads (the report, collected streams).
+    watched: Vec<RawFd>,
+    /// Watches the program until it ends, then settles its process.
+    supervision: Pin<Box<dyn Future<Output = ()> + Send>>,
 }
 
 impl Executor {

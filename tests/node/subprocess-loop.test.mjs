@@ -1,0 +1,142 @@
+// `dsh-native/subprocess` watches its programs from the JS thread's own
+// event loop (docs/host-death.md, "Cost on the spawn path"), as Node's
+// run() does: tried here with a JS thread that goes busy, workers that go
+// away, and many programs at once. Whatever could hang runs in a child
+// Node with a timeout, so a hang fails.
+
+import test from 'node:test'
+import assert from 'node:assert/strict'
+import { spawn as spawnChild } from 'node:child_process'
+import { Worker } from 'node:worker_threads'
+import { createRequire } from 'node:module'
+
+import { seamUrl } from './seam.mjs'
+
+const { eventually, withMarker } = createRequire(import.meta.url)('./helpers.js')
+
+const PROVIDER = new URL('../../bindings-node/subprocess.mjs', import.meta.url).href
+const CORDIS = seamUrl('@deepseek-ai/cordis')
+
+/** The lines that give a script `sp`, our provider in a Context of its own. */
+const withProvider = `
+  const { Context } = await import(${JSON.stringify(CORDIS)})
+  const { default: Provider } = await import(${JSON.stringify(PROVIDER)})
+  const root = new Context()
+  await root.plugin(Provider)
+  const sp = root.subprocess
+  const fs = await import('node:fs')
+  const collect = { maxBytes: 1 << 20 }
+  const spec = (script, graceMs = 300) => ({ argv: ['bash', '-c', script], cwd: '/tmp', stdio: { stdin: 'ignore', stdout: collect, stderr: collect }, graceMs })
+  const state = (pid) => { try { return fs.readFileSync('/proc/' + pid + '/stat', 'utf8').split(') ')[1][0] } catch { return 'gone' } }
+  const busy = (ms, until = () => false) => { const end = Date.now() + ms; while (Date.now() < end && !until()) {} }
+  const settled = async (until) => { while (!until()) await new Promise((r) => setTimeout(r, 10)) }
+`
+
+/** Runs `script` (an ES module, after `withProvider`) in a child Node; resolves with its stdout, failing on a hang. */
+function child(script, timeoutMs = 30000) {
+  return new Promise((resolve, reject) => {
+    const c = spawnChild(process.execPath, ['--input-type=module', '-e', withProvider + script], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    let out = ''
+    let err = ''
+    c.stdout.on('data', (d) => (out += d))
+    c.stderr.on('data', (d) => (err += d))
+    const timer = setTimeout(() => c.kill('SIGKILL'), timeoutMs)
+    c.on('error', reject)
+    c.on('close', (code, signal) => {
+      clearTimeout(timer)
+      if (signal !== null) reject(new Error(`the child was killed (a hang?): ${out}${err}`))
+      else if (code !== 0) reject(new Error(`the child failed (${code}): ${out}${err}`))
+      else resolve(out)
+    })
+  })
+}
+
+test('terminate() just before the JS thread goes busy: the TERM trap runs and the SIGKILL comes after the grace, while it is busy', async () => {
+  const out = await child(`
+    const mark = '/tmp/dsh-subloop-term-' + process.pid
+    const h = sp.spawn(spec("trap 'touch " + mark + "' TERM; echo ready; while :; do sleep 0.05; done"))
+    await settled(() => h.collected.stdout.readFrom(0).text === 'ready\\n')
+    h.terminate()
+    busy(5000, () => fs.existsSync(mark) && ['Z', 'gone'].includes(state(h.pid)))
+    const trapRanWhileBusy = fs.existsSync(mark)
+    const deadWhileBusy = ['Z', 'gone'].includes(state(h.pid))
+    const outcome = await h.done
+    fs.rmSync(mark, { force: true })
+    console.log(JSON.stringify({ trapRanWhileBusy, deadWhileBusy, outcome }))
+  `)
+  assert.deepEqual(JSON.parse(out), {
+    trapRanWhileBusy: true,
+    deadWhileBusy: true,
+    outcome: { exitCode: null, signal: 'SIGKILL' },
+  })
+})
+
+test('an abort just before the JS thread goes busy ends the program while it is busy', async () => {
+  const out = await child(`
+    const ac = new AbortController()
+    const h = sp.spawn({ ...spec('echo ready; exec sleep 30'), signal: ac.signal })
+    await settled(() => h.collected.stdout.readFrom(0).text === 'ready\\n')
+    ac.abort()
+    busy(5000, () => ['Z', 'gone'].includes(state(h.pid)))
+    const deadWhileBusy = ['Z', 'gone'].includes(state(h.pid))
+    console.log(JSON.stringify({ deadWhileBusy, outcome: await h.done }))
+  `)
+  assert.deepEqual(JSON.parse(out), { deadWhileBusy: true, outcome: { exitCode: null, signal: 'SIGTERM' } })
+})
+
+test('a program that ends while the JS thread is busy settles done with all its output once it turns', async () => {
+  const out = await child(`
+    const h = sp.spawn(spec('seq 1 20000; echo err >&2; exit 4'))
+    busy(700)
+    const outcome = await h.done
+    const text = h.collected.stdout.readFrom(0).text
+    console.log(JSON.stringify({ outcome, lines: text.split('\\n').length - 1, last: text.slice(-6), err: h.collected.stderr.readFrom(0).text }))
+  `)
+  assert.deepEqual(JSON.parse(out), { outcome: { exitCode: 4, signal: null }, lines: 20000, last: '20000\n', err: 'err\n' })
+})
+
+test('a hundred programs at once, collected, piped and fed, each settles with its own facts and output', async () => {
+  const out = await child(`
+    const { text } = await import('node:stream/consumers')
+    const handles = Array.from({ length: 100 }, (_, i) => {
+      const stdio = i % 3 === 0
+        ? { stdin: 'ignore', stdout: 'pipe', stderr: collect }
+        : { stdin: i % 3 === 1 ? { data: 'fed' + i } : 'ignore', stdout: collect, stderr: collect }
+      return { i, h: sp.spawn({ argv: ['bash', '-c', 'cat 2>/dev/null; sleep 0.0' + (i % 10) + '; echo ' + i + '; exit ' + (i % 7)], cwd: '/tmp', stdio, graceMs: 300 }) }
+    })
+    const bad = []
+    await Promise.all(handles.map(async ({ i, h }) => {
+      const piped = h.stdout ? text(h.stdout) : null
+      const outcome = await h.done
+      const got = piped ? await piped : h.collected.stdout.readFrom(0).text
+      const want = (i % 3 === 1 ? 'fed' + i : '') + i + '\\n'
+      if (outcome.exitCode !== i % 7 || got !== want) bad.push({ i, outcome, got })
+    }))
+    console.log(JSON.stringify(bad))
+  `)
+  assert.deepEqual(JSON.parse(out), [])
+})
+
+test('a worker that goes away with a spawned program running leaves nothing running', async () => {
+  const marker = `dsh-subloop-worker-${process.pid}`
+  const w = new Worker(
+    `
+    const { parentPort } = require('node:worker_threads')
+    ;(async () => {
+      ${withProvider}
+      sp.spawn(spec("trap '' TERM; sleep 30; echo ${marker}"))
+      parentPort.postMessage('started')
+    })()
+  `,
+    { eval: true },
+  )
+  await new Promise((resolve, reject) => {
+    w.once('message', resolve)
+    w.once('error', reject)
+  })
+  assert.ok(await eventually(() => withMarker(marker) > 0), 'the program started')
+  await w.terminate()
+  assert.ok(await eventually(() => withMarker(marker) === 0, 10000), 'its program ended with the worker')
+})
