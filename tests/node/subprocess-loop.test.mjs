@@ -140,3 +140,20 @@ test('a worker that goes away with a spawned program running leaves nothing runn
   await w.terminate()
   assert.ok(await eventually(() => withMarker(marker) === 0, 10000), 'its program ended with the worker')
 })
+
+test('the service reaches its callers without a per-call context wrapper, and works through the context as before', async () => {
+  const out = await child(`
+    // Each access of a method through a cordis context used to build a
+    // shadow context and two proxies (the method reads no caller context).
+    const sameMethod = sp.spawn === sp.spawn && sp.resolveExecutable === sp.resolveExecutable
+    const viaPlugin = await new Promise((resolve) => {
+      root.plugin({ inject: ['subprocess'], apply: async (ctx) => {
+        const h = ctx.subprocess.spawn(spec('echo through-a-plugin'))
+        await h.done
+        resolve({ text: h.collected.stdout.readFrom(0).text, path: await ctx.subprocess.resolveExecutable('bash') })
+      } })
+    })
+    console.log(JSON.stringify({ sameMethod, viaPlugin: { text: viaPlugin.text, found: viaPlugin.path.endsWith('/bash') } }))
+  `)
+  assert.deepEqual(JSON.parse(out), { sameMethod: true, viaPlugin: { text: 'through-a-plugin\n', found: true } })
+})
