@@ -251,8 +251,11 @@ class NativeTerminalHandle {
         this.#pulling = true
         const deliver = (text) => {
           if (text === null) {
-            this.#pulling = false
-            output.push(null)
+            // The end comes after `done`, as the core orders them (the
+            // output's promises settle through a core I/O thread, the exit's
+            // through the callback thread, so the end could overtake it).
+            // Still pulling: nothing is read after the end.
+            this.#done.then(() => output.push(null))
             return false
           }
           if (output.push(Buffer.from(text, 'utf8'))) return true

@@ -271,7 +271,7 @@ impl NativeTerminal {
     pub fn next_output<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
         let (deferred, promise) = settle::promise(env)?;
         self.inner
-            .next_output_with(move |out| deferred.resolve(move |_| Ok(out)));
+            .next_output_io_callback(move |out| deferred.resolve(move |_| Ok(out)));
         Ok(promise)
     }
 

@@ -240,3 +240,23 @@ for (const kind of ['buffer', 'string']) {
     assert.ok(seen.peak < allowed, JSON.stringify(seen))
   })
 }
+
+test('the output ends after done, so `await t.done` then waiting for the end never misses it', async () => {
+  const ex = executor()
+  try {
+    const order = []
+    for (let i = 0; i < 40; i++) {
+      const t = await ex.spawnTerminal({ argv: ['bash', '-c', `echo ${i}`], cwd: '/tmp', rows: 24, cols: 80, graceMs: 1000 })
+      const seen = []
+      t.output.on('data', () => {})
+      t.output.on('end', () => seen.push('end'))
+      t.done.then(() => seen.push('done'))
+      await new Promise((resolve) => t.output.on('close', resolve))
+      await t.done
+      order.push(seen.join(','))
+    }
+    assert.deepEqual(new Set(order), new Set(['done,end']))
+  } finally {
+    await ex.dispose()
+  }
+})

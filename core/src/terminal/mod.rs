@@ -221,14 +221,14 @@ impl Terminal {
         }
     }
 
-    /// [`Terminal::next_output`] for hosts with their own loop: `on_output`
-    /// runs on the callback thread.
-    pub fn next_output_with(&self, on_output: impl FnOnce(Option<String>) + Send + 'static) {
+    /// [`Terminal::next_output`] for a host whose hand-off to its own event
+    /// loop is thread-safe and never blocks (Node's promises): `on_output`
+    /// runs on one of the core's I/O threads, with no hop through the
+    /// callback thread (a keystroke's echo reaches the host one thread
+    /// wake-up sooner). It must return quickly and must not block.
+    pub fn next_output_io_callback(&self, on_output: impl FnOnce(Option<String>) + Send + 'static) {
         let this = self.clone();
-        runtime::handle().spawn(async move {
-            let out = this.next_output().await;
-            callbacks::dispatch(move || on_output(out));
-        });
+        runtime::handle().spawn(async move { on_output(this.next_output().await) });
     }
 
     /// Calls `on_ready` on the callback thread once there is output to
