@@ -330,14 +330,23 @@ unsafe extern "C" fn on_readable(_handle: *mut c_void, _status: c_int, _events: 
     }
 }
 
-/// The environment is going away: runs still pending stop their commands
-/// (a `HostRun` dropped before its end does), the poll handle closes, and
-/// the driver (its reactor, its descriptors) is freed.
+/// The environment is going away: runs and spawned programs still pending
+/// are stopped (all at once, then each waited for, as a `HostRun` dropped
+/// before its end waits), the poll handle closes, and the driver (its
+/// reactor, its descriptors) is freed.
 unsafe extern "C" fn torn_down(_arg: *mut c_void) {
     let Some(driver) = DRIVER.with(|d| d.take()) else {
         return;
     };
     let pending = std::mem::take(&mut *driver.pending.borrow_mut());
+    // Every stop first (a core thread answers each at once), then each
+    // drop waits for its own end: the grace periods run side by side.
+    for p in &pending {
+        match &p.work {
+            Work::Run(run, _) => run.stop(),
+            Work::Spawn(run, _) => run.stop(),
+        }
+    }
     drop(pending);
     let handle = driver.handle.replace(std::ptr::null_mut());
     if let (Some(uv), false) = (uv(), handle.is_null()) {

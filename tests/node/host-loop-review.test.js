@@ -154,6 +154,27 @@ test('an abort just before the JS thread goes busy reaches the TERM trap while i
   assert.deepEqual(JSON.parse(out), { trapRanWhileBusy: true, exitCode: 7, aborted: true })
 })
 
+// A stop, then a JS thread busy past the grace and the 2 s the executor
+// waits for a SIGKILLed leader: the core thread that polls the run then
+// must still find the exit report the host's loop has not handed out.
+test('an abort, then a JS thread busy past the grace and the give-up bound, keeps how the command died', () => {
+  const out = child(
+    `
+    const ac = new AbortController()
+    const pending = ex.run(ex.resolve({ command: 'echo ready; exec sleep 30', signal: ac.signal }))
+    setTimeout(async () => {
+      ac.abort()
+      const start = Date.now()
+      while (Date.now() - start < 4500) {}
+      const r = await pending
+      process.stdout.write(JSON.stringify({ signal: r.signal, aborted: r.aborted, text: r.stdout.text }))
+    }, 300)
+  `,
+    { config: '{ graceMs: 300 }' },
+  )
+  assert.deepEqual(JSON.parse(out), { signal: 'SIGTERM', aborted: true, text: 'ready\n' })
+})
+
 // The executor's supervisor is stopped while a run waits (from outside its
 // commands' reach: where Landlock cannot scope signals, before Linux 6.12, a
 // command can do it with "kill -STOP $PPID"): the run settles at its

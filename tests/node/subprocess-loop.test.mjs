@@ -157,3 +157,43 @@ test('the service reaches its callers without a per-call context wrapper, and wo
   `)
   assert.deepEqual(JSON.parse(out), { sameMethod: true, viaPlugin: { text: 'through-a-plugin\n', found: true } })
 })
+
+test('a stop, then a JS thread busy past the grace and the give-up bound: the exit and the last output are kept', async () => {
+  // The SIGKILL comes from a core thread; the exit report and the output
+  // written in the TERM trap wait for a host loop that does not turn.
+  const out = await child(`
+    const h = sp.spawn(spec("trap 'echo in-trap; sleep 30' TERM; echo ready; while :; do sleep 0.05; done"))
+    await settled(() => h.collected.stdout.readFrom(0).text === 'ready\\n')
+    h.terminate()
+    busy(4500)
+    const outcome = await h.done
+    console.log(JSON.stringify({ outcome, text: h.collected.stdout.readFrom(0).text }))
+  `)
+  assert.deepEqual(JSON.parse(out), { outcome: { exitCode: null, signal: 'SIGKILL' }, text: 'ready\nin-trap\n' })
+})
+
+test('a worker that goes away with many stubborn programs stops them all at once, not one grace after another', async () => {
+  const marker = `dsh-subloop-stubborn-${process.pid}`
+  const w = new Worker(
+    `
+    const { parentPort } = require('node:worker_threads')
+    ;(async () => {
+      ${withProvider}
+      for (let i = 0; i < 4; i++) sp.spawn(spec("trap '' TERM; sleep 30; echo ${marker}", 2500))
+      parentPort.postMessage('started')
+    })()
+  `,
+    { eval: true },
+  )
+  await new Promise((resolve, reject) => {
+    w.once('message', resolve)
+    w.once('error', reject)
+  })
+  assert.ok(await eventually(() => withMarker(marker) === 4), 'the programs started')
+  const started = Date.now()
+  await w.terminate()
+  const took = Date.now() - started
+  assert.equal(withMarker(marker), 0, 'every program ended with the worker')
+  // One after another would be four graces (10 s).
+  assert.ok(took < 7000, `the worker took ${took} ms to go: its programs were stopped one after another`)
+})

@@ -29,7 +29,8 @@ use crate::spec::error::{DshError, Result};
 use crate::spec::spawn::{SpawnOutput, SpawnRequest, SpawnSpec, SpawnStdin};
 use crate::watch::escalation::kill_after;
 use crate::watch::output::{OffsetRead, OutputOffsets, StreamBuffer};
-use crate::watch::supervise::{supervise, watch, StdinSource, Stop, Streams};
+use crate::watch::pipes::watch;
+use crate::watch::supervise::{supervise, StdinSource, Stop, Streams};
 use tokio::io::Interest;
 
 use super::background::{background_ending, failed_ending};

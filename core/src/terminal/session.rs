@@ -22,7 +22,8 @@ use crate::launch::supervisor::Releaser;
 use crate::launch::tree::{sweep, sweep_counted, LiveLeader, TagMatch};
 use crate::launch::wire::ReportReader;
 use crate::watch::escalation::Escalation;
-use crate::watch::supervise::{read_exit, signal_tree, watch as register, write_some, Stop};
+use crate::watch::pipes::{watch as register, write_some};
+use crate::watch::supervise::{read_exit, signal_tree, Stop};
 
 use super::*;
 
@@ -197,7 +198,7 @@ impl Terminal {
         let tag = self.shared.tag.clone();
         let grace = self.shared.grace;
         let master = register(master, Interest::READABLE | Interest::WRITABLE);
-        // SAFETY: as in supervise::watch.
+        // SAFETY: as in pipes::watch.
         let report = unsafe { AsyncFd::register_with_interest(report_fd, Interest::READABLE) };
         let (master, report_fd) = match (master, report) {
             (Ok(m), Ok(r)) => (m, r),

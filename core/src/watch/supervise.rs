@@ -24,9 +24,9 @@ use crate::watch::escalation::Escalation;
 pub(crate) use crate::watch::escalation::{tree, Stop};
 use crate::watch::limit_events::LimitEvents;
 use crate::watch::output::{feed, OutputStream, OutputValve};
+use crate::watch::pipes::{pump, read_chunk, read_waiting, watch, write_chunk};
 use crate::watch::stdin::{PipeWork, StdinEnd, StdinPipe};
 
-const CHUNK: usize = 64 * 1024;
 /// How often a running command's cgroup counters are read when the kernel
 /// cannot be asked to announce a change (see `limit_events.rs`).
 const LIMIT_TICK: Duration = Duration::from_millis(50);
@@ -49,94 +49,6 @@ pub(crate) struct Outcome {
     /// The leader's own CPU time when it died of a signal, read while it
     /// was still unreaped: the fact behind a CPU-limit signal.
     pub leader_cpu: Option<Duration>,
-}
-
-/// Registers an fd with the core's reactor.
-pub(crate) fn watch(fd: OwnedFd, interest: Interest) -> io::Result<AsyncFd<OwnedFd>> {
-    // SAFETY: an OwnedFd is open and always returns the same raw fd, and the
-    // AsyncFd owns it until it is dropped.
-    unsafe { AsyncFd::register_with_interest(fd, interest) }.map_err(|e| e.into_parts().1)
-}
-
-thread_local! {
-    /// One read buffer per I/O thread, not per process: an idle background
-    /// process costs no buffer at all.
-    static SCRATCH: std::cell::RefCell<Box<[u8]>> = std::cell::RefCell::new(vec![0u8; CHUNK].into_boxed_slice());
-}
-
-/// Reads what is available and hands it to `sink` within the same poll, so
-/// dropping this future in a select never loses bytes. Returns the count
-/// (0 at EOF). `None` (a stream not read here) never completes: select!
-/// builds the future even for a disabled branch.
-async fn read_chunk(fd: Option<&AsyncFd<OwnedFd>>, mut sink: impl FnMut(&[u8])) -> io::Result<usize> {
-    let Some(fd) = fd else {
-        return std::future::pending().await;
-    };
-    loop {
-        let mut guard = fd.readable().await?;
-        match guard.try_io(|fd| {
-            SCRATCH.with(|scratch| {
-                let mut buf = scratch.borrow_mut();
-                // SAFETY: `buf` is valid for writes of `buf.len()` bytes.
-                let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-                if n < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                sink(&buf[..n as usize]);
-                Ok(n as usize)
-            })
-        }) {
-            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Ok(r) => return r,
-            Err(_would_block) => continue,
-        }
-    }
-}
-
-/// `fd` is `None` once stdin is closed; select! builds this future even for
-/// a disabled branch, so that case just never completes.
-async fn pump(pipe: Option<&StdinPipe>, fd: Option<&AsyncFd<OwnedFd>>) -> PipeWork {
-    match (pipe, fd) {
-        (Some(pipe), Some(fd)) => pipe.pump(fd).await,
-        _ => std::future::pending().await,
-    }
-}
-
-async fn write_chunk(fd: Option<&AsyncFd<OwnedFd>>, bytes: &[u8]) -> io::Result<usize> {
-    match fd {
-        Some(fd) => write_some(fd, bytes).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Writes some of `bytes` once `fd` is writable; `Ok(0)` when it took
-/// nothing after all (back to the caller's loop, which looks at a stop
-/// first: a write the other side never reads must not keep it deaf).
-pub(crate) async fn write_some(fd: &AsyncFd<OwnedFd>, bytes: &[u8]) -> io::Result<usize> {
-    loop {
-        let mut guard = fd.writable().await?;
-        match guard.try_io(|fd| {
-            // SAFETY: `bytes` is valid for reads of its length.
-            let n = unsafe { libc::write(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
-            if n < 0 {
-                Err(io::Error::last_os_error())
-            } else if n == 0 && !bytes.is_empty() {
-                // Nothing taken is "not now": a pty master can report
-                // itself writable while its program reads nothing. As
-                // WouldBlock, the readiness is cleared until the next edge.
-                Err(io::ErrorKind::WouldBlock.into())
-            } else {
-                Ok(n as usize)
-            }
-        }) {
-            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Ok(Ok(0)) | Err(_) => {
-                tokio::task::yield_now().await;
-                return Ok(0);
-            }
-            Ok(r) => return r,
-        }
-    }
 }
 
 /// Signals the command's tree, each process once: the group (the leader
@@ -616,8 +528,27 @@ async fn supervise_inner(
                     deferred = pid.is_none().then_some((libc::SIGKILL, with_sweep));
                 }
             }
-            Event::DrainOver => break,
+            Event::DrainOver => {
+                // What the streams hold already is the command's output,
+                // whether or not the host's loop has handed it out.
+                if out_open {
+                    read_waiting(out.as_ref(), |b| feed(streams, OutputStream::Stdout, b));
+                }
+                if err_open {
+                    read_waiting(err.as_ref(), |b| feed(streams, OutputStream::Stderr, b));
+                }
+                break;
+            }
             Event::GiveUp => {
+                // The exit may have been reported to a busy host's loop that
+                // has not handed the report out (this poll is a core
+                // thread's): it is handled next, not given up on.
+                if unhandled.is_none() {
+                    unhandled = take_waiting_reports(&report_fd, &mut report, &mut pid, &mut lost);
+                    if unhandled.is_some() {
+                        continue;
+                    }
+                }
                 // Nobody can say how it ends (it may never): settled
                 // without its exit status, and counted in `survivors`.
                 status = ExitStatus::Unavailable;
