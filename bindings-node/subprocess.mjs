@@ -213,7 +213,8 @@ export class NativeSubprocessRuntime extends SubprocessRuntime {
     // not build a shadow context and two proxies around each call, as it
     // does for a service that does (its own event service opts out the
     // same way). That wrapping cost a spawn ~50 µs, 3% of `bash -c true`.
-    this[Symbol.for('cordis.tracker')].noShadow = true
+    const tracker = this[Symbol.for('cordis.tracker')]
+    if (tracker) tracker.noShadow = true
     ctx.effect(
       () => async () => {
         // Each with its own grace; terminals await their quiescence.
