@@ -191,11 +191,13 @@ impl SpawnDone {
 
     /// A `done` promise. Called on the JS thread, as `ended` is: a process
     /// not settled yet has not ended its supervision, which then settles
-    /// this promise.
+    /// this promise. Nor has one a core thread settled while promises asked
+    /// before still wait for the JS thread's turn: this one waits behind
+    /// them, so they settle in the order asked.
     fn promise<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
         let (settle, promise) = settle::promise(env)?;
         let mut state = lock(&self.state);
-        if self.process.is_settled() {
+        if self.process.is_settled() && state.waiting.is_empty() {
             drop(state);
             settle.resolve_here(*env, Ok(self.outcome()));
         } else if let Some(e) = &state.failed {

@@ -197,3 +197,26 @@ test('a worker that goes away with many stubborn programs stops them all at once
   // One after another would be four graces (10 s).
   assert.ok(took < 7000, `the worker took ${took} ms to go: its programs were stopped one after another`)
 })
+
+test("done() asked again after the program settled on a core thread settles after the earlier done(), in the order asked", async () => {
+  // The addon's handle under the provider: a terminate, then a JS thread
+  // busy past the grace and the give-up bound, settles the program on a
+  // core thread before the JS thread turns again.
+  const out = await child(`
+    const { createRequire } = await import('node:module')
+    const { NativeExecutor } = createRequire(${JSON.stringify(PROVIDER)})('./loader.js')
+    const native = new NativeExecutor()
+    const h = native.spawnProgram(['sleep', '30'], '/tmp', [], [], 'ignore', null, 'collect', 1000, -1, 'collect', 1000, -1, 300)
+    const order = []
+    const first = h.done().then(() => order.push('first'))
+    await new Promise((r) => setTimeout(r, 200))
+    h.terminate()
+    busy(5000, () => h.signal !== null)
+    const settledWhileBusy = h.signal
+    const second = h.done().then(() => order.push('second'))
+    await Promise.all([first, second])
+    await native.dispose()
+    console.log(JSON.stringify({ settledWhileBusy, order }))
+  `)
+  assert.deepEqual(JSON.parse(out), { settledWhileBusy: 'SIGTERM', order: ['first', 'second'] })
+})
