@@ -101,6 +101,13 @@ enum Work {
 type Ending = Box<dyn FnOnce(Env)>;
 
 impl Work {
+    fn stop(&self) {
+        match self {
+            Work::Run(run, _) => run.stop(),
+            Work::Spawn(run, _) => run.stop(),
+        }
+    }
+
     fn poll(&mut self, host: &HostLoop, cx: &mut Context<'_>) -> Poll<Ending> {
         match self {
             Work::Run(run, settle) => host.poll(run, cx).map(|outcome| {
@@ -342,10 +349,7 @@ unsafe extern "C" fn torn_down(_arg: *mut c_void) {
     // Every stop first (a core thread answers each at once), then each
     // drop waits for its own end: the grace periods run side by side.
     for p in &pending {
-        match &p.work {
-            Work::Run(run, _) => run.stop(),
-            Work::Spawn(run, _) => run.stop(),
-        }
+        p.work.stop();
     }
     drop(pending);
     let handle = driver.handle.replace(std::ptr::null_mut());

@@ -227,9 +227,15 @@ impl SpawnDone {
     }
 
     fn outcome(&self) -> SpawnOutcome {
+        SpawnOutcome::of(&self.process)
+    }
+}
+
+impl SpawnOutcome {
+    fn of(process: &dsh_core::Process) -> SpawnOutcome {
         SpawnOutcome {
-            exit_code: self.process.exit_code(),
-            signal: self.process.signal(),
+            exit_code: process.exit_code(),
+            signal: process.signal(),
         }
     }
 }
@@ -291,14 +297,7 @@ impl NativeSpawned {
         let (deferred, promise) = settle::promise(env)?;
         let process = self.inner.clone();
         self.inner
-            .when_settled(move || {
-                deferred.resolve(move |_| {
-                    Ok(SpawnOutcome {
-                        exit_code: process.exit_code(),
-                        signal: process.signal(),
-                    })
-                })
-            })
+            .when_settled(move || deferred.resolve(move |_| Ok(SpawnOutcome::of(&process))))
             .map_err(|e| js_error(env, &e))?;
         Ok(promise)
     }

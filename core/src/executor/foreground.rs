@@ -3,7 +3,6 @@
 //! call). docs/running.md, "Foreground".
 
 use std::future::Future;
-use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -471,16 +470,7 @@ impl Executor {
         let active = self.admit_run(spec, cancel)?;
         let shared = self.shared().clone();
         let (tag, spawned) = shared.launch_run(spec, HostEnv::capture())?;
-        let watched: Vec<_> = [
-            Some(&spawned.report),
-            spawned.stdout.as_ref(),
-            spawned.stderr.as_ref(),
-        ]
-        .into_iter()
-        .flatten()
-        .map(|fd| fd.as_raw_fd())
-        .collect();
-        let watched = host.watch(&watched);
+        let fds = spawned.watched_fds();
         let on_drop = CancelToken::new();
         let run = shared.supervise_run(
             spec.clone(),
@@ -488,13 +478,7 @@ impl Executor {
             spawned,
             RunStops::new(active, cancel, &on_drop),
         );
-        if watched.is_err() {
-            // The host's loop would not hear of it: the core's threads
-            // watch it instead (nothing has registered its descriptors yet).
-            let joined = runtime::spawned(run);
-            return Ok(HostRun::new(host, async move { joined.await? }, on_drop));
-        }
-        Ok(HostRun::new(host, run, on_drop))
+        Ok(HostRun::watching(host, true, &fds, run, on_drop))
     }
 
     /// [`Executor::run`] for threads that are not in an async runtime.

@@ -287,6 +287,24 @@ impl<T: Send + 'static> HostRun<T> {
 }
 
 impl<T: Send + 'static> HostRun<T> {
+    /// `run` on `host`'s loop, which watches `fds` for it, when `on_host`
+    /// and the loop takes them; else on the core's threads (nothing has
+    /// registered its descriptors yet: it has not been polled), the
+    /// `HostRun` then only waiting for its outcome.
+    pub(crate) fn watching(
+        host: &HostLoop,
+        on_host: bool,
+        fds: &[RawFd],
+        run: impl Future<Output = Result<T>> + Send + 'static,
+        on_drop: CancelToken,
+    ) -> HostRun<T> {
+        if on_host && host.watch(fds).is_ok() {
+            return HostRun::new(host, run, on_drop);
+        }
+        let joined = runtime::spawned(run);
+        HostRun::new(host, async move { joined.await? }, on_drop)
+    }
+
     /// Stops its command as a drop before its end does, without waiting:
     /// a host dropping many at once stops them all first, so their grace
     /// periods run side by side instead of one after another.

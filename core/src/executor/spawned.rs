@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -105,18 +105,13 @@ impl Executor {
     pub fn spawn_on_host_loop(&self, host: &HostLoop, spec: &SpawnSpec) -> Result<(Spawned, HostRun<()>)> {
         let on_drop = CancelToken::new();
         let started = self.start_spawn(spec, on_drop.clone())?;
-        let on_host = !matches!(spec.stdin, SpawnStdin::Bytes(_)) && host.watch(&started.watched).is_ok();
+        let on_host = !matches!(spec.stdin, SpawnStdin::Bytes(_));
         let supervision = started.supervision;
-        let run = if on_host {
-            let supervised = async move {
-                supervision.await;
-                Ok(())
-            };
-            HostRun::new(host, supervised, on_drop)
-        } else {
-            let joined = runtime::spawned(supervision);
-            HostRun::new(host, joined, on_drop)
+        let supervised = async move {
+            supervision.await;
+            Ok(())
         };
+        let run = HostRun::watching(host, on_host, &started.watched, supervised, on_drop);
         Ok((started.spawned, run))
     }
 
@@ -134,15 +129,7 @@ impl Executor {
             .pid
             .ok_or_else(|| DshError::Internal("a spawn returned without its pid".into()))?;
         let handed = std::mem::take(&mut launched.handed);
-        let watched = [
-            Some(&launched.report),
-            launched.stdout.as_ref(),
-            launched.stderr.as_ref(),
-        ]
-        .into_iter()
-        .flatten()
-        .map(AsRawFd::as_raw_fd)
-        .collect();
+        let watched = launched.watched_fds();
         let process = Process {
             shared: Arc::new(ProcessInner {
                 host_pid: shared.host_pid,

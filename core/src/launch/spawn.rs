@@ -4,7 +4,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -43,6 +43,18 @@ pub(crate) struct LaunchedCommand {
     pub start: StartContext,
     /// It runs in its read-only mounts (the facts' `metadata`).
     pub read_only_mounts: bool,
+}
+
+impl LaunchedCommand {
+    /// The descriptors its supervision reads: the report pipe, and the
+    /// streams it collects (for a host's loop to watch).
+    pub(crate) fn watched_fds(&self) -> Vec<RawFd> {
+        [Some(&self.report), self.stdout.as_ref(), self.stderr.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(AsRawFd::as_raw_fd)
+            .collect()
+    }
 }
 
 /// The parent ends of a spawn's raw pipes, for the caller: blocking and
