@@ -63,12 +63,12 @@ pub(crate) async fn read_chunk(
 const READ_WAITING_MAX: usize = 16 << 20;
 
 /// Reads what already waits in a stream without the reactor, until it is
-/// empty or at its end of file; returns whether it reached the end. A
-/// drain ended by a core thread's poll of a run on a busy host's loop
-/// (its timer fired there) would otherwise leave bytes the host's loop
-/// never handed out unread: the command's last output.
-pub(crate) fn read_waiting(fd: Option<&AsyncFd<OwnedFd>>, mut sink: impl FnMut(&[u8])) -> bool {
-    let Some(fd) = fd else { return false };
+/// empty or at its end of file. A drain ended by a core thread's poll of a
+/// run on a busy host's loop (its timer fired there) would otherwise leave
+/// bytes the host's loop never handed out unread: the command's last
+/// output.
+pub(crate) fn read_waiting(fd: Option<&AsyncFd<OwnedFd>>, mut sink: impl FnMut(&[u8])) {
+    let Some(fd) = fd else { return };
     let mut taken = 0;
     SCRATCH.with(|scratch| {
         let mut buf = scratch.borrow_mut();
@@ -77,21 +77,18 @@ pub(crate) fn read_waiting(fd: Option<&AsyncFd<OwnedFd>>, mut sink: impl FnMut(&
             // descriptor is non-blocking.
             let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
             match n {
-                0 => return true,
+                0 => return,
                 n if n > 0 => {
                     sink(&buf[..n as usize]);
                     taken += n as usize;
                 }
                 _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
-                _ => return false,
+                _ => return,
             }
         }
-        false
     })
 }
 
-/// `fd` is `None` once stdin is closed; select! builds this future even for
-/// a disabled branch, so that case just never completes.
 pub(crate) async fn pump(pipe: Option<&StdinPipe>, fd: Option<&AsyncFd<OwnedFd>>) -> PipeWork {
     match (pipe, fd) {
         (Some(pipe), Some(fd)) => pipe.pump(fd).await,
