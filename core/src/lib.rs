@@ -50,7 +50,9 @@ pub use spec::terminal::{
     dimension, resolve_terminal, TerminalProgram, TerminalRequest, TerminalSignal, TerminalSpec,
     DEFAULT_COLS, DEFAULT_ROWS,
 };
-pub use terminal::{Foreground, PendingWrite, Terminal, TerminalRead, WriteBuffer, WRITE_PIECE};
+pub use terminal::{
+    Foreground, OutputNews, PendingWrite, Terminal, TerminalRead, TerminalTask, WriteBuffer, WRITE_PIECE,
+};
 pub use watch::escalation::KILL_GIVE_UP;
 pub use watch::output::{CollectedOutput, OffsetRead, OutputOffsets, OutputTap, OutputValve};
 pub use watch::stdin::{StdinEnd, STDIN_BUFFER_BYTES};

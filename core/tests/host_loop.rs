@@ -98,6 +98,53 @@ impl Host {
     }
 }
 
+impl Host {
+    /// Polls `run` the way a host's loop does until `done()` (asked after
+    /// each poll) says so, sleeping between polls until the host loop's
+    /// descriptor or the waker's pipe says to poll again: nothing is found
+    /// by polling busily. `None` when `done` said so first, else the
+    /// result the run ended with.
+    fn drive_until<T: Send + 'static>(
+        &self,
+        run: &mut HostRun<T>,
+        limit: Duration,
+        mut done: impl FnMut() -> bool,
+    ) -> Option<Result<T>> {
+        let waker = Waker::from(self.waker.clone());
+        let mut cx = Context::from_waker(&waker);
+        let deadline = Instant::now() + limit;
+        loop {
+            self.host.dispatch().unwrap();
+            if let Poll::Ready(r) = self.host.poll(run, &mut cx) {
+                return Some(r);
+            }
+            if done() {
+                return None;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "not done within {limit:?}");
+            let mut fds = [
+                libc::pollfd {
+                    fd: self.host.fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.read.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: two valid pollfd entries.
+            let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, left.as_millis().max(1) as i32) };
+            assert!(ready != 0, "not done within {limit:?}: nothing woke the host");
+            let mut buf = [0u8; 64];
+            // SAFETY: reads into a live buffer from our non-blocking pipe.
+            while unsafe { libc::read(self.read.as_raw_fd(), buf.as_mut_ptr().cast(), 64) } > 0 {}
+        }
+    }
+}
+
 #[test]
 fn a_run_on_the_hosts_loop_gives_the_result_a_blocking_run_gives() {
     let exec = executor();
@@ -524,4 +571,156 @@ fn a_spawn_whose_host_run_is_dropped_unfinished_is_ended_with_its_tree() {
         eventually(Duration::from_secs(10), || !alive(child)),
         "the tree was ended"
     );
+}
+
+/// A terminal session whose task is the test's to start: spawned on the
+/// core's threads, handed over through the callback thread.
+fn terminal_task(exec: &Executor, request: TerminalRequest) -> (Terminal, TerminalTask) {
+    let spec = exec.resolve_terminal(request).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    exec.spawn_terminal_task_with(&spec, move |r| tx.send(r).unwrap());
+    rx.recv_timeout(Duration::from_secs(20)).unwrap().unwrap()
+}
+
+/// Records on which threads the terminal's output news came, and wakes the
+/// host's loop with each, as Node's driver does.
+fn news_on(term: &Terminal, host: &Host) -> Arc<std::sync::Mutex<Vec<std::thread::ThreadId>>> {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (record, waker) = (seen.clone(), host.waker.clone());
+    term.set_output_news(Arc::new(move || {
+        record.lock().unwrap().push(std::thread::current().id());
+        waker.wake_by_ref();
+    }));
+    seen
+}
+
+#[test]
+fn a_terminal_on_the_hosts_loop_is_read_on_the_hosts_thread() {
+    let exec = executor();
+    let host = Host::new();
+    let (term, task) = terminal_task(
+        &exec,
+        TerminalRequest::command("stty raw -echo; echo ready; exec cat"),
+    );
+    let news = news_on(&term, &host);
+    let mut run = task.on_host_loop(&host.host);
+    let mut seen = String::new();
+    let take = |seen: &mut String| seen.push_str(&term.read_output().text);
+    assert!(host
+        .drive_until(&mut run, Duration::from_secs(20), || {
+            take(&mut seen);
+            seen.contains("ready")
+        })
+        .is_none());
+    // Keystrokes come back, each one read on this thread as it wakes.
+    for i in 0..50 {
+        let key = format!("k{i}.");
+        term.write_now(key.clone()).unwrap();
+        assert!(host
+            .drive_until(&mut run, Duration::from_secs(20), || {
+                take(&mut seen);
+                seen.contains(&key)
+            })
+            .is_none());
+    }
+    let here = std::thread::current().id();
+    let news = news.lock().unwrap().clone();
+    assert!(news.len() >= 50, "output news came {} times", news.len());
+    assert!(
+        news.iter().all(|t| *t == here),
+        "output was read off the host's thread"
+    );
+    exec.dispose_blocking().unwrap();
+    let (r, _) = host.drive(run, Duration::from_secs(20));
+    r.unwrap();
+    assert!(term.read_output_timeout(Some(Duration::ZERO)).unwrap().ended || term.output_ended());
+}
+
+#[test]
+fn output_a_core_thread_reads_for_a_full_terminal_is_announced_in_order() {
+    // A small output buffer: the session stops reading while it is full,
+    // and the reader's room is answered by a core thread's poll, which
+    // reads the rest; its news must reach the host, or the host waits
+    // forever.
+    let exec = executor_with(|c| c.max_output_bytes = Some(Num(4096.0)));
+    let host = Host::new();
+    // The program then waits: nothing but the news can wake the host for
+    // the last of its output.
+    let (term, task) = terminal_task(
+        &exec,
+        TerminalRequest::command("seq 1 20000; echo end; exec sleep 60"),
+    );
+    let news = news_on(&term, &host);
+    let mut run = task.on_host_loop(&host.host);
+    let mut text = String::new();
+    let ended = host.drive_until(&mut run, Duration::from_secs(20), || {
+        text.push_str(&term.read_output().text);
+        text.contains("end")
+    });
+    assert!(ended.is_none(), "the session ended early");
+    let text = text.replace("end", "");
+    let numbers: Vec<&str> = text.split_whitespace().collect();
+    let expected: Vec<String> = (1..=20000).map(|i| i.to_string()).collect();
+    assert_eq!(numbers, expected.iter().map(String::as_str).collect::<Vec<_>>());
+    let here = std::thread::current().id();
+    assert!(
+        news.lock().unwrap().iter().any(|t| *t != here),
+        "no output was read by a core thread: the test did not fill the buffer"
+    );
+    exec.dispose_blocking().unwrap();
+    let (r, _) = host.drive(run, Duration::from_secs(20));
+    r.unwrap();
+}
+
+#[test]
+fn a_terminal_whose_host_run_is_dropped_unfinished_is_ended() {
+    let exec = executor();
+    let host = Host::new();
+    let (term, task) = terminal_task(&exec, TerminalRequest::command("sleep 30 & echo $!; wait"));
+    let mut run = task.on_host_loop(&host.host);
+    let mut text = String::new();
+    assert!(host
+        .drive_until(&mut run, Duration::from_secs(20), || {
+            text.push_str(&term.read_output().text);
+            text.contains('\n')
+        })
+        .is_none());
+    let child = first_pid(&text);
+    // The host's environment goes away with the session running.
+    drop(run);
+    assert!(term.has_exited(), "the drop waited for the end");
+    assert!(
+        eventually(Duration::from_secs(10), || !alive(child)),
+        "the session's tree was ended"
+    );
+}
+
+#[test]
+fn terminate_ends_a_terminal_on_the_hosts_loop_though_the_host_does_not_poll() {
+    // The grace and the SIGKILL are kept by the core's runtime.
+    let exec = executor();
+    let host = Host::new();
+    let mut request = TerminalRequest::command("trap '' HUP TERM; echo ready; exec sleep 30");
+    request.grace_ms = Some(Num(300.0));
+    let (term, task) = terminal_task(&exec, request);
+    let mut run = task.on_host_loop(&host.host);
+    let mut text = String::new();
+    assert!(host
+        .drive_until(&mut run, Duration::from_secs(20), || {
+            text.push_str(&term.read_output().text);
+            text.contains("ready")
+        })
+        .is_none());
+    let pid = term.pid();
+    let (tx, rx) = std::sync::mpsc::channel();
+    term.terminate_with(move |n| tx.send(n).unwrap());
+    // The host is busy: no dispatch, no poll.
+    assert!(
+        eventually(Duration::from_secs(10), || dead_or_zombie(pid)),
+        "the session outlived its grace while the host did not poll"
+    );
+    let (r, _) = host.drive(run, Duration::from_secs(30));
+    r.unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), 0);
+    assert_eq!(term.signal().as_deref(), Some("SIGKILL"));
 }

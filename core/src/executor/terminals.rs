@@ -11,7 +11,9 @@ use crate::launch::{launch_terminal, spawn_error};
 use crate::spec::error::Result;
 use crate::spec::terminal::{resolve_terminal, TerminalRequest, TerminalSpec};
 use crate::terminal::session::{self, SessionParts};
-use crate::terminal::Terminal;
+use crate::terminal::{Terminal, TerminalTask};
+
+use super::host_loop::{HostLoop, HostRun};
 
 use super::Executor;
 
@@ -29,7 +31,9 @@ impl Executor {
     /// resizes, inspects and signals it, and `terminate()` ends the whole
     /// session. Dispose ends it too.
     pub fn spawn_terminal(&self, spec: &TerminalSpec) -> Result<Terminal> {
-        self.spawn_terminal_in(spec, HostEnv::capture())
+        let (terminal, task) = self.spawn_terminal_task_in(spec, HostEnv::capture())?;
+        task.start();
+        Ok(terminal)
     }
 
     /// [`Executor::spawn_terminal`] for hosts with their own event loop: the
@@ -40,14 +44,36 @@ impl Executor {
         spec: &TerminalSpec,
         on_done: impl FnOnce(Result<Terminal>) + Send + 'static,
     ) {
+        self.spawn_terminal_task_with(spec, move |outcome| {
+            on_done(outcome.map(|(terminal, task)| {
+                task.start();
+                terminal
+            }))
+        });
+    }
+
+    /// [`Executor::spawn_terminal_with`] whose session's task is the
+    /// host's to start: on its own loop ([`TerminalTask::on_host_loop`]),
+    /// or on the core's threads. Until it starts, nothing reads the
+    /// terminal or hears of the program's exit (the program runs, and
+    /// waits once the terminal's buffer is full).
+    pub fn spawn_terminal_task_with(
+        &self,
+        spec: &TerminalSpec,
+        on_done: impl FnOnce(Result<(Terminal, TerminalTask)>) + Send + 'static,
+    ) {
         let (this, spec, env) = (self.clone(), spec.clone(), HostEnv::capture());
         runtime::handle().spawn_blocking(move || {
-            let outcome = this.spawn_terminal_in(&spec, env);
+            let outcome = this.spawn_terminal_task_in(&spec, env);
             callbacks::dispatch(move || on_done(outcome));
         });
     }
 
-    pub(super) fn spawn_terminal_in(&self, spec: &TerminalSpec, host_env: HostEnv) -> Result<Terminal> {
+    fn spawn_terminal_task_in(
+        &self,
+        spec: &TerminalSpec,
+        host_env: HostEnv,
+    ) -> Result<(Terminal, TerminalTask)> {
         let shared = self.shared();
         let active = shared.admit(|_| spec.check(), None)?;
         confine::check(spec.sandbox_policy.as_ref())?;
@@ -62,7 +88,7 @@ impl Executor {
             let shared = shared.clone();
             async move { shared.disposing().await }
         };
-        Ok(session::start(
+        Ok(session::prepare(
             SessionParts {
                 pid,
                 report: launched.report,
@@ -77,5 +103,28 @@ impl Executor {
             disposing,
             active,
         ))
+    }
+}
+
+impl TerminalTask {
+    /// Starts the session's task on `host`'s loop: the host's thread reads
+    /// and writes the terminal when [`HostLoop::fd`] says it is ready, and
+    /// polls the returned [`HostRun`] until the session has ended (its
+    /// output ended, its leader released). Timers, stops and queued writes
+    /// are answered by a core thread at once, as for a run on the host's
+    /// loop; output such a thread reads is announced through
+    /// [`Terminal::set_output_news`]. Where the loop refuses the
+    /// descriptors, the task runs on the core's threads and the `HostRun`
+    /// only waits for its end. A `HostRun` dropped before the end stops the
+    /// session (as `terminate` does) and waits for it.
+    pub fn on_host_loop(mut self, host: &HostLoop) -> HostRun<()> {
+        let Some(run) = self.run.take() else {
+            return HostRun::new(host, async { Ok(()) }, self.on_drop.clone());
+        };
+        let session = async move {
+            run.await;
+            Ok(())
+        };
+        HostRun::watching(host, true, &self.fds, session, self.on_drop.clone())
     }
 }

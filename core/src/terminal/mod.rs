@@ -7,6 +7,8 @@
 
 pub(crate) mod foreground;
 pub(crate) mod session;
+
+pub use session::TerminalTask;
 mod write;
 
 use write::{input_gone, WriteRequest};
@@ -115,6 +117,9 @@ struct SessionInner {
     output_cv: Condvar,
     /// Bumped when output arrives or ends.
     output_tx: watch::Sender<u64>,
+    /// Called when output arrives or ends, from whichever thread read it
+    /// (see [`Terminal::set_output_news`]).
+    output_news: Mutex<Option<OutputNews>>,
     /// Woken when a reader made room.
     room: Notify,
     writes: mpsc::UnboundedSender<WriteRequest>,
@@ -124,6 +129,21 @@ struct SessionInner {
     stop_tx: watch::Sender<Option<Stop>>,
     /// The survivors of the first `terminate()` that finished.
     terminated: tokio::sync::Mutex<Option<u32>>,
+}
+
+/// What a host is told when a terminal's output arrives or ends.
+pub type OutputNews = Arc<dyn Fn() + Send + Sync>;
+
+impl SessionInner {
+    /// Output arrived or ended: every kind of reader is told.
+    fn output_changed(&self) {
+        self.output_cv.notify_all();
+        self.output_tx.send_modify(|v| *v += 1);
+        let news = lock(&self.output_news).clone();
+        if let Some(news) = news {
+            news();
+        }
+    }
 }
 
 /// A live terminal session. Cloning shares it.
@@ -193,6 +213,16 @@ impl Terminal {
         let read = lock(&self.shared.output).take();
         self.shared.room.notify_one();
         read
+    }
+
+    /// Has `news` called, on whichever thread read it, each time output
+    /// arrives or ends (replacing what was set before). For a face that
+    /// settles its own readers where the output is read: Node's, whose
+    /// session is read on the JS thread's loop, is told when a core
+    /// thread read some instead (a reader made room for it). `news` must
+    /// return quickly and must not block or call back into the terminal.
+    pub fn set_output_news(&self, news: OutputNews) {
+        *lock(&self.shared.output_news) = Some(news);
     }
 
     /// True once the output has ended and every byte was read (takes

@@ -4,8 +4,10 @@
 //! releases the leader once it has been reaped.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -14,8 +16,9 @@ use tokio::io::Interest;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::{sleep_until, Instant};
 
+use crate::host::cancel::CancelToken;
 use crate::host::forked;
-use crate::host::runtime;
+use crate::host::runtime::{self, timer};
 use crate::launch::ending::ExitFields;
 use crate::launch::ending::ExitStatus;
 use crate::launch::supervisor::Releaser;
@@ -42,14 +45,51 @@ pub(crate) struct SessionParts {
     pub max_output_bytes: u64,
 }
 
-/// Makes the handle of a started session and spawns its task on the core's
-/// runtime; `stop` completes when the executor is disposed, `guard` lives as
-/// long as the task (dispose waits for it).
-pub(crate) fn start<G: Send + 'static>(
+/// A terminal session's task, not started yet (see
+/// [`Executor::spawn_terminal_task`](crate::Executor::spawn_terminal_task)):
+/// started on a host's own loop, which then reads and writes the terminal
+/// on the host's thread, or on the core's threads ([`TerminalTask::start`]).
+/// Dropped unstarted, it starts on the core's threads: a session is never
+/// left unwatched.
+pub struct TerminalTask {
+    pub(crate) run: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// The master and the report pipe: what a host's loop watches for it.
+    pub(crate) fds: [RawFd; 2],
+    /// Stops the session (as `terminate` does) when its host lets go of it.
+    pub(crate) on_drop: CancelToken,
+}
+
+impl std::fmt::Debug for TerminalTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TerminalTask").field("fds", &self.fds).finish()
+    }
+}
+
+impl TerminalTask {
+    /// Starts the session's task on the core's threads.
+    pub fn start(mut self) {
+        if let Some(run) = self.run.take() {
+            runtime::handle().spawn(run);
+        }
+    }
+}
+
+impl Drop for TerminalTask {
+    fn drop(&mut self) {
+        if let Some(run) = self.run.take() {
+            runtime::handle().spawn(run);
+        }
+    }
+}
+
+/// The handle of a session and its task, for the caller to start; the
+/// task ends the session when `disposing` completes, and `guard` lives as
+/// long as it (dispose waits for it).
+pub(crate) fn prepare<G: Send + 'static>(
     started: SessionParts,
     disposing: impl std::future::Future<Output = ()> + Send + 'static,
     guard: G,
-) -> Terminal {
+) -> (Terminal, TerminalTask) {
     let (writes, write_rx) = mpsc::unbounded_channel();
     let shared = Arc::new(SessionInner {
         host_pid: forked::current_pid(),
@@ -75,6 +115,7 @@ pub(crate) fn start<G: Send + 'static>(
         }),
         output_cv: Condvar::new(),
         output_tx: watch::channel(0).0,
+        output_news: Mutex::new(None),
         room: Notify::new(),
         writes,
         write_gate: Arc::new(Mutex::new(0)),
@@ -84,11 +125,20 @@ pub(crate) fn start<G: Send + 'static>(
     let terminal = Terminal { shared };
     let task = terminal.clone();
     let (master, report, releaser) = (started.master, started.report, started.releaser);
-    runtime::handle().spawn(async move {
+    let fds = [master.as_raw_fd(), report.as_raw_fd()];
+    let on_drop = CancelToken::new();
+    let stop_on_drop = on_drop.clone();
+    let run = async move {
         let _guard = guard;
-        task.run(master, report, releaser, write_rx, disposing).await;
-    });
-    terminal
+        task.run(master, report, releaser, write_rx, disposing, stop_on_drop)
+            .await;
+    };
+    let task = TerminalTask {
+        run: Some(Box::pin(run)),
+        fds,
+        on_drop,
+    };
+    (terminal, task)
 }
 
 enum Event {
@@ -145,8 +195,7 @@ async fn read_some(fd: &AsyncFd<OwnedFd>, shared: &SessionInner, buf: &mut [u8])
             let n = n as usize;
             if n > 0 {
                 lock(&shared.output).bytes.extend(&buf[..n]);
-                shared.output_cv.notify_all();
-                shared.output_tx.send_modify(|v| *v += 1);
+                shared.output_changed();
             }
             Ok(n)
         }) {
@@ -190,6 +239,7 @@ impl Terminal {
         releaser: Releaser,
         mut write_rx: mpsc::UnboundedReceiver<WriteRequest>,
         disposing: impl std::future::Future<Output = ()>,
+        on_drop: CancelToken,
     ) {
         let pid = self.shared.pid;
         // Until this returns, dispose leaves the session's group to it.
@@ -230,6 +280,7 @@ impl Terminal {
         let stop = async {
             tokio::select! {
                 r = stop_rx.wait_for(|s| s.is_some()) => r.ok().and_then(|s| *s).unwrap_or(Stop::Kill),
+                _ = on_drop.cancelled() => Stop::Kill,
                 _ = disposing => Stop::Dispose,
             }
         };
@@ -242,14 +293,14 @@ impl Terminal {
             let event = tokio::select! {
                 biased;
                 s = &mut stop, if escalation.stopped().is_none() => Event::Stop(s),
-                _ = sleep_until(escalation.kill_due().unwrap_or(never)), if escalation.kill_due().is_some() => Event::KillNow,
+                _ = timer(|| sleep_until(escalation.kill_due().unwrap_or(never))), if escalation.kill_due().is_some() => Event::KillNow,
                 s = read_exit(&report_fd, &mut report), if !exited => Event::Exited(s),
                 r = read_some(&master, &self.shared, &mut buf[..room.min(CHUNK)]), if open && room > 0 => Event::Read(r),
                 _ = self.shared.room.notified(), if open && room == 0 => Event::Room,
                 r = advance(&master, current.as_mut()), if current.is_some() => Event::Wrote(r),
                 w = write_rx.recv(), if current.is_none() && !exited => Event::Write(w),
-                _ = sleep_until(drain_until.unwrap_or(never)), if drain_until.is_some() => Event::DrainOver,
-                _ = sleep_until(escalation.give_up_at().unwrap_or(never)), if !exited && escalation.give_up_at().is_some() => Event::GiveUp,
+                _ = timer(|| sleep_until(drain_until.unwrap_or(never))), if drain_until.is_some() => Event::DrainOver,
+                _ = timer(|| sleep_until(escalation.give_up_at().unwrap_or(never))), if !exited && escalation.give_up_at().is_some() => Event::GiveUp,
             };
             match event {
                 Event::Read(Ok(n)) if n > 0 => {}
@@ -309,12 +360,8 @@ impl Terminal {
                 }
             }
         }
-        {
-            let mut out = lock(&self.shared.output);
-            out.ended = true;
-        }
-        self.shared.output_cv.notify_all();
-        self.shared.output_tx.send_modify(|v| *v += 1);
+        lock(&self.shared.output).ended = true;
+        self.shared.output_changed();
         let survivors = if lost {
             sweep_counted(TagMatch::command(&tag), libc::SIGKILL).await.last as u32
         } else {
@@ -335,12 +382,8 @@ impl Terminal {
         }
         // The last copy of the master: the terminal hangs up.
         drop(lock(&self.shared.control).take());
-        {
-            let mut out = lock(&self.shared.output);
-            out.ended = true;
-        }
-        self.shared.output_cv.notify_all();
-        self.shared.output_tx.send_modify(|v| *v += 1);
+        lock(&self.shared.output).ended = true;
+        self.shared.output_changed();
         self.shared.finished_tx.send_replace(true);
     }
 }
