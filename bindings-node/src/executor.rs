@@ -15,6 +15,7 @@ use dsh_core::{DshError, ListenerId};
 use crate::convert::{self, input_error, js_error, InputResult};
 use crate::foreground;
 use crate::settle;
+use crate::terminal_readers::TerminalReaders;
 
 /// A run's outcome, turned into JS values on the JS thread (`runResult`
 /// in `index.js` makes the harness's object of them).
@@ -203,6 +204,9 @@ impl ToNapiValue for ForegroundValue {
 #[napi]
 pub struct NativeTerminal {
     inner: dsh_core::Terminal,
+    /// Its `nextOutput` readers, when its session runs on the JS thread's
+    /// loop (foreground.rs); else they wait through a core thread.
+    readers: Option<Arc<TerminalReaders>>,
 }
 
 fn terminal_field(name: dsh_core::FieldName) -> dsh_core::Field {
@@ -269,6 +273,9 @@ impl NativeTerminal {
     /// Resolves with the next output (a string), or null once it has ended.
     #[napi]
     pub fn next_output<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
+        if let Some(readers) = &self.readers {
+            return readers.next(env);
+        }
         let (deferred, promise) = settle::promise(env)?;
         self.inner
             .next_output_io_callback(move |out| deferred.resolve(move |_| Ok(out)));
@@ -548,9 +555,13 @@ impl NativeExecutor {
             return Err(js_error(env, &DshError::AlreadyCancelled));
         }
         let (deferred, promise) = settle::promise(env)?;
-        self.inner.spawn_terminal_with(&spec, move |outcome| {
+        self.inner.spawn_terminal_task_with(&spec, move |outcome| {
             deferred.resolve(move |env| match outcome {
-                Ok(inner) => Ok(NativeTerminal { inner }),
+                Ok((inner, task)) => {
+                    // Read on this JS thread's loop from here on.
+                    let readers = foreground::terminal(&env, &inner, task);
+                    Ok(NativeTerminal { inner, readers })
+                }
                 Err(e) => Err(js_error(&env, &e)),
             })
         });

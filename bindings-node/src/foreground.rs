@@ -1,4 +1,5 @@
-//! Foreground runs and spawned programs on the JS thread's own event loop
+//! Foreground runs, spawned programs and terminal sessions on the JS
+//! thread's own event loop
 //! (the core's `HostLoop`): the command is asked for on the JS thread, and
 //! libuv wakes that thread when the supervisor reports, as the
 //! supervisor's report wakes a blocking caller. Without this, each run
@@ -24,6 +25,7 @@ use crate::convert::js_error;
 use crate::executor::RunValue;
 use crate::settle::{self, Channel, Settle};
 use crate::spawn::SpawnDone;
+use crate::terminal_readers::TerminalReaders;
 
 /// The few libuv functions used, looked up in the running process.
 struct Uv {
@@ -95,6 +97,8 @@ enum Work {
     Run(HostRun, Option<Settle>),
     /// A spawned program's supervision, and its `done` promises.
     Spawn(HostRun<()>, Arc<SpawnDone>),
+    /// A terminal session, and its `nextOutput` readers.
+    Terminal(HostRun<()>, Arc<TerminalReaders>),
 }
 
 /// What settles an ended piece of work's promises, after the turn.
@@ -105,6 +109,16 @@ impl Work {
         match self {
             Work::Run(run, _) => run.stop(),
             Work::Spawn(run, _) => run.stop(),
+            Work::Terminal(run, _) => run.stop(),
+        }
+    }
+
+    /// What a poll of it left for readers to be given, settled after the
+    /// turn as endings are.
+    fn delivered(&self) -> Option<Ending> {
+        match self {
+            Work::Terminal(_, readers) => readers.deliver(),
+            _ => None,
         }
     }
 
@@ -122,6 +136,9 @@ impl Work {
                 let done = done.clone();
                 Box::new(move |env: Env| done.ended(env, outcome)) as Ending
             }),
+            // The session's end has ended its output: `delivered` settles
+            // the readers still waiting.
+            Work::Terminal(run, _) => host.poll(run, cx).map(|_| Box::new(|_: Env| {}) as Ending),
         }
     }
 }
@@ -218,12 +235,45 @@ pub(crate) fn spawn(
     Ok(Some((spawned, done)))
 }
 
+/// Starts a terminal session's task on this JS thread's loop and returns
+/// its readers; or, when this runtime has no libuv (or no loop can be made
+/// for this thread), starts it on the core's threads and returns `None`:
+/// its readers then wait through a core thread. The session runs already,
+/// so it is never left unwatched.
+pub(crate) fn terminal(
+    env: &Env,
+    terminal: &dsh_core::Terminal,
+    task: dsh_core::TerminalTask,
+) -> Option<Arc<TerminalReaders>> {
+    let Ok(Some(driver)) = driver(env) else {
+        task.start();
+        return None;
+    };
+    let readers = TerminalReaders::new(terminal.clone());
+    let news = driver.news();
+    // Output a core thread read asks for a turn, which settles the readers.
+    let wake = news.clone();
+    terminal.set_output_news(Arc::new(move || wake.wake_by_ref()));
+    let run = task.on_host_loop(&driver.host);
+    driver.add_with(*env, Work::Terminal(run, readers.clone()), news);
+    Some(readers)
+}
+
 impl Driver {
-    fn add(&self, env: Env, work: Work) {
-        let news = Arc::new(News {
+    /// The waker of a piece of work about to be added: woken, so that it
+    /// is polled at once.
+    fn news(&self) -> Arc<News> {
+        Arc::new(News {
             woken: AtomicBool::new(true),
             turn: self.waker.clone(),
-        });
+        })
+    }
+
+    fn add(&self, env: Env, work: Work) {
+        self.add_with(env, work, self.news())
+    }
+
+    fn add_with(&self, env: Env, work: Work, news: Arc<News>) {
         self.pending.borrow_mut().push(Pending { work, news });
         // Polled at once, here: it registers its descriptors and timers.
         turn(env);
@@ -253,7 +303,9 @@ fn turn(env: Env) {
                 continue;
             }
             let waker = Waker::from(work.news.clone());
-            match work.work.poll(&driver.host, &mut Context::from_waker(&waker)) {
+            let polled = work.work.poll(&driver.host, &mut Context::from_waker(&waker));
+            ended.extend(work.work.delivered());
+            match polled {
                 Poll::Pending => i += 1,
                 Poll::Ready(ending) => {
                     pending.swap_remove(i);

@@ -8,6 +8,12 @@ mod executor;
 mod foreground;
 mod settle;
 mod spawn;
+mod terminal_readers;
 
 pub use executor::*;
 pub use spawn::*;
+
+/// A lock that a panic elsewhere does not make unusable.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -15,6 +15,7 @@ use dsh_core::{DshError, Field, FieldName, OutputStream, Scope, SpawnOutput, Spa
 use crate::convert::js_error;
 use crate::executor::NativeExecutor;
 use crate::foreground;
+use crate::lock;
 use crate::settle::{self, Settle};
 
 fn field(name: FieldName) -> Field {
@@ -238,10 +239,6 @@ impl SpawnOutcome {
             signal: process.signal(),
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn stream(name: &str) -> Option<OutputStream> {
