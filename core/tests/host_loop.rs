@@ -724,3 +724,42 @@ fn terminate_ends_a_terminal_on_the_hosts_loop_though_the_host_does_not_poll() {
     assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), 0);
     assert_eq!(term.signal().as_deref(), Some("SIGKILL"));
 }
+
+#[test]
+fn a_terminal_stopped_while_the_host_is_busy_past_the_give_up_keeps_its_exit_and_last_output() {
+    // The host's thread goes busy for longer than the grace plus the
+    // give-up bound: the exit report and the TERM trap's output wait
+    // unread for the host's loop, and the core thread that answers the
+    // stop must read them itself, not give up on the leader.
+    let exec = executor();
+    let host = Host::new();
+    let mut request =
+        TerminalRequest::command("trap 'echo bye; exit 3' HUP TERM; echo ready; while :; do sleep 0.05; done");
+    request.grace_ms = Some(Num(300.0));
+    let (term, task) = terminal_task(&exec, request);
+    let mut run = task.on_host_loop(&host.host);
+    let mut text = String::new();
+    assert!(host
+        .drive_until(&mut run, Duration::from_secs(20), || {
+            text.push_str(&term.read_output().text);
+            text.contains("ready")
+        })
+        .is_none());
+    let (tx, rx) = std::sync::mpsc::channel();
+    term.terminate_with(move |n| tx.send(n).unwrap());
+    // Busy: no dispatch, no poll, for longer than grace + KILL_GIVE_UP.
+    std::thread::sleep(Duration::from_millis(300) + KILL_GIVE_UP + Duration::from_secs(1));
+    let (r, _) = host.drive(run, Duration::from_secs(30));
+    r.unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), 0);
+    loop {
+        let read = term.read_output();
+        text.push_str(&read.text);
+        if read.ended {
+            break;
+        }
+    }
+    assert!(!term.exit_status_unavailable(), "the exit was given up on");
+    assert_eq!(term.exit_code(), Some(3));
+    assert!(text.contains("bye"), "the trap's output was lost: {text:?}");
+}

@@ -23,10 +23,11 @@ use crate::launch::ending::ExitFields;
 use crate::launch::ending::ExitStatus;
 use crate::launch::supervisor::Releaser;
 use crate::launch::tree::{sweep, sweep_counted, LiveLeader, TagMatch};
+use crate::launch::wire::Report;
 use crate::launch::wire::ReportReader;
 use crate::watch::escalation::Escalation;
 use crate::watch::pipes::{watch as register, write_some};
-use crate::watch::supervise::{read_exit, signal_tree, Stop};
+use crate::watch::supervise::{read_exit, signal_tree, take_waiting_reports, Stop};
 
 use super::*;
 
@@ -186,22 +187,44 @@ async fn advance(master: &AsyncFd<OwnedFd>, request: Option<&mut WriteRequest>) 
 async fn read_some(fd: &AsyncFd<OwnedFd>, shared: &SessionInner, buf: &mut [u8]) -> io::Result<usize> {
     loop {
         let mut guard = fd.readable().await?;
-        match guard.try_io(|fd| {
-            // SAFETY: `buf` is valid for writes of its length.
-            let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if n < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let n = n as usize;
-            if n > 0 {
-                lock(&shared.output).bytes.extend(&buf[..n]);
-                shared.output_changed();
-            }
-            Ok(n)
-        }) {
+        match guard.try_io(|fd| read_into(fd.as_raw_fd(), shared, buf)) {
             Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
             Ok(r) => return r,
             Err(_would_block) => continue,
+        }
+    }
+}
+
+/// One read of the master into the output (at most `buf`'s length).
+fn read_into(fd: RawFd, shared: &SessionInner, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is valid for writes of its length.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let n = n as usize;
+    if n > 0 {
+        lock(&shared.output).bytes.extend(&buf[..n]);
+        shared.output_changed();
+    }
+    Ok(n)
+}
+
+/// Reads what already waits on the master without the reactor, while the
+/// output has room: a session on a host's loop whose drain is ended by a
+/// core thread's timer would otherwise leave the program's last output
+/// (a TERM trap's) unread, its readiness never handed out by a busy host.
+fn read_waiting(fd: &AsyncFd<OwnedFd>, shared: &SessionInner, buf: &mut [u8]) {
+    loop {
+        let room = lock(&shared.output).room().min(buf.len());
+        if room == 0 {
+            return;
+        }
+        match read_into(fd.as_raw_fd(), shared, &mut buf[..room]) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return,
         }
     }
 }
@@ -272,6 +295,8 @@ impl Terminal {
         let mut exited = false;
         let mut escalation = Escalation::default();
         let mut given_up = false;
+        // An exit read outside the select (see `take_waiting_reports`): handled next.
+        let mut unhandled: Option<Event> = None;
         let mut drain_until: Option<Instant> = None;
         let mut current: Option<WriteRequest> = None;
         let never = Instant::now() + Duration::from_secs(100 * 365 * 86_400);
@@ -290,7 +315,10 @@ impl Terminal {
             if exited && drain_until.is_none() && (room > 0 || escalation.stopped().is_some()) {
                 drain_until = Some(Instant::now() + grace);
             }
-            let event = tokio::select! {
+            let event = if let Some(event) = unhandled.take() {
+                event
+            } else {
+                tokio::select! {
                 biased;
                 s = &mut stop, if escalation.stopped().is_none() => Event::Stop(s),
                 _ = timer(|| sleep_until(escalation.kill_due().unwrap_or(never))), if escalation.kill_due().is_some() => Event::KillNow,
@@ -301,6 +329,7 @@ impl Terminal {
                 w = write_rx.recv(), if current.is_none() && !exited => Event::Write(w),
                 _ = timer(|| sleep_until(drain_until.unwrap_or(never))), if drain_until.is_some() => Event::DrainOver,
                 _ = timer(|| sleep_until(escalation.give_up_at().unwrap_or(never))), if !exited && escalation.give_up_at().is_some() => Event::GiveUp,
+                }
             };
             match event {
                 Event::Read(Ok(n)) if n > 0 => {}
@@ -350,8 +379,24 @@ impl Terminal {
                 // the terminal: what the program left in it waits for the
                 // reader, and the grace counts again once there is room.
                 Event::DrainOver if room == 0 && escalation.stopped().is_none() => drain_until = None,
-                Event::DrainOver => break,
+                Event::DrainOver => {
+                    if open {
+                        read_waiting(&master, &self.shared, &mut buf);
+                    }
+                    break;
+                }
                 Event::GiveUp => {
+                    // The exit may wait for a busy host's loop to hand it
+                    // out (this poll is a core thread's): handled next.
+                    let mut known = Some(pid);
+                    if let Some(report) = take_waiting_reports(&report_fd, &mut report, &mut known, &mut lost)
+                    {
+                        unhandled = Some(Event::Exited(match report {
+                            Report::Exited(s) => s,
+                            _ => ExitStatus::Unavailable,
+                        }));
+                        continue;
+                    }
                     // Stuck: the session ends without its exit status; the
                     // leader is counted in `survivors`.
                     given_up = true;

@@ -161,7 +161,7 @@ fn leader_ended(pid: libc::pid_t) -> bool {
 /// until the SIGKILL. The pid is taken; the first other report is returned,
 /// to be handled next; a supervisor found gone sets `lost` (its leader's
 /// pid is then no longer held for us: only tag sweeps are safe).
-fn take_waiting_reports(
+pub(crate) fn take_waiting_reports(
     fd: &AsyncFd<OwnedFd>,
     reader: &mut ReportReader,
     pid: &mut Option<libc::pid_t>,
