@@ -6,7 +6,35 @@
 const test = require('node:test')
 const assert = require('node:assert/strict')
 
-const { executor, alive, comm, eventually } = require('./helpers.js')
+const { spawn: spawnChild } = require('node:child_process')
+const path = require('node:path')
+const { Worker } = require('node:worker_threads')
+
+const { executor, alive, comm, eventually, withMarker } = require('./helpers.js')
+
+const ADDON = path.join(__dirname, '../../bindings-node')
+
+/** Runs `script` (CommonJS, with `ex` an executor) in a child Node; resolves with its stdout, failing on a hang. */
+function child(script, timeoutMs = 30000) {
+  return new Promise((resolve, reject) => {
+    const prelude = `const { NativeShellExecutor } = require(${JSON.stringify(ADDON)}); const ex = new NativeShellExecutor({ graceMs: 300 });
+      const busy = (ms) => { const end = Date.now() + ms; while (Date.now() < end) {} };\n`
+    const c = spawnChild(process.execPath, ['-e', `(async () => { ${prelude}${script} })().catch((e) => { console.error(e); process.exit(1) })`], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    let out = ''
+    let err = ''
+    c.stdout.on('data', (d) => (out += d))
+    c.stderr.on('data', (d) => (err += d))
+    const timer = setTimeout(() => c.kill('SIGKILL'), timeoutMs)
+    c.on('close', (code, signal) => {
+      clearTimeout(timer)
+      if (signal !== null) reject(new Error(`the child was killed (a hang?): ${out}${err}`))
+      else if (code !== 0) reject(new Error(`the child failed (${code}): ${out}${err}`))
+      else resolve(out)
+    })
+  })
+}
 
 /** Collects `handle.output` and waits for patterns in it. */
 function watch(handle) {
@@ -259,4 +287,84 @@ test('the output ends after done, so `await t.done` then waiting for the end nev
   } finally {
     await ex.dispose()
   }
+})
+
+// The session is read on the JS thread's own loop (docs/terminals.md):
+// what could leave a reader waiting is tried here.
+
+test('output written past a full buffer reaches a slow reader, all of it in order', async () => {
+  // The buffer fills while the reader pauses; the room its reads make is
+  // answered by a core thread, whose reads must reach the JS thread.
+  const ex = executor({ maxOutputBytes: 4096 })
+  try {
+    const t = await ex.spawnTerminal({ argv: ['bash', '-c', 'seq 1 20000; echo end; exec sleep 60'], cwd: '/tmp', rows: 24, cols: 80, graceMs: 300 })
+    let seen = ''
+    t.output.on('data', (chunk) => {
+      seen += chunk.toString('utf8')
+      t.output.pause()
+      setTimeout(() => t.output.resume(), 1)
+    })
+    assert.ok(await eventually(() => seen.includes('end'), 30000), `never saw the end: ${seen.length} chars`)
+    const numbers = seen.replace('end', '').split(/\s+/).filter(Boolean)
+    assert.deepEqual(numbers, Array.from({ length: 20000 }, (_, i) => String(i + 1)))
+    await t.terminate()
+  } finally {
+    await ex.dispose()
+  }
+})
+
+test('a program that writes and exits while the JS thread is busy: every line and the exit arrive once it turns', async () => {
+  const out = await child(`
+    const t = await ex.spawnTerminal({ argv: ['bash', '-c', 'for i in $(seq 1 3000); do echo line $i; done; exit 5'], cwd: '/tmp', rows: 24, cols: 80, graceMs: 300 })
+    busy(2000)
+    let seen = ''
+    for await (const chunk of t.output) seen += chunk.toString('utf8')
+    const lines = seen.split(/\\r?\\n/).filter(Boolean)
+    console.log(JSON.stringify({ done: await t.done, count: lines.length, last: lines[lines.length - 1], ordered: lines.every((l, i) => l === 'line ' + (i + 1)) }))
+    await ex.dispose()
+  `)
+  assert.deepEqual(JSON.parse(out), { done: { exitCode: 5, signal: null }, count: 3000, last: 'line 3000', ordered: true })
+})
+
+test('terminate() while the JS thread is busy past the grace: the session ends on time, and its exit is kept', async () => {
+  const out = await child(`
+    const t = await ex.spawnTerminal({ argv: ['bash', '-c', "trap '' HUP TERM; echo ready; exec sleep 30"], cwd: '/tmp', rows: 24, cols: 80, graceMs: 300 })
+    let seen = ''
+    t.output.on('data', (c) => (seen += c))
+    while (!seen.includes('ready')) await new Promise((r) => setTimeout(r, 10))
+    const stopped = t.terminate()
+    const fs = require('node:fs')
+    const state = () => { try { return fs.readFileSync('/proc/' + t.pid + '/stat', 'utf8').split(') ')[1][0] } catch { return 'gone' } }
+    const end = Date.now() + 4000
+    let killedWhileBusy = false
+    while (Date.now() < end) { if (['Z', 'X', 'gone'].includes(state())) { killedWhileBusy = true; break } }
+    busy(3000)
+    await stopped
+    console.log(JSON.stringify({ killedWhileBusy, unavailable: t.exitStatusUnavailable ?? false, done: await t.done }))
+    await ex.dispose()
+  `)
+  assert.deepEqual(JSON.parse(out), { killedWhileBusy: true, unavailable: false, done: { exitCode: null, signal: 'SIGKILL' } })
+})
+
+test('a worker that goes away with a terminal running leaves nothing of it running', async () => {
+  const marker = `dsh-terminal-worker-${process.pid}`
+  const w = new Worker(
+    `
+    const { parentPort } = require('node:worker_threads')
+    const { NativeShellExecutor } = require(${JSON.stringify(ADDON)})
+    ;(async () => {
+      const ex = new NativeShellExecutor({ graceMs: 300 })
+      await ex.spawnTerminal({ argv: ['bash', '-c', "trap '' HUP TERM; sleep 30; echo ${marker}"], cwd: '/tmp', rows: 24, cols: 80, graceMs: 300 })
+      parentPort.postMessage('started')
+    })()
+  `,
+    { eval: true },
+  )
+  await new Promise((resolve, reject) => {
+    w.once('message', resolve)
+    w.once('error', reject)
+  })
+  assert.ok(await eventually(() => withMarker(marker) > 0), 'the session started')
+  await w.terminate()
+  assert.ok(await eventually(() => withMarker(marker) === 0, 10000), 'its session ended with the worker')
 })
