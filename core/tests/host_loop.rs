@@ -59,46 +59,40 @@ impl Host {
     /// the host loop's descriptor or the waker's pipe says to poll again.
     /// Returns the result and how many times the loop slept.
     fn drive<T: Send + 'static>(&self, mut run: HostRun<T>, limit: Duration) -> (Result<T>, usize) {
-        let waker = Waker::from(self.waker.clone());
-        let mut cx = Context::from_waker(&waker);
-        let deadline = Instant::now() + limit;
         let mut sleeps = 0;
-        loop {
-            self.host.dispatch().unwrap();
-            if let Poll::Ready(r) = self.host.poll(&mut run, &mut cx) {
-                return (r, sleeps);
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            assert!(!left.is_zero(), "the run did not end within {limit:?}");
-            let mut fds = [
-                libc::pollfd {
-                    fd: self.host.fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: self.read.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
-            // SAFETY: two valid pollfd entries.
-            let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, left.as_millis().max(1) as i32) };
-            // Nothing woke the host before the limit: the run was left
-            // waiting (one more dispatch would hide a lost wakeup).
-            assert!(
-                ready != 0,
-                "the run did not end within {limit:?}: nothing woke the host"
-            );
-            let mut buf = [0u8; 64];
-            // SAFETY: reads into a live buffer from our non-blocking pipe.
-            while unsafe { libc::read(self.read.as_raw_fd(), buf.as_mut_ptr().cast(), 64) } > 0 {}
+        let ended = self.drive_until(&mut run, limit, || {
             sleeps += 1;
-        }
+            false
+        });
+        (ended.expect("driven until it ended"), sleeps)
     }
-}
 
-impl Host {
+    /// Sleeps until the host loop's descriptor or the waker's pipe says to
+    /// poll again; fails when nothing did before `deadline` (one more
+    /// dispatch would hide a lost wakeup).
+    fn sleep_until_woken(&self, deadline: Instant, limit: Duration) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "not done within {limit:?}");
+        let mut fds = [
+            libc::pollfd {
+                fd: self.host.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.read.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfd entries.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, left.as_millis().max(1) as i32) };
+        assert!(ready != 0, "not done within {limit:?}: nothing woke the host");
+        let mut buf = [0u8; 64];
+        // SAFETY: reads into a live buffer from our non-blocking pipe.
+        while unsafe { libc::read(self.read.as_raw_fd(), buf.as_mut_ptr().cast(), 64) } > 0 {}
+    }
+
     /// Polls `run` the way a host's loop does until `done()` (asked after
     /// each poll) says so, sleeping between polls until the host loop's
     /// descriptor or the waker's pipe says to poll again: nothing is found
@@ -121,26 +115,7 @@ impl Host {
             if done() {
                 return None;
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            assert!(!left.is_zero(), "not done within {limit:?}");
-            let mut fds = [
-                libc::pollfd {
-                    fd: self.host.fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: self.read.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
-            // SAFETY: two valid pollfd entries.
-            let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, left.as_millis().max(1) as i32) };
-            assert!(ready != 0, "not done within {limit:?}: nothing woke the host");
-            let mut buf = [0u8; 64];
-            // SAFETY: reads into a live buffer from our non-blocking pipe.
-            while unsafe { libc::read(self.read.as_raw_fd(), buf.as_mut_ptr().cast(), 64) } > 0 {}
+            self.sleep_until_woken(deadline, limit);
         }
     }
 }
@@ -733,8 +708,9 @@ fn a_terminal_stopped_while_the_host_is_busy_past_the_give_up_keeps_its_exit_and
     // stop must read them itself, not give up on the leader.
     let exec = executor();
     let host = Host::new();
-    let mut request =
-        TerminalRequest::command("trap 'echo bye; exit 3' HUP TERM; echo ready; while :; do sleep 0.05; done");
+    let mut request = TerminalRequest::command(
+        "trap 'echo bye; exit 3' HUP TERM; echo ready; while :; do sleep 0.05; done",
+    );
     request.grace_ms = Some(Num(300.0));
     let (term, task) = terminal_task(&exec, request);
     let mut run = task.on_host_loop(&host.host);

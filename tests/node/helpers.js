@@ -120,4 +120,28 @@ async function failure(fn) {
   assert.fail('expected an error')
 }
 
-module.exports = { executor, alive, comm, eventually, failure, within, readUntil, tmpdir, landlockMissing, withMarker, NativeBashExecutor, NativeShellExecutor }
+/**
+ * Runs node with `args` in a child process; resolves with its stdout, and
+ * fails when it exits non-zero or is still running after `timeoutMs` (a
+ * hang fails instead of hanging the suite).
+ */
+function nodeChild(args, timeoutMs = 30000) {
+  const { spawn } = require('node:child_process')
+  return new Promise((resolve, reject) => {
+    const c = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] })
+    let out = ''
+    let err = ''
+    c.stdout.on('data', (d) => (out += d))
+    c.stderr.on('data', (d) => (err += d))
+    const timer = setTimeout(() => c.kill('SIGKILL'), timeoutMs)
+    c.on('error', reject)
+    c.on('close', (code, signal) => {
+      clearTimeout(timer)
+      if (signal !== null) reject(new Error(`the child was killed (a hang?): ${out}${err}`))
+      else if (code !== 0) reject(new Error(`the child failed (${code}): ${out}${err}`))
+      else resolve(out)
+    })
+  })
+}
+
+module.exports = { nodeChild, executor, alive, comm, eventually, failure, within, readUntil, tmpdir, landlockMissing, withMarker, NativeBashExecutor, NativeShellExecutor }

@@ -6,13 +6,12 @@
 
 import test from 'node:test'
 import assert from 'node:assert/strict'
-import { spawn as spawnChild } from 'node:child_process'
 import { Worker } from 'node:worker_threads'
 import { createRequire } from 'node:module'
 
 import { seamUrl } from './seam.mjs'
 
-const { eventually, withMarker } = createRequire(import.meta.url)('./helpers.js')
+const { eventually, nodeChild, withMarker } = createRequire(import.meta.url)('./helpers.js')
 
 const PROVIDER = new URL('../../bindings-node/subprocess.mjs', import.meta.url).href
 const CORDIS = seamUrl('@deepseek-ai/cordis')
@@ -34,23 +33,7 @@ const withProvider = `
 
 /** Runs `script` (an ES module, after `withProvider`) in a child Node; resolves with its stdout, failing on a hang. */
 function child(script, timeoutMs = 30000) {
-  return new Promise((resolve, reject) => {
-    const c = spawnChild(process.execPath, ['--input-type=module', '-e', withProvider + script], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    })
-    let out = ''
-    let err = ''
-    c.stdout.on('data', (d) => (out += d))
-    c.stderr.on('data', (d) => (err += d))
-    const timer = setTimeout(() => c.kill('SIGKILL'), timeoutMs)
-    c.on('error', reject)
-    c.on('close', (code, signal) => {
-      clearTimeout(timer)
-      if (signal !== null) reject(new Error(`the child was killed (a hang?): ${out}${err}`))
-      else if (code !== 0) reject(new Error(`the child failed (${code}): ${out}${err}`))
-      else resolve(out)
-    })
-  })
+  return nodeChild(['--input-type=module', '-e', withProvider + script], timeoutMs)
 }
 
 test('terminate() just before the JS thread goes busy: the TERM trap runs and the SIGKILL comes after the grace, while it is busy', async () => {

@@ -6,34 +6,18 @@
 const test = require('node:test')
 const assert = require('node:assert/strict')
 
-const { spawn: spawnChild } = require('node:child_process')
 const path = require('node:path')
 const { Worker } = require('node:worker_threads')
 
-const { executor, alive, comm, eventually, withMarker } = require('./helpers.js')
+const { executor, alive, comm, eventually, nodeChild, withMarker } = require('./helpers.js')
 
 const ADDON = path.join(__dirname, '../../bindings-node')
 
 /** Runs `script` (CommonJS, with `ex` an executor) in a child Node; resolves with its stdout, failing on a hang. */
 function child(script, timeoutMs = 30000) {
-  return new Promise((resolve, reject) => {
-    const prelude = `const { NativeShellExecutor } = require(${JSON.stringify(ADDON)}); const ex = new NativeShellExecutor({ graceMs: 300 });
-      const busy = (ms) => { const end = Date.now() + ms; while (Date.now() < end) {} };\n`
-    const c = spawnChild(process.execPath, ['-e', `(async () => { ${prelude}${script} })().catch((e) => { console.error(e); process.exit(1) })`], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    })
-    let out = ''
-    let err = ''
-    c.stdout.on('data', (d) => (out += d))
-    c.stderr.on('data', (d) => (err += d))
-    const timer = setTimeout(() => c.kill('SIGKILL'), timeoutMs)
-    c.on('close', (code, signal) => {
-      clearTimeout(timer)
-      if (signal !== null) reject(new Error(`the child was killed (a hang?): ${out}${err}`))
-      else if (code !== 0) reject(new Error(`the child failed (${code}): ${out}${err}`))
-      else resolve(out)
-    })
-  })
+  const prelude = `const { NativeShellExecutor } = require(${JSON.stringify(ADDON)}); const ex = new NativeShellExecutor({ graceMs: 300 });
+    const busy = (ms) => { const end = Date.now() + ms; while (Date.now() < end) {} };\n`
+  return nodeChild(['-e', `(async () => { ${prelude}${script} })().catch((e) => { console.error(e); process.exit(1) })`], timeoutMs)
 }
 
 /** Collects `handle.output` and waits for patterns in it. */
