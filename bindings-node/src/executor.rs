@@ -539,9 +539,11 @@ impl NativeExecutor {
         self.inner.off_task_done(ListenerId::from_u64(id as u64))
     }
 
-    /// Resolves a terminal request and starts the session off the JS
-    /// thread; the promise settles with the handle once it runs. A token
-    /// already cancelled refuses it (ABORT_ERR).
+    /// Resolves a terminal request and starts the session: on this JS
+    /// thread, read on its own loop from the start; off it, read by the
+    /// core's threads, where this runtime has no libuv. The promise settles
+    /// with the handle once it runs. A token already cancelled refuses it
+    /// (ABORT_ERR).
     #[napi]
     pub fn spawn_terminal<'e>(
         &self,
@@ -555,13 +557,17 @@ impl NativeExecutor {
             return Err(js_error(env, &DshError::AlreadyCancelled));
         }
         let (deferred, promise) = settle::promise(env)?;
-        self.inner.spawn_terminal_task_with(&spec, move |outcome| {
+        if let Some(spawned) = foreground::spawn_terminal(env, &self.inner, &spec) {
+            let terminal = spawned.map(|(inner, readers)| NativeTerminal {
+                inner,
+                readers: Some(readers),
+            });
+            deferred.resolve_here(*env, terminal.map_err(|e| js_error(env, &e)));
+            return Ok(promise);
+        }
+        self.inner.spawn_terminal_with(&spec, move |outcome| {
             deferred.resolve(move |env| match outcome {
-                Ok((inner, task)) => {
-                    // Read on this JS thread's loop from here on.
-                    let readers = foreground::terminal(&env, &inner, task);
-                    Ok(NativeTerminal { inner, readers })
-                }
+                Ok(inner) => Ok(NativeTerminal { inner, readers: None }),
                 Err(e) => Err(js_error(&env, &e)),
             })
         });

@@ -235,19 +235,21 @@ pub(crate) fn spawn(
     Ok(Some((spawned, done)))
 }
 
-/// Starts a terminal session's task on this JS thread's loop and returns
-/// its readers; or, when this runtime has no libuv (or no loop can be made
-/// for this thread), starts it on the core's threads and returns `None`:
-/// its readers then wait through a core thread. The session runs already,
-/// so it is never left unwatched.
-pub(crate) fn terminal(
+/// Spawns a terminal session whose task runs on this JS thread's loop from
+/// the start (the spawn happens here, as node-pty's fork does), with its
+/// readers; `None` when this runtime has no libuv or no loop can be made
+/// for this thread (the caller then spawns it on the core's threads).
+pub(crate) fn spawn_terminal(
     env: &Env,
-    terminal: &dsh_core::Terminal,
-    task: dsh_core::TerminalTask,
-) -> Option<Arc<TerminalReaders>> {
+    executor: &dsh_core::Executor,
+    spec: &dsh_core::TerminalSpec,
+) -> Option<dsh_core::Result<(dsh_core::Terminal, Arc<TerminalReaders>)>> {
     let Ok(Some(driver)) = driver(env) else {
-        task.start();
         return None;
+    };
+    let (terminal, task) = match executor.spawn_terminal_task(spec) {
+        Ok(spawned) => spawned,
+        Err(e) => return Some(Err(e)),
     };
     let readers = TerminalReaders::new(terminal.clone());
     let news = driver.news();
@@ -256,7 +258,7 @@ pub(crate) fn terminal(
     terminal.set_output_news(Arc::new(move || wake.wake_by_ref()));
     let run = task.on_host_loop(&driver.host);
     driver.add_with(*env, Work::Terminal(run, readers.clone()), news);
-    Some(readers)
+    Some(Ok((terminal, readers)))
 }
 
 impl Driver {

@@ -48,19 +48,25 @@ impl TerminalReaders {
         Ok(promise)
     }
 
-    /// Settles, on `env`'s thread after a turn, the first waiting reader
-    /// with the output there is, or every waiting reader once it has
-    /// ended; `None` when there is nothing to settle.
+    /// Settles, on `env`'s thread after a turn, the waiting readers in the
+    /// order they asked: each the output there is then, and all that are
+    /// left once it has ended; `None` when there is nothing to settle.
     pub(crate) fn deliver(&self) -> Option<Box<dyn FnOnce(Env)>> {
         let mut waiting = lock(&self.waiting);
-        if waiting.is_empty() {
+        let mut settled: Vec<(Settle, Next)> = Vec::new();
+        while !waiting.is_empty() {
+            let Some(next) = self.take() else { break };
+            match next {
+                Some(text) => settled.extend(waiting.pop_front().map(|s| (s, Some(text)))),
+                None => {
+                    settled.extend(waiting.drain(..).map(|s| (s, None)));
+                    break;
+                }
+            }
+        }
+        if settled.is_empty() {
             return None;
         }
-        let next = self.take()?;
-        let settled: Vec<(Settle, Next)> = match next {
-            Some(text) => waiting.pop_front().map(|s| (s, Some(text))).into_iter().collect(),
-            None => waiting.drain(..).map(|s| (s, None)).collect(),
-        };
         Some(Box::new(move |env: Env| {
             for (settle, next) in settled {
                 settle.resolve_here(env, Ok(next));

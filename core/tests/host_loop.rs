@@ -548,13 +548,10 @@ fn a_spawn_whose_host_run_is_dropped_unfinished_is_ended_with_its_tree() {
     );
 }
 
-/// A terminal session whose task is the test's to start: spawned on the
-/// core's threads, handed over through the callback thread.
+/// A terminal session whose task is the test's to start.
 fn terminal_task(exec: &Executor, request: TerminalRequest) -> (Terminal, TerminalTask) {
-    let spec = exec.resolve_terminal(request).unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    exec.spawn_terminal_task_with(&spec, move |r| tx.send(r).unwrap());
-    rx.recv_timeout(Duration::from_secs(20)).unwrap().unwrap()
+    exec.spawn_terminal_task(&exec.resolve_terminal(request).unwrap())
+        .unwrap()
 }
 
 /// Records on which threads the terminal's output news came, and wakes the
@@ -738,4 +735,39 @@ fn a_terminal_stopped_while_the_host_is_busy_past_the_give_up_keeps_its_exit_and
     assert!(!term.exit_status_unavailable(), "the exit was given up on");
     assert_eq!(term.exit_code(), Some(3));
     assert!(text.contains("bye"), "the trap's output was lost: {text:?}");
+}
+
+#[test]
+fn a_write_to_a_terminal_on_the_hosts_loop_goes_on_while_the_program_reads_silently() {
+    // The program prints nothing while it reads: only the terminal's room
+    // for more input can wake the host to write the rest.
+    let exec = executor();
+    let host = Host::new();
+    let (term, task) = terminal_task(
+        &exec,
+        TerminalRequest::command("stty raw -echo; echo ready; head -c 200000 >/dev/null; echo took-all"),
+    );
+    let mut run = task.on_host_loop(&host.host);
+    let mut text = String::new();
+    assert!(host
+        .drive_until(&mut run, Duration::from_secs(20), || {
+            text.push_str(&term.read_output().text);
+            text.contains("ready")
+        })
+        .is_none());
+    let pending = term.write_now(vec![b'x'; 200_000]).unwrap();
+    assert!(
+        pending.is_some(),
+        "the terminal took it all at once: the test wrote too little"
+    );
+    assert!(host
+        .drive_until(&mut run, Duration::from_secs(20), || {
+            text.push_str(&term.read_output().text);
+            text.contains("took-all")
+        })
+        .is_none());
+    // It exits by itself: the session ends on the host's loop.
+    let (r, _) = host.drive(run, Duration::from_secs(20));
+    r.unwrap();
+    assert_eq!(term.exit_code(), Some(0));
 }

@@ -352,3 +352,61 @@ test('a worker that goes away with a terminal running leaves nothing of it runni
   await w.terminate()
   assert.ok(await eventually(() => withMarker(marker) === 0, 10000), 'its session ended with the worker')
 })
+
+test('a write to a program that reads without printing completes (the JS thread is woken by room, not only by output)', async () => {
+  const out = await child(`
+    const t = await ex.spawnTerminal({ argv: ['bash', '-c', 'stty raw -echo; echo ready; head -c 200000 >/dev/null; echo took-all'], cwd: '/tmp', rows: 24, cols: 80, graceMs: 300 })
+    let seen = ''
+    t.output.on('data', (c) => (seen += c))
+    while (!seen.includes('ready')) await new Promise((r) => setTimeout(r, 10))
+    await t.write(Buffer.alloc(200000, 'x'))
+    while (!seen.includes('took-all')) await new Promise((r) => setTimeout(r, 10))
+    console.log(JSON.stringify(await t.done))
+    await ex.dispose()
+  `, 20000)
+  assert.deepEqual(JSON.parse(out), { exitCode: 0, signal: null })
+})
+
+test('dispose() right after spawnTerminal(), with the JS thread busy before and after: the session is ended within its grace', async () => {
+  const out = await child(`
+    const fs = require('node:fs')
+    // Made here, not written in this script: the script is in this node's own command line.
+    const marker = 'dsh-terminal-unstarted-' + process.pid
+    const running = () => fs.readdirSync('/proc').filter((p) => /^\\d+$/.test(p)).some((p) => { try { return fs.readFileSync('/proc/' + p + '/cmdline', 'utf8').includes(marker) } catch { return false } })
+    const spawned = ex.spawnTerminal({ argv: ['bash', '-c', "trap '' HUP TERM; sleep 30; echo " + marker], cwd: '/tmp', rows: 24, cols: 80, graceMs: 300 })
+    const started = running()
+    busy(500)
+    const disposed = ex.dispose()
+    // Busy: the grace and the SIGKILL must come from the core's threads.
+    const end = Date.now() + 4000
+    let endedWhileBusy = false
+    while (Date.now() < end) { if (!running()) { endedWhileBusy = true; break } }
+    await spawned
+    await disposed
+    console.log(JSON.stringify({ started, endedWhileBusy }))
+  `)
+  assert.deepEqual(JSON.parse(out), { started: true, endedWhileBusy: true })
+})
+
+test('readers waiting together when the session ends on a core thread are each settled, in the order they asked', async () => {
+  // The addon's handle (the Readable asks one at a time): two readers wait,
+  // the stop ends the session while the JS thread is busy.
+  const out = await child(`
+    const { NativeExecutor, NativeCancelToken } = require(${JSON.stringify(path.join(ADDON, 'loader.js'))})
+    const native = new NativeExecutor({ graceMs: 300 })
+    const t = await native.spawnTerminal({ argv: ['bash', '-c', "trap 'echo bye; exit 0' HUP TERM; echo ready; while :; do sleep 0.05; done"], cwd: '/tmp', rows: 24, cols: 80, graceMs: 300 }, new NativeCancelToken())
+    let seen = ''
+    while (!seen.includes('ready')) { seen += t.readOutput().text; await new Promise((r) => setTimeout(r, 10)) }
+    const a = t.nextOutput()
+    const b = t.nextOutput()
+    t.terminate()
+    busy(3000)
+    const got = await Promise.race([Promise.all([a, b]), new Promise((r) => setTimeout(() => r('B never settled'), 5000))])
+    console.log(JSON.stringify(got))
+    await native.dispose()
+  `)
+  const got = JSON.parse(out)
+  assert.notEqual(got, 'B never settled')
+  assert.match(got[0], /bye/)
+  assert.equal(got[1], null)
+})

@@ -38,8 +38,9 @@ use crate::sys::lock;
 pub struct HostLoop {
     reactor: Arc<Runtime>,
     /// Readable when a watched descriptor has news: the host's loop
-    /// watches it and then calls [`HostLoop::dispatch`].
-    ready: OwnedFd,
+    /// watches it and then calls [`HostLoop::dispatch`]. Shared with the
+    /// [`WritableWatch`]es of its descriptors, which may outlive it.
+    ready: Arc<OwnedFd>,
     /// A forked child must not use its parent's epoll instances.
     owner: libc::pid_t,
 }
@@ -165,7 +166,9 @@ impl HostLoop {
         Ok(HostLoop {
             reactor: Arc::new(reactor),
             // SAFETY: a descriptor epoll_create1 just returned, owned by no one else.
-            ready: crate::sys::prefer_above_stdio(unsafe { OwnedFd::from_raw_fd(fd) }),
+            ready: Arc::new(crate::sys::prefer_above_stdio(unsafe {
+                OwnedFd::from_raw_fd(fd)
+            })),
             owner: current_pid(),
         })
     }
@@ -239,25 +242,79 @@ impl HostLoop {
         outcome
     }
 
-    /// Watches `fds` (edge-triggered: an event is news once).
+    /// Watches `fds` for readability (edge-triggered: an event is news
+    /// once); see [`HostLoop::writable_watch`] for writability.
     pub(crate) fn watch(&self, fds: &[RawFd]) -> std::io::Result<()> {
         for &fd in fds {
-            let mut event = libc::epoll_event {
-                events: (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
-                u64: fd as u64,
-            };
-            // SAFETY: `event` outlives the call; both descriptors are open.
-            // A watched descriptor leaves the set when it is closed.
-            if unsafe { libc::epoll_ctl(self.ready.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut event) } < 0 {
-                return Err(std::io::Error::last_os_error());
+            if let Err(e) = watch_fd(&self.ready, libc::EPOLL_CTL_ADD, fd, false) {
+                // None half watched: a descriptor left in the set would wake
+                // the host for work that runs on the core's threads.
+                for &added in fds.iter().take_while(|&&f| f != fd) {
+                    // SAFETY: both descriptors are open; a null event is
+                    // allowed for EPOLL_CTL_DEL.
+                    unsafe {
+                        libc::epoll_ctl(
+                            self.ready.as_raw_fd(),
+                            libc::EPOLL_CTL_DEL,
+                            added,
+                            std::ptr::null_mut(),
+                        )
+                    };
+                }
+                return Err(e);
             }
         }
         Ok(())
     }
 
+    /// Says whether the host's loop should also wake when `fd` (watched by
+    /// [`HostLoop::watch`]) becomes writable: only while a write to it
+    /// waits for room, since a terminal is woken for writing after every
+    /// write and read. Callable from any thread.
+    pub(crate) fn writable_watch(&self, fd: RawFd) -> WritableWatch {
+        WritableWatch {
+            ready: self.ready.clone(),
+            fd,
+        }
+    }
+
     fn check(&self) -> Result<()> {
         crate::host::forked::check_host(self.owner)
     }
+}
+
+/// Adds or removes writability from what a descriptor watched by a
+/// [`HostLoop`] wakes it for (see [`HostLoop::writable_watch`]).
+pub(crate) struct WritableWatch {
+    ready: Arc<OwnedFd>,
+    fd: RawFd,
+}
+
+impl WritableWatch {
+    /// Wakes the host's loop when the descriptor becomes writable, or no
+    /// longer. A descriptor already closed is no longer watched: nothing
+    /// to do.
+    pub(crate) fn wants(&self, writable: bool) {
+        let _ = watch_fd(&self.ready, libc::EPOLL_CTL_MOD, self.fd, writable);
+    }
+}
+
+/// Adds `fd` to the host's epoll set, or changes what it is watched for.
+fn watch_fd(ready: &OwnedFd, op: libc::c_int, fd: RawFd, writable: bool) -> std::io::Result<()> {
+    let mut events = libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLET;
+    if writable {
+        events |= libc::EPOLLOUT;
+    }
+    let mut event = libc::epoll_event {
+        events: events as u32,
+        u64: fd as u64,
+    };
+    // SAFETY: `event` outlives the call; `ready` is open. A watched
+    // descriptor leaves the set when it is closed (the call then fails).
+    if unsafe { libc::epoll_ctl(ready.as_raw_fd(), op, fd, &mut event) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 impl<T: Send + 'static> HostRun<T> {

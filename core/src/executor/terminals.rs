@@ -44,29 +44,24 @@ impl Executor {
         spec: &TerminalSpec,
         on_done: impl FnOnce(Result<Terminal>) + Send + 'static,
     ) {
-        self.spawn_terminal_task_with(spec, move |outcome| {
-            on_done(outcome.map(|(terminal, task)| {
+        let (this, spec, env) = (self.clone(), spec.clone(), HostEnv::capture());
+        runtime::handle().spawn_blocking(move || {
+            let outcome = this.spawn_terminal_task_in(&spec, env).map(|(terminal, task)| {
                 task.start();
                 terminal
-            }))
+            });
+            callbacks::dispatch(move || on_done(outcome));
         });
     }
 
-    /// [`Executor::spawn_terminal_with`] whose session's task is the
-    /// host's to start: on its own loop ([`TerminalTask::on_host_loop`]),
-    /// or on the core's threads. Until it starts, nothing reads the
-    /// terminal or hears of the program's exit (the program runs, and
-    /// waits once the terminal's buffer is full).
-    pub fn spawn_terminal_task_with(
-        &self,
-        spec: &TerminalSpec,
-        on_done: impl FnOnce(Result<(Terminal, TerminalTask)>) + Send + 'static,
-    ) {
-        let (this, spec, env) = (self.clone(), spec.clone(), HostEnv::capture());
-        runtime::handle().spawn_blocking(move || {
-            let outcome = this.spawn_terminal_task_in(&spec, env);
-            callbacks::dispatch(move || on_done(outcome));
-        });
+    /// [`Executor::spawn_terminal`] whose session's task is the caller's
+    /// to start, at once: on a host's own loop
+    /// ([`TerminalTask::on_host_loop`]), or on the core's threads
+    /// ([`TerminalTask::start`], or by dropping it). Until it starts,
+    /// nothing reads the terminal, hears of the program's exit, or answers
+    /// a stop or dispose.
+    pub fn spawn_terminal_task(&self, spec: &TerminalSpec) -> Result<(Terminal, TerminalTask)> {
+        self.spawn_terminal_task_in(spec, HostEnv::capture())
     }
 
     fn spawn_terminal_task_in(
@@ -118,9 +113,12 @@ impl TerminalTask {
     /// only waits for its end. A `HostRun` dropped before the end stops the
     /// session (as `terminate` does) and waits for it.
     pub fn on_host_loop(mut self, host: &HostLoop) -> HostRun<()> {
-        let Some(run) = self.run.take() else {
-            return HostRun::new(host, async { Ok(()) }, self.on_drop.clone());
-        };
+        let run = self.run.take().expect("a task is started once");
+        let master = self.fds[0];
+        let watch = host.writable_watch(master);
+        let _ = self
+            .wants_writable
+            .set(Box::new(move |writable| watch.wants(writable)));
         let session = async move {
             run.await;
             Ok(())

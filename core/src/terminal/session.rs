@@ -8,7 +8,7 @@ use std::future::Future;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
@@ -58,7 +58,21 @@ pub struct TerminalTask {
     pub(crate) fds: [RawFd; 2],
     /// Stops the session (as `terminate` does) when its host lets go of it.
     pub(crate) on_drop: CancelToken,
+    /// Set by a host's loop that must be told when the session waits to
+    /// write (it wakes only for what it was asked to watch).
+    pub(crate) wants_writable: WantsWritable,
 }
+
+/// What ties a session's task to the host that runs it: the stop when the
+/// host lets go of it, and what the host must watch for it.
+struct HostTies {
+    on_drop: CancelToken,
+    wants_writable: WantsWritable,
+}
+
+/// Told `true` while the session waits for room to write to the terminal,
+/// `false` once it no longer does.
+pub(crate) type WantsWritable = Arc<OnceLock<Box<dyn Fn(bool) + Send + Sync>>>;
 
 impl std::fmt::Debug for TerminalTask {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -68,14 +82,13 @@ impl std::fmt::Debug for TerminalTask {
 
 impl TerminalTask {
     /// Starts the session's task on the core's threads.
-    pub fn start(mut self) {
-        if let Some(run) = self.run.take() {
-            runtime::handle().spawn(run);
-        }
+    pub fn start(self) {
+        drop(self)
     }
 }
 
 impl Drop for TerminalTask {
+    /// Not started on a host's loop: started on the core's threads.
     fn drop(&mut self) {
         if let Some(run) = self.run.take() {
             runtime::handle().spawn(run);
@@ -128,16 +141,21 @@ pub(crate) fn prepare<G: Send + 'static>(
     let (master, report, releaser) = (started.master, started.report, started.releaser);
     let fds = [master.as_raw_fd(), report.as_raw_fd()];
     let on_drop = CancelToken::new();
-    let stop_on_drop = on_drop.clone();
+    let wants_writable = WantsWritable::default();
+    let host = HostTies {
+        on_drop: on_drop.clone(),
+        wants_writable: wants_writable.clone(),
+    };
     let run = async move {
         let _guard = guard;
-        task.run(master, report, releaser, write_rx, disposing, stop_on_drop)
+        task.run(master, report, releaser, write_rx, disposing, host)
             .await;
     };
     let task = TerminalTask {
         run: Some(Box::pin(run)),
         fds,
         on_drop,
+        wants_writable,
     };
     (terminal, task)
 }
@@ -211,22 +229,39 @@ fn read_into(fd: RawFd, shared: &SessionInner, buf: &mut [u8]) -> io::Result<usi
 }
 
 /// Reads what already waits on the master without the reactor, while the
-/// output has room: a session on a host's loop whose drain is ended by a
-/// core thread's timer would otherwise leave the program's last output
-/// (a TERM trap's) unread, its readiness never handed out by a busy host.
-fn read_waiting(fd: &AsyncFd<OwnedFd>, shared: &SessionInner, buf: &mut [u8]) {
+/// output has room; true when the terminal has hung up (nobody holds it).
+/// A session on a host's loop whose stop or drain is answered by a core
+/// thread would otherwise leave the program's last output (a TERM trap's)
+/// unread, its readiness never handed out by a busy host.
+fn read_waiting(fd: &AsyncFd<OwnedFd>, shared: &SessionInner, buf: &mut [u8]) -> bool {
     loop {
         let room = lock(&shared.output).room().min(buf.len());
         if room == 0 {
-            return;
+            return false;
         }
         match read_into(fd.as_raw_fd(), shared, &mut buf[..room]) {
-            Ok(0) => return,
+            Ok(0) => return true,
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return,
+            Err(e) => return e.kind() != io::ErrorKind::WouldBlock,
         }
     }
+}
+
+/// The leader's exit if its report already waits on the pipe, read
+/// without the reactor (see `take_waiting_reports`), as the event that
+/// handles it.
+fn exit_waiting(
+    fd: &AsyncFd<OwnedFd>,
+    reader: &mut ReportReader,
+    pid: libc::pid_t,
+    lost: &mut bool,
+) -> Option<Event> {
+    let report = take_waiting_reports(fd, reader, &mut Some(pid), lost)?;
+    Some(Event::Exited(match report {
+        Report::Exited(s) => s,
+        _ => ExitStatus::Unavailable,
+    }))
 }
 
 impl Terminal {
@@ -262,8 +297,12 @@ impl Terminal {
         releaser: Releaser,
         mut write_rx: mpsc::UnboundedReceiver<WriteRequest>,
         disposing: impl std::future::Future<Output = ()>,
-        on_drop: CancelToken,
+        host: HostTies,
     ) {
+        let HostTies {
+            on_drop,
+            wants_writable,
+        } = host;
         let pid = self.shared.pid;
         // Until this returns, dispose leaves the session's group to it.
         let mut live = LiveLeader::new(&self.shared.tag);
@@ -310,7 +349,15 @@ impl Terminal {
             }
         };
         tokio::pin!(stop);
+        // Whether the host's loop was last told the session waits to write.
+        let mut waits_to_write = false;
         while !exited || open {
+            if waits_to_write != current.is_some() {
+                waits_to_write = current.is_some();
+                if let Some(wants) = wants_writable.get() {
+                    wants(waits_to_write);
+                }
+            }
             let room = lock(&self.shared.output).room();
             if exited && drain_until.is_none() && (room > 0 || escalation.stopped().is_some()) {
                 drain_until = Some(Instant::now() + grace);
@@ -359,6 +406,12 @@ impl Terminal {
                     exited = true;
                     self.on_exit(s);
                     drain_until = Some(Instant::now() + grace);
+                    // What the program left, and the hangup, read now: a
+                    // busy host's loop may not hand their readiness out
+                    // before the drain's end.
+                    if open && read_waiting(&master, &self.shared, &mut buf) {
+                        open = false;
+                    }
                     if let Some(request) = current.take() {
                         let _ = request.reply.send(Err(input_gone()));
                     }
@@ -369,9 +422,17 @@ impl Terminal {
                 }
                 Event::Stop(reason) => {
                     escalation.begin(reason, grace);
+                    // An exit already reported happened before this stop
+                    // (a host's loop may not have handed it out yet).
+                    if !exited && unhandled.is_none() {
+                        unhandled = exit_waiting(&report_fd, &mut report, pid, &mut lost);
+                    }
                     self.signal_session(lost, libc::SIGTERM, reason != Stop::Dispose);
                 }
                 Event::KillNow => {
+                    if !exited && unhandled.is_none() {
+                        unhandled = exit_waiting(&report_fd, &mut report, pid, &mut lost);
+                    }
                     escalation.killed();
                     self.signal_session(lost, libc::SIGKILL, escalation.stopped() != Some(Stop::Dispose));
                 }
@@ -388,14 +449,11 @@ impl Terminal {
                 Event::GiveUp => {
                     // The exit may wait for a busy host's loop to hand it
                     // out (this poll is a core thread's): handled next.
-                    let mut known = Some(pid);
-                    if let Some(report) = take_waiting_reports(&report_fd, &mut report, &mut known, &mut lost)
-                    {
-                        unhandled = Some(Event::Exited(match report {
-                            Report::Exited(s) => s,
-                            _ => ExitStatus::Unavailable,
-                        }));
-                        continue;
+                    if unhandled.is_none() {
+                        unhandled = exit_waiting(&report_fd, &mut report, pid, &mut lost);
+                        if unhandled.is_some() {
+                            continue;
+                        }
                     }
                     // Stuck: the session ends without its exit status; the
                     // leader is counted in `survivors`.
