@@ -68,6 +68,21 @@ static void skip(const char *name, const char *why) {
     current_skipped = 1;
 }
 
+/* Why a test whose child keeps running after fork() (no exec) cannot run
+ * here, or NULL. GCC 12's AddressSanitizer gives its allocator no fork
+ * handlers: a child forked while another thread of the host (the
+ * executor's, which run on their own) held one of its locks deadlocks in
+ * its first allocation (seen about once in 20 runs of fork_after_use).
+ * glibc's allocator has them, so the plain C stage runs these tests. */
+static const char *fork_without_exec_hazard(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    return "under GCC's AddressSanitizer a forked child of a multithreaded host can deadlock in the "
+           "sanitizer's allocator (no fork handlers); the C stage without ASan runs it";
+#else
+    return NULL;
+#endif
+}
+
 static int str_eq(DshStr s, const char *want) {
     return s.ptr != NULL && s.len == strlen(want) && memcmp(s.ptr, want, s.len) == 0;
 }
@@ -912,6 +927,10 @@ static int child_checks_passed(void) { return current_failed ? 1 : 0; }
  * objects and a working new executor; the parent is unaffected. The child
  * ends itself with alarm() if it hangs. */
 static void test_fork_after_use(void) {
+    if (fork_without_exec_hazard()) {
+        skip("fork_after_use", fork_without_exec_hazard());
+        return;
+    }
     DshExecutor *exec = new_executor(300, 0);
     DshSpec *echo = resolve(exec, "echo before", 0);
     DshRunResult *r = NULL;
@@ -958,6 +977,10 @@ static void test_fork_after_use(void) {
 /* A host that ignores SIGCHLD: a run that happened is a result with its
  * output, never a spawn failure. */
 static void test_sigchld_ignored(void) {
+    if (fork_without_exec_hazard()) {
+        skip("sigchld_ignored", fork_without_exec_hazard());
+        return;
+    }
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
@@ -1000,6 +1023,10 @@ static void *thread_with_exit_destructor(void *key) {
     return NULL;
 }
 static void test_calls_from_thread_exit_destructors(void) {
+    if (fork_without_exec_hazard()) {
+        skip("calls_from_thread_exit_destructors", fork_without_exec_hazard());
+        return;
+    }
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
@@ -1220,9 +1247,27 @@ static void host_death(const char *ending) {
     fprintf(stderr, "  host death (%s): tree gone in %.1f ms\n", ending, took);
 }
 
-static void test_host_death_sigkill(void) { host_death("sigkill"); }
-static void test_host_death_exit_without_dispose(void) { host_death("exit"); }
-static void test_host_death_exit_from_another_thread(void) { host_death("thread-exit"); }
+static void test_host_death_sigkill(void) {
+    if (fork_without_exec_hazard()) {
+        skip("host_death_sigkill", fork_without_exec_hazard());
+        return;
+    }
+    host_death("sigkill");
+}
+static void test_host_death_exit_without_dispose(void) {
+    if (fork_without_exec_hazard()) {
+        skip("host_death_exit_without_dispose", fork_without_exec_hazard());
+        return;
+    }
+    host_death("exit");
+}
+static void test_host_death_exit_from_another_thread(void) {
+    if (fork_without_exec_hazard()) {
+        skip("host_death_exit_from_another_thread", fork_without_exec_hazard());
+        return;
+    }
+    host_death("thread-exit");
+}
 
 /* reconfigure: new commands get the new limits, a bad field changes nothing. */
 static void test_reconfigure(void) {
