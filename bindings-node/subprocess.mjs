@@ -117,9 +117,9 @@ function drained(streams, graceMs) {
 class NativeSubprocessHandle {
   #native
   #gone
+  #pid
   constructor(native, streams, collected, signal, graceMs) {
     this.#native = native
-    this.pid = native.pid
     this.stdin = streams[0]
     this.stdout = streams[1]
     this.stderr = streams[2]
@@ -128,17 +128,40 @@ class NativeSubprocessHandle {
     signal?.addEventListener('abort', onAbort, { once: true })
     // At process close, as the seam says: the program has exited and its
     // raw output pipes have delivered their last bytes.
-    this.done = native.done().then(async (facts) => {
+    const over = () => {
       signal?.removeEventListener('abort', onAbort)
       // As child_process does at the exit: a later write is refused
       // (ERR_STREAM_DESTROYED) instead of failing later with an EPIPE
       // 'error' nobody listens for, which would end the host.
       streams[0]?.destroy()
-      await drained([streams[1], streams[2]], graceMs)
-      return { exitCode: facts.exitCode ?? null, signal: facts.signal ?? null }
-    })
+    }
+    this.done = native.done().then(
+      async (facts) => {
+        over()
+        await drained([streams[1], streams[2]], graceMs)
+        return { exitCode: facts.exitCode ?? null, signal: facts.signal ?? null }
+      },
+      (err) => {
+        // It did not start (the spawn returned before its exec): its pipes
+        // are over already.
+        over()
+        throw err
+      },
+    )
+    // Rejected for whoever awaits it; not an unhandled rejection by itself.
+    this.done.catch(() => {})
     // An abort that fired between the spawn and the listener.
     if (signal?.aborted) onAbort()
+  }
+
+  /**
+   * The leader's pid; -1 for a program that did not start. The spawn
+   * returns before the exec (one wake-up of the host less per spawn), so
+   * the first read before it waits for it, as long as the spawn would have.
+   */
+  get pid() {
+    this.#pid ??= this.#native.pid
+    return this.#pid
   }
 
   terminate() {
@@ -273,7 +296,8 @@ export class NativeSubprocessRuntime extends SubprocessRuntime {
     }
     const handle = new NativeSubprocessHandle(native, streams, collected, signal, graceMs)
     state.live.add(handle)
-    handle.done.finally(() => state.live.delete(handle))
+    const forget = () => state.live.delete(handle)
+    handle.done.then(forget, forget)
     return handle
   }
 

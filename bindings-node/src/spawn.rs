@@ -130,7 +130,6 @@ impl NativeExecutor {
             None => (self.inner.spawn(&spec).map_err(|e| js_error(&env, &e))?, None),
         };
         Ok(NativeSpawned {
-            pid: spawned.pid,
             fds: Mutex::new([spawned.stdin, spawned.stdout, spawned.stderr]),
             inner: spawned.process,
             host_done,
@@ -159,7 +158,6 @@ impl NativeExecutor {
 #[napi]
 pub struct NativeSpawned {
     inner: dsh_core::Process,
-    pid: i32,
     /// stdin, stdout, stderr: the raw ends not yet taken by JS.
     fds: Mutex<[Option<OwnedFd>; 3]>,
     /// Watched by this JS thread's loop: `done` is settled there.
@@ -198,11 +196,11 @@ impl SpawnDone {
     fn promise<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
         let (settle, promise) = settle::promise(env)?;
         let mut state = lock(&self.state);
-        if self.process.is_settled() && state.waiting.is_empty() {
+        if let Some(e) = &state.failed {
+            settle.resolve_here(*env, Err::<SpawnOutcome, _>(js_error(env, e)));
+        } else if self.process.is_settled() && state.waiting.is_empty() {
             drop(state);
             settle.resolve_here(*env, Ok(self.outcome()));
-        } else if let Some(e) = &state.failed {
-            settle.resolve_here(*env, Err::<SpawnOutcome, _>(js_error(env, e)));
         } else {
             state.waiting.push(settle);
         }
@@ -210,14 +208,13 @@ impl SpawnDone {
     }
 
     /// The supervision ended (on the JS thread, in a turn of its loop):
-    /// the promises asked for meanwhile settle with the exit facts, or,
-    /// should it have failed without settling the process, its error.
+    /// the promises asked for meanwhile settle with the exit facts, or
+    /// with its error: the program did not start (the spawn returned
+    /// before its exec), or the supervision failed.
     pub(crate) fn ended(&self, env: Env, outcome: dsh_core::Result<()>) {
         let mut state = lock(&self.state);
         if let Err(e) = outcome {
-            if !self.process.is_settled() {
-                state.failed = Some(e);
-            }
+            state.failed = Some(e);
         }
         for settle in std::mem::take(&mut state.waiting) {
             match &state.failed {
@@ -251,9 +248,12 @@ fn stream(name: &str) -> Option<OutputStream> {
 
 #[napi]
 impl NativeSpawned {
+    /// The leader's pid, waiting for its exec when asked before it (a spawn
+    /// watched by this thread's loop returns before); −1, as the seam has
+    /// it, for a program that did not start.
     #[napi(getter)]
     pub fn pid(&self) -> i32 {
-        self.pid
+        self.inner.pid().unwrap_or(-1)
     }
 
     /// Hands the raw descriptor of stream `index` (0, 1, 2) to JS, which

@@ -190,7 +190,7 @@ pub struct Spawned {
 impl Spawned {
     pub(crate) fn new(py: Python<'_>, s: dsh_core::Spawned) -> PyResult<Spawned> {
         Ok(Spawned {
-            pid: s.pid,
+            pid: s.exec_pid().map_err(|e| to_pyerr(py, e))?,
             stdin: file_object(py, s.stdin, "wb")?,
             stdout: file_object(py, s.stdout, "rb")?,
             stderr: file_object(py, s.stderr, "rb")?,

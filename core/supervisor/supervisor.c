@@ -41,7 +41,8 @@
  *            FLAG_SCOPE_ONLY: it only scopes signals],
  *            [cgroup.procs if FLAG_CGROUP1], [cgroup.procs if FLAG_CGROUP2],
  *            [a cgroup v2 directory if FLAG_CGROUP_INTO: the command is
- *            born in it (clone3 with CLONE_INTO_CGROUP)]
+ *            born in it (clone3 with CLONE_INTO_CGROUP)], [a pipe's write
+ *            end if FLAG_PID_PIPE: the leader's pid once it has exec'd]
  *            The program: struct payload { argc, envc, len } and `len`
  *            bytes: struct limits if FLAG_RLIMITS, a seccomp filter if
  *            FLAG_SECCOMP (u32 count, u32 pad, count BPF instructions),
@@ -661,7 +662,8 @@ static void maybe_finish(struct command *c) {
 static void on_spawn(const struct request *req, int *fds, int nfds, const char *inline_bytes, size_t inline_len) {
     int is_inline = !!(req->flags & FLAG_INLINE);
     int want = 3 + !is_inline + !!(req->flags & FLAG_STDIN) + !!(req->flags & FLAG_RULESET) +
-               !!(req->flags & FLAG_CGROUP1) + !!(req->flags & FLAG_CGROUP2) + !!(req->flags & FLAG_CGROUP_INTO);
+               !!(req->flags & FLAG_CGROUP1) + !!(req->flags & FLAG_CGROUP2) + !!(req->flags & FLAG_CGROUP_INTO) +
+               !!(req->flags & FLAG_PID_PIPE);
     if (nfds < 1) return;
     int sock = fds[0];
     int memfd = !is_inline && nfds > 1 ? fds[1] : -1;
@@ -688,6 +690,8 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
     int group1 = (req->flags & FLAG_CGROUP1) ? fds[k++] : -1;
     int group2 = (req->flags & FLAG_CGROUP2) ? fds[k++] : -1;
     int into = (req->flags & FLAG_CGROUP_INTO) ? fds[k++] : -1;
+    /* Closed below with the others, written first if the command started. */
+    int pid_pipe = (req->flags & FLAG_PID_PIPE) ? fds[k++] : -1;
     struct limits limits;
     struct sock_filter *insns = NULL;
     struct sock_fprog filter = {0, NULL};
@@ -833,6 +837,14 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
                 }
             } else {
                 send_reply(sock, R_SPAWNED, pid, 0);
+            }
+            if (pid_pipe >= 0) {
+                /* Four bytes fit in an empty pipe whole; a host that closed
+                 * its end (EPIPE: SIGPIPE is ignored) no longer asks. */
+                ssize_t w;
+                do {
+                    w = write(pid_pipe, &pid, sizeof pid);
+                } while (w < 0 && errno == EINTR);
             }
             watch_fd(pidfd, &a->exit_w);
         }

@@ -472,6 +472,82 @@ fn a_spawn_on_the_hosts_loop_settles_with_its_exit_and_output() {
 }
 
 #[test]
+fn a_spawn_on_the_hosts_loop_learns_its_pid_when_asked_before_or_after_the_exec() {
+    let exec = executor();
+    let host = Host::new();
+    // Asked at once (before the exec, most likely: the spawn does not wait
+    // for it), and asked only after the end (written at the exec, kept).
+    for ask_first in [true, false] {
+        let (spawned, run) = exec
+            .spawn_on_host_loop(&host.host, &spawn_of(&exec, "echo $$", 500))
+            .unwrap();
+        let early = ask_first.then(|| spawned.process.pid());
+        let (r, _) = host.drive(run, Duration::from_secs(30));
+        r.unwrap();
+        let echoed: i32 = spawned
+            .process
+            .read_from(OutputStream::Stdout, 0)
+            .text
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(spawned.process.pid(), Some(echoed), "asked first: {ask_first}");
+        if let Some(early) = early {
+            assert_eq!(early, Some(echoed));
+        }
+        assert_eq!(spawned.process.exit_code(), Some(0));
+    }
+}
+
+#[test]
+fn a_program_the_kernel_refuses_after_a_host_loop_spawn_ends_its_run_with_the_spawn_error() {
+    // Found and executable, so the host's own checks pass; execve says
+    // ENOEXEC, which only the supervisor learns, after the spawn returned.
+    let dir = temp_dir("enoexec");
+    let program = dir.as_ref().join("not-a-program");
+    std::fs::write(&program, b"\x00\x01\x02 neither ELF nor a script\n").unwrap();
+    std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let exec = executor();
+    let mut spec = exec
+        .resolve_spawn(SpawnRequest {
+            argv: vec![program.to_string_lossy().into_owned()],
+            grace_ms: n(500),
+            ..Default::default()
+        })
+        .unwrap();
+    spec.stdout = SpawnOutput::Pipe;
+    let waited = exec
+        .spawn(&spec)
+        .expect_err("the spawn that waits for the exec fails");
+    let host = Host::new();
+    let (spawned, run) = exec.spawn_on_host_loop(&host.host, &spec).unwrap();
+    let (r, _) = host.drive(run, Duration::from_secs(30));
+    let e = r.expect_err("its run ends with the start's error");
+    assert!(
+        matches!(
+            e,
+            DshError::Spawn {
+                errno: libc::ENOEXEC,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.to_string(),
+        waited.to_string(),
+        "the error the waiting spawn gives"
+    );
+    assert_eq!(spawned.process.pid(), None, "no pid: it did not start");
+    assert!(spawned.process.is_settled());
+    assert_eq!(spawned.process.exit_code(), None);
+    // Its raw pipe is over: nothing holds the other end.
+    let mut rest = Vec::new();
+    std::io::Read::read_to_end(&mut std::fs::File::from(spawned.stdout.unwrap()), &mut rest).unwrap();
+    assert!(rest.is_empty());
+}
+
+#[test]
 fn a_spawn_that_writes_stdin_bytes_is_watched_by_the_cores_threads() {
     let exec = executor();
     let host = Host::new();
@@ -513,7 +589,9 @@ fn terminate_escalates_on_time_though_the_host_does_not_poll() {
     spawned.process.terminate();
     // The host is busy: no dispatch, no poll.
     assert!(
-        eventually(Duration::from_secs(10), || dead_or_zombie(spawned.pid)),
+        eventually(Duration::from_secs(10), || dead_or_zombie(
+            spawned.process.pid().unwrap()
+        )),
         "the program outlived its grace while the host did not poll"
     );
     let (r, _) = host.drive(run, Duration::from_secs(30));

@@ -59,7 +59,8 @@ fn argv_is_never_given_to_a_shell() {
     settle(&s.process);
     assert_eq!(stdout_of(&s.process), "$HOME|a; echo b|*|");
     assert_eq!(s.process.exit_code(), Some(0));
-    assert_eq!(s.process.pid(), Some(s.pid));
+    assert_eq!(s.process.pid(), Some(s.exec_pid().unwrap()));
+    assert!(s.exec_pid().unwrap() > 0);
 }
 
 #[test]
@@ -461,6 +462,7 @@ fn terminate_racing_the_leaders_exit_still_ends_the_tree() {
         spec.stderr = SpawnOutput::Pipe;
         spec.grace_ms = 200;
         let s = exec.spawn(&spec).unwrap();
+        let leader = s.exec_pid().unwrap();
         let mut line = String::new();
         std::fs::File::from(s.stdout.unwrap())
             .read_to_string(&mut line)
@@ -468,7 +470,7 @@ fn terminate_racing_the_leaders_exit_still_ends_the_tree() {
         let child = first_pid(&line);
         // The leader is a zombie (exited, unreaped): the window in which
         // the handle has not settled yet.
-        assert!(eventually(LONG, || !alive(s.pid)));
+        assert!(eventually(LONG, || !alive(leader)));
         s.process.terminate();
         let gone = s.process.wait_tree_timeout(Some(LONG)).unwrap();
         if !gone {
@@ -560,7 +562,7 @@ fn dispose_ends_every_spawned_tree() {
     let running = exec.spawn(&spawn_spec(&["sleep", "300"])).unwrap();
     exec.dispose_blocking().unwrap();
     assert!(running.process.is_settled());
-    assert!(!alive(running.pid) || eventually(LONG, || !alive(running.pid)));
+    assert!(!alive(running.exec_pid().unwrap()) || eventually(LONG, || !alive(running.exec_pid().unwrap())));
     assert!(eventually(LONG, || !alive(grandchild)));
     assert!(eventually(LONG, || process.tree_gone()));
     assert!(matches!(

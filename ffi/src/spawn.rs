@@ -322,7 +322,7 @@ pub unsafe extern "C" fn dsh_executor_spawn(
         let spec = e.executor().resolve_spawn(input)?;
         let spawned = e.executor().spawn(&spec)?;
         let handle = DshSpawned {
-            pid: spawned.pid,
+            pid: spawned.exec_pid()?,
             fds: Mutex::new([spawned.stdin, spawned.stdout, spawned.stderr]),
             process: spawned.process,
             signal: OnceLock::new(),

@@ -362,6 +362,42 @@ add({
 })
 
 add({
+  name: "the handle's pid is the program's own, read at once or after the end",
+  exec: async (sp) => {
+    const early = sp.spawn(bash('echo $$'))
+    const earlyPid = early.pid
+    await early.done
+    const late = sp.spawn(bash('echo $$'))
+    await late.done
+    const own = (h) => Number(h.collected.stdout.readFrom(0).text.trim())
+    return { early: earlyPid === own(early), late: late.pid === own(late), positive: earlyPid > 0 }
+  },
+  expect: { early: true, late: true, positive: true },
+})
+
+add({
+  name: 'a file the kernel refuses to exec (no ELF, no #!) is not run by a shell',
+  exec: async (sp, { impl }) => {
+    // Found and executable, so only the exec itself can refuse it (ENOEXEC);
+    // as a shell script its first line would print.
+    const program = path.join(BASE, `not-a-program-${impl}`)
+    fs.writeFileSync(program, 'echo run by a shell\n\0', { mode: 0o755 })
+    const h = sp.spawn(spec([program], { stdin: 'pipe', stdout: 'pipe' }))
+    const out = []
+    h.stdout.on('data', (d) => out.push(d))
+    const done = await h.done.then((facts) => facts.exitCode, failure)
+    // After the end a write is refused, never an EPIPE that ends the host.
+    const write = await new Promise((resolve) => h.stdin.write('x', (err) => resolve(err ? 'refused' : 'taken')))
+    return { done, pid: h.pid > 0 ? 'a pid' : h.pid, stdout: Buffer.concat(out).toString(), write }
+  },
+  differs: {
+    id: 'exec-format',
+    published: (v) => assert.deepEqual(v, { done: 0, pid: 'a pid', stdout: 'run by a shell\n', write: 'refused' }),
+    native: (v) => assert.deepEqual(v, { done: { rejected: true, code: 'ENOEXEC' }, pid: -1, stdout: '', write: 'refused' }),
+  },
+})
+
+add({
   name: 'bad specs throw from spawn',
   exec: async (sp) => {
     const attempt = (s) => {

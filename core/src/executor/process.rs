@@ -1,7 +1,8 @@
 //! A background process handle (docs/running.md): live status, consuming
 //! reads, kill, and a completion that settles exactly once and never fails.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -109,11 +110,11 @@ pub(crate) struct ProcessInner {
     pub tree: Option<Tree>,
 }
 
-/// What a spawned program's handle knows of its tree: the leader's pid
-/// (known at once: a spawn waits for the exec), the tag every member
-/// inherits, and the tree's own end, which comes after the leader's.
+/// What a spawned program's handle knows of its tree: the leader's pid,
+/// the tag every member inherits, and the tree's own end, which comes
+/// after the leader's.
 pub(crate) struct Tree {
-    pub pid: libc::pid_t,
+    pub pid: LeaderPid,
     pub tag: String,
     pub grace: Duration,
     /// Set by the first `terminate`.
@@ -122,6 +123,56 @@ pub(crate) struct Tree {
     pub watched: std::sync::atomic::AtomicBool,
     /// Set once no process carrying the tag is left.
     pub gone: Latch,
+}
+
+/// A spawned program's leader pid: known at once when the spawn waited for
+/// the exec; otherwise read, on first need, from the pipe the supervisor
+/// writes it to at the exec (`PidReport::Piped`), whose end of file says
+/// it did not start.
+pub(crate) struct LeaderPid {
+    known: OnceLock<Option<libc::pid_t>>,
+    pipe: Mutex<Option<OwnedFd>>,
+}
+
+impl LeaderPid {
+    pub(crate) fn known(pid: libc::pid_t) -> LeaderPid {
+        LeaderPid {
+            known: OnceLock::from(Some(pid)),
+            pipe: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn piped(pipe: OwnedFd) -> LeaderPid {
+        LeaderPid {
+            known: OnceLock::new(),
+            pipe: Mutex::new(Some(pipe)),
+        }
+    }
+
+    /// The pid if it is known without waiting.
+    pub(crate) fn now(&self) -> Option<libc::pid_t> {
+        self.known.get().copied().flatten()
+    }
+
+    /// The pid, waiting for the exec if it has not come yet (as long as a
+    /// spawn that waits for it would have); `None` when it did not start.
+    pub(crate) fn get(&self) -> Option<libc::pid_t> {
+        if let Some(pid) = self.known.get() {
+            return *pid;
+        }
+        let mut pipe = crate::sys::lock(&self.pipe);
+        *self.known.get_or_init(|| {
+            let mut bytes = [0u8; 4];
+            // Four bytes, written at once by one write(2) (so whole), or
+            // nothing before the end of file. The pipe is blocking.
+            let pid = pipe
+                .take()
+                .map(std::fs::File::from)
+                .and_then(|mut pipe| std::io::Read::read_exact(&mut pipe, &mut bytes).ok())
+                .map(|()| libc::pid_t::from_ne_bytes(bytes));
+            pid.filter(|&p| p > 0)
+        })
+    }
 }
 
 impl ProcessInner {

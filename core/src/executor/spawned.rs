@@ -18,19 +18,19 @@ use tokio::sync::watch;
 use crate::confine;
 use crate::confine::governor;
 use crate::executor::host_loop::{HostLoop, HostRun};
-use crate::executor::process::{Process, ProcessInner, State, Tree, WaiterId};
+use crate::executor::process::{LeaderPid, Process, ProcessInner, State, Tree, WaiterId};
 use crate::host::cancel::CancelToken;
 use crate::host::latch::Latch;
 use crate::host::runtime::{self, timer};
 use crate::launch::env::HostEnv;
-use crate::launch::launch_spawn;
 use crate::launch::tree::{census, sweep, TagMatch};
+use crate::launch::{launch_spawn, PidReport};
 use crate::spec::error::{DshError, Result};
 use crate::spec::spawn::{SpawnOutput, SpawnRequest, SpawnSpec, SpawnStdin};
 use crate::watch::escalation::kill_after;
 use crate::watch::output::{OffsetRead, OutputOffsets, StreamBuffer};
 use crate::watch::pipes::watch;
-use crate::watch::supervise::{supervise, StdinSource, Stop, Streams};
+use crate::watch::supervise::{supervise, StdinSource, Stop, Streams, SuperviseError};
 use tokio::io::Interest;
 
 use super::background::{background_ending, failed_ending};
@@ -40,15 +40,14 @@ use super::{Executor, ExecutorInner};
 /// looks again (a backstop: their ends are events).
 const TREE_BACKSTOP: Duration = Duration::from_secs(2);
 
-/// A program [`Executor::spawn`] started: its handle, its leader's pid,
-/// and the raw ends of the streams the spec gave as `Pipe`.
+/// A program [`Executor::spawn`] started: its handle, and the raw ends of
+/// the streams the spec gave as `Pipe`.
 #[derive(Debug)]
 pub struct Spawned {
-    /// The handle: exit facts once settled, offset reads of collected
-    /// streams, [`Process::terminate`], [`Process::wait_tree`].
+    /// The handle: the leader's pid ([`Process::pid`]), exit facts once
+    /// settled, offset reads of collected streams, [`Process::terminate`],
+    /// [`Process::wait_tree`].
     pub process: Process,
-    /// The leader's pid (the root of the tree).
-    pub pid: i32,
     /// The write end of its stdin, for `SpawnStdin::Pipe`.
     pub stdin: Option<OwnedFd>,
     /// The read end of its stdout, for `SpawnOutput::Pipe`.
@@ -58,6 +57,18 @@ pub struct Spawned {
 }
 
 pub use crate::watch::output::OutputStream;
+
+impl Spawned {
+    /// The leader's pid after [`Executor::spawn`], which returns once the
+    /// program has exec'd (so it is known); a face that keeps it beside
+    /// the handle takes it here. After [`Executor::spawn_on_host_loop`],
+    /// ask [`Process::pid`] when needed instead: this one waits for it.
+    pub fn exec_pid(&self) -> Result<i32> {
+        self.process
+            .pid()
+            .ok_or_else(|| DshError::Internal("a spawned program has no pid".into()))
+    }
+}
 
 impl ExecutorInner {
     fn spawn_streams(&self, spec: &SpawnSpec) -> Mutex<Streams> {
@@ -89,8 +100,12 @@ impl Executor {
     /// [`Executor::list`] and friends are for background commands; dispose
     /// still stops it and waits for it.
     pub fn spawn(&self, spec: &SpawnSpec) -> Result<Spawned> {
-        let started = self.start_spawn(spec, CancelToken::new())?;
-        runtime::handle().spawn(started.supervision);
+        let started = self.start_spawn(spec, CancelToken::new(), PidReport::AtExec)?;
+        let supervision = started.supervision;
+        runtime::handle().spawn(async move {
+            // It exec'd: its supervision cannot find it not started.
+            let _ = supervision.await;
+        });
         Ok(started.spawned)
     }
 
@@ -102,32 +117,38 @@ impl Executor {
     /// grace) and waits for it. A spawn that writes its stdin from bytes
     /// is watched by the core's threads instead (a write may raise
     /// SIGPIPE), as is one whose descriptors the host's loop refuses.
+    ///
+    /// It returns once the request is made, not after the exec: a short
+    /// program then costs the host one wake-up, as a command does.
+    /// [`Process::pid`] waits for the exec when asked before it. A program
+    /// that turns out not to start settles as one that failed, and its
+    /// `HostRun` ends with the error [`Executor::spawn`] would have
+    /// returned ([`DshError::Spawn`], naming it or the workdir); what the
+    /// host can check before the request (the program found, the spec)
+    /// is still an error here.
     pub fn spawn_on_host_loop(&self, host: &HostLoop, spec: &SpawnSpec) -> Result<(Spawned, HostRun<()>)> {
         let on_drop = CancelToken::new();
-        let started = self.start_spawn(spec, on_drop.clone())?;
+        let started = self.start_spawn(spec, on_drop.clone(), PidReport::Piped)?;
         let on_host = !matches!(spec.stdin, SpawnStdin::Bytes(_));
-        let supervision = started.supervision;
-        let supervised = async move {
-            supervision.await;
-            Ok(())
-        };
-        let run = HostRun::watching(host, on_host, &started.watched, supervised, on_drop);
+        let run = HostRun::watching(host, on_host, &started.watched, started.supervision, on_drop);
         Ok((started.spawned, run))
     }
 
     /// Admits and launches `spec`'s program; its supervision, which
     /// settles the process, is for the caller to run. `on_drop` ends the
     /// program as `terminate` does.
-    fn start_spawn(&self, spec: &SpawnSpec, on_drop: CancelToken) -> Result<StartedSpawn> {
+    fn start_spawn(&self, spec: &SpawnSpec, on_drop: CancelToken, report: PidReport) -> Result<StartedSpawn> {
         let shared = self.shared();
         let active = shared.admit(|config| spec.check(config), None)?;
         confine::check(spec.sandbox_policy.as_ref())?;
         governor::check(&spec.limits)?;
         let tag = shared.next_tag();
-        let mut launched = launch_spawn(spec, HostEnv::capture(), &tag, &shared.supervisors)?;
-        let pid = launched
-            .pid
-            .ok_or_else(|| DshError::Internal("a spawn returned without its pid".into()))?;
+        let mut launched = launch_spawn(spec, HostEnv::capture(), &tag, &shared.supervisors, report)?;
+        let pid = match (launched.pid, launched.pid_pipe.take()) {
+            (Some(pid), _) => LeaderPid::known(pid),
+            (None, Some(pipe)) => LeaderPid::piped(pipe),
+            (None, None) => return Err(DshError::Internal("a spawn returned without its pid".into())),
+        };
         let handed = std::mem::take(&mut launched.handed);
         let watched = launched.watched_fds();
         let process = Process {
@@ -177,19 +198,25 @@ impl Executor {
                 if process.close_stops(acted) {
                     process.end_left_behind();
                 }
+                let mut not_started = None;
                 let (ending, sandbox, survivors) = match outcome {
                     Ok(outcome) => {
                         background_ending(spec.sandbox_policy.as_ref(), &spec.limits, &process, outcome)
                     }
+                    Err(SuperviseError::NotStarted(e)) => {
+                        let ending = failed_ending(&process, format!("spawn failed: {e}"), None);
+                        not_started = Some(e);
+                        ending
+                    }
                     Err(e) => failed_ending(&process, DshError::from(e).to_string(), None),
                 };
                 process.settle(ending, sandbox, survivors, |_| {});
+                not_started.map_or(Ok(()), Err)
             }
         };
         Ok(StartedSpawn {
             spawned: Spawned {
                 process,
-                pid,
                 stdin: handed.stdin,
                 stdout: handed.stdout,
                 stderr: handed.stderr,
@@ -205,8 +232,10 @@ struct StartedSpawn {
     spawned: Spawned,
     /// The descriptors its supervision reads (the report, collected streams).
     watched: Vec<RawFd>,
-    /// Watches the program until it ends, then settles its process.
-    supervision: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// Watches the program until it ends, then settles its process; the
+    /// error of a program that did not start (only when the launch did
+    /// not wait for its exec).
+    supervision: Pin<Box<dyn Future<Output = Result<()>> + Send>>,
 }
 
 impl Executor {
@@ -236,9 +265,17 @@ impl Process {
     }
 
     /// A spawned program's pid (the root of its tree); `None` for a
-    /// command started with [`Executor::start`].
+    /// command started with [`Executor::start`], and for a program that
+    /// did not start. After [`Executor::spawn_on_host_loop`], the first
+    /// call before the exec waits for it (no longer than the spawn would
+    /// have); in a forked child it only says what the parent knew already.
     pub fn pid(&self) -> Option<i32> {
-        self.tree().map(|t| t.pid)
+        let tree = self.tree()?;
+        if self.check_host().is_err() {
+            // The pipe is the parent's too: reading it would steal its pid.
+            return tree.pid.now();
+        }
+        tree.pid.get()
     }
 
     /// A non-consuming read of a collected stream from the whole-stream

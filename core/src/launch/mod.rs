@@ -81,19 +81,35 @@ pub(crate) fn launch(
         workdir: &spec.workdir,
         policy: spec.sandbox_policy.as_ref(),
         limits: &spec.limits,
-        pid_now: false,
+        pid: PidReport::WithExit,
     };
     plan.start(pipes, tag, supervisors)
 }
 
+/// When the host learns a command's leader pid.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum PidReport {
+    /// The start returns once the leader has exec'd, with its pid: a
+    /// failure to start is the start's error.
+    AtExec,
+    /// The start returns at once; the pid comes on the report pipe with
+    /// the exit, or after DEFER_MS (a command: one wake-up of the host).
+    WithExit,
+    /// As `WithExit`, and the pid is also written, at the exec, on a pipe
+    /// the host reads only when asked for it
+    /// ([`LaunchedCommand::pid_pipe`]).
+    Piped,
+}
+
 /// [`launch`] for a spawn spec (docs/spawn.md): its program as it is, its
 /// streams as the spec disposes them; returns once the program has
-/// exec'd (its pid known) or failed to.
+/// exec'd (its pid known) or failed to, or at once (`pid`).
 pub(crate) fn launch_spawn(
     spec: &SpawnSpec,
     host_env: HostEnv,
     tag: &str,
     supervisors: &Slot,
+    pid: PidReport,
 ) -> Result<LaunchedCommand> {
     let nul = || DshError::Internal("NUL in a checked spawn spec".into());
     let argv: Vec<CString> = spec
@@ -141,7 +157,7 @@ pub(crate) fn launch_spawn(
         workdir: &spec.cwd,
         policy: spec.sandbox_policy.as_ref(),
         limits: &spec.limits,
-        pid_now: true,
+        pid,
     };
     plan.start(pipes, tag, supervisors)
 }
@@ -154,9 +170,7 @@ struct Plan<'a> {
     workdir: &'a Path,
     policy: Option<&'a SandboxPolicy>,
     limits: &'a crate::spec::limits::Limits,
-    /// Wait for the leader's exec (its pid) instead of taking it later from
-    /// the report pipe.
-    pid_now: bool,
+    pid: PidReport,
 }
 
 impl Plan<'_> {
@@ -183,15 +197,23 @@ impl Plan<'_> {
         // The groups are named after the supervisor, which removes what is
         // left of them when it ends.
         let mut group = CommandGroup::new(self.limits, loopback, supervisor.pid())?;
+        let pid_pipe = match self.pid {
+            PidReport::Piped => Some(crate::sys::pipe(0).map_err(os_error)?),
+            PidReport::AtExec | PidReport::WithExit => None,
+        };
         let ask = |supervisor: &crate::launch::supervisor::Supervisor,
                    fds: &mut ChildFds,
                    group: &Option<CommandGroup>| {
             fds.cgroups = group.as_ref().map(CommandGroup::procs).unwrap_or_default();
             fds.born_in = group.as_ref().and_then(CommandGroup::born_in);
-            if self.pid_now {
-                supervisor.spawn(fds, &program).map(|(pid, l)| (Some(pid), l))
-            } else {
-                supervisor.start_deferred(fds, &program).map(|l| (None, l))
+            match self.pid {
+                PidReport::AtExec => supervisor.spawn(fds, &program).map(|(pid, l)| (Some(pid), l)),
+                PidReport::WithExit | PidReport::Piped => {
+                    let theirs = pid_pipe.as_ref().map(|(_, w)| w.as_raw_fd());
+                    supervisor
+                        .start_deferred(fds, &program, theirs)
+                        .map(|l| (None, l))
+                }
             }
         };
         let start = StartContext {
@@ -209,9 +231,14 @@ impl Plan<'_> {
         }
         .map_err(|e| not_started(e, tag, &start, group.as_ref()))?;
         let (pid, launched) = asked;
-        pipes
+        // Ours gone, the supervisor's copy is the only writer: an end of
+        // file there means it did not start (or the supervisor ended).
+        let pid_pipe = pid_pipe.map(|(mine, _theirs)| mine);
+        let mut command = pipes
             .started(launched, pid, group, start, fds.mounts.is_some())
-            .map_err(os_error)
+            .map_err(os_error)?;
+        command.pid_pipe = pid_pipe;
+        Ok(command)
     }
 }
 

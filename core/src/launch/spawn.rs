@@ -32,6 +32,9 @@ pub(crate) struct LaunchedCommand {
     /// The leader's pid when it is known already (a spawn waits for it);
     /// otherwise it comes on the report pipe.
     pub pid: Option<libc::pid_t>,
+    /// Where the pid is written at the exec ([`PidReport::Piped`]
+    /// (crate::launch::PidReport)): read only by whoever asks for it.
+    pub pid_pipe: Option<OwnedFd>,
     pub stdin: Option<OwnedFd>,
     pub stdout: Option<OwnedFd>,
     pub stderr: Option<OwnedFd>,
@@ -225,6 +228,7 @@ impl Pipes {
             report: leader.report,
             releaser: leader.releaser,
             pid,
+            pid_pipe: None,
             stdin,
             stdout,
             stderr,

@@ -194,20 +194,24 @@ impl Supervisor {
         fds: &ChildFds,
         program: &Program<'_>,
     ) -> Result<(libc::pid_t, Launched), SpawnError> {
-        let report = self.request(fds, program, 0)?;
+        let report = self.request(fds, program, 0, None)?;
         spawned(report, self.releaser())
     }
 
     /// Asks for `program` to be started with `fds` and returns at once:
     /// the pid comes on the report pipe just before the exit report, or
     /// once the command has run a few milliseconds (supervisor.c,
-    /// FLAG_DEFER_SPAWNED); a failure to start comes at once.
+    /// FLAG_DEFER_SPAWNED); a failure to start comes at once. With
+    /// `pid_pipe`, the pid is also written there as soon as it has exec'd
+    /// (FLAG_PID_PIPE), for a host that may ask for it before.
     pub(crate) fn start_deferred(
         &self,
         fds: &ChildFds,
         program: &Program<'_>,
+        pid_pipe: Option<RawFd>,
     ) -> Result<Launched, SpawnError> {
-        let report = self.request(fds, program, FLAG_DEFER_SPAWNED)?;
+        let flags = FLAG_DEFER_SPAWNED | if pid_pipe.is_some() { FLAG_PID_PIPE } else { 0 };
+        let report = self.request(fds, program, flags, pid_pipe)?;
         set_nonblocking(&report).map_err(SpawnError::Io)?;
         Ok(Launched {
             report,
@@ -225,7 +229,13 @@ impl Supervisor {
     /// pipe. The usual program travels in the request's own message; a
     /// larger one in a memfd. (No unix socket is ever passed: see
     /// supervisor.c.)
-    fn request(&self, fds: &ChildFds, program: &Program<'_>, flags: u32) -> Result<OwnedFd, SpawnError> {
+    fn request(
+        &self,
+        fds: &ChildFds,
+        program: &Program<'_>,
+        flags: u32,
+        pid_pipe: Option<RawFd>,
+    ) -> Result<OwnedFd, SpawnError> {
         let (mine, theirs) = pipe(0).map_err(SpawnError::Io)?;
         let mut flags = flags;
         let mut passed = vec![theirs.as_raw_fd()];
@@ -285,6 +295,8 @@ impl Supervisor {
             flags |= FLAG_CGROUP_INTO;
             passed.push(fd);
         }
+        // Last, as FLAG_PID_PIPE (in `flags` already) says.
+        passed.extend(pid_pipe);
         let header = Header { op: OP_SPAWN, flags };
         let rest: &[u8] = if inline { &payload } else { &[] };
         send_with_fds(&self.control, &header, rest, &passed).map_err(|e| match e.raw_os_error() {

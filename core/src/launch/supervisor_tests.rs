@@ -59,7 +59,7 @@ fn start_with(
         envp: &envp,
         workdir: c"/",
     };
-    sup.start_deferred(&fds, &program).unwrap()
+    sup.start_deferred(&fds, &program, None).unwrap()
 }
 
 #[test]

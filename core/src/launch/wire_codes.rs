@@ -46,6 +46,12 @@ wire! {
     /// may not make a mount namespace alone: not root, or root without
     /// CAP_SYS_ADMIN), mapping the host's uid and gid to themselves.
     FLAG_USER_NS: u32 = 4096;
+    /// With FLAG_DEFER_SPAWNED: the last descriptor is the write end of a
+    /// pipe on which the leader's pid (a native-endian i32) is written as
+    /// soon as it has exec'd, and which is then closed; closed unwritten
+    /// when it did not start. The host reads it only when asked for the
+    /// pid, so a short command still costs the host one wake-up.
+    FLAG_PID_PIPE: u32 = 8192;
     // Replies on a command's report pipe (`struct reply { kind, a, b, c }`).
     R_SPAWNED: i32 = 1;
     R_FAILED: i32 = 2;
@@ -88,7 +94,7 @@ wire! {
     /// At most this many writable directories travel with FLAG_MOUNTS.
     MAX_WRITABLE: usize = 8;
     /// At most this many descriptors travel with a request.
-    MAX_FDS: usize = 9;
+    MAX_FDS: usize = 10;
     /// The largest payload sent in the request's own message.
     MAX_INLINE: usize = 32768;
     /// How long SPAWNED may be held back (FLAG_DEFER_SPAWNED), in ms.

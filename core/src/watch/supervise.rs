@@ -266,6 +266,7 @@ async fn supervise_inner(
         report: report_fd,
         releaser,
         pid: known_pid,
+        pid_pipe: _,
         stdin: stdin_fd,
         stdout,
         stderr,
