@@ -83,7 +83,17 @@ function input(mode) {
 
 /** A Readable or Writable over a raw pipe end the core handed over. */
 function pipeSocket(fd, readable) {
-  return new net.Socket({ fd, readable, writable: !readable, allowHalfOpen: true })
+  const socket = new net.Socket({ fd, readable, writable: !readable, allowHalfOpen: true })
+  if (!readable) {
+    // A write that meets a program gone (or never started) before the
+    // handle learned of it fails that write (its callback gets EPIPE); as
+    // an 'error' nobody listens for it would end the host. Other errors,
+    // with no listener of the caller's, are thrown as before.
+    socket.on('error', (err) => {
+      if (err?.code !== 'EPIPE' && socket.listenerCount('error') === 1) throw err
+    })
+  }
+  return socket
 }
 
 /**

@@ -209,12 +209,16 @@ impl SpawnDone {
 
     /// The supervision ended (on the JS thread, in a turn of its loop):
     /// the promises asked for meanwhile settle with the exit facts, or
-    /// with its error: the program did not start (the spawn returned
-    /// before its exec), or the supervision failed.
+    /// with its error when the program did not start (the spawn returned
+    /// before its exec: it has no pid) or the supervision failed without
+    /// settling the process.
     pub(crate) fn ended(&self, env: Env, outcome: dsh_core::Result<()>) {
         let mut state = lock(&self.state);
         if let Err(e) = outcome {
-            state.failed = Some(e);
+            // Settled already, the pid is known without waiting.
+            if !self.process.is_settled() || self.process.pid().is_none() {
+                state.failed = Some(e);
+            }
         }
         for settle in std::mem::take(&mut state.waiting) {
             match &state.failed {

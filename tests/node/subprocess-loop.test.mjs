@@ -203,3 +203,45 @@ test("done() asked again after the program settled on a core thread settles afte
   `)
   assert.deepEqual(JSON.parse(out), { settledWhileBusy: 'SIGTERM', order: ['first', 'second'] })
 })
+
+test('a settled program holds no descriptor of ours, though its pid was never read and its handle is still held', async () => {
+  // Before: each spawn kept the pipe its pid comes on until the handle was
+  // collected, so descriptors grew with the spawns between collections.
+  const out = await child(`
+    const open = () => fs.readdirSync('/proc/self/fd').length
+    const warm = sp.spawn(spec('true'))
+    await warm.done
+    const before = open()
+    const handles = []
+    for (let i = 0; i < 200; i++) handles.push(sp.spawn(spec('true')))
+    await Promise.all(handles.map((h) => h.done))
+    const after = open()
+    // Read after the end: the pid is still known.
+    const pids = new Set(handles.map((h) => h.pid))
+    console.log(JSON.stringify({ grown: after - before, pids: pids.size, allPositive: [...pids].every((p) => p > 0) }))
+  `)
+  const r = JSON.parse(out)
+  assert.ok(r.grown < 20, `descriptors grew by ${r.grown} over 200 settled spawns`)
+  assert.deepEqual({ pids: r.pids, allPositive: r.allPositive }, { pids: 200, allPositive: true })
+})
+
+test('a stdin pipe written after its program ended, before done settled, refuses the write without ending the host', async () => {
+  // The JS thread is busy while the program exits: the write meets a pipe
+  // nobody reads (EPIPE), before the handle learns of the end.
+  const out = await child(`
+    for (const argv of [['true'], ['/tmp/dsh-no-exec-' + process.pid]]) {
+      fs.writeFileSync('/tmp/dsh-no-exec-' + process.pid, 'not a program\\n\\0', { mode: 0o755 })
+      const h = sp.spawn({ argv, cwd: '/tmp', stdio: { stdin: 'pipe', stdout: collect, stderr: collect }, graceMs: 300 })
+      busy(300)
+      const write = await new Promise((resolve) => h.stdin.write('x', (err) => resolve(err ? err.code ?? 'refused' : 'taken')))
+      await h.done.catch(() => {})
+      // A turn for any 'error' event still queued.
+      await new Promise((r) => setTimeout(r, 50))
+      console.log(argv[0] === 'true' ? 'exited' : 'no exec', write)
+    }
+    fs.rmSync('/tmp/dsh-no-exec-' + process.pid)
+  `)
+  const lines = out.trim().split('\n')
+  assert.equal(lines.length, 2, out)
+  for (const line of lines) assert.match(line, /^(exited|no exec) (EPIPE|ERR_STREAM_DESTROYED|refused)$/)
+})

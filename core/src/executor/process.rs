@@ -154,6 +154,25 @@ impl LeaderPid {
         self.known.get().copied().flatten()
     }
 
+    /// Settles what is known when the supervision ends, and lets the pipe
+    /// go (a spawn holds no descriptor past its end): the supervisor wrote
+    /// the pid before it reported the exit, or closed the pipe unwritten
+    /// when it did not start. Nothing waiting there (a supervisor given up
+    /// on while stopped) is no pid: it never said one.
+    pub(crate) fn settle(&self) {
+        let mut pipe = crate::sys::lock(&self.pipe);
+        let Some(fd) = pipe.take() else { return };
+        let mut ready = libc::pollfd {
+            fd: std::os::fd::AsRawFd::as_raw_fd(&fd),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, for the call; a zero timeout.
+        let waiting = unsafe { libc::poll(&mut ready, 1, 0) } == 1;
+        let pid = if waiting { read_pid(fd) } else { None };
+        let _ = self.known.set(pid);
+    }
+
     /// The pid, waiting for the exec if it has not come yet (as long as a
     /// spawn that waits for it would have); `None` when it did not start.
     pub(crate) fn get(&self) -> Option<libc::pid_t> {
@@ -161,18 +180,17 @@ impl LeaderPid {
             return *pid;
         }
         let mut pipe = crate::sys::lock(&self.pipe);
-        *self.known.get_or_init(|| {
-            let mut bytes = [0u8; 4];
-            // Four bytes, written at once by one write(2) (so whole), or
-            // nothing before the end of file. The pipe is blocking.
-            let pid = pipe
-                .take()
-                .map(std::fs::File::from)
-                .and_then(|mut pipe| std::io::Read::read_exact(&mut pipe, &mut bytes).ok())
-                .map(|()| libc::pid_t::from_ne_bytes(bytes));
-            pid.filter(|&p| p > 0)
-        })
+        *self.known.get_or_init(|| pipe.take().and_then(read_pid))
     }
+}
+
+/// Reads the pid the supervisor writes on a spawn's pid pipe: four bytes
+/// at once by one write(2) (so whole), or nothing before the end of file.
+/// The pipe is blocking.
+fn read_pid(pipe: OwnedFd) -> Option<libc::pid_t> {
+    let mut bytes = [0u8; 4];
+    std::io::Read::read_exact(&mut std::fs::File::from(pipe), &mut bytes).ok()?;
+    Some(libc::pid_t::from_ne_bytes(bytes)).filter(|&p| p > 0)
 }
 
 impl ProcessInner {

@@ -210,6 +210,9 @@ impl Executor {
                     }
                     Err(e) => failed_ending(&process, DshError::from(e).to_string(), None),
                 };
+                if let Some(tree) = process.tree() {
+                    tree.pid.settle();
+                }
                 process.settle(ending, sandbox, survivors, |_| {});
                 not_started.map_or(Ok(()), Err)
             }

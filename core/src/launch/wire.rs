@@ -273,7 +273,7 @@ pub(crate) fn send_with_fds(fd: &OwnedFd, header: &Header, rest: &[u8], fds: &[R
     ];
     // SAFETY: a zeroed msghdr is valid (null pointers, zero lengths); the
     // CMSG_* macros compute sizes and walk `control`, which is big enough
-    // for one cmsghdr carrying MAX_FDS ints (CMSG_SPACE(20) = 40 bytes
+    // for one cmsghdr carrying MAX_FDS ints (CMSG_SPACE(40) = 56 bytes
     // here, `control` has 64) and 8-byte aligned; `iov`, `header` and
     // `rest` live across the call; sendmsg only reads them.
     let r = unsafe {
