@@ -265,10 +265,13 @@ pub(crate) fn lookup(name: &[u8], path: Option<&[u8]>, base: &Path) -> Result<st
         let Ok(c) = CString::new(candidate.as_os_str().as_bytes()) else {
             continue;
         };
-        // SAFETY: `c` is a valid NUL-terminated path.
-        let runs = unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0;
+        // Most entries do not have it: one stat each, the access check only
+        // for a file that is there.
         match std::fs::metadata(&candidate) {
-            Ok(m) if m.is_file() && runs => return Ok(candidate),
+            // SAFETY: `c` is a valid NUL-terminated path.
+            Ok(m) if m.is_file() && unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0 => {
+                return Ok(candidate)
+            }
             // There, but not something to run (a directory, no x bit).
             Ok(_) => errno = libc::EACCES,
             Err(_) => {}
