@@ -79,7 +79,10 @@ pub struct SpawnOutcome {
 
 #[napi]
 impl NativeExecutor {
-    /// Starts a program (docs/spawn.md) and returns once it has exec'd.
+    /// Starts a program (docs/spawn.md). Watched by this JS thread's loop it
+    /// returns once the request is made (`pid` waits for the exec when read
+    /// before it; a program that cannot exec rejects `done()`); off it,
+    /// once it has exec'd.
     #[napi]
     #[allow(clippy::too_many_arguments)]
     pub fn spawn_program(
