@@ -1177,7 +1177,11 @@ static void death_host(const char *dir, const char *plant, const char *ending, i
 /* Starts a host, lets it plant, ends it (`sigkill`, `exit`,
  * `thread-exit`) and checks that within a second no process any of its
  * commands started is alive. Whatever happens, leftovers are killed. */
-static void host_death(const char *ending) {
+static void host_death(const char *name, const char *ending) {
+    if (fork_without_exec_hazard()) {
+        skip(name, fork_without_exec_hazard());
+        return;
+    }
     char plant[PATH_MAX];
     CHECK(realpath("tests/shared/plant-escapes.sh", plant) != NULL);
     char dir[] = "/tmp/dsh-c-host-death-XXXXXX";
@@ -1247,27 +1251,9 @@ static void host_death(const char *ending) {
     fprintf(stderr, "  host death (%s): tree gone in %.1f ms\n", ending, took);
 }
 
-static void test_host_death_sigkill(void) {
-    if (fork_without_exec_hazard()) {
-        skip("host_death_sigkill", fork_without_exec_hazard());
-        return;
-    }
-    host_death("sigkill");
-}
-static void test_host_death_exit_without_dispose(void) {
-    if (fork_without_exec_hazard()) {
-        skip("host_death_exit_without_dispose", fork_without_exec_hazard());
-        return;
-    }
-    host_death("exit");
-}
-static void test_host_death_exit_from_another_thread(void) {
-    if (fork_without_exec_hazard()) {
-        skip("host_death_exit_from_another_thread", fork_without_exec_hazard());
-        return;
-    }
-    host_death("thread-exit");
-}
+static void test_host_death_sigkill(void) { host_death("host_death_sigkill", "sigkill"); }
+static void test_host_death_exit_without_dispose(void) { host_death("host_death_exit_without_dispose", "exit"); }
+static void test_host_death_exit_from_another_thread(void) { host_death("host_death_exit_from_another_thread", "thread-exit"); }
 
 /* reconfigure: new commands get the new limits, a bad field changes nothing. */
 static void test_reconfigure(void) {
