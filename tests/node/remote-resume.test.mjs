@@ -87,6 +87,24 @@ function queuedOnStdin(pid) {
   return line === undefined ? 0 : Number(line.trim().split(/\s+/)[2])
 }
 
+/**
+ * SIGSTOP to `pid`, resolving once every thread of it is stopped: kill(2)
+ * returns before a thread running on another CPU has taken the stop, and
+ * such a thread may still read what is written next (a relay then passes
+ * it on, which the tests stop it to prevent).
+ */
+async function stopProcess(pid) {
+  process.kill(pid, 'SIGSTOP')
+  const stopped = () => {
+    try {
+      return fs.readdirSync(`/proc/${pid}/task`).every((t) => fs.readFileSync(`/proc/${pid}/task/${t}/stat`, 'utf8').split(') ')[1][0] === 'T')
+    } catch {
+      return false
+    }
+  }
+  assert.ok(await eventually(stopped, 10_000), `process ${pid} did not stop`)
+}
+
 /** The pid of the transport as last started. */
 function transportPid(r) {
   return Number(fs.readFileSync(r.pidFile, 'utf8'))
@@ -245,6 +263,7 @@ test('a cancel lost with the drop is sent again once the session is resumed: the
   const dir = tmpdir()
   const r = relay(dir, 30)
   let ex
+  let first
   try {
     ex = await connect(r.transport, dir)
     const started = path.join(dir, 'started')
@@ -253,8 +272,8 @@ test('a cancel lost with the drop is sent again once the session is resumed: the
     await fileAppears(started)
     // The relay is stopped, so the cancel waits in its input pipe, and the
     // pipe is lost with the relay: the server never hears it.
-    const first = transportPid(r)
-    process.kill(first, 'SIGSTOP')
+    first = transportPid(r)
+    await stopProcess(first)
     ac.abort()
     assert.ok(await eventually(() => queuedOnStdin(first) > 0, 10_000), "the cancel never reached the stopped relay's input")
     process.kill(first, 'SIGKILL')
@@ -262,6 +281,9 @@ test('a cancel lost with the drop is sent again once the session is resumed: the
     assert.deepEqual([result.aborted, result.signal, result.stdout.text], [true, 'SIGTERM', 'up\n'])
     assert.notEqual(transportPid(r), first, 'resumed over a new transport')
   } finally {
+    // Never left stopped: a failed check must not turn into a dispose that
+    // waits on a relay that cannot run.
+    if (first !== undefined && alive(first)) process.kill(first, 'SIGKILL')
     await cleanUp(ex, r)
   }
 })
@@ -371,7 +393,7 @@ test('a resume that cannot be made gives up: the lingering server killed too (it
     const [server] = lingering(killed.socket)
     // The relay is stopped first: it would otherwise see the server die and
     // end by itself (status 125) before its own SIGKILL arrives.
-    process.kill(transportPid(killed), 'SIGSTOP')
+    await stopProcess(transportPid(killed))
     process.kill(server, 'SIGKILL')
     process.kill(transportPid(killed), 'SIGKILL')
     const lost = await within(10_000, failure(() => pending), 'the pending run to fail')

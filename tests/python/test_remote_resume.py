@@ -60,7 +60,7 @@ class Relay:
 
     def hold_answers(self) -> None:
         """Stops the `cat` that carries what the server sends (``holdable``)."""
-        os.kill(read_pid(self.catfile), signal.SIGSTOP)
+        stop_process(read_pid(self.catfile))
 
     def delay(self, seconds: float) -> None:
         """The next transports start this much later."""
@@ -283,7 +283,7 @@ def test_a_call_whose_answer_was_lost_fails_and_a_read_is_asked_again(relay: Rel
         # Stopped, the relay takes lines into its pipe but never passes them
         # on; killed, it loses them. The client cannot tell that from an
         # answer lost on its way back.
-        os.kill(pid, signal.SIGSTOP)
+        stop_process(pid)
         pending = ex._remote.conn._pending  # what the client sent and awaits
         kill_t, killed = in_thread(p.kill)
         list_t, listed = in_thread(ex.list)
@@ -301,6 +301,26 @@ def test_a_call_whose_answer_was_lost_fails_and_a_read_is_asked_again(relay: Rel
         assert p.status == "running"
         assert p.kill() is True
         p.wait(30)
+
+
+def stop_process(pid: int) -> None:
+    """SIGSTOP to ``pid``, returning once every thread of it is stopped:
+    kill(2) returns before a thread running on another CPU (or one woken for
+    the signal) has taken the stop, and it may still read what is written
+    next, which the tests stop a relay to prevent."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def state(task: str) -> str:
+        with open(f"/proc/{pid}/task/{task}/stat") as stat:
+            return stat.read().rsplit(") ", 1)[1][0]
+
+    def stopped() -> bool:
+        try:
+            return all(state(t) == "T" for t in os.listdir(f"/proc/{pid}/task"))
+        except OSError:
+            return False
+
+    assert eventually(stopped, 10), f"process {pid} did not stop"
 
 
 def queued_in_pipe(pid: int, fd: int) -> int:
@@ -322,7 +342,7 @@ def test_a_cancel_lost_with_the_drop_is_sent_again_once_resumed(relay: Relay, tm
         # The relay stopped, the cancel waits in its input pipe, and is lost
         # with it: the server never hears it.
         pid = relay.pid()
-        os.kill(pid, signal.SIGSTOP)
+        stop_process(pid)
         token.cancel()
         assert eventually(lambda: queued_in_pipe(pid, 0) > 0, 10), "the cancel never reached the relay's pipe"
         relay.drop()
@@ -339,7 +359,7 @@ def test_a_write_queued_behind_a_lost_one_is_not_sent(relay: Relay, tmp: str) ->
         p = ex.start(ex.resolve(f"cat > {got}", stdin=PIPE))
         pid = relay.pid()
         # A goes into a relay that passes nothing on, and dies with it.
-        os.kill(pid, signal.SIGSTOP)
+        stop_process(pid)
         pending = ex._remote.conn._pending
         a_t, a = in_thread(lambda: p.write_stdin("A"))
         assert eventually(lambda: [c.method for c in list(pending.values())] == ["write_stdin"], 10)
@@ -392,7 +412,7 @@ def test_a_terminal_read_whose_answer_was_lost_says_so_once_and_the_session_goes
         term.write("typed\n")
         assert eventually(lambda: not term.exited and term.wait_input_waiting(1), 10)
         pid = relay.pid()
-        os.kill(pid, signal.SIGSTOP)  # as above: what is written now is lost with the relay
+        stop_process(pid)  # as above: what is written now is lost with the relay
         pending = ex._remote.conn._pending
         t, out = in_thread(term.read_output)
         assert eventually(lambda: [c.method for c in list(pending.values())] == ["terminal_read"], 10)
