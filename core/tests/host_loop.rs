@@ -541,6 +541,9 @@ fn a_program_the_kernel_refuses_after_a_host_loop_spawn_ends_its_run_with_the_sp
     assert_eq!(spawned.process.pid(), None, "no pid: it did not start");
     assert!(spawned.process.is_settled());
     assert_eq!(spawned.process.exit_code(), None);
+    // Nothing collected: the error is the run's, not a line on its stderr
+    // (as the seam's provider has it).
+    assert_eq!(spawned.process.read_from(OutputStream::Stderr, 0).text, "");
     // Its raw pipe is over: nothing holds the other end.
     let mut rest = Vec::new();
     std::io::Read::read_to_end(&mut std::fs::File::from(spawned.stdout.unwrap()), &mut rest).unwrap();

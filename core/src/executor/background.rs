@@ -26,14 +26,18 @@ use crate::watch::supervise::{supervise, Outcome, StdinSource, Stop, SuperviseEr
 use super::{governed, Executor, ExecutorInner, TaskListener};
 
 /// A background process that could not run (or be watched): `line` goes to
-/// its stderr and it settles as `killed`.
+/// its stderr and it settles as `killed`. A spawned program that did not
+/// start gives no line (`None`): as the seam's provider, it has collected
+/// nothing, and its error is its run's.
 pub(super) fn failed_ending(
     process: &Process,
-    line: String,
+    line: Option<String>,
     sandbox: Option<SandboxInfo>,
 ) -> (ExitFields, Option<SandboxInfo>, u32) {
     let mut streams = lock(&process.shared.streams);
-    streams.stderr.push(format!("{line}\n").as_bytes());
+    if let Some(line) = line {
+        streams.stderr.push(format!("{line}\n").as_bytes());
+    }
     streams.stdout.close();
     streams.stderr.close();
     lock(&process.shared.state).status = Status::Killed;
@@ -187,7 +191,7 @@ impl ExecutorInner {
             };
             let runner_failed = matches!(e, DshError::SandboxUnavailable(_));
             let sandbox = confine::runner_failed_facts(spec.sandbox_policy.as_ref(), runner_failed);
-            failed_ending(&process, format!("spawn failed: {reason}"), sandbox)
+            failed_ending(&process, Some(format!("spawn failed: {reason}")), sandbox)
         };
         let (ending, sandbox, survivors) = match launched {
             Err(e) => spawn_failed(e),
@@ -231,7 +235,7 @@ impl ExecutorInner {
                         background_ending(spec.sandbox_policy.as_ref(), &spec.limits, &process, outcome)
                     }
                     Err(SuperviseError::NotStarted(e)) => spawn_failed(e),
-                    Err(e) => failed_ending(&process, DshError::from(e).to_string(), None),
+                    Err(e) => failed_ending(&process, Some(DshError::from(e).to_string()), None),
                 }
             }
         };

@@ -306,7 +306,7 @@ impl ExecutorInner {
                     Ok(outcome) => {
                         background_ending(spec.sandbox_policy.as_ref(), &spec.limits, &process, outcome)
                     }
-                    Err(e) => failed_ending(&process, DshError::from(e).to_string(), None),
+                    Err(e) => failed_ending(&process, Some(DshError::from(e).to_string()), None),
                 };
                 shared.settle_background(&process, ending, sandbox, survivors);
             } else if let Some(tx) = tx.take() {

@@ -204,11 +204,10 @@ impl Executor {
                         background_ending(spec.sandbox_policy.as_ref(), &spec.limits, &process, outcome)
                     }
                     Err(SuperviseError::NotStarted(e)) => {
-                        let ending = failed_ending(&process, format!("spawn failed: {e}"), None);
                         not_started = Some(e);
-                        ending
+                        failed_ending(&process, None, None)
                     }
-                    Err(e) => failed_ending(&process, DshError::from(e).to_string(), None),
+                    Err(e) => failed_ending(&process, Some(DshError::from(e).to_string()), None),
                 };
                 if let Some(tree) = process.tree() {
                     tree.pid.settle();
