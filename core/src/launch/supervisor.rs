@@ -210,8 +210,7 @@ impl Supervisor {
         program: &Program<'_>,
         pid_pipe: Option<RawFd>,
     ) -> Result<Launched, SpawnError> {
-        let flags = FLAG_DEFER_SPAWNED | if pid_pipe.is_some() { FLAG_PID_PIPE } else { 0 };
-        let report = self.request(fds, program, flags, pid_pipe)?;
+        let report = self.request(fds, program, FLAG_DEFER_SPAWNED, pid_pipe)?;
         set_nonblocking(&report).map_err(SpawnError::Io)?;
         Ok(Launched {
             report,
@@ -295,8 +294,10 @@ impl Supervisor {
             flags |= FLAG_CGROUP_INTO;
             passed.push(fd);
         }
-        // Last, as FLAG_PID_PIPE (in `flags` already) says.
-        passed.extend(pid_pipe);
+        if let Some(fd) = pid_pipe {
+            flags |= FLAG_PID_PIPE;
+            passed.push(fd);
+        }
         let header = Header { op: OP_SPAWN, flags };
         let rest: &[u8] = if inline { &payload } else { &[] };
         send_with_fds(&self.control, &header, rest, &passed).map_err(|e| match e.raw_os_error() {
