@@ -83,6 +83,17 @@ struct Driver {
     handle: Cell<*mut c_void>,
     pending: RefCell<Vec<Pending>>,
     waker: Arc<TurnWaker>,
+    /// What a turn started by libuv's callback runs in (see `on_readable`);
+    /// `None` if it could not be made: such turns take the threadsafe
+    /// function instead.
+    scope: Option<TurnScope>,
+}
+
+/// An async context and its resource object, for the callback scope a
+/// turn runs in when libuv's callback starts it.
+struct TurnScope {
+    resource: sys::napi_ref,
+    context: sys::napi_async_context,
 }
 
 /// Work not ended yet, and what its end settles.
@@ -364,6 +375,7 @@ fn driver(env: &Env) -> Result<Option<&'static Driver>> {
     // SAFETY: an initialised handle. Pending runs keep the loop alive
     // through their promises, not through this handle.
     unsafe { (uv.unref)(handle) };
+    let scope = turn_scope(env);
     let driver: &'static Driver = Box::leak(Box::new(Driver {
         env: env.raw(),
         host,
@@ -375,6 +387,7 @@ fn driver(env: &Env) -> Result<Option<&'static Driver>> {
             thread: std::thread::current().id(),
             channel,
         }),
+        scope,
     }));
     // SAFETY: the hook runs on this JS thread at its environment's teardown.
     unsafe { sys::napi_add_env_cleanup_hook(env.raw(), Some(torn_down), std::ptr::null_mut()) };
@@ -382,12 +395,75 @@ fn driver(env: &Env) -> Result<Option<&'static Driver>> {
     Ok(Some(driver))
 }
 
-/// libuv: the host loop's descriptor is readable. The turn comes through
-/// the threadsafe function, whose callback node runs in the scopes a call
-/// into JS needs (a turn settles promises).
+/// The async context of the turns libuv's callback starts; `None` when
+/// node refuses one.
+fn turn_scope(env: &Env) -> Option<TurnScope> {
+    let raw = env.raw();
+    let mut resource = std::ptr::null_mut();
+    let mut name = std::ptr::null_mut();
+    let mut reference = std::ptr::null_mut();
+    let mut context = std::ptr::null_mut();
+    // SAFETY: a live env on its JS thread, inside the call that made the
+    // driver (a handle scope is open); the reference keeps the resource
+    // object alive as long as the context that names it.
+    unsafe {
+        let ok = sys::napi_create_object(raw, &mut resource) == sys::Status::napi_ok
+            && sys::napi_create_string_utf8(raw, c"dsh-native turn".as_ptr(), -1, &mut name)
+                == sys::Status::napi_ok
+            && sys::napi_create_reference(raw, resource, 1, &mut reference) == sys::Status::napi_ok;
+        if !ok {
+            return None;
+        }
+        if sys::napi_async_init(raw, resource, name, &mut context) != sys::Status::napi_ok {
+            sys::napi_delete_reference(raw, reference);
+            return None;
+        }
+    }
+    Some(TurnScope {
+        resource: reference,
+        context,
+    })
+}
+
+/// libuv: the host loop's descriptor is readable. The turn runs here, in
+/// a callback scope, as node runs an addon's callback from libuv: its
+/// close runs the microtasks and ticks the turn's settlements queued, so
+/// they follow in this same iteration of the loop. (Through the
+/// threadsafe function, each report cost a second iteration: an eventfd
+/// written, polled and read.)
 unsafe extern "C" fn on_readable(_handle: *mut c_void, _status: c_int, _events: c_int) {
-    if let Some(driver) = DRIVER.with(Cell::get) {
-        driver.waker.wake_by_ref();
+    let Some(driver) = DRIVER.with(Cell::get) else {
+        return;
+    };
+    match &driver.scope {
+        Some(scope) if !IN_TURN.with(Cell::get) => {
+            // SAFETY: libuv calls this on the driver's JS thread, outside
+            // any JS frame (so this callback scope is the outermost one),
+            // while the environment lives (the handle is closed at its
+            // teardown). Each scope opened is closed, in reverse order.
+            unsafe {
+                let env = driver.env;
+                let mut handles = std::ptr::null_mut();
+                if sys::napi_open_handle_scope(env, &mut handles) != sys::Status::napi_ok {
+                    driver.waker.wake_by_ref();
+                    return;
+                }
+                let mut resource = std::ptr::null_mut();
+                let mut callback = std::ptr::null_mut();
+                if sys::napi_get_reference_value(env, scope.resource, &mut resource) == sys::Status::napi_ok
+                    && !resource.is_null()
+                    && sys::napi_open_callback_scope(env, resource, scope.context, &mut callback)
+                        == sys::Status::napi_ok
+                {
+                    turn(Env::from_raw(env));
+                    sys::napi_close_callback_scope(env, callback);
+                } else {
+                    driver.waker.wake_by_ref();
+                }
+                sys::napi_close_handle_scope(env, handles);
+            }
+        }
+        _ => driver.waker.wake_by_ref(),
     }
 }
 
@@ -406,6 +482,14 @@ unsafe extern "C" fn torn_down(_arg: *mut c_void) {
         p.work.stop();
     }
     drop(pending);
+    if let Some(scope) = &driver.scope {
+        // SAFETY: made in `driver` for this environment, which still lives
+        // while its cleanup hooks run.
+        unsafe {
+            sys::napi_async_destroy(driver.env, scope.context);
+            sys::napi_delete_reference(driver.env, scope.resource);
+        }
+    }
     let handle = driver.handle.replace(std::ptr::null_mut());
     if let (Some(uv), false) = (uv(), handle.is_null()) {
         // SAFETY: the handle started in `driver`; libuv frees nothing of
