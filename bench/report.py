@@ -19,7 +19,7 @@ from typing import Any, Dict, List
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = "--quick" in sys.argv
-ITER = 20 if QUICK else 500
+ITER = 20 if QUICK else 1500
 ROUNDS = 1 if QUICK else 5
 HOSTS = [0] if QUICK else [0, 512, 1024, 2048]
 THROUGHPUT_BYTES = (16 << 20) if QUICK else (1 << 30)
@@ -40,12 +40,27 @@ def py() -> str:
     return os.path.join(ROOT, ".venv", "bin", "python")
 
 
+def by_rounds(rounds: Dict[Any, List[Row]]) -> List[Row]:
+    """One row per implementation and host size from its rounds: the median
+    of their medians, and as its ratio to the floor the median of the
+    ratios within each round (each round's own floor spawns, interleaved
+    with its runs)."""
+    rows: List[Row] = []
+    for rs in rounds.values():
+        first = rs[0]
+        rows.append({"bench": first["bench"], "impl": first["impl"], "host_mb": first.get("host_mb", 0),
+                     "median_us": statistics.median(r["median_us"] for r in rs),
+                     "min_us": min(r["min_us"] for r in rs), "max_us": max(r["max_us"] for r in rs),
+                     "n": sum(r["n"] for r in rs), "ratio": statistics.median(r["ratio"] for r in rs),
+                     **({"paired_floor_us": statistics.median(r["paired_floor_us"] for r in rs)}
+                        if all("paired_floor_us" in r for r in rs) else {})})
+    return rows
+
+
 def latency_rows() -> List[Row]:
     """Every implementation, at every host size, in ROUNDS rounds run back to
     back, so that a machine that drifts (other tenants of the VM's host,
-    frequency) weighs on all of them alike: a row's median is the median of
-    its rounds' medians, and its ratio to the floor the median of the
-    ratios within each round."""
+    frequency) weighs on all of them alike (see `by_rounds`)."""
     rounds: Dict[Any, List[Row]] = {}
     for mb in HOSTS:
         for _ in range(ROUNDS):
@@ -65,15 +80,7 @@ def latency_rows() -> List[Row]:
                 # runs with floor spawns (in-process, or floor.c's lockstep).
                 r["ratio"] = r["median_us"] / r.get("paired_floor_us", floor)
                 rounds.setdefault((r["impl"], mb), []).append(r)
-    rows: List[Row] = []
-    for (impl, mb), rs in rounds.items():
-        rows.append({"bench": "run_true", "impl": impl, "host_mb": mb,
-                     "median_us": statistics.median(r["median_us"] for r in rs),
-                     "min_us": min(r["min_us"] for r in rs), "max_us": max(r["max_us"] for r in rs),
-                     "n": sum(r["n"] for r in rs), "ratio": statistics.median(r["ratio"] for r in rs),
-                     **({"paired_floor_us": statistics.median(r["paired_floor_us"] for r in rs)}
-                        if all("paired_floor_us" in r for r in rs) else {})})
-    return rows
+    return by_rounds(rounds)
 
 
 def throughput_floor(nbytes: int) -> Row:
@@ -115,11 +122,18 @@ def subprocess_rows() -> List[Row]:
     each loaded in a cordis Context as the harness loads it."""
     rows: List[Row] = run(["target/release/dsh-bench", "spawn", str(ITER)])
     drv = ["node", "bench/node/subprocess.mjs"]
+    # Spawns in ROUNDS rounds, as `latency_rows` runs them.
+    rounds: Dict[Any, List[Row]] = {}
     for mb in HOSTS:
-        slow = str(max(10, ITER // 5 // (1 + mb // 512)))
-        for mode in ["collect", "pipe"]:
-            rows += run(drv + ["spawn", str(ITER // 5), str(mb), "native", mode])
-            rows += run(drv + ["spawn", slow, str(mb), "published", mode])
+        slow = str(max(10, ITER // ROUNDS // (1 + mb // 512)))
+        for _ in range(ROUNDS):
+            for mode in ["collect", "pipe"]:
+                got = run(drv + ["spawn", str(ITER // ROUNDS), str(mb), "native", mode])
+                got += run(drv + ["spawn", slow, str(mb), "published", mode])
+                for r in got:
+                    r["ratio"] = r["median_us"] / r["paired_floor_us"]
+                    rounds.setdefault((r["bench"], r["impl"], mb), []).append(r)
+    rows += by_rounds(rounds)
     for which in ["native", "published"]:
         rows += run(drv + ["pipe", str(64 << 20), which])
         rows += run(drv + ["echo", str(KEYS), which])
@@ -132,7 +146,8 @@ def subprocess_table(rows: List[Row], get: Any) -> List[str]:
     native, published = "dsh-native/subprocess", "dsh-subprocess-local"
     lines = ["\n### `ctx.subprocess`: dsh-native/subprocess beside the published provider (dsh-subprocess-local)\n"]
     lines.append("Spawn of `bash -c true` (the floor's program) until `done`, stdout and stderr collected "
-                 "(`{ maxBytes }`) or piped (read to the end):\n")
+                 f"(`{{ maxBytes }}`) or piped (read to the end); {ROUNDS} rounds, each interleaved with floor "
+                 "spawns, ratios as for `run` above:\n")
     lines.append("| stdio | host memory | dsh-native/subprocess | × floor | dsh-subprocess-local | × floor | target |")
     lines.append("|---|---|---|---|---|---|---|")
     small: Dict[str, float] = {}
@@ -142,7 +157,7 @@ def subprocess_table(rows: List[Row], get: Any) -> List[str]:
             nr = get(f"subprocess_spawn_{mode}", native, mb)
             pr = get(f"subprocess_spawn_{mode}", published, mb)
             n, p = nr["median_us"], pr["median_us"]
-            n_ratio, p_ratio = n / nr["paired_floor_us"], p / pr["paired_floor_us"]
+            n_ratio, p_ratio = nr["ratio"], pr["ratio"]
             if mb == 0:
                 small[mode] = n_ratio
                 target = f"≤ 1.2× floor {'✅' if n_ratio <= 1.2 else '❌'}"
