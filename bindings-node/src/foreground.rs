@@ -430,13 +430,17 @@ fn turn_scope(env: &Env) -> Option<TurnScope> {
 /// close runs the microtasks and ticks the turn's settlements queued, so
 /// they follow in this same iteration of the loop. (Through the
 /// threadsafe function, each report cost a second iteration: an eventfd
-/// written, polled and read.)
+/// written, polled and read.) It goes through the threadsafe function
+/// still while jobs the core's threads queued wait there, so as not to
+/// settle ahead of them.
 unsafe extern "C" fn on_readable(_handle: *mut c_void, _status: c_int, _events: c_int) {
     let Some(driver) = DRIVER.with(Cell::get) else {
         return;
     };
     match &driver.scope {
-        Some(scope) if !IN_TURN.with(Cell::get) => {
+        // Behind settlements the core's threads queued already, the turn
+        // queues too: promises settle in the order they were asked to.
+        Some(scope) if !IN_TURN.with(Cell::get) && !settle::jobs_waiting(&driver.waker.channel) => {
             // SAFETY: libuv calls this on the driver's JS thread, outside
             // any JS frame (so this callback scope is the outermost one),
             // while the environment lives (the handle is closed at its
@@ -456,6 +460,17 @@ unsafe extern "C" fn on_readable(_handle: *mut c_void, _status: c_int, _events: 
                         == sys::Status::napi_ok
                 {
                     turn(Env::from_raw(env));
+                    // What a settlement left thrown is the host's uncaught
+                    // exception, as it is from the threadsafe function's
+                    // call (a callback scope would drop it, and every napi
+                    // call after it would fail).
+                    let mut thrown = false;
+                    if sys::napi_is_exception_pending(env, &mut thrown) == sys::Status::napi_ok && thrown {
+                        let mut error = std::ptr::null_mut();
+                        if sys::napi_get_and_clear_last_exception(env, &mut error) == sys::Status::napi_ok {
+                            sys::napi_fatal_exception(env, error);
+                        }
+                    }
                     sys::napi_close_callback_scope(env, callback);
                 } else {
                     driver.waker.wake_by_ref();

@@ -15,6 +15,7 @@
 use std::cell::Cell;
 use std::ffi::c_void;
 use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use napi::bindgen_prelude::*;
@@ -34,7 +35,13 @@ unsafe impl Send for RawDeferred {}
 
 /// The threadsafe function, as core threads see it: `None` once the
 /// environment has finalized it, after which nothing may call it.
-pub(crate) struct Channel(Mutex<Option<RawTsfn>>);
+pub(crate) struct Channel {
+    tsfn: Mutex<Option<RawTsfn>>,
+    /// Jobs queued and not run yet: a turn libuv starts runs at once only
+    /// behind none (`jobs_waiting`), so settlements keep the order in which
+    /// they were asked for.
+    queued: AtomicUsize,
+}
 
 struct RawTsfn(sys::napi_threadsafe_function);
 
@@ -131,13 +138,20 @@ impl Drop for Settle {
     }
 }
 
+/// Whether jobs queued for the channel's JS thread have not run yet.
+pub(crate) fn jobs_waiting(channel: &Channel) -> bool {
+    channel.queued.load(Ordering::Acquire) > 0
+}
+
 /// Queues `job` for the channel's JS thread; never blocks. Dropped unrun
 /// when that thread's environment is gone.
 pub(crate) fn send(channel: &Channel, job: Job) {
     let job = Box::into_raw(Box::new(job));
-    let tsfn = channel.0.lock().unwrap_or_else(|e| e.into_inner());
+    let tsfn = channel.tsfn.lock().unwrap_or_else(|e| e.into_inner());
     let queued = match tsfn.as_ref() {
         Some(t) => {
+            // Counted before the call: the job may run before it returns.
+            channel.queued.fetch_add(1, Ordering::AcqRel);
             // SAFETY: the lock keeps the finalizer from running until this
             // call has returned; the queue owns `job` once it accepts it.
             let status = unsafe {
@@ -147,6 +161,9 @@ pub(crate) fn send(channel: &Channel, job: Job) {
                     sys::ThreadsafeFunctionCallMode::nonblocking,
                 )
             };
+            if status != sys::Status::napi_ok {
+                channel.queued.fetch_sub(1, Ordering::AcqRel);
+            }
             status == sys::Status::napi_ok
         }
         None => false,
@@ -183,11 +200,15 @@ fn hub(env: &Env) -> Result<&'static Hub> {
             return Ok(h);
         }
     }
-    let channel = Arc::new(Channel(Mutex::new(None)));
+    let channel = Arc::new(Channel {
+        tsfn: Mutex::new(None),
+        queued: AtomicUsize::new(0),
+    });
     let mut name = ptr::null_mut();
     let mut tsfn = ptr::null_mut();
     // SAFETY: a live env on its JS thread. The finalize data is one strong
-    // count of the channel, given back in `finalized`.
+    // count of the channel, given back in `finalized`; the context is the
+    // same channel, alive as long as that count.
     unsafe {
         check(sys::napi_create_string_utf8(
             env.raw(),
@@ -204,13 +225,13 @@ fn hub(env: &Env) -> Result<&'static Hub> {
             1,
             Arc::into_raw(channel.clone()) as *mut c_void,
             Some(finalized),
-            ptr::null_mut(),
+            Arc::as_ptr(&channel) as *mut c_void,
             Some(run_on_js_thread),
             &mut tsfn,
         ))?;
         check(sys::napi_unref_threadsafe_function(env.raw(), tsfn))?;
     }
-    *channel.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(RawTsfn(tsfn));
+    *channel.tsfn.lock().unwrap_or_else(|e| e.into_inner()) = Some(RawTsfn(tsfn));
     // One per environment for the life of its thread: a worker that ends
     // leaves a few bytes behind (its threadsafe function is finalized).
     let hub: &'static Hub = Box::leak(Box::new(Hub {
@@ -228,7 +249,7 @@ fn hub(env: &Env) -> Result<&'static Hub> {
 unsafe extern "C" fn finalized(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
     // SAFETY: `data` is the strong count given in `hub`.
     let channel = unsafe { Arc::from_raw(data as *const Channel) };
-    *channel.0.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    *channel.tsfn.lock().unwrap_or_else(|e| e.into_inner()) = None;
 }
 
 /// Called by node on the JS thread for each queued job; `env` is null when
@@ -236,9 +257,15 @@ unsafe extern "C" fn finalized(_env: sys::napi_env, data: *mut c_void, _hint: *m
 unsafe extern "C" fn run_on_js_thread(
     env: sys::napi_env,
     _js_cb: sys::napi_value,
-    _ctx: *mut c_void,
+    ctx: *mut c_void,
     data: *mut c_void,
 ) {
+    // SAFETY: `ctx` is the channel `hub` made, kept alive by the strong
+    // count the threadsafe function holds until it is finalized, after
+    // which no job runs.
+    if let Some(channel) = unsafe { (ctx as *const Channel).as_ref() } {
+        channel.queued.fetch_sub(1, Ordering::AcqRel);
+    }
     // SAFETY: every queued pointer is a `Job` boxed in `send`.
     let job = unsafe { Box::from_raw(data as *mut Job) };
     job((!env.is_null()).then(|| Env::from_raw(env)))

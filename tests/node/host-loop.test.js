@@ -25,6 +25,31 @@ test('a pending run keeps the process alive until it ends, and then nothing does
   assert.equal(r.stdout, 'late\n')
 })
 
+test("a settlement that throws (a host's hostile prototype) is the host's uncaught exception, and later calls work", () => {
+  // A setter on Array.prototype throws while the run's result is built, in
+  // the turn libuv's callback starts: the error must reach
+  // 'uncaughtException' and be cleared, not stay pending for the next call.
+  const script = `
+    const { NativeBashExecutor } = require(${ADDON})
+    const ex = new NativeBashExecutor()
+    const spec = ex.resolve({ command: 'true' })
+    const sentinel = setTimeout(() => { process.stdout.write('no uncaught exception'); process.exit(3) }, 15000)
+    process.on('uncaughtException', (e) => {
+      delete Array.prototype[0]
+      ex.run(spec).then(
+        (r) => { clearTimeout(sentinel); process.stdout.write('uncaught: ' + e.message + '; later run: ' + r.exitCode); process.exit(0) },
+        (err) => { clearTimeout(sentinel); process.stdout.write('later run failed: ' + err.message); process.exit(4) },
+      )
+    })
+    Object.defineProperty(Array.prototype, '0', { set() { throw new Error('boom') }, configurable: true })
+    ex.run(spec)
+  `
+  const r = spawnSync(process.execPath, ['-e', script], { timeout: 30000, encoding: 'utf8' })
+  assert.equal(r.signal, null, 'the process ended by itself')
+  assert.equal(r.stdout, 'uncaught: boom; later run: 0', r.stderr)
+  assert.equal(r.status, 0, r.stderr)
+})
+
 test('a JS thread busy when the command ends still gets the whole result', async () => {
   // More than a pipe holds: the command waits for the loop to read.
   const ex = executor({ maxOutputBytes: 200000 })
