@@ -437,48 +437,58 @@ unsafe extern "C" fn on_readable(_handle: *mut c_void, _status: c_int, _events: 
     let Some(driver) = DRIVER.with(Cell::get) else {
         return;
     };
-    match &driver.scope {
-        // Behind settlements the core's threads queued already, the turn
-        // queues too: promises settle in the order they were asked to.
-        Some(scope) if !IN_TURN.with(Cell::get) && !settle::jobs_waiting(&driver.waker.channel) => {
-            // SAFETY: libuv calls this on the driver's JS thread, outside
-            // any JS frame (so this callback scope is the outermost one),
-            // while the environment lives (the handle is closed at its
-            // teardown). Each scope opened is closed, in reverse order.
-            unsafe {
-                let env = driver.env;
-                let mut handles = std::ptr::null_mut();
-                if sys::napi_open_handle_scope(env, &mut handles) != sys::Status::napi_ok {
-                    driver.waker.wake_by_ref();
-                    return;
-                }
-                let mut resource = std::ptr::null_mut();
-                let mut callback = std::ptr::null_mut();
-                if sys::napi_get_reference_value(env, scope.resource, &mut resource) == sys::Status::napi_ok
-                    && !resource.is_null()
-                    && sys::napi_open_callback_scope(env, resource, scope.context, &mut callback)
-                        == sys::Status::napi_ok
-                {
-                    turn(Env::from_raw(env));
-                    // What a settlement left thrown is the host's uncaught
-                    // exception, as it is from the threadsafe function's
-                    // call (a callback scope would drop it, and every napi
-                    // call after it would fail).
-                    let mut thrown = false;
-                    if sys::napi_is_exception_pending(env, &mut thrown) == sys::Status::napi_ok && thrown {
-                        let mut error = std::ptr::null_mut();
-                        if sys::napi_get_and_clear_last_exception(env, &mut error) == sys::Status::napi_ok {
-                            sys::napi_fatal_exception(env, error);
-                        }
-                    }
-                    sys::napi_close_callback_scope(env, callback);
-                } else {
-                    driver.waker.wake_by_ref();
-                }
-                sys::napi_close_handle_scope(env, handles);
-            }
+    // Behind settlements the core's threads queued already, the turn
+    // queues too: promises settle in the order they were asked to.
+    let here = !IN_TURN.with(Cell::get) && !settle::jobs_waiting(&driver.waker.channel);
+    // SAFETY: libuv calls this on the driver's JS thread, outside any JS
+    // frame, while the environment lives (the handle is closed at its
+    // teardown).
+    if !(here && unsafe { turn_in_callback_scope(driver) }) {
+        driver.waker.wake_by_ref();
+    }
+}
+
+/// Runs a turn in a callback scope of the driver's async context; false,
+/// with nothing run, when the scopes cannot be opened.
+///
+/// # Safety
+/// On the driver's JS thread, outside any JS frame (so this callback
+/// scope is the outermost one), while its environment lives.
+unsafe fn turn_in_callback_scope(driver: &Driver) -> bool {
+    let Some(scope) = &driver.scope else {
+        return false;
+    };
+    let env = driver.env;
+    let mut handles = std::ptr::null_mut();
+    let mut resource = std::ptr::null_mut();
+    let mut callback = std::ptr::null_mut();
+    // SAFETY: the caller's; each scope opened is closed, in reverse order.
+    unsafe {
+        if sys::napi_open_handle_scope(env, &mut handles) != sys::Status::napi_ok {
+            return false;
         }
-        _ => driver.waker.wake_by_ref(),
+        let opened = sys::napi_get_reference_value(env, scope.resource, &mut resource)
+            == sys::Status::napi_ok
+            && !resource.is_null()
+            && sys::napi_open_callback_scope(env, resource, scope.context, &mut callback)
+                == sys::Status::napi_ok;
+        if opened {
+            turn(Env::from_raw(env));
+            // What a settlement left thrown is the host's uncaught
+            // exception, as it is from the threadsafe function's call (a
+            // callback scope would drop it, and every napi call after it
+            // would fail).
+            let mut thrown = false;
+            if sys::napi_is_exception_pending(env, &mut thrown) == sys::Status::napi_ok && thrown {
+                let mut error = std::ptr::null_mut();
+                if sys::napi_get_and_clear_last_exception(env, &mut error) == sys::Status::napi_ok {
+                    sys::napi_fatal_exception(env, error);
+                }
+            }
+            sys::napi_close_callback_scope(env, callback);
+        }
+        sys::napi_close_handle_scope(env, handles);
+        opened
     }
 }
 
