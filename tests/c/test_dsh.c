@@ -1797,6 +1797,25 @@ static void test_terminal_wait_input_waiting(void) {
     dsh_executor_free(exec);
 }
 
+/* Waits (30 s at most) until process `pid` runs as `name`. */
+static bool wait_comm(int32_t pid, const char *name) {
+    char path[64], buf[64];
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
+    for (int i = 0; i < 3000; i++) {
+        FILE *f = fopen(path, "r");
+        if (f) {
+            size_t n = fread(buf, 1, sizeof buf - 1, f);
+            fclose(f);
+            buf[n] = 0;
+            if (n && buf[n - 1] == '\n') buf[n - 1] = 0;
+            if (strcmp(buf, name) == 0) return true;
+        }
+        struct timespec ms = {0, 10000000};
+        nanosleep(&ms, NULL);
+    }
+    return false;
+}
+
 static void test_terminal_session(void) {
     /* A grace period a loaded machine cannot outrun: bash must end on the
      * hangup, not on the SIGKILL that follows the grace. */
@@ -1829,6 +1848,9 @@ static void test_terminal_session(void) {
         nanosleep(&ms, NULL);
     }
     CHECK(job != pid && job > 0);
+    /* The group is in front from bash's fork on; signalled before the child
+     * has become sleep, bash's handler in that child may swallow it. */
+    CHECK(wait_comm(job, "sleep"));
     int32_t signalled = 0;
     OK(dsh_terminal_signal_foreground(t, "SIGINT", &signalled));
     CHECK(signalled == job);

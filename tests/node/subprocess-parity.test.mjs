@@ -21,7 +21,7 @@ import { createRequire } from 'node:module'
 
 import { seam, seamUrl } from './seam.mjs'
 
-const { alive, eventually } = createRequire(import.meta.url)('./helpers.js')
+const { alive, comm, eventually } = createRequire(import.meta.url)('./helpers.js')
 
 // The published provider needs Node 22 (`Promise.withResolvers`); ours
 // does not. On an older Node, the test gives the published one what it needs.
@@ -596,7 +596,10 @@ add({
       return fg !== undefined && fg.processGroupId !== t.pid
     })
     const fg = await t.inspectForeground()
-    const signalled = (await t.signalForeground('SIGINT')) === fg.processGroupId
+    // In front from bash's fork on; signalled before the child has become
+    // sleep, bash's handler in that child may swallow it.
+    const exec = await eventually(() => comm(fg.processGroupId) === 'sleep')
+    const signalled = exec && (await t.signalForeground('SIGINT')) === fg.processGroupId
     const back = await eventually(async () => (await t.inspectForeground())?.processGroupId === t.pid)
     await t.terminate()
     await t.terminate()

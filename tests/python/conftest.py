@@ -137,6 +137,15 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def comm(pid: int) -> Optional[str]:
+    """The name process ``pid`` runs as (/proc/PID/comm), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
 def live_pids(proc_file: str, matches: Callable[[List[bytes]], bool]) -> List[int]:
     """Live processes whose /proc/PID/``proc_file`` (a NUL-separated list:
     ``cmdline``, ``environ``) ``matches``; processes that end or cannot be

@@ -47,7 +47,7 @@ from dsh_native.remote import Executor, OutputChunk, Process, ProtocolError, Run
 from dsh_native.remote import Foreground as RemoteForeground
 from dsh_native.remote import Terminal as RemoteTerminal
 
-from conftest import alive, eventually, need_dsh_bin, read_until
+from conftest import alive, comm, eventually, need_dsh_bin, read_until
 from sshd_server import Sshd
 
 # Everything that could hang runs under this bound: a hang fails the test.
@@ -1144,6 +1144,10 @@ def test_terminal_signal_foreground_interrupts_sleep_and_the_shell_survives(tex:
 
     assert eventually(sleep_in_front, 30.0)
     fg = term.inspect_foreground()
+    assert fg is not None
+    # The group is in front from bash's fork on; signalled before the child
+    # has become sleep, bash's handler in that child may swallow it.
+    assert eventually(lambda: comm(fg.process_group_id) == "sleep", 30.0)
     assert fg is not None and not fg.input_waiting
     assert term.signal_foreground("SIGINT") == fg.process_group_id
     assert waiting(term).process_group_id == term.pid

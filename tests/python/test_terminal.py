@@ -11,7 +11,7 @@ from typing import Any, List
 import pytest
 
 import dsh_native
-from conftest import alive, eventually
+from conftest import alive, comm, eventually
 
 BASH = ["bash", "--norc", "--noprofile", "-i"]
 QUIET = {"PS1": "$ ", "HISTFILE": ""}
@@ -111,6 +111,10 @@ def test_signal_foreground_interrupts_the_job_and_the_shell_survives(ex: dsh_nat
     term.write("sleep 100\n")
     assert eventually(lambda: (term.inspect_foreground() or waiting(term)).process_group_id != term.pid, 30.0)
     fg = term.inspect_foreground()
+    assert fg is not None
+    # The group is in front from bash's fork on; signalled before the child
+    # has become sleep, bash's handler in that child may swallow it.
+    assert eventually(lambda: comm(fg.process_group_id) == "sleep", 30.0)
     assert fg is not None and not fg.input_waiting
     assert term.signal_foreground("SIGINT") == fg.process_group_id
     assert waiting(term).process_group_id == term.pid
