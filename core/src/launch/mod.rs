@@ -8,6 +8,7 @@ pub(crate) mod mounts;
 pub(crate) mod pty;
 pub(crate) mod spawn;
 pub(crate) mod supervisor;
+pub(crate) mod sweeper;
 pub(crate) mod tree;
 pub(crate) mod wire;
 
@@ -21,7 +22,8 @@ use crate::launch::env::{child_environment, path_of, spawn_environment, terminal
 use crate::launch::pty::Pty;
 use crate::launch::spawn::{find_program, find_shell, LaunchedCommand, Pipes, StartContext, Stdio};
 use crate::launch::supervisor::{ChildFds, Launched, Program, Slot, StartFailed};
-use crate::launch::tree::{sweep, TagMatch};
+use crate::launch::sweeper::sweep;
+use crate::launch::tree::TagMatch;
 use crate::launch::wire::{SpawnError, Step};
 use crate::spec::error::{errno_name, DshError, Result, SpawnFailure};
 use crate::spec::request::Spec;

@@ -23,15 +23,9 @@
 //! environment at exec time, so a process that merely unsets the variable
 //! keeps it there.
 //!
-//! A sweep reads all of `/proc`, so sweeps run on one thread of their own
-//! (never on the I/O threads that carry other commands' output), and every
-//! request that arrives while a scan is under way is served by the next
-//! scan together: stopping N commands at once costs a few scans, not N.
+//! The sweeps themselves run on a thread of their own (`sweeper.rs`).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::mpsc::{channel, Receiver, Sender};
-
-use tokio::sync::oneshot;
 
 use crate::host::forked::{current_pid, PerProcess};
 use crate::sys::{pidfd_open, pidfd_send_signal, stat_fields};
@@ -243,13 +237,43 @@ pub(crate) fn session_in_stat(stat: &[u8]) -> Option<libc::pid_t> {
     stat_fields(stat).nth(3)?.parse().ok()
 }
 
-fn untagged_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> Option<Untagged> {
+/// What `/proc/<pid>/stat` says of an untagged process, and how it ended,
+/// if it has.
+fn untagged_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> Option<(Untagged, Option<End>)> {
     if !read_file(&format!("{pid}/stat"), buf) {
         return None;
     }
-    Some(Untagged {
+    let untagged = Untagged {
         parent: parent_in_stat(buf)?,
         session: session_in_stat(buf)?,
+    };
+    Some((untagged, end_in_stat(buf)))
+}
+
+/// How a process that a scan listed had ended when the scan looked at it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum End {
+    /// By SIGKILL. The SIGKILLs a tree gets come from its stop (its
+    /// group's before the sweep is queued, a scan's before the next scan
+    /// lists), and the kernel ends a fork under way at a SIGKILL: a child
+    /// made before it was complete before the listing, so nothing is
+    /// hidden (unless someone else's SIGKILL lands during a listing).
+    Killed,
+    /// Otherwise: it may have forked a child the listing skipped.
+    Other,
+}
+
+/// [`End`] from a `/proc/<pid>/stat` line: a zombie's exit status (the
+/// 52nd field) says whether SIGKILL ended it.
+fn end_in_stat(stat: &[u8]) -> Option<End> {
+    let mut fields = stat_fields(stat);
+    if !matches!(fields.next(), Some("Z" | "X")) {
+        return None;
+    }
+    let status: Option<i32> = fields.nth(48).and_then(|f| f.parse().ok());
+    Some(match status {
+        Some(s) if s & 0x7f == libc::SIGKILL => End::Killed,
+        _ => End::Other,
     })
 }
 
@@ -343,25 +367,54 @@ fn environment_now(pid: libc::pid_t) -> Environment {
 
 /// How many members a census hands back pinned: a watch waits for them,
 /// then counts again (the rest are found then).
-const CENSUS_PIDFDS: usize = 2;
+pub(crate) const CENSUS_PIDFDS: usize = 2;
 
 /// What one scan did for one request: how many processes it signalled and,
 /// for a census, pidfds of them (at most [`CENSUS_PIDFDS`]).
 #[derive(Default)]
-struct Hits {
-    count: usize,
-    pidfds: Vec<std::os::fd::OwnedFd>,
+pub(crate) struct Hits {
+    pub(crate) count: usize,
+    pub(crate) pidfds: Vec<std::os::fd::OwnedFd>,
+    /// The processes it sent SIGKILL, and the sessions of those it selected.
+    pub(crate) killed: Vec<libc::pid_t>,
+    pub(crate) sessions: Vec<libc::pid_t>,
+    /// A process that may have been the request's ended on its own during
+    /// the scan: it may have forked a child the listing skipped.
+    pub(crate) unseen_end: bool,
+}
+
+/// One request in a scan, with what its earlier scans learned.
+pub(crate) struct ScanRequest<'a> {
+    pub(crate) matcher: &'a TagMatch,
+    pub(crate) sig: libc::c_int,
+    pub(crate) census: bool,
+    /// Processes its scans sent SIGKILL: they fork no more, so their end
+    /// hides nothing.
+    pub(crate) killed: &'a HashSet<libc::pid_t>,
+    /// Sessions of processes its scans selected.
+    pub(crate) sessions: &'a HashSet<libc::pid_t>,
 }
 
 /// One scan of `/proc` for a batch of requests; returns what each did.
 /// Each target is pinned with a pidfd and re-checked before the signal, so
 /// a pid recycled between the scan and the kill is never hit.
-fn scan_and_signal(requests: &[(&TagMatch, libc::c_int, bool)]) -> Vec<Hits> {
+///
+/// `/proc` lists a pid once its process is complete, so a child being
+/// forked while the listing passes its pid is not listed; its parent was.
+/// If the parent then ends on its own before the scan gets to it, the scan
+/// finds neither: such an end is reported (`unseen_end`) and the next scan
+/// finds the child. A parent that gets the SIGKILL forks no more (the
+/// kernel ends a fork under way), and the children it made before are
+/// complete by then, so the next scan lists them.
+pub(crate) fn scan_and_signal(requests: &[ScanRequest]) -> Vec<Hits> {
     STARVED.with(|s| s.set(false));
     let me = current_pid();
     let mut buf = Vec::with_capacity(4096);
     let mut tags = HashMap::new();
     let mut untagged = HashMap::new();
+    // Listed, then found ended (not by SIGKILL): with parent and session
+    // when a zombie says.
+    let mut ended: Vec<(libc::pid_t, Option<Untagged>)> = Vec::new();
     let pids = crate::sys::proc::pids();
     if pids.is_empty() {
         // This process is always listed: /proc could not be read.
@@ -375,14 +428,17 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int, bool)]) -> Vec<Hits> {
             Some(tag) => {
                 tags.insert(pid, tag);
             }
-            None => {
-                if let Some(u) = untagged_of(pid, &mut buf) {
+            None => match untagged_of(pid, &mut buf) {
+                Some((_, Some(End::Killed))) => {}
+                Some((u, Some(End::Other))) => ended.push((pid, Some(u))),
+                Some((u, None)) => {
                     untagged.insert(pid, u);
                 }
-            }
+                None => ended.push((pid, None)),
+            },
         }
     }
-    let matchers: Vec<&TagMatch> = requests.iter().map(|(m, _, _)| *m).collect();
+    let matchers: Vec<&TagMatch> = requests.iter().map(|r| r.matcher).collect();
     let selections = select(&matchers, &tags, &untagged);
     let targets: HashSet<libc::pid_t> = selections.iter().flatten().copied().collect();
     // Pin each target with a pidfd, then re-read what decides it, so a pid
@@ -394,6 +450,7 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int, bool)]) -> Vec<Hits> {
         parent: Option<libc::pid_t>,
         group: Option<libc::pid_t>,
         session: Option<libc::pid_t>,
+        end: Option<End>,
     }
     let pinned: Vec<Target> = targets
         .into_iter()
@@ -404,6 +461,7 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int, bool)]) -> Vec<Hits> {
             let parent = stat.as_deref().and_then(parent_in_stat);
             let group = stat.as_deref().and_then(group_in_stat);
             let session = stat.as_deref().and_then(session_in_stat);
+            let end = stat.as_deref().and_then(end_in_stat);
             Some(Target {
                 pid,
                 pidfd,
@@ -411,12 +469,14 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int, bool)]) -> Vec<Hits> {
                 parent,
                 group,
                 session,
+                end,
             })
         })
         .collect();
     let pinned = ancestors_first(pinned, |t| t.pid, |t| t.parent);
     let mut hits: Vec<Hits> = requests.iter().map(|_| Hits::default()).collect();
-    for (i, ((m, sig, census), selected)) in requests.iter().zip(&selections).enumerate() {
+    for (i, (r, selected)) in requests.iter().zip(&selections).enumerate() {
+        let (m, sig, census) = (r.matcher, &r.sig, &r.census);
         let mine = |t: &Target| t.tag.as_deref().is_some_and(|tag| m.matches(tag));
         // A command's leader is the supervisor's child and leads its own
         // group (a descendant that called setsid leads a group too, but is
@@ -440,6 +500,7 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int, bool)]) -> Vec<Hits> {
             }
             _ => HashSet::new(),
         };
+        let mut unsent: HashSet<libc::pid_t> = selected.clone();
         for t in &pinned {
             // Re-checked on the pinned process: a recycled pid fails every
             // one of these (a live parent or session is unique to its id).
@@ -449,8 +510,18 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int, bool)]) -> Vec<Hits> {
                         .is_some_and(|pp| selected.contains(&pp) || Some(pp) == m.root())
                     || (m.session.is_some() && t.session == m.session));
             let spared = *sig != libc::SIGKILL && m.spares(t.group, &leaders);
+            if still && !spared {
+                hits[i].sessions.extend(t.session);
+            }
+            if spared || t.end == Some(End::Killed) {
+                unsent.remove(&t.pid);
+            }
             if still && !spared && pidfd_send_signal(&t.pidfd, *sig).is_ok() {
+                unsent.remove(&t.pid);
                 hits[i].count += 1;
+                if *sig == libc::SIGKILL {
+                    hits[i].killed.push(t.pid);
+                }
                 if *census && hits[i].pidfds.len() < CENSUS_PIDFDS {
                     if let Ok(fd) = t.pidfd.try_clone() {
                         hits[i].pidfds.push(fd);
@@ -458,12 +529,30 @@ fn scan_and_signal(requests: &[(&TagMatch, libc::c_int, bool)]) -> Vec<Hits> {
                 }
             }
         }
+        // Selected but not signalled (ended, or no longer what was
+        // selected), or ended before it could be looked at, and not by a
+        // SIGKILL of this request: it may have forked meanwhile.
+        let by_us = |pid: &libc::pid_t| r.killed.contains(pid);
+        // A zombie says its parent and session, not its tag: it counts
+        // when those tie it to the request (a fork-and-exit chain whose
+        // every member lived within one scan can still go unseen).
+        let ours = |u: &Untagged| {
+            m.session == Some(u.session)
+                || r.sessions.contains(&u.session)
+                || hits[i].sessions.contains(&u.session)
+                || selected.contains(&u.parent)
+                || r.killed.contains(&u.parent)
+        };
+        hits[i].unseen_end = unsent.iter().any(|pid| !by_us(pid))
+            || ended
+                .iter()
+                .any(|(pid, u)| !by_us(pid) && u.as_ref().is_none_or(ours));
     }
     // A count (signal 0: "is anyone left?") that could not look at
     // everything says someone may be: never "nobody" by accident.
     if STARVED.with(std::cell::Cell::get) {
-        for (h, (_, sig, _)) in hits.iter_mut().zip(requests) {
-            if *sig == 0 && h.count == 0 {
+        for (h, r) in hits.iter_mut().zip(requests) {
+            if r.sig == 0 && h.count == 0 {
                 h.count = 1;
             }
         }
@@ -496,61 +585,6 @@ fn ancestors_first<T>(
     targets.sort_by_cached_key(|t| depth(pid(t)));
     targets
 }
-
-/// How many SIGKILL rescans a request gets while they keep finding someone:
-/// a process forked while a scan was reading `/proc` is caught by the next.
-/// (A SIGKILLed process is a zombie at once, with an empty environ.)
-const KILL_RESCANS: u32 = 16;
-
-/// What a sweep did: how many processes it signalled in all, and how many
-/// its last scan still found (for SIGKILL: alive after every rescan).
-#[derive(Debug, Default)]
-pub(crate) struct Swept {
-    pub total: usize,
-    pub last: usize,
-    /// For a census: pidfds of the live members found.
-    pub members: Vec<std::os::fd::OwnedFd>,
-}
-
-struct Request {
-    matcher: TagMatch,
-    sig: libc::c_int,
-    census: bool,
-    swept: Swept,
-    rescans: u32,
-    reply: Option<oneshot::Sender<Swept>>,
-}
-
-fn sweeper(rx: Receiver<Request>) {
-    let mut pending: Vec<Request> = Vec::new();
-    loop {
-        if pending.is_empty() {
-            match rx.recv() {
-                Ok(r) => pending.push(r),
-                Err(_) => return,
-            }
-        }
-        pending.extend(rx.try_iter());
-        let batch: Vec<(&TagMatch, libc::c_int, bool)> =
-            pending.iter().map(|r| (&r.matcher, r.sig, r.census)).collect();
-        let hits = scan_and_signal(&batch);
-        let mut again = Vec::new();
-        for (mut r, hit) in pending.drain(..).zip(hits) {
-            r.swept.total += hit.count;
-            r.swept.last = hit.count;
-            r.swept.members = hit.pidfds;
-            if r.sig == libc::SIGKILL && hit.count > 0 && r.rescans < KILL_RESCANS {
-                r.rescans += 1;
-                again.push(r);
-            } else if let Some(reply) = r.reply.take() {
-                let _ = reply.send(r.swept);
-            }
-        }
-        pending = again;
-    }
-}
-
-static SWEEPER: PerProcess<Sender<Request>> = PerProcess::new();
 
 /// The commands whose supervision loop still runs, and so will signal
 /// their own group on a stop, by tag: with the leader's pid once the loop
@@ -593,48 +627,6 @@ impl Drop for LiveLeader {
     fn drop(&mut self) {
         live_leaders().remove(&self.0);
     }
-}
-
-fn submit(matcher: TagMatch, sig: libc::c_int, census: bool, reply: Option<oneshot::Sender<Swept>>) {
-    let tx = SWEEPER.get(|| {
-        let (tx, rx) = channel();
-        std::thread::Builder::new()
-            .name("dsh-sweep".into())
-            .spawn(move || sweeper(rx))
-            .expect("cannot start the dsh sweep thread");
-        tx
-    });
-    let _ = tx.send(Request {
-        matcher,
-        sig,
-        census,
-        swept: Swept::default(),
-        rescans: 0,
-        reply,
-    });
-}
-
-/// Queues a sweep: `sig` to every live process the matcher selects (for
-/// SIGKILL, again until a scan finds nobody; signal 0 only counts them).
-/// Returns at once.
-pub(crate) fn sweep(matcher: TagMatch, sig: libc::c_int) {
-    submit(matcher, sig, false, None);
-}
-
-/// [`sweep`], completing with what it did.
-pub(crate) async fn sweep_counted(matcher: TagMatch, sig: libc::c_int) -> Swept {
-    let (tx, rx) = oneshot::channel();
-    submit(matcher, sig, false, Some(tx));
-    rx.await.unwrap_or_default()
-}
-
-/// The live processes the matcher selects, each pinned by a pidfd (at
-/// most [`CENSUS_PIDFDS`]; `total` says how many there were): a watch for
-/// their end waits on these instead of scanning again and again.
-pub(crate) async fn census(matcher: TagMatch) -> Swept {
-    let (tx, rx) = oneshot::channel();
-    submit(matcher, 0, true, Some(tx));
-    rx.await.unwrap_or_default()
 }
 
 #[cfg(test)]

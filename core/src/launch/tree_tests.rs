@@ -197,3 +197,35 @@ fn an_empty_environment_is_read_again_only_while_it_is_coming() {
         "env_start and env_end are not the environment's"
     );
 }
+
+#[test]
+fn a_zombie_says_whether_sigkill_ended_it() {
+    // An end by SIGKILL hides no child (the kernel ends a fork under way);
+    // any other end may, and calls for another scan.
+    let zombie_of = |mut child: std::process::Child, kill: bool| {
+        let pid = child.id() as libc::pid_t;
+        if kill {
+            child.kill().unwrap();
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while crate::sys::process_state(pid) != Some(b'Z') {
+            assert!(std::time::Instant::now() < deadline, "never a zombie");
+            std::thread::yield_now();
+        }
+        let end = end_in_stat(&crate::sys::proc::read(&format!("{pid}/stat")).unwrap());
+        child.wait().unwrap();
+        end
+    };
+    let sleeper = || std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let running = sleeper();
+    let stat = crate::sys::proc::read(&format!("{}/stat", running.id())).unwrap();
+    assert_eq!(end_in_stat(&stat), None, "a live process has not ended");
+    assert_eq!(zombie_of(running, true), Some(End::Killed));
+    let exits = std::process::Command::new("true").spawn().unwrap();
+    assert_eq!(zombie_of(exits, false), Some(End::Other));
+    let terminated = std::process::Command::new("sh")
+        .args(["-c", "kill -TERM $$"])
+        .spawn()
+        .unwrap();
+    assert_eq!(zombie_of(terminated, false), Some(End::Other));
+}

@@ -9,7 +9,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::host::runtime::timer;
-use crate::launch::tree::{signal_group, sweep_counted, TagMatch};
+use crate::launch::sweeper::sweep_counted;
+use crate::launch::tree::{signal_group, TagMatch};
 
 /// Why termination began; the first one wins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
