@@ -14,9 +14,10 @@ use tokio::sync::oneshot;
 use crate::host::forked::PerProcess;
 use crate::launch::tree::{scan_and_signal, Hits, ScanRequest, TagMatch};
 
-/// How many rescans a request gets ([`Request::again`]): a process forked
-/// while a scan was reading `/proc` is caught by the next. (A SIGKILLed
-/// process is a zombie at once, with an empty environ.)
+/// How many rescans a request gets in all ([`Request::again`]): a process
+/// forked while a scan was reading `/proc` is caught by the next. (A
+/// SIGKILLed process is a zombie soon, with an empty environ: not found
+/// again.)
 const RESCANS: u32 = 16;
 
 /// How many of them a request gets for ends that may hide a child alone
@@ -46,6 +47,7 @@ struct Request {
     /// What its scans learned: see [`ScanRequest`].
     killed: HashSet<libc::pid_t>,
     sessions: HashSet<libc::pid_t>,
+    zombies: HashSet<libc::pid_t>,
     reply: Option<oneshot::Sender<Swept>>,
 }
 
@@ -88,16 +90,18 @@ fn sweeper(rx: Receiver<Request>) {
                 census: r.census,
                 killed: &r.killed,
                 sessions: &r.sessions,
+                zombies: &r.zombies,
             })
             .collect();
-        let hits = scan_and_signal(&batch);
+        let scan = scan_and_signal(&batch);
         let mut again = Vec::new();
-        for (mut r, hit) in pending.drain(..).zip(hits) {
+        for (mut r, hit) in pending.drain(..).zip(scan.hits) {
             r.swept.total += hit.count;
             r.swept.last = hit.count;
             if r.again(&hit) {
                 r.killed.extend(&hit.killed);
                 r.sessions.extend(&hit.sessions);
+                r.zombies.extend(&scan.zombies);
                 again.push(r);
             } else if let Some(reply) = r.reply.take() {
                 r.swept.members = hit.pidfds;
@@ -128,13 +132,15 @@ fn submit(matcher: TagMatch, sig: libc::c_int, census: bool, reply: Option<onesh
         unseen_rescans: 0,
         killed: HashSet::new(),
         sessions: HashSet::new(),
+        zombies: HashSet::new(),
         reply,
     });
 }
 
 /// Queues a sweep: `sig` to every live process the matcher selects (for
-/// SIGKILL, again until a scan finds nobody; signal 0 only counts them).
-/// Returns at once.
+/// SIGKILL, again until a scan finds nobody; signal 0 only counts them;
+/// either scans again after an end that may hide a child, see
+/// [`Request::again`]). Returns at once.
 pub(crate) fn sweep(matcher: TagMatch, sig: libc::c_int) {
     submit(matcher, sig, false, None);
 }
@@ -147,8 +153,9 @@ pub(crate) async fn sweep_counted(matcher: TagMatch, sig: libc::c_int) -> Swept 
 }
 
 /// The live processes the matcher selects, each pinned by a pidfd (at
-/// most [`CENSUS_PIDFDS`](crate::launch::tree::CENSUS_PIDFDS); `total` says how many there were): a watch for
-/// their end waits on these instead of scanning again and again.
+/// most [`CENSUS_PIDFDS`](crate::launch::tree::CENSUS_PIDFDS); `total`
+/// says how many there were): a watch for their end waits on these
+/// instead of scanning again and again.
 pub(crate) async fn census(matcher: TagMatch) -> Swept {
     let (tx, rx) = oneshot::channel();
     submit(matcher, 0, true, Some(tx));

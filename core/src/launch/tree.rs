@@ -163,8 +163,7 @@ pub(crate) fn group_in_stat(stat: &[u8]) -> Option<libc::pid_t> {
 }
 
 /// What a scan of `/proc` found about a process without the tag: its parent
-/// and its session (`None` for a zombie, whose children are re-parented
-/// already and which cannot be signalled).
+/// and its session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Untagged {
     pub parent: libc::pid_t,
@@ -237,27 +236,48 @@ pub(crate) fn session_in_stat(stat: &[u8]) -> Option<libc::pid_t> {
     stat_fields(stat).nth(3)?.parse().ok()
 }
 
-/// What `/proc/<pid>/stat` says of an untagged process, and how it ended,
-/// if it has.
-fn untagged_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> Option<(Untagged, Option<End>)> {
+/// What `/proc/<pid>/stat` says of a process without the tag.
+enum StatSays {
+    Live(Untagged),
+    /// Ended by SIGKILL: it hides nothing ([`End::Killed`]).
+    Killed,
+    /// Ended otherwise: a zombie, with the parent that has to reap it and
+    /// its session; `None` when it was gone before it could be read.
+    Ended(Option<Untagged>),
+}
+
+fn untagged_of(pid: libc::pid_t, buf: &mut Vec<u8>) -> StatSays {
     if !read_file(&format!("{pid}/stat"), buf) {
-        return None;
+        return StatSays::Ended(None);
     }
-    let untagged = Untagged {
-        parent: parent_in_stat(buf)?,
-        session: session_in_stat(buf)?,
-    };
-    Some((untagged, end_in_stat(buf)))
+    let session = session_in_stat(buf);
+    match end_in_stat(buf) {
+        Some(End::Killed) => StatSays::Killed,
+        Some(End::Other) => {
+            // A zombie's ppid is still there ([`parent_in_stat`] says None:
+            // its own children are re-parented already).
+            let parent = stat_fields(buf).nth(1).and_then(|f| f.parse().ok());
+            StatSays::Ended(
+                parent
+                    .zip(session)
+                    .map(|(parent, session)| Untagged { parent, session }),
+            )
+        }
+        None => match (parent_in_stat(buf), session) {
+            (Some(parent), Some(session)) => StatSays::Live(Untagged { parent, session }),
+            _ => StatSays::Ended(None),
+        },
+    }
 }
 
 /// How a process that a scan listed had ended when the scan looked at it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum End {
-    /// By SIGKILL. The SIGKILLs a tree gets come from its stop (its
-    /// group's before the sweep is queued, a scan's before the next scan
-    /// lists), and the kernel ends a fork under way at a SIGKILL: a child
-    /// made before it was complete before the listing, so nothing is
-    /// hidden (unless someone else's SIGKILL lands during a listing).
+    /// By SIGKILL. The kernel ends a fork under way at a SIGKILL, so the
+    /// children it made exist from before the signal; and the SIGKILLs a
+    /// tree gets come from its stop (its group's before the sweep is
+    /// queued, a scan's before the next scan lists), so they were listed.
+    /// (Someone else's SIGKILL landing while a scan runs is not covered.)
     Killed,
     /// Otherwise: it may have forked a child the listing skipped.
     Other,
@@ -375,12 +395,20 @@ pub(crate) const CENSUS_PIDFDS: usize = 2;
 pub(crate) struct Hits {
     pub(crate) count: usize,
     pub(crate) pidfds: Vec<std::os::fd::OwnedFd>,
-    /// The processes it sent SIGKILL, and the sessions of those it selected.
+    /// The processes it sent SIGKILL, and the sessions of those it would
+    /// signal (selected, re-checked, not spared).
     pub(crate) killed: Vec<libc::pid_t>,
-    pub(crate) sessions: Vec<libc::pid_t>,
+    pub(crate) sessions: HashSet<libc::pid_t>,
     /// A process that may have been the request's ended on its own during
     /// the scan: it may have forked a child the listing skipped.
     pub(crate) unseen_end: bool,
+}
+
+/// What one scan did: for each request, and the zombies it saw ended
+/// otherwise than by SIGKILL.
+pub(crate) struct Scan {
+    pub(crate) hits: Vec<Hits>,
+    pub(crate) zombies: Vec<libc::pid_t>,
 }
 
 /// One request in a scan, with what its earlier scans learned.
@@ -393,20 +421,24 @@ pub(crate) struct ScanRequest<'a> {
     pub(crate) killed: &'a HashSet<libc::pid_t>,
     /// Sessions of processes its scans selected.
     pub(crate) sessions: &'a HashSet<libc::pid_t>,
+    /// Zombies its scans saw: a zombie seen before ended before this
+    /// listing, so what it forked is listed.
+    pub(crate) zombies: &'a HashSet<libc::pid_t>,
 }
 
 /// One scan of `/proc` for a batch of requests; returns what each did.
 /// Each target is pinned with a pidfd and re-checked before the signal, so
 /// a pid recycled between the scan and the kill is never hit.
 ///
-/// `/proc` lists a pid once its process is complete, so a child being
-/// forked while the listing passes its pid is not listed; its parent was.
-/// If the parent then ends on its own before the scan gets to it, the scan
-/// finds neither: such an end is reported (`unseen_end`) and the next scan
-/// finds the child. A parent that gets the SIGKILL forks no more (the
-/// kernel ends a fork under way), and the children it made before are
-/// complete by then, so the next scan lists them.
-pub(crate) fn scan_and_signal(requests: &[ScanRequest]) -> Vec<Hits> {
+/// A child forked after the listing passed its pid (the listing is taken
+/// first, then each process is read; and `/proc` lists a pid only once its
+/// process is complete) is not in this scan; its parent was. If the parent
+/// then ends on its own before the scan signals it, the scan finds
+/// neither: such an end is reported (`unseen_end`) and the next scan finds
+/// the child. A parent that gets the SIGKILL forks no more (the kernel
+/// ends a fork under way), and the children it made before are complete
+/// by then, so the next scan lists them.
+pub(crate) fn scan_and_signal(requests: &[ScanRequest]) -> Scan {
     STARVED.with(|s| s.set(false));
     let me = current_pid();
     let mut buf = Vec::with_capacity(4096);
@@ -429,12 +461,11 @@ pub(crate) fn scan_and_signal(requests: &[ScanRequest]) -> Vec<Hits> {
                 tags.insert(pid, tag);
             }
             None => match untagged_of(pid, &mut buf) {
-                Some((_, Some(End::Killed))) => {}
-                Some((u, Some(End::Other))) => ended.push((pid, Some(u))),
-                Some((u, None)) => {
+                StatSays::Live(u) => {
                     untagged.insert(pid, u);
                 }
-                None => ended.push((pid, None)),
+                StatSays::Killed => {}
+                StatSays::Ended(zombie) => ended.push((pid, zombie)),
             },
         }
     }
@@ -474,9 +505,10 @@ pub(crate) fn scan_and_signal(requests: &[ScanRequest]) -> Vec<Hits> {
         })
         .collect();
     let pinned = ancestors_first(pinned, |t| t.pid, |t| t.parent);
+    let pinned_pids: HashSet<libc::pid_t> = pinned.iter().map(|t| t.pid).collect();
     let mut hits: Vec<Hits> = requests.iter().map(|_| Hits::default()).collect();
     for (i, (r, selected)) in requests.iter().zip(&selections).enumerate() {
-        let (m, sig, census) = (r.matcher, &r.sig, &r.census);
+        let (m, sig, census) = (r.matcher, r.sig, r.census);
         let mine = |t: &Target| t.tag.as_deref().is_some_and(|tag| m.matches(tag));
         // A command's leader is the supervisor's child and leads its own
         // group (a descendant that called setsid leads a group too, but is
@@ -500,39 +532,46 @@ pub(crate) fn scan_and_signal(requests: &[ScanRequest]) -> Vec<Hits> {
             }
             _ => HashSet::new(),
         };
-        let mut unsent: HashSet<libc::pid_t> = selected.clone();
-        for t in &pinned {
+        // Selected and then not signalled (ended, or no longer what was
+        // selected), not by a SIGKILL: it may have forked meanwhile.
+        let mut unsent = false;
+        let mut pinned_here = 0;
+        for t in pinned.iter().filter(|t| selected.contains(&t.pid)) {
+            pinned_here += 1;
             // Re-checked on the pinned process: a recycled pid fails every
             // one of these (a live parent or session is unique to its id).
-            let still = selected.contains(&t.pid)
-                && (mine(t)
-                    || t.parent
-                        .is_some_and(|pp| selected.contains(&pp) || Some(pp) == m.root())
-                    || (m.session.is_some() && t.session == m.session));
-            let spared = *sig != libc::SIGKILL && m.spares(t.group, &leaders);
+            let still = mine(t)
+                || t.parent
+                    .is_some_and(|pp| selected.contains(&pp) || Some(pp) == m.root())
+                || (m.session.is_some() && t.session == m.session);
+            let spared = sig != libc::SIGKILL && m.spares(t.group, &leaders);
             if still && !spared {
                 hits[i].sessions.extend(t.session);
             }
-            if spared || t.end == Some(End::Killed) {
-                unsent.remove(&t.pid);
+            if spared {
+                continue;
             }
-            if still && !spared && pidfd_send_signal(&t.pidfd, *sig).is_ok() {
-                unsent.remove(&t.pid);
-                hits[i].count += 1;
-                if *sig == libc::SIGKILL {
-                    hits[i].killed.push(t.pid);
-                }
-                if *census && hits[i].pidfds.len() < CENSUS_PIDFDS {
-                    if let Ok(fd) = t.pidfd.try_clone() {
-                        hits[i].pidfds.push(fd);
-                    }
+            if !(still && pidfd_send_signal(&t.pidfd, sig).is_ok()) {
+                unsent |= t.end != Some(End::Killed) && !r.killed.contains(&t.pid);
+                continue;
+            }
+            hits[i].count += 1;
+            if sig == libc::SIGKILL {
+                hits[i].killed.push(t.pid);
+            }
+            if census && hits[i].pidfds.len() < CENSUS_PIDFDS {
+                if let Ok(fd) = t.pidfd.try_clone() {
+                    hits[i].pidfds.push(fd);
                 }
             }
         }
-        // Selected but not signalled (ended, or no longer what was
-        // selected), or ended before it could be looked at, and not by a
-        // SIGKILL of this request: it may have forked meanwhile.
+        // Selected and gone before it could be pinned, or ended before it
+        // could be looked at, and not by a SIGKILL of this request.
         let by_us = |pid: &libc::pid_t| r.killed.contains(pid);
+        unsent |= pinned_here < selected.len()
+            && selected
+                .iter()
+                .any(|pid| !pinned_pids.contains(pid) && !by_us(pid));
         // A zombie says its parent and session, not its tag: it counts
         // when those tie it to the request (a fork-and-exit chain whose
         // every member lived within one scan can still go unseen).
@@ -543,10 +582,14 @@ pub(crate) fn scan_and_signal(requests: &[ScanRequest]) -> Vec<Hits> {
                 || selected.contains(&u.parent)
                 || r.killed.contains(&u.parent)
         };
-        hits[i].unseen_end = unsent.iter().any(|pid| !by_us(pid))
+        // The command's leader is held unreaped until released, and its
+        // stop counts and sweeps after its exit: a zombie then, and what it
+        // forked is listed.
+        let held = |pid: &libc::pid_t| m.session == Some(*pid) || r.zombies.contains(pid);
+        hits[i].unseen_end = unsent
             || ended
                 .iter()
-                .any(|(pid, u)| !by_us(pid) && u.as_ref().is_none_or(ours));
+                .any(|(pid, u)| !by_us(pid) && !held(pid) && u.as_ref().is_none_or(ours));
     }
     // A count (signal 0: "is anyone left?") that could not look at
     // everything says someone may be: never "nobody" by accident.
@@ -557,7 +600,12 @@ pub(crate) fn scan_and_signal(requests: &[ScanRequest]) -> Vec<Hits> {
             }
         }
     }
-    hits
+    let zombies = ended
+        .into_iter()
+        .filter(|(_, u)| u.is_some())
+        .map(|(pid, _)| pid)
+        .collect();
+    Scan { hits, zombies }
 }
 
 /// `targets` with every process before its descendants among them: a

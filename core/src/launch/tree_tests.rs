@@ -213,6 +213,21 @@ fn a_zombie_says_whether_sigkill_ended_it() {
             std::thread::yield_now();
         }
         let end = end_in_stat(&crate::sys::proc::read(&format!("{pid}/stat")).unwrap());
+        // A scan's reading of it says the same, with the parent that has to
+        // reap it (us) and its session (ours), so it can be tied to a request.
+        let me = crate::host::forked::current_pid();
+        let session = session_in_stat(&crate::sys::proc::read(&format!("{me}/stat")).unwrap()).unwrap();
+        match (untagged_of(pid, &mut Vec::new()), end) {
+            (StatSays::Killed, Some(End::Killed)) => {}
+            (StatSays::Ended(Some(u)), Some(End::Other)) => {
+                assert_eq!(
+                    u,
+                    Untagged { parent: me, session },
+                    "a zombie's parent and session"
+                )
+            }
+            (_, end) => panic!("a scan reads the zombie otherwise than {end:?}"),
+        }
         child.wait().unwrap();
         end
     };
@@ -220,6 +235,10 @@ fn a_zombie_says_whether_sigkill_ended_it() {
     let running = sleeper();
     let stat = crate::sys::proc::read(&format!("{}/stat", running.id())).unwrap();
     assert_eq!(end_in_stat(&stat), None, "a live process has not ended");
+    assert!(matches!(
+        untagged_of(running.id() as libc::pid_t, &mut Vec::new()),
+        StatSays::Live(_)
+    ));
     assert_eq!(zombie_of(running, true), Some(End::Killed));
     let exits = std::process::Command::new("true").spawn().unwrap();
     assert_eq!(zombie_of(exits, false), Some(End::Other));
