@@ -161,3 +161,65 @@ pub(crate) async fn census(matcher: TagMatch) -> Swept {
     submit(matcher, 0, true, Some(tx));
     rx.await.unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(sig: libc::c_int) -> Request {
+        Request {
+            matcher: TagMatch::command("t"),
+            sig,
+            census: false,
+            swept: Swept::default(),
+            rescans: 0,
+            unseen_rescans: 0,
+            killed: HashSet::new(),
+            sessions: HashSet::new(),
+            zombies: HashSet::new(),
+            reply: None,
+        }
+    }
+
+    fn hit(count: usize, unseen_end: bool) -> Hits {
+        Hits {
+            count,
+            unseen_end,
+            ..Hits::default()
+        }
+    }
+
+    #[test]
+    fn a_sigterm_sweep_never_scans_twice() {
+        // One stop gives a process one SIGTERM, whatever the scan saw.
+        let mut r = request(libc::SIGTERM);
+        assert!(!r.again(&hit(3, true)));
+        assert!(!r.again(&hit(0, true)));
+    }
+
+    #[test]
+    fn a_sigkill_sweep_scans_while_it_finds_someone_and_for_unseen_ends_a_few_times() {
+        let mut r = request(libc::SIGKILL);
+        assert!(!r.again(&hit(0, false)), "nobody, nothing unseen: done");
+        for _ in 0..UNSEEN_RESCANS {
+            assert!(r.again(&hit(0, true)));
+        }
+        assert!(
+            !r.again(&hit(0, true)),
+            "unseen ends alone rescan {UNSEEN_RESCANS} times"
+        );
+        // Finding someone still rescans, up to the whole bound.
+        while r.rescans < RESCANS {
+            assert!(r.again(&hit(1, false)));
+        }
+        assert!(!r.again(&hit(1, true)), "{RESCANS} rescans in all");
+    }
+
+    #[test]
+    fn a_count_rescans_only_when_it_found_nobody_and_saw_an_unseen_end() {
+        let mut r = request(0);
+        assert!(!r.again(&hit(2, true)), "members found: the caller waits on them");
+        assert!(!r.again(&hit(0, false)));
+        assert!(r.again(&hit(0, true)));
+    }
+}
