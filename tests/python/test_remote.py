@@ -103,18 +103,22 @@ def tmp() -> Iterator[str]:
 
 
 def read_pid(path: str) -> int:
-    """The pid a command wrote to `path`, once it has."""
+    """The pid a command wrote to `path`, once it has. Read once: a command
+    that writes it again (a new transport) empties it for a moment."""
+    pids: List[int] = []
 
     def written() -> bool:
         try:
             with open(path) as f:
-                return f.read().strip().isdigit()
+                text = f.read().strip()
         except OSError:
             return False
+        if text.isdigit():
+            pids.append(int(text))
+        return bool(pids)
 
     assert eventually(written), f"no pid in {path}"
-    with open(path) as f:
-        return int(f.read())
+    return pids[0]
 
 
 def in_thread(fn: Callable[[], Any]) -> Tuple[threading.Thread, Dict[str, Any]]:
