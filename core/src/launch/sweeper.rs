@@ -52,6 +52,22 @@ struct Request {
 }
 
 impl Request {
+    /// A request no scan has served yet.
+    fn new(matcher: TagMatch, sig: libc::c_int, census: bool, reply: Option<oneshot::Sender<Swept>>) -> Self {
+        Request {
+            matcher,
+            sig,
+            census,
+            swept: Swept::default(),
+            rescans: 0,
+            unseen_rescans: 0,
+            killed: HashSet::new(),
+            sessions: HashSet::new(),
+            zombies: HashSet::new(),
+            reply,
+        }
+    }
+
     /// Whether a scan that did `hit` calls for another: a SIGKILL until a
     /// scan finds nobody, and a count that found nobody, while a scan saw
     /// an end that may hide a child ([`scan_and_signal`]); counts it.
@@ -123,18 +139,7 @@ fn submit(matcher: TagMatch, sig: libc::c_int, census: bool, reply: Option<onesh
             .expect("cannot start the dsh sweep thread");
         tx
     });
-    let _ = tx.send(Request {
-        matcher,
-        sig,
-        census,
-        swept: Swept::default(),
-        rescans: 0,
-        unseen_rescans: 0,
-        killed: HashSet::new(),
-        sessions: HashSet::new(),
-        zombies: HashSet::new(),
-        reply,
-    });
+    let _ = tx.send(Request::new(matcher, sig, census, reply));
 }
 
 /// Queues a sweep: `sig` to every live process the matcher selects (for
@@ -167,18 +172,7 @@ mod tests {
     use super::*;
 
     fn request(sig: libc::c_int) -> Request {
-        Request {
-            matcher: TagMatch::command("t"),
-            sig,
-            census: false,
-            swept: Swept::default(),
-            rescans: 0,
-            unseen_rescans: 0,
-            killed: HashSet::new(),
-            sessions: HashSet::new(),
-            zombies: HashSet::new(),
-            reply: None,
-        }
+        Request::new(TagMatch::command("t"), sig, false, None)
     }
 
     fn hit(count: usize, unseen_end: bool) -> Hits {
