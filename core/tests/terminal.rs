@@ -1319,3 +1319,36 @@ fn a_readiness_wake_up_takes_nothing() {
         .expect("no wake-up at the end of the output");
     assert!(term.read_output().ended);
 }
+
+/// Dispose ends a session as `terminate()` does, with the hangup first,
+/// also when it comes before the session's task has run: the executor's
+/// sweep must leave the session's group to the task, not send its leader a
+/// bare SIGTERM (a remote close right after a spawn raced so in CI).
+#[test]
+fn dispose_before_a_sessions_task_runs_still_hangs_it_up() {
+    let exec = executor();
+    let dir = common::temp_dir("dispose-hangup");
+    let marker = dir.join("swept");
+    let spec = exec.resolve_terminal(TerminalRequest::argv(["cat"])).unwrap();
+    let (term, task) = exec.spawn_terminal_task(&spec).unwrap();
+    // A witness of the sweep: a daemon left by an ended command, started
+    // after the session (a later pid, so signalled after its leader), which
+    // only the executor's sweep signals.
+    let witness = format!(
+        "setsid sh -c 'trap \"echo TERM > {m}; exit 0\" TERM; echo up > {m}.up; \
+         while :; do sleep 0.05; done' </dev/null >/dev/null 2>&1 &",
+        m = marker.display()
+    );
+    assert_eq!(common::run(&exec, &witness).exit_code, Some(0));
+    assert!(common::eventually(LIMIT, || dir.join("swept.up").exists()));
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    exec.start_dispose(move || done_tx.send(()).unwrap());
+    assert!(
+        common::eventually(LIMIT, || marker.exists()),
+        "the dispose's sweep never reached the witness"
+    );
+    task.start();
+    assert!(term.wait_timeout(Some(LIMIT)).unwrap(), "the session did not end");
+    assert_eq!(term.signal().as_deref(), Some("SIGHUP"));
+    done_rx.recv_timeout(LIMIT).expect("dispose completes");
+}

@@ -147,8 +147,13 @@ pub(crate) fn prepare<G: Send + 'static>(
         on_drop: on_drop.clone(),
         wants_writable: wants_writable.clone(),
     };
+    // Until the task returns, dispose leaves the session's group to it;
+    // marked now, not when the task first runs: a dispose before then must
+    // not send the leader a bare SIGTERM (the task hangs it up).
+    let mut live = LiveLeader::new(&terminal.shared.tag);
+    live.mark(terminal.shared.pid);
     let run = async move {
-        let _guard = guard;
+        let (_guard, _live) = (guard, live);
         task.run(master, report, releaser, write_rx, disposing, host)
             .await;
     };
@@ -305,9 +310,6 @@ impl Terminal {
             wants_writable,
         } = host;
         let pid = self.shared.pid;
-        // Until this returns, dispose leaves the session's group to it.
-        let mut live = LiveLeader::new(&self.shared.tag);
-        live.mark(pid);
         let tag = self.shared.tag.clone();
         let grace = self.shared.grace;
         let master = register(master, Interest::READABLE | Interest::WRITABLE);
