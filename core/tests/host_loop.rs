@@ -855,3 +855,52 @@ fn a_write_to_a_terminal_on_the_hosts_loop_goes_on_while_the_program_reads_silen
     assert!(text.contains("took-all"), "{text:?}");
     assert_eq!(term.exit_code(), Some(0));
 }
+
+#[test]
+fn a_dispose_before_the_hosts_first_poll_sends_one_sigterm() {
+    // The dispose's sweep leaves a command's group to its supervision from
+    // the launch on, not only once the host first polls it: else the
+    // command gets the sweep's SIGTERM and then its own stop's.
+    let exec = executor();
+    let host = Host::new();
+    let dir = temp_dir("host-loop-one-term");
+    let (terms, ready, swept) = (dir.join("terms"), dir.join("ready"), dir.join("swept"));
+    let script = format!(
+        "trap 'echo T >> {t}' TERM; touch {r}; while :; do sleep 0.01; done",
+        t = terms.display(),
+        r = ready.display()
+    );
+    let (spawned, run) = exec
+        .spawn_on_host_loop(&host.host, &spawn_of(&exec, &script, 1500))
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || ready.exists()),
+        "the program started"
+    );
+    // A witness of the sweep: a daemon left by an ended command, started
+    // after the program (a later pid, so signalled after it), which only
+    // the executor's sweep signals.
+    let witness = format!(
+        "setsid sh -c 'trap \"echo > {s}; exit 0\" TERM; touch {s}.up; \
+         while :; do sleep 0.01; done' </dev/null >/dev/null 2>&1 &",
+        s = swept.display()
+    );
+    assert_eq!(common::run(&exec, &witness).exit_code, Some(0));
+    assert!(eventually(Duration::from_secs(20), || dir
+        .join("swept.up")
+        .exists()));
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    exec.start_dispose(move || done_tx.send(()).unwrap());
+    assert!(
+        eventually(Duration::from_secs(20), || swept.exists()),
+        "the dispose's sweep never reached the witness"
+    );
+    let (r, _) = host.drive(run, Duration::from_secs(30));
+    r.unwrap();
+    done_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("dispose completes");
+    assert_eq!(spawned.process.signal().as_deref(), Some("SIGKILL"));
+    let got = std::fs::read_to_string(&terms).unwrap_or_default();
+    assert_eq!(got, "T\n", "SIGTERMs the program got (one line each)");
+}

@@ -77,7 +77,7 @@ impl Executor {
         let pty = pty::open(spec.rows, spec.cols).map_err(os_error)?;
         crate::sys::set_nonblocking(&pty.master).map_err(os_error)?;
         let control = pty.master.try_clone().map_err(os_error)?;
-        let (pid, launched) = launch_terminal(spec, host_env, &tag, &shared.supervisors, &pty)?;
+        let (pid, launched, live) = launch_terminal(spec, host_env, &tag, &shared.supervisors, &pty)?;
         let pty::Pty { master, rdev, .. } = pty; // the slave is closed here
         let disposing = {
             let shared = shared.clone();
@@ -94,6 +94,7 @@ impl Executor {
                 tag,
                 grace: Duration::from_millis(spec.grace_ms),
                 max_output_bytes: shared.config().max_output_bytes,
+                live,
             },
             disposing,
             active,

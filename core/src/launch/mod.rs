@@ -23,7 +23,7 @@ use crate::launch::pty::Pty;
 use crate::launch::spawn::{find_program, find_shell, LaunchedCommand, Pipes, StartContext, Stdio};
 use crate::launch::supervisor::{ChildFds, Launched, Program, Slot, StartFailed};
 use crate::launch::sweeper::sweep;
-use crate::launch::tree::TagMatch;
+use crate::launch::tree::{LiveLeader, TagMatch};
 use crate::launch::wire::{SpawnError, Step};
 use crate::spec::error::{errno_name, DshError, Result, SpawnFailure};
 use crate::spec::request::Spec;
@@ -222,6 +222,7 @@ impl Plan<'_> {
             workdir: self.workdir.to_path_buf(),
             policy: self.policy.cloned(),
         };
+        let mut live = LiveLeader::new(tag);
         let asked = match ask(&supervisor, &mut fds, &group) {
             Err(SpawnError::Unreachable(_)) => {
                 supervisor = supervisors.renew(&supervisor).map_err(supervisor_error)?;
@@ -233,11 +234,14 @@ impl Plan<'_> {
         }
         .map_err(|e| not_started(e, tag, &start, group.as_ref()))?;
         let (pid, launched) = asked;
+        if let Some(p) = pid {
+            live.mark(p);
+        }
         // Ours gone, the supervisor's copy is the only writer: an end of
         // file there means it did not start (or the supervisor ended).
         let pid_pipe = pid_pipe.map(|(mine, _theirs)| mine);
         let mut command = pipes
-            .started(launched, pid, group, start, fds.mounts.is_some())
+            .started(launched, pid, group, start, fds.mounts.is_some(), live)
             .map_err(os_error)?;
         command.pid_pipe = pid_pipe;
         Ok(command)
@@ -283,14 +287,15 @@ fn no_shell() -> DshError {
 
 /// Starts a terminal session's program (docs/terminals.md) in the
 /// executor's supervisor, with `pty`'s slave as its controlling terminal
-/// and its stdin, stdout and stderr.
+/// and its stdin, stdout and stderr; with the session's claim on its group
+/// (as [`LaunchedCommand::live`]).
 pub(crate) fn launch_terminal(
     spec: &TerminalSpec,
     host_env: HostEnv,
     tag: &str,
     supervisors: &Slot,
     pty: &Pty,
-) -> Result<(libc::pid_t, Launched)> {
+) -> Result<(libc::pid_t, Launched, LiveLeader)> {
     let nul = || DshError::Internal("NUL in a checked terminal spec".into());
     let workdir = CString::new(spec.cwd.as_os_str().as_bytes()).map_err(|_| nul())?;
     let policy = spec.sandbox_policy.as_ref();
@@ -343,7 +348,8 @@ pub(crate) fn launch_terminal(
         workdir: &workdir,
     };
     let supervisor = supervisors.get().map_err(supervisor_error)?;
-    match supervisor.spawn(&fds, &program) {
+    let mut live = LiveLeader::new(tag);
+    let (pid, launched) = match supervisor.spawn(&fds, &program) {
         Err(SpawnError::Unreachable(_)) => supervisors
             .renew(&supervisor)
             .map_err(supervisor_error)?
@@ -353,7 +359,9 @@ pub(crate) fn launch_terminal(
     .map_err(|e| {
         end_if_started(&e, tag);
         failed(e, &spec.cwd, policy, None)
-    })
+    })?;
+    live.mark(pid);
+    Ok((pid, launched, live))
 }
 
 /// A supervisor that ended after it took the request may have started the

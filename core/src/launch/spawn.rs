@@ -11,6 +11,7 @@ use std::path::Path;
 use crate::confine::landlock::Ruleset;
 use crate::host::forked::PerProcess;
 use crate::launch::supervisor::{ChildFds, Launched};
+use crate::launch::tree::LiveLeader;
 use crate::sys::{pipe, set_nonblocking};
 
 /// What names the error of a command that did not start, when that comes
@@ -46,6 +47,9 @@ pub(crate) struct LaunchedCommand {
     pub start: StartContext,
     /// It runs in its read-only mounts (the facts' `metadata`).
     pub read_only_mounts: bool,
+    /// Its supervision's claim on its group, from before the request: a
+    /// dispose leaves the group to the supervision, which stops it.
+    pub live: LiveLeader,
 }
 
 impl LaunchedCommand {
@@ -220,6 +224,7 @@ impl Pipes {
         group: Option<crate::confine::governor::CommandGroup>,
         start: StartContext,
         read_only_mounts: bool,
+        live: LiveLeader,
     ) -> io::Result<LaunchedCommand> {
         let (stdin, handed_stdin) = self.stdin.split()?;
         let (stdout, handed_stdout) = self.stdout.split()?;
@@ -240,6 +245,7 @@ impl Pipes {
             group,
             start,
             read_only_mounts,
+            live,
         })
     }
 }

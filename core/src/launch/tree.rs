@@ -634,9 +634,9 @@ fn ancestors_first<T>(
     targets
 }
 
-/// The commands whose supervision loop still runs, and so will signal
-/// their own group on a stop, by tag: with the leader's pid once the loop
-/// knows it. Only their groups are spared by [`Spare::CommandGroups`]; a
+/// The commands whose supervision will signal their own group on a stop,
+/// by tag (claimed at the launch, before the loop first runs, and held
+/// until it returns): with the leader's pid once it is known. Only their groups are spared by [`Spare::CommandGroups`]; a
 /// process merely looking like a leader (a setsid leftover re-parented to
 /// the supervisor) gets the sweep's signal.
 static LIVE_LEADERS: PerProcess<std::sync::Mutex<HashMap<Vec<u8>, Option<libc::pid_t>>>> = PerProcess::new();
@@ -656,7 +656,8 @@ fn leads_a_live_command(live: &HashMap<Vec<u8>, Option<libc::pid_t>>, tag: &[u8]
     }
 }
 
-/// Marks a command's loop live for as long as it is held (by the loop).
+/// Marks a command's supervision live for as long as it is held (by the
+/// launched command, then its loop).
 pub(crate) struct LiveLeader(Vec<u8>);
 
 impl LiveLeader {

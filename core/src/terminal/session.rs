@@ -45,6 +45,9 @@ pub(crate) struct SessionParts {
     pub tag: String,
     pub grace: Duration,
     pub max_output_bytes: u64,
+    /// Until the task returns, a dispose leaves the session's group to it
+    /// (which hangs it up), also before the task first runs.
+    pub live: LiveLeader,
 }
 
 /// A terminal session's task, not started yet (see
@@ -139,7 +142,7 @@ pub(crate) fn prepare<G: Send + 'static>(
     });
     let terminal = Terminal { shared };
     let task = terminal.clone();
-    let (master, report, releaser) = (started.master, started.report, started.releaser);
+    let (master, report, releaser, live) = (started.master, started.report, started.releaser, started.live);
     let fds = [master.as_raw_fd(), report.as_raw_fd()];
     let on_drop = CancelToken::new();
     let wants_writable = WantsWritable::default();
@@ -147,11 +150,6 @@ pub(crate) fn prepare<G: Send + 'static>(
         on_drop: on_drop.clone(),
         wants_writable: wants_writable.clone(),
     };
-    // Until the task returns, dispose leaves the session's group to it;
-    // marked now, not when the task first runs: a dispose before then must
-    // not send the leader a bare SIGTERM (the task hangs it up).
-    let mut live = LiveLeader::new(&terminal.shared.tag);
-    live.mark(terminal.shared.pid);
     let run = async move {
         let (_guard, _live) = (guard, live);
         task.run(master, report, releaser, write_rx, disposing, host)

@@ -17,7 +17,7 @@ use crate::host::runtime::timer;
 use crate::launch::ending::ExitStatus;
 use crate::launch::spawn::LaunchedCommand;
 use crate::launch::sweeper::{sweep, sweep_counted};
-use crate::launch::tree::{signal_group, LiveLeader, Spare, TagMatch};
+use crate::launch::tree::{signal_group, Spare, TagMatch};
 use crate::launch::wire::{Report, ReportReader};
 use crate::spec::error::DshError;
 use crate::sys::lock;
@@ -275,15 +275,13 @@ async fn supervise_inner(
         group,
         start,
         read_only_mounts,
+        mut live,
     } = spawned;
     // The leader's pid: it comes on the report pipe, late (see `Launched`),
     // unless the launch waited for it.
     let mut pid: Option<libc::pid_t> = known_pid;
-    // Until this returns, dispose leaves the leader's group to this loop.
-    let mut live = LiveLeader::new(tag);
-    if let Some(p) = pid {
-        live.mark(p);
-    }
+    // Until this returns, dispose leaves the leader's group to this loop
+    // (claimed at the launch, marked with the pid when it comes).
     // A signal for the leader's group, held until its pid comes.
     let mut deferred: Option<(libc::c_int, bool)> = None;
     let registered = (|| {
