@@ -871,7 +871,7 @@ fn a_dispose_before_the_hosts_first_poll_sends_one_sigterm() {
         r = ready.display()
     );
     let (spawned, run) = exec
-        .spawn_on_host_loop(&host.host, &spawn_of(&exec, &script, 1500))
+        .spawn_on_host_loop(&host.host, &spawn_of(&exec, &script, 3000))
         .unwrap();
     assert!(
         eventually(Duration::from_secs(20), || ready.exists()),
@@ -894,6 +894,12 @@ fn a_dispose_before_the_hosts_first_poll_sends_one_sigterm() {
     assert!(
         eventually(Duration::from_secs(20), || swept.exists()),
         "the dispose's sweep never reached the witness"
+    );
+    // Nothing has polled the run: nothing may have signalled the program
+    // yet (two SIGTERMs close together can merge into one trap).
+    assert!(
+        !eventually(Duration::from_millis(300), || terms.exists()),
+        "the sweep signalled the program before its supervision ran"
     );
     let (r, _) = host.drive(run, Duration::from_secs(30));
     r.unwrap();

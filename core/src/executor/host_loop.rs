@@ -381,7 +381,8 @@ impl<T: Send + 'static> Drop for HostRun<T> {
         self.on_drop.cancel();
         if self.owner != current_pid() || Handle::try_current().is_ok() {
             // A forked child, or inside a runtime, where it cannot be waited
-            // for: dispose's sweep finds what is left by its tag.
+            // for: dispose's sweep finds what is left by its tag (with
+            // SIGKILL only, if its first sweep came before this drop).
             return;
         }
         let _timers = runtime::timers_on_core();

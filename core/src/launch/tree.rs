@@ -50,8 +50,8 @@ pub(crate) enum Spare {
     Group(libc::pid_t),
     /// Members of any group led by a live command of the sweep, that is a
     /// tagged child of the executor's supervisor leading its group whose
-    /// supervision loop still runs (dispose: every running command signals
-    /// its own group).
+    /// supervision is claimed (from the launch until its loop returns:
+    /// dispose: every such command's loop signals its own group).
     CommandGroups,
 }
 
@@ -636,9 +636,10 @@ fn ancestors_first<T>(
 
 /// The commands whose supervision will signal their own group on a stop,
 /// by tag (claimed at the launch, before the loop first runs, and held
-/// until it returns): with the leader's pid once it is known. Only their groups are spared by [`Spare::CommandGroups`]; a
-/// process merely looking like a leader (a setsid leftover re-parented to
-/// the supervisor) gets the sweep's signal.
+/// until it returns): with the leader's pid once it is known. Only their
+/// groups are spared by [`Spare::CommandGroups`]; a process merely looking
+/// like a leader (a setsid leftover re-parented to the supervisor) gets the
+/// sweep's signal.
 static LIVE_LEADERS: PerProcess<std::sync::Mutex<HashMap<Vec<u8>, Option<libc::pid_t>>>> = PerProcess::new();
 
 fn live_leaders() -> std::sync::MutexGuard<'static, HashMap<Vec<u8>, Option<libc::pid_t>>> {
@@ -646,8 +647,9 @@ fn live_leaders() -> std::sync::MutexGuard<'static, HashMap<Vec<u8>, Option<libc
 }
 
 /// Whether the sweep leaves the group `pid` leads to the loop of `tag`:
-/// the loop's leader, or, before the loop knows its pid (a command's pid
-/// comes a few milliseconds late), the one tagged group leader it can be.
+/// the loop's leader, or, before its pid is known (a command's comes a few
+/// milliseconds late, or at the first poll of a run on a host's loop), the
+/// one tagged group leader it can be.
 fn leads_a_live_command(live: &HashMap<Vec<u8>, Option<libc::pid_t>>, tag: &[u8], pid: libc::pid_t) -> bool {
     match live.get(tag) {
         Some(Some(leader)) => *leader == pid,

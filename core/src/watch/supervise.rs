@@ -275,13 +275,13 @@ async fn supervise_inner(
         group,
         start,
         read_only_mounts,
+        // Until this returns, dispose leaves the leader's group to this
+        // loop (claimed at the launch, marked with the pid when it comes).
         mut live,
     } = spawned;
     // The leader's pid: it comes on the report pipe, late (see `Launched`),
     // unless the launch waited for it.
     let mut pid: Option<libc::pid_t> = known_pid;
-    // Until this returns, dispose leaves the leader's group to this loop
-    // (claimed at the launch, marked with the pid when it comes).
     // A signal for the leader's group, held until its pid comes.
     let mut deferred: Option<(libc::c_int, bool)> = None;
     let registered = (|| {
