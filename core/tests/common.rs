@@ -135,6 +135,33 @@ pub fn temp_dir(name: &str) -> TempDir {
     TempDir::new_in(&std::env::temp_dir(), &format!("dsh-test-{name}"))
 }
 
+/// Starts `exec`'s dispose once a witness of its first sweep runs: a
+/// daemon left by an ended command (so only the executor's sweep signals
+/// it), started now (a later pid than what the test started before, so
+/// signalled after it). Returns once the sweep has signalled the witness,
+/// with what tells when the dispose completes.
+pub fn dispose_past_its_sweep(exec: &Executor, dir: &Path) -> std::sync::mpsc::Receiver<()> {
+    let (swept, up) = (dir.join("swept"), dir.join("swept.up"));
+    let witness = format!(
+        "setsid sh -c 'trap \"echo > {s}; exit 0\" TERM; touch {u}; \
+         while :; do sleep 0.01; done' </dev/null >/dev/null 2>&1 &",
+        s = swept.display(),
+        u = up.display()
+    );
+    assert_eq!(run(exec, &witness).exit_code, Some(0));
+    assert!(
+        eventually(Duration::from_secs(20), || up.exists()),
+        "the witness started"
+    );
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    exec.start_dispose(move || done_tx.send(()).unwrap());
+    assert!(
+        eventually(Duration::from_secs(20), || swept.exists()),
+        "the dispose's sweep never reached the witness"
+    );
+    done_rx
+}
+
 /// Why this kernel cannot confine a command, or `None` when it can. Asked
 /// of the kernel directly, not through dsh, so that a dsh bug that breaks
 /// confinement fails the sandbox tests instead of skipping them.

@@ -864,7 +864,7 @@ fn a_dispose_before_the_hosts_first_poll_sends_one_sigterm() {
     let exec = executor();
     let host = Host::new();
     let dir = temp_dir("host-loop-one-term");
-    let (terms, ready, swept) = (dir.join("terms"), dir.join("ready"), dir.join("swept"));
+    let (terms, ready) = (dir.join("terms"), dir.join("ready"));
     let script = format!(
         "trap 'echo T >> {t}' TERM; touch {r}; while :; do sleep 0.01; done",
         t = terms.display(),
@@ -877,24 +877,7 @@ fn a_dispose_before_the_hosts_first_poll_sends_one_sigterm() {
         eventually(Duration::from_secs(20), || ready.exists()),
         "the program started"
     );
-    // A witness of the sweep: a daemon left by an ended command, started
-    // after the program (a later pid, so signalled after it), which only
-    // the executor's sweep signals.
-    let witness = format!(
-        "setsid sh -c 'trap \"echo > {s}; exit 0\" TERM; touch {s}.up; \
-         while :; do sleep 0.01; done' </dev/null >/dev/null 2>&1 &",
-        s = swept.display()
-    );
-    assert_eq!(common::run(&exec, &witness).exit_code, Some(0));
-    assert!(eventually(Duration::from_secs(20), || dir
-        .join("swept.up")
-        .exists()));
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
-    exec.start_dispose(move || done_tx.send(()).unwrap());
-    assert!(
-        eventually(Duration::from_secs(20), || swept.exists()),
-        "the dispose's sweep never reached the witness"
-    );
+    let disposed = dispose_past_its_sweep(&exec, &dir);
     // Nothing has polled the run: nothing may have signalled the program
     // yet (two SIGTERMs close together can merge into one trap).
     assert!(
@@ -903,7 +886,7 @@ fn a_dispose_before_the_hosts_first_poll_sends_one_sigterm() {
     );
     let (r, _) = host.drive(run, Duration::from_secs(30));
     r.unwrap();
-    done_rx
+    disposed
         .recv_timeout(Duration::from_secs(30))
         .expect("dispose completes");
     assert_eq!(spawned.process.signal().as_deref(), Some("SIGKILL"));

@@ -1328,27 +1328,11 @@ fn a_readiness_wake_up_takes_nothing() {
 fn dispose_before_a_sessions_task_runs_still_hangs_it_up() {
     let exec = executor();
     let dir = common::temp_dir("dispose-hangup");
-    let marker = dir.join("swept");
     let spec = exec.resolve_terminal(TerminalRequest::argv(["cat"])).unwrap();
     let (term, task) = exec.spawn_terminal_task(&spec).unwrap();
-    // A witness of the sweep: a daemon left by an ended command, started
-    // after the session (a later pid, so signalled after its leader), which
-    // only the executor's sweep signals.
-    let witness = format!(
-        "setsid sh -c 'trap \"echo TERM > {m}; exit 0\" TERM; echo up > {m}.up; \
-         while :; do sleep 0.05; done' </dev/null >/dev/null 2>&1 &",
-        m = marker.display()
-    );
-    assert_eq!(common::run(&exec, &witness).exit_code, Some(0));
-    assert!(common::eventually(LIMIT, || dir.join("swept.up").exists()));
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
-    exec.start_dispose(move || done_tx.send(()).unwrap());
-    assert!(
-        common::eventually(LIMIT, || marker.exists()),
-        "the dispose's sweep never reached the witness"
-    );
+    let disposed = common::dispose_past_its_sweep(&exec, &dir);
     task.start();
     assert!(term.wait_timeout(Some(LIMIT)).unwrap(), "the session did not end");
     assert_eq!(term.signal().as_deref(), Some("SIGHUP"));
-    done_rx.recv_timeout(LIMIT).expect("dispose completes");
+    disposed.recv_timeout(LIMIT).expect("dispose completes");
 }
