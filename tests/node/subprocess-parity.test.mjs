@@ -122,7 +122,9 @@ const LEAVES_GRANDCHILD = 'setsid sleep 300 >/dev/null 2>&1 & echo $!'
 async function grandchildOf(handle) {
   await handle.done
   const pid = Number(handle.collected.stdout.readFrom(0).text.trim())
-  assert.ok(await eventually(() => alive(pid)), 'the grandchild runs')
+  // Alive is not enough: until it has become `sleep` it may not have left
+  // bash's group yet (setsid runs first), and a group kill would end it.
+  assert.ok(await eventually(() => alive(pid) && comm(pid) === 'sleep'), 'the grandchild runs in its own session')
   return pid
 }
 

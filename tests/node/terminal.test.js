@@ -374,8 +374,11 @@ test('dispose() right after spawnTerminal(), with the JS thread busy before and 
     const marker = 'dsh-terminal-unstarted-' + process.pid
     const running = () => fs.readdirSync('/proc').filter((p) => /^\\d+$/.test(p)).some((p) => { try { return fs.readFileSync('/proc/' + p + '/cmdline', 'utf8').includes(marker) } catch { return false } })
     const spawned = ex.spawnTerminal({ argv: ['bash', '-c', "trap '' HUP TERM; sleep 30; echo " + marker], cwd: '/tmp', rows: 24, cols: 80, graceMs: 300 })
-    const started = running()
-    busy(500)
+    // Busy for 500 ms, in which the program must be seen running (it is
+    // the supervisor's child before it has exec'd bash).
+    const until = Date.now() + 500
+    let started = false
+    while (Date.now() < until) if (!started) started = running()
     const disposed = ex.dispose()
     // Busy: the grace and the SIGKILL must come from the core's threads.
     const end = Date.now() + 4000
