@@ -240,9 +240,7 @@ impl Plan<'_> {
         // Ours gone, the supervisor's copy is the only writer: an end of
         // file there means it did not start (or the supervisor ended).
         let pid_pipe = pid_pipe.map(|(mine, _theirs)| mine);
-        let mut command = pipes
-            .started(launched, pid, group, start, fds.mounts.is_some(), live)
-            .map_err(os_error)?;
+        let mut command = pipes.started(launched, pid, group, start, fds.mounts.is_some(), live);
         command.pid_pipe = pid_pipe;
         Ok(command)
     }

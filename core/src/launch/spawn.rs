@@ -146,11 +146,13 @@ impl End {
             Stdio::Inherited => (None, Some(crate::sys::dup_above_stdio(host_fd)?)),
             Stdio::Watched | Stdio::Handed => {
                 let (r, w) = pipe(0)?;
-                if reads {
-                    (Some(w), Some(r))
-                } else {
-                    (Some(r), Some(w))
+                let (ours, child) = if reads { (w, r) } else { (r, w) };
+                // Made non-blocking now, before the start is asked for:
+                // nothing can fail once the program may be running.
+                if how == Stdio::Watched {
+                    set_nonblocking(&ours)?;
                 }
+                (Some(ours), Some(child))
             }
         };
         Ok(End { ours, child, how })
@@ -161,14 +163,11 @@ impl End {
     }
 
     /// Ours, split into (watched, handed).
-    fn split(self) -> io::Result<(Option<OwnedFd>, Option<OwnedFd>)> {
+    fn split(self) -> (Option<OwnedFd>, Option<OwnedFd>) {
         match (self.how, self.ours) {
-            (Stdio::Watched, Some(fd)) => {
-                set_nonblocking(&fd)?;
-                Ok((Some(fd), None))
-            }
-            (Stdio::Handed, fd) => Ok((None, fd)),
-            _ => Ok((None, None)),
+            (Stdio::Watched, fd) => (fd, None),
+            (Stdio::Handed, fd) => (None, fd),
+            _ => (None, None),
         }
     }
 }
@@ -217,6 +216,8 @@ impl Pipes {
     }
 
     /// Ours, once the start is asked for: the child's ends are closed here.
+    /// Infallible: a program the supervisor may have started is always
+    /// handed to its supervision.
     pub(crate) fn started(
         self,
         leader: Launched,
@@ -225,11 +226,11 @@ impl Pipes {
         start: StartContext,
         read_only_mounts: bool,
         live: LiveLeader,
-    ) -> io::Result<LaunchedCommand> {
-        let (stdin, handed_stdin) = self.stdin.split()?;
-        let (stdout, handed_stdout) = self.stdout.split()?;
-        let (stderr, handed_stderr) = self.stderr.split()?;
-        Ok(LaunchedCommand {
+    ) -> LaunchedCommand {
+        let (stdin, handed_stdin) = self.stdin.split();
+        let (stdout, handed_stdout) = self.stdout.split();
+        let (stderr, handed_stderr) = self.stderr.split();
+        LaunchedCommand {
             report: leader.report,
             releaser: leader.releaser,
             pid,
@@ -246,7 +247,7 @@ impl Pipes {
             start,
             read_only_mounts,
             live,
-        })
+        }
     }
 }
 
