@@ -148,6 +148,12 @@ class NativeSubprocessHandle {
     this.done = native.done().then(
       async (facts) => {
         over()
+        // As child_process does at the exit: a raw output pipe nobody
+        // consumes is let flow, its bytes dropped, so it cannot hold `done`
+        // until the grace.
+        for (const s of [streams[1], streams[2]]) {
+          if (s !== undefined && s.readableFlowing === null && s.listenerCount('readable') === 0) s.resume()
+        }
         await drained([streams[1], streams[2]], graceMs)
         return { exitCode: facts.exitCode ?? null, signal: facts.signal ?? null }
       },

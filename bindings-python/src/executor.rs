@@ -21,7 +21,7 @@ use dsh_core::{
 
 use crate::results::{py_repr, ProcessRead, RunResult, SandboxInfo, SandboxPolicy, Spec};
 use crate::waiting::{deadline, wait_until, SIGNAL_POLL};
-use crate::{number, required_str, to_pyerr, type_error, type_name, utf8};
+use crate::{mapping_entries, number, required_str, to_pyerr, type_error, type_name, utf8};
 
 /// `subprocess.PIPE`, which `resolve(stdin=...)` takes for a stdin pipe.
 const SUBPROCESS_PIPE: i64 = -1;
@@ -334,20 +334,19 @@ fn stdin_bytes(data: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
         .map_err(|_| PyTypeError::new_err("data must be str or bytes"))
 }
 
-/// `env`, `dsh_env`: a dict of str to str, each key and value text UTF-8
-/// can encode; a bad entry is named by its key.
+/// `env`, `dsh_env`: a dict (or any Mapping) of str to str, each key and
+/// value text UTF-8 can encode; a bad entry is named by its key.
 fn string_map(value: Option<&Bound<'_, PyAny>>, field: Field) -> PyResult<Option<BTreeMap<String, String>>> {
     let Some(v) = value.filter(|v| !v.is_none()) else {
         return Ok(None);
     };
     let py = v.py();
     const SHAPE: &str = "must be a dict of str to str";
-    let dict = v
-        .cast::<PyDict>()
-        .map_err(|_| type_error(py, field, &format!("{SHAPE}, got {}", type_name(v))))?;
+    let entries = mapping_entries(v)?
+        .ok_or_else(|| type_error(py, field, &format!("{SHAPE}, got {}", type_name(v))))?;
     let repr = |o: &Bound<'_, PyAny>| o.repr().map(|r| r.to_string()).unwrap_or_default();
     let mut map = BTreeMap::new();
-    for (k, val) in dict.iter() {
+    for (k, val) in entries {
         let Some(key) = utf8(&k, field, &format!("key {} ", repr(&k)))? else {
             let problem = format!("{SHAPE}, got key {} of type {}", repr(&k), type_name(&k));
             return Err(type_error(py, field, &problem));
@@ -381,22 +380,35 @@ fn policy_input(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<SandboxPoli
             network: Some(NetworkPolicy::parse(field, &p.network).map_err(|e| to_pyerr(py, e))?),
         }));
     }
-    let dict = v
-        .cast::<PyDict>()
-        .map_err(|_| type_error(py, field, "must be a SandboxPolicy or a dict with 'mode'"))?;
-    let mode = dict
-        .get_item("mode")?
-        .ok_or_else(|| type_error(py, field, "has no 'mode'"))?;
-    let root = optional_path(
-        dict.get_item("workspace_root")?.as_ref(),
-        field,
-        "workspace_root ",
-    )?;
-    let session_id = match dict.get_item("session_id")? {
+    let entries = mapping_entries(v)?
+        .ok_or_else(|| type_error(py, field, "must be a SandboxPolicy or a dict with 'mode'"))?;
+    let mut known: [Option<Bound<'_, PyAny>>; 4] = Default::default();
+    for (key, value) in entries {
+        let name: String = key.extract().unwrap_or_else(|_| key.to_string());
+        // A misspelt key (`netwrok`) must not leave the policy's default
+        // in place unnoticed: refused, naming it, as `limits` are.
+        let Some(slot) = ["mode", "workspace_root", "session_id", "network"]
+            .iter()
+            .position(|k| *k == name)
+        else {
+            return Err(type_error(
+                py,
+                field,
+                &format!(
+                    "has an unknown key {name:?} (expected mode, workspace_root, session_id or network)"
+                ),
+            ));
+        };
+        known[slot] = Some(value);
+    }
+    let [mode, root, session_id, network] = known;
+    let mode = mode.ok_or_else(|| type_error(py, field, "has no 'mode'"))?;
+    let root = optional_path(root.as_ref(), field, "workspace_root ")?;
+    let session_id = match session_id {
         Some(s) if !s.is_none() => Some(required_str(&s, field, "session_id ")?),
         _ => None,
     };
-    let network = match dict.get_item("network")? {
+    let network = match network {
         Some(n) if !n.is_none() => {
             let n = required_str(&n, field, "network ")?;
             Some(NetworkPolicy::parse(field, &n).map_err(|e| to_pyerr(py, e))?)

@@ -94,6 +94,25 @@ pub(crate) fn type_name(v: &Bound<'_, PyAny>) -> String {
     v.get_type().name().map(|n| n.to_string()).unwrap_or_default()
 }
 
+/// The entries of a dict or of any other `collections.abc.Mapping`, as the
+/// stubs promise (`os.environ`, a `MappingProxyType`, a `ChainMap`); None
+/// for anything else (each caller says what it expected).
+pub(crate) type Entries<'py> = Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)>;
+
+pub(crate) fn mapping_entries<'py>(v: &Bound<'py, PyAny>) -> PyResult<Option<Entries<'py>>> {
+    if let Ok(dict) = v.cast::<pyo3::types::PyDict>() {
+        return Ok(Some(dict.iter().collect()));
+    }
+    let Ok(mapping) = v.cast::<pyo3::types::PyMapping>() else {
+        return Ok(None);
+    };
+    let mut entries = Vec::new();
+    for item in mapping.items()?.iter() {
+        entries.push(item.extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>()?);
+    }
+    Ok(Some(entries))
+}
+
 /// A Python `str` as UTF-8 text: `Ok(None)` when `v` is not a `str` (each
 /// caller says what it expected), and an InvalidArgumentError naming
 /// `field` when UTF-8 cannot encode it: a lone surrogate, such as

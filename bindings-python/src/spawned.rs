@@ -128,7 +128,8 @@ pub(crate) fn output_of(value: Option<&Bound<'_, PyAny>>, name: FieldName) -> Py
     }
 }
 
-/// ``env``: a dict of str to str, or to None to remove an inherited variable.
+/// ``env``: a dict (or any Mapping) of str to str, or to None to remove an
+/// inherited variable.
 pub(crate) fn overlay(value: Option<&Bound<'_, PyAny>>) -> PyResult<BTreeMap<String, Option<String>>> {
     let mut out = BTreeMap::new();
     let Some(v) = value.filter(|v| !v.is_none()) else {
@@ -136,10 +137,9 @@ pub(crate) fn overlay(value: Option<&Bound<'_, PyAny>>) -> PyResult<BTreeMap<Str
     };
     let py = v.py();
     let f = field(FieldName::Env);
-    let dict = v
-        .cast::<pyo3::types::PyDict>()
-        .map_err(|_| type_error(py, f, &format!("must be a dict, got {}", type_name(v))))?;
-    for (key, value) in dict.iter() {
+    let entries = crate::mapping_entries(v)?
+        .ok_or_else(|| type_error(py, f, &format!("must be a dict, got {}", type_name(v))))?;
+    for (key, value) in entries {
         let Some(k) = utf8(&key, f, "a key ")? else {
             return Err(type_error(
                 py,

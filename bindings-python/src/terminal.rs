@@ -239,17 +239,21 @@ impl Terminal {
     }
 
     /// Writes ``data`` (str as UTF-8, or bytes) to the terminal's input as
-    /// typed, and returns once the terminal took all of it (GIL released).
-    /// A bytes object is held until then, never copied (a str's UTF-8
-    /// encoding is made once and held instead). TerminalClosedError once
+    /// typed, and returns once the terminal took all of it (GIL released,
+    /// waking up regularly for Ctrl-C). A bytes object is held until then,
+    /// never copied (a str's UTF-8 encoding is made once and held instead).
+    /// Interrupted (KeyboardInterrupt), the rest stays queued and is still
+    /// written, in order, as the program reads. TerminalClosedError once
     /// the program has exited.
     fn write(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
         let held = held_bytes(py, data)?;
-        py.detach(|| match self.inner.write_now(held)? {
-            None => Ok(()),
-            Some(rest) => rest.wait_blocking(),
-        })
-        .map_err(|e| to_pyerr(py, e))
+        let pending = py
+            .detach(|| self.inner.write_now(held))
+            .map_err(|e| to_pyerr(py, e))?;
+        if let Some(mut rest) = pending {
+            wait_until(py, None, |slice| Ok(rest.wait_timeout(slice)?.then_some(())))?;
+        }
+        Ok(())
     }
 
     /// ``write`` as an awaitable that never blocks the event loop.
@@ -352,7 +356,17 @@ impl Terminal {
     /// An asyncio future that completes (with None) when the program exits.
     fn wait_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let (future, settle) = future_pair(py)?;
-        self.inner.when_exited(move || settle.call(None, None));
+        let waiter = self.inner.when_exited(move || settle.call(None, None));
+        // A caller that stops waiting (asyncio.wait_for timing out cancels
+        // the future) withdraws the callback, so polling never accumulates.
+        let terminal = self.inner.clone();
+        let withdraw = pyo3::types::PyCFunction::new_closure(py, None, None, move |args, _kwargs| {
+            if args.get_item(0)?.call_method0("cancelled")?.is_truthy()? {
+                terminal.cancel_when_exited(waiter);
+            }
+            PyResult::Ok(())
+        })?;
+        future.call_method1("add_done_callback", (withdraw,))?;
         Ok(future)
     }
 

@@ -251,6 +251,26 @@ fn ctrl_c_through_signal_foreground_interrupts_a_foreground_sleep_and_the_shell_
 }
 
 #[test]
+fn sigkill_is_refused_for_the_program_itself_and_delivered_to_a_job() {
+    let exec = executor();
+    let mut s = Session::bash(&exec);
+    s.ready();
+    let refused = s.term.signal_foreground(TerminalSignal::Kill).unwrap_err();
+    assert!(
+        matches!(&refused, dsh_core::DshError::InvalidArgument { problem, .. } if problem.contains("terminate()")),
+        "{refused:?}"
+    );
+    assert!(!s.term.has_exited(), "the shell survived the refused SIGKILL");
+    s.write("sleep 100\n");
+    let job = s.job_in_foreground();
+    assert!(common::eventually(LIMIT, || common::name_of(job) == "sleep"));
+    assert_eq!(s.term.signal_foreground(TerminalSignal::Kill).unwrap(), job);
+    s.ready();
+    s.write("echo status=$?\n");
+    s.expect("status=137");
+}
+
+#[test]
 fn a_window_size_change_is_seen_by_stty_and_tput() {
     let exec = executor();
     let mut r = TerminalRequest::argv(["bash", "--norc", "--noprofile", "-i"]);

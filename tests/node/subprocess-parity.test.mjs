@@ -458,6 +458,18 @@ add({
 })
 
 add({
+  name: 'a piped stream nobody reads does not hold done (its bytes are dropped at the exit)',
+  exec: async (sp, { impl }) => {
+    const t = Date.now()
+    const h = sp.spawn(spec(['printf', 'hi'], { stdout: 'pipe', stderr: 'pipe' }, { graceMs: 20000 }))
+    const outcome = await h.done
+    remember(h, impl)
+    return { outcome, quick: Date.now() - t < 10000 }
+  },
+  expect: { outcome: { exitCode: 0, signal: null }, quick: true },
+})
+
+add({
   name: 'waitForExit with a setsid grandchild alive',
   exec: async (sp) => {
     const h = sp.spawn(bash(LEAVES_GRANDCHILD))
@@ -614,6 +626,24 @@ add({
     published: (v) => assert.deepEqual(v.outcome, { exitCode: null, signal: 'SIGKILL' }),
     native: (v) => assert.deepEqual(v, { fgIdle: true, answered: true, sleeping: true, signalled: true, back: true, outcome: { exitCode: null, signal: 'SIGHUP' } }),
   },
+})
+
+add({
+  name: 'a terminal: SIGKILL is refused while the shell itself is in front',
+  exec: async (sp) => {
+    const t = await sp.spawnTerminal({ argv: ['bash', '--norc', '--noprofile', '-i'], cwd: BASE, env: { PS1: 'P> ' }, rows: 24, cols: 80, graceMs: GRACE })
+    const fgIdle = await eventually(async () => (await t.inspectForeground())?.processGroupId === t.pid)
+    const refused = await t.signalForeground('SIGKILL').then(() => false, () => true)
+    let alive = true
+    try {
+      process.kill(t.pid, 0)
+    } catch {
+      alive = false
+    }
+    await t.terminate()
+    return { fgIdle, refused, alive }
+  },
+  expect: { fgIdle: true, refused: true, alive: true },
 })
 
 add({

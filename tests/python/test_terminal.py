@@ -585,3 +585,47 @@ def test_an_async_read_in_a_forked_child_is_refused() -> None:
     done = subprocess.run([sys.executable, "-c", _FORKED_ASYNC_READ], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "0", (done.stdout, done.stderr)
+
+
+_CTRL_C_DURING_WRITE = r"""
+import os, signal, sys, threading, time
+import dsh_native
+
+ex = dsh_native.Executor(grace_ms=500)
+# Raw input (canonical mode drops what overflows a line) and a program
+# that never reads: the terminal takes a few KiB, then the write waits.
+term = ex.spawn_terminal(argv=["sh", "-c", "stty -icanon; exec sleep 1000"])
+main_tid = threading.main_thread().native_id
+
+def main_thread_sleeps():
+    with open(f"/proc/self/task/{main_tid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "S"
+
+def press_ctrl_c_once_blocked():
+    end = time.monotonic() + 30
+    while not main_thread_sleeps() and time.monotonic() < end:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    os.kill(os.getpid(), signal.SIGINT)
+
+threading.Thread(target=press_ctrl_c_once_blocked, daemon=True).start()
+try:
+    term.write(b"x" * (1 << 20))
+    print("the write completed")
+except KeyboardInterrupt:
+    print("interrupted", not term.exited)
+ex.close()
+print("closed", term.exited)
+"""
+
+
+def test_ctrl_c_interrupts_a_write_the_program_never_reads() -> None:
+    # In a child host with a timeout: before the fix the write ignored
+    # Ctrl-C and hung until killed.
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _CTRL_C_DURING_WRITE], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # Interrupted while the session still runs; close() then ends it.
+    assert done.stdout.split("\n")[:2] == ["interrupted True", "closed True"], done.stdout + done.stderr

@@ -86,9 +86,7 @@ impl State {
     }
 }
 
-/// Identifies a [`Process::when_settled`] callback, to withdraw it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct WaiterId(pub(crate) u64);
+pub use crate::host::latch::WaiterId;
 
 pub(crate) struct ProcessInner {
     /// The host process that started it; a forked child cannot wait for it.

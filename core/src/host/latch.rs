@@ -21,6 +21,14 @@ struct Waiting {
     callbacks: Vec<(u64, Waiter)>,
 }
 
+/// Identifies a callback waiting on a latch ([`Process::when_settled`],
+/// [`Terminal::when_exited`]), to withdraw it.
+///
+/// [`Process::when_settled`]: crate::Process::when_settled
+/// [`Terminal::when_exited`]: crate::Terminal::when_exited
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WaiterId(pub(crate) u64);
+
 /// Set once; waited for asynchronously ([`Latch::wait`]), by blocking
 /// ([`Latch::wait_timeout`]) or by a callback on the callback thread
 /// ([`Latch::when_set`]).

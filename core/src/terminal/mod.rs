@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use crate::host::callbacks;
 use crate::host::forked;
-use crate::host::latch::Latch;
+use crate::host::latch::{Latch, WaiterId};
 use crate::host::runtime;
 use crate::launch::ending::ExitFields;
 use crate::launch::pty;
@@ -373,6 +373,18 @@ impl Terminal {
         let pgid = self.foreground_group().ok_or_else(none)?;
         let sig = signal.number();
         let session = self.shared.pid;
+        if signal == TerminalSignal::Kill && pgid == session {
+            // The program itself in front (the shell between jobs): SIGKILL
+            // would end the session with no hang-up, no grace and nothing
+            // left behind ended. That is terminate()'s job, as the harness's
+            // own provider says.
+            return Err(DshError::InvalidArgument {
+                field: Field::new(Scope::Terminal, FieldName::Signal),
+                problem: "SIGKILL is refused while the terminal's own program is in the foreground \
+                          (it would end the session): use terminate()"
+                    .to_owned(),
+            });
+        }
         let in_session = |pid: libc::pid_t| {
             crate::sys::proc::read(&format!("{pid}/stat"))
                 .ok()
@@ -420,9 +432,16 @@ impl Terminal {
     }
 
     /// Calls `f` on the callback thread once the leader has exited (soon,
-    /// if it has).
-    pub fn when_exited(&self, f: impl FnOnce() + Send + 'static) {
-        self.shared.exited.when_set(f);
+    /// if it has); the id withdraws it ([`Terminal::cancel_when_exited`]).
+    pub fn when_exited(&self, f: impl FnOnce() + Send + 'static) -> WaiterId {
+        WaiterId(self.shared.exited.when_set(f))
+    }
+
+    /// Withdraws a `when_exited` callback that has not run, so a caller that
+    /// stopped waiting (a cancelled future) leaves nothing behind; false if
+    /// it already ran (or was queued to run) or was withdrawn.
+    pub fn cancel_when_exited(&self, id: WaiterId) -> bool {
+        self.shared.exited.withdraw(id.0)
     }
 
     async fn finished(&self) {

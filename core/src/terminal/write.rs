@@ -6,6 +6,7 @@
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -80,6 +81,22 @@ impl PendingWrite {
     pub fn wait_blocking(self) -> Result<()> {
         runtime::refuse_blocking()?;
         runtime::block_on(self.wait())?
+    }
+
+    /// Blocks until the terminal took the rest (`Ok(true)`, the write's
+    /// outcome) or `timeout` passed (`Ok(false)`: the rest stays queued,
+    /// and waiting again goes on). A host that must stay interruptible
+    /// (Python's Ctrl-C) waits in slices. Refused where blocking is. Once it
+    /// returned the outcome, the write is over: call it no more.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Result<bool> {
+        runtime::refuse_blocking()?;
+        let rx = &mut self.rx;
+        // On this thread, with the core's timers: nothing here writes to a
+        // pipe (see `runtime::block_on_here`).
+        match runtime::handle().block_on(async move { tokio::time::timeout(timeout, rx).await }) {
+            Err(_elapsed) => Ok(false),
+            Ok(outcome) => outcome.map_err(|_| input_gone())?.map(|()| true),
+        }
     }
 
     /// Calls `on_done` on the callback thread once the terminal took the
