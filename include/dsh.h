@@ -2030,7 +2030,9 @@ enum DshStatus dsh_terminal_wait_input_waiting(const struct DshTerminal *termina
 /**
  * Sends `signal` ("SIGINT", "SIGTERM", "SIGKILL", "SIGTSTP" or "SIGHUP")
  * to the foreground process group and writes that group's id to `group`
- * (may be NULL). DSH_TERMINAL_CLOSED when there is none.
+ * (may be NULL). DSH_TERMINAL_CLOSED when there is none;
+ * DSH_INVALID_ARGUMENT for SIGKILL while the terminal's own program is in
+ * the foreground (it would end the session: dsh_terminal_terminate does).
  *
  * # Safety
  * `terminal` is NULL or a live DshTerminal that no thread frees during this
