@@ -35,6 +35,17 @@ function checkSignal(signal, field) {
   return signal
 }
 
+/**
+ * `readFrom`'s offset: a number; below 0 reads from the start, past the
+ * end (`Infinity` too) reads nothing.
+ */
+function fromByte(from) {
+  if (typeof from !== 'number' || Number.isNaN(from)) {
+    throw shapeError(`readFrom's fromByte must be a number, got ${Number.isNaN(from) ? 'NaN' : from === null ? 'null' : typeof from}`)
+  }
+  return from
+}
+
 /** An environment overlay as the addon takes it: keys, and values (`null` removes). */
 function overlay(env, field) {
   const keys = []
@@ -216,7 +227,7 @@ function failedHandle(err, stdio) {
   if (typeof stdio.stderr === 'object') collected.stderr = empty
   return {
     pid: -1,
-    stdin: stdio.stdin === 'pipe' ? new Writable({ write: (_chunk, _enc, cb) => cb() }) : undefined,
+    stdin: stdio.stdin === 'pipe' ? refusingWrites() : undefined,
     stdout: stdio.stdout === 'pipe' ? ended() : undefined,
     stderr: stdio.stderr === 'pipe' ? ended() : undefined,
     collected,
@@ -224,6 +235,16 @@ function failedHandle(err, stdio) {
     terminate() {},
     waitForExit: async () => true,
   }
+}
+
+/**
+ * The stdin of a program that never ran: a write is refused
+ * (ERR_STREAM_DESTROYED to its callback), as for one that has exited.
+ */
+function refusingWrites() {
+  const stdin = new Writable({ write: (_chunk, _enc, cb) => cb() })
+  stdin.destroy()
+  return stdin
 }
 
 /** Errors of a start the kernel or the supervisor refused: `done` rejects with them. */
@@ -308,7 +329,7 @@ export class NativeSubprocessRuntime extends SubprocessRuntime {
     })
     const collected = {}
     for (const [name, mode] of [['stdout', out[0]], ['stderr', err[0]]]) {
-      if (mode === 'collect') collected[name] = { readFrom: (from) => native.readFrom(name, from) }
+      if (mode === 'collect') collected[name] = { readFrom: (from) => native.readFrom(name, fromByte(from)) }
     }
     const handle = new NativeSubprocessHandle(native, streams, collected, signal, graceMs)
     state.live.add(handle)

@@ -275,11 +275,9 @@ impl NativeSpawned {
     #[napi]
     pub fn read_from<'e>(&self, env: &'e Env, name: String, offset: f64) -> Result<Object<'e>> {
         let which = stream(&name).ok_or_else(|| Error::from_reason(format!("no stream {name:?}")))?;
-        let from = if offset.is_finite() && offset > 0.0 {
-            offset as u64
-        } else {
-            0
-        };
+        // Saturating: `Infinity` (or any offset past the end) reads nothing;
+        // a negative one reads from the start.
+        let from = if offset > 0.0 { offset as u64 } else { 0 };
         let read = self.inner.read_from(which, from);
         let mut o = Object::new(env)?;
         o.set_named_property("text", read.text)?;

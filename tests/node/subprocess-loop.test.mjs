@@ -245,3 +245,22 @@ test('a stdin pipe written after its program ended, before done settled, refuses
   assert.equal(lines.length, 2, out)
   for (const line of lines) assert.match(line, /^(exited|no exec) (EPIPE|ERR_STREAM_DESTROYED|refused)$/)
 })
+
+test("readFrom's offset must be a number: anything else is INVALID_ARGUMENT, not the addon's own error", async () => {
+  const out = await child(`
+    const h = sp.spawn({ ...spec('printf hi'), argv: ['printf', 'hi'] })
+    await h.done
+    const codes = [undefined, null, '1', Number.NaN].map((o) => {
+      try {
+        h.collected.stdout.readFrom(o)
+        return 'accepted'
+      } catch (e) {
+        return e.code
+      }
+    })
+    console.log(JSON.stringify({ codes, text: h.collected.stdout.readFrom(0).text }))
+    await root.fiber?.dispose?.()
+    process.exit(0)
+  `)
+  assert.deepEqual(JSON.parse(out.trim().split('\n').pop()), { codes: Array(4).fill('INVALID_ARGUMENT'), text: 'hi' })
+})

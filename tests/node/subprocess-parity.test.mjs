@@ -189,7 +189,9 @@ add({
     const b = r.readFrom(0)
     const mid = r.readFrom(100)
     const end = r.readFrom(a.nextOffset)
-    return { same: a.text === b.text, mid: [mid.text.length, mid.nextOffset, mid.lossy], end: [end.text, end.nextOffset] }
+    // Past the end, however far, reads nothing.
+    const past = [r.readFrom(a.nextOffset + 1e6).text, r.readFrom(Infinity).text]
+    return { same: a.text === b.text, mid: [mid.text.length, mid.nextOffset, mid.lossy], end: [end.text, end.nextOffset], past }
   },
 })
 
@@ -361,6 +363,18 @@ add({
     return { pid: h.pid, done: await h.done.then(() => 'resolved', failure) }
   },
   expect: { pid: -1, done: { rejected: true, code: 'ENOENT' } },
+})
+
+add({
+  name: 'a program that cannot start refuses writes to its stdin',
+  exec: async (sp) => {
+    const h = sp.spawn(spec(['no-such-program-dsh'], { stdin: 'pipe', stdout: 'pipe' }))
+    await h.done.catch(() => {})
+    h.stdin.on('error', () => {})
+    const refused = await new Promise((resolve) => h.stdin.write('x', (e) => resolve(e?.code ?? null)))
+    return { refused }
+  },
+  expect: { refused: 'ERR_STREAM_DESTROYED' },
 })
 
 add({
