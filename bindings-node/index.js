@@ -206,6 +206,7 @@ class NativeShellProcess {
   // write starts at once, so `writeStdin(x); closeStdin()` delivers x.
   #stdinTail = Promise.resolve()
   #stdinQueued = 0
+  #closeQueued = false
   #queueStdin(write) {
     const run = () => write()
     const written = this.#stdinQueued === 0 ? run() : this.#stdinTail.then(run)
@@ -220,7 +221,16 @@ class NativeShellProcess {
    * command exited. Throws STDIN_CLOSED without a stdin pipe.
    */
   closeStdin() {
-    return this.#native.closeStdin()
+    if (this.#stdinQueued === 0 || !this.#native.hasStdinPipe) return this.#native.closeStdin()
+    if (this.#closeQueued) return false
+    // A write made before goes down whole: its later pieces, still here,
+    // reach the core before the close does. A write made after queues
+    // behind the close, which refuses it.
+    this.#closeQueued = true
+    this.#queueStdin(async () => {
+      this.#native.closeStdin()
+    })
+    return true
   }
 }
 

@@ -475,7 +475,10 @@ fn async_run_hands_over_too() {
 // ---- review: hostile cases -------------------------------------------------
 
 #[test]
-fn close_while_a_write_waits_fails_that_write_and_delivers_what_was_taken() {
+fn close_while_a_write_waits_lets_that_write_finish_whole_then_closes() {
+    // "Writes are written whole" and "close once everything written so far
+    // is delivered": before, the close failed the waiting write with
+    // `closed` while a prefix of it had been delivered already.
     let exec = executor();
     let dir = temp_dir("stdin-close-pending");
     let gate = dir.join("gate");
@@ -487,14 +490,22 @@ fn close_while_a_write_waits_fails_that_write_and_delivers_what_was_taken() {
     p.write_stdin_with(vec![b'w'; 4 << 20], move |r| tx.send(r).unwrap());
     assert!(eventually(LONG, || p.stdin_buffered() == STDIN_BUFFER_BYTES));
     assert!(p.close_stdin().unwrap());
-    // The waiting write settles at once, with the reason.
-    let e = rx.recv_timeout(LONG).expect("the pending write never settled");
-    assert_eq!(stdin_error(e.unwrap_err()), StdinEnd::Closed);
+    assert!(!p.close_stdin().unwrap(), "the close was asked for already");
+    // Later writes are refused at once; the waiting one still waits.
+    assert_eq!(
+        stdin_error(p.try_write_stdin(b"late").unwrap_err()),
+        StdinEnd::Closed
+    );
+    assert!(
+        rx.try_recv().is_err(),
+        "the waiting write settled before the command read"
+    );
     std::fs::write(&gate, "").unwrap();
-    // What was taken (kernel pipe + buffer) arrives, then EOF.
-    let out = read_all(&p);
-    let got: usize = out.trim().parse().unwrap();
-    assert!((STDIN_BUFFER_BYTES..4 << 20).contains(&got), "{got}");
+    rx.recv_timeout(LONG)
+        .expect("the pending write never settled")
+        .unwrap();
+    // All of it arrives, then EOF.
+    assert_eq!(read_all(&p).trim(), (4 << 20).to_string());
     assert_eq!(p.exit_code(), Some(0));
 }
 
@@ -728,5 +739,38 @@ fn a_write_made_before_close_stdin_is_delivered_whatever_the_timing() {
         );
         settled(&p);
         assert_eq!(read_all(&p), format!("round {round}"));
+    }
+}
+
+#[test]
+fn queued_writes_made_before_close_stdin_are_all_delivered_whole() {
+    // Writes too big to be taken at once wait in the queue; a close made
+    // right after them must wait for them too. Before, the close cut the
+    // queue: a write answered "closed" had still delivered a prefix.
+    let exec = executor();
+    for round in 0..5 {
+        let p = piped(&exec, "sleep 0.2; wc -c");
+        let (tx, rx) = mpsc::channel();
+        for byte in [b'a', b'b', b'c'] {
+            let tx = tx.clone();
+            p.write_stdin_with(vec![byte; 100_000], move |r| {
+                let _ = tx.send(r.map_err(|e| e.to_string()));
+            });
+        }
+        assert!(p.close_stdin().unwrap());
+        assert!(
+            matches!(p.try_write_stdin(b"late"), Err(DshError::StdinClosed { .. })),
+            "round {round}: a write after the close was taken"
+        );
+        for _ in 0..3 {
+            let outcome = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+            assert_eq!(
+                outcome,
+                Ok(()),
+                "round {round}: a write made before the close failed"
+            );
+        }
+        settled(&p);
+        assert_eq!(read_all(&p).trim(), "300000", "round {round}");
     }
 }

@@ -228,14 +228,17 @@ test('stdin pipe: pending writes settle on closeStdin, kill and dispose', async 
       ),
       new Promise((resolve) => setTimeout(() => resolve('hung'), 30000).unref()),
     ])
-  // closeStdin while a write waits: that write rejects with 'closed'.
-  const a = shell.start(shell.resolve({ command: 'sleep 60', stdin: PIPE }))
+  // closeStdin while a write waits: the write still goes down whole as the
+  // command reads, then EOF; a write made after it is refused.
+  const a = shell.start(shell.resolve({ command: 'sleep 0.3; wc -c', stdin: PIPE }))
   const pending = within(a.writeStdin(big()))
   assert.equal(a.closeStdin(), true)
-  const e = await pending
-  assert.equal(e.code, 'STDIN_CLOSED')
-  assert.equal(e.reason, 'closed')
-  a.kill()
+  const late = await within(a.writeStdin('late'))
+  assert.equal(late.code, 'STDIN_CLOSED')
+  assert.equal(late.reason, 'closed')
+  assert.equal(await pending, 'resolved')
+  await a.done
+  assert.equal(a.readOutput().delta.trim(), String(4 * 1024 * 1024))
   // kill with writes waiting: each settles (rejects).
   const b = shell.start(shell.resolve({ command: 'sleep 60', stdin: PIPE }))
   const writes = [b.writeStdin(big()), b.writeStdin(big()), b.writeStdin('x')].map(within)

@@ -216,15 +216,18 @@ def test_pending_async_writes_settle_on_close_kill_and_dispose() -> None:
     async def main() -> None:
         ex = dsh_native.Executor(grace_ms=300)
         big = b"p" * (4 * 1024 * 1024)
-        # close_stdin while a write waits: that write fails with 'closed'.
-        p = ex.start(ex.resolve("sleep 60", stdin=dsh_native.PIPE))
+        # close_stdin while a write waits: the write still goes down whole
+        # as the command reads, then EOF; a write made after it is refused.
+        p = ex.start(ex.resolve("sleep 0.3; wc -c", stdin=dsh_native.PIPE))
         w = asyncio.ensure_future(p.write_stdin_async(big))
         await asyncio.sleep(0)
         assert p.close_stdin() is True
         with pytest.raises(dsh_native.StdinClosedError) as info:
-            await asyncio.wait_for(w, 30)
+            await asyncio.wait_for(p.write_stdin_async(b"late"), 30)
         assert info.value.reason == "closed"
-        p.kill()
+        await asyncio.wait_for(w, 30)
+        await asyncio.wait_for(p.wait_async(), 30)
+        assert p.read_output().delta.strip() == str(len(big))
         # kill with writes waiting: they fail ('broken' when the dying
         # command's end of the pipe closes before its exit is seen).
         p = ex.start(ex.resolve("sleep 60", stdin=dsh_native.PIPE))

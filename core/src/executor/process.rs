@@ -398,7 +398,7 @@ impl Process {
                 return;
             };
             while let Some((bytes, on_done)) = pipe.next_queued() {
-                let outcome = pipe.write_all(process.id(), &bytes).await;
+                let outcome = pipe.write_queued(process.id(), &bytes).await;
                 callbacks::dispatch(move || on_done(outcome));
             }
         });

@@ -23,8 +23,13 @@ pub const STDIN_BUFFER_BYTES: usize = 64 * 1024;
 
 struct PipeState {
     buf: VecDeque<u8>,
-    /// `close_stdin` was called: no more bytes are taken, and the pipe is
-    /// closed once `buf` is written.
+    /// `close_stdin` was called: writes made from then on are refused.
+    close_asked: bool,
+    /// Writes made before that and not finished (queued, or waiting for
+    /// room): the close waits for them, so each is delivered whole.
+    writers: usize,
+    /// The close is due (asked, and no earlier write left): no more bytes
+    /// are taken, and the pipe is closed once `buf` is written.
     closing: bool,
     /// No more bytes are taken, and nothing buffered will be written.
     ended: Option<StdinEnd>,
@@ -81,6 +86,8 @@ impl StdinPipe {
         StdinPipe {
             state: Mutex::new(PipeState {
                 buf: VecDeque::new(),
+                close_asked: false,
+                writers: 0,
                 closing: false,
                 ended: None,
             }),
@@ -99,6 +106,33 @@ impl StdinPipe {
     fn made_room(&self) {
         self.room.send_modify(|n| *n = n.wrapping_add(1));
         self.room_cv.notify_all();
+    }
+
+    /// Counts a write made now, which a later close waits for; refused
+    /// once the stdin ended or its close was asked for.
+    fn begin_write(&self, id: &str) -> Result<Writing<'_>> {
+        let mut s = self.state();
+        if let Some(end) = s.ended {
+            return Err(closed(id, end));
+        }
+        if s.close_asked {
+            return Err(closed(id, StdinEnd::Closed));
+        }
+        s.writers += 1;
+        Ok(Writing(self))
+    }
+
+    /// A counted write is over (done, failed or dropped): the last one
+    /// lets an asked-for close happen.
+    fn end_write(&self) {
+        let mut s = self.state();
+        s.writers -= 1;
+        if s.writers == 0 && s.close_asked && !s.closing {
+            s.closing = true;
+            drop(s);
+            self.work.notify_one();
+            self.made_room();
+        }
     }
 
     /// Takes what fits of `bytes`; 0 when full.
@@ -140,6 +174,7 @@ impl StdinPipe {
     /// Non-blocking write: takes what fits now, 0 when the buffer is full
     /// or an ordered write is waiting for its turn.
     pub(crate) fn try_write(&self, id: &str, bytes: &[u8]) -> Result<usize> {
+        let _writing = self.begin_write(id)?;
         let Ok(_turn) = self.turn.try_lock() else {
             // Still refuse a write to a stdin that has ended.
             self.push(id, &[])?;
@@ -149,8 +184,20 @@ impl StdinPipe {
     }
 
     /// Ordered write of all of `bytes`: waits its turn, then for room as
-    /// the command reads. Cancel-safe: dropping it keeps what was taken.
+    /// the command reads; a close asked for meanwhile waits for it.
+    /// Cancel-safe: dropping it keeps what was taken.
     pub(crate) async fn write_all(&self, id: &str, bytes: &[u8]) -> Result<()> {
+        let _writing = self.begin_write(id)?;
+        self.write_in_turn(id, bytes).await
+    }
+
+    /// A write [`StdinPipe::enqueue`] queued (and counted), in its turn.
+    pub(crate) async fn write_queued(&self, id: &str, bytes: &[u8]) -> Result<()> {
+        let _writing = Writing(self);
+        self.write_in_turn(id, bytes).await
+    }
+
+    async fn write_in_turn(&self, id: &str, bytes: &[u8]) -> Result<()> {
         let _turn = self.turn.lock().await;
         let mut rx = self.room.subscribe();
         let mut rest = bytes;
@@ -175,6 +222,10 @@ impl StdinPipe {
     /// start the task that writes the queue ([`StdinPipe::next_queued`]).
     pub(crate) fn enqueue(&self, id: &str, (bytes, on_done): QueuedWrite) -> Enqueued {
         let mut q = self.queued.lock().unwrap_or_else(|e| e.into_inner());
+        let writing = match self.begin_write(id) {
+            Ok(w) => w,
+            Err(e) => return Enqueued::Taken(on_done, Err(e)),
+        };
         if q.0.is_empty() && !q.1 {
             if let Ok(_turn) = self.turn.try_lock() {
                 match self.push_whole(id, &bytes) {
@@ -184,6 +235,8 @@ impl StdinPipe {
                 }
             }
         }
+        // Counted until its turn is over (`write_queued`).
+        std::mem::forget(writing);
         q.0.push_back((bytes, on_done));
         Enqueued::Queued(!std::mem::replace(&mut q.1, true))
     }
@@ -201,7 +254,8 @@ impl StdinPipe {
     /// Blocks until a write would take at least one byte or fail; false if
     /// `timeout` passed first.
     pub(crate) fn wait_writable(&self, timeout: Option<Duration>) -> bool {
-        let ready = |s: &mut PipeState| s.ended.is_some() || s.closing || s.buf.len() < STDIN_BUFFER_BYTES;
+        let ready =
+            |s: &mut PipeState| s.ended.is_some() || s.close_asked || s.buf.len() < STDIN_BUFFER_BYTES;
         let guard = self.state();
         match timeout {
             None => {
@@ -221,15 +275,18 @@ impl StdinPipe {
         }
     }
 
-    /// Asks for the pipe to be closed once what was written is delivered;
-    /// later writes fail. True when this call did it.
+    /// Asks for the pipe to be closed once what was written is delivered:
+    /// after the writes made before this call (each whole), and before any
+    /// made after it, which fail. True when this call did it.
     pub(crate) fn close(&self) -> bool {
         let mut s = self.state();
-        if s.closing || s.ended.is_some() {
+        if s.close_asked || s.ended.is_some() {
             return false;
         }
-        s.closing = true;
+        s.close_asked = true;
+        s.closing = s.writers == 0;
         drop(s);
+        // Now, or when the last earlier write is over (`end_write`).
         self.work.notify_one();
         self.made_room();
         true
@@ -296,6 +353,15 @@ impl StdinPipe {
                 Err(_would_block) => continue,
             }
         }
+    }
+}
+
+/// One counted write (see [`StdinPipe::begin_write`]), over when dropped.
+struct Writing<'a>(&'a StdinPipe);
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.0.end_write();
     }
 }
 
