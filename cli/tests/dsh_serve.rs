@@ -652,17 +652,26 @@ fn a_server_in_namespaces_of_its_own_serves_and_ends_with_its_connection() {
         .parse()
         .unwrap();
     let namespace = |pid: i32| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
-    let outside: Vec<i32> = processes_named("sleep")
-        .into_iter()
-        .filter(|pid| namespace(*pid).is_some() && namespace(*pid) == namespace(server))
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
-                s.lines().any(|l| {
-                    l.starts_with("NSpid:") && l.split_whitespace().last() == Some(&inner.to_string())
+    let find = || -> Vec<i32> {
+        processes_named("sleep")
+            .into_iter()
+            .filter(|pid| namespace(*pid).is_some() && namespace(*pid) == namespace(server))
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+                    s.lines().any(|l| {
+                        l.starts_with("NSpid:") && l.split_whitespace().last() == Some(&inner.to_string())
+                    })
                 })
             })
-        })
-        .collect();
+            .collect()
+    };
+    // `$!` is written when bash has forked it, maybe before it is `sleep`.
+    let start = Instant::now();
+    let mut outside = find();
+    while outside.is_empty() && start.elapsed() < support::LIMIT {
+        std::thread::sleep(Duration::from_millis(10));
+        outside = find();
+    }
     assert_eq!(
         outside.len(),
         1,

@@ -374,3 +374,77 @@ fn an_answer_that_comes_after_the_input_ended_is_kept_for_the_resume() {
     }
     stop(server);
 }
+
+#[test]
+fn a_client_that_pipelines_requests_and_reads_late_costs_a_bounded_queue() {
+    // 3 000 reads of a 64 000-byte output (about 85 KB of JSON each) sent
+    // at once, their answers read only later: an unbounded outbox held all
+    // of them (over 200 MB); the server stops reading requests instead,
+    // and every answer still comes, in order.
+    let dir = TempDir::new("serve-pipelined");
+    let (server, socket) = listening(&dir, None);
+    let stream = UnixStream::connect(&socket).unwrap();
+    let mut input = stream.try_clone().unwrap();
+    let mut lines = BufReader::new(stream);
+    let read = |lines: &mut BufReader<UnixStream>| -> Value {
+        let mut line = String::new();
+        assert!(lines.read_line(&mut line).unwrap() > 0, "the server hung up");
+        serde_json::from_str(&line).unwrap()
+    };
+    // The answer to `id`, past any notification.
+    let answer_to = |lines: &mut BufReader<UnixStream>, id: u64| -> Value {
+        loop {
+            let m = read(lines);
+            if m["id"] == id {
+                return m;
+            }
+            assert!(m.get("id").is_none(), "an answer out of order: {m}");
+        }
+    };
+    let call = |id: u64, method: &str, params: Value| {
+        format!(
+            "{}\n",
+            json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
+        )
+    };
+    input
+        .write_all(call(1, "initialize", json!({ "protocol_version": 1 })).as_bytes())
+        .unwrap();
+    answer_to(&mut lines, 1);
+    let request = json!({ "request": { "command": "head -c 48000 /dev/zero | base64 -w0" } });
+    input.write_all(call(2, "resolve", request).as_bytes()).unwrap();
+    let spec = answer_to(&mut lines, 2)["result"]["spec"].clone();
+    input
+        .write_all(call(3, "start", json!({ "id": "big", "spec": spec })).as_bytes())
+        .unwrap();
+    answer_to(&mut lines, 3);
+    input
+        .write_all(call(4, "wait", json!({ "id": "big" })).as_bytes())
+        .unwrap();
+    answer_to(&mut lines, 4);
+    let before = peak_rss_kib(server.id());
+    const READS: u64 = 3000;
+    let writer = std::thread::spawn(move || {
+        let read_from = json!({ "id": "big", "stream": "stdout" });
+        for id in 0..READS {
+            // Blocks once the server stops reading: that is the point.
+            input
+                .write_all(call(100 + id, "read_from", read_from.clone()).as_bytes())
+                .unwrap();
+        }
+        input
+    });
+    // Long enough for an unbounded server to have queued every answer.
+    std::thread::sleep(Duration::from_secs(3));
+    let grew = peak_rss_kib(server.id()).saturating_sub(before);
+    for id in 0..READS {
+        let answer = answer_to(&mut lines, 100 + id);
+        assert_eq!(answer["result"]["text"].as_str().map(str::len), Some(64000));
+    }
+    drop(writer.join().unwrap());
+    assert!(
+        grew < 48 * 1024,
+        "the server grew by {grew} KiB for a client that read its answers late"
+    );
+    stop(server);
+}

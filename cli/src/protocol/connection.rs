@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 
 use super::frame::{self, RpcError, INVALID_REQUEST};
 use super::hub::Hub;
+use super::outbox::{Outbox, Pending};
 use super::session::{Next, Out, Session};
 use super::MAX_MESSAGE_BYTES;
 use std::sync::Arc;
@@ -69,12 +70,27 @@ where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (out, outbox) = mpsc::unbounded_channel::<Out>();
+    let (out, outbox) = Outbox::new();
+    let pending = out.pending();
     let mut session = Session::new(out.clone(), hub);
     let (gone_tx, mut gone) = tokio::sync::watch::channel(false);
     let give_up = CancelToken::new();
-    let writing = tokio::spawn(write_out(writer, outbox, gone_tx, give_up.clone()));
+    let writing = tokio::spawn(write_out(
+        writer,
+        outbox,
+        pending.clone(),
+        gone_tx,
+        give_up.clone(),
+    ));
     loop {
+        // A client that does not read its answers is not read either
+        // (outbox.rs): what it makes the server hold stays bounded.
+        tokio::select! {
+            _ = pending.room_for_requests() => {}
+            _ = gone.changed() => break,
+            _ = stop.cancelled() => break,
+            _ = pending.overflowed() => break,
+        }
         tokio::select! {
             line = next_line(&mut reader, MAX_MESSAGE_BYTES) => match line {
                 Ok(Some(Line::Text(line))) => {
@@ -98,6 +114,7 @@ where
             },
             _ = gone.changed() => break,
             _ = stop.cancelled() => break,
+            _ = pending.overflowed() => break,
         }
     }
     // What was answered before the end (a half-closed input's last
@@ -136,6 +153,7 @@ where
 async fn write_out<W: AsyncWrite + Unpin>(
     mut writer: W,
     mut outbox: mpsc::UnboundedReceiver<Out>,
+    pending: Arc<Pending>,
     gone: tokio::sync::watch::Sender<bool>,
     give_up: CancelToken,
 ) -> mpsc::UnboundedReceiver<Out> {
@@ -169,6 +187,7 @@ async fn write_out<W: AsyncWrite + Unpin>(
             let _ = gone.send(true);
             return outbox;
         }
+        pending.written(batch.len());
         for (bytes, queue) in streamed {
             queue.written(bytes);
         }

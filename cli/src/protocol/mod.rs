@@ -7,6 +7,7 @@ pub mod connection;
 pub mod frame;
 pub mod hub;
 pub mod input;
+pub mod outbox;
 pub mod output;
 pub mod session;
 pub mod stream_queue;

@@ -13,7 +13,7 @@ use dsh_core::{
     CancelToken, DshError, Executor, Field, FieldName, Num, OutputStream, OutputTap, Process, Scope,
 };
 use serde_json::{json, Map, Value};
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::frame::{self, Call, RpcError, INVALID_PARAMS, METHOD_NOT_FOUND, NOT_INITIALIZED};
 use super::hub::{lock, Backlog, Hub, Link};
@@ -60,7 +60,7 @@ pub enum Out {
     End,
 }
 
-pub type Outbox = UnboundedSender<Out>;
+pub use super::outbox::Outbox;
 
 pub struct Session {
     exec: OnceLock<Executor>,

@@ -1,0 +1,118 @@
+//! A connection's outbox: every message for its writer, counted until it
+//! is written, so a client that stops reading cannot make the server hold
+//! an unbounded queue. Past [`HOLD_BYTES`] waiting, the connection's
+//! requests are not read until the writer has caught up to half of it (a
+//! client's own requests are what its answers grow from); past
+//! [`OVERFLOW_BYTES`] (notifications keep coming while the client reads
+//! nothing) the connection is ended as if the client had gone.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use dsh_core::CancelToken;
+use tokio::sync::mpsc::{self, error::SendError, UnboundedReceiver, UnboundedSender};
+use tokio::sync::Notify;
+
+use super::session::Out;
+
+/// How many bytes may wait to be written before the connection's requests
+/// are no longer read.
+pub const HOLD_BYTES: usize = 8 << 20;
+
+/// How many may wait before the connection is ended: room for the largest
+/// answers (a run's result with big windows) on top of [`HOLD_BYTES`].
+pub const OVERFLOW_BYTES: usize = 256 << 20;
+
+/// The sending side, shared by the session and its callbacks.
+#[derive(Clone)]
+pub struct Outbox {
+    tx: UnboundedSender<Out>,
+    pending: Arc<Pending>,
+}
+
+/// What waits to be written, and the events the connection waits on.
+#[derive(Default)]
+pub struct Pending {
+    bytes: AtomicUsize,
+    drained: Notify,
+    overflow: CancelToken,
+}
+
+fn size(out: &Out) -> usize {
+    match out {
+        Out::Line(line) | Out::Streamed { line, .. } => line.len() + 1,
+        Out::End => 0,
+    }
+}
+
+impl Outbox {
+    /// A new outbox and the receiver its writer drains.
+    pub fn new() -> (Outbox, UnboundedReceiver<Out>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (
+            Outbox {
+                tx,
+                pending: Arc::default(),
+            },
+            rx,
+        )
+    }
+
+    pub fn send(&self, out: Out) -> Result<(), SendError<Out>> {
+        let n = size(&out);
+        let before = self.pending.bytes.fetch_add(n, Ordering::SeqCst);
+        if before + n > OVERFLOW_BYTES {
+            self.pending.overflow.cancel();
+        }
+        self.tx.send(out).inspect_err(|_| {
+            self.pending.bytes.fetch_sub(n, Ordering::SeqCst);
+        })
+    }
+
+    /// Whether both send to the same connection.
+    pub fn same_channel(&self, other: &Outbox) -> bool {
+        self.tx.same_channel(&other.tx)
+    }
+
+    pub fn pending(&self) -> Arc<Pending> {
+        self.pending.clone()
+    }
+}
+
+impl Pending {
+    /// The writer wrote `bytes` of what was sent.
+    pub fn written(&self, bytes: usize) {
+        let before = self
+            .bytes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                Some(n.saturating_sub(bytes))
+            })
+            .unwrap_or(0);
+        if before.saturating_sub(bytes) <= HOLD_BYTES / 2 {
+            self.drained.notify_waiters();
+        }
+    }
+
+    /// Returns once the connection's requests may be read: at once unless
+    /// [`HOLD_BYTES`] wait to be written, else when the writer has caught up
+    /// to half of that.
+    pub async fn room_for_requests(&self) {
+        if self.bytes.load(Ordering::SeqCst) <= HOLD_BYTES {
+            return;
+        }
+        loop {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if self.bytes.load(Ordering::SeqCst) <= HOLD_BYTES / 2 {
+                return;
+            }
+            drained.await;
+        }
+    }
+
+    /// Completes once more than [`OVERFLOW_BYTES`] waited to be written.
+    pub async fn overflowed(&self) {
+        self.overflow.cancelled().await
+    }
+}
