@@ -56,8 +56,19 @@ pub struct Call {
 }
 
 /// Decodes one line (without its newline). The error carries the id to
-/// answer with: the request's own when it could be read, else `null`.
-pub fn decode(line: &[u8]) -> Result<Call, (Value, RpcError)> {
+/// answer with: the request's own when it could be read, else `null`; or
+/// `None` for a notification, which nothing answers, not even an error
+/// (one whose `params` are not an object: its method is known to be
+/// wrongly called, as for any other wrong parameter).
+pub fn decode(line: &[u8]) -> Result<Call, (Option<Value>, RpcError)> {
+    decode_message(line)
+        .map_err(|(id, e)| (Some(id), e))?
+        .map_err(|e| (None, e))
+}
+
+/// [`decode`]: a message that is not a request is answered (`Err`); a
+/// notification calling its method wrongly is not (`Ok(Err)`).
+fn decode_message(line: &[u8]) -> Result<Result<Call, RpcError>, (Value, RpcError)> {
     // Text that is not quite Unicode (bytes that are not UTF-8, a lone
     // surrogate escape, which Python's json writes for a surrogate-escaped
     // path) is read as the executor reads output: U+FFFD in its place. A
@@ -123,13 +134,16 @@ pub fn decode(line: &[u8]) -> Result<Call, (Value, RpcError)> {
                 format!("params must be an object (by name), got {}", type_of(&other)),
             );
             e.data = Some(json!({ "code": "INVALID_ARGUMENT", "field": "params" }));
-            return Err((answer, e));
+            return match id {
+                Some(_) => Err((answer, e)),
+                None => Ok(Err(e)),
+            };
         }
     };
     if let Some(key) = message.keys().next() {
         return Err(invalid(format!("{key} is not a member of a request")));
     }
-    Ok(Call { id, method, params })
+    Ok(Ok(Call { id, method, params }))
 }
 
 /// `text` with each `\uXXXX` escape of a surrogate that has no partner
@@ -292,6 +306,9 @@ mod tests {
         );
         // The id is echoed whenever it could be read.
         let (id, _) = decode(br#"{"jsonrpc":"2.0","id":"x","method":3}"#).unwrap_err();
-        assert_eq!(id, json!("x"));
+        assert_eq!(id, Some(json!("x")));
+        // A notification calling its method wrongly is answered by nothing.
+        let (id, e) = decode(br#"{"jsonrpc":"2.0","method":"list","params":[]}"#).unwrap_err();
+        assert_eq!((id, e.code), (None, INVALID_PARAMS));
     }
 }

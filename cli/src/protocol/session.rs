@@ -210,11 +210,12 @@ impl Session {
                 self.handle(call);
                 Next::Stay
             }
-            Err((id, e)) => {
+            Err((Some(id), e)) => {
                 let answers = (!id.is_null()).then_some(&id);
                 self.send(answers, frame::error_response(&id, &e));
                 Next::Stay
             }
+            Err((None, _)) => Next::Stay,
         }
     }
 
