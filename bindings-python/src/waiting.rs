@@ -16,10 +16,10 @@ pub(crate) const SIGNAL_POLL: Duration = Duration::from_millis(50);
 /// for a timeout that is not a non-negative number.
 pub(crate) fn deadline(timeout: Option<f64>) -> PyResult<Option<Instant>> {
     match timeout {
-        Some(t) if !(t.is_finite() && t >= 0.0) => Err(PyValueError::new_err(format!(
+        Some(t) if t.is_nan() || t < 0.0 => Err(PyValueError::new_err(format!(
             "timeout must be a non-negative number of seconds, got {t}"
         ))),
-        // Past what a deadline can hold (1e300 s): no deadline at all.
+        // Past what a deadline can hold (1e300 s, math.inf): no deadline at all.
         Some(t) => Ok(Duration::try_from_secs_f64(t)
             .ok()
             .and_then(|d| Instant::now().checked_add(d))),

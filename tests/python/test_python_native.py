@@ -233,3 +233,18 @@ def test_env_and_policy_take_any_mapping_as_the_stubs_say() -> None:
         assert ex.resolve("true", sandbox_policy=policy).sandbox_policy.network == "deny"
         with pytest.raises(dsh_native.InvalidArgumentError, match="must be a dict of str to str, got list"):
             ex.resolve("true", env=[("A", "B")])  # type: ignore[arg-type]
+
+
+def test_an_infinite_timeout_is_no_limit_as_a_huge_one_is() -> None:
+    import math
+
+    with Executor() as ex:
+        p = ex.start(ex.resolve("echo done"))
+        p.wait(math.inf)
+        assert p.exit_code == 0
+        term = ex.spawn_terminal(argv=["sh", "-c", "echo hi"])
+        term.wait(math.inf)
+        with pytest.raises(ValueError, match="got NaN"):
+            p.wait(math.nan)
+        with pytest.raises(ValueError, match="got -1"):
+            p.wait(-1)
