@@ -65,11 +65,11 @@ function overlay(env, field) {
 
 /** `[mode, maxBytes, spillMaxBytes]` of one output disposition (-1: no spill). */
 function output(mode, field) {
-  if (mode === 'pipe' || mode === 'inherit') return [mode, 0, -1]
+  if (mode === 'pipe' || mode === 'inherit') return [mode, 0, null]
   if (mode === null || typeof mode !== 'object' || typeof mode.maxBytes !== 'number') {
     throw shapeError(`${field} must be 'pipe', 'inherit' or { maxBytes, spill? }`)
   }
-  if (mode.spill === undefined) return ['collect', mode.maxBytes, -1]
+  if (mode.spill === undefined) return ['collect', mode.maxBytes, null]
   if (mode.spill === null || typeof mode.spill !== 'object' || typeof mode.spill.maxBytes !== 'number') {
     throw shapeError(`${field}.spill must be { maxBytes }`)
   }

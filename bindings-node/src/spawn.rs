@@ -30,15 +30,15 @@ fn invalid(field: Field, problem: impl Into<String>) -> DshError {
 }
 
 /// One output stream's disposition: `'pipe'`, `'inherit'`, or `'collect'`
-/// with its window and spill cap (`spill` negative: no spill file).
-fn output(name: FieldName, mode: &str, max_bytes: f64, spill: f64) -> dsh_core::Result<SpawnOutput> {
-    let bytes = |n: f64| {
+/// with its window and spill cap (`None`: no spill file).
+fn output(name: FieldName, mode: &str, max_bytes: f64, spill: Option<f64>) -> dsh_core::Result<SpawnOutput> {
+    let bytes = |which: &str, n: f64| {
         if n.is_finite() && n >= 0.0 && n.fract() == 0.0 && n <= dsh_core::MAX_SAFE_INTEGER as f64 {
             Ok(n as u64)
         } else {
             Err(invalid(
                 field(name),
-                format!("maxBytes must be a whole number of bytes, got {n}"),
+                format!("{which} must be a whole number of bytes, got {n}"),
             ))
         }
     };
@@ -46,8 +46,8 @@ fn output(name: FieldName, mode: &str, max_bytes: f64, spill: f64) -> dsh_core::
         "pipe" => Ok(SpawnOutput::Pipe),
         "inherit" => Ok(SpawnOutput::Inherit),
         "collect" => Ok(SpawnOutput::Collect {
-            max_bytes: bytes(max_bytes)?,
-            spill_max_bytes: if spill < 0.0 { None } else { Some(bytes(spill)?) },
+            max_bytes: bytes("maxBytes", max_bytes)?,
+            spill_max_bytes: spill.map(|n| bytes("spill.maxBytes", n)).transpose()?,
         }),
         other => Err(invalid(field(name), format!("unknown disposition {other:?}"))),
     }
@@ -96,10 +96,10 @@ impl NativeExecutor {
         stdin_data: Option<Buffer>,
         stdout: String,
         stdout_max: f64,
-        stdout_spill: f64,
+        stdout_spill: Option<f64>,
         stderr: String,
         stderr_max: f64,
-        stderr_spill: f64,
+        stderr_spill: Option<f64>,
         grace_ms: f64,
     ) -> Result<NativeSpawned> {
         let spec = (|| {

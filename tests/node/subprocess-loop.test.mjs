@@ -264,3 +264,20 @@ test("readFrom's offset must be a number: anything else is INVALID_ARGUMENT, not
   `)
   assert.deepEqual(JSON.parse(out.trim().split('\n').pop()), { codes: Array(4).fill('INVALID_ARGUMENT'), text: 'hi' })
 })
+
+test('a bad spill cap is INVALID_ARGUMENT naming spill.maxBytes, not read as no spill', async () => {
+  const out = await child(`
+    const messages = [-5, 1.5, Infinity, Number.NaN].map((maxBytes) => {
+      try {
+        sp.spawn({ ...spec('true'), stdio: { stdin: 'ignore', stdout: { maxBytes: 10, spill: { maxBytes } }, stderr: collect } })
+        return 'spawned'
+      } catch (e) {
+        return e.code + ' ' + /spill\\.maxBytes/.test(e.message)
+      }
+    })
+    console.log(JSON.stringify(messages))
+    await root.fiber?.dispose?.()
+    process.exit(0)
+  `)
+  assert.deepEqual(JSON.parse(out.trim().split('\n').pop()), Array(4).fill('INVALID_ARGUMENT true'))
+})

@@ -1508,7 +1508,7 @@ def terminal_failures(ex: Any, tmp: str) -> List[Tuple[Any, ...]]:
     expect(lambda: term.signal_foreground("SIGUSR1"))
     expect(lambda: term.signal_foreground(5))
     expect(lambda: term.signal_foreground("SIG\ud800"))
-    for timeout in (-1, -1.5, nan, inf, -1e300):
+    for timeout in (-1, -1.5, nan, -inf, -1e300):
         expect(lambda: term.read(timeout))
         expect(lambda: term.wait(timeout))
         expect(lambda: term.wait_input_waiting(timeout))

@@ -89,7 +89,7 @@ where
             _ = pending.room_for_requests() => {}
             _ = gone.changed() => break,
             _ = stop.cancelled() => break,
-            _ = pending.overflowed() => break,
+            _ = pending.stalled() => break,
         }
         tokio::select! {
             line = next_line(&mut reader, MAX_MESSAGE_BYTES) => match line {
@@ -114,7 +114,7 @@ where
             },
             _ = gone.changed() => break,
             _ = stop.cancelled() => break,
-            _ = pending.overflowed() => break,
+            _ = pending.stalled() => break,
         }
     }
     // What was answered before the end (a half-closed input's last

@@ -2,14 +2,17 @@
 //! is written, so a client that stops reading cannot make the server hold
 //! an unbounded queue. Past [`HOLD_BYTES`] waiting, the connection's
 //! requests are not read until the writer has caught up to half of it (a
-//! client's own requests are what its answers grow from); past
-//! [`OVERFLOW_BYTES`] (notifications keep coming while the client reads
-//! nothing) the connection is ended as if the client had gone.
+//! client's own requests are what its answers grow from). Notifications
+//! keep coming while a client reads nothing: past [`OVERFLOW_BYTES`]
+//! waiting with nothing written for [`STALL`], the connection is ended as
+//! if the client had gone. A client that reads, however slowly, and a
+//! single answer bigger than that (a run's result with big windows) are
+//! never cut.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
-use dsh_core::CancelToken;
 use tokio::sync::mpsc::{self, error::SendError, UnboundedReceiver, UnboundedSender};
 use tokio::sync::Notify;
 
@@ -19,9 +22,15 @@ use super::session::Out;
 /// are no longer read.
 pub const HOLD_BYTES: usize = 8 << 20;
 
-/// How many may wait before the connection is ended: room for the largest
-/// answers (a run's result with big windows) on top of [`HOLD_BYTES`].
+/// How many may wait, the client reading none of it for [`STALL`], before
+/// the connection is ended.
 pub const OVERFLOW_BYTES: usize = 256 << 20;
+
+/// How long a client with [`OVERFLOW_BYTES`] waiting may read nothing.
+pub const STALL: Duration = Duration::from_secs(60);
+
+/// How often a connection looks for a stall.
+const STALL_CHECK: Duration = Duration::from_secs(5);
 
 /// The sending side, shared by the session and its callbacks.
 #[derive(Clone)]
@@ -31,11 +40,21 @@ pub struct Outbox {
 }
 
 /// What waits to be written, and the events the connection waits on.
-#[derive(Default)]
 pub struct Pending {
     bytes: AtomicUsize,
     drained: Notify,
-    overflow: CancelToken,
+    /// When the writer last wrote, or the outbox last became non-empty.
+    progress: Mutex<Instant>,
+}
+
+impl Default for Pending {
+    fn default() -> Self {
+        Pending {
+            bytes: AtomicUsize::new(0),
+            drained: Notify::new(),
+            progress: Mutex::new(Instant::now()),
+        }
+    }
 }
 
 fn size(out: &Out) -> usize {
@@ -60,9 +79,9 @@ impl Outbox {
 
     pub fn send(&self, out: Out) -> Result<(), SendError<Out>> {
         let n = size(&out);
-        let before = self.pending.bytes.fetch_add(n, Ordering::SeqCst);
-        if before + n > OVERFLOW_BYTES {
-            self.pending.overflow.cancel();
+        if self.pending.bytes.fetch_add(n, Ordering::SeqCst) == 0 {
+            // A stall is counted from when something began to wait.
+            self.pending.progressed();
         }
         self.tx.send(out).inspect_err(|_| {
             self.pending.bytes.fetch_sub(n, Ordering::SeqCst);
@@ -80,8 +99,13 @@ impl Outbox {
 }
 
 impl Pending {
+    fn progressed(&self) {
+        *self.progress.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
+    }
+
     /// The writer wrote `bytes` of what was sent.
     pub fn written(&self, bytes: usize) {
+        self.progressed();
         let before = self
             .bytes
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
@@ -111,8 +135,19 @@ impl Pending {
         }
     }
 
-    /// Completes once more than [`OVERFLOW_BYTES`] waited to be written.
-    pub async fn overflowed(&self) {
-        self.overflow.cancelled().await
+    /// Completes once more than [`OVERFLOW_BYTES`] wait to be written and
+    /// nothing was written for [`STALL`]: the client reads nothing.
+    pub async fn stalled(&self) {
+        loop {
+            tokio::time::sleep(STALL_CHECK).await;
+            let idle = self
+                .progress
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .elapsed();
+            if self.bytes.load(Ordering::SeqCst) > OVERFLOW_BYTES && idle >= STALL {
+                return;
+            }
+        }
     }
 }

@@ -471,9 +471,10 @@ def _timeout_arg(timeout: Optional[float]) -> Optional[float]:
     if isinstance(timeout, (str, bytes)):
         raise TypeError(f"timeout must be a number of seconds or None, got {_type_name(timeout)}")
     t = float(timeout)
-    if not (math.isfinite(t) and t >= 0):
+    if math.isnan(t) or t < 0:
         raise ValueError(f"timeout must be a non-negative number of seconds, got {_rust_f64(t)}")
-    return t
+    # math.inf is no limit, as it is locally.
+    return None if math.isinf(t) else t
 
 
 def _argv_list(v: object, field: str) -> List[str]:
