@@ -196,15 +196,18 @@ impl Process {
             }
         };
         dsh_core::refuse_blocking().map_err(|e| to_pyerr(py, e))?;
+        // One write however many takes: a close_stdin from another thread
+        // meanwhile waits for all of it.
+        let writer = self.inner.stdin_writer().map_err(|e| to_pyerr(py, e))?;
         let mut rest = bytes;
         loop {
-            let n = self.inner.try_write_stdin(rest).map_err(|e| to_pyerr(py, e))?;
+            let n = writer.try_write(rest).map_err(|e| to_pyerr(py, e))?;
             rest = &rest[n..];
             if rest.is_empty() {
                 return Ok(());
             }
             if n == 0 {
-                py.detach(|| self.inner.wait_stdin_writable(Some(SIGNAL_POLL)))
+                py.detach(|| writer.wait_writable(Some(SIGNAL_POLL)))
                     .map_err(|e| to_pyerr(py, e))?;
                 py.check_signals()?;
             }

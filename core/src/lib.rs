@@ -55,7 +55,7 @@ pub use terminal::{
 };
 pub use watch::escalation::KILL_GIVE_UP;
 pub use watch::output::{CollectedOutput, OffsetRead, OutputOffsets, OutputTap, OutputValve};
-pub use watch::stdin::{StdinEnd, STDIN_BUFFER_BYTES};
+pub use watch::stdin::{StdinEnd, StdinWriter, STDIN_BUFFER_BYTES};
 
 /// The Rust examples of README.md and docs/ are doctests: `cargo test --doc`
 /// compiles and runs each as written. (`scripts/run-doc-examples` runs the

@@ -774,3 +774,39 @@ fn queued_writes_made_before_close_stdin_are_all_delivered_whole() {
         assert_eq!(read_all(&p).trim(), "300000", "round {round}");
     }
 }
+
+#[test]
+fn a_blocking_write_loop_is_one_write_that_a_close_from_another_thread_waits_for() {
+    // A host's own blocking loop (Python's write_stdin) takes what fits and
+    // waits for room, many times; a close_stdin from another thread in
+    // between must not cut it.
+    let exec = executor();
+    let p = piped(&exec, "sleep 0.3; wc -c");
+    let data = vec![b'q'; 2 << 20];
+    let writer_side = p.clone();
+    let (began_tx, began) = mpsc::channel();
+    let writing = std::thread::spawn(move || {
+        let writer = writer_side.stdin_writer().unwrap();
+        let mut rest = &data[..];
+        let mut told = false;
+        while !rest.is_empty() {
+            let n = writer.try_write(rest).unwrap();
+            rest = &rest[n..];
+            if !told {
+                began_tx.send(()).unwrap();
+                told = true;
+            }
+            if n == 0 {
+                writer.wait_writable(Some(Duration::from_millis(50))).unwrap();
+            }
+        }
+    });
+    began.recv_timeout(LONG).unwrap();
+    assert!(p.close_stdin().unwrap());
+    assert_eq!(
+        stdin_error(p.try_write_stdin(b"late").unwrap_err()),
+        StdinEnd::Closed
+    );
+    writing.join().expect("the blocking write was cut by the close");
+    assert_eq!(read_all(&p).trim(), (2 << 20).to_string());
+}

@@ -302,3 +302,39 @@ print((after - before) // (1024 * 1024))
     assert r.returncode == 0, r.stderr
     grew_mib = int(r.stdout.strip())
     assert grew_mib < 64, f"peak memory grew by {grew_mib} MiB for a 256 MiB write"
+
+
+def test_close_stdin_from_another_thread_waits_for_a_blocking_write() -> None:
+    # write_stdin blocks in many takes while the command does not read yet;
+    # a close_stdin made meanwhile from another thread must wait for all of
+    # it (before, the next take failed with 'closed' after a prefix went).
+    import threading
+
+    with dsh_native.Executor() as ex:
+        big = b"q" * (2 << 20)
+        p = ex.start(ex.resolve("sleep 0.5; wc -c", stdin=dsh_native.PIPE))
+        failed: list = []
+        tid: list = []
+
+        def write() -> None:
+            tid.append(threading.get_native_id())
+            try:
+                p.write_stdin(big)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                failed.append(repr(e))
+
+        t = threading.Thread(target=write)
+        t.start()
+
+        def blocked() -> bool:
+            if not tid:
+                return False
+            with open(f"/proc/self/task/{tid[0]}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] == "S"
+
+        assert eventually(blocked)
+        assert p.close_stdin() is True
+        t.join(60)
+        assert not t.is_alive() and not failed, failed
+        p.wait(60)
+        assert p.read_output().delta.strip() == str(len(big))

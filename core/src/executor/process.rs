@@ -16,7 +16,7 @@ use crate::spec::error::Result;
 use crate::spec::limits::{LimitKind, LimitsEnforcement};
 use crate::spec::sandbox::SandboxInfo;
 use crate::sys::lock;
-use crate::watch::stdin::{not_piped, Enqueued, StdinPipe};
+use crate::watch::stdin::{not_piped, Enqueued, StdinPipe, StdinWriter};
 use crate::watch::supervise::{Stop, Streams};
 
 /// Where a background process stands (docs/running.md).
@@ -365,6 +365,15 @@ impl Process {
     /// closed its stdin.
     pub fn try_write_stdin(&self, bytes: &[u8]) -> Result<usize> {
         self.stdin_pipe()?.try_write(self.id(), bytes)
+    }
+
+    /// One write made of several [`StdinWriter::try_write`] takes (a host's
+    /// own blocking loop, as Python's `write_stdin`): from now until the
+    /// writer is dropped it counts as one write, so a `close_stdin` made
+    /// meanwhile waits for all of it. Errors as
+    /// [`Process::try_write_stdin`].
+    pub fn stdin_writer(&self) -> Result<StdinWriter<'_>> {
+        self.stdin_pipe()?.writer(self.id())
     }
 
     /// Writes all of `bytes` to the command's stdin, waiting for room as

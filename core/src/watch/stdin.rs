@@ -175,6 +175,21 @@ impl StdinPipe {
     /// or an ordered write is waiting for its turn.
     pub(crate) fn try_write(&self, id: &str, bytes: &[u8]) -> Result<usize> {
         let _writing = self.begin_write(id)?;
+        self.take_now(id, bytes)
+    }
+
+    /// One write made of several non-blocking takes (a host's blocking
+    /// loop), counted as one from now until it is dropped: a close asked
+    /// meanwhile waits for all of it.
+    pub(crate) fn writer<'a>(&'a self, id: &'a str) -> Result<StdinWriter<'a>> {
+        Ok(StdinWriter {
+            _writing: self.begin_write(id)?,
+            pipe: self,
+            id,
+        })
+    }
+
+    fn take_now(&self, id: &str, bytes: &[u8]) -> Result<usize> {
         let Ok(_turn) = self.turn.try_lock() else {
             // Still refuse a write to a stdin that has ended.
             self.push(id, &[])?;
@@ -252,10 +267,16 @@ impl StdinPipe {
     }
 
     /// Blocks until a write would take at least one byte or fail; false if
-    /// `timeout` passed first.
+    /// `timeout` passed first. A write made now fails once a close was
+    /// asked for.
     pub(crate) fn wait_writable(&self, timeout: Option<Duration>) -> bool {
-        let ready =
-            |s: &mut PipeState| s.ended.is_some() || s.close_asked || s.buf.len() < STDIN_BUFFER_BYTES;
+        self.wait_until(timeout, |s| s.close_asked)
+    }
+
+    /// Blocks until there is room, the stdin ended, or `over` says so;
+    /// false if `timeout` passed first.
+    fn wait_until(&self, timeout: Option<Duration>, over: impl Fn(&PipeState) -> bool) -> bool {
+        let ready = |s: &mut PipeState| s.ended.is_some() || over(s) || s.buf.len() < STDIN_BUFFER_BYTES;
         let guard = self.state();
         match timeout {
             None => {
@@ -353,6 +374,32 @@ impl StdinPipe {
                 Err(_would_block) => continue,
             }
         }
+    }
+}
+
+/// A write made of several non-blocking takes, counted as one until it is
+/// dropped ([`Process::stdin_writer`](crate::Process::stdin_writer)).
+pub struct StdinWriter<'a> {
+    pipe: &'a StdinPipe,
+    id: &'a str,
+    _writing: Writing<'a>,
+}
+
+impl StdinWriter<'_> {
+    /// Takes what fits now; 0 when the buffer is full.
+    pub fn try_write(&self, bytes: &[u8]) -> Result<usize> {
+        self.pipe.take_now(self.id, bytes)
+    }
+
+    /// Blocks until a take would take at least one byte or fail, or until
+    /// `timeout` passes (`None`: no limit); whether it would. A close asked
+    /// for meanwhile does not end the wait: it waits for this write.
+    /// Refused where blocking is, unless `timeout` is zero.
+    pub fn wait_writable(&self, timeout: Option<Duration>) -> Result<bool> {
+        if timeout != Some(Duration::ZERO) {
+            crate::host::runtime::refuse_blocking()?;
+        }
+        Ok(self.pipe.wait_until(timeout, |s| s.closing))
     }
 }
 
