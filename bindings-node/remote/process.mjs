@@ -131,7 +131,12 @@ export class RemoteShellProcess {
     if (!m.hasStdinPipe) throw stdinClosed(m.id, 'not-piped')
     if (m.stdinClosed || m.settled) return false
     m.stdinClosed = true
-    this.#session.fire('close_stdin', { id: m.id })
+    const close = () => this.#session.fire('close_stdin', { id: m.id })
+    if (this.#stdinQueued === 0) close()
+    // As index.js: a write made before goes down whole, its later pieces
+    // still here reaching the server before the close; a write made after
+    // queues behind the close, which refuses it.
+    else this.#queueStdin(async () => close())
     return true
   }
 }

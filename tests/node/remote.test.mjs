@@ -432,6 +432,20 @@ test('done: `await p.done; p.readOutput()` returns everything', { ...T, ...skipN
   }
 })
 
+test('closeStdin right after a write of many pieces: the write goes down whole, then EOF', { ...T, ...skipNoBin }, async () => {
+  const ex = await connect()
+  const p = ex.start(ex.resolve({ command: 'sleep 0.3; wc -c', stdin: { pipe: true } }))
+  // Four pieces: before, the close went out after the first and the server
+  // refused the rest, a prefix delivered.
+  const write = p.writeStdin(Buffer.alloc(4 << 20, 'y')).then(() => 'written', (e) => e)
+  assert.equal(p.closeStdin(), true)
+  const late = await failure(() => p.writeStdin('late'))
+  assert.deepEqual([late.code, late.reason], ['STDIN_CLOSED', 'closed'])
+  assert.equal(await within(20_000, write, 'the write'), 'written')
+  await within(20_000, p.done, 'p.done')
+  assert.equal(p.readOutput().delta.trim(), String(4 << 20))
+})
+
 test('writeStdin: back-pressure across the wire, order, closeStdin and its errors', { ...T, ...skipNoBin }, async () => {
   const ex = await connect()
   const dir = tmpdir()
