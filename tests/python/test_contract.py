@@ -115,6 +115,9 @@ def test_workdir_defaults_to_the_process_cwd(ex):
         ({"stdin": 5}, "request.stdin", "bytes"),
         ({"sandbox_policy": {"mode": "nope"}}, "request.sandbox_policy", "nope"),
         ({"sandbox_policy": {}}, "request.sandbox_policy", "mode"),
+        # A misspelt key must not leave the network open unnoticed.
+        ({"sandbox_policy": {"mode": "danger-full-access", "netwrok": "deny"}}, "request.sandbox_policy",
+         'unknown key "netwrok"'),
     ],
 )
 def test_bad_requests_are_errors_naming_the_field(ex, kwargs, field, needle):

@@ -391,6 +391,16 @@ def _policy(v: object) -> Optional[Dict[str, Any]]:
         }
     if not isinstance(v, Mapping):
         raise _invalid(field, "must be a SandboxPolicy or a dict with 'mode'")
+    for key in v:
+        # A misspelt key (`netwrok`) must not leave the default in place
+        # unnoticed: refused, naming it, as the local face does.
+        if key not in ("mode", "workspace_root", "session_id", "network"):
+            name = key if isinstance(key, str) else str(key)
+            raise _invalid(
+                field,
+                f"has an unknown key {json.dumps(name, ensure_ascii=False)} "
+                "(expected mode, workspace_root, session_id or network)",
+            )
     if "mode" not in v:
         raise _invalid(field, "has no 'mode'")
     out: Dict[str, Any] = {}
