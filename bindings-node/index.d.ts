@@ -442,7 +442,7 @@ export declare class NativeTerminalHandle {
   inspectForeground(): Promise<TerminalForeground | undefined>
   /** Resolves once the kernel shows the foreground group waiting for input (true), or with false when `timeoutMs` passed (none or Infinity: no limit; negative or NaN: INVALID_ARGUMENT naming `timeoutMs`) or the program exited; right after a write, true only once the program took what was written and waits again. */
   waitInputWaiting(timeoutMs?: number): Promise<boolean>
-  /** Signals the foreground group; resolves with its id (TERMINAL_CLOSED when there is none). */
+  /** Signals the foreground group; resolves with its id (TERMINAL_CLOSED when there is none; INVALID_ARGUMENT for SIGKILL while the terminal's own program is in the foreground: it would end the session, which terminate() does). */
   signalForeground(signal: TerminalSignal): Promise<number>
   /** Ends every member of the session; resolves once nothing is left and no call of this handle is in flight. Idempotent. */
   terminate(): Promise<void>

@@ -20,7 +20,7 @@ use dsh_core::{
 };
 
 use crate::results::{py_repr, ProcessRead, RunResult, SandboxInfo, SandboxPolicy, Spec};
-use crate::waiting::{deadline, wait_until, SIGNAL_POLL};
+use crate::waiting::{deadline, wait_until, withdraw_on_cancel, SIGNAL_POLL};
 use crate::{mapping_entries, number, required_str, to_pyerr, type_error, type_name, utf8};
 
 /// `subprocess.PIPE`, which `resolve(stdin=...)` takes for a stdin pipe.
@@ -284,17 +284,10 @@ impl Process {
                 });
             })
             .map_err(|e| to_pyerr(py, e))?;
-        // A caller that stops waiting (asyncio.wait_for timing out cancels
-        // the future) withdraws the callback, so polling never accumulates.
         let process = self.inner.clone();
-        let withdraw = pyo3::types::PyCFunction::new_closure(py, None, None, move |args, _kwargs| {
-            let cancelled = args.get_item(0)?.call_method0("cancelled")?.is_truthy()?;
-            if cancelled {
-                process.cancel_when_settled(waiter);
-            }
-            PyResult::Ok(())
+        withdraw_on_cancel(py, &future, move || {
+            process.cancel_when_settled(waiter);
         })?;
-        future.call_method1("add_done_callback", (withdraw,))?;
         Ok(future)
     }
     fn __repr__(&self) -> String {

@@ -9,7 +9,7 @@ use pyo3::types::{PyBytes, PyString};
 
 use dsh_core::{Field, FieldName, Scope, TerminalSignal};
 
-use crate::waiting::{deadline, wait_until};
+use crate::waiting::{deadline, wait_until, withdraw_on_cancel};
 use crate::{number, required_str, to_pyerr, type_error, utf8};
 
 fn field(name: FieldName) -> Field {
@@ -314,7 +314,9 @@ impl Terminal {
 
     /// Sends ``signal`` (``'SIGINT'``, ``'SIGTERM'``, ``'SIGKILL'``,
     /// ``'SIGTSTP'`` or ``'SIGHUP'``) to the foreground process group and
-    /// returns that group's id. TerminalClosedError when there is none.
+    /// returns that group's id. TerminalClosedError when there is none;
+    /// InvalidArgumentError for SIGKILL while the terminal's own program is
+    /// in the foreground (it would end the session: ``terminate()`` does).
     fn signal_foreground(&self, py: Python<'_>, signal: &Bound<'_, PyAny>) -> PyResult<i32> {
         let f = field(FieldName::Signal);
         let name = required_str(signal, f, "")?;
@@ -357,16 +359,10 @@ impl Terminal {
     fn wait_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let (future, settle) = future_pair(py)?;
         let waiter = self.inner.when_exited(move || settle.call(None, None));
-        // A caller that stops waiting (asyncio.wait_for timing out cancels
-        // the future) withdraws the callback, so polling never accumulates.
         let terminal = self.inner.clone();
-        let withdraw = pyo3::types::PyCFunction::new_closure(py, None, None, move |args, _kwargs| {
-            if args.get_item(0)?.call_method0("cancelled")?.is_truthy()? {
-                terminal.cancel_when_exited(waiter);
-            }
-            PyResult::Ok(())
+        withdraw_on_cancel(py, &future, move || {
+            terminal.cancel_when_exited(waiter);
         })?;
-        future.call_method1("add_done_callback", (withdraw,))?;
         Ok(future)
     }
 

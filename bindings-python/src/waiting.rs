@@ -49,3 +49,21 @@ pub(crate) fn wait_until<T: Send>(
         }
     }
 }
+
+/// Calls `withdraw` if `future` (an asyncio future) is cancelled: a caller
+/// that stops waiting (`asyncio.wait_for` timing out) takes its callback
+/// back, so polling never accumulates.
+pub(crate) fn withdraw_on_cancel(
+    py: Python<'_>,
+    future: &Bound<'_, PyAny>,
+    withdraw: impl Fn() + Send + 'static,
+) -> PyResult<()> {
+    let on_done = pyo3::types::PyCFunction::new_closure(py, None, None, move |args, _kwargs| {
+        if args.get_item(0)?.call_method0("cancelled")?.is_truthy()? {
+            withdraw();
+        }
+        PyResult::Ok(())
+    })?;
+    future.call_method1("add_done_callback", (on_done,))?;
+    Ok(())
+}

@@ -64,6 +64,8 @@ impl Drop for Queued {
 #[derive(Debug)]
 pub struct PendingWrite {
     rx: oneshot::Receiver<Result<()>>,
+    /// The outcome, once `wait_timeout` has returned it.
+    outcome: Option<Result<()>>,
 }
 
 pub(super) fn input_gone() -> DshError {
@@ -73,7 +75,10 @@ pub(super) fn input_gone() -> DshError {
 impl PendingWrite {
     /// Completes once the terminal took the rest.
     pub async fn wait(self) -> Result<()> {
-        self.rx.await.map_err(|_| input_gone())?
+        match self.outcome {
+            Some(outcome) => outcome,
+            None => self.rx.await.map_err(|_| input_gone())?,
+        }
     }
 
     /// [`PendingWrite::wait`] for threads outside an async runtime; refused
@@ -86,16 +91,24 @@ impl PendingWrite {
     /// Blocks until the terminal took the rest (`Ok(true)`, the write's
     /// outcome) or `timeout` passed (`Ok(false)`: the rest stays queued,
     /// and waiting again goes on). A host that must stay interruptible
-    /// (Python's Ctrl-C) waits in slices. Refused where blocking is. Once it
-    /// returned the outcome, the write is over: call it no more.
+    /// (Python's Ctrl-C) waits in slices. Refused where blocking is. Asked
+    /// again after the outcome, it gives the same outcome at once.
     pub fn wait_timeout(&mut self, timeout: Duration) -> Result<bool> {
+        if let Some(outcome) = &self.outcome {
+            return outcome.clone().map(|()| true);
+        }
         runtime::refuse_blocking()?;
         let rx = &mut self.rx;
         // On this thread, with the core's timers: nothing here writes to a
         // pipe (see `runtime::block_on_here`).
         match runtime::handle().block_on(async move { tokio::time::timeout(timeout, rx).await }) {
             Err(_elapsed) => Ok(false),
-            Ok(outcome) => outcome.map_err(|_| input_gone())?.map(|()| true),
+            Ok(outcome) => {
+                // Kept: a finished receiver must not be polled again.
+                let outcome = outcome.map_err(|_| input_gone()).and_then(|r| r);
+                self.outcome = Some(outcome.clone());
+                outcome.map(|()| true)
+            }
         }
     }
 
@@ -231,7 +244,7 @@ impl Terminal {
         let sent = self.shared.writes.send(request);
         drop(queued);
         match sent {
-            Ok(()) => Ok(PendingWrite { rx }),
+            Ok(()) => Ok(PendingWrite { rx, outcome: None }),
             Err(unsent) => {
                 drop(unsent); // releases its place in the gate
                 Err(input_gone())

@@ -424,7 +424,9 @@ class Terminal:
     def signal_foreground(self, signal: Literal["SIGINT", "SIGTERM", "SIGKILL", "SIGTSTP", "SIGHUP"]) -> int:
         """Sends ``signal`` (``'SIGINT'``, ``'SIGTERM'``, ``'SIGKILL'``,
         ``'SIGTSTP'`` or ``'SIGHUP'``) to the foreground process group and
-        returns that group's id. TerminalClosedError when there is none."""
+        returns that group's id. TerminalClosedError when there is none;
+        InvalidArgumentError for SIGKILL while the terminal's own program is
+        in the foreground (it would end the session: ``terminate()`` does)."""
         name = _required_str(signal, "terminal.signal", "")
         r = self._remote
         r.check_here()
