@@ -189,7 +189,7 @@ test("done() asked again after the program settled on a core thread settles afte
     const { createRequire } = await import('node:module')
     const { NativeExecutor } = createRequire(${JSON.stringify(PROVIDER)})('./loader.js')
     const native = new NativeExecutor()
-    const h = native.spawnProgram(['sleep', '30'], '/tmp', [], [], 'ignore', null, 'collect', 1000, -1, 'collect', 1000, -1, 300)
+    const h = native.spawnProgram(['sleep', '30'], '/tmp', [], [], 'ignore', null, 'collect', 1000, null, 'collect', 1000, null, 300)
     const order = []
     const first = h.done().then(() => order.push('first'))
     await new Promise((r) => setTimeout(r, 200))
