@@ -17,6 +17,7 @@ use tokio::sync::mpsc::{self, error::SendError, UnboundedReceiver, UnboundedSend
 use tokio::sync::Notify;
 
 use super::session::Out;
+use super::stream_queue::uncount;
 
 /// How many bytes may wait to be written before the connection's requests
 /// are no longer read.
@@ -106,13 +107,7 @@ impl Pending {
     /// The writer wrote `bytes` of what was sent.
     pub fn written(&self, bytes: usize) {
         self.progressed();
-        let before = self
-            .bytes
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                Some(n.saturating_sub(bytes))
-            })
-            .unwrap_or(0);
-        if before.saturating_sub(bytes) <= HOLD_BYTES / 2 {
+        if uncount(&self.bytes, bytes) <= HOLD_BYTES / 2 {
             self.drained.notify_waiters();
         }
     }

@@ -45,13 +45,7 @@ impl StreamQueue {
     /// writer has caught up.
     pub fn written(&self, bytes: usize) {
         // Never below zero: `reset` may have come in between.
-        let before = self
-            .unwritten
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                Some(n.saturating_sub(bytes))
-            })
-            .unwrap_or(0);
-        if before.saturating_sub(bytes) <= AHEAD_BYTES / 2 {
+        if uncount(&self.unwritten, bytes) <= AHEAD_BYTES / 2 {
             self.valve.open();
         }
     }
@@ -62,4 +56,14 @@ impl StreamQueue {
         self.unwritten.store(0, Ordering::SeqCst);
         self.valve.open();
     }
+}
+
+/// Takes `bytes` off `counter`, never below zero; what is left.
+pub fn uncount(counter: &AtomicUsize, bytes: usize) -> usize {
+    let before = counter
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+            Some(n.saturating_sub(bytes))
+        })
+        .unwrap_or(0);
+    before.saturating_sub(bytes)
 }

@@ -28,11 +28,17 @@ struct PipeState {
     /// Writes made before that and not finished (queued, or waiting for
     /// room): the close waits for them, so each is delivered whole.
     writers: usize,
-    /// The close is due (asked, and no earlier write left): no more bytes
-    /// are taken, and the pipe is closed once `buf` is written.
-    closing: bool,
     /// No more bytes are taken, and nothing buffered will be written.
     ended: Option<StdinEnd>,
+}
+
+impl PipeState {
+    /// The close is due (asked, and no earlier write left: none can begin
+    /// after it): no more bytes are taken, and the pipe is closed once
+    /// `buf` is written.
+    fn closing(&self) -> bool {
+        self.close_asked && self.writers == 0
+    }
 }
 
 pub(crate) struct StdinPipe {
@@ -88,7 +94,6 @@ impl StdinPipe {
                 buf: VecDeque::new(),
                 close_asked: false,
                 writers: 0,
-                closing: false,
                 ended: None,
             }),
             work: Notify::new(),
@@ -127,8 +132,8 @@ impl StdinPipe {
     fn end_write(&self) {
         let mut s = self.state();
         s.writers -= 1;
-        if s.writers == 0 && s.close_asked && !s.closing {
-            s.closing = true;
+        if s.closing() {
+            // The last earlier write is over: the close is due now.
             drop(s);
             self.work.notify_one();
             self.made_room();
@@ -141,7 +146,7 @@ impl StdinPipe {
         if let Some(end) = s.ended {
             return Err(closed(id, end));
         }
-        if s.closing {
+        if s.closing() {
             return Err(closed(id, StdinEnd::Closed));
         }
         let n = bytes.len().min(STDIN_BUFFER_BYTES - s.buf.len());
@@ -305,7 +310,6 @@ impl StdinPipe {
             return false;
         }
         s.close_asked = true;
-        s.closing = s.writers == 0;
         drop(s);
         // Now, or when the last earlier write is over (`end_write`).
         self.work.notify_one();
@@ -337,7 +341,7 @@ impl StdinPipe {
         loop {
             let idle = {
                 let s = self.state();
-                if s.buf.is_empty() && s.closing {
+                if s.buf.is_empty() && s.closing() {
                     return PipeWork::Close;
                 }
                 s.buf.is_empty()
@@ -399,7 +403,7 @@ impl StdinWriter<'_> {
         if timeout != Some(Duration::ZERO) {
             crate::host::runtime::refuse_blocking()?;
         }
-        Ok(self.pipe.wait_until(timeout, |s| s.closing))
+        Ok(self.pipe.wait_until(timeout, PipeState::closing))
     }
 }
 
