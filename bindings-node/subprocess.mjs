@@ -7,6 +7,7 @@
 import { createRequire } from 'node:module'
 import net from 'node:net'
 import { resolve as resolvePath } from 'node:path'
+import { getSystemErrorName } from 'node:util'
 import { Readable, Writable, finished } from 'node:stream'
 import { SubprocessRuntime } from '@deepseek-ai/dsh-subprocess'
 
@@ -105,6 +106,41 @@ function pipeSocket(fd, readable) {
     })
   }
   return socket
+}
+
+/**
+ * A raw output pipe as a `Readable`, read on this thread's loop by the
+ * addon (pipe_reader.rs): what the caller reads paces the pipe, as a
+ * socket's reads would, for less than a socket costs to make and end.
+ * Where the loop is not libuv's, a `net.Socket` over the descriptor.
+ */
+function pipeReadable(native, index) {
+  let reader
+  const stream = new Readable({
+    read() {
+      reader.resume()
+    },
+    destroy(err, callback) {
+      reader.close()
+      callback(err)
+    },
+  })
+  const got = native.pipeReader(index, (chunk, errno) => {
+    if (chunk !== null) return stream.push(chunk)
+    if (errno) stream.destroy(readError(errno))
+    else stream.push(null)
+    return false
+  })
+  if (got === null) return undefined
+  if (typeof got === 'number') return pipeSocket(got, true)
+  reader = got
+  return stream
+}
+
+/** The error a failed read of a pipe gives, as node's own streams shape it. */
+function readError(errno) {
+  const code = getSystemErrorName(-errno)
+  return Object.assign(new Error(`read ${code}`), { errno: -errno, code, syscall: 'read' })
 }
 
 /**
@@ -324,8 +360,10 @@ export class NativeSubprocessRuntime extends SubprocessRuntime {
     }
     // Only a 'pipe' stream has a descriptor to take (a crossing saved for each other).
     const streams = [stdinMode, out[0], err[0]].map((mode, i) => {
-      const fd = mode === 'pipe' ? native.takeFd(i) : null
-      return fd === null ? undefined : pipeSocket(fd, i !== 0)
+      if (mode !== 'pipe') return undefined
+      if (i !== 0) return pipeReadable(native, i)
+      const fd = native.takeFd(i)
+      return fd === null ? undefined : pipeSocket(fd, false)
     })
     const collected = {}
     for (const [name, mode] of [['stdout', out[0]], ['stderr', err[0]]]) {

@@ -28,22 +28,22 @@ use crate::spawn::SpawnDone;
 use crate::terminal_readers::TerminalReaders;
 
 /// The few libuv functions used, looked up in the running process.
-struct Uv {
-    handle_size: unsafe extern "C" fn(c_int) -> usize,
-    poll_init: unsafe extern "C" fn(*mut sys::uv_loop_s, *mut c_void, c_int) -> c_int,
-    poll_start: unsafe extern "C" fn(*mut c_void, c_int, PollCallback) -> c_int,
-    poll_stop: unsafe extern "C" fn(*mut c_void) -> c_int,
-    close: unsafe extern "C" fn(*mut c_void, CloseCallback),
-    unref: unsafe extern "C" fn(*mut c_void),
+pub(crate) struct Uv {
+    pub handle_size: unsafe extern "C" fn(c_int) -> usize,
+    pub poll_init: unsafe extern "C" fn(*mut sys::uv_loop_s, *mut c_void, c_int) -> c_int,
+    pub poll_start: unsafe extern "C" fn(*mut c_void, c_int, PollCallback) -> c_int,
+    pub poll_stop: unsafe extern "C" fn(*mut c_void) -> c_int,
+    pub close: unsafe extern "C" fn(*mut c_void, CloseCallback),
+    pub unref: unsafe extern "C" fn(*mut c_void),
 }
 
-type PollCallback = unsafe extern "C" fn(*mut c_void, c_int, c_int);
-type CloseCallback = unsafe extern "C" fn(*mut c_void);
+pub(crate) type PollCallback = unsafe extern "C" fn(*mut c_void, c_int, c_int);
+pub(crate) type CloseCallback = unsafe extern "C" fn(*mut c_void);
 
-const UV_POLL: c_int = 8;
-const UV_READABLE: c_int = 1;
+pub(crate) const UV_POLL: c_int = 8;
+pub(crate) const UV_READABLE: c_int = 1;
 
-fn uv() -> Option<&'static Uv> {
+pub(crate) fn uv() -> Option<&'static Uv> {
     static UV: OnceLock<Option<Uv>> = OnceLock::new();
     UV.get_or_init(|| {
         // SAFETY: each name is libuv's function whose C signature the
@@ -352,12 +352,7 @@ fn driver(env: &Env) -> Result<Option<&'static Driver>> {
     {
         return Ok(None);
     }
-    // SAFETY: libuv's own size for a poll handle; the memory is 8-aligned
-    // (u64s) and lives until `freed` frees it.
-    let handle = unsafe {
-        let words = (uv.handle_size)(UV_POLL).div_ceil(8);
-        Box::into_raw(vec![0u64; words].into_boxed_slice()) as *mut c_void
-    };
+    let handle = poll_memory(uv);
     // SAFETY: `handle` is fresh memory of the size libuv asked for, on the
     // loop of this thread; `host.fd()` stays open as long as the driver.
     // A handle that failed to initialise is not libuv's; one that failed to
@@ -455,6 +450,32 @@ unsafe extern "C" fn on_readable(_handle: *mut c_void, _status: c_int, _events: 
 /// On the driver's JS thread, outside any JS frame (so this callback
 /// scope is the outermost one), while its environment lives.
 unsafe fn turn_in_callback_scope(driver: &Driver) -> bool {
+    // SAFETY: the caller's.
+    unsafe { in_callback_scope(driver, turn) }
+}
+
+/// Runs `f` from a libuv callback of this JS thread as node runs an
+/// addon's callback: in a callback scope, whose close runs the microtasks
+/// and ticks `f` queued. False, with nothing run, when this thread has no
+/// driver or the scopes cannot be opened.
+///
+/// # Safety
+/// On `env`'s JS thread, outside any JS frame (so this callback scope is
+/// the outermost one), while its environment lives.
+pub(crate) unsafe fn from_libuv(env: sys::napi_env, f: impl FnOnce(Env)) -> bool {
+    let Some(driver) = DRIVER.with(Cell::get).filter(|d| d.env == env) else {
+        return false;
+    };
+    // SAFETY: the caller's.
+    unsafe { in_callback_scope(driver, f) }
+}
+
+/// `f` in a callback scope of the driver's async context; false, with
+/// nothing run, when the scopes cannot be opened.
+///
+/// # Safety
+/// As [`turn_in_callback_scope`].
+unsafe fn in_callback_scope(driver: &Driver, f: impl FnOnce(Env)) -> bool {
     let Some(scope) = &driver.scope else {
         return false;
     };
@@ -473,22 +494,35 @@ unsafe fn turn_in_callback_scope(driver: &Driver) -> bool {
             && sys::napi_open_callback_scope(env, resource, scope.context, &mut callback)
                 == sys::Status::napi_ok;
         if opened {
-            turn(Env::from_raw(env));
+            f(Env::from_raw(env));
             // What a settlement left thrown is the host's uncaught
             // exception, as it is from the threadsafe function's call (a
             // callback scope would drop it, and every napi call after it
             // would fail).
-            let mut thrown = false;
-            if sys::napi_is_exception_pending(env, &mut thrown) == sys::Status::napi_ok && thrown {
-                let mut error = std::ptr::null_mut();
-                if sys::napi_get_and_clear_last_exception(env, &mut error) == sys::Status::napi_ok {
-                    sys::napi_fatal_exception(env, error);
-                }
-            }
+            rethrow_uncaught(env);
             sys::napi_close_callback_scope(env, callback);
         }
         sys::napi_close_handle_scope(env, handles);
         opened
+    }
+}
+
+/// An exception left pending on `env` becomes the host's uncaught
+/// exception (`process.on('uncaughtException')`, or the host's end), as
+/// one thrown by a listener node calls from libuv would.
+///
+/// # Safety
+/// On `env`'s JS thread, while its environment lives.
+pub(crate) unsafe fn rethrow_uncaught(env: sys::napi_env) {
+    let mut thrown = false;
+    // SAFETY: the caller's.
+    unsafe {
+        if sys::napi_is_exception_pending(env, &mut thrown) == sys::Status::napi_ok && thrown {
+            let mut error = std::ptr::null_mut();
+            if sys::napi_get_and_clear_last_exception(env, &mut error) == sys::Status::napi_ok {
+                sys::napi_fatal_exception(env, error);
+            }
+        }
     }
 }
 
@@ -532,8 +566,25 @@ unsafe extern "C" fn torn_down(_arg: *mut c_void) {
     drop(unsafe { Box::from_raw(driver as *const Driver as *mut Driver) });
 }
 
+/// Memory for a libuv poll handle, freed by [`freed`] once libuv lets go
+/// of it (or at once, when it never became a handle).
+pub(crate) fn poll_memory(uv: &Uv) -> *mut c_void {
+    // SAFETY: libuv's own size for a poll handle; the memory is 8-aligned
+    // (u64s) and lives until `freed` frees it.
+    unsafe {
+        let words = (uv.handle_size)(UV_POLL).div_ceil(8);
+        Box::into_raw(vec![0u64; words].into_boxed_slice()) as *mut c_void
+    }
+}
+
+/// Whether this JS thread's loop drives dsh-native's work here (its
+/// driver made on first use); false in a runtime without libuv.
+pub(crate) fn on_this_loop(env: &Env) -> Result<bool> {
+    Ok(driver(env)?.is_some())
+}
+
 /// libuv: the poll handle is closed; its memory is ours again.
-unsafe extern "C" fn freed(handle: *mut c_void) {
+pub(crate) unsafe extern "C" fn freed(handle: *mut c_void) {
     if let Some(uv) = uv() {
         // SAFETY: the memory `driver` boxed, with its length computed the
         // same way; libuv no longer uses it.

@@ -6,11 +6,13 @@
 mod convert;
 mod executor;
 mod foreground;
+mod pipe_reader;
 mod settle;
 mod spawn;
 mod terminal_readers;
 
 pub use executor::*;
+pub use pipe_reader::NativePipeReader;
 pub use spawn::*;
 
 /// A lock that a panic elsewhere does not make unusable.

@@ -1,6 +1,7 @@
 //! Spawned programs (docs/spawn.md) for `subprocess.mjs`: the spec comes
 //! already read into plain values (the seam's shapes are checked there),
-//! the handle goes back with the raw pipe descriptors for `net.Socket`.
+//! the handle goes back with its output pipes read on the JS thread's loop
+//! (pipe_reader.rs) and its stdin pipe's descriptor for a `net.Socket`.
 
 use std::collections::BTreeMap;
 use std::os::fd::{IntoRawFd, OwnedFd};
@@ -16,6 +17,7 @@ use crate::convert::js_error;
 use crate::executor::NativeExecutor;
 use crate::foreground;
 use crate::lock;
+use crate::pipe_reader::NativePipeReader;
 use crate::settle::{self, Settle};
 
 fn field(name: FieldName) -> Field {
@@ -269,6 +271,29 @@ impl NativeSpawned {
     pub fn take_fd(&self, index: u32) -> Option<i32> {
         let mut fds = lock(&self.fds);
         fds.get_mut(index as usize)?.take().map(IntoRawFd::into_raw_fd)
+    }
+
+    /// Output stream `index`'s pipe (1, 2), read on this JS thread's loop
+    /// with each chunk handed to `onData` (pipe_reader.rs); where the loop
+    /// is not libuv's, its raw descriptor instead, for a `net.Socket`.
+    /// Null when there is none (or it was taken).
+    #[napi]
+    pub fn pipe_reader(
+        &self,
+        env: &Env,
+        index: u32,
+        on_data: Unknown<'_>,
+    ) -> Result<Option<Either<NativePipeReader, i32>>> {
+        if index == 0 {
+            return Err(Error::new(Status::InvalidArg, "stdin is not read"));
+        }
+        let Some(fd) = lock(&self.fds).get_mut(index as usize).and_then(Option::take) else {
+            return Ok(None);
+        };
+        Ok(Some(match NativePipeReader::new(env, fd, on_data)? {
+            Ok(reader) => Either::A(reader),
+            Err(fd) => Either::B(fd.into_raw_fd()),
+        }))
     }
 
     /// A non-consuming read of a collected stream from `offset`.

@@ -281,3 +281,124 @@ test('a bad spill cap is INVALID_ARGUMENT naming spill.maxBytes, not read as no 
   `)
   assert.deepEqual(JSON.parse(out.trim().split('\n').pop()), Array(4).fill('INVALID_ARGUMENT true'))
 })
+
+// A raw output pipe is read by the addon on this thread's loop
+// (pipe_reader.rs), not by a net.Socket: what a socket guaranteed is
+// tried here, each in a child Node so a crash or hang fails the test.
+
+test('a raw pipe nobody reads holds its program back, not the host: memory stays flat, then every byte arrives', async () => {
+  const out = await child(`
+    const wchar = (pid) => Number(/wchar: (\\d+)/.exec(fs.readFileSync('/proc/' + pid + '/io', 'utf8'))[1])
+    const rss = () => process.memoryUsage().rss
+    const before = rss()
+    const size = 256 << 20
+    const h = sp.spawn({ argv: ['head', '-c', String(size), '/dev/zero'], cwd: '/tmp', stdio: { stdin: 'ignore', stdout: 'pipe', stderr: collect }, graceMs: 300 })
+    // Blocked: what it has written stops growing while it lives.
+    let last = -1
+    for (;;) {
+      await new Promise((r) => setTimeout(r, 100))
+      const now = wchar(h.pid)
+      if (now === last) break
+      last = now
+    }
+    const held = { written: last, grown: rss() - before, state: state(h.pid) }
+    let n = 0
+    for await (const c of h.stdout) n += c.length
+    console.log(JSON.stringify({ held, n, outcome: await h.done }))
+  `)
+  const r = JSON.parse(out)
+  assert.ok(r.held.written < 4 << 20, `the program wrote ${r.held.written} bytes nobody read`)
+  assert.ok(r.held.grown < 32 << 20, `the host grew by ${r.held.grown} bytes`)
+  assert.equal(r.held.state, 'S')
+  assert.equal(r.n, 256 << 20)
+  assert.deepEqual(r.outcome, { exitCode: 0, signal: null })
+})
+
+test('raw pipes read to their end, or destroyed early, leave no descriptor of ours open', async () => {
+  const out = await child(`
+    const open = () => fs.readdirSync('/proc/self/fd').length
+    const piped = (argv) => sp.spawn({ argv, cwd: '/tmp', stdio: { stdin: 'ignore', stdout: 'pipe', stderr: 'pipe' }, graceMs: 300 })
+    const warm = piped(['true'])
+    for await (const _ of warm.stdout);
+    await warm.done
+    const before = open()
+    const ends = []
+    for (let i = 0; i < 100; i++) {
+      const h = piped(['bash', '-c', 'echo out; echo err >&2'])
+      const text = (s) => new Promise((resolve) => { let t = ''; s.on('data', (d) => (t += d)); s.on('end', () => resolve(t)) })
+      ends.push(Promise.all([text(h.stdout), text(h.stderr), h.done]))
+    }
+    for (let i = 0; i < 100; i++) {
+      // Destroyed at once, and after the first chunk of an endless writer.
+      const h = piped(['yes'])
+      h.stderr.destroy()
+      h.stdout.once('data', () => h.stdout.destroy())
+      ends.push(h.done.then((o) => ['', '', o]))
+    }
+    const outcomes = await Promise.all(ends)
+    await new Promise((r) => setImmediate(r))
+    const whole = outcomes.slice(0, 100).every(([o, e, d]) => o === 'out\\n' && e === 'err\\n' && d.exitCode === 0)
+    const piped_ = outcomes.slice(100).map(([, , d]) => d.signal)
+    console.log(JSON.stringify({ grown: open() - before, whole, signals: [...new Set(piped_)] }))
+  `)
+  const r = JSON.parse(out)
+  assert.ok(r.grown < 10, `descriptors grew by ${r.grown} over 200 piped spawns`)
+  assert.equal(r.whole, true)
+  // The writer of a destroyed pipe meets a closed pipe.
+  assert.deepEqual(r.signals, ['SIGPIPE'])
+})
+
+test('a data listener that throws is the host uncaught exception, and the rest of the pipe still arrives', async () => {
+  const out = await child(`
+    const thrown = []
+    process.on('uncaughtException', (e) => thrown.push(e.message))
+    const h = sp.spawn({ argv: ['head', '-c', String(4 << 20), '/dev/zero'], cwd: '/tmp', stdio: { stdin: 'ignore', stdout: 'pipe', stderr: collect }, graceMs: 300 })
+    let n = 0
+    let first = true
+    h.stdout.on('data', (c) => {
+      n += c.length
+      if (first) {
+        first = false
+        throw new Error('listener failed')
+      }
+    })
+    await new Promise((resolve) => h.stdout.on('end', resolve))
+    console.log(JSON.stringify({ n, thrown, outcome: await h.done }))
+  `)
+  assert.deepEqual(JSON.parse(out), { n: 4 << 20, thrown: ['listener failed'], outcome: { exitCode: 0, signal: null } })
+})
+
+test('a worker that goes away while raw pipes are read and held ends cleanly, and so do their programs', async () => {
+  // A worker's loop must be left with no handle of ours: node aborts the
+  // whole process otherwise (uv_loop_close). Run in a child Node.
+  const marker = `dsh-subloop-pipes-${process.pid}`
+  const out = await nodeChild(
+    [
+      '--input-type=module',
+      '-e',
+      `
+      import { Worker } from 'node:worker_threads'
+      const w = new Worker(\`
+        ;(async () => {
+          // The worker's code is a module: it inherits --input-type.
+          const { parentPort } = await import('node:worker_threads')
+          ${withProvider.replace(/`/g, '\\`').replace(/\$\{/g, '\\${')}
+          const piped = (script) => sp.spawn({ argv: ['bash', '-c', script], cwd: '/tmp', stdio: { stdin: 'ignore', stdout: 'pipe', stderr: 'pipe' }, graceMs: 300 })
+          const flowing = piped('exec -a ${marker} yes')
+          flowing.stdout.on('data', () => {})
+          const held = piped('exec -a ${marker} yes')
+          held.stdout.once('data', () => held.stdout.pause())
+          await new Promise((r) => held.stdout.once('pause', r))
+          parentPort.postMessage('reading')
+        })()
+      \`, { eval: true })
+      await new Promise((resolve, reject) => { w.once('message', resolve); w.once('error', reject) })
+      await w.terminate()
+      console.log('terminated')
+      `,
+    ],
+    30000,
+  )
+  assert.equal(out.trim(), 'terminated')
+  assert.ok(await eventually(() => withMarker(marker) === 0, 10000), 'its programs ended with the worker')
+})
