@@ -7,7 +7,7 @@ use std::os::fd::{IntoRawFd, OwnedFd};
 
 use pyo3::exceptions::PyTimeoutError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString};
+use pyo3::types::{PyBool, PyBytes, PyInt, PyString};
 
 use dsh_core::{Field, FieldName, OutputStream, Scope, SpawnOutput, SpawnStdin};
 
@@ -41,7 +41,12 @@ pub struct Collect {
 impl Collect {
     #[new]
     #[pyo3(signature = (max_bytes=None, spill_max_bytes=None))]
-    fn new(max_bytes: Option<u64>, spill_max_bytes: Option<u64>) -> PyResult<Self> {
+    fn new(
+        max_bytes: Option<&Bound<'_, PyAny>>,
+        spill_max_bytes: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let max_bytes = collect_size(max_bytes, "max_bytes")?;
+        let spill_max_bytes = collect_size(spill_max_bytes, "spill_max_bytes")?;
         if max_bytes.is_none() && spill_max_bytes.is_some() {
             return Err(pyo3::exceptions::PyValueError::new_err(
                 "spill_max_bytes needs max_bytes (Collect() alone takes both from the configuration)",
@@ -71,6 +76,28 @@ impl Collect {
             show(self.spill_max_bytes)
         )
     }
+}
+
+/// A size given to :class:`Collect`: None, or an ``int`` of bytes that
+/// fits the core's sizes (its range is checked with the spec). Refused
+/// naming the parameter: the class is made before the stream it is for is
+/// known, so there is no spec field to name yet.
+fn collect_size(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Option<u64>> {
+    let Some(v) = value.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "Collect: {name} must be an int (bytes) or None, got {}",
+            type_name(v)
+        )));
+    }
+    v.extract::<u64>().map(Some).map_err(|_| {
+        pyo3::exceptions::PyValueError::new_err(format!(
+            "Collect: {name} must be a whole number of bytes, 0 or more, got {}",
+            v.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    })
 }
 
 /// ``stdin``: ``DEVNULL`` (also None, the default), ``PIPE``, ``INHERIT``

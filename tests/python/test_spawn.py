@@ -195,6 +195,24 @@ def test_bad_arguments_name_the_field(ex: dsh_native.Executor, kwargs, field) ->
     assert e.value.field == field
 
 
+@pytest.mark.parametrize(
+    "args, kwargs, error, name",
+    [
+        ((-1,), {}, ValueError, "max_bytes"),
+        ((1.5,), {}, TypeError, "max_bytes"),
+        ((True,), {}, TypeError, "max_bytes"),
+        (("10",), {}, TypeError, "max_bytes"),
+        ((10,), {"spill_max_bytes": -5}, ValueError, "spill_max_bytes"),
+        ((10,), {"spill_max_bytes": 2.0}, TypeError, "spill_max_bytes"),
+        ((1 << 70,), {}, ValueError, "max_bytes"),
+    ],
+)
+def test_a_bad_collect_size_names_the_parameter(args, kwargs, error, name) -> None:
+    with pytest.raises(error) as e:
+        Collect(*args, **kwargs)
+    assert f"Collect: {name} " in str(e.value)
+
+
 def test_collect_needs_a_window_for_a_spill_cap() -> None:
     with pytest.raises(ValueError):
         Collect(spill_max_bytes=10)
