@@ -5,6 +5,7 @@
 // The harness plugin (`dsh-native/harness`) is in harness.mjs.
 
 const { Readable } = require('node:stream')
+const { WriteQueue } = require('./write-queue.js')
 const {
   NativeExecutor,
   NativeCancelToken,
@@ -193,27 +194,13 @@ class NativeShellProcess {
     else if (Buffer.isBuffer(data)) bytes = data
     else if (data instanceof Uint8Array) bytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength)
     else return Promise.reject(invalid('data', `must be a string, a Buffer or a Uint8Array, got ${describe(data)}`))
-    if (bytes.length <= STDIN_PIECE) return this.#queueStdin(() => this.#native.writeStdin(bytes))
-    return this.#queueStdin(async () => {
-      for (let at = 0; at < bytes.length; at += STDIN_PIECE) {
-        await this.#native.writeStdin(bytes.subarray(at, at + STDIN_PIECE))
-      }
-    })
+    return this.#stdin.addBytes(bytes, (piece) => this.#native.writeStdin(piece))
   }
 
-  // Writes reach the native side one after another, so the pieces of one
-  // write are never interleaved with another write's. With nothing queued a
-  // write starts at once, so `writeStdin(x); closeStdin()` delivers x.
-  #stdinTail = Promise.resolve()
-  #stdinQueued = 0
+  // In call order; with nothing queued a write starts at once, so
+  // `writeStdin(x); closeStdin()` delivers x (write-queue.js).
+  #stdin = new WriteQueue()
   #closeQueued = false
-  #queueStdin(write) {
-    const run = () => write()
-    const written = this.#stdinQueued === 0 ? run() : this.#stdinTail.then(run)
-    this.#stdinQueued++
-    this.#stdinTail = written.catch(() => {}).finally(() => this.#stdinQueued--)
-    return written
-  }
 
   /**
    * Closes the command's stdin once what was written is delivered (it reads
@@ -221,21 +208,18 @@ class NativeShellProcess {
    * command exited. Throws STDIN_CLOSED without a stdin pipe.
    */
   closeStdin() {
-    if (this.#stdinQueued === 0 || !this.#native.hasStdinPipe) return this.#native.closeStdin()
+    if (this.#stdin.idle || !this.#native.hasStdinPipe) return this.#native.closeStdin()
     if (this.#closeQueued) return false
     // A write made before goes down whole: its later pieces, still here,
     // reach the core before the close does. A write made after queues
     // behind the close, which refuses it.
     this.#closeQueued = true
-    this.#queueStdin(async () => {
+    this.#stdin.add(async () => {
       this.#native.closeStdin()
     })
     return true
   }
 }
-
-/** The largest piece of a stdin write handed to the addon at once. */
-const STDIN_PIECE = 1 << 20
 
 /**
  * A terminal session (docs/terminals.md), assignable to the published

@@ -1,8 +1,8 @@
 // dsh-native/remote's shared values: the protocol version and this
 // client's name (sent by connect's `initialize` and by every resume's),
-// the size of a stdin or terminal write's pieces, how long an ended
-// transport may take to close, and the token only this package's code
-// makes a process or terminal handle with.
+// how long an ended transport may take to close, and the token only this
+// package's code makes a process or terminal handle with. (The size of a
+// write's pieces is write-queue.js's.)
 
 import { createRequire } from 'node:module'
 
@@ -13,8 +13,6 @@ const { version: PACKAGE_VERSION } = require('../package.json')
 export const PROTOCOL_VERSION = 1
 /** How this client names itself to the server (for its logs). */
 export const CLIENT = { name: 'dsh-native', version: PACKAGE_VERSION }
-/** The largest piece of a stdin write sent in one message (as the local executor hands them to the core). */
-export const STDIN_PIECE = 1 << 20
 /** How long an ended transport may take to close before it is killed. */
 export const CLOSE_LIMIT_MS = 5000
 

@@ -3,8 +3,11 @@
 // mirror (Mirror, in session.mjs) and the server's kill, write_stdin and
 // close_stdin.
 
-import { STDIN_PIECE, HANDLE } from './constants.mjs'
+import { createRequire } from 'node:module'
+import { HANDLE } from './constants.mjs'
 import { describe, invalid, notSentBehind, stdinClosed } from './wire.mjs'
+
+const { WriteQueue } = createRequire(import.meta.url)('../write-queue.js')
 
 /** A background process of a remote executor (the seam's ShellProcess); the same members as NativeShellProcess. */
 export class RemoteShellProcess {
@@ -98,33 +101,13 @@ export class RemoteShellProcess {
           throw err.code === 'NOT_FOUND' ? stdinClosed(id, 'exited') : err
         },
       )
-    if (bytes.length <= STDIN_PIECE) return this.#queueStdin(() => send(bytes))
-    return this.#queueStdin(async () => {
-      for (let at = 0; at < bytes.length; at += STDIN_PIECE) await send(bytes.subarray(at, at + STDIN_PIECE))
-    })
+    return this.#stdin.addBytes(bytes, send)
   }
 
   // As index.js: with nothing queued a write is sent at once, so
-  // `writeStdin(x); closeStdin()` delivers x; the pieces of one write are
-  // never interleaved with another's.
-  #stdinTail = Promise.resolve()
-  #stdinQueued = 0
-  /** A write lost with a connection: those queued behind it are not sent. */
-  #stdinLost
-  #queueStdin(write) {
-    const inTurn = () => (this.#stdinLost === undefined ? write() : Promise.reject(notSentBehind('write_stdin', this.#m.id)))
-    const written = this.#stdinQueued === 0 ? inTurn() : this.#stdinTail.then(inTurn)
-    this.#stdinQueued++
-    this.#stdinTail = written
-      .catch((err) => {
-        if (err?.code === 'ANSWER_LOST') this.#stdinLost = err
-      })
-      .finally(() => {
-        // The queue behind the lost write has been refused: new writes go.
-        if (--this.#stdinQueued === 0) this.#stdinLost = undefined
-      })
-    return written
-  }
+  // `writeStdin(x); closeStdin()` delivers x (write-queue.js). Writes
+  // queued behind one lost with a connection are not sent.
+  #stdin = new WriteQueue((err) => (err?.code === 'ANSWER_LOST' ? notSentBehind('write_stdin', this.#m.id) : undefined))
 
   closeStdin() {
     const m = this.#m
@@ -132,11 +115,11 @@ export class RemoteShellProcess {
     if (m.stdinClosed || m.settled) return false
     m.stdinClosed = true
     const close = () => this.#session.fire('close_stdin', { id: m.id })
-    if (this.#stdinQueued === 0) close()
+    if (this.#stdin.idle) close()
     // As index.js: a write made before goes down whole, its later pieces
     // still here reaching the server before the close; a write made after
     // queues behind the close, which refuses it.
-    else this.#queueStdin(async () => close())
+    else this.#stdin.add(async () => close())
     return true
   }
 }

@@ -6,7 +6,8 @@
 // holds the rest and the program waits, as a local session's does).
 
 import { Readable } from 'node:stream'
-import { STDIN_PIECE, HANDLE } from './constants.mjs'
+import { createRequire } from 'node:module'
+import { HANDLE } from './constants.mjs'
 import {
   describe,
   invalid,
@@ -21,6 +22,8 @@ import {
   quoted,
   isObject,
 } from './wire.mjs'
+
+const { WriteQueue, WRITE_PIECE } = createRequire(import.meta.url)('../write-queue.js')
 
 /**
  * A terminal_read's wait, past what any clock can count: the server
@@ -222,10 +225,11 @@ export class RemoteTerminalHandle {
   #terminating
   /** Calls in flight, which terminate() waits for (as locally). */
   #inflight = new Set()
-  #writeTail = Promise.resolve()
-  #writesQueued = 0
-  /** A write lost with a connection: those queued behind it are not sent. */
-  #writeLost
+  /**
+   * Writes in call order (write-queue.js); those queued behind one lost
+   * with a connection are not sent: they would arrive out of order.
+   */
+  #writes = new WriteQueue((err) => (err?.code === 'ANSWER_LOST' ? notSentBehind('terminal_write', this.#m.id) : undefined))
 
   constructor(token, session, m, pid) {
     if (token !== HANDLE) throw new TypeError('RemoteTerminalHandle is made by RemoteShellExecutor#spawnTerminal')
@@ -286,7 +290,7 @@ export class RemoteTerminalHandle {
   /**
    * Types `data` (a string as UTF-8, a Buffer or any byte view) into the
    * terminal; resolves once the terminal took every byte. Writes are whole
-   * and in call order; one past STDIN_PIECE goes in pieces, each sent once
+   * and in call order; one past WRITE_PIECE goes in pieces, each sent once
    * the previous was taken.
    */
   write(data) {
@@ -302,29 +306,18 @@ export class RemoteTerminalHandle {
       const known = this.#known({ error: coded('TERMINAL_CLOSED', INPUT_GONE) })
       if (known !== undefined) throw known.error
       const id = m.id
-      if (typeof payload === 'string' && (payload.length * 3 <= STDIN_PIECE || Buffer.byteLength(payload) <= STDIN_PIECE)) {
+      if (typeof payload === 'string' && (payload.length * 3 <= WRITE_PIECE || Buffer.byteLength(payload) <= WRITE_PIECE)) {
         await conn.call('terminal_write', { id, data: payload })
         return
       }
       const bytes = typeof payload === 'string' ? Buffer.from(payload, 'utf8') : payload
-      for (let at = 0; at < bytes.length || at === 0; at += STDIN_PIECE) {
-        await conn.call('terminal_write', { id, data_base64: bytes.subarray(at, at + STDIN_PIECE).toString('base64') })
+      for (let at = 0; at < bytes.length || at === 0; at += WRITE_PIECE) {
+        await conn.call('terminal_write', { id, data_base64: bytes.subarray(at, at + WRITE_PIECE).toString('base64') })
       }
     }
     // With nothing queued it is sent at once, so a write and the call after
-    // it reach the server in that order. Writes queued behind one lost
-    // with a connection are not sent: they would arrive out of order.
-    const inTurn = () => (this.#writeLost === undefined ? send() : Promise.reject(notSentBehind('terminal_write', m.id)))
-    const written = this.#writesQueued === 0 ? inTurn() : this.#writeTail.then(inTurn)
-    this.#writesQueued++
-    this.#writeTail = written
-      .catch((err) => {
-        if (err?.code === 'ANSWER_LOST') this.#writeLost = err
-      })
-      .finally(() => {
-        if (--this.#writesQueued === 0) this.#writeLost = undefined
-      })
-    return this.#track(written)
+    // it reach the server in that order.
+    return this.#track(this.#writes.add(send))
   }
 
   /**

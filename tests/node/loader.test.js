@@ -31,7 +31,7 @@ try {
 function copyWithoutBinary(t) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dsh-loader-'))
   t.after(() => fs.rmSync(dir, { recursive: true, force: true }))
-  for (const file of ['index.js', 'loader.js', 'package.json']) {
+  for (const file of ['index.js', 'loader.js', 'write-queue.js', 'package.json']) {
     fs.copyFileSync(path.join(pkgDir, file), path.join(dir, file))
   }
   return dir
