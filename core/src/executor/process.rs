@@ -418,11 +418,7 @@ impl Process {
     /// limit); returns whether it is writable. A zero timeout only looks.
     /// Refused where blocking is, as [`Process::wait_timeout`].
     pub fn wait_stdin_writable(&self, timeout: Option<Duration>) -> Result<bool> {
-        let pipe = self.stdin_pipe()?;
-        if timeout != Some(Duration::ZERO) {
-            runtime::refuse_blocking()?;
-        }
-        Ok(pipe.wait_writable(timeout))
+        self.stdin_pipe()?.wait_writable(timeout)
     }
 
     /// Closes the command's stdin once the bytes already written are

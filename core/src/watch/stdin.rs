@@ -273,17 +273,21 @@ impl StdinPipe {
 
     /// Blocks until a write would take at least one byte or fail; false if
     /// `timeout` passed first. A write made now fails once a close was
-    /// asked for.
-    pub(crate) fn wait_writable(&self, timeout: Option<Duration>) -> bool {
+    /// asked for. Refused where blocking is, unless `timeout` is zero.
+    pub(crate) fn wait_writable(&self, timeout: Option<Duration>) -> Result<bool> {
         self.wait_until(timeout, |s| s.close_asked)
     }
 
     /// Blocks until there is room, the stdin ended, or `over` says so;
-    /// false if `timeout` passed first.
-    fn wait_until(&self, timeout: Option<Duration>, over: impl Fn(&PipeState) -> bool) -> bool {
+    /// false if `timeout` passed first. A zero `timeout` only looks, so it
+    /// is the one wait allowed where blocking is refused.
+    fn wait_until(&self, timeout: Option<Duration>, over: impl Fn(&PipeState) -> bool) -> Result<bool> {
+        if timeout != Some(Duration::ZERO) {
+            crate::host::runtime::refuse_blocking()?;
+        }
         let ready = |s: &mut PipeState| s.ended.is_some() || over(s) || s.buf.len() < STDIN_BUFFER_BYTES;
         let guard = self.state();
-        match timeout {
+        Ok(match timeout {
             None => {
                 let _g = self
                     .room_cv
@@ -298,7 +302,7 @@ impl StdinPipe {
                     .unwrap_or_else(|e| e.into_inner());
                 ready(&mut g)
             }
-        }
+        })
     }
 
     /// Asks for the pipe to be closed once what was written is delivered:
@@ -400,10 +404,7 @@ impl StdinWriter<'_> {
     /// for meanwhile does not end the wait: it waits for this write.
     /// Refused where blocking is, unless `timeout` is zero.
     pub fn wait_writable(&self, timeout: Option<Duration>) -> Result<bool> {
-        if timeout != Some(Duration::ZERO) {
-            crate::host::runtime::refuse_blocking()?;
-        }
-        Ok(self.pipe.wait_until(timeout, PipeState::closing))
+        self.pipe.wait_until(timeout, PipeState::closing)
     }
 }
 
