@@ -661,6 +661,33 @@ add({
 })
 
 add({
+  name: 'a terminal: rows and cols out of range or fractional',
+  exec: async (sp) => {
+    const sizes = {}
+    for (const rows of [24.5, 0, -1, 1e6, NaN]) {
+      try {
+        const t = await sp.spawnTerminal({ argv: ['bash', '-c', 'stty size'], cwd: BASE, rows, cols: 80, graceMs: GRACE })
+        let out = ''
+        for await (const c of t.output) out += c
+        await t.done
+        await t.terminate()
+        sizes[rows] = out.trim()
+      } catch (e) {
+        sizes[rows] = e.code === 'INVALID_ARGUMENT' && e.field === 'request.rows' ? 'refused, naming request.rows' : String(e)
+      }
+    }
+    return sizes
+  },
+  differs: {
+    id: 'terminal-dimensions',
+    // node-pty truncates and wraps what it is given: 24.5 rows is 24,
+    // 0 and NaN the default 24, -1 is 65535 and a million 16960.
+    published: (v) => assert.deepEqual(v, { 24.5: '24 80', 0: '24 80', '-1': '65535 80', 1000000: '16960 80', NaN: '24 80' }),
+    native: (v) => assert.deepEqual(Object.values(v), Array(5).fill('refused, naming request.rows')),
+  },
+})
+
+add({
   name: 'a terminal: a signal that fires after the allocation leaves the session running',
   exec: async (sp) => {
     const ac = new AbortController()
