@@ -77,19 +77,27 @@ impl NativePipeReader {
         {
             return Ok(Err(fd));
         }
+        let mut reference = std::ptr::null_mut();
+        // SAFETY: a live env; `on_data` is a value of it.
+        if unsafe { sys::napi_create_reference(raw, on_data.raw(), 1, &mut reference) }
+            != sys::Status::napi_ok
+        {
+            return Ok(Err(fd));
+        }
         let handle = foreground::poll_memory(uv);
         // SAFETY: fresh memory of libuv's size for a poll handle, on this
         // thread's loop; `fd` is open and stays so until the handle is
         // closed (`close` closes the handle before the descriptor). A
         // handle that failed to initialise is not libuv's: freed at once.
         if unsafe { (uv.poll_init)(uv_loop, handle, fd.as_raw_fd()) } != 0 {
-            // SAFETY: memory `poll_memory` made, never libuv's.
-            unsafe { foreground::freed(handle) };
+            // SAFETY: memory `poll_memory` made, never libuv's; the
+            // reference made above, of this env.
+            unsafe {
+                foreground::freed(handle);
+                sys::napi_delete_reference(raw, reference);
+            }
             return Ok(Err(fd));
         }
-        let mut reference = std::ptr::null_mut();
-        // SAFETY: a live env; `on_data` is a value of it.
-        unsafe { sys::napi_create_reference(raw, on_data.raw(), 1, &mut reference) };
         let reader = Rc::new(Reader {
             env: raw,
             handle: Cell::new(handle),
