@@ -111,7 +111,8 @@ function pipeSocket(fd, readable) {
 /**
  * A raw output pipe as a `Readable`, read on this thread's loop by the
  * addon (pipe_reader.rs): what the caller reads paces the pipe, as a
- * socket's reads would, for less than a socket costs to make and end.
+ * socket's reads would, for less than a socket costs to make and end; its
+ * events run in the async context of the spawn, as a socket's do.
  * Where the loop is not libuv's, a `net.Socket` over the descriptor.
  */
 function pipeReadable(native, index) {
@@ -134,6 +135,10 @@ function pipeReadable(native, index) {
   if (got === null) return undefined
   if (typeof got === 'number') return pipeSocket(got, true)
   reader = got
+  // Read ahead at once, as a socket does from its making: one chunk waits
+  // in the stream, so a program has that much more room before it blocks
+  // on a pipe nobody reads yet (stdout read to its end before stderr).
+  reader.resume()
   return stream
 }
 

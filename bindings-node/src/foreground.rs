@@ -86,12 +86,15 @@ struct Driver {
     /// What a turn started by libuv's callback runs in (see `on_readable`);
     /// `None` if it could not be made: such turns take the threadsafe
     /// function instead.
-    scope: Option<TurnScope>,
+    scope: Option<CallbackScope>,
 }
 
 /// An async context and its resource object, for the callback scope a
-/// turn runs in when libuv's callback starts it.
-struct TurnScope {
+/// libuv callback runs JS in (see [`CallbackScope::run`]). What runs there
+/// (events emitted, ticks queued) sees the async context that was current
+/// where the scope was made: the driver's turns that of the call that made
+/// the driver; a pipe reader's that of the spawn it reads for.
+pub(crate) struct CallbackScope {
     resource: sys::napi_ref,
     context: sys::napi_async_context,
 }
@@ -370,7 +373,7 @@ fn driver(env: &Env) -> Result<Option<&'static Driver>> {
     // SAFETY: an initialised handle. Pending runs keep the loop alive
     // through their promises, not through this handle.
     unsafe { (uv.unref)(handle) };
-    let scope = turn_scope(env);
+    let scope = CallbackScope::new(env, c"dsh-native turn");
     let driver: &'static Driver = Box::leak(Box::new(Driver {
         env: env.raw(),
         host,
@@ -390,34 +393,86 @@ fn driver(env: &Env) -> Result<Option<&'static Driver>> {
     Ok(Some(driver))
 }
 
-/// The async context of the turns libuv's callback starts; `None` when
-/// node refuses one.
-fn turn_scope(env: &Env) -> Option<TurnScope> {
-    let raw = env.raw();
-    let mut resource = std::ptr::null_mut();
-    let mut name = std::ptr::null_mut();
-    let mut reference = std::ptr::null_mut();
-    let mut context = std::ptr::null_mut();
-    // SAFETY: a live env on its JS thread, inside the call that made the
-    // driver (a handle scope is open); the reference keeps the resource
-    // object alive as long as the context that names it.
-    unsafe {
-        let ok = sys::napi_create_object(raw, &mut resource) == sys::Status::napi_ok
-            && sys::napi_create_string_utf8(raw, c"dsh-native turn".as_ptr(), -1, &mut name)
-                == sys::Status::napi_ok
-            && sys::napi_create_reference(raw, resource, 1, &mut reference) == sys::Status::napi_ok;
-        if !ok {
-            return None;
+impl CallbackScope {
+    /// A scope whose async context is the current one, named `name` (for
+    /// async hooks); `None` when node refuses one.
+    pub(crate) fn new(env: &Env, name: &CStr) -> Option<CallbackScope> {
+        let raw = env.raw();
+        let mut resource = std::ptr::null_mut();
+        let mut name_value = std::ptr::null_mut();
+        let mut reference = std::ptr::null_mut();
+        let mut context = std::ptr::null_mut();
+        // SAFETY: a live env on its JS thread, inside a call from JS (a
+        // handle scope is open); the reference keeps the resource object
+        // alive as long as the context that names it.
+        unsafe {
+            let ok = sys::napi_create_object(raw, &mut resource) == sys::Status::napi_ok
+                && sys::napi_create_string_utf8(raw, name.as_ptr(), -1, &mut name_value)
+                    == sys::Status::napi_ok
+                && sys::napi_create_reference(raw, resource, 1, &mut reference) == sys::Status::napi_ok;
+            if !ok {
+                return None;
+            }
+            if sys::napi_async_init(raw, resource, name_value, &mut context) != sys::Status::napi_ok {
+                sys::napi_delete_reference(raw, reference);
+                return None;
+            }
         }
-        if sys::napi_async_init(raw, resource, name, &mut context) != sys::Status::napi_ok {
-            sys::napi_delete_reference(raw, reference);
-            return None;
+        Some(CallbackScope {
+            resource: reference,
+            context,
+        })
+    }
+
+    /// Runs `f` as node runs an addon's callback from libuv: in a callback
+    /// scope of this async context, whose close runs the microtasks and
+    /// ticks `f` queued. False, with nothing run, when the scopes cannot be
+    /// opened.
+    ///
+    /// # Safety
+    /// On `env`'s JS thread (the env this scope was made with), outside any
+    /// JS frame (so this callback scope is the outermost one), while its
+    /// environment lives.
+    pub(crate) unsafe fn run(&self, env: sys::napi_env, f: impl FnOnce(Env)) -> bool {
+        let mut handles = std::ptr::null_mut();
+        let mut resource = std::ptr::null_mut();
+        let mut callback = std::ptr::null_mut();
+        // SAFETY: the caller's; each scope opened is closed, in reverse order.
+        unsafe {
+            if sys::napi_open_handle_scope(env, &mut handles) != sys::Status::napi_ok {
+                return false;
+            }
+            let opened = sys::napi_get_reference_value(env, self.resource, &mut resource)
+                == sys::Status::napi_ok
+                && !resource.is_null()
+                && sys::napi_open_callback_scope(env, resource, self.context, &mut callback)
+                    == sys::Status::napi_ok;
+            if opened {
+                f(Env::from_raw(env));
+                // What `f` left thrown is the host's uncaught exception, as
+                // it is from the threadsafe function's call (a callback
+                // scope would drop it, and every napi call after it would
+                // fail).
+                rethrow_uncaught(env);
+                sys::napi_close_callback_scope(env, callback);
+            }
+            sys::napi_close_handle_scope(env, handles);
+            opened
         }
     }
-    Some(TurnScope {
-        resource: reference,
-        context,
-    })
+
+    /// Ends the async context.
+    ///
+    /// # Safety
+    /// On the JS thread of the env it was made with, while that env lives
+    /// (its cleanup hooks included); once.
+    pub(crate) unsafe fn destroy(&self, env: sys::napi_env) {
+        // SAFETY: the caller's.
+        unsafe {
+            sys::napi_async_destroy(env, self.context);
+            sys::napi_delete_reference(env, self.resource);
+        }
+    }
 }
 
 /// libuv: the host loop's descriptor is readable. The turn runs here, in
@@ -450,61 +505,11 @@ unsafe extern "C" fn on_readable(_handle: *mut c_void, _status: c_int, _events: 
 /// On the driver's JS thread, outside any JS frame (so this callback
 /// scope is the outermost one), while its environment lives.
 unsafe fn turn_in_callback_scope(driver: &Driver) -> bool {
-    // SAFETY: the caller's.
-    unsafe { in_callback_scope(driver, turn) }
-}
-
-/// Runs `f` from a libuv callback of this JS thread as node runs an
-/// addon's callback: in a callback scope, whose close runs the microtasks
-/// and ticks `f` queued. False, with nothing run, when this thread has no
-/// driver or the scopes cannot be opened.
-///
-/// # Safety
-/// On `env`'s JS thread, outside any JS frame (so this callback scope is
-/// the outermost one), while its environment lives.
-pub(crate) unsafe fn from_libuv(env: sys::napi_env, f: impl FnOnce(Env)) -> bool {
-    let Some(driver) = DRIVER.with(Cell::get).filter(|d| d.env == env) else {
-        return false;
-    };
-    // SAFETY: the caller's.
-    unsafe { in_callback_scope(driver, f) }
-}
-
-/// `f` in a callback scope of the driver's async context; false, with
-/// nothing run, when the scopes cannot be opened.
-///
-/// # Safety
-/// As [`turn_in_callback_scope`].
-unsafe fn in_callback_scope(driver: &Driver, f: impl FnOnce(Env)) -> bool {
     let Some(scope) = &driver.scope else {
         return false;
     };
-    let env = driver.env;
-    let mut handles = std::ptr::null_mut();
-    let mut resource = std::ptr::null_mut();
-    let mut callback = std::ptr::null_mut();
-    // SAFETY: the caller's; each scope opened is closed, in reverse order.
-    unsafe {
-        if sys::napi_open_handle_scope(env, &mut handles) != sys::Status::napi_ok {
-            return false;
-        }
-        let opened = sys::napi_get_reference_value(env, scope.resource, &mut resource)
-            == sys::Status::napi_ok
-            && !resource.is_null()
-            && sys::napi_open_callback_scope(env, resource, scope.context, &mut callback)
-                == sys::Status::napi_ok;
-        if opened {
-            f(Env::from_raw(env));
-            // What a settlement left thrown is the host's uncaught
-            // exception, as it is from the threadsafe function's call (a
-            // callback scope would drop it, and every napi call after it
-            // would fail).
-            rethrow_uncaught(env);
-            sys::napi_close_callback_scope(env, callback);
-        }
-        sys::napi_close_handle_scope(env, handles);
-        opened
-    }
+    // SAFETY: the caller's.
+    unsafe { scope.run(driver.env, turn) }
 }
 
 /// An exception left pending on `env` becomes the host's uncaught
@@ -513,7 +518,7 @@ unsafe fn in_callback_scope(driver: &Driver, f: impl FnOnce(Env)) -> bool {
 ///
 /// # Safety
 /// On `env`'s JS thread, while its environment lives.
-pub(crate) unsafe fn rethrow_uncaught(env: sys::napi_env) {
+unsafe fn rethrow_uncaught(env: sys::napi_env) {
     let mut thrown = false;
     // SAFETY: the caller's.
     unsafe {
@@ -543,11 +548,8 @@ unsafe extern "C" fn torn_down(_arg: *mut c_void) {
     drop(pending);
     if let Some(scope) = &driver.scope {
         // SAFETY: made in `driver` for this environment, which still lives
-        // while its cleanup hooks run.
-        unsafe {
-            sys::napi_async_destroy(driver.env, scope.context);
-            sys::napi_delete_reference(driver.env, scope.resource);
-        }
+        // while its cleanup hooks run; only here.
+        unsafe { scope.destroy(driver.env) };
     }
     let handle = driver.handle.replace(std::ptr::null_mut());
     if let (Some(uv), false) = (uv(), handle.is_null()) {

@@ -20,7 +20,7 @@ use napi::bindgen_prelude::*;
 use napi::{sys, Env};
 use napi_derive::napi;
 
-use crate::foreground::{self, uv, UV_READABLE};
+use crate::foreground::{self, uv, CallbackScope, UV_READABLE};
 
 /// Bytes read at a time: a pipe's default capacity, as libuv reads.
 const READ_BYTES: usize = 64 * 1024;
@@ -51,6 +51,10 @@ struct Reader {
     /// end (`errno` 0) or on a read error. A strong reference while open.
     on_data: Cell<sys::napi_ref>,
     polling: Cell<bool>,
+    /// Where `onData` is called: the async context of the spawn that made
+    /// the reader, as a socket's events are in their handle's. Ended at
+    /// the close (`None` then).
+    scope: RefCell<Option<CallbackScope>>,
 }
 
 impl NativePipeReader {
@@ -77,11 +81,16 @@ impl NativePipeReader {
         {
             return Ok(Err(fd));
         }
+        let Some(scope) = CallbackScope::new(env, c"dsh-native pipe") else {
+            return Ok(Err(fd));
+        };
         let mut reference = std::ptr::null_mut();
         // SAFETY: a live env; `on_data` is a value of it.
         if unsafe { sys::napi_create_reference(raw, on_data.raw(), 1, &mut reference) }
             != sys::Status::napi_ok
         {
+            // SAFETY: made just above, on this thread, and never used.
+            unsafe { scope.destroy(raw) };
             return Ok(Err(fd));
         }
         let handle = foreground::poll_memory(uv);
@@ -91,10 +100,11 @@ impl NativePipeReader {
         // handle that failed to initialise is not libuv's: freed at once.
         if unsafe { (uv.poll_init)(uv_loop, handle, fd.as_raw_fd()) } != 0 {
             // SAFETY: memory `poll_memory` made, never libuv's; the
-            // reference made above, of this env.
+            // reference and the scope made above, of this env.
             unsafe {
                 foreground::freed(handle);
                 sys::napi_delete_reference(raw, reference);
+                scope.destroy(raw);
             }
             return Ok(Err(fd));
         }
@@ -104,6 +114,7 @@ impl NativePipeReader {
             fd: RefCell::new(Some(fd)),
             on_data: Cell::new(reference),
             polling: Cell::new(false),
+            scope: RefCell::new(Some(scope)),
         });
         // SAFETY: `data` is the first field of every libuv handle (uv.h's
         // UV_HANDLE_FIELDS): the handle keeps a count of the reader until
@@ -175,11 +186,17 @@ impl Reader {
         self.polling.set(false);
         drop(self.fd.borrow_mut().take());
         let reference = self.on_data.replace(std::ptr::null_mut());
+        let scope = self.scope.borrow_mut().take();
         // SAFETY: a live env on its JS thread (the cleanup hook runs while
-        // it still lives); the reference and the hook are this reader's.
+        // it still lives); the reference, the scope (taken, so ended once;
+        // while a callback runs in it, `on_readable` holds it and ends it)
+        // and the hook are this reader's.
         unsafe {
             if !reference.is_null() {
                 sys::napi_delete_reference(self.env, reference);
+            }
+            if let Some(scope) = scope {
+                scope.destroy(self.env);
             }
             if unhook {
                 sys::napi_remove_env_cleanup_hook(
@@ -231,7 +248,7 @@ impl Reader {
                         return None;
                     }
                     // It threw (the host's uncaught exception, see
-                    // `from_libuv`), or was let go: the next readiness
+                    // `CallbackScope::run`), or was let go: the next readiness
                     // reads on.
                     None => return None,
                 },
@@ -302,7 +319,7 @@ fn call(
     let mut undefined = std::ptr::null_mut();
     let mut result = std::ptr::null_mut();
     let mut more = false;
-    // SAFETY: a live env in a callback scope (`from_libuv`); `f` and the
+    // SAFETY: a live env in the reader's callback scope; `f` and the
     // arguments are values of it.
     unsafe {
         if let Some(errno) = errno {
@@ -348,10 +365,22 @@ unsafe extern "C" fn on_readable(handle: *mut c_void, status: c_int, _events: c_
         Rc::from_raw(p)
     };
     let env = reader.env;
+    // Out of the reader while `onData` runs in it: a close made meanwhile
+    // leaves it to be ended here, after its callback scope is closed.
+    let Some(scope) = reader.scope.borrow_mut().take() else {
+        reader.pause();
+        return;
+    };
     // SAFETY: libuv calls this on the reader's JS thread, outside any JS
     // frame, while the environment lives (the handle is closed at its
-    // teardown).
-    let ran = unsafe { foreground::from_libuv(env, |env| reader.read_some(env.raw(), status)) };
+    // teardown); the scope was made with this env.
+    let ran = unsafe { scope.run(env, |env| reader.read_some(env.raw(), status)) };
+    if reader.handle.get().is_null() {
+        // SAFETY: as above; the close found no scope to end.
+        unsafe { scope.destroy(env) };
+        return;
+    }
+    *reader.scope.borrow_mut() = Some(scope);
     if !ran {
         // No scope to call JS in: stop rather than spin on a readiness
         // nobody takes.

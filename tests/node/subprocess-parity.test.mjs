@@ -12,6 +12,7 @@
 
 import test, { after } from 'node:test'
 import assert from 'node:assert/strict'
+import { AsyncLocalStorage } from 'node:async_hooks'
 import { spawn as spawnChild } from 'node:child_process'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
@@ -217,6 +218,41 @@ add({
     return { same: sha(got) === sha(fs.readFileSync(file)), length: got.length, collected: Object.keys(h.collected) }
   },
   expect: { same: true, length: 3 << 20, collected: ['stderr'] },
+})
+
+add({
+  name: "a raw pipe's events run in the async context of the spawn that made it",
+  exec: async (sp) => {
+    const als = new AsyncLocalStorage()
+    const seen = []
+    await Promise.all(
+      ['A', 'B', 'C'].map((id) =>
+        als.run({ id }, async () => {
+          const h = sp.spawn(bash('echo out; echo err >&2', { stdout: 'pipe', stderr: 'pipe' }))
+          for (const s of [h.stdout, h.stderr]) {
+            s.on('data', () => seen.push(`${id} data in ${als.getStore()?.id}`))
+            s.on('end', () => seen.push(`${id} end in ${als.getStore()?.id}`))
+          }
+          await h.done
+        }),
+      ),
+    )
+    return seen.sort()
+  },
+  expect: ['A', 'B', 'C'].flatMap((id) => [`${id} data in ${id}`, `${id} data in ${id}`, `${id} end in ${id}`, `${id} end in ${id}`]).sort(),
+})
+
+add({
+  name: 'raw pipes read one after the other: 128 KiB on stderr while stdout is read to its end',
+  exec: async (sp) => {
+    // A pipe read ahead by a chunk, as a socket is from its making: the
+    // program can write that much more before it blocks.
+    const h = sp.spawn(bash('head -c 131072 /dev/zero >&2; echo out', { stdout: 'pipe', stderr: 'pipe' }))
+    const out = (await bytesOf(h.stdout)).toString()
+    const err = (await bytesOf(h.stderr)).length
+    return { out, err, outcome: await h.done }
+  },
+  expect: { out: 'out\n', err: 131072, outcome: { exitCode: 0, signal: null } },
 })
 
 add({
@@ -743,12 +779,23 @@ add({
 async function outcome(c, impl) {
   const root = await provider(impl)
   const dir = fs.mkdtempSync(path.join(BASE, `${impl}-`))
+  let timer
+  // A case that hangs (a deadlock, a promise never settled) fails, naming
+  // the side, instead of hanging the suite; disposal ends what it left.
+  const hung = new Promise((resolve) => {
+    timer = setTimeout(() => resolve({ hung: `${impl} did not finish within ${CASE_LIMIT_MS} ms` }), CASE_LIMIT_MS)
+  })
   try {
-    return await c.exec(root.subprocess, { impl, root, dir })
+    return await Promise.race([c.exec(root.subprocess, { impl, root, dir }), hung])
   } catch (e) {
     return { threw: String(e?.stack ?? e) }
+  } finally {
+    clearTimeout(timer)
   }
 }
+
+/** How long one side of a case may take (the slowest take a few seconds). */
+const CASE_LIMIT_MS = 60000
 
 for (const c of CASES) {
   test(`subprocess parity: ${c.name}`, async () => {
