@@ -105,8 +105,10 @@ const LOADER = './loader.js'
 // How `file` names it: a file in a folder (remote/) names it from there.
 const loaderFrom = (file) => (file.includes('/') ? `.${LOADER}` : LOADER)
 
-// Which native class a receiver holds, in each class of index.js and subprocess.mjs.
+// Which native class a receiver holds, in each class (or top-level
+// function) of index.js and subprocess.mjs.
 const RECEIVERS = {
+  pipeReadable: { native: 'NativeSpawned', reader: 'NativePipeReader' },
   NativeShellProcess: { 'this.#native': 'NativeProcess', native: 'NativeProcess' },
   NativeShellExecutor: { 'this.#native': 'NativeExecutor', native: 'NativeProcess', token: 'NativeCancelToken' },
   NativeSubprocessHandle: { 'this.#native': 'NativeSpawned', native: 'NativeSpawned' },
@@ -126,7 +128,7 @@ function nativeUses(file) {
     ) {
       node.name.elements.forEach((e) => imports.push((e.propertyName ?? e.name).getText()))
     }
-    if (ts.isClassDeclaration(node)) cls = node.name.getText()
+    if (ts.isClassDeclaration(node) || (ts.isFunctionDeclaration(node) && node.name && ts.isSourceFile(node.parent))) cls = node.name.getText()
     if (cls && ts.isPropertyAccessExpression(node) && ts.isIdentifier(node.name)) {
       const target = RECEIVERS[cls]?.[node.expression.getText()]
       if (target) members.push({ target, name: node.name.getText(), at: `${file}:${line(node)}` })

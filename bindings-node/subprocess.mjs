@@ -117,10 +117,14 @@ function pipeSocket(fd, readable) {
  */
 function pipeReadable(native, index) {
   let reader
+  const resume = () => {
+    // Reading that ended where the stream could not be told (node
+    // refusing a scope or the poll) is learnt here, and ends the stream.
+    const failed = reader.resume()
+    if (failed) stream.destroy(readError(failed))
+  }
   const stream = new Readable({
-    read() {
-      reader.resume()
-    },
+    read: resume,
     destroy(err, callback) {
       reader.close()
       callback(err)
@@ -135,10 +139,11 @@ function pipeReadable(native, index) {
   if (got === null) return undefined
   if (typeof got === 'number') return pipeSocket(got, true)
   reader = got
-  // Read ahead at once, as a socket does from its making: one chunk waits
-  // in the stream, so a program has that much more room before it blocks
-  // on a pipe nobody reads yet (stdout read to its end before stderr).
-  reader.resume()
+  // Read ahead at once, as a socket does from its making: up to the
+  // stream's highWaterMark (at least one chunk) waits in it, so a program
+  // has that much more room before it blocks on a pipe nobody reads yet
+  // (stdout read to its end before stderr).
+  resume()
   return stream
 }
 

@@ -14,18 +14,21 @@ const WRITE_PIECE = 1 << 20
 class WriteQueue {
   #tail = Promise.resolve()
   #queued = 0
+  /** A write failed so that those queued behind it must not be sent. */
+  #lost = false
+  #losesQueue
   #refusal
-  #refuseBehind
 
   /**
-   * `refuseBehind(err)`: for a write that failed with `err`, the error each
-   * write queued behind it rejects with instead of being sent, or
-   * undefined to send them as usual. (A write lost with a connection: those
-   * behind it would arrive out of order.) Writes made once the queue has
+   * `losesQueue(err)`: whether a write that failed with `err` means the
+   * writes queued behind it must not be sent (a write lost with a
+   * connection: they would arrive out of order); each of those rejects
+   * with a fresh `refusal()` instead. Writes made once the queue has
    * emptied are sent again.
    */
-  constructor(refuseBehind = () => undefined) {
-    this.#refuseBehind = refuseBehind
+  constructor({ losesQueue = () => false, refusal = () => new Error('not sent') } = {}) {
+    this.#losesQueue = losesQueue
+    this.#refusal = refusal
   }
 
   /** Nothing is queued or being written. */
@@ -35,15 +38,19 @@ class WriteQueue {
 
   /** Runs `write` (a function returning a promise) in its turn; settles as it does. */
   add(write) {
-    const inTurn = () => (this.#refusal === undefined ? write() : Promise.reject(this.#refusal))
+    // In a `then` below, a refusal that throws rejects only its own write.
+    const inTurn = () => (this.#lost ? Promise.reject(this.#refusal()) : write())
     const written = this.#queued === 0 ? inTurn() : this.#tail.then(inTurn)
     this.#queued++
     this.#tail = written
       .catch((err) => {
-        this.#refusal ??= this.#refuseBehind(err)
+        // Never rejects: the tail is what every later write waits on.
+        try {
+          if (this.#losesQueue(err)) this.#lost = true
+        } catch {}
       })
       .finally(() => {
-        if (--this.#queued === 0) this.#refusal = undefined
+        if (--this.#queued === 0) this.#lost = false
       })
     return written
   }

@@ -3,11 +3,8 @@
 // mirror (Mirror, in session.mjs) and the server's kill, write_stdin and
 // close_stdin.
 
-import { createRequire } from 'node:module'
 import { HANDLE } from './constants.mjs'
-import { describe, invalid, notSentBehind, stdinClosed } from './wire.mjs'
-
-const { WriteQueue } = createRequire(import.meta.url)('../write-queue.js')
+import { describe, invalid, remoteWriteQueue, stdinClosed } from './wire.mjs'
 
 /** A background process of a remote executor (the seam's ShellProcess); the same members as NativeShellProcess. */
 export class RemoteShellProcess {
@@ -104,10 +101,10 @@ export class RemoteShellProcess {
     return this.#stdin.addBytes(bytes, send)
   }
 
-  // As index.js: with nothing queued a write is sent at once, so
-  // `writeStdin(x); closeStdin()` delivers x (write-queue.js). Writes
-  // queued behind one lost with a connection are not sent.
-  #stdin = new WriteQueue((err) => (err?.code === 'ANSWER_LOST' ? notSentBehind('write_stdin', this.#m.id) : undefined))
+  // With nothing queued a write is sent at once, so `writeStdin(x);
+  // closeStdin()` delivers x (write-queue.js); writes queued behind one lost
+  // with a connection are not sent.
+  #stdin = remoteWriteQueue('write_stdin', () => this.#m.id)
 
   closeStdin() {
     const m = this.#m
@@ -116,9 +113,9 @@ export class RemoteShellProcess {
     m.stdinClosed = true
     const close = () => this.#session.fire('close_stdin', { id: m.id })
     if (this.#stdin.idle) close()
-    // As index.js: a write made before goes down whole, its later pieces
-    // still here reaching the server before the close; a write made after
-    // queues behind the close, which refuses it.
+    // As locally (index.js): a write made before goes down whole, its later
+    // pieces still here reaching the server before the close; a write made
+    // after queues behind the close, which refuses it.
     else this.#stdin.add(async () => close())
     return true
   }

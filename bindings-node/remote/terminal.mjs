@@ -12,8 +12,8 @@ import {
   describe,
   invalid,
   coded,
-  notSentBehind,
   refused,
+  remoteWriteQueue,
   INPUT_GONE,
   NO_FOREGROUND,
   SESSION_ENDED,
@@ -23,7 +23,7 @@ import {
   isObject,
 } from './wire.mjs'
 
-const { WriteQueue, WRITE_PIECE } = createRequire(import.meta.url)('../write-queue.js')
+const { WRITE_PIECE } = createRequire(import.meta.url)('../write-queue.js')
 
 /**
  * A terminal_read's wait, past what any clock can count: the server
@@ -229,7 +229,7 @@ export class RemoteTerminalHandle {
    * Writes in call order (write-queue.js); those queued behind one lost
    * with a connection are not sent: they would arrive out of order.
    */
-  #writes = new WriteQueue((err) => (err?.code === 'ANSWER_LOST' ? notSentBehind('terminal_write', this.#m.id) : undefined))
+  #writes = remoteWriteQueue('terminal_write', () => this.#m.id)
 
   constructor(token, session, m, pid) {
     if (token !== HANDLE) throw new TypeError('RemoteTerminalHandle is made by RemoteShellExecutor#spawnTerminal')

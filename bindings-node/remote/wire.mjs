@@ -4,6 +4,10 @@
 // the protocol's keys, and the arguments checked as index.js checks them.
 // No state and no I/O: every other part of dsh-native/remote uses it.
 
+import { createRequire } from 'node:module'
+
+const { WriteQueue } = createRequire(import.meta.url)('../write-queue.js')
+
 // ----------------------------------------------------------------- errors
 
 export function describe(value) {
@@ -31,6 +35,16 @@ export function notSentBehind(method, id) {
     'ANSWER_LOST',
     `dsh-native/remote: ${method} to ${id} was not sent: an earlier write to it was lost with the connection, and this one would have reached it out of order`,
   )
+}
+
+/**
+ * The write queue of a remote stream (a stdin, a terminal's input): a
+ * write lost with the connection (ANSWER_LOST) has those queued behind it
+ * refused with `notSentBehind(method, id())` instead of sent, since they
+ * would arrive out of order.
+ */
+export function remoteWriteQueue(method, id) {
+  return new WriteQueue({ losesQueue: (err) => err?.code === 'ANSWER_LOST', refusal: () => notSentBehind(method, id()) })
 }
 
 /** The core's STDIN_CLOSED error, for what the mirror knows itself. */

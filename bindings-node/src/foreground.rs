@@ -362,7 +362,7 @@ fn driver(env: &Env) -> Result<Option<&'static Driver>> {
     // start is closed, and its memory freed once libuv lets go of it.
     unsafe {
         if (uv.poll_init)(uv_loop, handle, host.fd()) != 0 {
-            freed(handle);
+            free_poll_memory(handle);
             return Ok(None);
         }
         if (uv.poll_start)(handle, UV_READABLE, on_readable) != 0 {
@@ -568,34 +568,45 @@ unsafe extern "C" fn torn_down(_arg: *mut c_void) {
     drop(unsafe { Box::from_raw(driver as *const Driver as *mut Driver) });
 }
 
-/// Memory for a libuv poll handle, freed by [`freed`] once libuv lets go
-/// of it (or at once, when it never became a handle).
-pub(crate) fn poll_memory(uv: &Uv) -> *mut c_void {
-    // SAFETY: libuv's own size for a poll handle; the memory is 8-aligned
-    // (u64s) and lives until `freed` frees it.
-    unsafe {
-        let words = (uv.handle_size)(UV_POLL).div_ceil(8);
-        Box::into_raw(vec![0u64; words].into_boxed_slice()) as *mut c_void
-    }
+/// 8-byte words of memory a libuv poll handle takes (libuv's own size).
+fn poll_words(uv: &Uv) -> usize {
+    // SAFETY: uv_handle_size only reads its argument.
+    unsafe { (uv.handle_size)(UV_POLL) }.div_ceil(8)
 }
 
-/// Whether this JS thread's loop drives dsh-native's work here (its
-/// driver made on first use); false in a runtime without libuv.
-pub(crate) fn on_this_loop(env: &Env) -> Result<bool> {
+/// Memory for a libuv poll handle: given back by [`free_poll_memory`],
+/// at once when it never became a handle, else by [`freed`] once libuv
+/// has closed it.
+pub(crate) fn poll_memory(uv: &Uv) -> *mut c_void {
+    // 8-aligned (u64s), of libuv's size.
+    Box::into_raw(vec![0u64; poll_words(uv)].into_boxed_slice()) as *mut c_void
+}
+
+/// Gives back what [`poll_memory`] made.
+///
+/// # Safety
+/// `handle` came from `poll_memory`, is given back once, and libuv does
+/// not use it (never initialised, or closed).
+pub(crate) unsafe fn free_poll_memory(handle: *mut c_void) {
+    let Some(uv) = uv() else { return };
+    // SAFETY: the caller's; the length is computed as `poll_memory` did.
+    drop(unsafe {
+        Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+            handle as *mut u64,
+            poll_words(uv),
+        ))
+    });
+}
+
+/// Makes this JS thread's driver if it has none yet, so that work can run
+/// on its loop; false in a runtime without libuv.
+pub(crate) fn drive_on_this_loop(env: &Env) -> Result<bool> {
     Ok(driver(env)?.is_some())
 }
 
-/// libuv: the poll handle is closed; its memory is ours again.
+/// libuv: a poll handle is closed; its memory is ours again.
 pub(crate) unsafe extern "C" fn freed(handle: *mut c_void) {
-    if let Some(uv) = uv() {
-        // SAFETY: the memory `driver` boxed, with its length computed the
-        // same way; libuv no longer uses it.
-        unsafe {
-            let words = (uv.handle_size)(UV_POLL).div_ceil(8);
-            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
-                handle as *mut u64,
-                words,
-            )));
-        }
-    }
+    // SAFETY: libuv calls this once, after the close of a handle whose
+    // memory `poll_memory` made; it no longer uses it.
+    unsafe { free_poll_memory(handle) }
 }

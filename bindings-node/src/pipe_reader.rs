@@ -8,7 +8,8 @@
 //! with these readers (a collected one ~295 µs). Nothing else about the
 //! pipe changes: the caller's reads pace it (a full `Readable` stops the
 //! polling until it is read, so the program blocks on a full pipe as with
-//! a socket), it is read one chunk ahead from the start as a socket is,
+//! a socket), it is read ahead from the start up to the stream's
+//! `highWaterMark` (at least one chunk) as a socket is,
 //! it is read to its end whether or not the program has exited, its
 //! events run in the async context of the spawn, and destroying the
 //! stream closes it.
@@ -57,23 +58,28 @@ struct Reader {
     /// the reader, as a socket's events are in their handle's. Ended at
     /// the close (`None` then).
     scope: RefCell<Option<CallbackScope>>,
+    /// Why reading stopped when the stream could not be told (no scope to
+    /// call it in, the poll refused): the stream's next read learns it.
+    failed: Cell<c_int>,
 }
 
 impl NativePipeReader {
-    /// A reader of `fd` on `env`'s loop; `None` where this runtime's loop
-    /// is not libuv's (the caller then makes a `net.Socket` of `fd`,
-    /// which it gets back).
+    /// A reader of `fd` on `env`'s loop, or `fd` back where one cannot be
+    /// made (a runtime whose loop is not libuv's, or node refusing a
+    /// reference, a scope or a hook): the caller then makes a `net.Socket`
+    /// of it. Only a non-function `onData` is an error: the program runs
+    /// by now, and its pipe must reach the caller either way.
     pub(crate) fn new(
         env: &Env,
         fd: OwnedFd,
         on_data: Unknown<'_>,
     ) -> Result<std::result::Result<Self, OwnedFd>> {
-        let Some(uv) = uv() else { return Ok(Err(fd)) };
-        if !foreground::on_this_loop(env)? {
-            return Ok(Err(fd));
-        }
         if on_data.get_type()? != ValueType::Function {
             return Err(Error::new(Status::InvalidArg, "onData must be a function"));
+        }
+        let Some(uv) = uv() else { return Ok(Err(fd)) };
+        if !foreground::drive_on_this_loop(env).unwrap_or(false) {
+            return Ok(Err(fd));
         }
         let raw = env.raw();
         let mut uv_loop = std::ptr::null_mut();
@@ -98,13 +104,15 @@ impl NativePipeReader {
         let handle = foreground::poll_memory(uv);
         // SAFETY: fresh memory of libuv's size for a poll handle, on this
         // thread's loop; `fd` is open and stays so until the handle is
-        // closed (`close` closes the handle before the descriptor). A
-        // handle that failed to initialise is not libuv's: freed at once.
+        // closed (`close` closes the handle before the descriptor). It
+        // also makes `fd` non-blocking (uv_poll_init's documented effect),
+        // which `read_chunk` relies on: a handed pipe is blocking until
+        // then.
         if unsafe { (uv.poll_init)(uv_loop, handle, fd.as_raw_fd()) } != 0 {
             // SAFETY: memory `poll_memory` made, never libuv's; the
             // reference and the scope made above, of this env.
             unsafe {
-                foreground::freed(handle);
+                foreground::free_poll_memory(handle);
                 sys::napi_delete_reference(raw, reference);
                 scope.destroy(raw);
             }
@@ -117,6 +125,7 @@ impl NativePipeReader {
             on_data: Cell::new(reference),
             polling: Cell::new(false),
             scope: RefCell::new(Some(scope)),
+            failed: Cell::new(0),
         });
         // SAFETY: `data` is the first field of every libuv handle (uv.h's
         // UV_HANDLE_FIELDS): the handle keeps a count of the reader until
@@ -125,17 +134,32 @@ impl NativePipeReader {
         // SAFETY: a live env; the argument is the reader, alive while the
         // hook is registered (the handle holds it until closed, and `close`
         // removes the hook first).
-        unsafe { sys::napi_add_env_cleanup_hook(raw, Some(torn_down), Rc::as_ptr(&reader) as *mut c_void) };
+        let hooked = unsafe {
+            sys::napi_add_env_cleanup_hook(raw, Some(torn_down), Rc::as_ptr(&reader) as *mut c_void)
+        } == sys::Status::napi_ok;
+        if !hooked {
+            // Unhooked, a worker's teardown would find the handle open (and
+            // node abort): the pipe goes to a socket instead. The close
+            // leaves the descriptor alone once it is taken back.
+            let fd = reader.fd.take();
+            reader.close(false);
+            return fd
+                .map(Err)
+                .ok_or_else(|| Error::from_reason("the pipe reader lost its descriptor"));
+        }
         Ok(Ok(NativePipeReader { reader }))
     }
 }
 
 #[napi]
 impl NativePipeReader {
-    /// Reads on (the stream wants data); nothing once closed.
+    /// Reads on (the stream wants data): 0, or the errno that ended the
+    /// reading without the stream being told (it is destroyed with it).
+    /// Nothing once closed.
     #[napi]
-    pub fn resume(&self) {
+    pub fn resume(&self) -> i32 {
         self.reader.resume();
+        self.reader.failed.get()
     }
 
     /// Stops the reading and closes the pipe; idempotent.
@@ -153,9 +177,18 @@ impl Reader {
         }
         let Some(uv) = uv() else { return };
         // SAFETY: an open handle of this thread's loop.
-        if unsafe { (uv.poll_start)(handle, UV_READABLE, on_readable) } == 0 {
-            self.polling.set(true);
+        match unsafe { (uv.poll_start)(handle, UV_READABLE, on_readable) } {
+            0 => self.polling.set(true),
+            e => self.fail(-e),
         }
+    }
+
+    /// Reading ends with `errno` where the stream cannot be told now: the
+    /// pipe is closed (its writer meets a closed pipe, instead of waiting
+    /// on one nobody will read) and the stream's next read learns why.
+    fn fail(&self, errno: c_int) {
+        self.failed.set(errno);
+        self.close(true);
     }
 
     fn pause(&self) {
@@ -257,7 +290,10 @@ impl Reader {
                 Read::Interrupted => {}
                 Read::End => return Some(0),
                 Read::Failed(errno) => return Some(errno),
-                Read::WouldBlock | Read::NoBuffer => return None,
+                // Bytes read and lost: the stream ends with an error,
+                // never a silent hole.
+                Read::NoBuffer => return Some(libc::ENOMEM),
+                Read::WouldBlock => return None,
             }
         }
         None
@@ -370,7 +406,7 @@ unsafe extern "C" fn on_readable(handle: *mut c_void, status: c_int, _events: c_
     // Out of the reader while `onData` runs in it: a close made meanwhile
     // leaves it to be ended here, after its callback scope is closed.
     let Some(scope) = reader.scope.borrow_mut().take() else {
-        reader.pause();
+        reader.fail(libc::EIO);
         return;
     };
     // SAFETY: libuv calls this on the reader's JS thread, outside any JS
@@ -384,9 +420,9 @@ unsafe extern "C" fn on_readable(handle: *mut c_void, status: c_int, _events: c_
     }
     *reader.scope.borrow_mut() = Some(scope);
     if !ran {
-        // No scope to call JS in: stop rather than spin on a readiness
-        // nobody takes.
-        reader.pause();
+        // No scope to call JS in (node is tearing the environment down):
+        // stop rather than spin on a readiness nobody takes.
+        reader.fail(libc::EIO);
     }
 }
 
@@ -396,7 +432,7 @@ unsafe extern "C" fn closed(handle: *mut c_void) {
     // once, and the memory `poll_memory` made, which libuv no longer uses.
     unsafe {
         drop(Rc::from_raw(*(handle as *const *const Reader)));
-        foreground::freed(handle);
+        foreground::free_poll_memory(handle);
     }
 }
 
