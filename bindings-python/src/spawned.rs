@@ -7,7 +7,7 @@ use std::os::fd::{IntoRawFd, OwnedFd};
 
 use pyo3::exceptions::PyTimeoutError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyInt, PyString};
+use pyo3::types::{PyBool, PyBytes, PyString};
 
 use dsh_core::{Field, FieldName, OutputStream, Scope, SpawnOutput, SpawnStdin};
 
@@ -78,25 +78,29 @@ impl Collect {
     }
 }
 
-/// A size given to :class:`Collect`: None, or an ``int`` of bytes that
-/// fits the core's sizes (its range is checked with the spec). Refused
-/// naming the parameter: the class is made before the stream it is for is
-/// known, so there is no spec field to name yet.
+/// A size given to :class:`Collect`: None, or an ``int`` of bytes (or
+/// anything ``operator.index`` takes, such as numpy's integers; never a
+/// ``bool``) that fits the core's sizes, whose range is checked with the
+/// spec. Refused naming the parameter: the class is made before the
+/// stream it is for is known, so there is no spec field to name yet.
 fn collect_size(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Option<u64>> {
     let Some(v) = value.filter(|v| !v.is_none()) else {
         return Ok(None);
     };
-    if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
+    if v.is_instance_of::<PyBool>() || !v.hasattr("__index__")? {
         return Err(pyo3::exceptions::PyTypeError::new_err(format!(
             "Collect: {name} must be an int (bytes) or None, got {}",
             type_name(v)
         )));
     }
     v.extract::<u64>().map(Some).map_err(|_| {
-        pyo3::exceptions::PyValueError::new_err(format!(
-            "Collect: {name} must be a whole number of bytes, 0 or more, got {}",
-            v.repr().map(|r| r.to_string()).unwrap_or_default()
-        ))
+        let got = v.repr().map(|r| r.to_string()).unwrap_or_default();
+        let problem = if v.lt(0).unwrap_or(false) {
+            "must be 0 or more"
+        } else {
+            "must be at most 2**64-1"
+        };
+        pyo3::exceptions::PyValueError::new_err(format!("Collect: {name} {problem}, got {got}"))
     })
 }
 

@@ -213,6 +213,21 @@ def test_a_bad_collect_size_names_the_parameter(args, kwargs, error, name) -> No
     assert f"Collect: {name} " in str(e.value)
 
 
+def test_collect_takes_what_operator_index_takes() -> None:
+    class Size:
+        """An integer type of another library (numpy's int64, say)."""
+
+        def __index__(self) -> int:
+            return 4096
+
+    c = Collect(Size(), spill_max_bytes=Size())
+    assert (c.max_bytes, c.spill_max_bytes) == (4096, 4096)
+    with pytest.raises(ValueError, match="must be 0 or more"):
+        Collect(-1)
+    with pytest.raises(ValueError, match="must be at most"):
+        Collect(1 << 70)
+
+
 def test_collect_needs_a_window_for_a_spill_cap() -> None:
     with pytest.raises(ValueError):
         Collect(spill_max_bytes=10)

@@ -1,4 +1,4 @@
-from typing import Awaitable, BinaryIO, Callable, Dict, List, Literal, Mapping, Optional, Sequence, TypedDict, Union, final
+from typing import Awaitable, BinaryIO, Callable, Dict, List, Literal, Mapping, Optional, Sequence, SupportsIndex, TypedDict, Union, final
 import asyncio
 import os
 
@@ -250,7 +250,7 @@ INHERIT: int
 
 @final
 class Collect:
-    def __new__(cls, max_bytes: Optional[int] = None, spill_max_bytes: Optional[int] = None) -> "Collect": ...
+    def __new__(cls, max_bytes: Optional[SupportsIndex] = None, spill_max_bytes: Optional[SupportsIndex] = None) -> "Collect": ...
     @property
     def max_bytes(self) -> Optional[int]: ...
     @property
