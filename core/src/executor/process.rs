@@ -513,11 +513,9 @@ impl Process {
         if self.is_settled() {
             return Ok(true);
         }
-        if timeout == Some(Duration::ZERO) {
+        if !runtime::may_block(timeout, Some(self.shared.host_pid))? {
             return Ok(false);
         }
-        self.check_host()?;
-        runtime::refuse_blocking()?;
         Ok(self.shared.settled.wait_timeout(timeout))
     }
 

@@ -368,11 +368,9 @@ impl Process {
         if self.tree_gone() {
             return Ok(true);
         }
-        if timeout == Some(Duration::ZERO) {
+        if !runtime::may_block(timeout, Some(self.shared.host_pid))? {
             return Ok(false);
         }
-        self.check_host()?;
-        runtime::refuse_blocking()?;
         Ok(tree.gone.wait_timeout(timeout))
     }
 

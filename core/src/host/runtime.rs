@@ -6,7 +6,7 @@ use std::future::Future;
 use tokio::runtime::{Builder, Handle, Runtime};
 
 use crate::host::callbacks;
-use crate::host::forked::{current_pid, PerProcess};
+use crate::host::forked::{check_host, current_pid, PerProcess};
 use crate::spec::error::{DshError, Result};
 
 /// A runtime whose drop never blocks: only a runtime that lost a race to be
@@ -64,6 +64,23 @@ pub fn refuse_blocking() -> Result<()> {
         return Err(DshError::BlockingInAsync);
     }
     Ok(())
+}
+
+/// The rule of every wait with a timeout (`None`: no limit): a zero
+/// `timeout` only looks, which is allowed anywhere (`Ok(false)`: do not
+/// block); any other may block (`Ok(true)`), which is refused in a forked
+/// child of the host `host_pid` (nothing there would ever wake it; `None`
+/// where the caller checked that already) and where blocking is
+/// ([`refuse_blocking`]).
+pub(crate) fn may_block(timeout: Option<std::time::Duration>, host_pid: Option<libc::pid_t>) -> Result<bool> {
+    if timeout == Some(std::time::Duration::ZERO) {
+        return Ok(false);
+    }
+    if let Some(pid) = host_pid {
+        check_host(pid)?;
+    }
+    refuse_blocking()?;
+    Ok(true)
 }
 
 thread_local! {

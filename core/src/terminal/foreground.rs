@@ -546,10 +546,7 @@ impl Terminal {
     /// was written and waits again. Refused where blocking is (inside a
     /// callback or an async runtime), unless `timeout` is zero.
     pub fn wait_input_waiting(&self, timeout: Option<Duration>) -> crate::Result<bool> {
-        if timeout != Some(Duration::ZERO) {
-            crate::host::forked::check_host(self.shared.host_pid)?;
-            crate::host::runtime::refuse_blocking()?;
-        }
+        crate::host::runtime::may_block(timeout, Some(self.shared.host_pid))?;
         Ok(self.poll_input_waiting(timeout))
     }
 

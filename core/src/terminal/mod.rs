@@ -289,9 +289,7 @@ impl Terminal {
     /// (`None`: no limit), and takes what there is. Refused where blocking
     /// is (inside a callback or an async runtime) unless `timeout` is zero.
     pub fn read_output_timeout(&self, timeout: Option<Duration>) -> Result<TerminalRead> {
-        if timeout != Some(Duration::ZERO) {
-            forked::check_host(self.shared.host_pid)?;
-            runtime::refuse_blocking()?;
+        if runtime::may_block(timeout, Some(self.shared.host_pid))? {
             let guard = lock(&self.shared.output);
             let guard = match timeout {
                 None => self
@@ -423,11 +421,9 @@ impl Terminal {
         if self.has_exited() {
             return Ok(true);
         }
-        if timeout == Some(Duration::ZERO) {
+        if !runtime::may_block(timeout, Some(self.shared.host_pid))? {
             return Ok(false);
         }
-        forked::check_host(self.shared.host_pid)?;
-        runtime::refuse_blocking()?;
         Ok(self.shared.exited.wait_timeout(timeout))
     }
 

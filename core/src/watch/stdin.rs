@@ -282,9 +282,8 @@ impl StdinPipe {
     /// false if `timeout` passed first. A zero `timeout` only looks, so it
     /// is the one wait allowed where blocking is refused.
     fn wait_until(&self, timeout: Option<Duration>, over: impl Fn(&PipeState) -> bool) -> Result<bool> {
-        if timeout != Some(Duration::ZERO) {
-            crate::host::runtime::refuse_blocking()?;
-        }
+        // The host is checked by whoever handed out the pipe (`stdin_pipe`).
+        crate::host::runtime::may_block(timeout, None)?;
         let ready = |s: &mut PipeState| s.ended.is_some() || over(s) || s.buf.len() < STDIN_BUFFER_BYTES;
         let guard = self.state();
         Ok(match timeout {
