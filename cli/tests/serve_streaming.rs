@@ -164,31 +164,47 @@ fn peak_rss_kib(pid: u32) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
+/// A raw connection to the server at `socket`: where requests are written,
+/// and its messages line by line (for tests that pace their own reads).
+fn connect(socket: &std::path::Path) -> (UnixStream, BufReader<UnixStream>) {
+    let stream = UnixStream::connect(socket).unwrap();
+    (stream.try_clone().unwrap(), BufReader::new(stream))
+}
+
+/// A request as one line of the protocol.
+fn request_line(id: u64, method: &str, params: Value) -> String {
+    format!(
+        "{}\n",
+        json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
+    )
+}
+
+/// The server's next message; the server must not have hung up.
+fn read_message(lines: &mut BufReader<UnixStream>) -> Value {
+    let mut line = String::new();
+    assert!(lines.read_line(&mut line).unwrap() > 0, "the server hung up");
+    serde_json::from_str(&line).unwrap()
+}
+
 #[test]
 fn a_client_that_does_not_read_holds_the_command_back_and_costs_a_bounded_queue() {
     let dir = TempDir::new("serve-stream-slow");
     let (server, socket) = listening(&dir, None);
-    let stream = UnixStream::connect(&socket).unwrap();
-    let mut input = stream.try_clone().unwrap();
-    let mut lines = BufReader::new(stream);
+    let (mut input, mut lines) = connect(&socket);
     let call = |input: &mut UnixStream, id: u64, method: &str, params: Value| {
-        let line = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
-        input.write_all(format!("{line}\n").as_bytes()).unwrap();
-    };
-    let read = |lines: &mut BufReader<UnixStream>| -> Value {
-        let mut line = String::new();
-        assert!(lines.read_line(&mut line).unwrap() > 0, "the server hung up");
-        serde_json::from_str(&line).unwrap()
+        input
+            .write_all(request_line(id, method, params).as_bytes())
+            .unwrap();
     };
     call(&mut input, 1, "initialize", json!({ "protocol_version": 1 }));
-    read(&mut lines);
+    read_message(&mut lines);
     call(
         &mut input,
         2,
         "resolve",
         json!({ "request": { "command": "head -c 67108864 /dev/zero", "timeout_ms": 120000 } }),
     );
-    let spec = read(&mut lines)["result"]["spec"].clone();
+    let spec = read_message(&mut lines)["result"]["spec"].clone();
     let before = peak_rss_kib(server.id());
     // 64 MiB streamed to a client that reads nothing for a while: an
     // unbounded queue would hold all of it (85 MiB of base64); the server
@@ -205,7 +221,7 @@ fn a_client_that_does_not_read_holds_the_command_back_and_costs_a_bounded_queue(
     std::thread::sleep(Duration::from_secs(3));
     while answer.is_none() {
         assert!(settled.elapsed() < support::LIMIT, "no answer to the run");
-        let m = read(&mut lines);
+        let m = read_message(&mut lines);
         if m["method"] == "run_output" {
             let offset = m["params"]["offset"].as_u64().unwrap();
             assert_eq!(m["params"]["stream"], "stdout", "{m}");
@@ -282,9 +298,7 @@ fn a_resumed_session_streams_again_after_a_connection_that_read_nothing() {
     let (server, socket) = listening(&dir, Some("30"));
     // A connection that streams 64 MiB, reads nothing, and drops: what it
     // left unwritten must not count against the next connection.
-    let stream = UnixStream::connect(&socket).unwrap();
-    let mut input = stream.try_clone().unwrap();
-    let mut lines = BufReader::new(stream);
+    let (mut input, mut lines) = connect(&socket);
     let mut line = String::new();
     input
         .write_all(
@@ -331,9 +345,7 @@ fn a_resumed_session_streams_again_after_a_connection_that_read_nothing() {
 fn an_answer_that_comes_after_the_input_ended_is_kept_for_the_resume() {
     let dir = TempDir::new("serve-halfclose-kept");
     let (server, socket) = listening(&dir, Some("30"));
-    let stream = UnixStream::connect(&socket).unwrap();
-    let mut input = stream.try_clone().unwrap();
-    let mut lines = BufReader::new(stream);
+    let (mut input, mut lines) = connect(&socket);
     let mut read_all = String::new();
     input
         .write_all(
@@ -383,43 +395,32 @@ fn a_client_that_pipelines_requests_and_reads_late_costs_a_bounded_queue() {
     // and every answer still comes, in order.
     let dir = TempDir::new("serve-pipelined");
     let (server, socket) = listening(&dir, None);
-    let stream = UnixStream::connect(&socket).unwrap();
-    let mut input = stream.try_clone().unwrap();
-    let mut lines = BufReader::new(stream);
-    let read = |lines: &mut BufReader<UnixStream>| -> Value {
-        let mut line = String::new();
-        assert!(lines.read_line(&mut line).unwrap() > 0, "the server hung up");
-        serde_json::from_str(&line).unwrap()
-    };
+    let (mut input, mut lines) = connect(&socket);
     // The answer to `id`, past any notification.
     let answer_to = |lines: &mut BufReader<UnixStream>, id: u64| -> Value {
         loop {
-            let m = read(lines);
+            let m = read_message(lines);
             if m["id"] == id {
                 return m;
             }
             assert!(m.get("id").is_none(), "an answer out of order: {m}");
         }
     };
-    let call = |id: u64, method: &str, params: Value| {
-        format!(
-            "{}\n",
-            json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })
-        )
-    };
     input
-        .write_all(call(1, "initialize", json!({ "protocol_version": 1 })).as_bytes())
+        .write_all(request_line(1, "initialize", json!({ "protocol_version": 1 })).as_bytes())
         .unwrap();
     answer_to(&mut lines, 1);
     let request = json!({ "request": { "command": "head -c 48000 /dev/zero | base64 -w0" } });
-    input.write_all(call(2, "resolve", request).as_bytes()).unwrap();
+    input
+        .write_all(request_line(2, "resolve", request).as_bytes())
+        .unwrap();
     let spec = answer_to(&mut lines, 2)["result"]["spec"].clone();
     input
-        .write_all(call(3, "start", json!({ "id": "big", "spec": spec })).as_bytes())
+        .write_all(request_line(3, "start", json!({ "id": "big", "spec": spec })).as_bytes())
         .unwrap();
     answer_to(&mut lines, 3);
     input
-        .write_all(call(4, "wait", json!({ "id": "big" })).as_bytes())
+        .write_all(request_line(4, "wait", json!({ "id": "big" })).as_bytes())
         .unwrap();
     answer_to(&mut lines, 4);
     let before = peak_rss_kib(server.id());
@@ -429,7 +430,7 @@ fn a_client_that_pipelines_requests_and_reads_late_costs_a_bounded_queue() {
         for id in 0..READS {
             // Blocks once the server stops reading: that is the point.
             input
-                .write_all(call(100 + id, "read_from", read_from.clone()).as_bytes())
+                .write_all(request_line(100 + id, "read_from", read_from.clone()).as_bytes())
                 .unwrap();
         }
         input
