@@ -378,21 +378,18 @@ fn policy_input(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<SandboxPoli
     }
     let entries = mapping_entries(v)?
         .ok_or_else(|| type_error(py, field, "must be a SandboxPolicy or a dict with 'mode'"))?;
+    const KEYS: [&str; 4] = ["mode", "workspace_root", "session_id", "network"];
     let mut known: [Option<Bound<'_, PyAny>>; 4] = Default::default();
     for (key, value) in entries {
         let name: String = key.extract().unwrap_or_else(|_| key.to_string());
         // A misspelt key (`netwrok`) must not leave the policy's default
         // in place unnoticed: refused, naming it, as `limits` are.
-        let Some(slot) = ["mode", "workspace_root", "session_id", "network"]
-            .iter()
-            .position(|k| *k == name)
-        else {
+        let Some(slot) = KEYS.iter().position(|k| *k == name) else {
+            let expected = format!("{} or {}", KEYS[..3].join(", "), KEYS[3]);
             return Err(type_error(
                 py,
                 field,
-                &format!(
-                    "has an unknown key {name:?} (expected mode, workspace_root, session_id or network)"
-                ),
+                &format!("has an unknown key {name:?} (expected {expected})"),
             ));
         };
         known[slot] = Some(value);
