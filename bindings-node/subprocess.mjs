@@ -205,13 +205,20 @@ class NativeSubprocessHandle {
     this.done = native.done().then(
       async (facts) => {
         over()
-        // As child_process does at the exit: a raw output pipe nobody
-        // consumes is let flow, its bytes dropped, so it cannot hold `done`
-        // until the grace.
-        for (const s of [streams[1], streams[2]]) {
-          if (s !== undefined && s.readableFlowing === null && s.listenerCount('readable') === 0) s.resume()
+        // A raw output pipe nobody has started reading does not hold
+        // `done` (it would until the grace): its bytes wait for a reader
+        // that comes after (stdout read to its end, then stderr), for
+        // graceMs. Still unread then, it is let flow, its bytes dropped,
+        // as child_process does at the exit, so its pipe is not held on to.
+        const untouched = (s) => s.readableFlowing === null && s.listenerCount('readable') === 0
+        const outputs = [streams[1], streams[2]].filter((s) => s !== undefined)
+        for (const s of outputs.filter(untouched)) {
+          setTimeout(() => untouched(s) && s.resume(), graceMs).unref()
         }
-        await drained([streams[1], streams[2]], graceMs)
+        await drained(
+          outputs.filter((s) => !untouched(s)),
+          graceMs,
+        )
         return { exitCode: facts.exitCode ?? null, signal: facts.signal ?? null }
       },
       (err) => {

@@ -348,6 +348,27 @@ test('raw pipes read to their end, or destroyed early, leave no descriptor of ou
   assert.deepEqual(r.signals, ['SIGPIPE'])
 })
 
+test('a raw pipe nobody reads keeps its bytes for a reader after done, for the grace; then its pipe is let go', async () => {
+  const out = await child(`
+    const open = () => fs.readdirSync('/proc/self/fd').length
+    const piped = () => sp.spawn({ argv: ['head', '-c', '40000', '/dev/zero'], cwd: '/tmp', stdio: { stdin: 'ignore', stdout: 'pipe', stderr: collect }, graceMs: 300 })
+    // Read after done: every byte is still there.
+    const late = piped()
+    await late.done
+    let n = 0
+    for await (const c of late.stdout) n += c.length
+    // Never read: done does not wait for it, and its pipe goes after the grace.
+    const before = open()
+    const unread = Array.from({ length: 20 }, piped)
+    await Promise.all(unread.map((h) => h.done))
+    const held = open() - before
+    const start = Date.now()
+    while (open() - before > 2 && Date.now() - start < 20000) await new Promise((r) => setTimeout(r, 20))
+    console.log(JSON.stringify({ n, held: held >= 10, released: open() - before <= 2 }))
+  `)
+  assert.deepEqual(JSON.parse(out), { n: 40000, held: true, released: true })
+})
+
 test('a data listener that throws is the host uncaught exception, and the rest of the pipe still arrives', async () => {
   const out = await child(`
     const thrown = []
