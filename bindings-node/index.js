@@ -497,7 +497,11 @@ class NativeShellExecutor {
     if (typeof listener !== 'function') {
       throw invalid('listener', `must be a function, got ${describe(listener)}`)
     }
+    // Calls the core queued for this thread before the removal are
+    // dropped here: a removed listener hears of nothing more.
+    let removed = false
     const id = this.#native.onTaskDone((taskId) => {
+      if (removed) return
       try {
         listener(this.get(taskId))
       } catch (err) {
@@ -505,6 +509,7 @@ class NativeShellExecutor {
       }
     })
     return () => {
+      removed = true
       this.#native.offTaskDone(id)
     }
   }

@@ -186,6 +186,24 @@ pub(crate) fn process_state(pid: libc::pid_t) -> Option<u8> {
     state
 }
 
+/// `PF_EXITING` in the flags of `/proc/<pid>/stat`: set as a process
+/// begins to exit, before its descriptors are closed.
+const PF_EXITING: u64 = 0x4;
+
+/// Whether `pid` has ended or begun to end: a zombie, or exiting. True of
+/// a leader whose exit is what closed a pipe it held, however soon after
+/// the close this is asked.
+pub(crate) fn process_exiting(pid: libc::pid_t) -> bool {
+    let Ok(stat) = proc::read(&format!("{pid}/stat")) else {
+        return false;
+    };
+    let mut fields = stat_fields(&stat);
+    let state = fields.next().and_then(|s| s.bytes().next());
+    // After the state: ppid, pgrp, session, tty_nr, tpgid, then flags.
+    let flags = fields.nth(5).and_then(|f| f.parse::<u64>().ok());
+    matches!(state, Some(b'Z' | b'X')) || flags.is_some_and(|f| f & PF_EXITING != 0)
+}
+
 /// `/proc` as the host saw it when its first executor was made: every
 /// read of `/proc` by the sweeps, the stops and the terminal's foreground
 /// goes through a descriptor of that mount (`openat`), so a command that

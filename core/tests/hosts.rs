@@ -68,6 +68,19 @@ fn fork_after_use() {
         .start(&parent_exec.resolve(Request::new("sleep 60")).unwrap())
         .unwrap();
     parent_exec.on_task_done(std::sync::Arc::new(|_p: &dsh_core::Process| {}));
+    // A settled process whose stdout spilled: its file is the parent's.
+    let spilled = parent_exec
+        .start(
+            &parent_exec
+                .resolve(Request::new("head -c 100000 /dev/zero"))
+                .unwrap(),
+        )
+        .unwrap();
+    assert!(spilled.wait_timeout(Some(Duration::from_secs(30))).unwrap());
+    let spill_file = spilled
+        .read_output()
+        .stdout_spill_path
+        .expect("100 000 bytes spill");
     // SAFETY: the child is a copy of a multi-threaded process and
     // allocates, which POSIX does not promise but glibc supports (its fork
     // resets malloc's locks), and which a Python host after `os.fork` does
@@ -93,6 +106,13 @@ fn fork_after_use() {
             assert!(
                 !background.kill(),
                 "the parent's process is not the child's to kill"
+            );
+            assert!(
+                matches!(
+                    parent_exec.forget(spilled.id()),
+                    Err(DshError::ForkedChild { .. })
+                ),
+                "forgetting would delete the parent's spill files"
             );
             let fresh = exec();
             assert_eq!(run(&fresh, "echo child").stdout.text, "child\n");
@@ -123,6 +143,10 @@ fn fork_after_use() {
         "the child left the parent's process alone"
     );
     assert_eq!(run(&parent_exec, "echo after").stdout.text, "after\n");
+    assert!(
+        Path::new(&spill_file).exists(),
+        "the child left the parent's spill file alone"
+    );
     assert!(background.kill());
     assert!(background.wait_timeout(Some(Duration::from_secs(30))).unwrap());
     parent_exec.dispose_blocking().unwrap();

@@ -528,6 +528,33 @@ fn zero_byte_writes_take_nothing_and_still_say_when_stdin_ended() {
 }
 
 #[test]
+fn a_command_that_exits_with_input_still_buffered_has_exited_not_closed_its_stdin() {
+    // docs/running.md: `exited` when the command has exited, `broken` when
+    // it closed its end of the pipe. `sleep` never reads nor closes its
+    // stdin: the bytes still waiting when it exits (or is killed) end the
+    // pipe because it exited.
+    let exec = executor();
+    for (command, kill) in [("sleep 0.3", false), ("sleep 30", true)] {
+        let p = piped(&exec, command);
+        let big = vec![b'b'; 1 << 20];
+        let (tx, rx) = mpsc::channel();
+        p.write_stdin_with(big, move |r| tx.send(r).unwrap());
+        if kill {
+            assert!(p.kill());
+        }
+        let r = rx.recv_timeout(LONG).expect("the write settles");
+        assert_eq!(stdin_error(r.unwrap_err()), StdinEnd::Exited, "{command}");
+        settled(&p);
+        assert_eq!(
+            stdin_error(p.try_write_stdin(b"x").unwrap_err()),
+            StdinEnd::Exited,
+            "{command}"
+        );
+    }
+    exec.dispose_blocking().unwrap();
+}
+
+#[test]
 fn writes_racing_the_exit_end_with_a_reason_and_never_hang() {
     let exec = executor();
     let big = vec![b'r'; 1 << 20];
@@ -549,12 +576,11 @@ fn writes_racing_the_exit_end_with_a_reason_and_never_hang() {
                 .await
                 .expect("write hung")
         });
-        let why = stdin_error(direct.unwrap_err());
-        assert!(matches!(why, StdinEnd::Exited | StdinEnd::Broken), "{why:?}");
+        // The command's exit is what ended its stdin.
+        assert_eq!(stdin_error(direct.unwrap_err()), StdinEnd::Exited, "{command}");
         for _ in 0..3 {
             let r = rx.recv_timeout(LONG).expect("a queued write never settled");
-            let why = stdin_error(r.unwrap_err());
-            assert!(matches!(why, StdinEnd::Exited | StdinEnd::Broken), "{why:?}");
+            assert_eq!(stdin_error(r.unwrap_err()), StdinEnd::Exited, "{command}");
         }
         settled(&p);
         assert_eq!(p.stdin_buffered(), 0, "dropped bytes are freed");

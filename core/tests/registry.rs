@@ -92,6 +92,49 @@ fn every_listener_hears_each_completion_once_and_a_panicking_one_is_contained() 
 }
 
 #[test]
+fn a_removed_listener_is_not_called_for_completions_still_queued() {
+    // docs/registry.md: removing a listener stops new deliveries; only one
+    // already under way may still call it once. A slow listener holds the
+    // callback thread while twenty completions queue up behind it.
+    let exec = executor();
+    let (entered_tx, entered) = std::sync::mpsc::channel::<()>();
+    let (release_tx, release) = std::sync::mpsc::channel::<()>();
+    let (entered_tx, release) = (Mutex::new(entered_tx), Mutex::new(release));
+    let first = std::sync::atomic::AtomicBool::new(true);
+    exec.on_task_done(Arc::new(move |_p: &Process| {
+        if first.swap(false, Ordering::SeqCst) {
+            entered_tx.lock().unwrap().send(()).unwrap();
+            let _ = release.lock().unwrap().recv_timeout(Duration::from_secs(30));
+        }
+    }));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = {
+        let calls = calls.clone();
+        exec.on_task_done(Arc::new(move |_p: &Process| {
+            calls.fetch_add(1, Ordering::SeqCst);
+        }))
+    };
+    let started: Vec<Process> = (0..20)
+        .map(|_| exec.start(&spec(&exec, "true")).unwrap())
+        .collect();
+    for p in &started {
+        assert!(p.wait_timeout(Some(Duration::from_secs(30))).unwrap());
+    }
+    entered
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the slow listener runs");
+    assert!(exec.off_task_done(counted));
+    let at_removal = calls.load(Ordering::SeqCst);
+    release_tx.send(()).unwrap();
+    exec.dispose_blocking().unwrap();
+    let late = calls.load(Ordering::SeqCst) - at_removal;
+    assert!(
+        late <= 1,
+        "{late} calls after off_task_done returned (at most one already under way)"
+    );
+}
+
+#[test]
 fn dispose_kills_and_awaits_everything_and_is_idempotent() {
     let exec = executor_with(|c| {
         c.grace_ms = n(300);

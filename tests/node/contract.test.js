@@ -414,6 +414,23 @@ test('onTaskDone: each listener once per task, a throwing one is contained and r
   }
 })
 
+test('onTaskDone: a removed listener is not called for completions already queued', async () => {
+  // docs/registry.md: removing a listener stops new deliveries. The JS
+  // thread is held while twenty completions queue up for it.
+  const ex = executor()
+  const counted = []
+  const off = ex.onTaskDone((t) => counted.push(t.id))
+  const tasks = Array.from({ length: 20 }, () => ex.start(ex.resolve({ command: 'true' })))
+  const hold = new Int32Array(new SharedArrayBuffer(4))
+  const until = Date.now() + 30_000
+  while (tasks.some((t) => t.status === 'running') && Date.now() < until) Atomics.wait(hold, 0, 0, 5)
+  Atomics.wait(hold, 0, 0, 200) // the callback thread hands each one over
+  off()
+  await Promise.all(tasks.map((t) => t.done))
+  await new Promise((r) => setTimeout(r, 100))
+  assert.deepEqual(counted, [])
+})
+
 test('dispose: kills and awaits everything, idempotent, later calls fail, no listener after', async () => {
   const ex = executor()
   const heard = []

@@ -23,7 +23,7 @@ use crate::sys::lock;
 use crate::watch::stdin::{StdinEnd, StdinPipe};
 use crate::watch::supervise::{supervise, Outcome, StdinSource, Stop, SuperviseError};
 
-use super::{governed, Executor, ExecutorInner, TaskListener};
+use super::{governed, Executor, ExecutorInner, Registered};
 
 /// A background process that could not run (or be watched): `line` goes to
 /// its stderr and it settles as `killed`. A spawned program that did not
@@ -76,7 +76,8 @@ impl Notification {
         let process = process.clone();
         callbacks::dispatch(move || {
             for listener in &self.listeners {
-                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| listener(&process))) {
+                if let Err(panic) = catch_unwind(AssertUnwindSafe(|| listener.call_unless_removed(&process)))
+                {
                     eprintln!(
                         "dsh: a task-done listener panicked ({}); other listeners still run",
                         callbacks::panic_message(&*panic)
@@ -94,7 +95,7 @@ impl Notification {
 /// for a delivery that will not come.
 pub(super) struct Notification {
     shared: Arc<ExecutorInner>,
-    listeners: Vec<TaskListener>,
+    listeners: Vec<Arc<Registered>>,
 }
 
 impl ExecutorInner {
@@ -305,7 +306,7 @@ impl ExecutorInner {
         if !self.is_open() {
             return None;
         }
-        let listeners: Vec<TaskListener> = lock(&self.listeners).iter().map(|(_, l)| l.clone()).collect();
+        let listeners: Vec<Arc<Registered>> = lock(&self.listeners).clone();
         if listeners.is_empty() {
             return None;
         }

@@ -58,6 +58,24 @@ impl ListenerId {
 /// process that settles (see [`Executor::on_task_done`]).
 pub type TaskListener = Arc<dyn Fn(&Process) + Send + Sync>;
 
+/// A registered listener. A delivery takes the listeners registered when
+/// the process settles, and calls each only while it is still registered:
+/// one removed while deliveries wait in the callback queue is not called
+/// by them (at most a call already under way finishes).
+struct Registered {
+    id: ListenerId,
+    removed: std::sync::atomic::AtomicBool,
+    call: TaskListener,
+}
+
+impl Registered {
+    fn call_unless_removed(&self, process: &Process) {
+        if !self.removed.load(Ordering::Acquire) {
+            (self.call)(process)
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Lifecycle {
     Open,
@@ -88,7 +106,7 @@ struct ExecutorInner {
     tag_prefix: String,
     seq: AtomicU64,
     registry: Mutex<Registry>,
-    listeners: Mutex<Vec<(ListenerId, TaskListener)>>,
+    listeners: Mutex<Vec<Arc<Registered>>>,
     next_listener: AtomicU64,
     lifecycle: watch::Sender<Lifecycle>,
     active_runs: watch::Sender<usize>,
@@ -378,7 +396,10 @@ impl Executor {
     /// files and buffered output; its id is then unknown. Handles to it
     /// still answer status questions. A running process is
     /// [`DshError::StillRunning`]; an unknown id is [`DshError::NotFound`].
+    /// In a forked child it is [`DshError::ForkedChild`]: the files are
+    /// the parent's.
     pub fn forget(&self, id: &str) -> Result<()> {
+        self.shared().check_here()?;
         let process = {
             let mut reg = lock(&self.shared().registry);
             let process = reg
@@ -406,17 +427,25 @@ impl Executor {
         let shared = self.shared();
         let id = ListenerId(shared.next_listener.fetch_add(1, Ordering::Relaxed));
         if shared.is_open() {
-            lock(&shared.listeners).push((id, listener));
+            lock(&shared.listeners).push(Arc::new(Registered {
+                id,
+                removed: false.into(),
+                call: listener,
+            }));
         }
         id
     }
 
-    /// Removes a listener; false if it was not registered.
+    /// Removes a listener; false if it was not registered. No delivery
+    /// calls it afterwards, except one already calling it on the callback
+    /// thread (which may be this call's own thread).
     pub fn off_task_done(&self, id: ListenerId) -> bool {
         let mut listeners = lock(&self.shared().listeners);
-        let before = listeners.len();
-        listeners.retain(|(l, _)| *l != id);
-        listeners.len() != before
+        let Some(at) = listeners.iter().position(|l| l.id == id) else {
+            return false;
+        };
+        listeners.remove(at).removed.store(true, Ordering::Release);
+        true
     }
 
     /// True once disposal has begun (or this is a forked child's copy that

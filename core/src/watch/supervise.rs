@@ -149,6 +149,16 @@ pub(crate) async fn release_reaped(
     releaser.release(None, report_fd.into_inner());
 }
 
+/// Why a stdin pipe that met EPIPE ended: the leader `pid` (unreaped, so
+/// still its) exiting closed it, or the command closed it and runs on.
+fn why_stdin_broke(pid: libc::pid_t) -> StdinEnd {
+    if crate::sys::process_exiting(pid) {
+        StdinEnd::Exited
+    } else {
+        StdinEnd::Broken
+    }
+}
+
 /// Whether the leader `pid` (unreaped until released, so the pid is still
 /// its) has ended: a zombie.
 fn leader_ended(pid: libc::pid_t) -> bool {
@@ -284,6 +294,8 @@ async fn supervise_inner(
     let mut pid: Option<libc::pid_t> = known_pid;
     // A signal for the leader's group, held until its pid comes.
     let mut deferred: Option<(libc::c_int, bool)> = None;
+    // A stdin write met EPIPE before the leader's pid came.
+    let mut stdin_broke = false;
     let registered = (|| {
         Ok::<_, io::Error>((
             stdout.map(|fd| watch(fd, Interest::READABLE)).transpose()?,
@@ -421,13 +433,23 @@ async fn supervise_inner(
                 }
             }
             Event::Pipe(PipeWork::Failed) => {
+                // EPIPE: the command closed its stdin, or its leader's exit
+                // closed it; told apart by the leader, once its pid is known.
                 stdin_fd = None;
                 if let Some(p) = pipe {
-                    p.end(StdinEnd::Broken);
+                    match pid {
+                        Some(leader) => p.end(why_stdin_broke(leader)),
+                        None => stdin_broke = true,
+                    }
                 }
             }
             Event::Report(Report::Spawned(p)) => {
                 pid = Some(p);
+                if std::mem::take(&mut stdin_broke) {
+                    if let Some(pipe) = pipe {
+                        pipe.end(why_stdin_broke(p));
+                    }
+                }
                 if let Some((sig, with_sweep)) = deferred.take() {
                     // A cancellation held until the pid came: if the leader
                     // ended meanwhile and nothing of ours reached it (its
