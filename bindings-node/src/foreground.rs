@@ -296,6 +296,10 @@ impl Driver {
     }
 }
 
+/// Rounds of polls one turn makes at most before it leaves the rest to the
+/// next turn (see `turn`).
+const MAX_ROUNDS: u32 = 4;
+
 /// Polls the work of this thread that has news; what ended settles its
 /// promises.
 fn turn(env: Env) {
@@ -305,7 +309,9 @@ fn turn(env: Env) {
     driver.waker.requested.store(false, Ordering::Release);
     IN_TURN.with(|t| t.set(true));
     let mut ended = Vec::new();
+    let mut rounds = 0;
     loop {
+        rounds += 1;
         // Wakes from the events dispatch hands out are answered by the polls
         // that follow; only those that come after them need another round.
         let _ = driver.host.dispatch();
@@ -331,6 +337,14 @@ fn turn(env: Env) {
         }
         drop(pending);
         if !driver.waker.again.load(Ordering::Acquire) {
+            break;
+        }
+        if rounds == MAX_ROUNDS {
+            // Work that keeps waking itself (output that comes as fast as it
+            // is read) goes on in the loop's next turn, after its timers and
+            // other callbacks: not by the channel, whose calls queued during
+            // a call of its own run in the same turn.
+            driver.host.poll_later();
             break;
         }
     }

@@ -2,6 +2,7 @@
 // The event loop stays responsive: spawning and waiting happen off the JS thread.
 const test = require('node:test')
 const assert = require('node:assert/strict')
+const fs = require('node:fs')
 
 const { executor } = require('./helpers.js')
 
@@ -21,6 +22,28 @@ test('a timer keeps firing on schedule while 50 commands run', async () => {
   assert.ok(lags.length >= 15, `timer fired only ${lags.length} times`)
   // Generous: a blocked loop would show lags of hundreds of milliseconds.
   assert.ok(Math.max(...lags) < 250, `max timer lag ${Math.max(...lags).toFixed(1)} ms`)
+  await ex.dispose()
+})
+
+test('a timer keeps firing while a run reads a command that writes as fast as it is read', async () => {
+  // A run is read on this thread's loop; its spill file takes everything,
+  // so the pipe never empties while the command writes.
+  const ex = executor({ maxSpillBytes: 2 ** 30 })
+  const lags = []
+  let last = performance.now()
+  const timer = setInterval(() => {
+    const now = performance.now()
+    lags.push(now - last - 5)
+    last = now
+  }, 5)
+  const r = await ex.run(ex.resolve({ command: 'head -c 600000000 /dev/zero', timeoutMs: 120_000 }))
+  clearInterval(timer)
+  assert.equal(r.exitCode, 0)
+  assert.equal(fs.statSync(r.stdout.spillPath).size, 600_000_000)
+  assert.ok(lags.length >= 5, `timer fired only ${lags.length} times`)
+  // Generous: the loop held by the reading showed lags of 500 ms and more.
+  assert.ok(Math.max(...lags) < 150, `max timer lag ${Math.max(...lags).toFixed(1)} ms`)
+  fs.rmSync(r.stdout.spillPath)
   await ex.dispose()
 })
 

@@ -41,6 +41,9 @@ pub struct HostLoop {
     /// watches it and then calls [`HostLoop::dispatch`]. Shared with the
     /// [`WritableWatch`]es of its descriptors, which may outlive it.
     ready: Arc<OwnedFd>,
+    /// An eventfd in `ready`'s set: written, it makes [`HostLoop::fd`]
+    /// readable for the loop's next turn (see [`HostLoop::poll_later`]).
+    later: OwnedFd,
     /// A forked child must not use its parent's epoll instances.
     owner: libc::pid_t,
 }
@@ -163,12 +166,42 @@ impl HostLoop {
                 &std::io::Error::last_os_error(),
             ));
         }
+        // SAFETY: a descriptor epoll_create1 just returned, owned by no one else.
+        let ready = crate::sys::prefer_above_stdio(unsafe { OwnedFd::from_raw_fd(fd) });
+        // SAFETY: eventfd takes an initial count and flags.
+        let later = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if later < 0 {
+            return Err(DshError::refused(
+                "cannot create an eventfd for the host's loop",
+                &std::io::Error::last_os_error(),
+            ));
+        }
+        // SAFETY: a descriptor eventfd just returned, owned by no one else.
+        let later = crate::sys::prefer_above_stdio(unsafe { OwnedFd::from_raw_fd(later) });
+        // Level-triggered: readable until `dispatch` reads it.
+        let mut event = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: later.as_raw_fd() as u64,
+        };
+        // SAFETY: both descriptors are open; `event` outlives the call.
+        if unsafe {
+            libc::epoll_ctl(
+                ready.as_raw_fd(),
+                libc::EPOLL_CTL_ADD,
+                later.as_raw_fd(),
+                &mut event,
+            )
+        } < 0
+        {
+            return Err(DshError::refused(
+                "cannot watch the host loop's eventfd",
+                &std::io::Error::last_os_error(),
+            ));
+        }
         Ok(HostLoop {
             reactor: Arc::new(reactor),
-            // SAFETY: a descriptor epoll_create1 just returned, owned by no one else.
-            ready: Arc::new(crate::sys::prefer_above_stdio(unsafe {
-                OwnedFd::from_raw_fd(fd)
-            })),
+            ready: Arc::new(ready),
+            later,
             owner: current_pid(),
         })
     }
@@ -191,10 +224,24 @@ impl HostLoop {
                 break;
             }
         }
+        let mut count = [0u8; 8];
+        // SAFETY: `count` has room for the 8 bytes an eventfd read gives.
+        unsafe { libc::read(self.later.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
         // One turn of the reactor with no wait: yield_now lets it look for
         // events before it polls again.
         self.reactor.block_on(tokio::task::yield_now());
         Ok(())
+    }
+
+    /// Makes [`HostLoop::fd`] readable, so that the host's loop calls
+    /// [`HostLoop::dispatch`] again in its next turn: for work that woke
+    /// itself (output that comes as fast as it is read) and is left for
+    /// then, after the loop's timers and other callbacks.
+    pub fn poll_later(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: `one` holds the 8 bytes an eventfd write takes. A full
+        // counter (EAGAIN) is readable already.
+        unsafe { libc::write(self.later.as_raw_fd(), one.as_ptr().cast(), 8) };
     }
 
     /// Polls `run` on this thread; `cx`'s waker is woken (from any thread)

@@ -28,6 +28,13 @@ use crate::watch::output::{feed, OutputStream, OutputValve};
 use crate::watch::pipes::{pump, read_chunk, read_waiting, watch, write_chunk};
 use crate::watch::stdin::{PipeWork, StdinEnd, StdinPipe};
 
+/// Output read between two yields of the supervision: a command that
+/// writes as fast as it is read never leaves the pipe empty, and without
+/// them its reading would hold the thread that polls it, a Node host's JS
+/// thread for a run on its loop (half a second and more with a large
+/// spill file), or a core thread's other tasks.
+const YIELD_EVERY: usize = 1 << 20;
+
 /// How often a running command's cgroup counters are read when the kernel
 /// cannot be asked to announce a change (see `limit_events.rs`).
 const LIMIT_TICK: Duration = Duration::from_millis(50);
@@ -369,6 +376,7 @@ async fn supervise_inner(
     let mut unhandled: Option<Report> = None;
 
     let mut marked = pid.is_some();
+    let mut read_since_yield = 0;
     while !(exited && !out_open && !err_open) {
         if let (false, Some(p)) = (marked, pid) {
             live.mark(p);
@@ -406,6 +414,13 @@ async fn supervise_inner(
             _ = timer(|| tokio::time::sleep_until(escalation.give_up_at().unwrap_or(never))), if !exited && escalation.give_up_at().is_some() => Event::GiveUp,
             }
         };
+        if let Event::Stdout(Ok(n)) | Event::Stderr(Ok(n)) = event {
+            read_since_yield += n;
+            if read_since_yield >= YIELD_EVERY {
+                read_since_yield = 0;
+                tokio::task::yield_now().await;
+            }
+        }
         match event {
             Event::Stdout(Ok(n)) if n > 0 => {}
             Event::Stdout(_) => {
