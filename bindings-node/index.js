@@ -5,6 +5,7 @@
 // The harness plugin (`dsh-native/harness`) is in harness.mjs.
 
 const { Readable } = require('node:stream')
+const { AsyncResource } = require('node:async_hooks')
 const { WriteQueue } = require('./write-queue.js')
 const {
   NativeExecutor,
@@ -239,8 +240,11 @@ class NativeTerminalHandle {
     this.#native = native
     Object.defineProperty(this, 'pid', { value: native.pid, enumerable: true })
     this.#done = native.done().then(() => ({ exitCode: native.exitCode ?? null, signal: native.signal ?? null }))
+    // The output's events run in the async context of the spawn, as a
+    // socket's do, whoever reads it first and wherever.
+    const scope = new AsyncResource('DshTerminalOutput')
     const output = new Readable({
-      read: () => {
+      read: () => scope.runInAsyncScope(() => {
         if (this.#pulling) return
         this.#pulling = true
         const deliver = (text) => {
@@ -281,7 +285,7 @@ class NativeTerminalHandle {
           )
         }
         pull()
-      },
+      }),
     })
     Object.defineProperty(this, 'output', { value: output, enumerable: true })
   }

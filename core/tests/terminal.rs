@@ -692,6 +692,42 @@ fn output_is_bounded_and_the_program_waits_for_the_reader() {
 }
 
 #[test]
+fn terminate_of_a_session_whose_output_nobody_read_does_not_wait_out_the_grace() {
+    // docs/terminals.md: output left in the terminal is kept unless the
+    // session is terminated. `yes` fills the unread output and blocks; the
+    // hang-up ends it at once, and the session reads (and drops) what the
+    // terminal still holds to see it hang up, without waiting for a reader.
+    let exec = executor_with(|c| {
+        c.grace_ms = n(20_000);
+        c.max_output_bytes = n(64 * 1024);
+    });
+    let s = Session::new(&exec, TerminalRequest::argv(["yes"]));
+    // Blocked in write(2): the output is full and the terminal's buffer too.
+    let blocked = || {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", s.term.pid())).unwrap_or_default();
+        let syscall = std::fs::read_to_string(format!("/proc/{}/syscall", s.term.pid())).unwrap_or_default();
+        stat.rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('S'))
+            && syscall.starts_with("1 ")
+    };
+    let end = Instant::now() + LIMIT;
+    while !blocked() {
+        assert!(Instant::now() < end, "yes never blocked on its unread output");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let start = Instant::now();
+    s.term.terminate_blocking().unwrap();
+    let took = start.elapsed();
+    assert!(s.term.has_exited());
+    assert!(
+        took < Duration::from_secs(10),
+        "terminate took {took:?}: it waited out the 20 s grace for a reader"
+    );
+    exec.dispose_blocking().unwrap();
+}
+
+#[test]
 fn writes_the_program_does_not_read_wait_in_order_without_blocking_the_caller() {
     let exec = executor();
     // Raw mode (no line limit); nothing is read until SIGUSR1.

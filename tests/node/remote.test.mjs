@@ -7,6 +7,7 @@
 
 import test, { after } from 'node:test'
 import assert from 'node:assert/strict'
+import { AsyncLocalStorage } from 'node:async_hooks'
 import { execFileSync, spawn } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import fs from 'node:fs'
@@ -859,6 +860,19 @@ test('terminals: output as a Readable; resize seen by stty and by the foreground
   await within(10_000, outputEnd(t), 'the end of output')
   assert.deepEqual(t.readOutput(), { text: '', ended: true })
   assert.equal(shape(await failure(() => t.resize(24, 80))).code, 'TERMINAL_CLOSED')
+})
+
+test("terminals: output events run in the async context of the spawn, as locally", { ...T, ...skipNoBin }, async () => {
+  const ex = await connect()
+  const als = new AsyncLocalStorage()
+  const t = await als.run('spawner', () => ex.spawnTerminal({ argv: ['bash', '-c', 'sleep 0.2; echo hi'] }))
+  const seen = new Set()
+  await als.run('elsewhere', async () => {
+    t.output.on('data', () => seen.add(als.getStore()))
+    await within(10_000, t.done, 'done')
+    await within(10_000, outputEnd(t), 'the end of output')
+  })
+  assert.deepEqual([...seen], ['spawner'])
 })
 
 test('terminals: waitInputWaiting sees the written line taken first; its bad timeouts as locally', { ...T, ...skipNoBin }, async () => {

@@ -681,6 +681,46 @@ add({
 })
 
 add({
+  name: "a terminal's output events run in the async context of the spawn that made it",
+  exec: async (sp) => {
+    const als = new AsyncLocalStorage()
+    const seen = new Set()
+    // Listened to outside the spawn's context, as a harness attaching its
+    // reader later does.
+    const terms = await Promise.all(
+      ['A', 'B'].map((id) =>
+        als.run({ id }, () => sp.spawnTerminal({ argv: ['bash', '-c', 'sleep 0.2; echo hi'], cwd: BASE, rows: 24, cols: 80, graceMs: GRACE })),
+      ),
+    )
+    await als.run({ id: 'elsewhere' }, async () => {
+      terms.forEach((t, i) => t.output.on('data', () => seen.add(`${'AB'[i]} data in ${als.getStore()?.id}`)))
+      await Promise.all(terms.map((t) => t.done))
+    })
+    return [...seen].sort()
+  },
+  expect: ['A data in A', 'B data in B'],
+})
+
+add({
+  name: 'a terminal whose output nobody read: terminate() does not wait out the grace',
+  exec: async (sp) => {
+    const t = await sp.spawnTerminal({ argv: ['yes'], cwd: BASE, rows: 24, cols: 80, graceMs: 20_000 })
+    // Blocked writing: its output is full and unread.
+    const blocked = await eventually(() => {
+      try {
+        return fs.readFileSync(`/proc/${t.pid}/syscall`, 'utf8').startsWith('1 ')
+      } catch {
+        return false
+      }
+    })
+    const start = Date.now()
+    await t.terminate()
+    return { blocked, quick: Date.now() - start < 10_000, ended: (await t.done).exitCode === null }
+  },
+  expect: { blocked: true, quick: true, ended: true },
+})
+
+add({
   name: 'a terminal: SIGKILL is refused while the shell itself is in front',
   exec: async (sp) => {
     const t = await sp.spawnTerminal({ argv: ['bash', '--norc', '--noprofile', '-i'], cwd: BASE, env: { PS1: 'P> ' }, rows: 24, cols: 80, graceMs: GRACE })

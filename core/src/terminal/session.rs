@@ -205,11 +205,17 @@ async fn advance(master: &AsyncFd<OwnedFd>, request: Option<&mut WriteRequest>) 
     }
 }
 
-/// Reads what is available into the output (at most its room).
-async fn read_some(fd: &AsyncFd<OwnedFd>, shared: &SessionInner, buf: &mut [u8]) -> io::Result<usize> {
+/// Reads what is available into the output (at most its room), or with
+/// `keep` false reads it only to drop it.
+async fn read_some(
+    fd: &AsyncFd<OwnedFd>,
+    shared: &SessionInner,
+    buf: &mut [u8],
+    keep: bool,
+) -> io::Result<usize> {
     loop {
         let mut guard = fd.readable().await?;
-        match guard.try_io(|fd| read_into(fd.as_raw_fd(), shared, buf)) {
+        match guard.try_io(|fd| read_into(fd.as_raw_fd(), shared, buf, keep)) {
             Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
             Ok(r) => return r,
             Err(_would_block) => continue,
@@ -217,15 +223,16 @@ async fn read_some(fd: &AsyncFd<OwnedFd>, shared: &SessionInner, buf: &mut [u8])
     }
 }
 
-/// One read of the master into the output (at most `buf`'s length).
-fn read_into(fd: RawFd, shared: &SessionInner, buf: &mut [u8]) -> io::Result<usize> {
+/// One read of the master into the output (at most `buf`'s length), or
+/// dropped with `keep` false.
+fn read_into(fd: RawFd, shared: &SessionInner, buf: &mut [u8], keep: bool) -> io::Result<usize> {
     // SAFETY: `buf` is valid for writes of its length.
     let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
     let n = n as usize;
-    if n > 0 {
+    if n > 0 && keep {
         lock(&shared.output).bytes.extend(&buf[..n]);
         shared.output_changed();
     }
@@ -243,7 +250,7 @@ fn read_waiting(fd: &AsyncFd<OwnedFd>, shared: &SessionInner, buf: &mut [u8]) ->
         if room == 0 {
             return false;
         }
-        match read_into(fd.as_raw_fd(), shared, &mut buf[..room]) {
+        match read_into(fd.as_raw_fd(), shared, &mut buf[..room], true) {
             Ok(0) => return true,
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -360,6 +367,10 @@ impl Terminal {
                 }
             }
             let room = lock(&self.shared.output).room();
+            // Terminated with its output full and unread: what the terminal
+            // still holds is read and dropped (docs/terminals.md), so that
+            // its hang-up is seen without waiting for a reader.
+            let dropping = room == 0 && escalation.stopped().is_some();
             if exited && drain_until.is_none() && (room > 0 || escalation.stopped().is_some()) {
                 drain_until = Some(Instant::now() + grace);
             }
@@ -371,8 +382,8 @@ impl Terminal {
                 s = &mut stop, if escalation.stopped().is_none() => Event::Stop(s),
                 _ = timer(|| sleep_until(escalation.kill_due().unwrap_or(never))), if escalation.kill_due().is_some() => Event::KillNow,
                 s = read_exit(&report_fd, &mut report), if !exited => Event::Exited(s),
-                r = read_some(&master, &self.shared, &mut buf[..room.min(CHUNK)]), if open && room > 0 => Event::Read(r),
-                _ = self.shared.room.notified(), if open && room == 0 => Event::Room,
+                r = read_some(&master, &self.shared, &mut buf[..if dropping { CHUNK } else { room.min(CHUNK) }], !dropping), if open && (room > 0 || dropping) => Event::Read(r),
+                _ = self.shared.room.notified(), if open && room == 0 && !dropping => Event::Room,
                 r = advance(&master, current.as_mut()), if current.is_some() => Event::Wrote(r),
                 w = write_rx.recv(), if current.is_none() && !exited => Event::Write(w),
                 _ = timer(|| sleep_until(drain_until.unwrap_or(never))), if drain_until.is_some() => Event::DrainOver,
