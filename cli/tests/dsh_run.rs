@@ -150,6 +150,14 @@ fn stdin_is_dshs_own_unless_told_otherwise() {
     let r = run(&["--stdin-file", "/nonexistent/in", "cat"]);
     assert_eq!(r.code, 125);
     assert!(r.stderr.contains("--stdin-file"), "{}", r.stderr);
+    // There, but not something to read (open gives ENXIO): dsh fails, and
+    // the command never runs on an empty input.
+    let socket = dir.path("sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let r = run(&["--stdin-file", &socket, "cat; echo ran"]);
+    assert_eq!(r.code, 125, "{}", r.stderr);
+    assert!(r.stderr.contains("--stdin-file"), "{}", r.stderr);
+    assert_eq!(text(&r), "", "the command ran");
 }
 
 #[test]

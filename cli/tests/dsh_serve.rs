@@ -289,6 +289,68 @@ fn a_unix_socket_is_private_and_a_signal_ends_it_all() {
 }
 
 #[test]
+fn of_servers_started_at_once_on_one_socket_one_listens_and_the_others_are_refused() {
+    // Each checks that no server listens, then puts its socket in place:
+    // one that replaced another's live socket would go on listening on a
+    // name nobody can reach. Tried in rounds, so the race is met.
+    let dir = TempDir::new("serve-race");
+    let socket = dir.0.join("dsh.sock");
+    let listen = format!("unix:{}", socket.display());
+    /// Kills what is left, also when an assertion fails.
+    struct Servers(Vec<std::process::Child>);
+    impl Drop for Servers {
+        fn drop(&mut self) {
+            for s in &mut self.0 {
+                let _ = s.kill();
+                let _ = s.wait();
+            }
+        }
+    }
+    for round in 0..15 {
+        let mut guard = Servers(Vec::new());
+        let servers = &mut guard.0;
+        *servers = (0..6)
+            .map(|_| {
+                Command::new(env!("CARGO_BIN_EXE_dsh"))
+                    .args(["serve", "--listen", &listen])
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let start = Instant::now();
+        // The refused ones exit (125); wait until all but one have.
+        let live = loop {
+            let live: Vec<usize> = servers
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, s)| s.try_wait().unwrap().is_none().then_some(i))
+                .collect();
+            if live.len() <= 1 && std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+                break live;
+            }
+            assert!(
+                start.elapsed() < support::LIMIT,
+                "round {round}: {} servers still running",
+                live.len()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(live.len(), 1, "round {round}");
+        for (i, s) in servers.iter_mut().enumerate() {
+            if i != live[0] {
+                assert_eq!(s.wait().unwrap().code(), Some(125), "round {round}");
+            }
+        }
+        let winner = &mut servers[live[0]];
+        // SAFETY: kill(2) takes integers.
+        unsafe { libc::kill(winner.id() as i32, libc::SIGTERM) };
+        assert!(wait_bounded(winner, "dsh serve --listen").success());
+        assert!(!socket.exists(), "round {round}: the socket file was left behind");
+    }
+}
+
+#[test]
 fn over_ssh_a_dropped_connection_ends_the_session() {
     let sshd = match Sshd::start("serve") {
         Ok(s) => s,

@@ -102,8 +102,8 @@ Options:
                       is written to stdout; dsh exits when it ends
       --listen unix:PATH
                       accept connections on a unix socket made at PATH,
-                      mode 0600 (only this user may connect), until SIGINT
-                      or SIGTERM; PATH is removed then. There is no TCP
+                      mode 0600 (only this user may connect), until SIGINT,
+                      SIGTERM or SIGHUP; PATH is removed then. There is no TCP
                       listener: use ssh, which authenticates
       --linger SECONDS
                       when a connection ends without dispose, keep its
@@ -192,7 +192,7 @@ struct Cli {
 enum Command {
     #[command(override_help = RUN_HELP, disable_help_flag = true, args_override_self = true)]
     Run(Box<RunArgs>),
-    #[command(override_help = SERVE_HELP, disable_help_flag = true)]
+    #[command(override_help = SERVE_HELP, disable_help_flag = true, args_override_self = true)]
     Serve(ServeArgs),
 }
 
@@ -216,6 +216,14 @@ fn serve_listen(a: ServeArgs) -> Result<Listen, String> {
     let path = |o: OsString| PathBuf::from(OsString::from_vec(o.into_vec()));
     if a.linger == Some(0) {
         return Err("option '--linger' must be at least 1 second".into());
+    }
+    // In milliseconds it crosses the protocol as a JSON number: exact only
+    // up to 2^53 - 1.
+    const MAX_LINGER_SECONDS: u64 = ((1 << 53) - 1) / 1000;
+    if a.linger.is_some_and(|l| l > MAX_LINGER_SECONDS) {
+        return Err(format!(
+            "option '--linger' must be at most {MAX_LINGER_SECONDS} seconds"
+        ));
     }
     if a.socket.is_some() && !(a.stdio && a.linger.is_some()) {
         return Err("--socket is for --stdio --linger (the lingering server to relay to)".into());
@@ -382,14 +390,20 @@ fn usage_error(e: &clap::Error) -> String {
         _ => String::new(),
     };
     match e.kind() {
+        ErrorKind::UnknownArgument if !arg.starts_with('-') => format!("unexpected argument '{arg}'"),
         ErrorKind::UnknownArgument => format!("unknown option '{arg}'"),
         ErrorKind::InvalidSubcommand => format!("unknown command '{arg}' (dsh run ..., dsh serve ...)"),
         ErrorKind::InvalidValue => format!("option '{arg}' needs a value"),
         ErrorKind::TooManyValues => format!("option '{arg}' takes no value"),
-        ErrorKind::ArgumentConflict if arg.starts_with("--stdio") || arg.starts_with("--listen") => {
-            "--stdio and --listen cannot be combined".into()
-        }
-        ErrorKind::ArgumentConflict => "--stdin-file and --no-stdin cannot be combined".into(),
+        ErrorKind::ArgumentConflict => match e.get(ContextKind::PriorArg) {
+            Some(ContextValue::String(prior)) => {
+                format!(
+                    "{} and {arg} cannot be combined",
+                    prior.split(' ').next().unwrap_or(prior)
+                )
+            }
+            _ => format!("{arg} cannot be combined with an option given before it"),
+        },
         _ => e.kind().as_str().map_or_else(|| e.to_string(), str::to_owned),
     }
 }
@@ -505,6 +519,12 @@ mod tests {
             (&["serve", "--stdio", "--linger", "0"], "'--linger'"),
             (&["serve", "--stdio", "--linger", "soon"], "'--linger'"),
             (&["serve", "--stdio", "--socket", "/s"], "--socket"),
+            (&["serve", "--stdio", "extra"], "unexpected argument 'extra'"),
+            (
+                &["serve", "--stdio", "--linger", "99999999999999999"],
+                "at most 9007199254740 seconds",
+            ),
+            (&["serve", "--listen", "unix:/s", "--stdio"], "cannot be combined"),
             (&[], "no command"),
         ] {
             let err = match parse(args.iter().map(OsString::from)) {

@@ -40,15 +40,40 @@ pub fn run(request: RunRequest, interrupt: &Interrupt) -> Result<u8, String> {
     Ok(code)
 }
 
+/// What `--stdin-file` names, made sure of before the command starts: a
+/// file that cannot be read fails dsh (125) instead of running the command
+/// on an empty input.
+enum StdinFile {
+    Opened(std::path::PathBuf, File),
+    /// Opened by the feeder once the command runs: opening a FIFO waits
+    /// for its writer, and dsh must stay interruptible meanwhile. Its
+    /// permission is checked now.
+    Fifo(std::path::PathBuf),
+}
+
+fn open_stdin_file(path: &std::path::Path) -> Result<StdinFile, String> {
+    use std::os::unix::fs::FileTypeExt;
+    let refused = |e: io::Error| format!("--stdin-file: cannot open {}: {e}", path.display());
+    let kind = std::fs::metadata(path).map_err(refused)?.file_type();
+    if kind.is_dir() {
+        return Err(format!("--stdin-file: {} is a directory", path.display()));
+    }
+    if kind.is_fifo() {
+        let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
+            .map_err(|_| format!("--stdin-file: {} contains a NUL byte", path.display()))?;
+        // SAFETY: `c` is a NUL-terminated path; faccessat only reads it.
+        if unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::R_OK, libc::AT_EACCESS) } != 0 {
+            return Err(refused(io::Error::last_os_error()));
+        }
+        return Ok(StdinFile::Fifo(path.to_path_buf()));
+    }
+    let file = File::open(path).map_err(refused)?;
+    Ok(StdinFile::Opened(path.to_path_buf(), file))
+}
+
 fn run_on(exec: &Executor, request: RunRequest, interrupt: &Interrupt) -> Result<u8, String> {
-    // Checked now, opened by the feeder once the command runs: opening a
-    // FIFO waits for its writer, and dsh must stay interruptible meanwhile.
     let stdin_file = match &request.stdin {
-        StdinFrom::File(path) => match std::fs::metadata(path) {
-            Ok(m) if m.is_dir() => return Err(format!("--stdin-file: {} is a directory", path.display())),
-            Ok(_) => Some(path.clone()),
-            Err(e) => return Err(format!("--stdin-file: cannot open {}: {e}", path.display())),
-        },
+        StdinFrom::File(path) => Some(open_stdin_file(path)?),
         _ => None,
     };
     let json = request.json;
@@ -60,13 +85,20 @@ fn run_on(exec: &Executor, request: RunRequest, interrupt: &Interrupt) -> Result
         DshError::Spawn { message, .. } => format!("cannot start the command: {message}"),
         other => flag_error(other),
     })?;
-    if let (Some(path), Some(pipe)) = (stdin_file, spawned.stdin) {
+    if let (Some(input), Some(pipe)) = (stdin_file, spawned.stdin) {
         // The file is fed as the command reads it; it ends the input. A
         // reader that stops reading is the command's business (EPIPE).
         std::thread::Builder::new()
             .name("dsh-stdin-file".into())
             .spawn(move || {
-                let fed = File::open(&path).and_then(|mut file| io::copy(&mut file, &mut File::from(pipe)));
+                let (path, opened) = match input {
+                    StdinFile::Opened(path, file) => (path, Ok(file)),
+                    StdinFile::Fifo(path) => {
+                        let opened = File::open(&path);
+                        (path, opened)
+                    }
+                };
+                let fed = opened.and_then(|mut file| io::copy(&mut file, &mut File::from(pipe)));
                 if let Err(e) = fed.map(drop) {
                     if e.kind() != io::ErrorKind::BrokenPipe {
                         eprintln!("dsh: --stdin-file {}: {e}", path.display());

@@ -136,13 +136,19 @@ fn bind(path: &Path) -> io::Result<UnixListener> {
     // SAFETY: as above, restoring the mask read before.
     unsafe { libc::umask(old) };
     let listener = bound?;
+    // Linked, not renamed, into place: a link never replaces a file, so of
+    // two servers started at once only one takes PATH, and the other is
+    // refused instead of listening on a name nobody can reach.
     let placed = std::fs::set_permissions(&making, std::fs::Permissions::from_mode(0o600))
-        .and_then(|()| std::fs::rename(&making, path));
-    if let Err(e) = placed {
-        let _ = std::fs::remove_file(&making);
-        return Err(e);
-    }
-    Ok(listener)
+        .and_then(|()| std::fs::hard_link(&making, path))
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::AlreadyExists => {
+                io::Error::new(io::ErrorKind::AddrInUse, "another server is listening there")
+            }
+            _ => e,
+        });
+    let _ = std::fs::remove_file(&making);
+    placed.map(|()| listener)
 }
 
 /// This user's lingering server: in `$XDG_RUNTIME_DIR/dsh`, else in
