@@ -223,6 +223,20 @@ fn timeout_sets_timed_out_only() {
 }
 
 #[test]
+fn a_stopped_command_gets_its_sigterm_and_does_not_wait_for_the_sigkill() {
+    // A stopped process acts on nothing but SIGKILL and SIGCONT: the TERM
+    // of a stop comes with a SIGCONT (as `timeout` sends), so the command
+    // and its stopped children end at the SIGTERM, not after the grace.
+    let exec = executor_with(|c| c.grace_ms = n(30_000));
+    let mut req = Request::new("sleep 60 & kill -STOP $!; kill -STOP $$");
+    req.timeout_ms = n(300);
+    let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
+    assert!(r.timed_out);
+    assert_eq!(r.signal.as_deref(), Some("SIGTERM"), "it waited for the SIGKILL");
+    assert_eq!(r.survivors, 0);
+}
+
+#[test]
 fn a_trapped_timeout_that_exits_zero_is_still_timed_out() {
     let exec = fast_grace();
     let mut req = Request::new("trap 'echo bye; exit 0' TERM; sleep 30 & wait");

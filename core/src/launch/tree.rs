@@ -37,7 +37,20 @@ pub(crate) fn signal_group(pgid: libc::pid_t, sig: libc::c_int) -> bool {
     // SAFETY: killpg takes only integers and touches no memory of ours.
     // (Hitting the right group is the caller's invariant, not a
     // memory-safety one.)
-    unsafe { libc::killpg(pgid, sig) == 0 }
+    let sent = unsafe { libc::killpg(pgid, sig) == 0 };
+    if sent && continued_after(sig) {
+        // SAFETY: as above.
+        unsafe { libc::killpg(pgid, libc::SIGCONT) };
+    }
+    sent
+}
+
+/// Whether a stop's `sig` is followed by a SIGCONT to the same processes:
+/// a stopped process acts on nothing but SIGKILL and SIGCONT, and would
+/// keep the SIGTERM (or a terminal's SIGHUP) pending until the SIGKILL
+/// after the grace. `timeout` and systemd send the SIGCONT too.
+pub(crate) fn continued_after(sig: libc::c_int) -> bool {
+    matches!(sig, libc::SIGTERM | libc::SIGHUP)
 }
 
 /// Which processes a sweep leaves alone because their command's group
@@ -554,6 +567,9 @@ pub(crate) fn scan_and_signal(requests: &[ScanRequest]) -> Scan {
             if !(still && pidfd_send_signal(&t.pidfd, sig).is_ok()) {
                 unsent |= t.end != Some(End::Killed) && !r.killed.contains(&t.pid);
                 continue;
+            }
+            if continued_after(sig) {
+                let _ = pidfd_send_signal(&t.pidfd, libc::SIGCONT);
             }
             hits[i].count += 1;
             if sig == libc::SIGKILL {

@@ -17,7 +17,7 @@ use crate::host::runtime::timer;
 use crate::launch::ending::ExitStatus;
 use crate::launch::spawn::LaunchedCommand;
 use crate::launch::sweeper::{sweep, sweep_counted};
-use crate::launch::tree::{signal_group, Spare, TagMatch};
+use crate::launch::tree::{continued_after, signal_group, Spare, TagMatch};
 use crate::launch::wire::{Report, ReportReader};
 use crate::spec::error::DshError;
 use crate::sys::lock;
@@ -66,7 +66,10 @@ pub(crate) fn signal_tree(pid: libc::pid_t, tag: &str, sig: libc::c_int, with_sw
     if !signal_group(pid, sig) {
         // SAFETY: kill(2) takes integers; `pid` is the leader, unreaped
         // until it is released, so the id is still its.
-        unsafe { libc::kill(pid, sig) };
+        if unsafe { libc::kill(pid, sig) } == 0 && continued_after(sig) {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
     }
     if with_sweep {
         sweep(tree(pid, tag).sparing(Spare::Group(pid)), sig);
