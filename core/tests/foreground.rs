@@ -237,6 +237,27 @@ fn a_stopped_command_gets_its_sigterm_and_does_not_wait_for_the_sigkill() {
 }
 
 #[test]
+fn a_command_that_exited_on_its_own_before_its_timeout_fired_did_not_time_out() {
+    // docs/running.md: timed_out says the timeout came first. A 1 ms
+    // timeout races the exit of `true`; whenever the command's own exit
+    // came first (exit code 0, no signal), the run did not time out.
+    let exec = fast_grace();
+    let mut own_exits = 0;
+    for _ in 0..300 {
+        let mut req = Request::new("true");
+        req.timeout_ms = n(1);
+        let r = exec.run_blocking(&exec.resolve(req).unwrap(), None).unwrap();
+        if r.exit_code == Some(0) && r.signal.is_none() {
+            own_exits += 1;
+            assert!(!r.timed_out, "exited on its own, reported timed out: {r:?}");
+        } else {
+            assert!(r.timed_out, "{r:?}");
+        }
+    }
+    assert!(own_exits > 0, "never won the race: nothing was tested");
+}
+
+#[test]
 fn a_trapped_timeout_that_exits_zero_is_still_timed_out() {
     let exec = fast_grace();
     let mut req = Request::new("trap 'echo bye; exit 0' TERM; sleep 30 & wait");

@@ -159,6 +159,14 @@ pub(crate) async fn release_reaped(
     releaser.release(None, report_fd.into_inner());
 }
 
+/// Whether a stop that comes after the leader's own exit is not what ended
+/// the run (docs/running.md: `timed_out` and `aborted` say which came
+/// first): the timeout and the caller's cancellation. Not dispose, whose
+/// signals come from outside and cause the exit they race with.
+fn moot_after_an_exit(stop: Stop) -> bool {
+    matches!(stop, Stop::Cancel | Stop::Timeout)
+}
+
 /// Why a stdin pipe that met EPIPE ended: the leader `pid` (unreaped, so
 /// still its) exiting closed it, or the command closed it and runs on.
 fn why_stdin_broke(pid: libc::pid_t) -> StdinEnd {
@@ -167,12 +175,6 @@ fn why_stdin_broke(pid: libc::pid_t) -> StdinEnd {
     } else {
         StdinEnd::Broken
     }
-}
-
-/// Whether the leader `pid` (unreaped until released, so the pid is still
-/// its) has ended: a zombie.
-fn leader_ended(pid: libc::pid_t) -> bool {
-    matches!(crate::sys::process_state(pid), Some(b'Z' | b'X'))
 }
 
 /// The reports already waiting on the pipe, read without the reactor: a
@@ -472,9 +474,9 @@ async fn supervise_inner(
                     // A cancellation held until the pid came: if the leader
                     // ended meanwhile and nothing of ours reached it (its
                     // SIGKILL by tag had not gone out), it ended on its own.
-                    stop_after_exit |= escalation.stopped() == Some(Stop::Cancel)
+                    stop_after_exit |= escalation.stopped().is_some_and(moot_after_an_exit)
                         && escalation.kill_due().is_some()
-                        && leader_ended(p);
+                        && crate::sys::process_exiting(p);
                     signal_tree(p, tag, sig, with_sweep);
                 }
             }
@@ -538,11 +540,14 @@ async fn supervise_inner(
                 // come from outside and cause the exit they race with).
                 if !exited && unhandled.is_none() {
                     unhandled = take_waiting_reports(&report_fd, &mut report, &mut pid, &mut lost);
-                    stop_after_exit = reason == Stop::Cancel && matches!(unhandled, Some(Report::Exited(_)));
+                    stop_after_exit =
+                        moot_after_an_exit(reason) && matches!(unhandled, Some(Report::Exited(_)));
                 }
-                // The leader is unreaped until released: a zombie ended on
-                // its own before this stop (its exit report is on its way).
-                stop_after_exit |= reason == Stop::Cancel && (exited || pid.is_some_and(leader_ended));
+                // The leader is unreaped until released: one exiting (or a
+                // zombie) ended on its own before this stop (its exit
+                // report is on its way), and a signal now is lost on it.
+                stop_after_exit |=
+                    moot_after_an_exit(reason) && (exited || pid.is_some_and(crate::sys::process_exiting));
                 if lost {
                     sweep(TagMatch::command(tag), libc::SIGTERM);
                 } else if let Some(pid) = pid {
