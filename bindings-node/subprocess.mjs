@@ -88,7 +88,9 @@ function input(mode) {
     return ['data', Buffer.from(mode.data, 'utf8')]
   }
   if (mode !== null && typeof mode === 'object' && mode.data instanceof Uint8Array) {
-    return ['data', Buffer.from(mode.data)]
+    // A view, not a copy: the addon takes its own copy in the call.
+    const d = mode.data
+    return ['data', Buffer.isBuffer(d) ? d : Buffer.from(d.buffer, d.byteOffset, d.byteLength)]
   }
   throw shapeError("stdio.stdin must be 'ignore', 'pipe' or { data }")
 }

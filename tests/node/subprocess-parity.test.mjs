@@ -645,6 +645,85 @@ add({
   expect: { code: 0, destroyed: true, refused: 'ERR_STREAM_DESTROYED' },
 })
 
+add({
+  name: 'inputs outside the seam types: non-string env values, a fractional maxBytes, a null signal, an ignored output, readFrom()',
+  exec: async (sp) => {
+    const probe = async (extra, stdio) => {
+      try {
+        const h = sp.spawn(bash('echo "$DSHP_N"', stdio, extra))
+        const outcome = await h.done
+        return `ran: ${outcome.exitCode} ${JSON.stringify(h.collected.stdout?.readFrom(0).text)}`
+      } catch (e) {
+        return e.code ?? 'threw'
+      }
+    }
+    const readFromNothing = async () => {
+      const h = sp.spawn(bash('echo x'))
+      await h.done
+      try {
+        return `read: ${JSON.stringify(h.collected.stdout.readFrom().text)}`
+      } catch (e) {
+        return e.code ?? 'threw'
+      }
+    }
+    return {
+      envNumber: await probe({ env: { DSHP_N: 5 } }),
+      maxBytesFraction: await probe({}, { stdout: { maxBytes: 2.5 } }),
+      signalNull: await probe({ signal: null }),
+      stdoutIgnore: await probe({}, { stdout: 'ignore' }),
+      readFromNothing: await readFromNothing(),
+    }
+  },
+  differs: {
+    id: 'provider-strict-requests',
+    published: (v) =>
+      assert.deepEqual(v, {
+        envNumber: 'ran: 0 "5\\n"',
+        maxBytesFraction: 'ran: 0 "\\n"',
+        signalNull: 'ran: 0 "\\n"',
+        // 'ignore' is not an output of the seam's: it collects it.
+        stdoutIgnore: 'ran: 0 "\\n"',
+        readFromNothing: 'read: "x\\n"',
+      }),
+    native: (v) =>
+      assert.deepEqual(v, {
+        envNumber: 'INVALID_ARGUMENT',
+        maxBytesFraction: 'INVALID_ARGUMENT',
+        signalNull: 'INVALID_ARGUMENT',
+        stdoutIgnore: 'INVALID_ARGUMENT',
+        readFromNothing: 'INVALID_ARGUMENT',
+      }),
+  },
+})
+
+add({
+  name: 'resolveExecutable with PATH removed by the overlay',
+  exec: async (sp) => sp.resolveExecutable('sh', { PATH: undefined }).then((p) => ({ found: p }), (e) => ({ rejected: e.code ?? 'threw' })),
+  differs: {
+    id: 'resolve-default-path',
+    published: (v) => assert.ok(v.rejected !== undefined, JSON.stringify(v)),
+    native: (v) => assert.ok(['/usr/local/bin/sh', '/usr/bin/sh', '/bin/sh'].includes(v.found), JSON.stringify(v)),
+  },
+})
+
+add({
+  name: 'a spawn after the provider was disposed',
+  exec: async (sp, { root }) => {
+    await root.fiber.dispose()
+    try {
+      const h = sp.spawn(bash('true'))
+      return { spawned: (await h.done).exitCode }
+    } catch (e) {
+      return { threw: e.code ?? 'threw' }
+    }
+  },
+  differs: {
+    id: 'after-dispose',
+    published: (v) => assert.deepEqual(v, { spawned: 0 }),
+    native: (v) => assert.deepEqual(v, { threw: 'DISPOSED' }),
+  },
+})
+
 // ------------------------------------------------------------- terminals
 
 add({
@@ -718,6 +797,20 @@ add({
     return { blocked, quick: Date.now() - start < 10_000, ended: (await t.done).exitCode === null }
   },
   expect: { blocked: true, quick: true, ended: true },
+})
+
+add({
+  name: 'a terminal whose program cannot start',
+  exec: async (sp) =>
+    sp.spawnTerminal({ argv: ['/nonexistent/program'], cwd: BASE, rows: 24, cols: 80, graceMs: GRACE }).then(
+      async (t) => ({ resolved: await t.done }),
+      (e) => ({ rejected: e.code }),
+    ),
+  differs: {
+    id: 'terminal-start-failure',
+    published: (v) => assert.deepEqual(v, { resolved: { exitCode: 1, signal: null } }),
+    native: (v) => assert.deepEqual(v, { rejected: 'ENOENT' }),
+  },
 })
 
 add({
