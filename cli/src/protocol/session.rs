@@ -9,9 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use dsh_core::{
-    CancelToken, DshError, Executor, Field, FieldName, Num, OutputStream, OutputTap, Process, Scope,
-};
+use dsh_core::{CancelToken, DshError, Executor, OutputStream, OutputTap, Process};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -643,17 +641,23 @@ impl Session {
 
     fn wait(self: &Arc<Self>, id: &Option<Value>, p: &Fields<'_>) -> Outcome<Reply> {
         let process = self.process(p)?;
-        let field = Field::new(Scope::Request, FieldName::TimeoutMs);
-        let timeout = match p.number("timeout_ms", field)? {
+        // A parameter of this call, not a request's field: named as given.
+        let bad = |problem: String| Fault::Shape {
+            field: "timeout_ms".into(),
+            problem,
+        };
+        let timeout = match p.get("timeout_ms") {
             None => None,
-            // Past what a clock can count (1e303 ms) is no limit at all.
-            Some(Num(ms)) if ms >= 0.0 && ms.is_finite() => Duration::try_from_secs_f64(ms / 1000.0).ok(),
-            Some(Num(ms)) => {
-                return Err(Fault::Shape {
-                    field: "timeout_ms".into(),
-                    problem: format!("must be a non-negative finite number of milliseconds, got {ms}"),
-                })
-            }
+            Some(Value::Number(n)) => match n.as_f64().unwrap_or(f64::NAN) {
+                // Past what a clock can count (1e303 ms) is no limit at all.
+                ms if ms >= 0.0 && ms.is_finite() => Duration::try_from_secs_f64(ms / 1000.0).ok(),
+                ms => {
+                    return Err(bad(format!(
+                        "must be a non-negative finite number of milliseconds, got {ms}"
+                    )))
+                }
+            },
+            Some(other) => return Err(bad(format!("must be a number, got {}", frame::type_of(other)))),
         };
         let (session, id) = (self.clone(), id.clone());
         tokio::spawn(async move {
