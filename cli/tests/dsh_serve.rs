@@ -105,7 +105,10 @@ fn each_call_does_what_the_executor_does() {
     // A bad timeout of the wrong type or value names the parameter as given.
     for bad in [json!("5"), json!(true), json!(-1)] {
         let refused = rpc.call("wait", json!({ "id": id2, "timeout_ms": bad }));
-        assert_eq!(refused["error"]["data"]["field"], "timeout_ms", "{bad}: {refused}");
+        assert_eq!(
+            refused["error"]["data"]["field"], "timeout_ms",
+            "{bad}: {refused}"
+        );
     }
     // A timeout past any clock is no timeout (it once took the server down).
     rpc.send_line(json!({ "jsonrpc": "2.0", "id": 901, "method": "wait", "params": { "id": id2, "timeout_ms": 1e303 } }).to_string().as_bytes());
