@@ -45,10 +45,9 @@ pub(crate) fn signal_group(pgid: libc::pid_t, sig: libc::c_int) -> bool {
     sent
 }
 
-/// Whether a stop's `sig` is followed by a SIGCONT to the same processes:
-/// a stopped process acts on nothing but SIGKILL and SIGCONT, and would
-/// keep the SIGTERM (or a terminal's SIGHUP) pending until the SIGKILL
-/// after the grace. `timeout` and systemd send the SIGCONT too.
+/// Whether a stop's `sig` is followed by a SIGCONT (as `timeout` and
+/// systemd do): a stopped process would keep the SIGTERM (or a terminal's
+/// SIGHUP) pending until the SIGKILL after the grace.
 pub(crate) fn continued_after(sig: libc::c_int) -> bool {
     matches!(sig, libc::SIGTERM | libc::SIGHUP)
 }
