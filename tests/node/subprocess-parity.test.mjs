@@ -646,7 +646,7 @@ add({
 })
 
 add({
-  name: 'inputs outside the seam types: non-string env values, a fractional maxBytes, a null signal, an ignored output, readFrom()',
+  name: 'inputs outside the seam types: non-string env values, a fractional maxBytes, a null signal, an ignored output, readFrom(), a terminal env value undefined',
   exec: async (sp) => {
     const probe = async (extra, stdio) => {
       try {
@@ -666,7 +666,15 @@ add({
         return e.code ?? 'threw'
       }
     }
+    // A terminal's env is strings only; `undefined` is outside its type.
+    const terminalUndefined = async () => {
+      const t = await sp.spawnTerminal({ argv: ['bash', '-c', 'echo "[${HOME-unset}]"'], cwd: BASE, env: { HOME: undefined }, rows: 24, cols: 80, graceMs: GRACE })
+      const text = (await bytesOf(t.output)).toString()
+      await t.done
+      return text.includes('[undefined]') ? 'the string undefined' : text.includes(`[${process.env.HOME}]`) ? 'inherited' : text.trim()
+    }
     return {
+      terminalEnvUndefined: await terminalUndefined(),
       envNumber: await probe({ env: { DSHP_N: 5 } }),
       maxBytesFraction: await probe({}, { stdout: { maxBytes: 2.5 } }),
       signalNull: await probe({ signal: null }),
@@ -678,6 +686,7 @@ add({
     id: 'provider-strict-requests',
     published: (v) =>
       assert.deepEqual(v, {
+        terminalEnvUndefined: 'the string undefined',
         envNumber: 'ran: 0 "5\\n"',
         maxBytesFraction: 'ran: 0 "\\n"',
         signalNull: 'ran: 0 "\\n"',
@@ -687,6 +696,7 @@ add({
       }),
     native: (v) =>
       assert.deepEqual(v, {
+        terminalEnvUndefined: 'inherited',
         envNumber: 'INVALID_ARGUMENT',
         maxBytesFraction: 'INVALID_ARGUMENT',
         signalNull: 'INVALID_ARGUMENT',
