@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::ThreadId;
 
+use rustix::event::{eventfd, EventfdFlags};
 use tokio::runtime::{Builder, Handle, Runtime};
 
 use crate::executor::run::RunResult;
@@ -168,16 +169,9 @@ impl HostLoop {
         }
         // SAFETY: a descriptor epoll_create1 just returned, owned by no one else.
         let ready = crate::sys::prefer_above_stdio(unsafe { OwnedFd::from_raw_fd(fd) });
-        // SAFETY: eventfd takes an initial count and flags.
-        let later = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if later < 0 {
-            return Err(DshError::refused(
-                "cannot create an eventfd for the host's loop",
-                &std::io::Error::last_os_error(),
-            ));
-        }
-        // SAFETY: a descriptor eventfd just returned, owned by no one else.
-        let later = crate::sys::prefer_above_stdio(unsafe { OwnedFd::from_raw_fd(later) });
+        let later = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+            .map_err(|e| DshError::refused("cannot create an eventfd for the host's loop", &e.into()))?;
+        let later = crate::sys::prefer_above_stdio(later);
         // Level-triggered: readable until `dispatch` reads it.
         let mut event = libc::epoll_event {
             events: libc::EPOLLIN as u32,
@@ -217,16 +211,20 @@ impl HostLoop {
         self.check()?;
         let _turn = HostTurn::enter();
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 32];
+        let later = self.later.as_raw_fd() as u64;
+        let mut asked_later = false;
         loop {
             // SAFETY: `events` has room for the 32 entries asked for.
             let n = unsafe { libc::epoll_wait(self.ready.as_raw_fd(), events.as_mut_ptr(), 32, 0) };
+            asked_later |= events[..n.max(0) as usize].iter().any(|e| e.u64 == later);
             if n < 32 {
                 break;
             }
         }
-        let mut count = [0u8; 8];
-        // SAFETY: `count` has room for the 8 bytes an eventfd read gives.
-        unsafe { libc::read(self.later.as_raw_fd(), count.as_mut_ptr().cast(), 8) };
+        if asked_later {
+            // Level-triggered: read, or the host's loop would come at once again.
+            let _ = rustix::io::read(&self.later, &mut [0u8; 8]);
+        }
         // One turn of the reactor with no wait: yield_now lets it look for
         // events before it polls again.
         self.reactor.block_on(tokio::task::yield_now());
@@ -238,10 +236,8 @@ impl HostLoop {
     /// itself (output that comes as fast as it is read) and is left for
     /// then, after the loop's timers and other callbacks.
     pub fn poll_later(&self) {
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: `one` holds the 8 bytes an eventfd write takes. A full
-        // counter (EAGAIN) is readable already.
-        unsafe { libc::write(self.later.as_raw_fd(), one.as_ptr().cast(), 8) };
+        // A full counter (EAGAIN) is readable already.
+        let _ = rustix::io::write(&self.later, &1u64.to_ne_bytes());
     }
 
     /// Polls `run` on this thread; `cx`'s waker is woken (from any thread)
