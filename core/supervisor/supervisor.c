@@ -74,9 +74,17 @@
  *            first: a short command costs one wake-up of the host, not two,
  *            and no write to the host between its exec and its first
  *            instructions. A failure is still reported at once.
+ *            FLAG_REAP_EMPTY: a leader that exits with a code (not a
+ *            signal) while its SPAWNED is still held back (and no pid pipe
+ *            was written), leaving no adopted orphan behind, is reaped
+ *            before its exit is reported, and its report pipe closed right
+ *            after: nothing was told its pid, and its tree is empty for
+ *            good, so nothing needs the pid held. EXITED's `c` is then 1;
+ *            no release follows (none may: the pid may be reused).
  *   SHUTDOWN the executor is disposed: kill the subtree and exit.
  *
- * Adopted orphans are reaped as soon as they die; leaders only on release.
+ * Adopted orphans are reaped as soon as they die; leaders only on release
+ * (or at their exit, under FLAG_REAP_EMPTY).
  * Both are ordinary children (exec gives every process SIGCHLD as its exit
  * signal), so the orphan reaper peeks at the next zombie (WNOWAIT) and
  * stops at a leader: the zombies queued behind a held leader are reaped
@@ -188,6 +196,8 @@ struct command {
     int exited, released;
     /* FLAG_DEFER_SPAWNED: SPAWNED not sent yet; due at `spawned_due`. */
     int spawned_deferred;
+    /* FLAG_REAP_EMPTY, and no pid pipe told the host the pid. */
+    int reap_empty;
     struct timespec spawned_due;
     struct command *prev, *next; /* every command not yet reaped */
 };
@@ -647,6 +657,7 @@ static void watch_fd(int fd, struct watch *w) {
 static void maybe_finish(struct command *c) {
     if (!(c->exited && c->released)) return;
     siginfo_t si;
+    /* ECHILD for a leader reaped at its exit (on_exit_of). */
     while (waitid(P_PIDFD, (id_t)c->pidfd, &si, WEXITED | __WALL) < 0 && errno == EINTR) {
     }
     close(c->pidfd);
@@ -838,6 +849,7 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
             } else {
                 send_reply(sock, R_SPAWNED, pid, 0);
             }
+            a->cmd.reap_empty = (req->flags & FLAG_REAP_EMPTY) && pid_pipe < 0;
             if (pid_pipe >= 0) {
                 /* Four bytes fit in an empty pipe whole; a host that closed
                  * its end (EPIPE: SIGPIPE is ignored) no longer asks. */
@@ -903,6 +915,31 @@ static void on_control(void) {
     }
 }
 
+/* Our children as /proc lists them (its `children` file, read whole each
+ * time), or -1 where it cannot. */
+static int children_fd = -1;
+
+/* Whether any child of ours is not a leader: an adopted orphan, left by
+ * some command's tree. A command's descendants that outlive its leader
+ * are re-parented to us before the leader's exit is announced, so with
+ * none of them here its tree is empty and stays so. Unsure (no file, a
+ * list too long to read whole): yes. */
+static int adopted_any(void) {
+    char buf[4096];
+    if (children_fd < 0) return 1;
+    ssize_t n = pread(children_fd, buf, sizeof buf - 1, 0);
+    if (n < 0 || n >= (ssize_t)sizeof buf - 1) return 1;
+    buf[n] = 0;
+    for (char *at = buf, *end; *at;) {
+        long pid = strtol(at, &end, 10);
+        if (end == at) break;
+        if (!leader((pid_t)pid)) return 1;
+        at = end;
+        while (*at == ' ' || *at == '\n') at++;
+    }
+    return 0;
+}
+
 static void on_exit_of(struct command *c) {
     siginfo_t si;
     memset(&si, 0, sizeof si);
@@ -912,13 +949,25 @@ static void on_exit_of(struct command *c) {
     }
     epoll_ctl(epfd, EPOLL_CTL_DEL, c->pidfd, NULL);
     c->exited = 1;
-    struct reply r[2] = {{R_SPAWNED, c->pid, 0, 0}, {R_EXITED, si.si_code, si.si_status, 0}};
+    /* Nobody was told its pid, it ended on its own, and nothing of its tree
+     * is left (see FLAG_REAP_EMPTY): nothing will ever signal its pid or
+     * group, so it is reaped before its exit is reported. */
+    int reaped = c->reap_empty && c->spawned_deferred && si.si_code == CLD_EXITED && !adopted_any();
+    if (reaped) {
+        while (waitid(P_PIDFD, (id_t)c->pidfd, &si, WEXITED | __WALL) < 0 && errno == EINTR) {
+        }
+    }
+    struct reply r[2] = {{R_SPAWNED, c->pid, 0, 0}, {R_EXITED, si.si_code, si.si_status, reaped}};
     /* One write: two would wake the host twice. */
     if (c->spawned_deferred) {
         c->spawned_deferred = 0;
         write_all(c->report, r, sizeof r);
     } else {
         write_all(c->report, &r[1], sizeof r[1]);
+    }
+    if (reaped) {
+        c->released = 1;
+        maybe_finish(c);
     }
 }
 
@@ -1038,6 +1087,11 @@ int main(int argc, char **argv) {
     if (proc_dir >= 0 && (fstatfs(proc_dir, &fs) != 0 || fs.f_type != PROC_SUPER_MAGIC)) {
         close(proc_dir);
         proc_dir = -1;
+    }
+    {
+        char name[64];
+        snprintf(name, sizeof name, "%d/task/%d/children", (int)getpid(), (int)getpid());
+        children_fd = open_proc(name, O_RDONLY);
     }
     /* The host died before the parent-death signal was armed. */
     if (getppid() != host) _exit(0);

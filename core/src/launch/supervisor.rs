@@ -155,7 +155,7 @@ fn spawned(report: OwnedFd, releaser: Releaser) -> Result<(libc::pid_t, Launched
                 Ok((pid, Launched { report, releaser }))
             }
             Report::Failed(e) => Err(e),
-            Report::Exited(_) | Report::Ended => Err(SpawnError::Io(io::Error::other(
+            Report::Exited { .. } | Report::Ended => Err(SpawnError::Io(io::Error::other(
                 "unexpected reply from the dsh supervisor",
             ))),
         },
@@ -210,7 +210,9 @@ impl Supervisor {
         program: &Program<'_>,
         pid_pipe: Option<RawFd>,
     ) -> Result<Launched, SpawnError> {
-        let report = self.request(fds, program, FLAG_DEFER_SPAWNED, pid_pipe)?;
+        // Every deferred start is supervised by `supervise`, which takes a
+        // leader reaped at its exit; the supervisor rules out the piped.
+        let report = self.request(fds, program, FLAG_DEFER_SPAWNED | FLAG_REAP_EMPTY, pid_pipe)?;
         set_nonblocking(&report).map_err(SpawnError::Io)?;
         Ok(Launched {
             report,

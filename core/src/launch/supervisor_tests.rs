@@ -79,12 +79,97 @@ fn a_short_command_reports_its_pid_with_its_exit() {
         readable(&d.report, 0) || started.elapsed() >= Duration::from_millis(5),
         "the pid came alone before the exit and before 5 ms"
     );
-    assert!(matches!(
-        next(&d.report, &mut reader),
-        Report::Exited(ExitStatus::Code(0))
-    ));
+    let Report::Exited { status, reaped } = next(&d.report, &mut reader) else {
+        panic!("EXITED next");
+    };
+    assert_eq!(status, ExitStatus::Code(0));
     assert!(started.elapsed() < Duration::from_secs(30));
-    d.releaser.release(Some(pid), d.report);
+    d.releaser.release(Some(pid).filter(|_| !reaped), d.report);
+}
+
+/// Kills what is left in the group of the unreaped leader `pid`.
+fn kill_group(pid: libc::pid_t) {
+    // SAFETY: killpg takes integers; the leader is unreaped, so its group
+    // id is still its own.
+    unsafe { libc::killpg(pid, libc::SIGKILL) };
+}
+
+fn alive(pid: libc::pid_t) -> bool {
+    // SAFETY: kill(2) with signal 0 only checks.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+#[test]
+fn a_leader_that_ends_with_a_code_before_its_pid_was_told_and_leaves_nothing_is_reaped_before_its_exit_is_reported(
+) {
+    let sup = super::start().unwrap();
+    // A loaded machine may run `true` past the 5 ms after which its pid is
+    // told alone (and it is then kept for its release): tried until once
+    // the pid came with the exit.
+    for _ in 0..50 {
+        let d = start(&sup, &[c"/bin/true"]);
+        let mut reader = ReportReader::default();
+        let Report::Spawned(pid) = next(&d.report, &mut reader) else {
+            panic!("SPAWNED first");
+        };
+        let with_exit = readable(&d.report, 0);
+        let Report::Exited { status, reaped } = next(&d.report, &mut reader) else {
+            panic!("EXITED next");
+        };
+        assert_eq!(status, ExitStatus::Code(0));
+        if !with_exit {
+            assert!(!reaped, "reaped although its pid had been told");
+            d.releaser.release(Some(pid), d.report);
+            continue;
+        }
+        assert!(reaped, "a leader that left nothing was kept for a release");
+        assert!(!alive(pid), "reported reaped, but {pid} is still there");
+        // Closed right after the reap: nothing more comes, nothing is released.
+        assert!(matches!(next(&d.report, &mut reader), Report::Ended));
+        return;
+    }
+    panic!("in 50 runs of /bin/true, its pid never came with its exit");
+}
+
+#[test]
+fn a_leader_that_leaves_a_process_behind_is_kept_unreaped_until_released() {
+    let sup = super::start().unwrap();
+    let d = start(&sup, &[c"/bin/sh", c"-c", c"sleep 30 & exit 3"]);
+    let mut reader = ReportReader::default();
+    let Report::Spawned(pid) = next(&d.report, &mut reader) else {
+        panic!("SPAWNED first");
+    };
+    let Report::Exited { status, reaped } = next(&d.report, &mut reader) else {
+        panic!("EXITED next");
+    };
+    assert_eq!(status, ExitStatus::Code(3));
+    assert!(!reaped, "reaped with its `sleep` still running in its group");
+    assert!(alive(pid), "the leader must stay a zombie until released");
+    kill_group(pid);
+    d.releaser.release(Some(pid), d.report.try_clone().unwrap());
+    assert!(matches!(next(&d.report, &mut reader), Report::Ended));
+    assert!(!alive(pid));
+}
+
+#[test]
+fn a_leader_whose_pid_was_told_is_kept_unreaped_until_released() {
+    let sup = super::start().unwrap();
+    // Longer than the 5 ms after which the pid is told alone.
+    let d = start(&sup, &[c"/bin/sleep", c"0.1"]);
+    let mut reader = ReportReader::default();
+    let Report::Spawned(pid) = next(&d.report, &mut reader) else {
+        panic!("SPAWNED first");
+    };
+    assert!(!readable(&d.report, 0), "the pid came with the exit");
+    let Report::Exited { status, reaped } = next(&d.report, &mut reader) else {
+        panic!("EXITED next");
+    };
+    assert_eq!(status, ExitStatus::Code(0));
+    assert!(!reaped, "reaped although the host may hold its pid");
+    assert!(alive(pid));
+    d.releaser.release(Some(pid), d.report.try_clone().unwrap());
+    assert!(matches!(next(&d.report, &mut reader), Report::Ended));
+    assert!(!alive(pid));
 }
 
 #[test]
@@ -105,7 +190,10 @@ fn a_long_command_reports_its_pid_after_a_few_milliseconds_not_at_once() {
     unsafe { libc::kill(pid, libc::SIGKILL) };
     assert!(matches!(
         next(&d.report, &mut reader),
-        Report::Exited(ExitStatus::Signal(libc::SIGKILL))
+        Report::Exited {
+            status: ExitStatus::Signal(libc::SIGKILL),
+            reaped: false
+        }
     ));
     d.releaser.release(Some(pid), d.report);
 }
@@ -204,7 +292,7 @@ fn a_release_pipe_closed_before_the_control_socket_does_not_make_the_supervisor_
     let Report::Spawned(pid) = next(&d.report, &mut reader) else {
         panic!("SPAWNED first");
     };
-    assert!(matches!(next(&d.report, &mut reader), Report::Exited(_)));
+    assert!(matches!(next(&d.report, &mut reader), Report::Exited { .. }));
     d.releaser.release(Some(pid), d.report);
     // The host's end of the release pipe closes (dup2 closes the pipe's
     // end atomically; the descriptor, /dev/null now, stays the pipe's
@@ -226,7 +314,10 @@ fn a_release_pipe_closed_before_the_control_socket_does_not_make_the_supervisor_
     assert!(matches!(next(&d.report, &mut reader), Report::Spawned(_)));
     assert!(matches!(
         next(&d.report, &mut reader),
-        Report::Exited(ExitStatus::Code(0))
+        Report::Exited {
+            status: ExitStatus::Code(0),
+            ..
+        }
     ));
     d.releaser.release(None, d.report);
 }

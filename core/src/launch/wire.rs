@@ -122,8 +122,10 @@ pub(crate) enum Report {
     Spawned(libc::pid_t),
     /// It did not start (nothing runs).
     Failed(SpawnError),
-    /// The leader exited (it stays unreaped until released).
-    Exited(ExitStatus),
+    /// The leader exited: it stays unreaped until released, unless the
+    /// supervisor reaped it already (FLAG_REAP_EMPTY: nobody had its pid,
+    /// its tree is empty), when no release may be sent.
+    Exited { status: ExitStatus, reaped: bool },
     /// End of file before the leader's exit was reported: the supervisor
     /// itself was killed.
     Ended,
@@ -160,15 +162,22 @@ impl ReportReader {
         }
     }
 
-    /// Blocks (in `poll`) until the leader's exit has been reported; calls
-    /// `on_spawned` with its pid if that comes first.
-    pub(crate) fn wait(&mut self, fd: RawFd, mut on_spawned: impl FnMut(libc::pid_t)) -> ExitStatus {
+    /// Blocks (in `poll`) until the leader's exit has been reported, and
+    /// returns that report (`Exited`, or `Ended` when none can come).
+    /// `on_spawned` gets the leader's pid if it came before the exit and
+    /// the exit is not already waiting behind it: a pid that comes with an
+    /// exit may be one the supervisor reaped (and freed) already.
+    pub(crate) fn wait(&mut self, fd: RawFd, mut on_spawned: impl FnMut(libc::pid_t)) -> Report {
+        let mut spawned = None;
         loop {
             match self.read(fd) {
-                Ok(Report::Spawned(pid)) => on_spawned(pid),
-                Ok(Report::Exited(status)) => return status,
-                Ok(Report::Failed(_) | Report::Ended) => return ExitStatus::Unavailable,
+                Ok(Report::Spawned(pid)) => spawned = Some(pid),
+                Ok(exited @ Report::Exited { .. }) => return exited,
+                Ok(Report::Failed(_) | Report::Ended) => return Report::Ended,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if let Some(pid) = spawned.take() {
+                        on_spawned(pid);
+                    }
                     let mut pfd = libc::pollfd {
                         fd,
                         events: libc::POLLIN,
@@ -177,7 +186,7 @@ impl ReportReader {
                     // SAFETY: one valid pollfd.
                     unsafe { libc::poll(&mut pfd, 1, -1) };
                 }
-                Err(_) => return ExitStatus::Unavailable,
+                Err(_) => return Report::Ended,
             }
         }
     }
@@ -191,7 +200,10 @@ pub(crate) fn decode_report(words: [i32; 4]) -> Report {
             errno,
             detail,
         }),
-        [R_EXITED, code, status, _] => Report::Exited(exit_status(code, status)),
+        [R_EXITED, code, status, reaped] => Report::Exited {
+            status: exit_status(code, status),
+            reaped: reaped == 1,
+        },
         _ => Report::Failed(SpawnError::Io(io::Error::other(
             "unexpected reply from the dsh supervisor",
         ))),

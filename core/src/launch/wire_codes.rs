@@ -52,9 +52,18 @@ wire! {
     /// when it did not start. The host reads it only when asked for the
     /// pid, so a short command still costs the host one wake-up.
     FLAG_PID_PIPE: u32 = 8192;
+    /// The host takes EXITED with `c` = 1 as a leader already reaped: one
+    /// that exited with a code before its pid was told to anyone (SPAWNED
+    /// held back, no pid pipe) and left no process behind (no child of
+    /// the supervisor but leaders). Nothing then signals its pid or group,
+    /// and no release is sent; a run of a short command costs no release
+    /// round trip.
+    FLAG_REAP_EMPTY: u32 = 16384;
     // Replies on a command's report pipe (`struct reply { kind, a, b, c }`).
     R_SPAWNED: i32 = 1;
     R_FAILED: i32 = 2;
+    /// `{ R_EXITED, si_code, si_status, reaped }`: `reaped` is 1 for a
+    /// leader reaped at its exit (FLAG_REAP_EMPTY), else 0.
     R_EXITED: i32 = 3;
     /// The probe's reply (`struct reply { R_PROBED, namespaces, step,
     /// errno }`, written to its fd 3): `namespaces` is NAMESPACES_NONE,

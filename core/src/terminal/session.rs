@@ -270,7 +270,7 @@ fn exit_waiting(
 ) -> Option<Event> {
     let report = take_waiting_reports(fd, reader, &mut Some(pid), lost)?;
     Some(Event::Exited(match report {
-        Report::Exited(s) => s,
+        Report::Exited { status, .. } => status,
         _ => ExitStatus::Unavailable,
     }))
 }

@@ -82,11 +82,11 @@ pub(crate) fn signal_tree(pid: libc::pid_t, tag: &str, sig: libc::c_int, with_sw
 fn kill_unwatched(report_fd: OwnedFd, releaser: crate::launch::supervisor::Releaser, tag: &str) {
     sweep(TagMatch::command(tag), libc::SIGKILL);
     let mut pid = None;
-    ReportReader::default().wait(report_fd.as_raw_fd(), |p| {
+    let end = ReportReader::default().wait(report_fd.as_raw_fd(), |p| {
         pid = Some(p);
         signal_tree(p, tag, libc::SIGKILL, true);
     });
-    releaser.release(pid, report_fd);
+    releaser.release(pid.filter(|_| !reaped(&end)), report_fd);
 }
 
 /// What the command's stdin is fed from.
@@ -122,10 +122,7 @@ enum Event {
 pub(crate) async fn read_report(fd: &AsyncFd<OwnedFd>, reader: &mut ReportReader) -> Report {
     loop {
         let Ok(mut guard) = fd.readable().await else {
-            return match reader.wait(fd.as_raw_fd(), |_| {}) {
-                ExitStatus::Unavailable => Report::Ended,
-                status => Report::Exited(status),
-            };
+            return reader.wait(fd.as_raw_fd(), |_| {});
         };
         match guard.try_io(|fd| reader.read(fd.as_raw_fd())) {
             Ok(Ok(report)) => return report,
@@ -133,6 +130,14 @@ pub(crate) async fn read_report(fd: &AsyncFd<OwnedFd>, reader: &mut ReportReader
             Err(_would_block) => continue,
         }
     }
+}
+
+/// Whether a report is the exit of a leader the supervisor reaped at once
+/// (FLAG_REAP_EMPTY): nobody had its pid and its tree is empty for good,
+/// so nothing is signalled or released after it; its pid may already be
+/// another process's.
+fn reaped(report: &Report) -> bool {
+    matches!(report, Report::Exited { reaped: true, .. })
 }
 
 /// How long a settle waits for the supervisor to confirm the reap of a
@@ -151,6 +156,8 @@ pub(crate) async fn release_reaped(
     report_fd: AsyncFd<OwnedFd>,
     reader: &mut ReportReader,
 ) {
+    // `None`: no pid came, or the leader was reaped at its exit (`reaped`),
+    // when a release could free another leader that has its pid now.
     releaser.announce(pid);
     if pid.is_some() {
         let reaped = async { while !matches!(read_report(&report_fd, reader).await, Report::Ended) {} };
@@ -208,7 +215,7 @@ pub(crate) async fn read_exit(fd: &AsyncFd<OwnedFd>, reader: &mut ReportReader) 
     loop {
         match read_report(fd, reader).await {
             Report::Spawned(_) => continue,
-            Report::Exited(status) => return status,
+            Report::Exited { status, .. } => return status,
             Report::Failed(_) | Report::Ended => return ExitStatus::Unavailable,
         }
     }
@@ -339,6 +346,9 @@ async fn supervise_inner(
     // The supervisor was killed: the leader's pid and group are no longer
     // held for us, so only pid-safe tag sweeps may signal the tree.
     let mut lost = false;
+    // The supervisor reaped the leader at its exit (see `reaped`): from
+    // then on nothing is signalled, and nothing released.
+    let mut leader_reaped = false;
     let (stdin, pipe) = match stdin {
         StdinSource::Bytes(b) => (b.unwrap_or(&[]), None),
         StdinSource::Pipe(p) => (&[][..], Some(p)),
@@ -465,9 +475,19 @@ async fn supervise_inner(
             }
             Event::Report(Report::Spawned(p)) => {
                 pid = Some(p);
+                // An exit that came with the pid may be of a leader already
+                // reaped: looked at before the pid is used.
+                if (stdin_broke || deferred.is_some()) && unhandled.is_none() {
+                    unhandled = take_waiting_reports(&report_fd, &mut report, &mut pid, &mut lost);
+                }
+                let gone = unhandled.as_ref().is_some_and(reaped);
                 if std::mem::take(&mut stdin_broke) {
                     if let Some(pipe) = pipe {
-                        pipe.end(why_stdin_broke(p));
+                        pipe.end(if gone {
+                            StdinEnd::Exited
+                        } else {
+                            why_stdin_broke(p)
+                        });
                     }
                 }
                 if let Some((sig, with_sweep)) = deferred.take() {
@@ -476,8 +496,10 @@ async fn supervise_inner(
                     // SIGKILL by tag had not gone out), it ended on its own.
                     stop_after_exit |= escalation.stopped().is_some_and(moot_after_an_exit)
                         && escalation.kill_due().is_some()
-                        && crate::sys::process_exiting(p);
-                    signal_tree(p, tag, sig, with_sweep);
+                        && (gone || crate::sys::process_exiting(p));
+                    if !gone {
+                        signal_tree(p, tag, sig, with_sweep);
+                    }
                 }
             }
             Event::Report(Report::Failed(e)) => {
@@ -492,8 +514,9 @@ async fn supervise_inner(
                 )));
             }
             Event::Report(report) => {
+                leader_reaped = reaped(&report);
                 let s = match report {
-                    Report::Exited(s) => s,
+                    Report::Exited { status, .. } => status,
                     _ => ExitStatus::Unavailable,
                 };
                 // A command that has exited takes no more input.
@@ -525,7 +548,9 @@ async fn supervise_inner(
                 if let Some(g) = &group {
                     g.kill_members();
                 }
-                if lost {
+                if leader_reaped {
+                    // Its tree is empty: nothing to signal.
+                } else if lost {
                     sweep(TagMatch::command(tag), libc::SIGKILL);
                 } else {
                     signal_known(pid, tag, libc::SIGKILL, true);
@@ -541,14 +566,17 @@ async fn supervise_inner(
                 if !exited && unhandled.is_none() {
                     unhandled = take_waiting_reports(&report_fd, &mut report, &mut pid, &mut lost);
                     stop_after_exit =
-                        moot_after_an_exit(reason) && matches!(unhandled, Some(Report::Exited(_)));
+                        moot_after_an_exit(reason) && matches!(unhandled, Some(Report::Exited { .. }));
                 }
+                let gone = leader_reaped || unhandled.as_ref().is_some_and(reaped);
                 // The leader is unreaped until released: one exiting (or a
                 // zombie) ended on its own before this stop (its exit
                 // report is on its way), and a signal now is lost on it.
-                stop_after_exit |=
-                    moot_after_an_exit(reason) && (exited || pid.is_some_and(crate::sys::process_exiting));
-                if lost {
+                stop_after_exit |= moot_after_an_exit(reason)
+                    && (exited || gone || pid.is_some_and(crate::sys::process_exiting));
+                if gone {
+                    // Its tree is empty: nothing to signal.
+                } else if lost {
                     sweep(TagMatch::command(tag), libc::SIGTERM);
                 } else if let Some(pid) = pid {
                     signal_tree(pid, tag, libc::SIGTERM, reason != Stop::Dispose);
@@ -565,7 +593,9 @@ async fn supervise_inner(
                 if pid.is_none() && !exited && unhandled.is_none() {
                     unhandled = take_waiting_reports(&report_fd, &mut report, &mut pid, &mut lost);
                 }
-                if lost {
+                if leader_reaped || unhandled.as_ref().is_some_and(reaped) {
+                    // Its tree is empty: nothing to signal.
+                } else if lost {
                     sweep(TagMatch::command(tag), libc::SIGKILL);
                 } else {
                     let with_sweep = escalation.stopped() != Some(Stop::Dispose);
@@ -604,7 +634,7 @@ async fn supervise_inner(
     }
     // The pid has come by now (SPAWNED precedes EXITED), unless the
     // supervisor was lost: then only tag sweeps are safe.
-    let leader = pid.filter(|_| !lost);
+    let leader = pid.filter(|_| !lost && !leader_reaped);
     // A limit reached by what the leader left behind (a fork bomb's
     // processes after their shell exited) ends them too.
     if let (None, Some(leader)) = (escalation.stopped(), leader) {
@@ -635,6 +665,8 @@ async fn supervise_inner(
         }
     }
     let survivors = match leader {
+        // Nothing of its tree was left at its exit, nor can be since.
+        None if leader_reaped => 0,
         None => sweep_counted(TagMatch::command(tag), libc::SIGKILL).await.last as u32,
         Some(leader) => escalation.finish(leader, tag).await,
     };
@@ -646,7 +678,13 @@ async fn supervise_inner(
     };
     // A stuck leader is released unreaped: the supervisor reaps it if it
     // ever exits.
-    release_reaped(releaser, pid.filter(|_| !given_up), report_fd, &mut report).await;
+    release_reaped(
+        releaser,
+        pid.filter(|_| !given_up && !leader_reaped),
+        report_fd,
+        &mut report,
+    )
+    .await;
     Ok(Outcome {
         status,
         stop: escalation.stopped().filter(|_| !stop_after_exit),
