@@ -915,8 +915,8 @@ static void on_control(void) {
     }
 }
 
-/* Our children as /proc lists them (its `children` file, read whole each
- * time), or -1 where it cannot. */
+/* Our children as /proc lists them (`thread-self/children`, read whole
+ * each time; we have one thread), or -1 where it cannot. */
 static int children_fd = -1;
 
 /* Whether any child of ours is not a leader: an adopted orphan, left by
@@ -1088,11 +1088,11 @@ int main(int argc, char **argv) {
         close(proc_dir);
         proc_dir = -1;
     }
-    {
-        char name[64];
-        snprintf(name, sizeof name, "%d/task/%d/children", (int)getpid(), (int)getpid());
-        children_fd = open_proc(name, O_RDONLY);
-    }
+    /* `thread-self`, not our pid: a /proc of another pid namespace (the
+     * parent's, not remounted) numbers us differently, and our pid there
+     * is someone else's. Its pids then match no leader: nothing is
+     * reaped early. */
+    children_fd = open_proc("thread-self/children", O_RDONLY);
     /* The host died before the parent-death signal was armed. */
     if (getppid() != host) _exit(0);
     /* Two descriptors per running command; commands get the original

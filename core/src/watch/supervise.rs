@@ -476,8 +476,9 @@ async fn supervise_inner(
             Event::Report(Report::Spawned(p)) => {
                 pid = Some(p);
                 // An exit that came with the pid may be of a leader already
-                // reaped: looked at before the pid is used.
-                if (stdin_broke || deferred.is_some()) && unhandled.is_none() {
+                // reaped: taken now, before anything (a stop, a stdin
+                // error) can use the pid.
+                if unhandled.is_none() {
                     unhandled = take_waiting_reports(&report_fd, &mut report, &mut pid, &mut lost);
                 }
                 let gone = unhandled.as_ref().is_some_and(reaped);
