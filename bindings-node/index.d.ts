@@ -436,7 +436,7 @@ export declare class NativeTerminalHandle {
   readOutput(): TerminalRead
   /** Writes to the terminal's input as typed; resolves once taken; TERMINAL_CLOSED after the program exited. A Buffer is held, not copied, until then: do not transfer or detach its ArrayBuffer meanwhile. */
   write(data: string | Buffer): Promise<void>
-  /** Changes the window size; the foreground group gets SIGWINCH. */
+  /** Changes the window size; the foreground group gets SIGWINCH. Throws TERMINAL_CLOSED once the program exited. */
   resize(rows: number, cols: number): void
   /** The foreground group and whether it waits for input (`/proc` is read off the JS thread); undefined once the program exited. */
   inspectForeground(): Promise<TerminalForeground | undefined>

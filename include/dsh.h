@@ -116,7 +116,7 @@ typedef enum DshStatus {
   DSH_LIMIT_UNAVAILABLE = 15,
   /**
    * A terminal session cannot take the call: its program has exited
-   * (write, signal) or the session has ended (resize).
+   * (write, signal, resize) or the session has ended.
    */
   DSH_TERMINAL_CLOSED = 16,
 } DshStatus;

@@ -16,7 +16,7 @@ import {
   remoteWriteQueue,
   INPUT_GONE,
   NO_FOREGROUND,
-  SESSION_ENDED,
+  RESIZE_AFTER_EXIT,
   TERMINAL_SIGNALS,
   dimensionProblem,
   quoted,
@@ -337,9 +337,9 @@ export class RemoteTerminalHandle {
     const m = this.#m
     const s = this.#session
     if (m.lostHere) throw s.conn.lostError()
-    // Over once the program exited and its output ended (a dispose learns
-    // both before it closes the connection): the server would refuse it.
-    if (m.terminated || (m.exited && m.outputEnded)) throw coded('TERMINAL_CLOSED', SESSION_ENDED)
+    // Refused once the program exited, as the server would (a resize sent
+    // before the client learnt of the exit is refused there, silently).
+    if (m.terminated || m.exited) throw coded('TERMINAL_CLOSED', RESIZE_AFTER_EXIT)
     s.conn.call('terminal_resize', { id: m.id, rows, cols }).catch((err) => {
       if (err.code !== 'TERMINAL_CLOSED' && err.code !== 'CONNECTION_LOST') process.emitWarning(err, 'DshRemoteWarning')
     })

@@ -65,7 +65,7 @@ export function refused(field, problem) {
 // The core's TERMINAL_CLOSED messages, for what a terminal handle knows itself.
 export const INPUT_GONE = "the terminal's program has exited: its input cannot be written"
 export const NO_FOREGROUND = 'the terminal has no foreground process group (its program has exited)'
-export const SESSION_ENDED = 'the terminal session has ended: it cannot be resized'
+export const RESIZE_AFTER_EXIT = "the terminal's program has exited: it cannot be resized"
 
 /** The signals a terminal's foreground group can be sent, in the core's order (its message lists them so). */
 export const TERMINAL_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGKILL', 'SIGTSTP', 'SIGHUP']

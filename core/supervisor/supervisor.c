@@ -954,8 +954,12 @@ static void on_exit_of(struct command *c) {
      * group, so it is reaped before its exit is reported. */
     int reaped = c->reap_empty && c->spawned_deferred && si.si_code == CLD_EXITED && !adopted_any();
     if (reaped) {
-        while (waitid(P_PIDFD, (id_t)c->pidfd, &si, WEXITED | __WALL) < 0 && errno == EINTR) {
+        siginfo_t gone;
+        int r;
+        while ((r = waitid(P_PIDFD, (id_t)c->pidfd, &gone, WEXITED | __WALL)) < 0 && errno == EINTR) {
         }
+        /* Said only if done: a pid reported reaped is free. */
+        reaped = r == 0;
     }
     struct reply r[2] = {{R_SPAWNED, c->pid, 0, 0}, {R_EXITED, si.si_code, si.si_status, reaped}};
     /* One write: two would wake the host twice. */

@@ -593,6 +593,13 @@ fn terminate_after_the_program_ended_still_ends_what_it_left() {
     s.write("\n");
     assert_eq!(s.exit_code(), Some(0));
     assert!(alive(pid), "the left-behind process runs until terminate()");
+    // Refused once the program has exited, as a write is, whether or not
+    // the session has wound down yet (it has not: the process it left
+    // holds the terminal).
+    assert!(matches!(
+        s.term.resize(n(30).unwrap(), n(90).unwrap()),
+        Err(DshError::TerminalClosed(_))
+    ));
     assert_eq!(s.term.terminate_blocking().unwrap(), 0);
     assert!(!alive(pid));
 }

@@ -52,7 +52,7 @@ pub enum DshStatus {
     /// A limit was asked for that this host cannot enforce; nothing ran.
     DSH_LIMIT_UNAVAILABLE = 15,
     /// A terminal session cannot take the call: its program has exited
-    /// (write, signal) or the session has ended (resize).
+    /// (write, signal, resize) or the session has ended.
     DSH_TERMINAL_CLOSED = 16,
 }
 

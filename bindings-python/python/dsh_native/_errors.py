@@ -83,8 +83,8 @@ class StdinClosedError(DshError, BrokenPipeError):
 
 class TerminalClosedError(DshError, RuntimeError):
     """A terminal session cannot take this call any more: its program has
-    exited (``write``, ``signal_foreground``) or the session has ended
-    (``resize``)."""
+    exited (``write``, ``signal_foreground``, ``resize``) or the session
+    has ended."""
 
 
 class InternalError(DshError, RuntimeError):

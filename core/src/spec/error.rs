@@ -246,7 +246,7 @@ pub enum DshError {
     Internal(String),
 
     /// A terminal session cannot take this call any more: its program has
-    /// exited (input, signals), or the session has ended (resize). The
+    /// exited (input, signals, resize), or the session has ended. The
     /// message says which.
     #[error("{0}")]
     TerminalClosed(String),

@@ -317,6 +317,12 @@ impl Terminal {
         let cols = dimension(Field::new(Scope::Terminal, FieldName::Cols), cols)?;
         forked::check_host(self.shared.host_pid)?;
         let ended = || closed("the terminal session has ended: it cannot be resized");
+        // Refused from the program's exit, as a write is, not from the
+        // session's end a moment later: the same call cannot succeed or
+        // fail by how fast the session winds down.
+        if self.has_exited() {
+            return Err(closed("the terminal's program has exited: it cannot be resized"));
+        }
         let control = lock(&self.shared.control);
         let fd = control.as_ref().ok_or_else(ended)?;
         pty::set_size(fd, rows, cols).map_err(|e| closed(&format!("cannot resize the terminal: {e}")))

@@ -45,7 +45,7 @@ _TERMINAL_SIGNALS = ("SIGINT", "SIGTERM", "SIGKILL", "SIGTSTP", "SIGHUP")
 # The core's words when a session cannot take a call, for a session whose
 # end was learnt at ``close``: nobody is left on the far side to say them.
 _INPUT_GONE = "the terminal's program has exited: its input cannot be written"
-_RESIZE_GONE = "the terminal session has ended: it cannot be resized"
+_RESIZE_GONE = "the terminal's program has exited: it cannot be resized"
 _NO_FOREGROUND = "the terminal has no foreground process group (its program has exited)"
 
 # How long ``close`` goes on reading what disposed sessions printed last
