@@ -339,6 +339,24 @@ mod tests {
         HostEnv::scrubbed(pairs.iter().copied())
     }
 
+    /// A host's environment with what a command must not see (secrets, a
+    /// stale tag), what it must see byte for byte (a name and a value that
+    /// are not UTF-8), and what is forced for it (the terminal settings),
+    /// made into a command's environment tagged `tag`.
+    fn typical_command_env(tag: &str) -> Envp {
+        let h = host(&[
+            (b"PLAIN", b"kept"),
+            (b"LANG_\xff", b"value \xfe"),
+            (b"GITHUB_TOKEN", b"leak"),
+            (b"DSH_STALE", b"leak"),
+            (b"TERM", b"xterm-256color"),
+            (b"PAGER", b"less"),
+            (b"GIT_PAGER", b"delta"),
+            (b"NO_COLOR", b"0"),
+        ]);
+        child_environment(h, &spec(&[], &[]), tag)
+    }
+
     /// `envp` as (name, value) pairs, in order.
     fn pairs(envp: &Envp) -> Vec<(Vec<u8>, Vec<u8>)> {
         envp.entries()
@@ -355,57 +373,46 @@ mod tests {
 
     #[test]
     fn credential_like_and_managed_names_are_scrubbed_case_insensitively() {
-        for name in [
-            &b"MY_API_KEY"[..],
-            b"api_key",
-            b"KEYRING_BACKEND",
-            b"db_password",
-            b"Password",
-            b"GITHUB_TOKEN",
-            b"token",
-            b"aws_secret_access_key",
-            b"Client_Secret",
-            b"DSH_",
-            b"DSH_EXEC_TAG",
-            b"dsh_lower",
-            b"\xffKEY\xfe",
+        // Each name, and whether a command must not see it.
+        for (name, scrubbed) in [
+            (&b"MY_API_KEY"[..], true),
+            (b"api_key", true),
+            (b"KEYRING_BACKEND", true),
+            (b"db_password", true),
+            (b"Password", true),
+            (b"GITHUB_TOKEN", true),
+            (b"token", true),
+            (b"aws_secret_access_key", true),
+            (b"Client_Secret", true),
+            (b"DSH_", true),
+            (b"DSH_EXEC_TAG", true),
+            (b"dsh_lower", true),
+            (b"\xffKEY\xfe", true),
+            (b"PATH", false),
+            (b"HOME", false),
+            (b"TERM", false),
+            (b"SSH_AUTH_SOCK", false),
+            (b"PASS", false),
+            (b"TOKE", false),
+            (b"KE_Y", false),
+            (b"XDSH_Y", false),
+            (b"DSH", false),
+            (b"\xff", false),
+            (b"", false),
         ] {
-            assert!(
+            assert_eq!(
                 is_scrubbed(name),
-                "{:?} must be scrubbed",
-                String::from_utf8_lossy(name)
-            );
-        }
-        for name in [
-            &b"PATH"[..],
-            b"HOME",
-            b"TERM",
-            b"SSH_AUTH_SOCK",
-            b"PASS",
-            b"TOKE",
-            b"KE_Y",
-            b"XDSH_Y",
-            b"DSH",
-            b"\xff",
-            b"",
-        ] {
-            assert!(
-                !is_scrubbed(name),
-                "{:?} must be kept",
-                String::from_utf8_lossy(name)
+                scrubbed,
+                "{:?} must be {}",
+                String::from_utf8_lossy(name),
+                if scrubbed { "scrubbed" } else { "kept" }
             );
         }
     }
 
     #[test]
     fn the_host_environment_is_scrubbed_and_kept_byte_for_byte() {
-        let h = host(&[
-            (b"PLAIN", b"kept"),
-            (b"LANG_\xff", b"value \xfe"),
-            (b"GITHUB_TOKEN", b"leak"),
-            (b"DSH_STALE", b"leak"),
-        ]);
-        let envp = child_environment(h, &spec(&[], &[]), "tag-1");
+        let envp = typical_command_env("tag-1");
         let names: Vec<Vec<u8>> = pairs(&envp).into_iter().map(|(k, _)| k).collect();
         assert!(!names.iter().any(|k| k == b"GITHUB_TOKEN" || k == b"DSH_STALE"));
         assert_eq!(get(&envp, "PLAIN"), Some(&b"kept"[..]));
@@ -414,13 +421,7 @@ mod tests {
 
     #[test]
     fn forced_terminal_settings_override_the_host_and_the_tag_is_set() {
-        let h = host(&[
-            (b"TERM", b"xterm-256color"),
-            (b"PAGER", b"less"),
-            (b"GIT_PAGER", b"delta"),
-            (b"NO_COLOR", b"0"),
-        ]);
-        let envp = child_environment(h, &spec(&[], &[]), "tag-2");
+        let envp = typical_command_env("tag-2");
         for (name, value) in [
             ("NO_COLOR", "1"),
             ("TERM", "dumb"),

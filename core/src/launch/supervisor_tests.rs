@@ -150,42 +150,41 @@ fn the_supervisor_looks_at_its_children_afresh_at_each_exit() {
     reaped_at_its_exit(&sup);
 }
 
-/// A leader that exits leaving `sleep` in its group: held until released,
-/// then its group killed and the leader released.
+/// A leader that exits leaving `sleep` in its group is held until released.
 fn leave_a_process_behind(sup: &Supervisor) {
-    let d = start(sup, &[c"/bin/sh", c"-c", c"sleep 30 & exit 3"]);
-    let mut reader = ReportReader::default();
-    let Report::Spawned(pid) = next(&d.report, &mut reader) else {
-        panic!("SPAWNED first");
-    };
-    let Report::Exited { status, reaped } = next(&d.report, &mut reader) else {
-        panic!("EXITED next");
-    };
-    assert_eq!(status, ExitStatus::Code(3));
-    assert!(!reaped, "reaped with its `sleep` still running in its group");
-    assert!(alive(pid), "the leader must stay a zombie until released");
-    kill_group(pid);
-    d.releaser.release(Some(pid), d.report.try_clone().unwrap());
-    assert!(matches!(next(&d.report, &mut reader), Report::Ended));
-    assert!(!alive(pid));
+    let argv = [c"/bin/sh", c"-c", c"sleep 30 & exit 3"];
+    held_until_released(
+        sup,
+        &argv,
+        ExitStatus::Code(3),
+        "its `sleep` still runs in its group",
+    );
 }
 
 #[test]
 fn a_leader_whose_pid_was_told_is_kept_unreaped_until_released() {
     let sup = super::start().unwrap();
     // Longer than the 5 ms after which the pid is told alone.
-    let d = start(&sup, &[c"/bin/sleep", c"0.1"]);
+    let argv = [c"/bin/sleep", c"0.1"];
+    held_until_released(&sup, &argv, ExitStatus::Code(0), "the host may hold its pid");
+}
+
+/// Starts `argv`, expects its exit with `status` and its leader held as an
+/// unreaped zombie (`because`), kills what is left in its group, releases
+/// it, and checks that the supervisor reaps it then.
+fn held_until_released(sup: &Supervisor, argv: &[&CStr], status: ExitStatus, because: &str) {
+    let d = start(sup, argv);
     let mut reader = ReportReader::default();
     let Report::Spawned(pid) = next(&d.report, &mut reader) else {
         panic!("SPAWNED first");
     };
-    assert!(!readable(&d.report, 0), "the pid came with the exit");
-    let Report::Exited { status, reaped } = next(&d.report, &mut reader) else {
+    let Report::Exited { status: got, reaped } = next(&d.report, &mut reader) else {
         panic!("EXITED next");
     };
-    assert_eq!(status, ExitStatus::Code(0));
-    assert!(!reaped, "reaped although the host may hold its pid");
-    assert!(alive(pid));
+    assert_eq!(got, status);
+    assert!(!reaped, "reaped at its exit, but {because}");
+    assert!(alive(pid), "the leader must stay a zombie until released");
+    kill_group(pid);
     d.releaser.release(Some(pid), d.report.try_clone().unwrap());
     assert!(matches!(next(&d.report, &mut reader), Report::Ended));
     assert!(!alive(pid));
