@@ -146,7 +146,15 @@ fn a_leader_that_leaves_a_process_behind_is_kept_unreaped_until_released() {
 fn the_supervisor_looks_at_its_children_afresh_at_each_exit() {
     let sup = super::start().unwrap();
     leave_a_process_behind(&sup);
-    // With the `sleep` gone, a command that leaves nothing is reaped again.
+    // The killed `sleep` is the supervisor's child until it reaps it, a
+    // moment later; with it gone, a command that leaves nothing is reaped
+    // at its exit again.
+    let children = format!("/proc/{0}/task/{0}/children", sup.pid());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&children).unwrap().trim().is_empty() {
+        assert!(Instant::now() < deadline, "the killed `sleep` was never reaped");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     reaped_at_its_exit(&sup);
 }
 
