@@ -652,14 +652,18 @@ static void watch_fd(int fd, struct watch *w) {
     epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
-/* A command is freed once its leader has exited and the host released
- * it: the leader is reaped here, and no sooner. */
-static void maybe_finish(struct command *c) {
-    if (!(c->exited && c->released)) return;
+/* Reaps the exited child behind `pidfd`; 0 once it is reaped. */
+static int reap(int pidfd) {
     siginfo_t si;
-    /* ECHILD for a leader reaped at its exit (on_exit_of). */
-    while (waitid(P_PIDFD, (id_t)c->pidfd, &si, WEXITED | __WALL) < 0 && errno == EINTR) {
+    int r;
+    while ((r = waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED | __WALL)) < 0 && errno == EINTR) {
     }
+    return r;
+}
+
+/* Frees a command whose leader is reaped, and reaps the orphans its hold
+ * kept waiting. */
+static void forget(struct command *c) {
     close(c->pidfd);
     close(c->report);
     if (c->prev) c->prev->next = c->next;
@@ -667,6 +671,14 @@ static void maybe_finish(struct command *c) {
     if (c->next) c->next->prev = c->prev;
     free(c); /* the start of its struct command_alloc */
     reap_orphans();
+}
+
+/* A command is freed once its leader has exited and the host released
+ * it: the leader is reaped here, and no sooner (but see FLAG_REAP_EMPTY). */
+static void maybe_finish(struct command *c) {
+    if (!(c->exited && c->released)) return;
+    reap(c->pidfd);
+    forget(c);
 }
 
 /* `inline_bytes` holds what followed the request in its message. */
@@ -822,9 +834,7 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
             close(sock);
             free(a);
         } else if (plan.outcome->step != 0) {
-            siginfo_t si;
-            while (waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED | __WALL) < 0 && errno == EINTR) {
-            }
+            reap(pidfd);
             close(pidfd);
             send_reply3(sock, R_FAILED, plan.outcome->step, plan.outcome->err, plan.outcome->detail);
             close(sock);
@@ -952,15 +962,9 @@ static void on_exit_of(struct command *c) {
     /* Nobody was told its pid, it ended on its own, and nothing of its tree
      * is left (see FLAG_REAP_EMPTY): nothing will ever signal its pid or
      * group, so it is reaped before its exit is reported. */
-    int reaped = c->reap_empty && c->spawned_deferred && si.si_code == CLD_EXITED && !adopted_any();
-    if (reaped) {
-        siginfo_t gone;
-        int r;
-        while ((r = waitid(P_PIDFD, (id_t)c->pidfd, &gone, WEXITED | __WALL)) < 0 && errno == EINTR) {
-        }
-        /* Said only if done: a pid reported reaped is free. */
-        reaped = r == 0;
-    }
+    /* Said only if done: a pid reported reaped is free. */
+    int reaped = c->reap_empty && c->spawned_deferred && si.si_code == CLD_EXITED && !adopted_any() &&
+                 reap(c->pidfd) == 0;
     struct reply r[2] = {{R_SPAWNED, c->pid, 0, 0}, {R_EXITED, si.si_code, si.si_status, reaped}};
     /* One write: two would wake the host twice. */
     if (c->spawned_deferred) {
@@ -969,10 +973,7 @@ static void on_exit_of(struct command *c) {
     } else {
         write_all(c->report, &r[1], sizeof r[1]);
     }
-    if (reaped) {
-        c->released = 1;
-        maybe_finish(c);
-    }
+    if (reaped) forget(c);
 }
 
 /* Marks every leader whose pid the host wrote on the release pipe. Runs

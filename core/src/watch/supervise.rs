@@ -132,12 +132,16 @@ pub(crate) async fn read_report(fd: &AsyncFd<OwnedFd>, reader: &mut ReportReader
     }
 }
 
-/// Whether a report is the exit of a leader the supervisor reaped at once
-/// (FLAG_REAP_EMPTY): nobody had its pid and its tree is empty for good,
-/// so nothing is signalled or released after it; its pid may already be
-/// another process's.
+/// The exit of a leader reaped at once (FLAG_REAP_EMPTY: its tree is empty
+/// for good): nothing is signalled or released after it, as its pid may
+/// already be another process's.
 fn reaped(report: &Report) -> bool {
     matches!(report, Report::Exited { reaped: true, .. })
+}
+
+/// Whether that exit was handled, or waits to be: the pid is not ours.
+fn leader_gone(handled: bool, waiting: &Option<Report>) -> bool {
+    handled || waiting.as_ref().is_some_and(reaped)
 }
 
 /// How long a settle waits for the supervisor to confirm the reap of a
@@ -346,8 +350,7 @@ async fn supervise_inner(
     // The supervisor was killed: the leader's pid and group are no longer
     // held for us, so only pid-safe tag sweeps may signal the tree.
     let mut lost = false;
-    // The supervisor reaped the leader at its exit (see `reaped`): from
-    // then on nothing is signalled, and nothing released.
+    // The leader's reaped exit was handled (see `reaped`).
     let mut leader_reaped = false;
     let (stdin, pipe) = match stdin {
         StdinSource::Bytes(b) => (b.unwrap_or(&[]), None),
@@ -475,13 +478,12 @@ async fn supervise_inner(
             }
             Event::Report(Report::Spawned(p)) => {
                 pid = Some(p);
-                // An exit that came with the pid may be of a leader already
-                // reaped: taken now, before anything (a stop, a stdin
-                // error) can use the pid.
+                // An exit that came with the pid may be a reaped one: taken
+                // before anything (a stop, a stdin error) uses the pid.
                 if unhandled.is_none() {
                     unhandled = take_waiting_reports(&report_fd, &mut report, &mut pid, &mut lost);
                 }
-                let gone = unhandled.as_ref().is_some_and(reaped);
+                let gone = leader_gone(leader_reaped, &unhandled);
                 if std::mem::take(&mut stdin_broke) {
                     if let Some(pipe) = pipe {
                         pipe.end(if gone {
@@ -569,7 +571,7 @@ async fn supervise_inner(
                     stop_after_exit =
                         moot_after_an_exit(reason) && matches!(unhandled, Some(Report::Exited { .. }));
                 }
-                let gone = leader_reaped || unhandled.as_ref().is_some_and(reaped);
+                let gone = leader_gone(leader_reaped, &unhandled);
                 // The leader is unreaped until released: one exiting (or a
                 // zombie) ended on its own before this stop (its exit
                 // report is on its way), and a signal now is lost on it.
@@ -594,7 +596,7 @@ async fn supervise_inner(
                 if pid.is_none() && !exited && unhandled.is_none() {
                     unhandled = take_waiting_reports(&report_fd, &mut report, &mut pid, &mut lost);
                 }
-                if leader_reaped || unhandled.as_ref().is_some_and(reaped) {
+                if leader_gone(leader_reaped, &unhandled) {
                     // Its tree is empty: nothing to signal.
                 } else if lost {
                     sweep(TagMatch::command(tag), libc::SIGKILL);
