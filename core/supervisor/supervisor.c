@@ -75,12 +75,14 @@
  *            and no write to the host between its exec and its first
  *            instructions. A failure is still reported at once.
  *            FLAG_REAP_EMPTY: a leader that exits with a code (not a
- *            signal) while its SPAWNED is still held back (and no pid pipe
- *            was written), leaving no adopted orphan behind, is reaped
- *            before its exit is reported, and its report pipe closed right
- *            after: nothing was told its pid, and its tree is empty for
- *            good, so nothing needs the pid held. EXITED's `c` is then 1;
- *            no release follows (none may: the pid may be reused).
+ *            signal) while its SPAWNED is still held back (and the pid it
+ *            wrote on a pid pipe is still unread there), leaving no
+ *            adopted orphan behind, is reaped before its exit is reported,
+ *            and its report pipe closed right after: nothing was told its
+ *            pid, and its tree is empty for good, so nothing needs the pid
+ *            held. EXITED's `c` is then 1; no release follows (none may:
+ *            the pid may be reused). A pid pipe keeps the pid for whoever
+ *            reads it later.
  *   SHUTDOWN the executor is disposed: kill the subtree and exit.
  *
  * Adopted orphans are reaped as soon as they die; leaders only on release
@@ -196,8 +198,11 @@ struct command {
     int exited, released;
     /* FLAG_DEFER_SPAWNED: SPAWNED not sent yet; due at `spawned_due`. */
     int spawned_deferred;
-    /* FLAG_REAP_EMPTY, and no pid pipe told the host the pid. */
+    /* FLAG_REAP_EMPTY. */
     int reap_empty;
+    /* The write end of its pid pipe (FLAG_PID_PIPE) until its exit, to see
+     * there whether the host has read the pid yet; -1 without one. */
+    int pid_pipe;
     struct timespec spawned_due;
     struct command *prev, *next; /* every command not yet reaped */
 };
@@ -664,6 +669,7 @@ static int reap(int pidfd) {
 /* Frees a command whose leader is reaped, and reaps the orphans its hold
  * kept waiting. */
 static void forget(struct command *c) {
+    if (c->pid_pipe >= 0) close(c->pid_pipe);
     close(c->pidfd);
     close(c->report);
     if (c->prev) c->prev->next = c->next;
@@ -713,8 +719,10 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
     int group1 = (req->flags & FLAG_CGROUP1) ? fds[k++] : -1;
     int group2 = (req->flags & FLAG_CGROUP2) ? fds[k++] : -1;
     int into = (req->flags & FLAG_CGROUP_INTO) ? fds[k++] : -1;
-    /* Closed below with the others, written first if the command started. */
-    int pid_pipe = (req->flags & FLAG_PID_PIPE) ? fds[k++] : -1;
+    /* Closed below with the others, unless the command started: then it
+     * is written, and kept until the leader's exit (see FLAG_REAP_EMPTY). */
+    int pid_pipe_at = (req->flags & FLAG_PID_PIPE) ? k++ : -1;
+    int pid_pipe = pid_pipe_at >= 0 ? fds[pid_pipe_at] : -1;
     struct limits limits;
     struct sock_filter *insns = NULL;
     struct sock_fprog filter = {0, NULL};
@@ -859,7 +867,8 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
             } else {
                 send_reply(sock, R_SPAWNED, pid, 0);
             }
-            a->cmd.reap_empty = (req->flags & FLAG_REAP_EMPTY) && pid_pipe < 0;
+            a->cmd.reap_empty = !!(req->flags & FLAG_REAP_EMPTY);
+            a->cmd.pid_pipe = pid_pipe;
             if (pid_pipe >= 0) {
                 /* Four bytes fit in an empty pipe whole; a host that closed
                  * its end (EPIPE: SIGPIPE is ignored) no longer asks. */
@@ -867,6 +876,7 @@ static void on_spawn(const struct request *req, int *fds, int nfds, const char *
                 do {
                     w = write(pid_pipe, &pid, sizeof pid);
                 } while (w < 0 && errno == EINTR);
+                fds[pid_pipe_at] = -1; /* the command's now */
             }
             watch_fd(pidfd, &a->exit_w);
         }
@@ -925,6 +935,15 @@ static void on_control(void) {
     }
 }
 
+/* Whether the pid written on a pid pipe is still there, unread: the host
+ * reads all four bytes at once or none (FIONREAD works on either end). A
+ * pipe whose reader reads later still gives it: the data outlives the
+ * writer. */
+static int pid_unread(int pid_pipe) {
+    int waiting = 0;
+    return ioctl(pid_pipe, FIONREAD, &waiting) == 0 && waiting == (int)sizeof(pid_t);
+}
+
 /* Our children as /proc lists them (`thread-self/children`, read whole
  * each time; we have one thread), or -1 where it cannot. */
 static int children_fd = -1;
@@ -962,8 +981,11 @@ static void on_exit_of(struct command *c) {
     /* Nobody was told its pid, it ended on its own, and nothing of its tree
      * is left (see FLAG_REAP_EMPTY): nothing will ever signal its pid or
      * group, so it is reaped before its exit is reported. */
+    int told = c->pid_pipe >= 0 && !pid_unread(c->pid_pipe);
+    if (c->pid_pipe >= 0) close(c->pid_pipe);
+    c->pid_pipe = -1;
     /* Said only if done: a pid reported reaped is free. */
-    int reaped = c->reap_empty && c->spawned_deferred && si.si_code == CLD_EXITED && !adopted_any() &&
+    int reaped = c->reap_empty && !told && c->spawned_deferred && si.si_code == CLD_EXITED && !adopted_any() &&
                  reap(c->pidfd) == 0;
     struct reply r[2] = {{R_SPAWNED, c->pid, 0, 0}, {R_EXITED, si.si_code, si.si_status, reaped}};
     /* One write: two would wake the host twice. */

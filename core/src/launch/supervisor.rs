@@ -203,7 +203,9 @@ impl Supervisor {
     /// once the command has run a few milliseconds (supervisor.c,
     /// FLAG_DEFER_SPAWNED); a failure to start comes at once. With
     /// `pid_pipe`, the pid is also written there as soon as it has exec'd
-    /// (FLAG_PID_PIPE), for a host that may ask for it before.
+    /// (FLAG_PID_PIPE), for a host that may ask for it before; the
+    /// supervisor keeps its end until the exit, and a pid still unread
+    /// there then was told to nobody (FLAG_REAP_EMPTY).
     pub(crate) fn start_deferred(
         &self,
         fds: &ChildFds,
@@ -211,7 +213,8 @@ impl Supervisor {
         pid_pipe: Option<RawFd>,
     ) -> Result<Launched, SpawnError> {
         // Every deferred start is supervised by `supervise`, which takes a
-        // leader reaped at its exit; the supervisor rules out the piped.
+        // leader reaped at its exit; the supervisor rules out one whose pid
+        // was told (on the report pipe, or read from the pid pipe).
         let report = self.request(fds, program, FLAG_DEFER_SPAWNED | FLAG_REAP_EMPTY, pid_pipe)?;
         set_nonblocking(&report).map_err(SpawnError::Io)?;
         Ok(Launched {

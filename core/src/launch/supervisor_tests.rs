@@ -29,27 +29,31 @@ fn next(fd: &OwnedFd, reader: &mut ReportReader) -> Report {
 
 /// Starts `argv` (an absolute path first) with its SPAWNED deferred.
 fn start(sup: &Supervisor, argv: &[&CStr]) -> Launched {
-    start_with(sup, argv, None, None)
+    start_with(sup, argv, With::default())
 }
 
-fn start_with(
-    sup: &Supervisor,
-    argv: &[&CStr],
+/// What a test's start has besides its program.
+#[derive(Default)]
+struct With {
     mounts: Option<ReadOnlyMounts>,
     born_in: Option<RawFd>,
-) -> Launched {
+    stdin: Option<RawFd>,
+    pid_pipe: Option<RawFd>,
+}
+
+fn start_with(sup: &Supervisor, argv: &[&CStr], with: With) -> Launched {
     let null = std::fs::OpenOptions::new().write(true).open("/dev/null").unwrap();
     let fds = ChildFds {
-        stdin: None,
+        stdin: with.stdin,
         stdout: null.as_raw_fd(),
         stderr: null.as_raw_fd(),
         ruleset: None,
         ruleset_scope_only: false,
         cgroups: Vec::new(),
-        born_in,
+        born_in: with.born_in,
         rlimits: None,
         seccomp: None,
-        mounts,
+        mounts: with.mounts,
         terminal: false,
     };
     let envp = Envp::empty();
@@ -59,7 +63,7 @@ fn start_with(
         envp: &envp,
         workdir: c"/",
     };
-    sup.start_deferred(&fds, &program, None).unwrap()
+    sup.start_deferred(&fds, &program, with.pid_pipe).unwrap()
 }
 
 #[test]
@@ -177,6 +181,112 @@ fn a_leader_whose_pid_was_told_is_kept_unreaped_until_released() {
     held_until_released(&sup, &argv, ExitStatus::Code(0), "the host may hold its pid");
 }
 
+/// The pid a supervisor wrote on a pid pipe, and the end of file after it.
+fn read_pid_pipe(pipe: OwnedFd) -> libc::pid_t {
+    let mut file = std::fs::File::from(pipe);
+    let mut bytes = [0u8; 4];
+    io::Read::read_exact(&mut file, &mut bytes).expect("the pid on the pid pipe");
+    let mut more = Vec::new();
+    io::Read::read_to_end(&mut file, &mut more).unwrap();
+    assert!(more.is_empty(), "four bytes, then the end of file");
+    libc::pid_t::from_ne_bytes(bytes)
+}
+
+/// A spawned program's leader (its pid on a pid pipe too) that nobody asked
+/// for the pid of is reaped at its exit like a command's; the pid pipe
+/// still tells the pid afterwards.
+#[test]
+fn a_leader_whose_pid_pipe_was_not_read_is_reaped_at_its_exit_and_the_pipe_still_tells_it() {
+    let sup = super::start().unwrap();
+    for _ in 0..50 {
+        let (mine, theirs) = pipe(0).unwrap();
+        let d = start_with(
+            &sup,
+            &[c"/bin/true"],
+            With {
+                pid_pipe: Some(theirs.as_raw_fd()),
+                ..With::default()
+            },
+        );
+        drop(theirs);
+        let mut reader = ReportReader::default();
+        let Report::Spawned(pid) = next(&d.report, &mut reader) else {
+            panic!("SPAWNED first");
+        };
+        let with_exit = readable(&d.report, 0);
+        let Report::Exited { status, reaped } = next(&d.report, &mut reader) else {
+            panic!("EXITED next");
+        };
+        assert_eq!(status, ExitStatus::Code(0));
+        if !with_exit {
+            // Ran past the 5 ms: its pid was told alone, so it is held.
+            assert!(!reaped, "reaped although its pid had been told");
+            d.releaser.release(Some(pid), d.report);
+            continue;
+        }
+        assert!(reaped, "a leader whose pid nobody read was kept for a release");
+        assert!(!alive(pid), "reported reaped, but {pid} is still there");
+        assert!(matches!(next(&d.report, &mut reader), Report::Ended));
+        assert_eq!(read_pid_pipe(mine), pid, "the pid pipe tells the pid reaped");
+        return;
+    }
+    panic!("in 50 runs of /bin/true, its pid never came with its exit");
+}
+
+/// A leader whose pid the host read from the pid pipe while it ran is held
+/// until released, even when it exits before its pid is due on the report
+/// pipe (the host may signal the pid it read).
+#[test]
+fn a_leader_whose_pid_was_read_from_its_pid_pipe_is_kept_unreaped_until_released() {
+    let sup = super::start().unwrap();
+    for _ in 0..50 {
+        let (mine, theirs) = pipe(0).unwrap();
+        let (stdin, go) = pipe(0).unwrap();
+        let started = Instant::now();
+        // Exits as soon as a line comes on its stdin.
+        let d = start_with(
+            &sup,
+            &[c"/bin/sh", c"-c", c"read line"],
+            With {
+                stdin: Some(stdin.as_raw_fd()),
+                pid_pipe: Some(theirs.as_raw_fd()),
+                ..With::default()
+            },
+        );
+        drop((theirs, stdin));
+        let read = read_pid_pipe_first(&mine);
+        io::Write::write_all(&mut std::fs::File::from(go), b"go\n").unwrap();
+        let mut reader = ReportReader::default();
+        let Report::Spawned(pid) = next(&d.report, &mut reader) else {
+            panic!("SPAWNED first");
+        };
+        assert_eq!(read, pid);
+        let with_exit = readable(&d.report, 0);
+        let Report::Exited { status, reaped } = next(&d.report, &mut reader) else {
+            panic!("EXITED next");
+        };
+        assert_eq!(status, ExitStatus::Code(0));
+        assert!(!reaped, "reaped at its exit, but the host had read its pid");
+        assert!(alive(pid), "the leader must stay a zombie until released");
+        d.releaser.release(Some(pid), d.report.try_clone().unwrap());
+        assert!(matches!(next(&d.report, &mut reader), Report::Ended));
+        assert!(!alive(pid));
+        // Only the pid read is why it was held when it came with the exit
+        // (within the 5 ms); a slower run says nothing: again.
+        if with_exit && started.elapsed() < Duration::from_millis(5) {
+            return;
+        }
+    }
+    panic!("in 50 runs, the pid never came with the exit");
+}
+
+/// The four bytes of the pid, read as the host does, leaving the pipe open.
+fn read_pid_pipe_first(pipe: &OwnedFd) -> libc::pid_t {
+    let mut bytes = [0u8; 4];
+    io::Read::read_exact(&mut &std::fs::File::from(pipe.try_clone().unwrap()), &mut bytes).unwrap();
+    libc::pid_t::from_ne_bytes(bytes)
+}
+
 /// Starts `argv`, expects its exit with `status` and its leader held as an
 /// unreaped zombie (`because`), kills what is left in its group, releases
 /// it, and checks that the supervisor reaps it then.
@@ -265,7 +375,14 @@ fn a_command_whose_read_only_mounts_fail_does_not_start() {
         user,
         writable: vec![c"/nonexistent/dsh-writable".into()],
     };
-    let d = start_with(&sup, &[c"/bin/true"], Some(mounts), None);
+    let d = start_with(
+        &sup,
+        &[c"/bin/true"],
+        With {
+            mounts: Some(mounts),
+            ..With::default()
+        },
+    );
     let mut reader = ReportReader::default();
     match next(&d.report, &mut reader) {
         Report::Failed(SpawnError::Failed {
@@ -285,7 +402,14 @@ fn a_command_whose_read_only_mounts_fail_does_not_start() {
 fn a_command_that_cannot_be_born_in_its_group_does_not_start() {
     let sup = super::start().unwrap();
     let not_a_group = std::fs::File::open("/").unwrap();
-    let d = start_with(&sup, &[c"/bin/true"], None, Some(not_a_group.as_raw_fd()));
+    let d = start_with(
+        &sup,
+        &[c"/bin/true"],
+        With {
+            born_in: Some(not_a_group.as_raw_fd()),
+            ..With::default()
+        },
+    );
     let mut reader = ReportReader::default();
     match next(&d.report, &mut reader) {
         Report::Failed(SpawnError::Failed {
