@@ -1203,10 +1203,9 @@ fn a_big_write_to_a_program_that_never_reads_copies_at_most_a_few_pieces() {
                 "--norc",
                 "--noprofile",
                 "-c",
-                // Raw: a line discipline in canonical mode may take (and
-                // drop) what overflows its line buffer, and the write then
-                // never blocks (Linux 6.18 was seen to).
-                "stty raw -echo; echo READY; read -r line; echo GOT; exec sleep 1000",
+                // Raw input: canonical mode takes (and drops) what overflows
+                // a line, so the write would never wait.
+                "stty -icanon -echo; echo READY; read -r line; echo GOT; exec sleep 1000",
             ]),
         );
         s.expect("READY");

@@ -207,7 +207,9 @@ const status = (key) => Number(fs.readFileSync('/proc/self/status', 'utf8').matc
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 ;(async () => {
   const ex = new NativeShellExecutor({ graceMs: 300 })
-  const t = await ex.spawnTerminal({ argv: ['bash', '--norc', '--noprofile', '-c', 'stty -echo; echo READY; exec sleep 1000'] })
+  // Raw input: canonical mode takes (and drops) what overflows a line, so
+  // the write would never wait.
+  const t = await ex.spawnTerminal({ argv: ['bash', '--norc', '--noprofile', '-c', 'stty -icanon -echo; echo READY; exec sleep 1000'] })
   let seen = ''
   t.output.on('data', (c) => { seen += c.toString('utf8') })
   for (const end = Date.now() + 60000; !seen.includes('READY'); await sleep(10)) {

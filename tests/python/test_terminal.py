@@ -217,8 +217,10 @@ def status(key):
 
 mode, kind = sys.argv[1], sys.argv[2]
 ex = dsh_native.Executor(grace_ms=300)
+# Raw input: canonical mode takes (and drops) what overflows a line, so the
+# write would never wait.
 term = ex.spawn_terminal(
-    ["bash", "--norc", "--noprofile", "-c", "stty -echo; echo READY; read -r line; echo GOT; exec sleep 1000"]
+    ["bash", "--norc", "--noprofile", "-c", "stty -icanon -echo; echo READY; read -r line; echo GOT; exec sleep 1000"]
 )
 seen = ""
 
