@@ -1122,8 +1122,9 @@ int main(int argc, char **argv) {
     children_fd = open_proc("thread-self/children", O_RDONLY);
     /* The host died before the parent-death signal was armed. */
     if (getppid() != host) _exit(0);
-    /* Two descriptors per running command; commands get the original
-     * limit back before exec. */
+    /* Two descriptors per running command (three for a spawned program's
+     * until its exit: its pid pipe); commands get the original limit back
+     * before exec. */
     if (getrlimit(RLIMIT_NOFILE, &original_nofile) == 0 && original_nofile.rlim_cur < original_nofile.rlim_max) {
         struct rlimit raised = original_nofile;
         raised.rlim_cur = raised.rlim_max;
