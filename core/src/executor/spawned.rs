@@ -272,6 +272,8 @@ impl Process {
     /// did not start. After [`Executor::spawn_on_host_loop`], the first
     /// call before the exec waits for it (no longer than the spawn would
     /// have); in a forked child it only says what the parent knew already.
+    /// A pid first read after a short program's exit may already be free
+    /// before it settles (docs/spawn.md): it was reaped at its exit.
     pub fn pid(&self) -> Option<i32> {
         let tree = self.tree()?;
         if self.check_host().is_err() {

@@ -103,6 +103,13 @@ fn alive(pid: libc::pid_t) -> bool {
     unsafe { libc::kill(pid, 0) == 0 }
 }
 
+/// Whether a leader kept for its release (`!reaped`) may have had its pid
+/// told alone, at the 5 ms, and its exit come before the report pipe was
+/// looked at: both then read as one write.
+fn told_alone_maybe(reaped: bool, started: Instant) -> bool {
+    !reaped && started.elapsed() >= Duration::from_millis(5)
+}
+
 /// A leader that exits with a code, leaving nothing, before its pid was told.
 #[test]
 fn a_leader_that_leaves_nothing_is_reaped_before_its_exit_is_reported() {
@@ -116,6 +123,7 @@ fn a_leader_that_leaves_nothing_is_reaped_before_its_exit_is_reported() {
 /// release): tried until once the pid came with the exit.
 fn reaped_at_its_exit(sup: &Supervisor) {
     for _ in 0..50 {
+        let started = Instant::now();
         let d = start(sup, &[c"/bin/true"]);
         let mut reader = ReportReader::default();
         let Report::Spawned(pid) = next(&d.report, &mut reader) else {
@@ -126,7 +134,7 @@ fn reaped_at_its_exit(sup: &Supervisor) {
             panic!("EXITED next");
         };
         assert_eq!(status, ExitStatus::Code(0));
-        if !with_exit {
+        if !with_exit || told_alone_maybe(reaped, started) {
             assert!(!reaped, "reaped although its pid had been told");
             d.releaser.release(Some(pid), d.report);
             continue;
@@ -200,6 +208,7 @@ fn a_leader_whose_pid_pipe_was_not_read_is_reaped_at_its_exit_and_the_pipe_still
     let sup = super::start().unwrap();
     for _ in 0..50 {
         let (mine, theirs) = pipe(0).unwrap();
+        let started = Instant::now();
         let d = start_with(
             &sup,
             &[c"/bin/true"],
@@ -218,7 +227,7 @@ fn a_leader_whose_pid_pipe_was_not_read_is_reaped_at_its_exit_and_the_pipe_still
             panic!("EXITED next");
         };
         assert_eq!(status, ExitStatus::Code(0));
-        if !with_exit {
+        if !with_exit || told_alone_maybe(reaped, started) {
             // Ran past the 5 ms: its pid was told alone, so it is held.
             assert!(!reaped, "reaped although its pid had been told");
             d.releaser.release(Some(pid), d.report);
@@ -265,6 +274,8 @@ fn a_leader_whose_pid_was_read_from_its_pid_pipe_is_kept_unreaped_until_released
         let Report::Exited { status, reaped } = next(&d.report, &mut reader) else {
             panic!("EXITED next");
         };
+        // Within the 5 ms, the pid can only have come with the exit.
+        let in_time = started.elapsed() < Duration::from_millis(5);
         assert_eq!(status, ExitStatus::Code(0));
         assert!(!reaped, "reaped at its exit, but the host had read its pid");
         assert!(alive(pid), "the leader must stay a zombie until released");
@@ -273,7 +284,7 @@ fn a_leader_whose_pid_was_read_from_its_pid_pipe_is_kept_unreaped_until_released
         assert!(!alive(pid));
         // Only the pid read is why it was held when it came with the exit
         // (within the 5 ms); a slower run says nothing: again.
-        if with_exit && started.elapsed() < Duration::from_millis(5) {
+        if with_exit && in_time {
             return;
         }
     }

@@ -48,14 +48,17 @@ wire! {
     FLAG_USER_NS: u32 = 4096;
     /// With FLAG_DEFER_SPAWNED: the last descriptor is the write end of a
     /// pipe on which the leader's pid (a native-endian i32) is written as
-    /// soon as it has exec'd, and which is then closed; closed unwritten
-    /// when it did not start. The host reads it only when asked for the
-    /// pid, so a short command still costs the host one wake-up.
+    /// soon as it has exec'd, and which the supervisor keeps until the
+    /// leader's exit (to see whether the pid was read: FLAG_REAP_EMPTY);
+    /// closed unwritten when it did not start. The host reads it only when
+    /// asked for the pid, so a short command still costs the host one
+    /// wake-up.
     FLAG_PID_PIPE: u32 = 8192;
     /// The host takes EXITED with `c` = 1 as a leader already reaped: one
     /// that exited with a code before its pid was told to anyone (SPAWNED
-    /// held back, no pid pipe) and left no process behind (no child of
-    /// the supervisor but leaders). Nothing then signals its pid or group,
+    /// held back, the pid on a pid pipe still unread when the supervisor
+    /// handled the exit) and left no process behind (no child of the
+    /// supervisor but leaders). Nothing then signals its pid or group,
     /// and no release is sent; a run of a short command costs no release
     /// round trip.
     FLAG_REAP_EMPTY: u32 = 16384;
