@@ -114,17 +114,25 @@ fn told_alone_maybe(reaped: bool, started: Instant) -> bool {
 #[test]
 fn a_leader_that_leaves_nothing_is_reaped_before_its_exit_is_reported() {
     let sup = super::start().unwrap();
-    reaped_at_its_exit(&sup);
+    reaped_at_its_exit(&sup, false);
 }
 
 /// Runs `/bin/true` until its pid comes with its exit, and checks that it
-/// was reaped before that report. A loaded machine may run it past the
+/// was reaped before that report (and, `with_pid_pipe`, that the pid pipe
+/// nobody read still tells the pid). A loaded machine may run it past the
 /// 5 ms after which its pid is told alone (it is then kept for its
 /// release): tried until once the pid came with the exit.
-fn reaped_at_its_exit(sup: &Supervisor) {
+fn reaped_at_its_exit(sup: &Supervisor, with_pid_pipe: bool) {
     for _ in 0..50 {
+        let pid_pipe = with_pid_pipe.then(|| pipe(0).unwrap());
         let started = Instant::now();
-        let d = start(sup, &[c"/bin/true"]);
+        let with = With {
+            pid_pipe: pid_pipe.as_ref().map(|(_, theirs)| theirs.as_raw_fd()),
+            ..With::default()
+        };
+        let d = start_with(sup, &[c"/bin/true"], with);
+        // Ours gone, the supervisor's copy is the only writer.
+        let pid_pipe = pid_pipe.map(|(mine, _theirs)| mine);
         let mut reader = ReportReader::default();
         let Report::Spawned(pid) = next(&d.report, &mut reader) else {
             panic!("SPAWNED first");
@@ -143,6 +151,9 @@ fn reaped_at_its_exit(sup: &Supervisor) {
         assert!(!alive(pid), "reported reaped, but {pid} is still there");
         // Closed right after the reap: nothing more comes, nothing is released.
         assert!(matches!(next(&d.report, &mut reader), Report::Ended));
+        if let Some(mine) = pid_pipe {
+            assert_eq!(read_pid_pipe(mine), pid, "the pid pipe tells the pid reaped");
+        }
         return;
     }
     panic!("in 50 runs of /bin/true, its pid never came with its exit");
@@ -167,7 +178,7 @@ fn the_supervisor_looks_at_its_children_afresh_at_each_exit() {
         assert!(Instant::now() < deadline, "the killed `sleep` was never reaped");
         std::thread::sleep(Duration::from_millis(5));
     }
-    reaped_at_its_exit(&sup);
+    reaped_at_its_exit(&sup, false);
 }
 
 /// A leader that exits leaving `sleep` in its group is held until released.
@@ -206,40 +217,7 @@ fn read_pid_pipe(pipe: OwnedFd) -> libc::pid_t {
 #[test]
 fn a_leader_whose_pid_pipe_was_not_read_is_reaped_at_its_exit_and_the_pipe_still_tells_it() {
     let sup = super::start().unwrap();
-    for _ in 0..50 {
-        let (mine, theirs) = pipe(0).unwrap();
-        let started = Instant::now();
-        let d = start_with(
-            &sup,
-            &[c"/bin/true"],
-            With {
-                pid_pipe: Some(theirs.as_raw_fd()),
-                ..With::default()
-            },
-        );
-        drop(theirs);
-        let mut reader = ReportReader::default();
-        let Report::Spawned(pid) = next(&d.report, &mut reader) else {
-            panic!("SPAWNED first");
-        };
-        let with_exit = readable(&d.report, 0);
-        let Report::Exited { status, reaped } = next(&d.report, &mut reader) else {
-            panic!("EXITED next");
-        };
-        assert_eq!(status, ExitStatus::Code(0));
-        if !with_exit || told_alone_maybe(reaped, started) {
-            // Ran past the 5 ms: its pid was told alone, so it is held.
-            assert!(!reaped, "reaped although its pid had been told");
-            d.releaser.release(Some(pid), d.report);
-            continue;
-        }
-        assert!(reaped, "a leader whose pid nobody read was kept for a release");
-        assert!(!alive(pid), "reported reaped, but {pid} is still there");
-        assert!(matches!(next(&d.report, &mut reader), Report::Ended));
-        assert_eq!(read_pid_pipe(mine), pid, "the pid pipe tells the pid reaped");
-        return;
-    }
-    panic!("in 50 runs of /bin/true, its pid never came with its exit");
+    reaped_at_its_exit(&sup, true);
 }
 
 /// A leader whose pid the host read from the pid pipe while it ran is held
