@@ -669,7 +669,6 @@ static int reap(int pidfd) {
 /* Frees a command whose leader is reaped, and reaps the orphans its hold
  * kept waiting. */
 static void forget(struct command *c) {
-    if (c->pid_pipe >= 0) close(c->pid_pipe);
     close(c->pidfd);
     close(c->report);
     if (c->prev) c->prev->next = c->next;
@@ -981,9 +980,12 @@ static void on_exit_of(struct command *c) {
     /* Nobody was told its pid, it ended on its own, and nothing of its tree
      * is left (see FLAG_REAP_EMPTY): nothing will ever signal its pid or
      * group, so it is reaped before its exit is reported. */
-    int told = c->pid_pipe >= 0 && !pid_unread(c->pid_pipe);
-    if (c->pid_pipe >= 0) close(c->pid_pipe);
-    c->pid_pipe = -1;
+    int told = 0;
+    if (c->pid_pipe >= 0) {
+        told = !pid_unread(c->pid_pipe);
+        close(c->pid_pipe);
+        c->pid_pipe = -1;
+    }
     /* Said only if done: a pid reported reaped is free. */
     int reaped = c->reap_empty && !told && c->spawned_deferred && si.si_code == CLD_EXITED && !adopted_any() &&
                  reap(c->pidfd) == 0;

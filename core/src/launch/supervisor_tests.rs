@@ -202,13 +202,11 @@ fn a_leader_whose_pid_was_told_is_kept_unreaped_until_released() {
 
 /// The pid a supervisor wrote on a pid pipe, and the end of file after it.
 fn read_pid_pipe(pipe: OwnedFd) -> libc::pid_t {
-    let mut file = std::fs::File::from(pipe);
-    let mut bytes = [0u8; 4];
-    io::Read::read_exact(&mut file, &mut bytes).expect("the pid on the pid pipe");
+    let pid = read_pid_pipe_first(&pipe);
     let mut more = Vec::new();
-    io::Read::read_to_end(&mut file, &mut more).unwrap();
+    io::Read::read_to_end(&mut std::fs::File::from(pipe), &mut more).unwrap();
     assert!(more.is_empty(), "four bytes, then the end of file");
-    libc::pid_t::from_ne_bytes(bytes)
+    pid
 }
 
 /// A spawned program's leader (its pid on a pid pipe too) that nobody asked
@@ -272,7 +270,8 @@ fn a_leader_whose_pid_was_read_from_its_pid_pipe_is_kept_unreaped_until_released
 /// The four bytes of the pid, read as the host does, leaving the pipe open.
 fn read_pid_pipe_first(pipe: &OwnedFd) -> libc::pid_t {
     let mut bytes = [0u8; 4];
-    io::Read::read_exact(&mut &std::fs::File::from(pipe.try_clone().unwrap()), &mut bytes).unwrap();
+    io::Read::read_exact(&mut &std::fs::File::from(pipe.try_clone().unwrap()), &mut bytes)
+        .expect("the pid on the pid pipe");
     libc::pid_t::from_ne_bytes(bytes)
 }
 
