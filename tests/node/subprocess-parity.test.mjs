@@ -522,6 +522,39 @@ add({
 })
 
 add({
+  // Its pid unread and nothing left behind, the program's tree is known to
+  // be over when `done` settles: a check that will not wait says so.
+  name: 'waitForExit with an aborted signal, after done, for a tree that is over',
+  exec: async (sp, { impl }) => {
+    const h = sp.spawn(spec(['true']))
+    const outcome = await h.done
+    remember(h, impl)
+    return { outcome, gone: await h.waitForExit(AbortSignal.abort()) }
+  },
+  expect: { outcome: { exitCode: 0, signal: null }, gone: true },
+})
+
+add({
+  name: 'a cwd that is a file: thrown, or a handle whose done rejects',
+  exec: async (sp) => {
+    const file = path.join(BASE, 'a-file-not-a-dir')
+    fs.writeFileSync(file, '')
+    let h
+    try {
+      h = sp.spawn(spec(['true'], {}, { cwd: file }))
+    } catch (e) {
+      return { threw: e.code }
+    }
+    return { pid: h.pid, rejected: await h.done.then(() => 'resolved', (e) => e.code) }
+  },
+  differs: {
+    id: 'start-errors',
+    published: (v) => assert.deepEqual(v, { threw: 'ENOTDIR' }),
+    native: (v) => assert.deepEqual(v, { pid: -1, rejected: 'ENOTDIR' }),
+  },
+})
+
+add({
   name: 'waitForExit with a setsid grandchild alive',
   exec: async (sp) => {
     const h = sp.spawn(bash(LEAVES_GRANDCHILD))

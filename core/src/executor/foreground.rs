@@ -37,6 +37,8 @@ pub(super) fn run_result(spec: &Spec, outcome: Outcome, streams: &Mutex<Streams>
         group,
         leader_cpu,
         read_only_mounts,
+        // A command's tree is not watched past its run.
+        tree_empty: _,
     } = outcome;
     let ending = governed(
         ExitFields::from(status),

@@ -200,6 +200,14 @@ impl Executor {
                     process.end_left_behind();
                 }
                 let mut not_started = None;
+                // Known at once, not after a census: `waitForExit` with an
+                // aborted signal, asked after `done`, says the tree is gone.
+                if let (Ok(o), Some(tree)) = (&outcome, process.tree()) {
+                    if o.tree_empty {
+                        tree.watched.store(true, Ordering::SeqCst);
+                        tree.gone.set(|| {});
+                    }
+                }
                 let (ending, sandbox, survivors) = match outcome {
                     Ok(outcome) => {
                         background_ending(spec.sandbox_policy.as_ref(), &spec.limits, &process, outcome)

@@ -57,6 +57,8 @@ pub(crate) struct Outcome {
     /// The leader's own CPU time when it died of a signal, read while it
     /// was still unreaped: the fact behind a CPU-limit signal.
     pub leader_cpu: Option<Duration>,
+    /// The leader was reaped at its exit: its tree is over for good.
+    pub tree_empty: bool,
 }
 
 /// Signals the command's tree, each process once: the group (the leader
@@ -132,9 +134,8 @@ pub(crate) async fn read_report(fd: &AsyncFd<OwnedFd>, reader: &mut ReportReader
     }
 }
 
-/// The exit of a leader reaped at once (FLAG_REAP_EMPTY: its tree is empty
-/// for good): nothing is signalled or released after it, as its pid may
-/// already be another process's.
+/// The exit of a leader reaped at once (FLAG_REAP_EMPTY: its tree is over for
+/// good): nothing is signalled or released after it, its pid may be reused.
 fn reaped(report: &Report) -> bool {
     matches!(report, Report::Exited { reaped: true, .. })
 }
@@ -144,9 +145,8 @@ fn leader_gone(handled: bool, waiting: &Option<Report>) -> bool {
     handled || waiting.as_ref().is_some_and(reaped)
 }
 
-/// How long a settle waits for the supervisor to confirm the reap of a
-/// released leader. It takes microseconds; the bound is for a supervisor
-/// that cannot answer (stopped, or too busy), whose run settles anyway.
+/// How long a settle waits for the supervisor to confirm the reap of a released
+/// leader: microseconds, bounded for one that cannot answer (stopped, too busy).
 pub(crate) const REAP_WAIT: Duration = Duration::from_secs(2);
 
 /// Releases an exited leader and waits until the supervisor has reaped it
@@ -695,5 +695,6 @@ async fn supervise_inner(
         group,
         leader_cpu,
         read_only_mounts,
+        tree_empty: leader_reaped,
     })
 }
