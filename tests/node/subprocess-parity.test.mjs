@@ -611,6 +611,47 @@ add({
   },
 })
 
+add({
+  name: "a DSH_EXEC_TAG in the spawn's env",
+  exec: async (sp, { impl }) => {
+    const seen = async (env) => {
+      const h = sp.spawn(spec(['sh', '-c', 'printf "%s" "${DSH_EXEC_TAG-unset}"'], {}, { env }))
+      const s = await settled(h, impl)
+      return s.stdout.text
+    }
+    return { value: await seen({ DSH_EXEC_TAG: 'caller-tag' }), removed: await seen({ DSH_EXEC_TAG: undefined }) }
+  },
+  differs: {
+    id: 'provider-exec-tag',
+    published: (v) => assert.deepEqual(v, { value: 'caller-tag', removed: 'unset' }),
+    native: (v) => {
+      for (const tag of [v.value, v.removed]) {
+        assert.ok(tag !== 'caller-tag' && tag !== 'unset' && tag.length > 0, tag)
+      }
+    },
+  },
+})
+
+add({
+  name: 'a spill file after the provider is disposed',
+  exec: async (_sp, { impl }) => {
+    const root = new Context()
+    await root.plugin(PROVIDERS[impl])
+    const h = root.subprocess.spawn(spec(['seq', '1', '2000'], { stdout: { maxBytes: 100, spill: { maxBytes: 1 << 20 } } }))
+    await h.done
+    const spillPath = h.collected.stdout.readFrom(0).spillPath
+    if (impl === 'published' && spillPath !== undefined) publishedSpills.add(spillPath)
+    const before = spillPath !== undefined && fs.readFileSync(spillPath, 'utf8').length
+    await root.fiber.dispose()
+    return { before, after: spillPath !== undefined && fs.existsSync(spillPath) }
+  },
+  differs: {
+    id: 'spill-after-dispose',
+    published: (v) => assert.deepEqual(v, { before: 8893, after: true }),
+    native: (v) => assert.deepEqual(v, { before: 8893, after: false }),
+  },
+})
+
 /** Runs `script` (an ES module) in a child Node, with the provider's URL; resolves with its stdout and exit. */
 function childNode(impl, script) {
   const source = `
