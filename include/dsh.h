@@ -1750,6 +1750,8 @@ void dsh_offset_read_free(struct DshOffsetRead *read);
 /**
  * Ends the program's whole tree: SIGTERM, SIGKILL after the grace to what
  * is left, even after the program itself exited. Only the first call acts.
+ * DSH_FORKED_CHILD in a forked copy of the host, which does nothing to its
+ * parent's programs.
  *
  * # Safety
  * `spawned` is NULL or a live DshSpawned that no thread frees during this

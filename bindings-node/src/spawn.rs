@@ -341,8 +341,8 @@ impl NativeSpawned {
 
     /// SIGTERM, SIGKILL after the grace, to the whole tree; idempotent.
     #[napi]
-    pub fn terminate(&self) {
-        self.inner.terminate();
+    pub fn terminate(&self, env: Env) -> Result<()> {
+        self.inner.terminate().map_err(|e| js_error(&env, &e))
     }
 
     /// True once the whole tree has ended.

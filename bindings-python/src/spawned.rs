@@ -332,8 +332,8 @@ impl Spawned {
     }
     /// SIGTERM to the whole tree, SIGKILL after the grace to what is left,
     /// even after the program itself exited. Only the first call acts.
-    fn terminate(&self) {
-        self.inner.terminate()
+    fn terminate(&self, py: Python<'_>) -> PyResult<()> {
+        self.inner.terminate().map_err(|e| to_pyerr(py, e))
     }
     /// Blocks (GIL released) until the program has settled; TimeoutError
     /// after ``timeout`` seconds (None: no limit). Ctrl-C interrupts the wait.

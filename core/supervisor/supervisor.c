@@ -986,10 +986,15 @@ static void on_exit_of(struct command *c) {
         close(c->pid_pipe);
         c->pid_pipe = -1;
     }
+    /* No child of ours but leaders: nothing of its tree is left, nor can be
+     * (EXITED_TREE_EMPTY); the host then knows its tree is over without a
+     * census. */
+    int empty = !adopted_any();
     /* Said only if done: a pid reported reaped is free. */
-    int reaped = c->reap_empty && !told && c->spawned_deferred && si.si_code == CLD_EXITED && !adopted_any() &&
+    int reaped = empty && c->reap_empty && !told && c->spawned_deferred && si.si_code == CLD_EXITED &&
                  reap(c->pidfd) == 0;
-    struct reply r[2] = {{R_SPAWNED, c->pid, 0, 0}, {R_EXITED, si.si_code, si.si_status, reaped}};
+    int facts = (reaped ? EXITED_REAPED : 0) | (empty ? EXITED_TREE_EMPTY : 0);
+    struct reply r[2] = {{R_SPAWNED, c->pid, 0, 0}, {R_EXITED, si.si_code, si.si_status, facts}};
     /* One write: two would wake the host twice. */
     if (c->spawned_deferred) {
         c->spawned_deferred = 0;

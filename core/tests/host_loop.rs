@@ -589,7 +589,7 @@ fn terminate_escalates_on_time_though_the_host_does_not_poll() {
         }),
         "the program started"
     );
-    spawned.process.terminate();
+    spawned.process.terminate().unwrap();
     // The host is busy: no dispatch, no poll.
     assert!(
         eventually(Duration::from_secs(10), || dead_or_zombie(

@@ -67,6 +67,22 @@ fn fork_after_use() {
     let background = parent_exec
         .start(&parent_exec.resolve(Request::new("sleep 60")).unwrap())
         .unwrap();
+    // A spawned program: its tree is not the child's to terminate either.
+    let spawned = parent_exec
+        .spawn(&dsh_core::SpawnSpec {
+            argv: vec!["sleep".into(), "60".into()],
+            cwd: "/".into(),
+            env: Default::default(),
+            stdin: dsh_core::SpawnStdin::Null,
+            stdout: dsh_core::SpawnOutput::Inherit,
+            stderr: dsh_core::SpawnOutput::Inherit,
+            grace_ms: 500,
+            sandbox_policy: None,
+            limits: Default::default(),
+            timeout_ms: None,
+        })
+        .unwrap()
+        .process;
     parent_exec.on_task_done(std::sync::Arc::new(|_p: &dsh_core::Process| {}));
     // A settled process whose stdout spilled: its file is the parent's.
     let spilled = parent_exec
@@ -108,6 +124,10 @@ fn fork_after_use() {
                 "the parent's process is not the child's to kill"
             );
             assert!(
+                matches!(spawned.terminate(), Err(DshError::ForkedChild { .. })),
+                "the parent's spawned program is not the child's to terminate"
+            );
+            assert!(
                 matches!(
                     parent_exec.forget(spilled.id()),
                     Err(DshError::ForkedChild { .. })
@@ -142,6 +162,13 @@ fn fork_after_use() {
         Status::Running,
         "the child left the parent's process alone"
     );
+    assert_eq!(
+        spawned.status(),
+        Status::Running,
+        "the child left the parent's spawned program alone"
+    );
+    spawned.terminate().unwrap();
+    assert!(spawned.wait_timeout(Some(Duration::from_secs(30))).unwrap());
     assert_eq!(run(&parent_exec, "echo after").stdout.text, "after\n");
     assert!(
         Path::new(&spill_file).exists(),

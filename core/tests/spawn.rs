@@ -346,6 +346,30 @@ fn the_leaders_exit_does_not_end_the_tree_and_the_wait_sees_the_whole_tree() {
     assert!(eventually(LONG, || process.tree_gone()));
 }
 
+/// Nothing left behind (the supervisor saw no member of the tree at the
+/// leader's exit): the tree is known over when the program settles, with
+/// no wait for a census, whether it exited or was killed.
+#[test]
+fn a_tree_with_nothing_left_is_known_over_when_the_program_settles() {
+    let exec = executor();
+    for argv in [&["true"][..], &["sh", "-c", "exit 3"]] {
+        let s = exec.spawn(&spawn_spec(argv)).unwrap();
+        settle(&s.process);
+        assert!(
+            s.process.tree_gone(),
+            "{argv:?}: not known over at its settlement"
+        );
+    }
+    let s = exec.spawn(&spawn_spec(&["sleep", "300"])).unwrap();
+    s.process.terminate().unwrap();
+    settle(&s.process);
+    assert_eq!(s.process.signal().as_deref(), Some("SIGTERM"));
+    assert!(
+        s.process.tree_gone(),
+        "a terminated sleep: not known over at its settlement"
+    );
+}
+
 /// CPU time of this test process so far (every thread, the executor's
 /// included).
 fn cpu_time() -> Duration {
@@ -442,13 +466,13 @@ fn a_tree_is_not_gone_because_descriptors_ran_out() {
 fn terminate_after_the_leaders_exit_ends_what_it_left_behind() {
     let exec = executor();
     let (process, grandchild) = leaves_a_setsid_grandchild(&exec);
-    process.terminate();
+    process.terminate().unwrap();
     assert!(
         eventually(LONG, || !alive(grandchild)),
         "terminate left a setsid member running"
     );
     assert!(eventually(LONG, || process.tree_gone()));
-    process.terminate(); // idempotent, nothing left to do
+    process.terminate().unwrap(); // idempotent, nothing left to do
 }
 
 /// A terminate that comes as the leader exits (after its exit, before the
@@ -471,7 +495,7 @@ fn terminate_racing_the_leaders_exit_still_ends_the_tree() {
         // The leader is a zombie (exited, unreaped): the window in which
         // the handle has not settled yet.
         assert!(eventually(LONG, || !alive(leader)));
-        s.process.terminate();
+        s.process.terminate().unwrap();
         let gone = s.process.wait_tree_timeout(Some(LONG)).unwrap();
         if !gone {
             // SAFETY: kill(2) takes integers; clean up before failing.
@@ -499,7 +523,7 @@ fn terminate_after_kill_sends_no_second_sigterm() {
     let s = exec.spawn(&spec).unwrap();
     assert!(eventually(LONG, || stdout_of(&s.process).contains('R')));
     assert!(s.process.kill());
-    s.process.terminate();
+    s.process.terminate().unwrap();
     settle(&s.process);
     assert_eq!(
         stdout_of(&s.process).matches('T').count(),
@@ -517,7 +541,7 @@ fn terminate_escalates_to_sigkill_after_the_grace() {
     let s = exec.spawn(&spec).unwrap();
     assert!(eventually(LONG, || stdout_of(&s.process).contains("ready")));
     let t = std::time::Instant::now();
-    s.process.terminate();
+    s.process.terminate().unwrap();
     settle(&s.process);
     assert!(stdout_of(&s.process).contains("term"), "the TERM trap ran");
     assert_eq!(s.process.signal().as_deref(), Some("SIGKILL"));
@@ -823,7 +847,7 @@ fn a_tree_whose_member_is_exec_ing_is_not_gone() {
         {
             gone += 1;
         }
-        s.process.terminate();
+        s.process.terminate().unwrap();
         assert!(s.process.wait_tree_timeout(Some(LONG)).unwrap());
     }
     assert_eq!(gone, 0, "{gone} of 40 live trees were taken for gone");

@@ -472,6 +472,8 @@ pub unsafe extern "C" fn dsh_offset_read_free(read: *mut DshOffsetRead) {
 
 /// Ends the program's whole tree: SIGTERM, SIGKILL after the grace to what
 /// is left, even after the program itself exited. Only the first call acts.
+/// DSH_FORKED_CHILD in a forked copy of the host, which does nothing to its
+/// parent's programs.
 ///
 /// # Safety
 /// `spawned` is NULL or a live DshSpawned that no thread frees during this
@@ -480,8 +482,7 @@ pub unsafe extern "C" fn dsh_offset_read_free(read: *mut DshOffsetRead) {
 pub unsafe extern "C" fn dsh_spawned_terminate(spawned: *const DshSpawned) -> DshStatus {
     status(|| {
         // SAFETY: per # Safety `spawned` is NULL or live for the call.
-        unsafe { handle(spawned, "spawned") }?.process.terminate();
-        Ok(())
+        Ok(unsafe { handle(spawned, "spawned") }?.process.terminate()?)
     })
 }
 

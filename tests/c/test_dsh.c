@@ -940,6 +940,12 @@ static void test_fork_after_use(void) {
     DshSpec *sleeper = resolve(exec, "sleep 60", 0);
     DshProcess *bg = NULL;
     OK(dsh_executor_start(exec, sleeper, &bg));
+    const char *sleep_argv[] = {"sleep", "60"};
+    DshSpawnRequest *req = NULL;
+    OK(dsh_spawn_request_new(sleep_argv, 2, &req));
+    DshSpawned *spawned = NULL;
+    OK(dsh_executor_spawn(exec, req, &spawned));
+    dsh_spawn_request_free(req);
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
@@ -947,6 +953,8 @@ static void test_fork_after_use(void) {
         DshRunResult *cr = NULL;
         CHECK(dsh_executor_run(exec, echo, NULL, &cr) == DSH_FORKED_CHILD);
         CHECK(dsh_process_wait(bg, 1000) == DSH_FORKED_CHILD);
+        /* Refused, and the parent's program left running (checked below). */
+        CHECK(dsh_spawned_terminate(spawned) == DSH_FORKED_CHILD);
         DshExecutor *fresh = new_executor(300, 0);
         DshSpec *child_echo = resolve(fresh, "echo child", 0);
         OK(dsh_executor_run(fresh, child_echo, NULL, &cr));
@@ -962,6 +970,10 @@ static void test_fork_after_use(void) {
     CHECK(waitpid(pid, &status, 0) == pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     CHECK(dsh_process_status(bg) == DSH_RUNNING);
+    CHECK(dsh_spawned_wait(spawned, 0) == DSH_TIMED_OUT);
+    OK(dsh_spawned_terminate(spawned));
+    OK(dsh_spawned_wait(spawned, 30000));
+    dsh_spawned_free(spawned);
     OK(dsh_executor_run(exec, echo, NULL, &r));
     CHECK(str_eq(dsh_run_result_text(r, DSH_STDOUT), "before\n"));
     dsh_run_result_free(r);

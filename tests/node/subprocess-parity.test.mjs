@@ -103,6 +103,13 @@ async function settled(handle, impl) {
   return { outcome, ...reads }
 }
 
+/** `done`'s outcome, then what `waitForExit` with an aborted signal says. */
+async function goneAfterDone(handle, impl) {
+  const outcome = await handle.done
+  remember(handle, impl)
+  return { outcome, gone: await handle.waitForExit(AbortSignal.abort()) }
+}
+
 async function bytesOf(stream) {
   const chunks = []
   for await (const c of stream) chunks.push(c)
@@ -522,16 +529,34 @@ add({
 })
 
 add({
-  // Its pid unread and nothing left behind, the program's tree is known to
-  // be over when `done` settles: a check that will not wait says so.
+  // Nothing left behind, the program's tree is known to be over when
+  // `done` settles: a check that will not wait says so, whether the pid
+  // was read or not.
   name: 'waitForExit with an aborted signal, after done, for a tree that is over',
   exec: async (sp, { impl }) => {
-    const h = sp.spawn(spec(['true']))
-    const outcome = await h.done
-    remember(h, impl)
-    return { outcome, gone: await h.waitForExit(AbortSignal.abort()) }
+    const quiet = sp.spawn(spec(['true']))
+    const read = sp.spawn(spec(['sh', '-c', 'exit 3']))
+    assert.ok(read.pid > 0)
+    return { quiet: await goneAfterDone(quiet, impl), read: await goneAfterDone(read, impl) }
   },
-  expect: { outcome: { exitCode: 0, signal: null }, gone: true },
+  expect: {
+    quiet: { outcome: { exitCode: 0, signal: null }, gone: true },
+    read: { outcome: { exitCode: 3, signal: null }, gone: true },
+  },
+})
+
+add({
+  name: 'waitForExit with an aborted signal, after a terminated program is done',
+  exec: async (sp, { impl }) => {
+    const h = sp.spawn(spec(['sleep', '300']))
+    h.terminate()
+    return goneAfterDone(h, impl)
+  },
+  differs: {
+    id: 'wait-after-terminate',
+    published: (v) => assert.deepEqual(v, { outcome: { exitCode: null, signal: 'SIGTERM' }, gone: false }),
+    native: (v) => assert.deepEqual(v, { outcome: { exitCode: null, signal: 'SIGTERM' }, gone: true }),
+  },
 })
 
 add({

@@ -44,12 +44,18 @@ def test_fork_after_use_child_works_and_exits_and_parent_is_unaffected() -> None
         ex = dsh_native.Executor(grace_ms=300)
         assert ex.run(ex.resolve("echo parent")).stdout.text == "parent\\n"
         bg = ex.start(ex.resolve("sleep 60"))
+        sp = ex.spawn(["sleep", "60"])
         pid = os.fork()
         if pid == 0:
             try:
                 try:
                     ex.run(ex.resolve("echo x"))
                     raise SystemExit("the parent's executor ran in the child")
+                except dsh_native.ForkedChildError:
+                    pass
+                try:
+                    sp.terminate()
+                    raise SystemExit("terminated the parent's spawned program")
                 except dsh_native.ForkedChildError:
                     pass
                 try:
@@ -77,6 +83,9 @@ def test_fork_after_use_child_works_and_exits_and_parent_is_unaffected() -> None
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0, status
         assert bg.status == "running", bg.status
+        assert sp.exit_code is None and not sp.tree_gone, "the child ended the spawned program"
+        sp.terminate()
+        sp.wait(timeout=30)
         assert ex.run(ex.resolve("echo after")).stdout.text == "after\\n"
         print("ok")
         """

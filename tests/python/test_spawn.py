@@ -240,3 +240,14 @@ def test_close_ends_what_was_spawned() -> None:
     ex.close()
     assert s.settled and s.signal == "SIGTERM"
     assert eventually(lambda: not alive(s.pid))
+
+
+def test_a_program_ends_with_the_executor_nobody_keeps() -> None:
+    # The handle does not keep its executor (docs/faces.md): collected, the
+    # executor is disposed, and its program with it.
+    import gc
+
+    s = dsh_native.Executor(grace_ms=300).spawn(["sleep", "300"])
+    gc.collect()
+    s.wait(30)
+    assert (s.exit_code, s.signal) == (None, "SIGTERM")

@@ -324,22 +324,26 @@ impl Process {
     /// process carrying its tag, in whatever session or group) get the same
     /// escalation. Idempotent: only the first call does anything. For a
     /// command from [`Executor::start`] it is [`Process::kill`].
-    pub fn terminate(&self) {
+    /// [`DshError::ForkedChild`] in a forked copy of the host, which does
+    /// nothing to its parent's programs.
+    pub fn terminate(&self) -> Result<()> {
+        self.check_host()?;
         let Some(tree) = self.tree() else {
             self.kill();
-            return;
+            return Ok(());
         };
-        if self.check_host().is_err() || tree.terminating.swap(true, Ordering::SeqCst) {
-            return;
+        if tree.terminating.swap(true, Ordering::SeqCst) {
+            return Ok(());
         }
         if self.kill() || self.stop_pending() {
             // The supervision loop escalates (for this stop, or a `kill`
             // before it), then sweeps the tree; should it have ended just
             // before, the spawn's task calls `end_left_behind` (see
             // `close_stops`).
-            return;
+            return Ok(());
         }
         self.end_left_behind();
+        Ok(())
     }
 
     /// The escalation for what a leader that has exited left behind: every

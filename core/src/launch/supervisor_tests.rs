@@ -83,7 +83,7 @@ fn a_short_command_reports_its_pid_with_its_exit() {
         readable(&d.report, 0) || started.elapsed() >= Duration::from_millis(5),
         "the pid came alone before the exit and before 5 ms"
     );
-    let Report::Exited { status, reaped } = next(&d.report, &mut reader) else {
+    let Report::Exited { status, reaped, .. } = next(&d.report, &mut reader) else {
         panic!("EXITED next");
     };
     assert_eq!(status, ExitStatus::Code(0));
@@ -138,10 +138,16 @@ fn reaped_at_its_exit(sup: &Supervisor, with_pid_pipe: bool) {
             panic!("SPAWNED first");
         };
         let with_exit = readable(&d.report, 0);
-        let Report::Exited { status, reaped } = next(&d.report, &mut reader) else {
+        let Report::Exited {
+            status,
+            reaped,
+            tree_empty,
+        } = next(&d.report, &mut reader)
+        else {
             panic!("EXITED next");
         };
         assert_eq!(status, ExitStatus::Code(0));
+        assert!(tree_empty, "it left nothing, but its tree was not said over");
         if !with_exit || told_alone_maybe(reaped, started) {
             assert!(!reaped, "reaped although its pid had been told");
             d.releaser.release(Some(pid), d.report);
@@ -188,6 +194,7 @@ fn leave_a_process_behind(sup: &Supervisor) {
         sup,
         &argv,
         ExitStatus::Code(3),
+        false,
         "its `sleep` still runs in its group",
     );
 }
@@ -197,7 +204,14 @@ fn a_leader_whose_pid_was_told_is_kept_unreaped_until_released() {
     let sup = super::start().unwrap();
     // Longer than the 5 ms after which the pid is told alone.
     let argv = [c"/bin/sleep", c"0.1"];
-    held_until_released(&sup, &argv, ExitStatus::Code(0), "the host may hold its pid");
+    // Held, though nothing of its tree is left.
+    held_until_released(
+        &sup,
+        &argv,
+        ExitStatus::Code(0),
+        true,
+        "the host may hold its pid",
+    );
 }
 
 /// The pid a supervisor wrote on a pid pipe, and the end of file after it.
@@ -247,9 +261,16 @@ fn a_leader_whose_pid_was_read_from_its_pid_pipe_is_kept_unreaped_until_released
         };
         assert_eq!(read, pid);
         let with_exit = readable(&d.report, 0);
-        let Report::Exited { status, reaped } = next(&d.report, &mut reader) else {
+        let Report::Exited {
+            status,
+            reaped,
+            tree_empty,
+        } = next(&d.report, &mut reader)
+        else {
             panic!("EXITED next");
         };
+        // Held, and still known to have left nothing.
+        assert!(tree_empty, "it left nothing, but its tree was not said over");
         // Within the 5 ms, the pid can only have come with the exit.
         let in_time = started.elapsed() < Duration::from_millis(5);
         assert_eq!(status, ExitStatus::Code(0));
@@ -275,19 +296,32 @@ fn read_pid_pipe_first(pipe: &OwnedFd) -> libc::pid_t {
     libc::pid_t::from_ne_bytes(bytes)
 }
 
-/// Starts `argv`, expects its exit with `status` and its leader held as an
-/// unreaped zombie (`because`), kills what is left in its group, releases
-/// it, and checks that the supervisor reaps it then.
-fn held_until_released(sup: &Supervisor, argv: &[&CStr], status: ExitStatus, because: &str) {
+/// Starts `argv`, expects its exit with `status`, its tree said over at the
+/// exit or not (`tree_empty`), and its leader held as an unreaped zombie
+/// (`because`), kills what is left in its group, releases it, and checks
+/// that the supervisor reaps it then.
+fn held_until_released(
+    sup: &Supervisor,
+    argv: &[&CStr],
+    status: ExitStatus,
+    tree_empty: bool,
+    because: &str,
+) {
     let d = start(sup, argv);
     let mut reader = ReportReader::default();
     let Report::Spawned(pid) = next(&d.report, &mut reader) else {
         panic!("SPAWNED first");
     };
-    let Report::Exited { status: got, reaped } = next(&d.report, &mut reader) else {
+    let Report::Exited {
+        status: got,
+        reaped,
+        tree_empty: empty,
+    } = next(&d.report, &mut reader)
+    else {
         panic!("EXITED next");
     };
     assert_eq!(got, status);
+    assert_eq!(empty, tree_empty, "whether its tree was over at its exit");
     assert!(!reaped, "reaped at its exit, but {because}");
     assert!(alive(pid), "the leader must stay a zombie until released");
     kill_group(pid);
@@ -316,7 +350,8 @@ fn a_long_command_reports_its_pid_after_a_few_milliseconds_not_at_once() {
         next(&d.report, &mut reader),
         Report::Exited {
             status: ExitStatus::Signal(libc::SIGKILL),
-            reaped: false
+            reaped: false,
+            tree_empty: true,
         }
     ));
     d.releaser.release(Some(pid), d.report);

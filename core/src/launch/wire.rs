@@ -124,8 +124,13 @@ pub(crate) enum Report {
     Failed(SpawnError),
     /// The leader exited: it stays unreaped until released, unless the
     /// supervisor reaped it already (FLAG_REAP_EMPTY: nobody had its pid,
-    /// its tree is empty), when no release may be sent.
-    Exited { status: ExitStatus, reaped: bool },
+    /// its tree is empty), when no release may be sent. `tree_empty`: no
+    /// process of its tree was left at its exit (so none can be since).
+    Exited {
+        status: ExitStatus,
+        reaped: bool,
+        tree_empty: bool,
+    },
     /// End of file before the leader's exit was reported: the supervisor
     /// itself was killed.
     Ended,
@@ -200,9 +205,11 @@ pub(crate) fn decode_report(words: [i32; 4]) -> Report {
             errno,
             detail,
         }),
-        [R_EXITED, code, status, reaped] => Report::Exited {
+        [R_EXITED, code, status, facts] => Report::Exited {
             status: exit_status(code, status),
-            reaped: reaped == 1,
+            reaped: facts & EXITED_REAPED != 0,
+            // Reaped at its exit only with nothing of its tree left.
+            tree_empty: facts & (EXITED_REAPED | EXITED_TREE_EMPTY) != 0,
         },
         _ => Report::Failed(SpawnError::Io(io::Error::other(
             "unexpected reply from the dsh supervisor",

@@ -65,9 +65,14 @@ wire! {
     // Replies on a command's report pipe (`struct reply { kind, a, b, c }`).
     R_SPAWNED: i32 = 1;
     R_FAILED: i32 = 2;
-    /// `{ R_EXITED, si_code, si_status, reaped }`: `reaped` is 1 for a
-    /// leader reaped at its exit (FLAG_REAP_EMPTY), else 0.
+    /// `{ R_EXITED, si_code, si_status, facts }`: `facts` has
+    /// EXITED_REAPED for a leader reaped at its exit (FLAG_REAP_EMPTY), and
+    /// EXITED_TREE_EMPTY when no process of its tree was left at its exit
+    /// (no child of the supervisor but leaders): a tree grows only by its
+    /// members' forks, so it is over for good.
     R_EXITED: i32 = 3;
+    EXITED_REAPED: i32 = 1;
+    EXITED_TREE_EMPTY: i32 = 2;
     /// The probe's reply (`struct reply { R_PROBED, namespaces, step,
     /// errno }`, written to its fd 3): `namespaces` is NAMESPACES_NONE,
     /// NAMESPACES_MOUNT or NAMESPACES_USER (user and mount).

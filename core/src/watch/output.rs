@@ -153,24 +153,26 @@ fn is_continuation(b: u8) -> bool {
     b & 0xC0 == 0x80
 }
 
+/// How far back from the end of `bytes` (1 to 3) the last character's
+/// first byte is; `None` when the last three are all continuation bytes.
+fn last_start(bytes: &[u8]) -> Option<usize> {
+    let n = bytes.len();
+    (1..=3.min(n)).find(|&back| !is_continuation(bytes[n - back]))
+}
+
+/// Whether `seq` begins a character without being all of it: more bytes
+/// may finish it. An impossible start (`F4 90`, `E0 80`, `C0`) does not.
+fn unfinished(seq: &[u8]) -> bool {
+    matches!(std::str::from_utf8(seq), Err(e) if e.valid_up_to() == 0 && e.error_len().is_none())
+}
+
 /// Length of an incomplete UTF-8 sequence at the end of `bytes` (0 to 3):
 /// bytes that may still become a character when more arrive.
 pub(crate) fn incomplete_suffix(bytes: &[u8]) -> usize {
-    let n = bytes.len();
-    for back in 1..=3.min(n) {
-        let b = bytes[n - back];
-        if is_continuation(b) {
-            continue;
-        }
-        let need = match b {
-            0xC0..=0xDF => 2,
-            0xE0..=0xEF => 3,
-            0xF0..=0xF7 => 4,
-            _ => return 0,
-        };
-        return if need > back { back } else { 0 };
+    match last_start(bytes) {
+        Some(back) if unfinished(&bytes[bytes.len() - back..]) => back,
+        _ => 0,
     }
-    0
 }
 
 /// How many bytes at the start of `after` finish a character that began
@@ -184,20 +186,22 @@ fn split_prefix(before: Option<&[u8]>, after: &[u8]) -> usize {
         // Nothing to look back at: any continuation is taken as a split.
         return leading().take(3).count();
     };
-    for back in 1..=before.len().min(3) {
-        let b = before[before.len() - back];
-        if is_continuation(b) {
-            continue;
+    let Some(back) = last_start(before) else { return 0 };
+    let mut seq = before[before.len() - back..].to_vec();
+    let mut taken = 0;
+    // Each byte that carries the character on, up to the one that ends it.
+    for &b in leading() {
+        if !unfinished(&seq) {
+            break;
         }
-        let need: usize = match b {
-            0xC0..=0xDF => 2,
-            0xE0..=0xEF => 3,
-            0xF0..=0xF7 => 4,
-            _ => return 0,
-        };
-        return leading().take(need.saturating_sub(back)).count();
+        seq.push(b);
+        taken += 1;
     }
-    0
+    // The last byte taken may be one the character cannot have: data.
+    if taken > 0 && !unfinished(&seq) && std::str::from_utf8(&seq).is_err() {
+        taken -= 1;
+    }
+    taken
 }
 
 impl StreamBuffer {
@@ -500,6 +504,12 @@ mod tests {
         assert_eq!(split_prefix(Some(b"5"), &[0xB0, b'C']), 0);
         assert_eq!(split_prefix(Some(e), &[0xB1, 0xB1]), 0);
         assert_eq!(split_prefix(Some(&[0xB1]), &[0xB1, b'1']), 0);
+        // After the start of a character that cannot be: data too.
+        assert_eq!(split_prefix(Some(&[0xF4]), &[0x90, 0x80, 0x80]), 0);
+        assert_eq!(split_prefix(Some(&[0xE0]), &[0x80, 0x80]), 0);
+        assert_eq!(split_prefix(Some(&[0xC0]), &[0x80]), 0);
+        // A character left unfinished: what came of it is skipped.
+        assert_eq!(split_prefix(Some(&euro[..1]), &[0x82, b'x']), 1);
         // At a window's start nothing is known: a continuation is a split.
         assert_eq!(split_prefix(None, &e[1..]), 1);
         assert_eq!(split_prefix(None, b"abc"), 0);
@@ -514,5 +524,10 @@ mod tests {
         assert_eq!(incomplete_suffix(&"😀".as_bytes()[..3]), 3);
         assert_eq!(incomplete_suffix("😀".as_bytes()), 0);
         assert_eq!(incomplete_suffix(&[0xFF]), 0);
+        // The start of a character that cannot be: nothing to wait for.
+        assert_eq!(incomplete_suffix(&[b'a', 0xF4, 0x90, 0x80]), 0);
+        assert_eq!(incomplete_suffix(&[b'a', 0xE0, 0x80]), 0);
+        assert_eq!(incomplete_suffix(&[b'a', 0xC0]), 0);
+        assert_eq!(incomplete_suffix(&[b'a', 0xF4, 0x8F]), 2);
     }
 }

@@ -38,8 +38,7 @@ const YIELD_EVERY: usize = 1 << 20;
 /// How often a running command's cgroup counters are read when the kernel
 /// cannot be asked to announce a change (see `limit_events.rs`).
 const LIMIT_TICK: Duration = Duration::from_millis(50);
-/// How often they are read anyway when it was asked: a backstop, should an
-/// announcement ever not come.
+/// How often they are read anyway when it was asked: a backstop.
 const LIMIT_BACKSTOP: Duration = Duration::from_secs(1);
 
 pub(crate) use crate::watch::output::Streams;
@@ -57,7 +56,7 @@ pub(crate) struct Outcome {
     /// The leader's own CPU time when it died of a signal, read while it
     /// was still unreaped: the fact behind a CPU-limit signal.
     pub leader_cpu: Option<Duration>,
-    /// The leader was reaped at its exit: its tree is over for good.
+    /// Nothing of its tree was left at the leader's exit: over for good.
     pub tree_empty: bool,
 }
 
@@ -350,8 +349,8 @@ async fn supervise_inner(
     // The supervisor was killed: the leader's pid and group are no longer
     // held for us, so only pid-safe tag sweeps may signal the tree.
     let mut lost = false;
-    // The leader's reaped exit was handled (see `reaped`).
-    let mut leader_reaped = false;
+    // The leader's reaped exit was handled (see `reaped`); its tree was empty.
+    let (mut leader_reaped, mut tree_empty) = (false, false);
     let (stdin, pipe) = match stdin {
         StdinSource::Bytes(b) => (b.unwrap_or(&[]), None),
         StdinSource::Pipe(p) => (&[][..], Some(p)),
@@ -518,6 +517,7 @@ async fn supervise_inner(
             }
             Event::Report(report) => {
                 leader_reaped = reaped(&report);
+                tree_empty = matches!(report, Report::Exited { tree_empty: true, .. });
                 let s = match report {
                     Report::Exited { status, .. } => status,
                     _ => ExitStatus::Unavailable,
@@ -695,6 +695,6 @@ async fn supervise_inner(
         group,
         leader_cpu,
         read_only_mounts,
-        tree_empty: leader_reaped,
+        tree_empty,
     })
 }

@@ -120,7 +120,8 @@ fn run_on(exec: &Executor, request: RunRequest, interrupt: &Interrupt) -> Result
             stop = Some(Stopped::CallerGone);
         }
         if stop.is_some() {
-            process.terminate();
+            // The CLI never forks: only a forked copy of a host is refused.
+            let _ = process.terminate();
         }
     }
     let stopped = stop.is_some();
