@@ -27,6 +27,19 @@ fn next(fd: &OwnedFd, reader: &mut ReportReader) -> Report {
     }
 }
 
+/// The next report, which must be EXITED: the leader's status, whether the
+/// supervisor reaped it at its exit, and whether its tree was over then.
+fn next_exit(fd: &OwnedFd, reader: &mut ReportReader) -> (ExitStatus, bool, bool) {
+    match next(fd, reader) {
+        Report::Exited {
+            status,
+            reaped,
+            tree_empty,
+        } => (status, reaped, tree_empty),
+        _ => panic!("EXITED next"),
+    }
+}
+
 /// Starts `argv` (an absolute path first) with its SPAWNED deferred.
 fn start(sup: &Supervisor, argv: &[&CStr]) -> Launched {
     start_with(sup, argv, With::default())
@@ -83,9 +96,7 @@ fn a_short_command_reports_its_pid_with_its_exit() {
         readable(&d.report, 0) || started.elapsed() >= Duration::from_millis(5),
         "the pid came alone before the exit and before 5 ms"
     );
-    let Report::Exited { status, reaped, .. } = next(&d.report, &mut reader) else {
-        panic!("EXITED next");
-    };
+    let (status, reaped, _) = next_exit(&d.report, &mut reader);
     assert_eq!(status, ExitStatus::Code(0));
     assert!(started.elapsed() < Duration::from_secs(30));
     d.releaser.release(Some(pid).filter(|_| !reaped), d.report);
@@ -138,14 +149,7 @@ fn reaped_at_its_exit(sup: &Supervisor, with_pid_pipe: bool) {
             panic!("SPAWNED first");
         };
         let with_exit = readable(&d.report, 0);
-        let Report::Exited {
-            status,
-            reaped,
-            tree_empty,
-        } = next(&d.report, &mut reader)
-        else {
-            panic!("EXITED next");
-        };
+        let (status, reaped, tree_empty) = next_exit(&d.report, &mut reader);
         assert_eq!(status, ExitStatus::Code(0));
         assert!(tree_empty, "it left nothing, but its tree was not said over");
         if !with_exit || told_alone_maybe(reaped, started) {
@@ -261,14 +265,7 @@ fn a_leader_whose_pid_was_read_from_its_pid_pipe_is_kept_unreaped_until_released
         };
         assert_eq!(read, pid);
         let with_exit = readable(&d.report, 0);
-        let Report::Exited {
-            status,
-            reaped,
-            tree_empty,
-        } = next(&d.report, &mut reader)
-        else {
-            panic!("EXITED next");
-        };
+        let (status, reaped, tree_empty) = next_exit(&d.report, &mut reader);
         // Held, and still known to have left nothing.
         assert!(tree_empty, "it left nothing, but its tree was not said over");
         // Within the 5 ms, the pid can only have come with the exit.
@@ -312,14 +309,7 @@ fn held_until_released(
     let Report::Spawned(pid) = next(&d.report, &mut reader) else {
         panic!("SPAWNED first");
     };
-    let Report::Exited {
-        status: got,
-        reaped,
-        tree_empty: empty,
-    } = next(&d.report, &mut reader)
-    else {
-        panic!("EXITED next");
-    };
+    let (got, reaped, empty) = next_exit(&d.report, &mut reader);
     assert_eq!(got, status);
     assert_eq!(empty, tree_empty, "whether its tree was over at its exit");
     assert!(!reaped, "reaped at its exit, but {because}");
