@@ -370,6 +370,26 @@ fn a_tree_with_nothing_left_is_known_over_when_the_program_settles() {
     );
 }
 
+/// The tree's end comes after the program's settlement, never before:
+/// whoever waited for the tree finds the exit facts there. A large
+/// collected stderr makes the settlement's own work long (tried a few
+/// times: the order must hold every time).
+#[test]
+fn a_wait_for_the_tree_finds_the_program_settled() {
+    let exec = executor();
+    for _ in 0..5 {
+        let mut spec = sh("head -c 8000000 /dev/zero >&2");
+        spec.stderr = collect(16 << 20, None);
+        let s = exec.spawn(&spec).unwrap();
+        assert!(s.process.wait_tree_timeout(Some(LONG)).unwrap());
+        assert_eq!(
+            s.process.exit_code(),
+            Some(0),
+            "the tree ended before the program settled"
+        );
+    }
+}
+
 /// CPU time of this test process so far (every thread, the executor's
 /// included).
 fn cpu_time() -> Duration {

@@ -119,6 +119,10 @@ pub(crate) struct Tree {
     pub terminating: std::sync::atomic::AtomicBool,
     /// Whether something watches for the tree's end yet.
     pub watched: std::sync::atomic::AtomicBool,
+    /// Nothing of it was left at the leader's exit (the supervisor said
+    /// so): over once the program settles, with no census. Set before the
+    /// settlement; `gone` is set after it.
+    pub over_at_exit: std::sync::atomic::AtomicBool,
     /// Set once no process carrying the tag is left.
     pub gone: Latch,
 }

@@ -169,6 +169,7 @@ impl Executor {
                     grace: Duration::from_millis(spec.grace_ms),
                     terminating: Default::default(),
                     watched: Default::default(),
+                    over_at_exit: Default::default(),
                     gone: Latch::default(),
                 }),
             }),
@@ -200,13 +201,14 @@ impl Executor {
                     process.end_left_behind();
                 }
                 let mut not_started = None;
-                // Known at once, not after a census: `waitForExit` with an
-                // aborted signal, asked after `done`, says the tree is gone.
-                if let (Ok(o), Some(tree)) = (&outcome, process.tree()) {
-                    if o.tree_empty {
-                        tree.watched.store(true, Ordering::SeqCst);
-                        tree.gone.set(|| {});
-                    }
+                // Known over without a census (`waitForExit` with an aborted
+                // signal after `done` says so), its end set once settled.
+                let known_over = process
+                    .tree()
+                    .filter(|_| matches!(&outcome, Ok(o) if o.tree_empty));
+                if let Some(tree) = known_over {
+                    tree.watched.store(true, Ordering::SeqCst);
+                    tree.over_at_exit.store(true, Ordering::SeqCst);
                 }
                 let (ending, sandbox, survivors) = match outcome {
                     Ok(outcome) => {
@@ -222,6 +224,9 @@ impl Executor {
                     tree.pid.settle();
                 }
                 process.settle(ending, sandbox, survivors, |_| {});
+                if let Some(tree) = known_over {
+                    tree.gone.set(|| {});
+                }
                 not_started.map_or(Ok(()), Err)
             }
         };
@@ -392,6 +397,9 @@ impl Process {
     pub fn tree_gone(&self) -> bool {
         match self.tree() {
             Some(tree) => {
+                if tree.over_at_exit.load(Ordering::SeqCst) && self.is_settled() {
+                    return true;
+                }
                 self.watch_tree();
                 tree.gone.is_set()
             }
