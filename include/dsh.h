@@ -1096,6 +1096,26 @@ enum DshLimit dsh_process_limit(const struct DshProcess *process);
 enum DshLimitMechanism dsh_process_limit_enforcement(const struct DshProcess *process, int limit);
 
 /**
+ * Once settled: the limit that ended the spawned program (see
+ * dsh_run_result_limit); DSH_LIMIT_NONE while running and when none did.
+ *
+ * # Safety
+ * `spawned` is NULL or a live DshSpawned; no thread frees it during this
+ * call.
+ */
+enum DshLimit dsh_spawned_limit(const struct DshSpawned *spawned);
+
+/**
+ * Once settled: how `limit` (a DshLimit) was enforced for the spawned
+ * program; DSH_MECHANISM_NONE while running and when it was not set.
+ *
+ * # Safety
+ * `spawned` is NULL or a live DshSpawned; no thread frees it during this
+ * call.
+ */
+enum DshLimitMechanism dsh_spawned_limit_enforcement(const struct DshSpawned *spawned, int limit);
+
+/**
  * The message of the last failed call on this thread ("" if none). Valid
  * until the next failing call on the same thread.
  */

@@ -295,6 +295,19 @@ impl Spawned {
     fn signal(&self) -> Option<String> {
         self.inner.signal()
     }
+    /// Once settled: the limit that ended it (``'memory'``,
+    /// ``'processes'``, ``'cpu'``, ``'file_size'``); else None
+    /// (docs/limits.md).
+    #[getter]
+    fn limit(&self) -> Option<&'static str> {
+        self.inner.limit().map(dsh_core::LimitKind::as_str)
+    }
+    /// Once settled: the mechanism of each limit it ran with; empty
+    /// without limits.
+    #[getter]
+    fn limits_enforcement(&self) -> BTreeMap<&'static str, &'static str> {
+        crate::results::enforcement_map(&self.inner.limits_enforcement())
+    }
     /// True once the program has exited and its collected streams closed.
     #[getter]
     fn settled(&self) -> bool {

@@ -10,6 +10,7 @@ use crate::builders::{DshConfig, DshRequest};
 use crate::executor::DshSpec;
 use crate::guard::{handle, status, text, value, DshStatus, FfiError};
 use crate::results::{DshProcess, DshRunResult};
+use crate::spawn::DshSpawned;
 
 /// A limit (docs/limits.md). Setters take it as an `int`.
 #[repr(C)]
@@ -85,6 +86,15 @@ fn limit_of(kind: Option<LimitKind>) -> DshLimit {
         Some(LimitKind::FileSize) => DshLimit::DSH_LIMIT_FILE_SIZE,
         Some(LimitKind::OpenFiles) => DshLimit::DSH_LIMIT_OPEN_FILES,
     }
+}
+
+/// How `limit` was enforced for a settled process; none while it runs.
+fn enforcement(process: Option<&dsh_core::Process>, limit: c_int) -> DshLimitMechanism {
+    mechanism(
+        process
+            .zip(kind_of(limit))
+            .and_then(|(p, k)| p.limits_enforcement().get(k)),
+    )
 }
 
 fn mechanism(m: Option<Mechanism>) -> DshLimitMechanism {
@@ -339,11 +349,40 @@ pub unsafe extern "C" fn dsh_process_limit_enforcement(
     value(DshLimitMechanism::DSH_MECHANISM_NONE, || {
         // SAFETY: the caller guarantees `process` is NULL or a live
         // DshProcess for the whole call (# Safety).
-        let p = unsafe { process.as_ref() };
-        mechanism(
-            p.zip(kind_of(limit))
-                .and_then(|(p, k)| p.process.limits_enforcement().get(k)),
-        )
+        enforcement(unsafe { process.as_ref() }.map(|p| &p.process), limit)
+    })
+}
+
+/// Once settled: the limit that ended the spawned program (see
+/// dsh_run_result_limit); DSH_LIMIT_NONE while running and when none did.
+///
+/// # Safety
+/// `spawned` is NULL or a live DshSpawned; no thread frees it during this
+/// call.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_spawned_limit(spawned: *const DshSpawned) -> DshLimit {
+    value(DshLimit::DSH_LIMIT_NONE, || {
+        // SAFETY: the caller guarantees `spawned` is NULL or a live
+        // DshSpawned for the whole call (# Safety).
+        limit_of(unsafe { spawned.as_ref() }.and_then(|s| s.process.limit()))
+    })
+}
+
+/// Once settled: how `limit` (a DshLimit) was enforced for the spawned
+/// program; DSH_MECHANISM_NONE while running and when it was not set.
+///
+/// # Safety
+/// `spawned` is NULL or a live DshSpawned; no thread frees it during this
+/// call.
+#[no_mangle]
+pub unsafe extern "C" fn dsh_spawned_limit_enforcement(
+    spawned: *const DshSpawned,
+    limit: c_int,
+) -> DshLimitMechanism {
+    value(DshLimitMechanism::DSH_MECHANISM_NONE, || {
+        // SAFETY: the caller guarantees `spawned` is NULL or a live
+        // DshSpawned for the whole call (# Safety).
+        enforcement(unsafe { spawned.as_ref() }.map(|s| &s.process), limit)
     })
 }
 

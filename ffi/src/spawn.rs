@@ -52,7 +52,7 @@ pub struct DshSpawnRequest {
 /// A spawned program. Thread-safe. Freeing the handle does not end the
 /// program: dsh_spawned_terminate or dsh_executor_dispose does.
 pub struct DshSpawned {
-    process: Process,
+    pub(crate) process: Process,
     pid: i32,
     /// stdin, stdout, stderr: the raw ends not yet taken.
     fds: Mutex<[Option<std::os::fd::OwnedFd>; 3]>,

@@ -144,6 +144,17 @@ static DshExecutor *new_executor(uint64_t grace_ms, uint64_t max_output) {
     return exec;
 }
 
+/* An executor whose commands and spawned programs get `limit` at `value`. */
+static DshExecutor *capped_executor(int limit, uint64_t value) {
+    DshConfig *config = NULL;
+    DshExecutor *exec = NULL;
+    OK(dsh_config_new(&config));
+    OK(dsh_config_set_limit(config, limit, value));
+    OK(dsh_executor_new(config, &exec));
+    dsh_config_free(config);
+    return exec;
+}
+
 static DshSpec *resolve(DshExecutor *exec, const char *command, uint64_t timeout_ms) {
     DshRequest *req = NULL;
     DshSpec *spec = NULL;
@@ -1381,12 +1392,7 @@ static void test_limits(void) {
     CHECK(dsh_executor_resolve(exec, req, &spec) == DSH_INVALID_ARGUMENT);
     CHECK(strcmp(dsh_last_error(), "request.limits.cpu_seconds must be a positive finite number, got 0") == 0);
     dsh_request_free(req);
-    DshConfig *config = NULL;
-    OK(dsh_config_new(&config));
-    OK(dsh_config_set_limit(config, DSH_LIMIT_PROCESSES, 8));
-    DshExecutor *capped = NULL;
-    OK(dsh_executor_new(config, &capped));
-    dsh_config_free(config);
+    DshExecutor *capped = capped_executor(DSH_LIMIT_PROCESSES, 8);
     spec = resolve(capped, "for i in $(seq 20); do sleep 30 & done; wait", 0);
     uint64_t got = 0;
     CHECK(dsh_spec_limit(spec, DSH_LIMIT_PROCESSES, &got) && got == 8);
@@ -2025,6 +2031,31 @@ static void test_spawned_programs(void) {
     dsh_spawn_request_free(req);
     OK(dsh_executor_dispose(exec));
     dsh_executor_free(exec);
+
+    /* The executor's limits hold for its spawned programs, and the handle
+     * says which one ended it and how it was enforced. */
+    DshExecutor *capped = capped_executor(DSH_LIMIT_FILE_SIZE, 4096);
+    char dir[] = "/tmp/dsh-c-spawn-limit-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char script[256];
+    snprintf(script, sizeof script, "exec yes > %s/big", dir);
+    const char *writer[] = {"sh", "-c", script};
+    OK(dsh_spawn_request_new(writer, 3, &req));
+    OK(dsh_executor_spawn(capped, req, &s));
+    dsh_spawn_request_free(req);
+    OK(dsh_spawned_wait(s, 30000));
+    CHECK(str_eq(dsh_spawned_exit_signal(s), "SIGXFSZ"));
+    CHECK(dsh_spawned_limit(s) == DSH_LIMIT_FILE_SIZE);
+    CHECK(dsh_spawned_limit_enforcement(s, DSH_LIMIT_FILE_SIZE) == DSH_MECHANISM_RLIMIT);
+    CHECK(dsh_spawned_limit_enforcement(s, DSH_LIMIT_MEMORY) == DSH_MECHANISM_NONE);
+    CHECK(dsh_spawned_limit(NULL) == DSH_LIMIT_NONE);
+    dsh_spawned_free(s);
+    char big[300];
+    snprintf(big, sizeof big, "%s/big", dir);
+    unlink(big);
+    rmdir(dir);
+    OK(dsh_executor_dispose(capped));
+    dsh_executor_free(capped);
 }
 
 int main(void) {

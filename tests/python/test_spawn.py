@@ -251,3 +251,13 @@ def test_a_program_ends_with_the_executor_nobody_keeps() -> None:
     gc.collect()
     s.wait(30)
     assert (s.exit_code, s.signal) == (None, "SIGTERM")
+
+
+def test_the_limit_that_ended_a_program_is_said(ex: dsh_native.Executor, tmp_path) -> None:
+    s = ex.spawn(["sh", "-c", f"exec yes > {tmp_path}/big"], limits={"file_size_bytes": 4096})
+    s.wait(30)
+    assert (s.signal, s.limit) == ("SIGXFSZ", "file_size")
+    assert s.limits_enforcement == {"file_size": "rlimit"}
+    quiet = ex.spawn(["true"])
+    quiet.wait(30)
+    assert (quiet.limit, quiet.limits_enforcement) == (None, {})
