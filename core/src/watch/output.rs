@@ -189,17 +189,17 @@ fn split_prefix(before: Option<&[u8]>, after: &[u8]) -> usize {
     let Some(back) = last_start(before) else { return 0 };
     let mut seq = before[before.len() - back..].to_vec();
     let mut taken = 0;
-    // Each byte that carries the character on, up to the one that ends it.
+    // Each byte that carries the character on, up to the one that ends it;
+    // one the character cannot have is data.
     for &b in leading() {
         if !unfinished(&seq) {
             break;
         }
         seq.push(b);
+        if !unfinished(&seq) && std::str::from_utf8(&seq).is_err() {
+            break;
+        }
         taken += 1;
-    }
-    // The last byte taken may be one the character cannot have: data.
-    if taken > 0 && !unfinished(&seq) && std::str::from_utf8(&seq).is_err() {
-        taken -= 1;
     }
     taken
 }
