@@ -253,8 +253,9 @@ impl ExecutorInner {
     ) {
         // Room is made before `process` settles, so a caller whose wait for
         // it returns already sees the older one forgotten; the second pass
-        // covers `process` itself (retain_settled = 0) and a neighbour that
-        // settled at the same moment.
+        // covers `process` itself (retain_settled = 0). One process settles
+        // at a time (`settling`), so the count never passes the bound.
+        let _one_at_a_time = lock(&self.settling);
         self.retire_oldest_settled(1);
         let notification = self.reserve_notification();
         process.settle(ending, sandbox, survivors, |p| {

@@ -106,6 +106,10 @@ struct ExecutorInner {
     tag_prefix: String,
     seq: AtomicU64,
     registry: Mutex<Registry>,
+    /// Held while a background process settles with its retention passes:
+    /// two settling at once would each make room for one and leave one
+    /// settled process too many until their second pass.
+    settling: Mutex<()>,
     listeners: Mutex<Vec<Arc<Registered>>>,
     next_listener: AtomicU64,
     lifecycle: watch::Sender<Lifecycle>,
@@ -282,6 +286,7 @@ impl Executor {
             tag_prefix: random_hex().map_err(DshError::Internal)?,
             seq: AtomicU64::new(1),
             registry: Mutex::new(Registry::default()),
+            settling: Mutex::new(()),
             listeners: Mutex::new(Vec::new()),
             next_listener: AtomicU64::new(1),
             lifecycle: watch::channel(Lifecycle::Open).0,
