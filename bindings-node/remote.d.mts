@@ -127,6 +127,15 @@ export interface RemoteConnectOptions {
    * `cwd` are the server's paths.
    */
   config?: NativeShellExecutorConfig | undefined
+  /**
+   * How long the server gets to answer the first message, in milliseconds
+   * (default 30000; Infinity: no limit). A transport that is started but
+   * never answers (an ssh to a host that drops packets, a program that is
+   * not `dsh serve`) is ended then, and `connect` rejects with
+   * `CONNECTION_LOST` quoting its stderr. Not a positive number:
+   * `INVALID_ARGUMENT` naming `connectTimeoutMs`, before anything starts.
+   */
+  connectTimeoutMs?: number | undefined
 }
 
 /** A remote error: a {@link DshNativeError}, with the transport named when the connection (or an answer) was lost. */

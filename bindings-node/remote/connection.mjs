@@ -432,6 +432,13 @@ export class Connection {
     else pending.resolve(message.result)
   }
 
+  /** Ends the connection now, for `why` (no answer in time): every pending call fails with CONNECTION_LOST saying why, and the transport's program is killed. */
+  abort(why) {
+    const link = this.#link
+    this.#ended(why)
+    link?.destroy(why)
+  }
+
   /** The server broke the protocol: the stream is ended and treated as lost (a resume would not mend it). */
   #broken(why) {
     const link = this.#link

@@ -4,7 +4,7 @@
 // local resolver first, as the local face judges it, then sent.
 
 import { createRequire } from 'node:module'
-import { PROTOCOL_VERSION, CLIENT, CLOSE_LIMIT_MS, HANDLE } from './constants.mjs'
+import { PROTOCOL_VERSION, CLIENT, CLOSE_LIMIT_MS, CONNECT_TIMEOUT_MS, HANDLE } from './constants.mjs'
 import {
   describe,
   invalid,
@@ -52,7 +52,13 @@ export class RemoteShellExecutor {
   static async connect(options) {
     checkObject(options, 'options')
     for (const key of Object.keys(options)) {
-      if (key !== 'transport' && key !== 'config') throw invalid(`options.${key}`, 'is not a known field (expected one of: transport, config)')
+      if (key !== 'transport' && key !== 'config' && key !== 'connectTimeoutMs') {
+        throw invalid(`options.${key}`, 'is not a known field (expected one of: transport, config, connectTimeoutMs)')
+      }
+    }
+    const timeoutMs = options.connectTimeoutMs === undefined ? CONNECT_TIMEOUT_MS : options.connectTimeoutMs
+    if (typeof timeoutMs !== 'number' || !(timeoutMs > 0)) {
+      throw invalid('connectTimeoutMs', `must be a positive number of milliseconds (Infinity: no limit), got ${describe(options.connectTimeoutMs)}`)
     }
     const transport = checkTransport(options.transport)
     const config = options.config ?? undefined
@@ -62,6 +68,11 @@ export class RemoteShellExecutor {
     if (isObject(config) && config.spillDir !== undefined && typeof config.spillDir !== 'string') checkConfig({ spillDir: config.spillDir })
     const conn = await Connection.open(transport)
     let init
+    // A transport that is up but never answers (an ssh to a host that
+    // drops packets) is ended: the call then fails with CONNECTION_LOST.
+    const silent = Number.isFinite(timeoutMs)
+      ? setTimeout(() => conn.abort(`it did not answer initialize within ${timeoutMs} ms (connectTimeoutMs), so it was ended`), timeoutMs)
+      : undefined
     try {
       init = await conn.call('initialize', {
         protocol_version: PROTOCOL_VERSION,
@@ -72,6 +83,8 @@ export class RemoteShellExecutor {
     } catch (err) {
       await conn.close()
       throw err
+    } finally {
+      clearTimeout(silent)
     }
     // A server that keeps sessions (`--linger`) gave a token: a dropped
     // transport is then started again and the session resumed.

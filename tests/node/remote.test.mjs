@@ -640,6 +640,58 @@ async function loseConnectionMidRun(transport, pidfile, config = {}) {
   return pids
 }
 
+test('connect: a transport that never answers is ended at connectTimeoutMs, quoting its stderr; a bad timeout starts nothing', T, async () => {
+  const dir = tmpdir()
+  // Up, holding its pipes, deaf to the end of its input: as an ssh to a
+  // host that drops every packet.
+  const pidfile = path.join(dir, 'silent.pid')
+  const silent = { command: ['sh', '-c', `echo $$ > '${pidfile}'; echo 'still connecting' >&2; exec sleep 600`] }
+  const started = performance.now()
+  const e = await failure(() => RemoteShellExecutor.connect({ transport: silent, connectTimeoutMs: 400 }))
+  const took = performance.now() - started
+  assert.equal(e.code, 'CONNECTION_LOST')
+  assert.match(e.message, /did not answer initialize within 400 ms \(connectTimeoutMs\), so it was ended; its stderr ended with: still connecting/)
+  assert.match(e.transport, /^`sh -c/)
+  assert.ok(took >= 400 && took < 8000, `took ${took} ms`)
+  const pid = Number(fs.readFileSync(pidfile, 'utf8'))
+  assert.ok(await eventually(() => !alive(pid), 5000), 'the silent transport was left running')
+
+  // A unix socket whose server accepts and never answers.
+  const net = await import('node:net')
+  const sockets = []
+  const deaf = net.createServer((s) => sockets.push(s))
+  const sock = path.join(dir, 'deaf.sock')
+  await new Promise((resolve) => deaf.listen(sock, resolve))
+  try {
+    const e2 = await failure(() => RemoteShellExecutor.connect({ transport: { socket: sock }, connectTimeoutMs: 300 }))
+    assert.equal(e2.code, 'CONNECTION_LOST')
+    assert.match(e2.message, /did not answer initialize within 300 ms/)
+  } finally {
+    for (const s of sockets) s.destroy()
+    deaf.close()
+  }
+
+  // Refused before anything starts, naming the option.
+  const marker = path.join(dir, 'started')
+  for (const bad of [0, -1, NaN, '1000', true, null]) {
+    const refused = await failure(() => RemoteShellExecutor.connect({ transport: { command: ['sh', '-c', `touch '${marker}'`] }, connectTimeoutMs: bad }))
+    assert.deepEqual([refused.code, refused.field], ['INVALID_ARGUMENT', 'connectTimeoutMs'], String(bad))
+  }
+  assert.equal(fs.existsSync(marker), false, 'a transport was started for a refused value')
+})
+
+test('connect: connectTimeoutMs Infinity and fractions connect as usual', { ...T, ...skipNoBin }, async () => {
+  for (const connectTimeoutMs of [Infinity, 20000.5, undefined]) {
+    const ex = await RemoteShellExecutor.connect({ transport: STDIO, connectTimeoutMs })
+    try {
+      const r = await ex.run(ex.resolve({ command: 'echo ok' }))
+      assert.equal(r.stdout.text, 'ok\n')
+    } finally {
+      await ex.dispose()
+    }
+  }
+})
+
 test('a transport that dies: calls fail with CONNECTION_LOST, processes settle, nothing hangs', { ...T, ...skipNoBin }, async () => {
   const dir = tmpdir()
   const { pidfile, transport } = killable(dir, [DSH_BIN, 'serve', '--stdio'])

@@ -338,6 +338,51 @@ def test_a_transport_that_cannot_start_or_exits_at_once_is_named(tmp: str) -> No
     assert "nobody-listens" in str(info.value)
 
 
+def test_a_transport_that_never_answers_is_ended_at_the_connect_timeout(tmp: str) -> None:
+    # Started, holding its pipes, deaf to the end of its input: as an ssh
+    # to a host that drops every packet.
+    pidfile = os.path.join(tmp, "silent.pid")
+    silent = ["sh", "-c", f"echo $$ > {shlex.quote(pidfile)}; echo 'still connecting' >&2; exec sleep 600"]
+    start = time.monotonic()
+    with pytest.raises(TransportError) as info:
+        Executor(silent, connect_timeout_ms=400)
+    took = time.monotonic() - start
+    message = str(info.value)
+    assert "did not answer initialize within 400 ms (connect_timeout_ms)" in message, message
+    assert "still connecting" in message, "the transport's stderr is quoted"
+    assert info.value.transport is not None and info.value.transport.startswith("sh -c")
+    # Ended at the timeout, not after the wait for a transport to end itself.
+    assert 0.4 <= took < 8, took
+    assert not alive(read_pid(pidfile)), "the silent transport was left running"
+
+    # The same from a unix socket whose server accepts and never answers.
+    import socket as socket_module
+
+    path = os.path.join(tmp, "deaf.sock")
+    server = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    try:
+        with pytest.raises(TransportError, match="did not answer initialize within 300 ms"):
+            Executor(socket=path, connect_timeout_ms=300)
+    finally:
+        server.close()
+
+
+def test_the_connect_timeout_is_checked_before_anything_starts(stdio: List[str], tmp: str) -> None:
+    marker = os.path.join(tmp, "started")
+    never = ["sh", "-c", f"touch {shlex.quote(marker)}"]
+    for bad in (0, -1, float("nan"), "1000", True, [1]):
+        with pytest.raises(InvalidArgumentError) as info:
+            Executor(never, connect_timeout_ms=bad)  # type: ignore[arg-type]
+        assert info.value.field == "connect_timeout_ms" and "connect_timeout_ms" in str(info.value)
+    assert not os.path.exists(marker), "a transport was started for a refused value"
+    # No limit, and a fractional one, connect as usual.
+    for fine in (None, float("inf"), 20_000.5):
+        with Executor(stdio, connect_timeout_ms=fine) as ex:
+            assert ex.run(ex.resolve("echo ok")).stdout.text == "ok\n"
+
+
 def test_ssh_that_cannot_log_in_says_why(sshd: Sshd, dsh: str) -> None:
     command = sshd.serve_command(dsh)
     command[command.index("-i") + 1] = "/dev/null"  # no usable key

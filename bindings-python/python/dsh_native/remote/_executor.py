@@ -46,6 +46,7 @@ from ._checks import (
     _required_str,
     _SIGNAL_POLL,
     _string_map,
+    TransportError,
     _type_name,
     _utf8,
 )
@@ -81,6 +82,34 @@ def _close_all() -> None:
             executor.close()
         except DshError:
             pass
+
+
+# How long the transport gets to answer ``initialize`` by default: an ssh
+# or kubectl that connects in seconds has room, and one that never answers
+# (a host that drops packets, a prompt nobody sees) ends the wait.
+_CONNECT_TIMEOUT_MS = 30_000
+
+
+def _connect_timeout_s(v: object) -> Optional[float]:
+    """``connect_timeout_ms`` in seconds; None (or infinity): no limit."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _invalid("connect_timeout_ms", f"must be a positive number of milliseconds or None, got {v!r}")
+    if not v > 0:  # NaN too
+        raise _invalid("connect_timeout_ms", f"must be a positive number of milliseconds or None, got {v!r}")
+    return None if v == float("inf") else v / 1000
+
+
+def _no_answer(transport: _Transport, timeout_ms: Union[int, float]) -> TransportError:
+    tail = transport.stderr_tail() if isinstance(transport, _CommandTransport) else ""
+    said = f"; its stderr ends with:\n{tail}" if tail else ""
+    e = TransportError(
+        f"the transport `{transport.description}` did not answer initialize within {timeout_ms:g} ms "
+        f"(connect_timeout_ms), so it was ended{said}"
+    )
+    e.transport = transport.description
+    return e
 
 
 def _transport(command: Optional[Sequence[str]], socket: Optional[_Path]) -> _Transport:
@@ -147,6 +176,12 @@ class Executor:
     with TransportError as it does without a lingering server. With
     ``reconnect=False``, or a server that keeps no sessions, a dropped
     transport ends the executor at once.
+
+    ``connect_timeout_ms`` (default 30 000) bounds the wait for the
+    server's answer to the first message: a transport that is started but
+    never answers (an ssh to a host that drops packets, a program that is
+    not ``dsh serve``) is ended then and TransportError raised, quoting its
+    stderr. ``None`` (or ``math.inf``) waits for as long as it takes.
     """
 
     __slots__ = ("_remote", "_finalizer", "__weakref__")
@@ -167,6 +202,7 @@ class Executor:
         sandbox_mode: Optional["_SandboxModeName"] = None,
         limits: Optional["_Limits"] = None,
         reconnect: bool = True,
+        connect_timeout_ms: Optional[_Number] = _CONNECT_TIMEOUT_MS,
     ) -> None:
         # Bad input is refused before anything is started.
         config = _config_params(
@@ -175,11 +211,18 @@ class Executor:
         )  # fmt: skip
         if not isinstance(reconnect, bool):
             raise TypeError(f"reconnect must be a bool, got {_type_name(reconnect)}")
+        connect_s = _connect_timeout_s(connect_timeout_ms)
         remote = _Remote(_transport(command, socket))
+        answered = False
         try:
-            info = remote.call(
+            reply = remote.send(
                 "initialize", {"protocol_version": PROTOCOL_VERSION, "config": config, "client": _CLIENT}
             )
+            if not reply.wait(connect_s):
+                assert connect_timeout_ms is not None
+                raise _no_answer(remote.conn.transport, connect_timeout_ms)
+            answered = True
+            info = reply.get()
             with _Shape("initialize"):
                 if info["protocol_version"] != PROTOCOL_VERSION:
                     raise ValueError(f"it speaks protocol version {info['protocol_version']!r}")
@@ -197,6 +240,10 @@ class Executor:
             raise
         except BaseException:
             remote.closing = True
+            if not answered:
+                # Silent, or a Ctrl-C while it was: ended now, not after
+                # shutdown's wait for a transport that may never end itself.
+                remote.conn.transport.terminate()
             remote.conn.shutdown()
             raise
         self._remote = remote
