@@ -14,15 +14,14 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use dsh_core::{
-    CollectedOutput, ConfigInput, DshError, Enforcement, Executor, RunResult, SandboxInfo, Spec,
-    DEFAULT_MAX_TIMEOUT_MS,
+    CollectedOutput, ConfigInput, DshError, Enforcement, Executor, SandboxInfo, Spec, DEFAULT_MAX_TIMEOUT_MS,
 };
 use nix::sys::signal::Signal;
 
 use args::{Options, Parsed};
 use dsh_cli::interrupt::Interrupt;
 use dsh_cli::json::run_result_json;
-use dsh_cli::status::{emit, interrupted_status, signal_status, EXIT_CLI_ERROR, EXIT_TIMEOUT};
+use dsh_cli::status::{emit, emit_json, interrupted_status, signal_status, EXIT_CLI_ERROR, EXIT_TIMEOUT};
 use spill::{Keeper, Spill};
 
 /// How often `--background` polls for output and for a pending interrupt.
@@ -126,7 +125,7 @@ fn foreground(
                 eprintln!("dsh-cli: {why}");
             }
         }
-        emit(io::stdout(), format!("{}\n", result_json(&r)).as_bytes())?;
+        emit_json(io::stdout().lock(), &run_result_json(&r))?;
         return Ok(code);
     }
     emit(io::stdout(), r.stdout.text.as_bytes())?;
@@ -286,15 +285,17 @@ fn summarize(notes: &[String], at_line_start: bool) -> Result<(), String> {
     )
 }
 
-fn result_json(r: &RunResult) -> String {
-    // Only strings, numbers, booleans and string-keyed maps: nothing here
-    // can fail to serialize.
-    serde_json::to_string(&run_result_json(r)).expect("a run result serializes")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `--json` prints for `r`, without its newline.
+    fn result_json(r: &dsh_core::RunResult) -> String {
+        let mut line = Vec::new();
+        emit_json(&mut line, &run_result_json(r)).unwrap();
+        assert_eq!(line.pop(), Some(b'\n'));
+        String::from_utf8(line).unwrap()
+    }
     use serde::Serialize;
 
     /// A string as the `--json` output writes one.
@@ -356,7 +357,7 @@ mod tests {
 
     #[test]
     fn json_has_every_result_field() {
-        let r = RunResult {
+        let r = dsh_core::RunResult {
             exit_code: None,
             signal: Some("SIGKILL".into()),
             exit_status_unavailable: false,

@@ -5,6 +5,7 @@ use std::io::{self, Write};
 use std::str::FromStr;
 
 use nix::sys::signal::Signal;
+use serde::Serialize;
 
 use crate::interrupt::Interrupt;
 
@@ -37,8 +38,22 @@ pub fn signal_status(name: &str) -> u8 {
 
 /// Writes and flushes. A reader that went away (`| head`) is not an error
 /// of the command's; anything else is dsh-cli's.
-pub fn emit(mut to: impl Write, bytes: &[u8]) -> Result<(), String> {
-    match to.write_all(bytes).and_then(|()| to.flush()) {
+pub fn emit(to: impl Write, bytes: &[u8]) -> Result<(), String> {
+    emit_with(to, |to| to.write_all(bytes))
+}
+
+/// `value` as one line of JSON, serialized straight into `to`: a large
+/// output is never copied into a string first (a `--json` run of 100 MB
+/// peaked at four times that with two copies). Errors as `emit`'s.
+pub fn emit_json(to: impl Write, value: &impl Serialize) -> Result<(), String> {
+    emit_with(io::BufWriter::with_capacity(1 << 16, to), |to| {
+        serde_json::to_writer(&mut *to, value)?;
+        to.write_all(b"\n")
+    })
+}
+
+fn emit_with<W: Write>(mut to: W, write: impl FnOnce(&mut W) -> io::Result<()>) -> Result<(), String> {
+    match write(&mut to).and_then(|()| to.flush()) {
         Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(format!("cannot write output: {e}")),
         _ => Ok(()),
     }

@@ -233,6 +233,81 @@ fn json_gives_every_fact_and_keeps_the_last_bytes() {
 }
 
 #[test]
+// Reaped by wait4 (for its rusage), which clippy cannot see.
+#[allow(clippy::zombie_processes)]
+fn json_of_a_large_output_is_written_without_copies_of_it() {
+    // 32 MiB of NUL bytes: each is six characters of JSON (\u0000), so the
+    // line is 192 MiB. Serialized into a string, then copied with its
+    // newline, dsh peaked at ~14 times the output; written as it is
+    // serialized, at ~3.
+    const OUTPUT: usize = 32 << 20;
+    let mut child = dsh()
+        .args(["run", "--json", "--max-output", "32M", "--"])
+        .arg(format!("head -c {OUTPUT} /dev/zero"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn dsh");
+    let mut out = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        // Counted, not kept: the test's own memory is not what is measured.
+        let (mut total, mut tail, mut buf) = (0usize, Vec::new(), vec![0u8; 1 << 16]);
+        loop {
+            let n = out.read(&mut buf).unwrap();
+            if n == 0 {
+                return (total, tail);
+            }
+            total += n;
+            tail.extend_from_slice(&buf[..n]);
+            let keep = tail.len().saturating_sub(256);
+            tail.drain(..keep);
+        }
+    });
+    // wait4 gives this child's own peak memory; polled, so a hang fails.
+    let pid = child.id() as libc::pid_t;
+    let start = std::time::Instant::now();
+    let (status, usage) = loop {
+        let mut status = 0;
+        // SAFETY: a zeroed rusage is a valid value for wait4 to fill in.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: `pid` is our unreaped child; both out-pointers are live.
+        let got = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        assert!(got >= 0, "wait4: {}", std::io::Error::last_os_error());
+        if got == pid {
+            break (status, usage);
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("dsh run --json of {OUTPUT} bytes did not end within 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "status {status:#x}"
+    );
+    let (total, tail) = reader.join().unwrap();
+    // The whole stream is there, each NUL escaped.
+    assert!(
+        total > 6 * OUTPUT && total < 6 * OUTPUT + 4096,
+        "{total} bytes of JSON"
+    );
+    let peak = usage.ru_maxrss as usize * 1024;
+    assert!(
+        peak < 5 * OUTPUT,
+        "dsh peaked at {} MiB for {} MiB of output",
+        peak >> 20,
+        OUTPUT >> 20
+    );
+    assert!(
+        String::from_utf8_lossy(&tail).ends_with("\"limits_enforcement\":{}}\n"),
+        "{}",
+        String::from_utf8_lossy(&tail)
+    );
+}
+
+#[test]
 fn one_pipe_for_both_streams_losing_its_reader_is_not_a_caller_gone() {
     // `dsh run … 2>&1 | head -1`: the command finishes its silent work.
     let dir = TempDir::new("dsh-run-2to1");

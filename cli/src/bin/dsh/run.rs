@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use dsh_cli::interrupt::Interrupt;
 use dsh_cli::json::{sandbox_json, EnforcementJson, SandboxJson};
-use dsh_cli::status::{emit, interrupted_status, signal_status, EXIT_CLI_ERROR, EXIT_TIMEOUT};
+use dsh_cli::status::{emit, emit_json, interrupted_status, signal_status, EXIT_CLI_ERROR, EXIT_TIMEOUT};
 use dsh_core::{
     ConfigInput, DshError, Executor, FieldName, Num, OutputStream, Process, SandboxPolicyInput, SpawnOutput,
     SpawnRequest, SpawnStdin, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_TIMEOUT_MS,
@@ -131,10 +131,7 @@ fn run_on(exec: &Executor, request: RunRequest, interrupt: &Interrupt) -> Result
     };
     if json {
         let facts = facts_json(&process, stopped);
-        emit(
-            io::stdout(),
-            format!("{}\n", serde_json::to_string(&facts).expect("facts serialize")).as_bytes(),
-        )?;
+        emit_json(io::stdout().lock(), &facts)?;
     } else {
         let mut notes = notes(&process, stop == Some(Stopped::Interrupted), interrupt);
         if stop == Some(Stopped::CallerGone) {
