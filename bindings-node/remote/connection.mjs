@@ -83,7 +83,9 @@ class TransportLink {
   #spawn([program, ...args], up, onData, onStderr) {
     let child
     try {
-      child = spawn(program, args, { stdio: ['pipe', 'pipe', 'pipe'] })
+      // A process group of its own (as the Python client's): ending the
+      // link kills it whole, a child it started (a wrapper's ssh) too.
+      child = spawn(program, args, { stdio: ['pipe', 'pipe', 'pipe'], detached: true })
     } catch (err) {
       // Refused before any process (a NUL byte in an argument); told
       // after the constructor, as any other end is.
@@ -166,7 +168,21 @@ class TransportLink {
   destroy(why = 'this client ended it') {
     this.#ended(why)
     for (const h of this.#handles) h.destroy?.()
-    this.#handles[0]?.kill?.('SIGKILL')
+    const child = this.#handles[0]
+    if (child?.kill !== undefined) {
+      // The group while its leader is not reaped (its pid, the group's id,
+      // is still its own); the leader alone otherwise.
+      let killed = false
+      if (child.exitCode === null && child.signalCode === null && child.pid !== undefined) {
+        try {
+          process.kill(-child.pid, 'SIGKILL')
+          killed = true
+        } catch {
+          // Gone meanwhile.
+        }
+      }
+      if (!killed) child.kill('SIGKILL')
+    }
   }
 
   /** Whether the link keeps the event loop alive. */
@@ -206,6 +222,8 @@ export class Connection {
   onLost = () => {}
   /** The session was resumed over a new link: what the mirrors missed is asked for again. */
   onResumed = () => {}
+  /** How long a resume attempt may go unanswered before it is ended and tried again (connect's `connectTimeoutMs`; Infinity: until the deadline). */
+  connectTimeoutMs = Infinity
   #transport
   /** The transport as now started; undefined between a drop and the next attempt. */
   #link
@@ -514,12 +532,19 @@ export class Connection {
   /** One attempt: a new link, and `initialize {resume}` over it; resolves once the session is resumed. */
   async #attempt(r) {
     const link = this.#startLink()
-    // An attempt that hangs (an ssh that never connects) ends at the deadline.
+    // An attempt that hangs (an ssh that never connects) ends at the
+    // connect timeout, to be tried again, or at the deadline.
     r.cutShort = false
+    const left = Math.max(0, r.deadline - performance.now())
+    const silent = this.connectTimeoutMs < left
     r.limit = setTimeout(() => {
-      r.cutShort = true
-      link.destroy('it had not resumed the session when the linger time ran out')
-    }, Math.max(0, r.deadline - performance.now()))
+      r.cutShort = !silent
+      link.destroy(
+        silent
+          ? `it did not answer the resume within ${this.connectTimeoutMs} ms (connectTimeoutMs), so it was ended`
+          : 'it had not resumed the session when the linger time ran out',
+      )
+    }, silent ? this.connectTimeoutMs : left)
     this.#updateRef()
     try {
       try {

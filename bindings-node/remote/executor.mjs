@@ -34,6 +34,8 @@ const { checkConfig } = require('../index.js')
 const CHECK_ONLY = AbortSignal.abort()
 
 const CONNECT = Symbol('dsh-native remote connect')
+/** The longest timer node keeps. */
+const MAX_TIMER_MS = 2 ** 31 - 1
 
 /**
  * The harness's ShellExecutor over `dsh serve` (docs/protocol.md): the API
@@ -47,7 +49,9 @@ export class RemoteShellExecutor {
    * Connects: `transport` is `{ command: [...] }` (a program speaking the
    * protocol on its stdin and stdout: `['ssh', 'host', 'dsh', 'serve',
    * '--stdio']`) or `{ socket: path }` (`dsh serve --listen unix:PATH`);
-   * `config` is a NativeShellExecutorConfig for the server's executor.
+   * `config` is a NativeShellExecutorConfig for the server's executor;
+   * `connectTimeoutMs` (default 30000, Infinity: none) how long the
+   * server may take to answer `initialize`, and a resume attempt.
    */
   static async connect(options) {
     checkObject(options, 'options')
@@ -56,10 +60,14 @@ export class RemoteShellExecutor {
         throw invalid(`options.${key}`, 'is not a known field (expected one of: transport, config, connectTimeoutMs)')
       }
     }
-    const timeoutMs = options.connectTimeoutMs === undefined ? CONNECT_TIMEOUT_MS : options.connectTimeoutMs
-    if (typeof timeoutMs !== 'number' || !(timeoutMs > 0)) {
-      throw invalid('connectTimeoutMs', `must be a positive number of milliseconds (Infinity: no limit), got ${describe(options.connectTimeoutMs)}`)
+    const given = options.connectTimeoutMs
+    if (given !== undefined && (typeof given !== 'number' || !(given > 0))) {
+      const got = typeof given === 'number' ? String(given) : describe(given)
+      throw invalid('connectTimeoutMs', `must be a positive number of milliseconds (Infinity: no limit), got ${got}`)
     }
+    // A timer cannot be longer than 2^31 - 1 ms (node fires a longer one at
+    // once): past that, ~24.8 days, it is no limit.
+    const timeoutMs = given === undefined ? CONNECT_TIMEOUT_MS : given > MAX_TIMER_MS ? Infinity : given
     const transport = checkTransport(options.transport)
     const config = options.config ?? undefined
     // Every field but spillDir is checked here as the local face checks it
@@ -67,6 +75,7 @@ export class RemoteShellExecutor {
     checkConfig(withoutSpillDir(config))
     if (isObject(config) && config.spillDir !== undefined && typeof config.spillDir !== 'string') checkConfig({ spillDir: config.spillDir })
     const conn = await Connection.open(transport)
+    conn.connectTimeoutMs = timeoutMs
     let init
     // A transport that is up but never answers (an ssh to a host that
     // drops packets) is ended: the call then fails with CONNECTION_LOST.
@@ -93,7 +102,7 @@ export class RemoteShellExecutor {
   }
 
   constructor(token, conn, init) {
-    if (token !== CONNECT) throw new TypeError('RemoteShellExecutor is made by RemoteShellExecutor.connect({ transport, config })')
+    if (token !== CONNECT) throw new TypeError('RemoteShellExecutor is made by RemoteShellExecutor.connect({ transport, config, connectTimeoutMs })')
     this.#s = new Session(conn, init)
   }
 

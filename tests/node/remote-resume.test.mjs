@@ -200,6 +200,31 @@ test('over the relay, a drop mid-run is resumed: the run gets its result, a proc
   }
 })
 
+test('a resume attempt that never answers is ended at connectTimeoutMs, its group killed, and tried again', { ...T, ...skipNoBin }, async () => {
+  const dir = tmpdir()
+  const r = relay(dir, 60)
+  let ex
+  try {
+    ex = await RemoteShellExecutor.connect({ transport: r.transport, config: { graceMs: 300, cwd: dir }, connectTimeoutMs: 1000 })
+    const started = path.join(dir, 'started')
+    const inFlight = ex.run(ex.resolve({ command: `touch ${started}; sleep 1; echo done` }))
+    await fileAppears(started)
+    // The next start waits for a `go` that never comes: a silent ssh.
+    fs.writeFileSync(r.hold, '')
+    const first = transportPid(r)
+    process.kill(first, 'SIGKILL')
+    assert.ok(await eventually(() => transportPid(r) !== first, 10_000), 'the transport was started again')
+    const silent = transportPid(r)
+    // Ended at the connect timeout, not at the linger time (60 s).
+    assert.ok(await eventually(() => !alive(silent), 10_000), 'the silent attempt was left running')
+    fs.rmSync(r.hold)
+    const result = await within(20_000, inFlight, 'the run across the drop')
+    assert.deepEqual([result.exitCode, result.stdout.text], [0, 'done\n'])
+  } finally {
+    await cleanUp(ex, r)
+  }
+})
+
 test('calls whose answers were lost with the drop: a start that never arrived settles as not started, a kill and a reconfigure are sent again', { ...T, ...skipNoBin }, async () => {
   const dir = tmpdir()
   const r = relay(dir, 30)

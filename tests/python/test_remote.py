@@ -355,6 +355,18 @@ def test_a_transport_that_never_answers_is_ended_at_the_connect_timeout(tmp: str
     assert 0.4 <= took < 8, took
     assert not alive(read_pid(pidfile)), "the silent transport was left running"
 
+    # One that left a process of its own session holding its output (which
+    # the transport's group kill cannot reach): still ended in bounded time.
+    escaped_pidfile = os.path.join(tmp, "escaped.pid")
+    escaping = ["sh", "-c", f"setsid sh -c 'echo $$ > {escaped_pidfile}; exec sleep 600' & exec sleep 600"]
+    start = time.monotonic()
+    try:
+        with pytest.raises(TransportError, match="did not answer initialize within 300 ms"):
+            Executor(escaping, connect_timeout_ms=300)
+        assert time.monotonic() - start < 10
+    finally:
+        os.kill(read_pid(escaped_pidfile), signal.SIGKILL)
+
     # The same from a unix socket whose server accepts and never answers.
     import socket as socket_module
 
@@ -368,6 +380,24 @@ def test_a_transport_that_never_answers_is_ended_at_the_connect_timeout(tmp: str
     finally:
         server.close()
 
+    # And one whose server takes no connection at all (its queue full): at
+    # once, as the far side's EAGAIN says, whatever the timeout.
+    full = os.path.join(tmp, "full.sock")
+    server = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+    server.bind(full)
+    server.listen(0)
+    queued = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+    try:
+        queued.connect(full)  # the one place in the queue
+        for limit in (300, None):
+            start = time.monotonic()
+            with pytest.raises(TransportError, match="full.sock: .*Resource temporarily unavailable"):
+                Executor(socket=full, connect_timeout_ms=limit)
+            assert time.monotonic() - start < 5
+    finally:
+        queued.close()
+        server.close()
+
 
 def test_the_connect_timeout_is_checked_before_anything_starts(stdio: List[str], tmp: str) -> None:
     marker = os.path.join(tmp, "started")
@@ -377,9 +407,12 @@ def test_the_connect_timeout_is_checked_before_anything_starts(stdio: List[str],
             Executor(never, connect_timeout_ms=bad)  # type: ignore[arg-type]
         assert info.value.field == "connect_timeout_ms" and "connect_timeout_ms" in str(info.value)
     assert not os.path.exists(marker), "a transport was started for a refused value"
-    # No limit, and a fractional one, connect as usual.
-    for fine in (None, float("inf"), 20_000.5):
-        with Executor(stdio, connect_timeout_ms=fine) as ex:
+    # No limit, past any float, a fraction and other kinds of number connect as usual.
+    from decimal import Decimal
+    from fractions import Fraction
+
+    for fine in (None, float("inf"), 10**400, 20_000.5, Decimal("20000"), Fraction(40_001, 2)):
+        with Executor(stdio, connect_timeout_ms=cast(Any, fine)) as ex:
             assert ex.run(ex.resolve("echo ok")).stdout.text == "ok\n"
 
 

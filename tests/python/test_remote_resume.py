@@ -519,6 +519,33 @@ def test_a_session_whose_server_died_fails_everything_within_its_linger_time(rel
         ex.close()
 
 
+def test_a_resume_attempt_that_never_answers_is_ended_at_the_connect_timeout_and_tried_again(
+    relay: Relay, tmp: str
+) -> None:
+    count, silent_pid = os.path.join(tmp, "count"), os.path.join(tmp, "silent.pid")
+    # The second start is silent (an ssh to a host that drops packets); the others relay.
+    script = (
+        f"n=$(cat {shlex.quote(count)} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {shlex.quote(count)}; "
+        f'if [ $n -eq 2 ]; then echo $$ > {shlex.quote(silent_pid)}; exec sleep 600; fi; exec "$@"'
+    )
+    with Executor(["sh", "-c", script, "sh", *relay.command(60)], grace_ms=300, connect_timeout_ms=1000) as ex:
+        mark = os.path.join(tmp, "started")
+        t, out = in_thread(lambda: ex.run(ex.resolve(f"touch {mark}; sleep 1; echo done")))
+        started(mark)
+        relay.drop()
+        dropped = time.monotonic()
+        t.join(60)
+        assert not t.is_alive(), "the run still waits"
+        result = out.get("value")
+        assert result is not None, out
+        assert result.stdout.text == "done\n"
+        # Cut at the connect timeout, not at the linger time (60 s).
+        assert out["at"] - dropped < 20, out["at"] - dropped
+        assert not alive(read_pid(silent_pid)), "the silent attempt was left running"
+        with open(count) as f:
+            assert f.read().strip() == "3"
+
+
 def test_a_transport_that_never_comes_back_gives_up_at_the_linger_time(relay: Relay, tmp: str) -> None:
     ex = Executor(relay.command(2), grace_ms=300)
     try:

@@ -119,6 +119,11 @@ class _Connection:
         # after a resume already sorted its call is no longer for _unsent.
         self._resumes = 0
         self._resumable: Optional[_Resumable] = None
+        # How long a resume attempt may go unanswered before it is ended and
+        # tried again (the executor's connect_timeout_ms; None: until the
+        # session's linger time has passed), and those words for errors.
+        self.connect_s: Optional[float] = None
+        self.connect_text = ""
         # Set by shutdown: the pause between two reconnection attempts ends.
         self._stop = threading.Event()
         self._reader = threading.Thread(target=self._read_loop, name="dsh-remote-reader", daemon=True)
@@ -315,8 +320,17 @@ class _Connection:
         The attempt is ended at the deadline, however far it got."""
         id = next(self._ids)
         params = {"protocol_version": PROTOCOL_VERSION, "resume": token, "client": _CLIENT}
-        # Ended at the deadline: ssh to a host that does not answer hangs.
-        watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), attempt.terminate)
+        # Ended at the connect timeout, to be tried again, or at the
+        # deadline: ssh to a host that does not answer hangs.
+        left = max(0.0, deadline - time.monotonic())
+        silent = self.connect_s is not None and self.connect_s < left
+        cut = threading.Event()
+
+        def end_attempt() -> None:
+            cut.set()
+            attempt.terminate()
+
+        watchdog = threading.Timer(self.connect_s if silent and self.connect_s is not None else left, end_attempt)
         watchdog.daemon = True
         watchdog.start()
         try:
@@ -327,6 +341,11 @@ class _Connection:
                 except OSError as e:
                     raise _TryAgain(f"reading from `{attempt.description}` failed: {e!r}") from None
                 if not line:
+                    if cut.is_set() and silent:
+                        raise _TryAgain(
+                            f"`{attempt.description}` did not answer the resume within "
+                            f"{self.connect_text} ms (connect_timeout_ms), so it was ended"
+                        )
                     raise _TryAgain(attempt.ended())
                 if not line.strip():
                     continue
@@ -476,8 +495,9 @@ class _Connection:
         except BaseException as e:  # never lose the reader thread to a callback
             _report_unraisable(e, callback)
 
-    def shutdown(self) -> None:
-        """Ends the connection from our side, waits (bounded) for the server
+    def shutdown(self, patience_s: float = 10.0) -> None:
+        """Ends the connection from our side, waits (``patience_s``, then as
+        long again after ending the transport, at most 5 s) for the server
         to finish and the reader to see the end, and releases the transport."""
         self._closing = True
         self._stop.set()
@@ -487,12 +507,13 @@ class _Connection:
                 transport.end_input()
         except Exception:
             pass
-        if threading.current_thread() is not self._reader:
-            self._reader.join(timeout=10)
+        reader_here = threading.current_thread() is self._reader
+        if not reader_here:
+            self._reader.join(timeout=patience_s)
             if self._reader.is_alive():
                 self.transport.terminate()
-                self._reader.join(timeout=5)
-        self.transport.reap()
+                self._reader.join(timeout=min(5.0, patience_s))
+        self.transport.reap(reading=not reader_here and self._reader.is_alive())
 
     def abandon(self) -> None:
         """Ends the connection without waiting (from a finalizer, which may

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import base64
+import math
 import os
 import weakref
 from types import TracebackType
@@ -90,29 +91,39 @@ def _close_all() -> None:
 _CONNECT_TIMEOUT_MS = 30_000
 
 
-def _connect_timeout_s(v: object) -> Optional[float]:
-    """``connect_timeout_ms`` in seconds; None (or infinity): no limit."""
+def _connect_timeout(v: object) -> Tuple[Optional[float], str]:
+    """``connect_timeout_ms`` in seconds (None, infinity or past any float:
+    no limit), and as the errors write it."""
     if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise _invalid("connect_timeout_ms", f"must be a positive number of milliseconds or None, got {v!r}")
-    if not v > 0:  # NaN too
-        raise _invalid("connect_timeout_ms", f"must be a positive number of milliseconds or None, got {v!r}")
-    return None if v == float("inf") else v / 1000
+        return None, ""
+    refused = _invalid("connect_timeout_ms", f"must be a positive number of milliseconds or None, got {v!r}")
+    if isinstance(v, (bool, str, bytes, bytearray)):
+        raise refused
+    try:
+        ms = float(v)  # type: ignore[arg-type]
+    except OverflowError:
+        return None, ""
+    except (TypeError, ValueError):
+        raise refused from None
+    if not ms > 0:  # NaN too
+        raise refused
+    if math.isinf(ms):
+        return None, ""
+    return ms / 1000, str(int(ms)) if ms.is_integer() else repr(ms)
 
 
-def _no_answer(transport: _Transport, timeout_ms: Union[int, float]) -> TransportError:
+def _no_answer(transport: _Transport, timeout_text: str) -> TransportError:
     tail = transport.stderr_tail() if isinstance(transport, _CommandTransport) else ""
     said = f"; its stderr ends with:\n{tail}" if tail else ""
     e = TransportError(
-        f"the transport `{transport.description}` did not answer initialize within {timeout_ms:g} ms "
+        f"the transport `{transport.description}` did not answer initialize within {timeout_text} ms "
         f"(connect_timeout_ms), so it was ended{said}"
     )
     e.transport = transport.description
     return e
 
 
-def _transport(command: Optional[Sequence[str]], socket: Optional[_Path]) -> _Transport:
+def _transport(command: Optional[Sequence[str]], socket: Optional[_Path], connect_s: Optional[float]) -> _Transport:
     if (command is None) == (socket is None):
         raise TypeError(
             "Executor() takes exactly one of command= (a transport command, such as "
@@ -135,7 +146,7 @@ def _transport(command: Optional[Sequence[str]], socket: Optional[_Path]) -> _Tr
     path = os.fspath(socket) if isinstance(socket, os.PathLike) else socket
     if not isinstance(path, str):
         raise TypeError(f"socket must be a str or os.PathLike, got {_type_name(socket)}")
-    return _SocketTransport(path)
+    return _SocketTransport(path, connect_s)
 
 
 class Executor:
@@ -180,8 +191,10 @@ class Executor:
     ``connect_timeout_ms`` (default 30 000) bounds the wait for the
     server's answer to the first message: a transport that is started but
     never answers (an ssh to a host that drops packets, a program that is
-    not ``dsh serve``) is ended then and TransportError raised, quoting its
-    stderr. ``None`` (or ``math.inf``) waits for as long as it takes.
+    not ``dsh serve``) is ended then (its process group killed) and
+    TransportError raised, quoting its stderr. A reconnection's attempt
+    that goes unanswered as long is ended and tried again. ``None`` (or
+    ``math.inf``) waits for as long as it takes.
     """
 
     __slots__ = ("_remote", "_finalizer", "__weakref__")
@@ -211,16 +224,16 @@ class Executor:
         )  # fmt: skip
         if not isinstance(reconnect, bool):
             raise TypeError(f"reconnect must be a bool, got {_type_name(reconnect)}")
-        connect_s = _connect_timeout_s(connect_timeout_ms)
-        remote = _Remote(_transport(command, socket))
+        connect_s, connect_text = _connect_timeout(connect_timeout_ms)
+        remote = _Remote(_transport(command, socket, connect_s))
+        remote.conn.connect_s, remote.conn.connect_text = connect_s, connect_text
         answered = False
         try:
             reply = remote.send(
                 "initialize", {"protocol_version": PROTOCOL_VERSION, "config": config, "client": _CLIENT}
             )
             if not reply.wait(connect_s):
-                assert connect_timeout_ms is not None
-                raise _no_answer(remote.conn.transport, connect_timeout_ms)
+                raise _no_answer(remote.conn.transport, connect_text)
             answered = True
             info = reply.get()
             with _Shape("initialize"):
@@ -242,9 +255,13 @@ class Executor:
             remote.closing = True
             if not answered:
                 # Silent, or a Ctrl-C while it was: ended now, not after
-                # shutdown's wait for a transport that may never end itself.
+                # shutdown's wait for a transport that may never end itself,
+                # and not waited for long (a process that left its group
+                # may hold its output open).
                 remote.conn.transport.terminate()
-            remote.conn.shutdown()
+                remote.conn.shutdown(patience_s=1.0)
+            else:
+                remote.conn.shutdown()
             raise
         self._remote = remote
         # Garbage: end the connection (the far side disposes); no waiting,

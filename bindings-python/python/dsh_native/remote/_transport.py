@@ -204,8 +204,11 @@ class _Transport:
         (may wait a moment for the transport to exit)."""
         raise NotImplementedError
 
-    def reap(self) -> None:
-        """Releases everything; bounded."""
+    def reap(self, reading: bool = False) -> None:
+        """Releases everything; bounded. ``reading``: a thread may still be
+        blocked reading the stream (a process that left the transport's
+        group holds it open): what it reads is left to it, since closing it
+        under that read would wait for the read."""
         raise NotImplementedError
 
 
@@ -305,7 +308,7 @@ class _CommandTransport(_Transport):
         said = f"; its stderr ends with:\n{tail}" if tail else " (its stderr is empty)"
         return f"the transport `{self.description}` {how}{said}"
 
-    def reap(self) -> None:
+    def reap(self, reading: bool = False) -> None:
         self.end_input()
         try:
             self._proc.wait(timeout=5)
@@ -313,7 +316,14 @@ class _CommandTransport(_Transport):
             self.terminate()
             self._proc.wait()
         self._stderr.join(timeout=1)
-        for pipe in (self._proc.stdout, self._proc.stderr):
+        # A pipe a reader is still blocked on (held open by a process that
+        # left the group) stays open for it: closing stdout would wait for
+        # its read, and closing the descriptor the stderr drain reads by
+        # number could hand that number to another file.
+        pipes = [] if reading else [self._proc.stdout]
+        if not self._stderr.is_alive():
+            pipes.append(self._proc.stderr)
+        for pipe in pipes:
             if pipe is not None:
                 try:
                     pipe.close()
@@ -321,14 +331,24 @@ class _CommandTransport(_Transport):
                     pass
 
 
+# A unix socket's connect with no connect_timeout_ms: not blocking either.
+_SOCKET_CONNECT_S = 30.0
+
+
 class _SocketTransport(_Transport):
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, connect_s: Optional[float]) -> None:
         super().__init__()
         self.path = path
+        self.connect_s = connect_s
         self.description = f"unix:{path}"
         self._sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
+            # A server that takes no connection (its queue full, it is
+            # stopped) would hold a blocking connect: with a timeout the
+            # connect is the socket's non-blocking one (EAGAIN at once).
+            self._sock.settimeout(connect_s if connect_s is not None else _SOCKET_CONNECT_S)
             self._sock.connect(path)
+            self._sock.settimeout(None)
         except OSError as e:
             self._sock.close()
             err = TransportError(f"cannot connect to {self.description}: {e}")
@@ -338,7 +358,7 @@ class _SocketTransport(_Transport):
 
     def reopen(self) -> Optional[_Transport]:
         try:
-            return _SocketTransport(self.path)
+            return _SocketTransport(self.path, self.connect_s)
         except TransportError as e:
             # A full listen queue empties; a socket nobody listens at means
             # the server is gone, and the sessions it kept with it.
@@ -367,7 +387,8 @@ class _SocketTransport(_Transport):
     def ended(self) -> str:
         return f"the server at {self.description} closed the connection"
 
-    def reap(self) -> None:
+    def reap(self, reading: bool = False) -> None:
+        # Shut down, the socket wakes a read blocked on it.
         self.terminate()
         for closer in (self._reader.close, self._sock.close):
             try:
