@@ -129,7 +129,7 @@ export interface RemoteConnectOptions {
   config?: NativeShellExecutorConfig | undefined
   /**
    * How long the server gets to answer the first message, in milliseconds
-   * (default 30000; Infinity, or more than 2^31 - 1: no limit). A
+   * (default 120000; Infinity, or more than 2^31 - 1: no limit). A
    * transport that is started but never answers (an ssh to a host that
    * drops packets, a program that is not `dsh serve`) is ended then, its
    * process group killed, and `connect` rejects with `CONNECTION_LOST`

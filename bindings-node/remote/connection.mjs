@@ -83,9 +83,10 @@ class TransportLink {
   #spawn([program, ...args], up, onData, onStderr) {
     let child
     try {
-      // A process group of its own (as the Python client's): ending the
-      // link kills it whole, a child it started (a wrapper's ssh) too.
-      child = spawn(program, args, { stdio: ['pipe', 'pipe', 'pipe'], detached: true })
+      // In the host's own session and process group, as node's children
+      // are: an ssh can ask at the terminal (a host key, a passphrase),
+      // and a Ctrl-C or hangup of the host's group reaches it too.
+      child = spawn(program, args, { stdio: ['pipe', 'pipe', 'pipe'] })
     } catch (err) {
       // Refused before any process (a NUL byte in an argument); told
       // after the constructor, as any other end is.
@@ -168,21 +169,7 @@ class TransportLink {
   destroy(why = 'this client ended it') {
     this.#ended(why)
     for (const h of this.#handles) h.destroy?.()
-    const child = this.#handles[0]
-    if (child?.kill !== undefined) {
-      // The group while its leader is not reaped (its pid, the group's id,
-      // is still its own); the leader alone otherwise.
-      let killed = false
-      if (child.exitCode === null && child.signalCode === null && child.pid !== undefined) {
-        try {
-          process.kill(-child.pid, 'SIGKILL')
-          killed = true
-        } catch {
-          // Gone meanwhile.
-        }
-      }
-      if (!killed) child.kill('SIGKILL')
-    }
+    this.#handles[0]?.kill?.('SIGKILL')
   }
 
   /** Whether the link keeps the event loop alive. */

@@ -15,11 +15,11 @@ export const PROTOCOL_VERSION = 1
 export const CLIENT = { name: 'dsh-native', version: PACKAGE_VERSION }
 /**
  * How long a transport gets to answer `initialize` unless `connect` says
- * otherwise: an ssh or kubectl that connects in seconds has room, and one
- * that never answers (a host that drops packets, a prompt nobody sees)
- * ends the wait.
+ * otherwise: an ssh or kubectl that connects in seconds has ample room (a
+ * `docker run` that pulls an image may need Infinity), and one that never
+ * answers (a host that drops packets, a prompt nobody sees) ends the wait.
  */
-export const CONNECT_TIMEOUT_MS = 30000
+export const CONNECT_TIMEOUT_MS = 120_000
 /** How long an ended transport may take to close before it is killed. */
 export const CLOSE_LIMIT_MS = 5000
 

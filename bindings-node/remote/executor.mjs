@@ -50,7 +50,7 @@ export class RemoteShellExecutor {
    * protocol on its stdin and stdout: `['ssh', 'host', 'dsh', 'serve',
    * '--stdio']`) or `{ socket: path }` (`dsh serve --listen unix:PATH`);
    * `config` is a NativeShellExecutorConfig for the server's executor;
-   * `connectTimeoutMs` (default 30000, Infinity: none) how long the
+   * `connectTimeoutMs` (default 120000, Infinity: none) how long the
    * server may take to answer `initialize`, and a resume attempt.
    */
   static async connect(options) {

@@ -200,7 +200,7 @@ test('over the relay, a drop mid-run is resumed: the run gets its result, a proc
   }
 })
 
-test('a resume attempt that never answers is ended at connectTimeoutMs, its group killed, and tried again', { ...T, ...skipNoBin }, async () => {
+test('a resume attempt that never answers is ended at connectTimeoutMs and tried again', { ...T, ...skipNoBin }, async () => {
   const dir = tmpdir()
   const r = relay(dir, 60)
   let ex

@@ -414,6 +414,10 @@ def test_the_connect_timeout_is_checked_before_anything_starts(stdio: List[str],
     for fine in (None, float("inf"), 10**400, 20_000.5, Decimal("20000"), Fraction(40_001, 2)):
         with Executor(stdio, connect_timeout_ms=cast(Any, fine)) as ex:
             assert ex.run(ex.resolve("echo ok")).stdout.text == "ok\n"
+    # However long, a socket's connect fails as one, never with the number.
+    for long in (1e13, 1e300):
+        with pytest.raises(TransportError, match="nobody-listens"):
+            Executor(socket=os.path.join(tmp, "nobody-listens"), connect_timeout_ms=long)
 
 
 def test_ssh_that_cannot_log_in_says_why(sshd: Sshd, dsh: str) -> None:

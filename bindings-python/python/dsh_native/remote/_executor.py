@@ -86,9 +86,10 @@ def _close_all() -> None:
 
 
 # How long the transport gets to answer ``initialize`` by default: an ssh
-# or kubectl that connects in seconds has room, and one that never answers
-# (a host that drops packets, a prompt nobody sees) ends the wait.
-_CONNECT_TIMEOUT_MS = 30_000
+# or kubectl that connects in seconds has ample room (a ``docker run`` that
+# pulls an image may need None), and one that never answers (a host that
+# drops packets, a prompt nobody sees) ends the wait.
+_CONNECT_TIMEOUT_MS = 120_000
 
 
 def _connect_timeout(v: object) -> Tuple[Optional[float], str]:
@@ -123,7 +124,7 @@ def _no_answer(transport: _Transport, timeout_text: str) -> TransportError:
     return e
 
 
-def _transport(command: Optional[Sequence[str]], socket: Optional[_Path], connect_s: Optional[float]) -> _Transport:
+def _transport(command: Optional[Sequence[str]], socket: Optional[_Path]) -> _Transport:
     if (command is None) == (socket is None):
         raise TypeError(
             "Executor() takes exactly one of command= (a transport command, such as "
@@ -146,7 +147,7 @@ def _transport(command: Optional[Sequence[str]], socket: Optional[_Path], connec
     path = os.fspath(socket) if isinstance(socket, os.PathLike) else socket
     if not isinstance(path, str):
         raise TypeError(f"socket must be a str or os.PathLike, got {_type_name(socket)}")
-    return _SocketTransport(path, connect_s)
+    return _SocketTransport(path)
 
 
 class Executor:
@@ -188,7 +189,7 @@ class Executor:
     ``reconnect=False``, or a server that keeps no sessions, a dropped
     transport ends the executor at once.
 
-    ``connect_timeout_ms`` (default 30 000) bounds the wait for the
+    ``connect_timeout_ms`` (default 120 000) bounds the wait for the
     server's answer to the first message: a transport that is started but
     never answers (an ssh to a host that drops packets, a program that is
     not ``dsh serve``) is ended then (its process group killed) and
@@ -225,7 +226,7 @@ class Executor:
         if not isinstance(reconnect, bool):
             raise TypeError(f"reconnect must be a bool, got {_type_name(reconnect)}")
         connect_s, connect_text = _connect_timeout(connect_timeout_ms)
-        remote = _Remote(_transport(command, socket, connect_s))
+        remote = _Remote(_transport(command, socket))
         remote.conn.connect_s, remote.conn.connect_text = connect_s, connect_text
         answered = False
         try:

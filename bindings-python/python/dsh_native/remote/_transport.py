@@ -331,22 +331,20 @@ class _CommandTransport(_Transport):
                     pass
 
 
-# A unix socket's connect with no connect_timeout_ms: not blocking either.
+# A unix socket's connect is given a timeout only to make it the socket's
+# non-blocking one: a server that takes no connection (its queue full, it
+# is stopped) is EAGAIN at once instead of a connect that waits for ever.
 _SOCKET_CONNECT_S = 30.0
 
 
 class _SocketTransport(_Transport):
-    def __init__(self, path: str, connect_s: Optional[float]) -> None:
+    def __init__(self, path: str) -> None:
         super().__init__()
         self.path = path
-        self.connect_s = connect_s
         self.description = f"unix:{path}"
         self._sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
-            # A server that takes no connection (its queue full, it is
-            # stopped) would hold a blocking connect: with a timeout the
-            # connect is the socket's non-blocking one (EAGAIN at once).
-            self._sock.settimeout(connect_s if connect_s is not None else _SOCKET_CONNECT_S)
+            self._sock.settimeout(_SOCKET_CONNECT_S)
             self._sock.connect(path)
             self._sock.settimeout(None)
         except OSError as e:
@@ -358,7 +356,7 @@ class _SocketTransport(_Transport):
 
     def reopen(self) -> Optional[_Transport]:
         try:
-            return _SocketTransport(self.path, self.connect_s)
+            return _SocketTransport(self.path)
         except TransportError as e:
             # A full listen queue empties; a socket nobody listens at means
             # the server is gone, and the sessions it kept with it.
