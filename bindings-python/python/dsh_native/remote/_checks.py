@@ -14,7 +14,7 @@ import operator
 import os
 import subprocess
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Type, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 from .._errors import (
     AlreadyCancelledError,
@@ -485,6 +485,34 @@ def _timeout_arg(timeout: Optional[float]) -> Optional[float]:
         raise ValueError(f"timeout must be a non-negative number of seconds, got {_rust_f64(t)}")
     # math.inf is no limit, as it is locally.
     return None if math.isinf(t) else t
+
+
+# How long the transport gets to answer ``initialize`` by default: an ssh
+# or kubectl that connects in seconds has ample room (a ``docker run`` that
+# pulls an image may need None), and one that never answers (a host that
+# drops packets, a prompt nobody sees) ends the wait.
+_CONNECT_TIMEOUT_MS = 120_000
+
+
+def _connect_timeout(v: object) -> Tuple[Optional[float], str]:
+    """``connect_timeout_ms`` in seconds (None, infinity or past any float:
+    no limit), and as the errors write it."""
+    if v is None:
+        return None, ""
+    refused = _invalid("connect_timeout_ms", f"must be a positive number of milliseconds or None, got {v!r}")
+    if isinstance(v, (bool, str, bytes, bytearray)):
+        raise refused
+    try:
+        ms = float(v)  # type: ignore[arg-type]
+    except OverflowError:
+        return None, ""
+    except (TypeError, ValueError):
+        raise refused from None
+    if not ms > 0:  # NaN too
+        raise refused
+    if math.isinf(ms):
+        return None, ""
+    return ms / 1000, str(int(ms)) if ms.is_integer() else repr(ms)
 
 
 def _argv_list(v: object, field: str) -> List[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import base64
-import math
 import os
 import weakref
 from types import TracebackType
@@ -30,9 +29,11 @@ from .._helpers import resolve_future
 from ._checks import (
     _ALREADY_CANCELLED,
     _argv_list,
+    _connect_timeout,
     _CANCEL_POLL,
     _CLIENT,
     _config_params,
+    _CONNECT_TIMEOUT_MS,
     _id_arg,
     _invalid,
     _is_pipe,
@@ -47,12 +48,11 @@ from ._checks import (
     _required_str,
     _SIGNAL_POLL,
     _string_map,
-    TransportError,
     _type_name,
     _utf8,
 )
 from ._results import _bool, _obj, _opt_str, _py_bool, _run_result, _Shape, Spec
-from ._transport import _CommandTransport, _deliver, _Reply, _SocketTransport
+from ._transport import _CommandTransport, _deliver, _no_answer, _Reply, _SocketTransport
 from ._process import Process, Unsubscribe
 from ._session import _Remote
 
@@ -83,45 +83,6 @@ def _close_all() -> None:
             executor.close()
         except DshError:
             pass
-
-
-# How long the transport gets to answer ``initialize`` by default: an ssh
-# or kubectl that connects in seconds has ample room (a ``docker run`` that
-# pulls an image may need None), and one that never answers (a host that
-# drops packets, a prompt nobody sees) ends the wait.
-_CONNECT_TIMEOUT_MS = 120_000
-
-
-def _connect_timeout(v: object) -> Tuple[Optional[float], str]:
-    """``connect_timeout_ms`` in seconds (None, infinity or past any float:
-    no limit), and as the errors write it."""
-    if v is None:
-        return None, ""
-    refused = _invalid("connect_timeout_ms", f"must be a positive number of milliseconds or None, got {v!r}")
-    if isinstance(v, (bool, str, bytes, bytearray)):
-        raise refused
-    try:
-        ms = float(v)  # type: ignore[arg-type]
-    except OverflowError:
-        return None, ""
-    except (TypeError, ValueError):
-        raise refused from None
-    if not ms > 0:  # NaN too
-        raise refused
-    if math.isinf(ms):
-        return None, ""
-    return ms / 1000, str(int(ms)) if ms.is_integer() else repr(ms)
-
-
-def _no_answer(transport: _Transport, timeout_text: str) -> TransportError:
-    tail = transport.stderr_tail() if isinstance(transport, _CommandTransport) else ""
-    said = f"; its stderr ends with:\n{tail}" if tail else ""
-    e = TransportError(
-        f"the transport `{transport.description}` did not answer initialize within {timeout_text} ms "
-        f"(connect_timeout_ms), so it was ended{said}"
-    )
-    e.transport = transport.description
-    return e
 
 
 def _transport(command: Optional[Sequence[str]], socket: Optional[_Path]) -> _Transport:

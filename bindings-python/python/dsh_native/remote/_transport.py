@@ -331,6 +331,17 @@ class _CommandTransport(_Transport):
                     pass
 
 
+def _no_answer(transport: _Transport, timeout_text: str) -> TransportError:
+    tail = transport.stderr_tail() if isinstance(transport, _CommandTransport) else ""
+    said = f"; its stderr ends with:\n{tail}" if tail else ""
+    e = TransportError(
+        f"the transport `{transport.description}` did not answer initialize within {timeout_text} ms "
+        f"(connect_timeout_ms), so it was ended{said}"
+    )
+    e.transport = transport.description
+    return e
+
+
 # A unix socket's connect is given a timeout only to make it the socket's
 # non-blocking one: a server that takes no connection (its queue full, it
 # is stopped) is EAGAIN at once instead of a connect that waits for ever.
