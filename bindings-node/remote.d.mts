@@ -131,9 +131,9 @@ export interface RemoteConnectOptions {
    * How long the server gets to answer the first message, in milliseconds
    * (default 120000; Infinity, or more than 2^31 - 1: no limit). A
    * transport that is started but never answers (an ssh to a host that
-   * drops packets, a program that is not `dsh serve`) is ended then, its
-   * process group killed, and `connect` rejects with `CONNECTION_LOST`
-   * quoting its stderr. A reconnection's attempt that goes unanswered as
+   * drops packets, a program that is not `dsh serve`) is ended then (its
+   * process killed; it is node's child in the host's own process group)
+   * and `connect` rejects with `CONNECTION_LOST` quoting its stderr. A reconnection's attempt that goes unanswered as
    * long is ended and tried again, until the session's linger time has
    * passed. Not a positive number: `INVALID_ARGUMENT` naming
    * `connectTimeoutMs`, before anything starts.

@@ -317,7 +317,8 @@ class _Connection:
     def _resume_on(self, attempt: _Transport, token: str, deadline: float) -> Dict[str, Any]:
         """Sends ``initialize {resume}`` on a new transport and takes its
         answer, the first thing the server sends (what it kept follows).
-        The attempt is ended at the deadline, however far it got."""
+        The attempt is ended at the connect timeout (to be tried again) or
+        at the deadline, however far it got."""
         id = next(self._ids)
         params = {"protocol_version": PROTOCOL_VERSION, "resume": token, "client": _CLIENT}
         # Ended at the connect timeout, to be tried again, or at the

@@ -29,10 +29,10 @@ from .._helpers import resolve_future
 from ._checks import (
     _ALREADY_CANCELLED,
     _argv_list,
-    _connect_timeout,
     _CANCEL_POLL,
     _CLIENT,
     _config_params,
+    _connect_timeout,
     _CONNECT_TIMEOUT_MS,
     _id_arg,
     _invalid,
