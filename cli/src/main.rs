@@ -288,6 +288,7 @@ fn summarize(notes: &[String], at_line_start: bool) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Serialize;
 
     /// What `--json` prints for `r`, without its newline.
     fn result_json(r: &dsh_core::RunResult) -> String {
@@ -296,7 +297,6 @@ mod tests {
         assert_eq!(line.pop(), Some(b'\n'));
         String::from_utf8(line).unwrap()
     }
-    use serde::Serialize;
 
     /// A string as the `--json` output writes one.
     fn esc(s: &str) -> String {
