@@ -437,7 +437,7 @@ export class Connection {
     else pending.resolve(message.result)
   }
 
-  /** Ends the connection now, for `why` (no answer in time): every pending call fails with CONNECTION_LOST saying why, and the transport's program is killed. */
+  /** Ends the connection now, for `why` (no answer in time, a broken protocol): every pending call fails with CONNECTION_LOST saying why, and the transport's program is killed. */
   abort(why) {
     const link = this.#link
     this.#ended(why)
@@ -446,9 +446,7 @@ export class Connection {
 
   /** The server broke the protocol: the stream is ended and treated as lost (a resume would not mend it). */
   #broken(why) {
-    const link = this.#link
-    this.#ended(`${why}; the connection was closed`)
-    link?.destroy()
+    this.abort(`${why}; the connection was closed`)
   }
 
   /** The link ended: the connection is over, or the session is resumed over a new one. */
